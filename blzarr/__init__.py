@@ -1,0 +1,43 @@
+"""blzarr: Blosc-compressed, chunked arrays and tables for NumPy, the maintained successor of bcolz.
+
+``import blzarr as bcolz`` runs code written for bcolz; directories in the bcolz 1.x layout open,
+and the ones blzarr writes in that layout open in bcolz.
+"""
+
+__version__ = "0.1.0"
+
+
+def _have(module):
+    import importlib.util
+    return importlib.util.find_spec(module) is not None
+
+
+numexpr_here = _have("numexpr")
+pandas_here = _have("pandas")
+tables_here = _have("tables")
+dask_here = _have("dask")
+
+from blzarr.params import (  # noqa: E402
+    BITSHUFFLE, NOSHUFFLE, SHUFFLE, blosc_set_nthreads, cparams, defaults, defaults_ctx,
+    detect_number_of_cores, set_nthreads,
+)
+from blzarr.errors import (  # noqa: E402
+    BlzarrError, ChecksumError, ChunkError, FormatError, PickleNotAllowedError, ReadOnlyError, StorageError,
+)
+from blzarr.attrs import attrs  # noqa: E402
+from blzarr.chunk import chunk  # noqa: E402
+from blzarr.carray import carray  # noqa: E402
+from blzarr.ctable import ctable  # noqa: E402
+from blzarr.chunked_eval import eval  # noqa: E402
+from blzarr.toplevel import (  # noqa: E402
+    arange, blosc_compressor_list, blosc_version, fill, fromiter, iterblocks, ones, open, print_versions,
+    walk, zeros,
+)
+
+
+def test(*args):
+    """Run blzarr's test suite with pytest (installed with the `test` extra)."""
+    import os
+    import pytest
+    here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
+    return pytest.main([here, *args])

@@ -1,0 +1,394 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""One Blosc 1.x chunk: validate, compress, decompress into a caller's buffer, read the items of some blocks.
+
+This module knows nothing of files or arrays of chunks.  Every compressed input is checked against its
+real length (header fields, bstarts and the split streams of the blocks about to be decoded) before the
+C library sees it, because the C decoders trust the sizes written in the header.
+"""
+
+from libc.stdint cimport int32_t, uint8_t, uint32_t
+from libc.stdlib cimport malloc, free, qsort
+from libc.string cimport memcpy
+from cpython.ref cimport PyObject, Py_XDECREF
+
+cimport numpy as cnp
+
+from blzarr._blosc cimport (
+    BLOSC_MAX_OVERHEAD, BLOSC_MAX_TYPESIZE, BLOSC_MAX_BUFFERSIZE, BLOSC_VERSION_FORMAT,
+    BLOSC_VERSION_STRING, BLOSC_VERSION_DATE, BLOSC_MAX_THREADS,
+    blosc_compress_ctx, blosc_decompress_ctx, blosc_getitem, blosc_list_compressors,
+    blosc_get_complib_info, blosc_compname_to_compcode, blosc_get_version_string,
+)
+from blzarr.errors import ChunkError
+
+cnp.import_array()
+
+cdef extern from "Python.h":
+    PyObject *_bytes_new "PyBytes_FromStringAndSize"(const char *v, Py_ssize_t n)
+    char *_bytes_ptr "PyBytes_AS_STRING"(PyObject *o)
+    int _bytes_resize "_PyBytes_Resize"(PyObject **o, Py_ssize_t n) except -1
+
+HEADER_SIZE = 16
+MAX_OVERHEAD = BLOSC_MAX_OVERHEAD
+MAX_TYPESIZE = BLOSC_MAX_TYPESIZE
+MAX_BUFFERSIZE = BLOSC_MAX_BUFFERSIZE
+
+FLAG_SHUFFLE = 0x01
+FLAG_MEMCPYED = 0x02
+FLAG_BITSHUFFLE = 0x04
+FLAG_DONT_SPLIT = 0x10
+
+# codec id in the top three flag bits -> the name of its library format
+CODEC_FORMATS = {0: "blosclz", 1: "lz4", 2: "snappy", 3: "zlib", 4: "zstd"}
+CNAMES = ("blosclz", "lz4", "lz4hc", "snappy", "zlib", "zstd")
+
+cdef enum:
+    MIN_SPLIT_ITEMS = 128      # blocksize / typesize from which a block is split into typesize streams
+    MAX_SPLITS = 16
+
+
+cdef struct header_t:
+    int version
+    int versionlz
+    int flags
+    int typesize
+    Py_ssize_t nbytes
+    Py_ssize_t blocksize
+    Py_ssize_t ctbytes
+    Py_ssize_t nblocks
+
+
+cdef inline int32_t _read_i32(const uint8_t *p) noexcept nogil:
+    return <int32_t>(<uint32_t>p[0] | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16) | (<uint32_t>p[3] << 24))
+
+
+cdef str _where(object where):
+    return f" ({where})" if where else ""
+
+
+cdef int _parse_header(const uint8_t *p, Py_ssize_t buflen, header_t *h, object where,
+                       bint lazy) except -1:
+    """Fill `h` from the 16-byte header and check every field against the buffer length.
+
+    With `lazy`, the buffer may be only partially filled in, but it still has its full ctbytes length.
+    """
+    if buflen < 16:
+        raise ChunkError(f"truncated Blosc chunk{_where(where)}: {buflen} bytes, fewer than the 16-byte header")
+    h.version = p[0]
+    h.versionlz = p[1]
+    h.flags = p[2]
+    h.typesize = p[3]
+    h.nbytes = _read_i32(p + 4)
+    h.blocksize = _read_i32(p + 8)
+    h.ctbytes = _read_i32(p + 12)
+    if h.version != BLOSC_VERSION_FORMAT:
+        raise ChunkError(f"bad Blosc chunk{_where(where)}: format version {h.version}, expected {BLOSC_VERSION_FORMAT}")
+    if h.flags & 0x08:
+        raise ChunkError(f"bad Blosc chunk{_where(where)}: reserved flag bit 0x08 is set")
+    if (h.flags >> 5) > 4:
+        raise ChunkError(f"bad Blosc chunk{_where(where)}: unknown codec id {h.flags >> 5}")
+    if h.typesize == 0:
+        raise ChunkError(f"bad Blosc chunk{_where(where)}: typesize is 0")
+    if h.nbytes < 0 or h.nbytes > BLOSC_MAX_BUFFERSIZE:
+        raise ChunkError(f"bad Blosc chunk{_where(where)}: nbytes {h.nbytes} out of range")
+    if h.ctbytes != buflen:
+        raise ChunkError(
+            f"corrupted or truncated Blosc chunk{_where(where)}: header says {h.ctbytes} compressed bytes, "
+            f"the buffer holds {buflen}")
+    if h.flags & FLAG_MEMCPYED:
+        h.nblocks = 0
+        if h.ctbytes != h.nbytes + 16:
+            raise ChunkError(
+                f"bad Blosc chunk{_where(where)}: stored raw, but {h.ctbytes} bytes do not hold "
+                f"16 + {h.nbytes}")
+        return 0
+    if h.blocksize <= 0:
+        raise ChunkError(f"bad Blosc chunk{_where(where)}: blocksize {h.blocksize}")
+    if h.nbytes == 0:
+        raise ChunkError(f"bad Blosc chunk{_where(where)}: compressed chunk with nbytes 0")
+    if h.blocksize > h.nbytes:
+        raise ChunkError(f"bad Blosc chunk{_where(where)}: blocksize {h.blocksize} > nbytes {h.nbytes}")
+    if h.ctbytes > h.nbytes + 16:
+        raise ChunkError(f"bad Blosc chunk{_where(where)}: {h.ctbytes} compressed bytes for {h.nbytes} bytes")
+    h.nblocks = (h.nbytes + h.blocksize - 1) // h.blocksize
+    if 16 + 4 * h.nblocks > h.ctbytes:
+        raise ChunkError(
+            f"bad Blosc chunk{_where(where)}: {h.nblocks} block offsets do not fit in {h.ctbytes} bytes")
+    return 0
+
+
+cdef int _cmp_i32(const void *a, const void *b) noexcept nogil:
+    cdef int32_t x = (<const int32_t *>a)[0]
+    cdef int32_t y = (<const int32_t *>b)[0]
+    return (x > y) - (x < y)
+
+
+cdef int _check_blocks(const uint8_t *p, header_t *h, Py_ssize_t first, Py_ssize_t last,
+                       object where) except -1:
+    """Check every bstart, and the split streams of blocks first..last (inclusive), before decoding."""
+    cdef Py_ssize_t nb = h.nblocks, j, k, lo = 16 + 4 * h.nblocks
+    cdef int32_t *sorted_starts
+    cdef int32_t b, end
+    cdef Py_ssize_t bsize, nsplits, neblock, pos, s
+    cdef int32_t csize
+    cdef bint leftover
+    if nb == 0:
+        return 0
+    sorted_starts = <int32_t *>malloc(nb * sizeof(int32_t))
+    if sorted_starts == NULL:
+        raise MemoryError()
+    try:
+        for j in range(nb):
+            b = _read_i32(p + 16 + 4 * j)
+            if b < lo or b + 4 > h.ctbytes:
+                raise ChunkError(
+                    f"bad Blosc chunk{_where(where)}: block {j} starts at {b}, outside [{lo}, {h.ctbytes})")
+            sorted_starts[j] = b
+        qsort(sorted_starts, nb, sizeof(int32_t), _cmp_i32)
+        for j in range(1, nb):
+            if sorted_starts[j] == sorted_starts[j - 1]:
+                raise ChunkError(f"bad Blosc chunk{_where(where)}: two blocks start at {sorted_starts[j]}")
+        for j in range(first, last + 1):
+            b = _read_i32(p + 16 + 4 * j)
+            # the block ends where the next block in file order starts (blocks may be stored out of order)
+            end = <int32_t>h.ctbytes
+            for k in range(nb):
+                if sorted_starts[k] > b:
+                    end = sorted_starts[k]
+                    break
+            leftover = (j == nb - 1) and (h.nbytes % h.blocksize != 0)
+            bsize = h.nbytes - j * h.blocksize if leftover else h.blocksize
+            if (not (h.flags & FLAG_DONT_SPLIT) and h.typesize <= MAX_SPLITS
+                    and h.blocksize // h.typesize >= MIN_SPLIT_ITEMS and not leftover):
+                nsplits = h.typesize
+            else:
+                nsplits = 1
+            neblock = bsize // nsplits
+            pos = b
+            for s in range(nsplits):
+                if pos + 4 > end:
+                    raise ChunkError(f"bad Blosc chunk{_where(where)}: block {j} is truncated")
+                csize = _read_i32(p + pos)
+                if csize <= 0 or csize > neblock or pos + 4 + csize > end:
+                    raise ChunkError(
+                        f"bad Blosc chunk{_where(where)}: block {j} stream {s} claims {csize} bytes "
+                        f"(at most {min(neblock, end - pos - 4)} possible)")
+                pos += 4 + csize
+    finally:
+        free(sorted_starts)
+    return 0
+
+
+cdef const uint8_t[::1] _as_bytes_view(object buf):
+    if isinstance(buf, cnp.ndarray):
+        buf = (<cnp.ndarray>buf).reshape(-1).view("u1")
+    return buf
+
+
+def header(buf, where=None):
+    """The fields of a chunk's 16-byte header as a dict (checked against the buffer length)."""
+    cdef const uint8_t[::1] v = _as_bytes_view(buf)
+    cdef header_t h
+    _parse_header(&v[0] if v.shape[0] else NULL, v.shape[0], &h, where, False)
+    return dict(version=h.version, versionlz=h.versionlz, flags=h.flags, typesize=h.typesize,
+                nbytes=h.nbytes, blocksize=h.blocksize, ctbytes=h.ctbytes, nblocks=h.nblocks,
+                codec=CODEC_FORMATS[h.flags >> 5],
+                shuffle=(2 if h.flags & FLAG_BITSHUFFLE else (1 if h.flags & FLAG_SHUFFLE else 0)),
+                memcpyed=bool(h.flags & FLAG_MEMCPYED))
+
+
+def validate(buf, Py_ssize_t expected_nbytes=-1, where=None):
+    """Check the whole structure of a chunk; return its uncompressed size.
+
+    `expected_nbytes` >= 0 also requires the chunk to hold exactly that many bytes.
+    """
+    cdef const uint8_t[::1] v = _as_bytes_view(buf)
+    cdef header_t h
+    _parse_header(&v[0] if v.shape[0] else NULL, v.shape[0], &h, where, False)
+    if expected_nbytes >= 0 and h.nbytes != expected_nbytes:
+        raise ChunkError(
+            f"bad Blosc chunk{_where(where)}: it holds {h.nbytes} bytes, {expected_nbytes} expected")
+    _check_blocks(&v[0], &h, 0, h.nblocks - 1, where)
+    return h.nbytes
+
+
+def compress(cnp.ndarray src not None, int typesize, int clevel=5, int shuffle=1, cname="lz4",
+             Py_ssize_t blocksize=0, int nthreads=1):
+    """Compress the bytes of a C-contiguous array into one chunk (a bytes object sized exactly)."""
+    cdef Py_ssize_t nbytes, cap
+    cdef const char *csrc
+    cdef char *dest
+    cdef PyObject *out
+    cdef int ret
+    cdef bytes bcname
+    cdef const char *ccname
+    cdef object result = None
+    if not cnp.PyArray_IS_C_CONTIGUOUS(src):
+        raise ValueError("compress: the source array must be C-contiguous")
+    if not 0 <= clevel <= 9:
+        raise ValueError(f"clevel must be an integer between 0 and 9, got {clevel}")
+    if shuffle not in (0, 1, 2):
+        raise ValueError(f"shuffle must be 0 (NOSHUFFLE), 1 (SHUFFLE) or 2 (BITSHUFFLE), got {shuffle}")
+    if not 1 <= typesize <= BLOSC_MAX_TYPESIZE:
+        raise ValueError(f"typesize must be between 1 and {BLOSC_MAX_TYPESIZE}, got {typesize}")
+    if cname not in CNAMES or blosc_compname_to_compcode((<str>cname).encode()) < 0:
+        raise ValueError(f"compressor {cname!r} is not available; choose one of {compressor_list()}")
+    if blocksize < 0:
+        raise ValueError(f"blocksize must be >= 0, got {blocksize}")
+    nthreads = max(1, min(nthreads, BLOSC_MAX_THREADS))
+    nbytes = cnp.PyArray_NBYTES(src)
+    if nbytes > BLOSC_MAX_BUFFERSIZE:
+        raise ValueError(f"a chunk can hold at most {BLOSC_MAX_BUFFERSIZE} bytes, got {nbytes}")
+    cap = nbytes + BLOSC_MAX_OVERHEAD
+    bcname = (<str>cname).encode()
+    ccname = bcname
+    out = _bytes_new(NULL, cap)
+    if out == NULL:
+        raise MemoryError()
+    try:
+        dest = _bytes_ptr(out)
+        csrc = <const char *>cnp.PyArray_DATA(src)
+        with nogil:
+            ret = blosc_compress_ctx(clevel, shuffle, typesize, nbytes, csrc, dest, cap,
+                                     ccname, blocksize, nthreads)
+        if ret <= 0:
+            raise ChunkError(f"Blosc compression failed (return code {ret})")
+        if ret < cap:
+            _bytes_resize(&out, ret)   # shrinks in place; frees `out` and sets it NULL on failure
+        result = <object>out
+    finally:
+        Py_XDECREF(out)
+    return result
+
+
+cdef char *_dest_ptr(cnp.ndarray dest, Py_ssize_t offset, Py_ssize_t n, str what) except NULL:
+    if not cnp.PyArray_IS_C_CONTIGUOUS(dest):
+        raise ValueError(f"{what}: the output array must be C-contiguous")
+    if not cnp.PyArray_ISWRITEABLE(dest):
+        raise ValueError(f"{what}: the output array is read-only")
+    if offset < 0 or offset + n > cnp.PyArray_NBYTES(dest):
+        raise ValueError(
+            f"{what}: the output array holds {cnp.PyArray_NBYTES(dest)} bytes, "
+            f"{offset + n} needed")
+    return <char *>cnp.PyArray_DATA(dest) + offset
+
+
+def decompress_into(buf, cnp.ndarray dest not None, int nthreads=1, bint check=True, where=None,
+                    Py_ssize_t offset=0):
+    """Decompress a whole chunk into `dest` (at byte `offset`); return the number of bytes written.
+
+    `check=False` skips the structural checks: only for buffers that passed `validate` before.
+    """
+    cdef const uint8_t[::1] v = _as_bytes_view(buf)
+    cdef header_t h
+    cdef char *out
+    cdef int ret
+    _parse_header(&v[0] if v.shape[0] else NULL, v.shape[0], &h, where, False)
+    out = _dest_ptr(dest, offset, h.nbytes, "decompress_into")
+    if h.nbytes == 0:
+        return 0
+    if check:
+        _check_blocks(&v[0], &h, 0, h.nblocks - 1, where)
+    nthreads = max(1, min(nthreads, BLOSC_MAX_THREADS))
+    with nogil:
+        ret = blosc_decompress_ctx(&v[0], out, h.nbytes, nthreads)
+    if ret != h.nbytes:
+        raise ChunkError(f"corrupted Blosc chunk{_where(where)}: decompression failed (return code {ret})")
+    return ret
+
+
+def getitem_into(buf, Py_ssize_t start, Py_ssize_t nbytes, cnp.ndarray dest not None, Py_ssize_t offset=0,
+                 bint check=True, where=None):
+    """Decode bytes [start, start+nbytes) of a chunk into `dest` at byte `offset`, touching only the
+    blocks that hold them.
+
+    `buf` may be a "lazy" chunk: ctbytes long, with only the header, the bstarts and the bytes of those
+    blocks filled in.  `start` and `nbytes` must be multiples of the chunk's typesize.
+    """
+    cdef const uint8_t[::1] v = _as_bytes_view(buf)
+    cdef header_t h
+    cdef char *out
+    cdef int ret
+    cdef Py_ssize_t ts
+    _parse_header(&v[0] if v.shape[0] else NULL, v.shape[0], &h, where, True)
+    if start < 0 or nbytes < 0 or start + nbytes > h.nbytes:
+        raise IndexError(f"getitem_into: bytes [{start}, {start + nbytes}) outside the chunk's {h.nbytes}")
+    ts = h.typesize
+    if start % ts or nbytes % ts:
+        raise ValueError(f"getitem_into: start {start} and size {nbytes} must be multiples of typesize {ts}")
+    out = _dest_ptr(dest, offset, nbytes, "getitem_into")
+    if nbytes == 0:
+        return 0
+    if h.flags & FLAG_MEMCPYED:
+        with nogil:
+            memcpy(out, &v[0] + 16 + start, nbytes)
+        return nbytes
+    if check:
+        _check_blocks(&v[0], &h, start // h.blocksize, (start + nbytes - 1) // h.blocksize, where)
+    with nogil:
+        ret = blosc_getitem(&v[0], <int>(start // ts), <int>(nbytes // ts), out)
+    if ret != nbytes:
+        raise ChunkError(f"corrupted Blosc chunk{_where(where)}: block decoding failed (return code {ret})")
+    return ret
+
+
+def block_ranges(buf, Py_ssize_t start, Py_ssize_t nbytes, where=None):
+    """The byte ranges of the chunk that `getitem_into` needs for bytes [start, start+nbytes).
+
+    `buf` needs only the header and the bstarts filled in (the rest may be zeros); it must be
+    ctbytes long, or be exactly the header plus bstarts with `ctbytes` taken from the header.
+    Returns a list of (begin, end) pairs, the header and bstarts first.
+    """
+    cdef const uint8_t[::1] v = _as_bytes_view(buf)
+    cdef header_t h
+    cdef Py_ssize_t j, first, last, k, nb
+    cdef int32_t b, end, s
+    if v.shape[0] < 16:
+        raise ChunkError(f"truncated Blosc chunk{_where(where)}: fewer than 16 bytes")
+    # parse against the length the header claims; the caller reads only what we return
+    _parse_header(&v[0], _read_i32(&v[0] + 12), &h, where, True)
+    if h.flags & FLAG_MEMCPYED:
+        return [(0, 16), (16 + start, 16 + start + nbytes)]
+    nb = h.nblocks
+    if v.shape[0] < 16 + 4 * nb:
+        raise ChunkError(f"truncated Blosc chunk{_where(where)}: bstarts missing")
+    if start < 0 or nbytes <= 0 or start + nbytes > h.nbytes:
+        return [(0, 16 + 4 * nb)]
+    first = start // h.blocksize
+    last = (start + nbytes - 1) // h.blocksize
+    ranges = [(0, 16 + 4 * nb)]
+    for j in range(first, last + 1):
+        b = _read_i32(&v[0] + 16 + 4 * j)
+        if b < 16 + 4 * nb or b >= h.ctbytes:
+            raise ChunkError(f"bad Blosc chunk{_where(where)}: block {j} starts at {b}, outside the chunk")
+        end = <int32_t>h.ctbytes
+        for k in range(nb):
+            s = _read_i32(&v[0] + 16 + 4 * k)
+            if b < s < end:
+                end = s
+        ranges.append((b, end))
+    return ranges
+
+
+def compressor_list():
+    """The codec names this build of C-Blosc supports."""
+    return (<bytes>blosc_list_compressors()).decode().split(",")
+
+
+def complib_info(cname):
+    """(library name, version) of the library behind a codec name."""
+    cdef char *lib
+    cdef char *ver
+    cdef int code = blosc_get_complib_info((<str>cname).encode(), &lib, &ver)
+    if code < 0:
+        raise ValueError(f"compressor {cname!r} is not available")
+    try:
+        return (<bytes>lib).decode(), (<bytes>ver).decode()
+    finally:
+        free(lib)
+        free(ver)
+
+
+def blosc_version():
+    """(version string, date string) of the linked C-Blosc."""
+    return ((<bytes>blosc_get_version_string()).decode(), (<bytes>BLOSC_VERSION_DATE).decode())

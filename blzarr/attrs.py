@@ -1,0 +1,74 @@
+"""User attributes: a JSON-only mapping, persisted in `root/__attrs__` for on-disk objects."""
+
+import json
+import os
+
+from blzarr.errors import FormatError, ReadOnlyError
+from blzarr.storage import read_json, write_json
+
+
+class attrs:
+    """Dict-like user attributes of a carray or ctable; values must be JSON-serializable."""
+
+    def __init__(self, rootdir=None, mode="a", _new=False, path=None):
+        self.rootdir = rootdir
+        self.mode = mode
+        self._path = path
+        self._data = {}
+        if path is not None and not _new and os.path.exists(path):
+            data = read_json(path, "attributes")
+            if not isinstance(data, dict):
+                raise FormatError(f"attributes file '{path}' does not hold a JSON object")
+            self._data = data
+        elif path is not None and _new and mode != "r":
+            self._save()
+
+    def _save(self):
+        if self._path is not None:
+            write_json(self._path, self._data)
+
+    def _check_writable(self):
+        if self.mode == "r":
+            raise ReadOnlyError("cannot modify attributes: the object was opened with mode 'r'")
+
+    def getall(self):
+        """A copy of all attributes as a dict."""
+        return dict(self._data)
+
+    def __getitem__(self, name):
+        return self._data[name]
+
+    def __setitem__(self, name, value):
+        self._check_writable()
+        try:
+            json.dumps({name: value})
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"attribute {name!r}: only JSON-serializable values can be stored ({e})") from None
+        self._data[name] = value
+        self._save()
+
+    def __delitem__(self, name):
+        self._check_writable()
+        del self._data[name]
+        self._save()
+
+    def __contains__(self, name):
+        return name in self._data
+
+    def __iter__(self):
+        return iter(list(self._data.items()))
+
+    def __len__(self):
+        return len(self._data)
+
+    def __eq__(self, other):
+        if isinstance(other, attrs):
+            return self._data == other._data
+        return self._data == other
+
+    def __repr__(self):
+        if not self._data:
+            return "*no attrs*"
+        return "\n".join(f"{k} : {v!r}" for k, v in self._data.items())
+
+    __str__ = __repr__

@@ -1,0 +1,1123 @@
+"""`carray`: a compressed, chunked, enlargeable array, in memory or on disk (bcolz-compatible API)."""
+
+import ast
+import json
+import math
+import os
+import pickle
+import shutil
+import threading
+from collections import OrderedDict
+
+import numpy as np
+
+from blzarr import _chunk
+from blzarr import indexing as ix
+from blzarr.attrs import attrs as _attrs
+from blzarr.chunk import blosc_typesize, chunk, compress_array
+from blzarr.errors import FormatError, PickleNotAllowedError, ReadOnlyError, StorageError
+from blzarr.params import cparams as _cparams, get_nthreads
+from blzarr.storage import BcolzDir
+
+_MB = 1024 * 1024
+# compressed bytes of recently read on-disk chunks kept in memory, per carray
+DISK_CACHE_BYTES = 32 * _MB
+# atoms per block-cache entry are chosen so one entry is about this many bytes
+BLOCK_CACHE_BYTES = 32 * 1024
+
+
+def calc_chunklen(expectedlen, atomsize):
+    """The automatic chunk length: bcolz's rule, so files written by either line up."""
+    mb = max(min(expectedlen * atomsize / _MB, 1e4), 1e-4)
+    zone = int(math.log10(mb))
+    chunksize = 4 * 1024 * int(2 ** (math.log10(10 ** zone) + 6))
+    chunksize = chunksize // atomsize * atomsize
+    return max(chunksize // atomsize, 1)
+
+
+def parse_dtype(text, where):
+    """A dtype from the string bcolz writes in meta/storage (structured ones included, no eval)."""
+    if not isinstance(text, str):
+        raise FormatError(f"{where}: 'dtype' must be a string, got {type(text).__name__}")
+    try:
+        return np.dtype(text)
+    except TypeError:
+        pass
+    try:
+        return np.dtype(ast.literal_eval(text))
+    except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError):
+        raise FormatError(f"{where}: cannot understand dtype {text!r}") from None
+
+
+def dflt_to_json(dflt):
+    """A JSON-friendly form of a 0-d default value."""
+    if dflt.dtype.kind in "mM":
+        return int(dflt.view("i8"))
+    if dflt.dtype.kind == "c":
+        return [float(dflt.real), float(dflt.imag)]
+    if dflt.dtype.kind == "O":
+        return None
+
+    def fix(v):
+        if isinstance(v, bytes):
+            return v.decode("latin-1")
+        if isinstance(v, (list, tuple)):
+            return [fix(x) for x in v]
+        if isinstance(v, complex):
+            return [v.real, v.imag]
+        if isinstance(v, float) and not math.isfinite(v):
+            return str(v)
+        return v
+
+    return fix(dflt.tolist())
+
+
+def dflt_from_json(value, base, where):
+    out = np.zeros((), dtype=base)
+    if value is None or base.kind == "O":
+        return out
+    try:
+        if base.kind in "mM":
+            out.view("i8")[()] = int(value)
+        elif base.kind == "c" and isinstance(value, list):
+            out[()] = complex(value[0], value[1])
+        elif base.names is not None and isinstance(value, list):
+            out[()] = tuple(value)
+        elif base.kind == "S" and isinstance(value, str):
+            out[()] = value.encode("latin-1")
+        else:
+            out[()] = value
+    except (TypeError, ValueError, OverflowError, IndexError):
+        raise FormatError(f"{where}: default value {value!r} does not fit dtype {base}") from None
+    return out
+
+
+class _DiskChunks:
+    """The full chunks of an on-disk carray, read from their files on demand, a few kept cached."""
+
+    def __init__(self, store, atom, chunklen, nchunks, mode, objects=False):
+        self.store = store
+        self.atom = atom
+        self.chunk_nbytes = -1 if objects else chunklen * atom.itemsize
+        self.nchunks = nchunks
+        self.mode = mode
+        self._cache = OrderedDict()
+        self._cache_bytes = 0
+        self._lock = threading.Lock()
+        self._sizes = [self._file_cbytes(i) for i in range(nchunks)]
+
+    def _file_cbytes(self, i):
+        try:
+            return max(os.path.getsize(self.store.chunk_path(i)) - 16, 0)
+        except OSError:
+            return 0
+
+    @property
+    def cbytes(self):
+        return sum(self._sizes)
+
+    def __len__(self):
+        return self.nchunks
+
+    def __iter__(self):
+        for i in range(self.nchunks):
+            yield self[i]
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(self.nchunks))]
+        if i < 0:
+            i += self.nchunks
+        if not 0 <= i < self.nchunks:
+            raise IndexError(f"chunk {i} out of range ({self.nchunks} chunks)")
+        with self._lock:
+            c = self._cache.get(i)
+            if c is not None:
+                self._cache.move_to_end(i)
+                return c
+        c = self.load(i, self.chunk_nbytes)
+        with self._lock:
+            self._cache[i] = c
+            self._cache_bytes += c.cbytes
+            while self._cache_bytes > DISK_CACHE_BYTES and len(self._cache) > 1:
+                _, old = self._cache.popitem(last=False)
+                self._cache_bytes -= old.cbytes
+        return c
+
+    def load(self, i, expected_nbytes):
+        path = self.store.chunk_path(i)
+        return chunk.from_bytes(self.store.read_chunk(i), self.atom, expected_nbytes,
+                                where=f"chunk {i}, file '{path}'")
+
+    def _forget(self, i):
+        with self._lock:
+            c = self._cache.pop(i, None)
+            if c is not None:
+                self._cache_bytes -= c.cbytes
+
+    def __setitem__(self, i, c):
+        self._check_writable()
+        self.store.write_chunk(i, c.getdata())
+        self._forget(i)
+        self._sizes[i] = c.cbytes
+
+    def append(self, c):
+        self._check_writable()
+        self.store.write_chunk(self.nchunks, c.getdata())
+        self._forget(self.nchunks)
+        self._sizes.append(c.cbytes)
+        self.nchunks += 1
+
+    def truncate(self, n):
+        self._check_writable()
+        for i in range(n, self.nchunks):
+            self._forget(i)
+        self.nchunks = n
+        del self._sizes[n:]
+        self.store.remove_chunks_from(n)
+
+    def free_cachemem(self):
+        with self._lock:
+            self._cache.clear()
+            self._cache_bytes = 0
+
+    def _check_writable(self):
+        if self.mode == "r":
+            raise ReadOnlyError(f"cannot modify '{self.store.rootdir}': it was opened with mode 'r'")
+
+
+class _MemoryChunks(list):
+    @property
+    def cbytes(self):
+        return sum(c.cbytes for c in self)
+
+    def truncate(self, n):
+        del self[n:]
+
+    def free_cachemem(self):
+        pass
+
+
+class carray:
+    """carray(array=None, cparams=None, dtype=None, dflt=None, expectedlen=None, chunklen=None,
+    rootdir=None, mode='a', format='bcolz', allow_pickle=False, safe=True)
+
+    A compressed and enlargeable array, in memory or on disk, chunked along its first axis.
+
+    Parameters
+    ----------
+    array : array_like, optional
+        The initial data.  Without it, `rootdir` is opened (or, with `dtype`, an empty array made).
+    cparams : cparams or dict, optional
+        Compression parameters; missing ones come from ``blzarr.defaults.cparams``.
+    dtype : dtype, optional
+        Force this dtype (rather than the one of `array`).
+    dflt : scalar, optional
+        The value that fills new elements when the array grows with `resize`.
+    expectedlen : int, optional
+        The expected final length; it chooses `chunklen` when that is not given.
+    chunklen : int, optional
+        Atoms per chunk.
+    rootdir : str, optional
+        A directory to persist the data in.
+    mode : {'a', 'r', 'w'}
+        'r' read-only, 'w' replace what is there, 'a' open an existing directory or create a missing one.
+    format : {'bcolz'}
+        The on-disk layout of a new directory; an existing one keeps its own.
+    allow_pickle : bool
+        Opening a directory of object dtype unpickles its content, which can run code: only with True.
+
+    Examples
+    --------
+    >>> import numpy as np, blzarr
+    >>> a = blzarr.carray(np.arange(10))
+    >>> a[3], a[-1], a[2:5].tolist()
+    (np.int64(3), np.int64(9), [2, 3, 4])
+    >>> a.append([10, 11]); len(a)
+    12
+    """
+
+    def __init__(self, array=None, cparams=None, dtype=None, dflt=None, expectedlen=None,
+                 chunklen=None, rootdir=None, mode="a", format="bcolz", allow_pickle=False, safe=True,
+                 **kwargs):
+        if kwargs:
+            raise TypeError(f"carray() got unexpected keyword arguments {sorted(kwargs)}")
+        if mode not in ("r", "w", "a"):
+            raise ValueError(f"mode must be 'r', 'w' or 'a', got {mode!r}")
+        if format not in ("bcolz",):
+            raise ValueError(f"format must be 'bcolz', got {format!r}")
+        self._mode = mode
+        self._rootdir = os.fspath(rootdir) if rootdir is not None else None
+        self._lock = threading.RLock()
+        self._blockcache = None
+        self.safe = safe
+        exists = self._rootdir is not None and os.path.exists(self._rootdir)
+        if array is None and exists and mode != "w":
+            self._open(allow_pickle)
+            return
+        if array is None and exists and mode == "w":
+            # replace the content but keep the dtype and parameters of what is there
+            self._open(True)
+            if dtype is None:
+                dtype = self._atom.base
+            array = np.empty((0,) + self._atom.shape, dtype=dtype)
+            chunklen = chunklen or self._chunklen
+            cparams = cparams or self._cparams
+        if self._rootdir is not None and not exists and mode == "r":
+            raise StorageError(f"cannot open '{self._rootdir}' with mode 'r': it does not exist")
+        if array is None:
+            if self._rootdir is not None and dtype is None:
+                raise StorageError(f"'{self._rootdir}' does not exist (pass an array or a dtype to create it)")
+            if dtype is None:
+                raise ValueError("carray() needs an array, or a rootdir to open, or a dtype")
+            array = np.empty(0, dtype=dtype)
+        if exists and mode == "a":
+            raise StorageError(
+                f"'{self._rootdir}' already exists and mode is 'a': use mode='w' to replace it, "
+                "or open it (blzarr.open) and append")
+        self._create(array, cparams, dtype, dflt, expectedlen, chunklen)
+
+    # ---------------------------------------------------------------- creation and opening
+    def _setup(self, atom, cparams, chunklen, dflt, expectedlen):
+        self._atom = atom
+        self._isobj = atom.base.kind == "O"
+        if self._isobj and atom.shape:
+            raise TypeError("object carrays must be one-dimensional")
+        if atom.itemsize == 0 and not self._isobj:
+            raise TypeError(f"dtype {atom} has atoms of size zero")
+        if atom.itemsize >= 2 ** 31:
+            raise ValueError("atom size is too large (>= 2 GB)")
+        self._cparams = cparams
+        self._chunklen = int(chunklen)
+        self._typesize = 1 if self._isobj else blosc_typesize(atom.base)
+        self._dflt = dflt
+        self.expectedlen = int(expectedlen)
+        self._last = np.zeros((self._chunklen,) + atom.shape, dtype=atom.base)
+        self._nleft = 0
+        self._len = 0
+        self._blockcache = None
+
+    def _create(self, array, cparams, dtype, dflt, expectedlen, chunklen):
+        cp = _cparams.coerce(cparams)
+        if isinstance(array, carray):
+            array = array[:]
+        if dtype is not None:
+            dtype = np.dtype(dtype)
+        if not isinstance(array, np.ndarray):
+            array = np.asarray(array, dtype=dtype)
+        elif dtype is not None and array.dtype != dtype and not (
+                dtype.shape and dtype.base == array.dtype):
+            array = array.astype(dtype.base if dtype.shape else dtype)
+        if array.ndim == 0:
+            raise NotImplementedError("creating carrays from scalar objects is not supported")
+        if dtype is not None and dtype.shape:
+            array = np.ascontiguousarray(array, dtype=dtype.base).reshape((-1,) + dtype.shape)
+        atom = np.dtype((array.dtype, array.shape[1:])) if array.ndim > 1 else array.dtype
+        if expectedlen is None:
+            expectedlen = len(array)
+        if chunklen is None:
+            chunklen = calc_chunklen(expectedlen, max(atom.itemsize, 1))
+        elif isinstance(chunklen, bool) or not isinstance(chunklen, (int, np.integer)) or chunklen < 1:
+            raise ValueError(f"chunklen must be a positive integer, got {chunklen!r}")
+        d = np.zeros((), dtype=atom.base)
+        if dflt is not None:
+            try:
+                d[()] = dflt
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"dflt {dflt!r} does not fit dtype {atom.base}: {e}") from None
+        self._setup(atom, cp, chunklen, d, expectedlen)
+        self._store = None
+        self._chunks = _MemoryChunks()
+        if self._rootdir is not None:
+            if os.path.exists(self._rootdir):
+                if os.path.isdir(self._rootdir) and not os.path.islink(self._rootdir):
+                    shutil.rmtree(self._rootdir)
+                else:
+                    os.remove(self._rootdir)
+            self._store = BcolzDir.create(self._rootdir)
+            self._chunks = _DiskChunks(self._store, self._chunk_atom, self._chunklen, 0, "a",
+                                       objects=self._isobj)
+            self._write_storage()
+        self._attrs = _attrs(self._rootdir, "a", _new=True,
+                             path=self._store.attrs_path if self._store else None)
+        if len(array):
+            self._append(array)
+        self.flush()
+        self._chunks.mode = self._mode if self._store else "a"
+        self._attrs.mode = self._mode
+
+    @property
+    def _chunk_atom(self):
+        return np.dtype("u1") if self._isobj else self._atom
+
+    def _open(self, allow_pickle):
+        store = BcolzDir(self._rootdir)
+        store.check_layout()
+        sizes = store.read_meta("sizes")
+        storage = store.read_meta("storage")
+        where_sz = f"'{store.meta_path('sizes')}'"
+        where_st = f"'{store.meta_path('storage')}'"
+        if not isinstance(sizes, dict) or not isinstance(storage, dict):
+            raise FormatError(f"meta files of '{self._rootdir}' must hold JSON objects")
+        shape = sizes.get("shape")
+        if (not isinstance(shape, list) or not shape
+                or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape)):
+            raise FormatError(f"{where_sz}: 'shape' must be a non-empty list of non-negative ints, got {shape!r}")
+        base = parse_dtype(storage.get("dtype"), where_st)
+        chunklen = storage.get("chunklen")
+        if not isinstance(chunklen, int) or isinstance(chunklen, bool) or chunklen < 1:
+            raise FormatError(f"{where_st}: 'chunklen' must be a positive int, got {chunklen!r}")
+        cpd = storage.get("cparams")
+        if not isinstance(cpd, dict):
+            raise FormatError(f"{where_st}: 'cparams' must be a JSON object")
+        try:
+            cp = _cparams(clevel=cpd.get("clevel", 5), shuffle=int(cpd.get("shuffle", 1)),
+                          cname=cpd.get("cname", "blosclz"), quantize=cpd.get("quantize") or 0)
+        except (ValueError, TypeError) as e:
+            raise FormatError(f"{where_st}: bad cparams: {e}") from None
+        expectedlen = storage.get("expectedlen", shape[0])
+        if not isinstance(expectedlen, int) or isinstance(expectedlen, bool):
+            expectedlen = shape[0]
+        atom = np.dtype((base, tuple(shape[1:]))) if len(shape) > 1 else base
+        if atom.base.kind == "O" and not allow_pickle:
+            raise PickleNotAllowedError(
+                f"'{self._rootdir}' holds pickled Python objects, and unpickling untrusted files can run "
+                "arbitrary code; if you trust it, open it with allow_pickle=True")
+        if chunklen * atom.itemsize > _chunk.MAX_BUFFERSIZE:
+            raise FormatError(f"{where_st}: chunklen {chunklen} makes chunks larger than Blosc allows")
+        dflt = dflt_from_json(storage.get("dflt"), atom.base, where_st)
+        self._setup(atom, cp, chunklen, dflt, expectedlen)
+        self._store = store
+        length = shape[0]
+        if self._isobj:
+            nchunks, nleft = length, 0
+        else:
+            nchunks, nleft = divmod(length, chunklen)
+        self._chunks = _DiskChunks(store, self._chunk_atom, chunklen, nchunks, self._mode, self._isobj)
+        self._len = length
+        self._nleft = nleft
+        if nleft:
+            c = self._chunks.load(nchunks, nleft * atom.itemsize)
+            c.decompress(self._last[:nleft])
+        self._attrs = _attrs(self._rootdir, self._mode, path=store.attrs_path)
+        if self._mode == "w":
+            self._mode = "a"
+            self._chunks.mode = "a"
+            self._attrs.mode = "a"
+            self.resize(0)
+            self._mode = "w"
+
+    # ---------------------------------------------------------------- metadata
+    def _write_storage(self):
+        self._store.write_meta("storage", {
+            "dtype": str(self._atom.base),
+            "cparams": self._cparams.to_dict(),
+            "chunklen": self._chunklen,
+            "expectedlen": self.expectedlen,
+            "dflt": dflt_to_json(self._dflt),
+        })
+
+    def _write_sizes(self):
+        self._store.write_meta("sizes", {"shape": list(self.shape), "nbytes": self.nbytes,
+                                         "cbytes": self.cbytes})
+
+    # ---------------------------------------------------------------- properties
+    @property
+    def dtype(self):
+        """The dtype of the elements (the base dtype, as NumPy reports it)."""
+        return self._atom.base
+
+    @property
+    def shape(self):
+        return (self._len,) + self._atom.shape
+
+    @property
+    def ndim(self):
+        return 1 + len(self._atom.shape)
+
+    @property
+    def len(self):
+        return self._len
+
+    def __len__(self):
+        return self._len
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape))
+
+    @property
+    def itemsize(self):
+        return self._atom.base.itemsize
+
+    @property
+    def atomsize(self):
+        return self._atom.itemsize
+
+    @property
+    def nbytes(self):
+        if self._isobj:
+            return sum(c.nbytes for c in self._chunks)
+        return self._len * self._atom.itemsize
+
+    @property
+    def cbytes(self):
+        """Compressed bytes: the chunks plus the uncompressed leftover buffer."""
+        return self._chunks.cbytes + (0 if self._isobj else self._last.nbytes)
+
+    @property
+    def chunklen(self):
+        return self._chunklen
+
+    @property
+    def cparams(self):
+        return self._cparams
+
+    @property
+    def dflt(self):
+        return self._dflt
+
+    @property
+    def rootdir(self):
+        return self._rootdir
+
+    @property
+    def mode(self):
+        return self._mode
+
+    @property
+    def format(self):
+        return "bcolz" if self._store is not None else None
+
+    @property
+    def nchunks(self):
+        return len(self._chunks)
+
+    @property
+    def chunks(self):
+        """The full (compressed) chunks, as a sequence of `blzarr.chunk` objects."""
+        return self._chunks
+
+    @property
+    def nleftover(self):
+        return self._nleft
+
+    leftover_elements = nleftover
+
+    @property
+    def leftover_bytes(self):
+        return self._nleft * self._atom.itemsize
+
+    @property
+    def leftover_array(self):
+        """The buffer of the last, uncompressed chunk (chunklen atoms; the first `nleftover` are data)."""
+        return self._last
+
+    @property
+    def leftover_ptr(self):
+        return self._last.ctypes.data
+
+    @property
+    def attrs(self):
+        return self._attrs
+
+    @property
+    def partitions(self):
+        """(start, stop) of every chunk, the leftover included."""
+        n = len(self._chunks)
+        if self._isobj:
+            return [(i, i + 1) for i in range(n)]
+        cl = self._chunklen
+        parts = [(i * cl, (i + 1) * cl) for i in range(n)]
+        if self._nleft:
+            parts.append((n * cl, n * cl + self._nleft))
+        return parts
+
+    # ---------------------------------------------------------------- writing
+    def _check_writable(self):
+        if self._mode == "r":
+            raise ReadOnlyError(f"cannot modify data: the carray was opened with mode 'r'"
+                                + (f" ('{self._rootdir}')" if self._rootdir else ""))
+
+    def _new_chunk(self, arr):
+        return chunk(None, self._chunk_atom, _data=compress_array(arr, self._typesize, self._cparams))
+
+    def _coerce_input(self, array):
+        """`array` as a contiguous array of atoms, or a clear error; never modifies self."""
+        if self._isobj:
+            arr = np.empty(len(array), dtype=object) if not isinstance(array, np.ndarray) else array
+            if not isinstance(array, np.ndarray):
+                arr[:] = list(array)
+            return arr.reshape(-1)
+        if isinstance(array, carray):
+            array = array[:]
+        arr = np.asarray(array)
+        tail = self._atom.shape
+        if arr.dtype != self._atom.base:
+            if self.safe and arr.size and not np.can_cast(arr.dtype, self._atom.base, "same_kind") \
+                    and not (arr.dtype.kind in "iub" and self._atom.base.kind in "iufcb"):
+                raise TypeError(f"array dtype {arr.dtype} does not match the carray dtype {self._atom.base}")
+            arr = arr.astype(self._atom.base)
+        if arr.shape[1:] != tail or arr.ndim == 0:
+            if arr.ndim == len(tail):
+                arr = arr.reshape((1,) + arr.shape)
+            if arr.shape[1:] != tail:
+                try:
+                    arr = np.broadcast_to(arr, (arr.shape[0] if arr.ndim else 1,) + tail)
+                except ValueError:
+                    raise ValueError(
+                        f"array of shape {np.shape(array)} does not fit atoms of shape {tail}") from None
+        return np.ascontiguousarray(arr)
+
+    def append(self, array):
+        """Append the atoms of `array` (anything NumPy can convert) at the end."""
+        self._check_writable()
+        arr = self._coerce_input(array)
+        with self._lock:
+            self._append(arr)
+
+    def _append(self, arr):
+        n = len(arr)
+        if n == 0:
+            return
+        self._blockcache = None
+        if self._isobj:
+            for obj in arr:
+                data = np.frombuffer(pickle.dumps(obj, pickle.HIGHEST_PROTOCOL), dtype="u1")
+                self._chunks.append(self._new_chunk(data))
+            self._len += n
+            return
+        cl = self._chunklen
+        pos = 0
+        if self._nleft:
+            take = min(cl - self._nleft, n)
+            self._last[self._nleft:self._nleft + take] = arr[:take]
+            pos = take
+            if self._nleft + take == cl:
+                self._chunks.append(self._new_chunk(self._last))
+                self._nleft = 0
+            else:
+                self._nleft += take
+        while n - pos >= cl:
+            self._chunks.append(self._new_chunk(arr[pos:pos + cl]))
+            pos += cl
+        if pos < n:
+            rest = n - pos
+            self._last[:rest] = arr[pos:]
+            self._nleft = rest
+        self._len += n
+
+    def flush(self):
+        """Write the leftover atoms and the sizes to disk (no-op in memory)."""
+        if self._store is None or self._mode == "r":
+            return
+        with self._lock:
+            nch = len(self._chunks)
+            if self._nleft:
+                c = self._new_chunk(self._last[:self._nleft])
+                self._store.write_chunk(nch, c.getdata())
+            else:
+                self._store.remove_chunks_from(nch)
+            self._write_sizes()
+
+    def resize(self, nitems):
+        """Grow (filling with `dflt`) or shrink to `nitems` atoms."""
+        self._check_writable()
+        nitems = operator_index(nitems, "nitems")
+        if nitems < 0:
+            raise ValueError(f"nitems must be >= 0, got {nitems}")
+        if nitems > self._len:
+            if self._isobj:
+                self.append([None] * (nitems - self._len))
+                return
+            grow = nitems - self._len
+            step = max(self._chunklen, 1)
+            while grow > 0:
+                k = min(grow, step * 16)
+                block = np.empty((k,) + self._atom.shape, dtype=self._atom.base)
+                block[...] = self._dflt
+                with self._lock:
+                    self._append(block)
+                grow -= k
+        elif nitems < self._len:
+            self.trim(self._len - nitems)
+
+    def trim(self, nitems):
+        """Remove the last `nitems` atoms (a negative number grows, like resize)."""
+        self._check_writable()
+        nitems = operator_index(nitems, "nitems")
+        if nitems < 0:
+            return self.resize(self._len - nitems)
+        if nitems > self._len:
+            raise ValueError(f"cannot trim {nitems} atoms from a carray of {self._len}")
+        if nitems == 0:
+            return
+        with self._lock:
+            self._blockcache = None
+            newlen = self._len - nitems
+            if self._isobj:
+                self._chunks.truncate(newlen)
+                self._len = newlen
+                self.flush()
+                return
+            cl = self._chunklen
+            keep_full, newleft = divmod(newlen, cl)
+            if keep_full < len(self._chunks):
+                if newleft:
+                    tail = self._chunks[keep_full].decompress()
+                    self._last[:newleft] = tail[:newleft]
+                self._chunks.truncate(keep_full)
+            self._nleft = newleft
+            self._last[newleft:] = 0
+            self._len = newlen
+        self.flush()
+
+    def __setitem__(self, key, value):
+        self._check_writable()
+        if self._isobj:
+            raise NotImplementedError("assignment to object carrays is not supported")
+        if isinstance(key, str):
+            key = self._eval_key(key)
+        if isinstance(key, tuple):
+            if len(key) == 0:
+                key = slice(None)
+            elif len(key) == 1:
+                key = key[0]
+            else:
+                # read the rows the first key selects, assign into them, write them back
+                first, rest = key[0], key[1:]
+                if isinstance(first, (int, np.integer)):
+                    row = self[first]
+                    row[rest] = value
+                    self[first] = row
+                    return
+                rows = self[first]
+                rows[(slice(None),) + rest] = value
+                self[first] = rows
+                return
+        with self._lock:
+            self._blockcache = None
+            if isinstance(key, (int, np.integer)):
+                i = ix.normalize_int(key, self._len)
+                self._assign_positions(np.array([i]), self._values(value, 1, scalar=True))
+            elif isinstance(key, slice):
+                start, stop, step = key.indices(self._len)
+                n = ix.slice_length(start, stop, step)
+                if n == 0:
+                    return
+                vals = self._values(value, n)
+                if step < 0:
+                    start, step, vals = start + (n - 1) * step, -step, vals[::-1]
+                if step == 1:
+                    self._assign_range(start, start + n, vals)
+                else:
+                    self._assign_positions(np.arange(start, start + n * step, step), vals)
+            else:
+                if isinstance(key, carray):
+                    key = key[:]
+                pos = ix.positions_from_array(key, self._len)
+                if pos.size == 0:
+                    return
+                self._assign_positions(pos, self._values(value, pos.size))
+
+    def _values(self, value, n, scalar=False):
+        arr = np.asarray(value[:] if isinstance(value, carray) else value)
+        if arr.dtype != self._atom.base:
+            try:
+                arr = arr.astype(self._atom.base)
+            except (TypeError, ValueError) as e:
+                raise TypeError(f"cannot assign values of dtype {arr.dtype} to a carray of {self._atom.base}: {e}") from None
+        shape = (n,) + self._atom.shape
+        try:
+            return np.broadcast_to(arr, shape)
+        except ValueError:
+            raise ValueError(f"cannot assign values of shape {arr.shape} to a selection of shape "
+                             f"{shape if not scalar else self._atom.shape}") from None
+
+    def _assign_range(self, start, stop, vals):
+        cl = self._chunklen
+        nfull = len(self._chunks)
+        for n, lo, hi, off in ix.chunk_pieces(start, stop, cl):
+            piece = vals[off:off + hi - lo]
+            if n == nfull:
+                self._last[lo:hi] = piece
+            elif lo == 0 and hi == cl:
+                self._chunks[n] = self._new_chunk(np.ascontiguousarray(piece))
+            else:
+                data = self._chunks[n].decompress()
+                data[lo:hi] = piece
+                self._chunks[n] = self._new_chunk(data)
+
+    def _assign_positions(self, pos, vals):
+        nfull = len(self._chunks)
+        for cid, sel, local in ix.group_by_chunk(pos, self._chunklen):
+            if cid == nfull:
+                self._last[local] = vals[sel]
+            else:
+                data = self._chunks[cid].decompress()
+                data[local] = vals[sel]
+                self._chunks[cid] = self._new_chunk(data)
+
+    # ---------------------------------------------------------------- reading
+    def _read_range(self, start, stop, out):
+        """Atoms [start, stop) into the contiguous array `out`."""
+        nfull = len(self._chunks)
+        cl = self._chunklen
+        for n, lo, hi, off in ix.chunk_pieces(start, stop, cl):
+            if n >= nfull:
+                out[off:off + hi - lo] = self._last[lo:hi]
+            else:
+                self._chunks[n].read_range(lo, hi, out[off:off + hi - lo])
+        return out
+
+    def _getrange(self, start, blen, out):
+        """Fill `out` with up to `blen` atoms from `start` (bcolz's helper for iterblocks)."""
+        stop = min(start + blen, self._len)
+        self._read_range(start, stop, out[:stop - start])
+
+    def _getitem_scalar(self, i):
+        if self._isobj:
+            return self._object_at(i)
+        cid, local = divmod(i, self._chunklen)
+        if cid >= len(self._chunks):
+            v = self._last[local]
+            return v.copy() if isinstance(v, np.ndarray) else v
+        bc = self._blockcache
+        if bc is not None and bc[0] == cid and bc[1] <= local < bc[2]:
+            return bc[3][local - bc[1]]
+        per = max(1, BLOCK_CACHE_BYTES // self._atom.itemsize)
+        lo = local // per * per
+        hi = min(lo + per, self._chunklen)
+        buf = np.empty((hi - lo,) + self._atom.shape, dtype=self._atom.base)
+        self._chunks[cid].read_range(lo, hi, buf)
+        self._blockcache = (cid, lo, hi, buf)
+        return buf[local - lo]
+
+    def _object_at(self, i):
+        c = self._chunks[i]
+        raw = c.decompress(np.empty(c.nbytes, dtype="u1"))
+        return pickle.loads(raw.tobytes())
+
+    def _eval_key(self, key, depth=3):
+        from blzarr.chunked_eval import eval as _eval
+        return _eval(key, out_flavor="numpy", depth=depth)
+
+    def __getitem__(self, key):
+        if isinstance(key, (int, np.integer)):
+            return self._getitem_scalar(ix.normalize_int(key, self._len))
+        if isinstance(key, slice):
+            start, stop, step = key.indices(self._len)
+            n = ix.slice_length(start, stop, step)
+            if self._isobj:
+                return self._take(np.arange(start, stop, step)) if n else np.empty(0, dtype=object)
+            out = np.empty((n,) + self._atom.shape, dtype=self._atom.base)
+            if n == 0:
+                return out
+            if step == 1:
+                return self._read_range(start, start + n, out)
+            if step < 0:
+                lo = start + (n - 1) * step
+                return self[lo:start + 1:-step][::-1].copy()
+            # strided: read chunk by chunk, keep every step-th atom
+            stop = start + (n - 1) * step + 1
+            off = 0
+            for cn, lo, hi, _ in ix.chunk_pieces(start, stop, self._chunklen):
+                first = lo + (-(cn * self._chunklen + lo - start)) % step
+                if first >= hi:
+                    continue
+                tmp = np.empty((hi - first,) + self._atom.shape, dtype=self._atom.base)
+                base = cn * self._chunklen
+                self._read_range(base + first, base + hi, tmp)
+                sel = tmp[::step]
+                out[off:off + len(sel)] = sel
+                off += len(sel)
+            return out
+        if isinstance(key, str):
+            return self[self._eval_key(key)]
+        if isinstance(key, tuple):
+            if len(key) == 0:
+                return self[:]
+            if len(key) == 1:
+                return self[key[0]]
+            if key[0] is Ellipsis:
+                return self[:][key]
+            first = self[key[0]]
+            if isinstance(key[0], (int, np.integer)):
+                return first[key[1:]]
+            return first[(slice(None),) + key[1:]]
+        if key is Ellipsis:
+            return self[:]
+        if isinstance(key, carray):
+            if key.dtype == bool:
+                return self._take(np.concatenate([np.flatnonzero(b) + s for s, b in
+                                                  _iter_blocks(key)]) if len(key) else np.empty(0, np.intp),
+                                  check_len=len(key))
+            key = key[:]
+        if key is None:
+            return self[:][None]
+        return self._take(ix.positions_from_array(key, self._len))
+
+    def _take(self, pos, check_len=None):
+        if check_len is not None and check_len != self._len:
+            raise IndexError(f"boolean index has length {check_len}, the carray has {self._len}")
+        if self._isobj:
+            out = np.empty(len(pos), dtype=object)
+            for k, p in enumerate(pos.tolist()):
+                out[k] = self._object_at(p)
+            return out
+        out = np.empty((len(pos),) + self._atom.shape, dtype=self._atom.base)
+        nfull = len(self._chunks)
+        for cid, sel, local in ix.group_by_chunk(pos, self._chunklen):
+            if cid >= nfull:
+                out[sel] = self._last[local]
+                continue
+            lo, hi = int(local.min()), int(local.max()) + 1
+            if len(local) == 1:
+                out[sel] = self._getitem_scalar(cid * self._chunklen + lo)
+                continue
+            tmp = np.empty((hi - lo,) + self._atom.shape, dtype=self._atom.base)
+            self._chunks[cid].read_range(lo, hi, tmp)
+            out[sel] = tmp[local - lo]
+        return out
+
+    def __iter__(self):
+        return self.iter()
+
+    def iter(self, start=0, stop=None, step=1, limit=None, skip=0, dtype=None):
+        """Iterate over the atoms of [start:stop:step], skipping `skip` and yielding at most `limit`."""
+        start, stop, step = slice(start, stop, step).indices(self._len)
+        if step <= 0:
+            raise NotImplementedError("iter() supports only positive steps")
+        return self._iter(start, stop, step, limit, skip, dtype)
+
+    def _iter(self, start, stop, step, limit, skip, dtype):
+        count = 0
+        blen = max(self._chunklen, 1)
+        if step > 1:
+            blen = blen * step
+        pending_skip = skip or 0
+        pos = start
+        while pos < stop:
+            end = min(pos + blen, stop)
+            block = self[pos:end:step]
+            pos = pos + ((end - pos + step - 1) // step) * step
+            if dtype is not None:
+                block = block.astype(dtype)
+            if pending_skip:
+                if pending_skip >= len(block):
+                    pending_skip -= len(block)
+                    continue
+                block = block[pending_skip:]
+                pending_skip = 0
+            if limit is not None:
+                block = block[:max(0, limit - count)]
+            for v in block:
+                yield v
+            count += len(block)
+            if limit is not None and count >= limit:
+                return
+
+    def where(self, boolarr, limit=None, skip=0):
+        """Iterate over the values where `boolarr` (a bool carray, array or expression) is true."""
+        if isinstance(boolarr, str):
+            boolarr = self._eval_key(boolarr, depth=3)
+        if isinstance(boolarr, np.ndarray) and boolarr.dtype != bool or (
+                isinstance(boolarr, carray) and boolarr.dtype != bool):
+            raise ValueError("`boolarr` must be of boolean type")
+        if len(boolarr) != self._len:
+            raise ValueError(f"`boolarr` has length {len(boolarr)}, the carray has {self._len}")
+        return self._where(boolarr, limit, skip)
+
+    def _where(self, boolarr, limit, skip):
+        count = 0
+        for s, mask in _iter_blocks(boolarr, self._chunklen):
+            idx = np.flatnonzero(mask)
+            if idx.size == 0:
+                continue
+            if skip:
+                if skip >= idx.size:
+                    skip -= idx.size
+                    continue
+                idx = idx[skip:]
+                skip = 0
+            vals = self[s:s + len(mask)][idx]
+            if limit is not None:
+                vals = vals[:limit - count]
+            yield from vals
+            count += len(vals)
+            if limit is not None and count >= limit:
+                return
+
+    def wheretrue(self, limit=None, skip=0):
+        """Iterate over the positions where this boolean carray is true."""
+        if self.dtype != bool:
+            raise ValueError("wheretrue() needs a carray of boolean type")
+        return self._wheretrue(limit, skip)
+
+    def _wheretrue(self, limit, skip):
+        count = 0
+        for s, mask in _iter_blocks(self, self._chunklen):
+            idx = np.flatnonzero(mask)
+            if skip:
+                if skip >= idx.size:
+                    skip -= idx.size
+                    continue
+                idx = idx[skip:]
+                skip = 0
+            if limit is not None:
+                idx = idx[:limit - count]
+            for i in (idx + s).tolist():
+                yield i
+            count += len(idx)
+            if limit is not None and count >= limit:
+                return
+
+    def sum(self, dtype=None, axis=None):
+        """The sum of all elements (or along `axis` for multidimensional carrays), chunk by chunk."""
+        if self._isobj:
+            raise TypeError("sum() is not supported on object carrays")
+        probe = np.zeros((0,) + self._atom.shape, dtype=self._atom.base)
+        if axis not in (None, 0):
+            return np.concatenate([b for _, b in _iter_blocks(self, self._chunklen)] or [probe]).sum(
+                axis=axis, dtype=dtype)
+        res_dtype = probe.sum(dtype=dtype).dtype
+        acc = np.zeros(self._atom.shape if axis == 0 else (), dtype=res_dtype)
+        for _, block in _iter_blocks(self, self._chunklen):
+            acc = acc + block.sum(axis=0 if axis == 0 else None, dtype=res_dtype)
+        return acc if axis == 0 else res_dtype.type(acc)
+
+    def __array__(self, dtype=None, copy=None):
+        if copy is False:
+            raise ValueError("a carray cannot be viewed as a NumPy array without a copy")
+        a = self[:]
+        return a if dtype is None else a.astype(dtype, copy=False)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.flush()
+        return False
+
+    # ---------------------------------------------------------------- derived objects
+    def copy(self, **kwargs):
+        """A copy; `cparams`, `rootdir`, `mode`, `expectedlen`, `chunklen`, `dflt` may change."""
+        kw = dict(cparams=self._cparams, dtype=None, dflt=self._dflt[()], expectedlen=self._len,
+                  chunklen=self._chunklen, rootdir=None, mode="a")
+        kw.update(kwargs)
+        if "cparams" in kwargs and "chunklen" not in kwargs and "expectedlen" in kwargs:
+            kw["chunklen"] = None
+        dtype = kw.pop("dtype")
+        if self._isobj:
+            return carray(self[:], **kw)
+        new = carray(np.empty((0,) + self._atom.shape, dtype=dtype or self._atom.base), **kw)
+        for _, block in _iter_blocks(self, max(self._chunklen, 1)):
+            new.append(block)
+        new.flush()
+        return new
+
+    def view(self):
+        """A new carray object over the same data (writes to either are not seen by the other's leftover)."""
+        new = carray.__new__(carray)
+        new.__dict__.update(self.__dict__)
+        new._lock = threading.RLock()
+        new._blockcache = None
+        new._last = self._last.copy()
+        if isinstance(self._chunks, _MemoryChunks):
+            new._chunks = _MemoryChunks(self._chunks)
+        return new
+
+    def reshape(self, newshape):
+        """A new in-memory carray with the same data and shape `newshape` (chunked along axis 0)."""
+        if isinstance(newshape, (int, np.integer)):
+            newshape = (int(newshape),)
+        newshape = tuple(newshape)
+        size = self.size
+        if newshape.count(-1) > 1:
+            raise ValueError("only one dimension of newshape can be -1")
+        if -1 in newshape:
+            known = int(np.prod([d for d in newshape if d != -1]))
+            if known == 0 or size % known:
+                raise ValueError(f"cannot reshape a carray of size {size} into {newshape}")
+            newshape = tuple(size // known if d == -1 else d for d in newshape)
+        if int(np.prod(newshape)) != size:
+            raise ValueError(f"cannot reshape a carray of size {size} into shape {newshape}")
+        if newshape == self.shape:
+            return self.copy()
+        return carray(self[:].reshape(newshape), cparams=self._cparams, dflt=self._dflt[()])
+
+    def free_cachemem(self):
+        """Drop cached chunk bytes and decoded blocks."""
+        self._blockcache = None
+        self._chunks.free_cachemem()
+
+    def purge(self):
+        """Remove the on-disk data of this carray (its whole root directory)."""
+        self._check_writable()
+        if self._rootdir and os.path.exists(self._rootdir):
+            shutil.rmtree(self._rootdir)
+
+    # ---------------------------------------------------------------- display
+    def __repr__(self):
+        nb, cb = self.nbytes, self.cbytes
+        ratio = nb / cb if cb else float("nan")
+        blocksize = self._chunks[0].blocksize if len(self._chunks) else 0
+        s = (f"carray({self.shape}, {self.dtype})\n"
+             f"  nbytes := {human_readable_size(nb)}; cbytes := {human_readable_size(cb)}; "
+             f"ratio: {ratio:.2f}\n"
+             f"  cparams := {self._cparams!r}\n"
+             f"  chunklen := {self._chunklen}; chunksize: {self._chunklen * self._atom.itemsize}; "
+             f"blocksize: {blocksize}\n")
+        if self._rootdir:
+            s += f"  rootdir := '{self._rootdir}'\n  mode    := '{self._mode}'\n"
+        return s + str(self)
+
+    def __str__(self):
+        if self._len <= 1000:
+            return np.array2string(self[:], separator=" ", threshold=1000)
+        head, tail = self[:3], self[-3:]
+        h = np.array2string(head, separator=" ")[:-1]
+        t = np.array2string(tail, separator=" ")[1:]
+        return f"{h} ..., {t}"
+
+    @property
+    def info(self):
+        """A multi-line summary of the carray (an object whose repr is the text)."""
+        return _Info(self)
+
+
+class _Info:
+    def __init__(self, obj):
+        nb, cb = obj.nbytes, obj.cbytes
+        rows = [("type", type(obj).__name__), ("shape", obj.shape), ("dtype", obj.dtype),
+                ("nbytes", human_readable_size(nb)), ("cbytes", human_readable_size(cb)),
+                ("ratio", f"{nb / cb:.2f}" if cb else "nan"), ("cparams", obj.cparams),
+                ("chunklen", obj.chunklen), ("nchunks", obj.nchunks), ("rootdir", obj.rootdir),
+                ("mode", obj.mode)]
+        self.text = "\n".join(f"{k:10}: {v}" for k, v in rows)
+
+    def __repr__(self):
+        return self.text
+
+
+def _iter_blocks(obj, blen=None):
+    """(start, block) over a carray or array-like in blocks of `blen` atoms."""
+    n = len(obj)
+    if blen is None:
+        blen = obj.chunklen if isinstance(obj, carray) else 65536
+    for s in range(0, n, blen):
+        yield s, obj[s:min(s + blen, n)]
+
+
+def operator_index(value, name):
+    try:
+        return int(np.int64(value)) if isinstance(value, np.integer) else int(value.__index__())
+    except (AttributeError, TypeError):
+        raise TypeError(f"{name} must be an integer, got {value!r}") from None
+
+
+def human_readable_size(n):
+    for unit, scale in (("GB", 2 ** 30), ("MB", 2 ** 20), ("KB", 2 ** 10)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n} bytes"

@@ -1,0 +1,144 @@
+"""`chunk`: one compressed piece of a carray, a thin object over the bytes of one Blosc chunk."""
+
+import numpy as np
+
+from blzarr import _chunk
+from blzarr.params import DEFAULT_BLOCKSIZE, cparams as _cparams, get_nthreads
+
+
+def blosc_typesize(base):
+    """The typesize Blosc shuffles with for a base dtype (bcolz's rule, kept for byte compatibility)."""
+    if base.kind == "S":
+        return 1
+    if base.kind == "U":
+        return 4
+    if base.itemsize > _chunk.MAX_TYPESIZE or base.itemsize == 0:
+        return 1
+    return base.itemsize
+
+
+def quantize(data, digits):
+    """Round floats to keep about `digits` significant decimal digits after the binary point."""
+    bits = int(np.ceil(np.log2(10.0 ** digits)))
+    scale = 2.0 ** bits
+    return np.around(scale * data) / scale
+
+
+def compress_array(arr, typesize, cparams, blocksize=DEFAULT_BLOCKSIZE):
+    """Compress a C-contiguous array with `cparams` into the bytes of one chunk."""
+    if cparams.quantize and arr.dtype.kind == "f":
+        arr = quantize(arr, cparams.quantize)
+    arr = np.ascontiguousarray(arr)
+    return _chunk.compress(arr, typesize, cparams.clevel, cparams.shuffle, cparams.cname,
+                           blosc_blocksize_request(blocksize, typesize, cparams, arr.nbytes),
+                           get_nthreads())
+
+
+def blosc_blocksize_request(target, typesize, cparams, nbytes):
+    """What to ask C-Blosc 1.x for so that its blocks come out about `target` bytes.
+
+    When it splits blocks into typesize streams (blosclz and lz4 family, typesize <= 16,
+    clevel > 0, at least 128 items a block) it multiplies a forced blocksize by the typesize.
+    """
+    if nbytes <= target:
+        return 0
+    if (cparams.clevel > 0 and cparams.cname in ("blosclz", "lz4", "lz4hc") and typesize <= 16
+            and target // typesize // typesize >= 128):
+        return target // typesize
+    return target
+
+
+class chunk:
+    """chunk(array, atom, cparams)
+
+    A compressed chunk of a carray: `len(c)` atoms of dtype `atom`, held as one Blosc chunk.
+    ``c[i]``, ``c[i:j]`` and ``np.asarray(c)`` decompress; ``c.getdata()`` gives the compressed bytes.
+    """
+
+    __slots__ = ("_data", "atom", "_len", "nbytes", "cbytes", "blocksize", "typesize", "_where")
+
+    def __init__(self, array, atom, cparams=None, _data=None, _where=None):
+        self.atom = np.dtype(atom)
+        self._where = _where
+        if _data is None:
+            array = np.ascontiguousarray(array, dtype=self.atom.base)
+            self._data = compress_array(array, blosc_typesize(self.atom.base),
+                                        _cparams.coerce(cparams))
+        else:
+            self._data = _data
+        h = _chunk.header(self._data, _where)
+        self.nbytes = h["nbytes"]
+        self.cbytes = h["ctbytes"]
+        self.blocksize = h["blocksize"]
+        self.typesize = h["typesize"]
+        self._len = self.nbytes // self.atom.itemsize if self.atom.itemsize else 0
+
+    @classmethod
+    def from_bytes(cls, data, atom, expected_nbytes=-1, where=None):
+        """A chunk over compressed bytes read from elsewhere, fully validated first."""
+        _chunk.validate(data, expected_nbytes, where)
+        return cls(None, atom, _data=data, _where=where)
+
+    @property
+    def dtype(self):
+        return self.atom
+
+    @property
+    def typekind(self):
+        return self.atom.base.kind
+
+    @property
+    def isconstant(self):
+        a = self.decompress()
+        return bool(len(a) == 0 or (a == a[0]).all())
+
+    def getdata(self):
+        """The compressed bytes of this chunk."""
+        return self._data
+
+    def decompress(self, out=None):
+        """All atoms of the chunk, into `out` when given."""
+        if out is None:
+            out = np.empty(self._len, dtype=self.atom)
+        _chunk.decompress_into(self._data, out, get_nthreads(), False, self._where)
+        return out
+
+    def read_range(self, start, stop, out):
+        """Atoms [start, stop) of the chunk into the contiguous array `out`."""
+        isz = self.atom.itemsize
+        if start == 0 and stop == self._len:
+            _chunk.decompress_into(self._data, out, get_nthreads(), False, self._where)
+        else:
+            _chunk.getitem_into(self._data, start * isz, (stop - start) * isz, out, 0, False, self._where)
+        return out
+
+    def __len__(self):
+        return self._len
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.decompress()
+        return a if dtype is None else a.astype(dtype, copy=False)
+
+    def __getitem__(self, key):
+        if isinstance(key, (int, np.integer)):
+            i = int(key)
+            if i < 0:
+                i += self._len
+            if not 0 <= i < self._len:
+                raise IndexError(f"index {key} out of range for a chunk of {self._len}")
+            out = np.empty(1, dtype=self.atom)
+            return self.read_range(i, i + 1, out)[0]
+        if isinstance(key, slice):
+            start, stop, step = key.indices(self._len)
+            if step == 1:
+                n = max(0, stop - start)
+                out = np.empty(n, dtype=self.atom)
+                return self.read_range(start, start + n, out) if n else out
+        return self.decompress()[key]
+
+    def __repr__(self):
+        return f"chunk({self.atom}, len={self._len})  nbytes: {self.nbytes}; cbytes: {self.cbytes}; " \
+               f"ratio: {self.nbytes / max(self.cbytes, 1):.2f}\n{self.decompress()!r}"
+
+    def __str__(self):
+        return str(self.decompress())

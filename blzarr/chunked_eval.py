@@ -1,0 +1,132 @@
+"""`eval`: evaluate an expression over carrays and arrays block by block, with bounded memory."""
+
+import builtins
+import sys
+
+import numpy as np
+
+from blzarr.params import defaults
+
+_PY_NAMESPACE = {name: getattr(np, name) for name in (
+    "abs", "sqrt", "exp", "log", "log10", "log1p", "expm1", "sin", "cos", "tan", "arcsin", "arccos",
+    "arctan", "arctan2", "sinh", "cosh", "tanh", "arcsinh", "arccosh", "arctanh", "where", "real",
+    "imag", "conj", "floor", "ceil", "power", "minimum", "maximum", "isnan", "isinf", "fmod")}
+_PY_NAMESPACE["arcsin"] = np.arcsin
+_PY_NAMESPACE["contains"] = np.char.find
+
+
+def _operand_names(expression):
+    try:
+        code = compile(expression, "<expression>", "eval")
+    except SyntaxError as e:
+        raise ValueError(f"invalid expression {expression!r}: {e.msg}") from None
+    return code, code.co_names
+
+
+def _lookup(names, user_dict, depth):
+    frame = sys._getframe(depth)
+    scopes = [user_dict or {}, frame.f_locals, frame.f_globals]
+    found = {}
+    for name in names:
+        if name in _PY_NAMESPACE:
+            continue
+        for scope in scopes:
+            if name in scope:
+                found[name] = scope[name]
+                break
+        else:
+            raise NameError(f"variable '{name}' in the expression is not defined")
+    return found
+
+
+def _is_array(v):
+    from blzarr.carray import carray
+    from blzarr.ctable import ctable
+    return isinstance(v, (carray, ctable, np.ndarray)) and np.ndim(v) > 0 if not isinstance(
+        v, (carray, ctable)) else True
+
+
+def evaluate_blocks(expression, operands, vm=None, blen=None):
+    """Yield the expression evaluated over consecutive blocks of the array operands."""
+    from blzarr.carray import carray
+    code, _ = _operand_names(expression)
+    vm = vm or defaults.vm
+    if vm not in ("numexpr", "python", "dask"):
+        raise ValueError(f"vm must be 'numexpr', 'python' or 'dask', got {vm!r}")
+    arrays = {k: v for k, v in operands.items() if _is_array(v)}
+    scalars = {k: v for k, v in operands.items() if k not in arrays}
+    if not arrays:
+        yield np.asarray(_run(expression, code, dict(scalars), vm))
+        return
+    lengths = {len(v) for v in arrays.values()}
+    if len(lengths) != 1:
+        raise ValueError(f"the arrays in the expression have different lengths: {sorted(lengths)}")
+    n = lengths.pop()
+    if blen is None:
+        cls = [v.chunklen for v in arrays.values() if isinstance(v, carray)]
+        blen = min(cls) if cls else 65536
+        blen = max(blen, 4096)
+    for s in range(0, n, blen):
+        e = min(s + blen, n)
+        local = dict(scalars)
+        for k, v in arrays.items():
+            local[k] = v[s:e]
+        yield np.asarray(_run(expression, code, local, vm))
+    if n == 0:
+        local = dict(scalars)
+        for k, v in arrays.items():
+            local[k] = v[0:0]
+        yield np.asarray(_run(expression, code, local, vm))
+
+
+def _run(expression, code, local, vm):
+    if vm == "numexpr":
+        import numexpr
+        try:
+            return numexpr.evaluate(expression, local_dict=local, global_dict={})
+        except (TypeError, ValueError, NotImplementedError, KeyError, SyntaxError):
+            pass  # an expression numexpr does not support: NumPy evaluates it below
+    return builtins.eval(code, {"__builtins__": {}, **_PY_NAMESPACE}, local)
+
+
+def eval(expression, vm=None, out_flavor=None, user_dict=None, blen=None, depth=2, **kwargs):
+    """eval(expression, vm=None, out_flavor=None, user_dict=None, blen=None, **kwargs)
+
+    Evaluate `expression` over the carrays, arrays and scalars it names, block by block.
+
+    Variables come from `user_dict`, then the caller's locals and globals.  `vm` is 'numexpr'
+    (when installed) or 'python'; `out_flavor` is 'bcolz'/'carray' (a carray, built with `kwargs`)
+    or 'numpy'.
+
+    Examples
+    --------
+    >>> import numpy as np, blzarr
+    >>> a = blzarr.carray(np.arange(5))
+    >>> blzarr.eval("a * 2 + 1", out_flavor="numpy").tolist()
+    [1, 3, 5, 7, 9]
+    """
+    from blzarr.carray import carray
+    out_flavor = out_flavor or defaults.out_flavor
+    if out_flavor not in ("bcolz", "carray", "numpy"):
+        raise ValueError(f"out_flavor must be 'bcolz', 'carray' or 'numpy', got {out_flavor!r}")
+    if vm == "dask":
+        vm = "python"
+    _, names = _operand_names(expression)
+    operands = _lookup(names, user_dict, depth)
+    blocks = evaluate_blocks(expression, operands, vm, blen)
+    if out_flavor == "numpy":
+        parts = list(blocks)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+    out = None
+    for block in blocks:
+        if block.ndim == 0:
+            return block[()]
+        if out is None:
+            kw = dict(kwargs)
+            kw.setdefault("expectedlen", max(len(v) for v in operands.values() if _is_array(v))
+                          if any(_is_array(v) for v in operands.values()) else len(block))
+            out = carray(block, **kw)
+        else:
+            out.append(block)
+    out.flush()
+    return out

@@ -1,0 +1,216 @@
+"""Compression parameters (`cparams`) and the process-wide defaults (`defaults`, `defaults_ctx`)."""
+
+import os
+from contextlib import contextmanager
+
+from blzarr import _chunk
+
+NOSHUFFLE = 0
+SHUFFLE = 1
+BITSHUFFLE = 2
+
+# The blocksize blzarr asks Blosc for: small enough that a random read decodes little, large enough to
+# compress well and to give every thread several blocks of a chunk.
+DEFAULT_BLOCKSIZE = 32 * 1024
+
+_state = {"nthreads": None}
+
+
+def detect_number_of_cores():
+    """The number of cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def get_nthreads():
+    if _state["nthreads"] is None:
+        _state["nthreads"] = min(detect_number_of_cores(), 8)
+    return _state["nthreads"]
+
+
+def set_nthreads(nthreads):
+    """Set the number of threads Blosc uses; return the previous number."""
+    if not isinstance(nthreads, int) or isinstance(nthreads, bool) or nthreads < 1:
+        raise ValueError(f"nthreads must be a positive integer, got {nthreads!r}")
+    previous = get_nthreads()
+    _state["nthreads"] = min(nthreads, 256)
+    return previous
+
+
+blosc_set_nthreads = set_nthreads
+
+
+def _check(clevel, shuffle, cname, quantize):
+    if clevel is not None:
+        if not isinstance(clevel, int) or isinstance(clevel, bool) or not 0 <= clevel <= 9:
+            raise ValueError(f"cparams: `clevel` must be an int between 0 and 9, got {clevel!r}")
+    if shuffle is not None:
+        if isinstance(shuffle, bool):
+            shuffle = int(shuffle)
+        if shuffle not in (NOSHUFFLE, SHUFFLE, BITSHUFFLE):
+            raise ValueError(
+                f"cparams: `shuffle` must be NOSHUFFLE (0), SHUFFLE (1) or BITSHUFFLE (2), got {shuffle!r}")
+    if cname is not None:
+        if isinstance(cname, bytes):
+            cname = cname.decode()
+        if cname not in _chunk.compressor_list():
+            raise ValueError(
+                f"cparams: compressor {cname!r} is not available in this build "
+                f"(available: {', '.join(_chunk.compressor_list())})")
+    if quantize is not None:
+        if not isinstance(quantize, int) or isinstance(quantize, bool) or quantize < 0:
+            raise ValueError(f"cparams: `quantize` must be 0 or a positive int, got {quantize!r}")
+    return clevel, shuffle, cname, quantize
+
+
+class cparams:
+    """cparams(clevel=None, shuffle=None, cname=None, quantize=None)
+
+    Compression parameters; what is not given comes from ``defaults.cparams``.
+
+    Examples
+    --------
+    >>> import blzarr
+    >>> blzarr.cparams(clevel=9, cname='zstd')
+    cparams(clevel=9, shuffle=1, cname='zstd', quantize=0)
+    """
+
+    __slots__ = ("_clevel", "_shuffle", "_cname", "_quantize")
+
+    def __init__(self, clevel=None, shuffle=None, cname=None, quantize=None):
+        clevel, shuffle, cname, quantize = _check(clevel, shuffle, cname, quantize)
+        d = defaults.cparams
+        self._clevel = d["clevel"] if clevel is None else clevel
+        self._shuffle = d["shuffle"] if shuffle is None else shuffle
+        self._cname = d["cname"] if cname is None else cname
+        self._quantize = d["quantize"] if quantize is None else quantize
+
+    clevel = property(lambda self: self._clevel, doc="The compression level (0-9).")
+    shuffle = property(lambda self: self._shuffle, doc="The shuffle filter (0, 1 or 2).")
+    cname = property(lambda self: self._cname, doc="The codec inside Blosc.")
+    quantize = property(lambda self: self._quantize, doc="Significant digits kept (0: lossless).")
+
+    @staticmethod
+    def setdefaults(clevel=None, shuffle=None, cname=None, quantize=None):
+        """Change the defaults used where a parameter is not given."""
+        clevel, shuffle, cname, quantize = _check(clevel, shuffle, cname, quantize)
+        new = dict(defaults.cparams)
+        for k, v in (("clevel", clevel), ("shuffle", shuffle), ("cname", cname), ("quantize", quantize)):
+            if v is not None:
+                new[k] = v
+        defaults.cparams = new
+
+    @classmethod
+    def coerce(cls, value):
+        """A cparams from None, a cparams or a dict of its fields."""
+        if value is None:
+            return cls()
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, dict):
+            unknown = set(value) - {"clevel", "shuffle", "cname", "quantize"}
+            if unknown:
+                raise ValueError(f"cparams: unknown entries {sorted(unknown)}")
+            return cls(**value)
+        raise ValueError(f"`cparams` must be a blzarr.cparams or a dict, not {type(value).__name__}")
+
+    def to_dict(self):
+        return {"clevel": self._clevel, "shuffle": self._shuffle, "cname": self._cname,
+                "quantize": self._quantize}
+
+    def __eq__(self, other):
+        return isinstance(other, cparams) and self.to_dict() == other.to_dict()
+
+    def __hash__(self):
+        return hash(tuple(self.to_dict().values()))
+
+    def __repr__(self):
+        return (f"cparams(clevel={self._clevel}, shuffle={self._shuffle}, cname='{self._cname}', "
+                f"quantize={self._quantize})")
+
+
+def _have(module):
+    try:
+        __import__(module)
+        return True
+    except Exception:
+        return False
+
+
+class Defaults:
+    """Process-wide defaults: ``cparams``, ``vm`` (alias ``eval_vm``), ``out_flavor`` (``eval_out_flavor``)."""
+
+    _vms = ("numexpr", "python", "dask")
+    _flavors = ("bcolz", "carray", "numpy")
+
+    def __init__(self):
+        self._cparams = {"clevel": 5, "shuffle": SHUFFLE, "cname": "lz4", "quantize": 0}
+        self._vm = None
+        self._out_flavor = "bcolz"
+
+    @property
+    def vm(self):
+        if self._vm is None:
+            from blzarr import numexpr_here
+            self._vm = "numexpr" if numexpr_here else "python"
+        return self._vm
+
+    @vm.setter
+    def vm(self, value):
+        if value not in self._vms:
+            raise ValueError(f"'{value}' is incorrect value for 'vm' default; choose one of {self._vms}")
+        if value != "python":
+            import blzarr
+            if not getattr(blzarr, f"{value}_here"):
+                raise ValueError(f"cannot use the `{value}` virtual machine: it is not installed")
+        self._vm = value
+
+    eval_vm = vm
+
+    @property
+    def out_flavor(self):
+        return self._out_flavor
+
+    @out_flavor.setter
+    def out_flavor(self, value):
+        if value not in self._flavors:
+            raise ValueError(
+                f"'{value}' is incorrect value for 'out_flavor' default; choose one of {self._flavors}")
+        self._out_flavor = value
+
+    eval_out_flavor = out_flavor
+
+    @property
+    def cparams(self):
+        return self._cparams
+
+    @cparams.setter
+    def cparams(self, value):
+        if isinstance(value, cparams):
+            value = value.to_dict()
+        if not isinstance(value, dict) or set(value) != {"clevel", "shuffle", "cname", "quantize"}:
+            raise ValueError("defaults.cparams needs a cparams or a dict with clevel, shuffle, cname, quantize")
+        clevel, shuffle, cname, quantize = _check(
+            value["clevel"], value["shuffle"], value["cname"], value["quantize"])
+        self._cparams = {"clevel": clevel, "shuffle": shuffle, "cname": cname, "quantize": quantize}
+
+
+defaults = Defaults()
+
+
+@contextmanager
+def defaults_ctx(cparams=None, vm=None, out_flavor=None):
+    """Change defaults inside a ``with`` block and restore them after it."""
+    saved = (defaults.cparams, defaults._vm, defaults.out_flavor)
+    try:
+        if cparams is not None:
+            defaults.cparams = cparams
+        if vm is not None:
+            defaults.vm = vm
+        if out_flavor is not None:
+            defaults.out_flavor = out_flavor
+        yield defaults
+    finally:
+        defaults._cparams, defaults._vm, defaults._out_flavor = saved

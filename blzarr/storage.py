@@ -1,0 +1,152 @@
+"""The bcolz 1.x directory layout on disk: bytes and JSON in, bytes and JSON out.
+
+    root/data/__N.blp   a 16-byte 'blpk' header (version 1, nchunks 1), then one Blosc chunk
+    root/meta/sizes     JSON: shape, nbytes, cbytes
+    root/meta/storage   JSON: dtype, cparams, chunklen, expectedlen, dflt
+    root/__attrs__      JSON: user attributes
+
+Metadata files are replaced atomically (write to a temporary file, then rename).
+"""
+
+import json
+import os
+import struct
+import tempfile
+
+from blzarr.errors import FormatError, StorageError
+
+DATA_DIR = "data"
+META_DIR = "meta"
+SIZES_FILE = "sizes"
+STORAGE_FILE = "storage"
+ATTRS_FILE = "__attrs__"
+ROOTDIRS_FILE = "__rootdirs__"
+CHUNK_EXT = ".blp"
+
+BLP_MAGIC = b"blpk"
+BLP_HEADER_SIZE = 16
+BLP_HEADER = BLP_MAGIC + bytes([1, 0, 0, 0]) + struct.pack("<q", 1)
+
+# The largest meta JSON file blzarr agrees to parse: real ones are a few hundred bytes.
+MAX_JSON_BYTES = 16 * 1024 * 1024
+
+
+def atomic_write(path, data, fsync=False):
+    """Replace `path` with `data` so that readers see either the old or the new content."""
+    d = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def read_json(path, what="metadata"):
+    """Parse a JSON file, raising FormatError / StorageError that name the file."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_JSON_BYTES + 1)
+    except FileNotFoundError:
+        raise StorageError(f"{what} file '{path}' does not exist") from None
+    except OSError as e:
+        raise StorageError(f"cannot read {what} file '{path}': {e}") from None
+    if len(raw) > MAX_JSON_BYTES:
+        raise FormatError(f"{what} file '{path}' is larger than {MAX_JSON_BYTES} bytes")
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise FormatError(f"{what} file '{path}' is not valid JSON: {e}") from None
+
+
+def write_json(path, obj, fsync=False):
+    atomic_write(path, json.dumps(obj, ensure_ascii=True).encode("ascii") + b"\n", fsync=fsync)
+
+
+class BcolzDir:
+    """Files of one carray directory in the bcolz 1.x layout."""
+
+    format = "bcolz"
+
+    def __init__(self, rootdir):
+        self.rootdir = os.fspath(rootdir)
+        self.datadir = os.path.join(self.rootdir, DATA_DIR)
+        self.metadir = os.path.join(self.rootdir, META_DIR)
+
+    @classmethod
+    def create(cls, rootdir):
+        self = cls(rootdir)
+        os.makedirs(self.datadir)
+        os.makedirs(self.metadir)
+        return self
+
+    @staticmethod
+    def holds_carray(rootdir):
+        return os.path.isfile(os.path.join(rootdir, META_DIR, STORAGE_FILE))
+
+    def check_layout(self):
+        for d, what in ((self.rootdir, "root"), (self.datadir, "data"), (self.metadir, "meta")):
+            if not os.path.isdir(d):
+                raise StorageError(f"{what} directory '{d}' does not exist")
+
+    def chunk_path(self, n):
+        return os.path.join(self.datadir, f"__{n}{CHUNK_EXT}")
+
+    def read_chunk(self, n):
+        """The Blosc chunk stored in data/__n.blp (header checked, chunk bytes not decoded)."""
+        path = self.chunk_path(n)
+        try:
+            with open(path, "rb") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            raise StorageError(f"chunk file '{path}' is missing") from None
+        if len(raw) < BLP_HEADER_SIZE + 16:
+            raise FormatError(f"chunk file '{path}' is truncated ({len(raw)} bytes)")
+        if raw[:4] != BLP_MAGIC:
+            raise FormatError(f"chunk file '{path}' does not start with 'blpk'")
+        ctbytes = int.from_bytes(raw[BLP_HEADER_SIZE + 12:BLP_HEADER_SIZE + 16], "little", signed=True)
+        body = raw[BLP_HEADER_SIZE:]
+        if ctbytes < len(body) and ctbytes >= 16:
+            body = body[:ctbytes]  # trailing bytes after the chunk are not part of it
+        return body
+
+    def write_chunk(self, n, data):
+        atomic_write(self.chunk_path(n), BLP_HEADER + bytes(data))
+
+    def remove_chunk(self, n):
+        try:
+            os.remove(self.chunk_path(n))
+        except FileNotFoundError:
+            pass
+
+    def remove_chunks_from(self, n):
+        """Remove data/__k.blp for every k >= n."""
+        for name in os.listdir(self.datadir):
+            if name.startswith("__") and name.endswith(CHUNK_EXT):
+                try:
+                    k = int(name[2:-len(CHUNK_EXT)])
+                except ValueError:
+                    continue
+                if k >= n:
+                    os.remove(os.path.join(self.datadir, name))
+
+    def meta_path(self, name):
+        return os.path.join(self.metadir, name)
+
+    def read_meta(self, name):
+        return read_json(self.meta_path(name), f"meta/{name}")
+
+    def write_meta(self, name, obj):
+        write_json(self.meta_path(name), obj)
+
+    @property
+    def attrs_path(self):
+        return os.path.join(self.rootdir, ATTRS_FILE)
