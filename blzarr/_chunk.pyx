@@ -140,7 +140,7 @@ cdef int _check_blocks(const uint8_t *p, header_t *h, Py_ssize_t first, Py_ssize
     try:
         for j in range(nb):
             b = _read_i32(p + 16 + 4 * j)
-            if b < lo or b + 4 > h.ctbytes:
+            if b < lo or <Py_ssize_t>b + 4 > h.ctbytes:
                 raise ChunkError(
                     f"bad Blosc chunk{_where(where)}: block {j} starts at {b}, outside [{lo}, {h.ctbytes})")
             sorted_starts[j] = b
