@@ -42,6 +42,12 @@ FLAG_DONT_SPLIT = 0x10
 CODEC_FORMATS = {0: "blosclz", 1: "lz4", 2: "snappy", 3: "zlib", 4: "zstd"}
 CNAMES = ("blosclz", "lz4", "lz4hc", "snappy", "zlib", "zstd")
 
+# C-Blosc's _ctx calls start and join their threads on every call (~100-500 us), which costs more
+# than compressing a chunk of a few MB: below this size a call uses one thread, and callers get
+# parallelism by working on several chunks at once (the GIL is released).
+cdef Py_ssize_t _PARALLEL_MIN = 16 * 1024 * 1024
+PARALLEL_MIN_BYTES = _PARALLEL_MIN
+
 cdef enum:
     MIN_SPLIT_ITEMS = 128      # blocksize / typesize from which a block is split into typesize streams
     MAX_SPLITS = 16
@@ -60,6 +66,12 @@ cdef struct header_t:
 
 cdef inline int32_t _read_i32(const uint8_t *p) noexcept nogil:
     return <int32_t>(<uint32_t>p[0] | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16) | (<uint32_t>p[3] << 24))
+
+
+cdef inline int _threads_for(int nthreads, Py_ssize_t nbytes) noexcept:
+    if nbytes < _PARALLEL_MIN:
+        return 1
+    return max(1, min(nthreads, BLOSC_MAX_THREADS))
 
 
 cdef str _where(object where):
@@ -235,8 +247,8 @@ def compress(cnp.ndarray src not None, int typesize, int clevel=5, int shuffle=1
         raise ValueError(f"compressor {cname!r} is not available; choose one of {compressor_list()}")
     if blocksize < 0:
         raise ValueError(f"blocksize must be >= 0, got {blocksize}")
-    nthreads = max(1, min(nthreads, BLOSC_MAX_THREADS))
     nbytes = cnp.PyArray_NBYTES(src)
+    nthreads = _threads_for(nthreads, nbytes)
     if nbytes > BLOSC_MAX_BUFFERSIZE:
         raise ValueError(f"a chunk can hold at most {BLOSC_MAX_BUFFERSIZE} bytes, got {nbytes}")
     cap = nbytes + BLOSC_MAX_OVERHEAD
@@ -289,7 +301,7 @@ def decompress_into(buf, cnp.ndarray dest not None, int nthreads=1, bint check=T
         return 0
     if check:
         _check_blocks(&v[0], &h, 0, h.nblocks - 1, where)
-    nthreads = max(1, min(nthreads, BLOSC_MAX_THREADS))
+    nthreads = _threads_for(nthreads, h.nbytes)
     with nogil:
         ret = blosc_decompress_ctx(&v[0], out, h.nbytes, nthreads)
     if ret != h.nbytes:
