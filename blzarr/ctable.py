@@ -1,8 +1,1116 @@
-"""`ctable`: a columnar table of carrays (built by the ctable issue)."""
+"""`ctable`: a columnar table, one carray per column, with bcolz's ctable API.
+
+On disk (format 'bcolz') a ctable is a directory holding
+
+    root/__rootdirs__   JSON ``{"names": [...]}``: the column names, in order
+    root/__attrs__      JSON: user attributes
+    root/<name>/        one carray directory per column
+
+which is what bcolz 1.x writes and reads.  Queries (`where`, `whereblocks`, `fetchwhere`, a string key)
+evaluate the expression block by block (`blzarr.chunked_eval.evaluate_blocks`) and read only the rows
+of each block they need, so no column is ever decompressed whole to answer one.
+"""
+
+import keyword
+import os
+import re
+import shutil
+import sys
+from collections import namedtuple
+
+import numpy as np
+
+from blzarr import chunked_eval as _ce
+from blzarr import indexing as ix
+from blzarr.attrs import attrs as _attrs
+from blzarr.carray import carray, human_readable_size, operator_index
+from blzarr.errors import FormatError, ReadOnlyError, StorageError
+from blzarr.params import cparams as _cparams, defaults
+from blzarr.storage import ATTRS_FILE, ROOTDIRS_FILE, read_json, write_json
+
+NROW = "nrow__"
+# rows per block when a query has no column to take a chunk length from
+DEFAULT_BLEN = 65536
+# the block length used for queries is at least this (tiny chunklens would make Python overhead dominate)
+MIN_QUERY_BLEN = 4096
+
+_RESERVED = {ROOTDIRS_FILE, ATTRS_FILE, "data", "meta"}
+_SPLIT = re.compile(r"[\s,]+")
+# keyword arguments a ctable forwards to the carrays it creates
+_CARRAY_KW = ("cparams", "expectedlen", "chunklen", "dflt", "format", "safe")
 
 
+# ------------------------------------------------------------------------------------------- names
+def check_name(name, what="column name"):
+    """`name` as a str if it is usable as a column name (and directory name), else a ValueError."""
+    if isinstance(name, bytes):
+        try:
+            name = name.decode("ascii")
+        except UnicodeDecodeError:
+            raise ValueError(f"{what} {name!r} is not ASCII") from None
+    if not isinstance(name, str):
+        raise ValueError(f"{what} must be a string, got {type(name).__name__} {name!r}")
+    if (not name or name in (".", "..") or "/" in name or "\\" in name or "\x00" in name
+            or os.sep in name or (os.altsep and os.altsep in name) or os.path.isabs(name)
+            or name in _RESERVED):
+        raise ValueError(f"{what} {name!r} is not a safe file name for a column directory "
+                         "(empty, '.', '..', path separators, absolute paths and "
+                         f"{sorted(_RESERVED)} are refused)")
+    if not name.isidentifier() or keyword.iskeyword(name):
+        raise ValueError(f"{what} {name!r} must be a valid Python identifier (and not a keyword), "
+                         "so that expressions can use it")
+    return name
+
+
+def _split_outcols(outcols):
+    if isinstance(outcols, str):
+        return [s for s in _SPLIT.split(outcols.strip()) if s]
+    if isinstance(outcols, (list, tuple)):
+        return list(outcols)
+    raise ValueError(f"outcols must be a list, a tuple or a string of names, got {type(outcols).__name__}")
+
+
+# ------------------------------------------------------------------------------------------- cols
+class cols:
+    """The columns of a ctable: ``t.cols['a']`` is the carray of column 'a'."""
+
+    def __init__(self, table):
+        self._table = table
+        self.names = []
+        self._cols = {}
+
+    def __getitem__(self, name):
+        if isinstance(name, (int, np.integer)):
+            name = self.names[name]
+        try:
+            return self._cols[name]
+        except KeyError:
+            raise KeyError(f"no column named {name!r} (columns: {self.names})") from None
+
+    def __setitem__(self, name, data):
+        """Replace the data of column `name` (same dtype and cparams), or add a new column at the end."""
+        if name in self._cols:
+            self._table._replace_col(name, data)
+        else:
+            self._table.addcol(data, name=name)
+
+    def __contains__(self, name):
+        return name in self._cols
+
+    def __iter__(self):
+        return iter(list(self.names))
+
+    def __len__(self):
+        return len(self.names)
+
+    def keys(self):
+        return list(self.names)
+
+    def values(self):
+        return [self._cols[n] for n in self.names]
+
+    def items(self):
+        return [(n, self._cols[n]) for n in self.names]
+
+    def __str__(self):
+        return "".join(f"{n} : {self._cols[n]}\n" for n in self.names)
+
+    def __repr__(self):
+        return "".join(f"{n} : {self._cols[n]!r}\n" for n in self.names)
+
+
+# ------------------------------------------------------------------------------------------- ctable
 class ctable:
-    """A table stored column by column, one carray per column."""
+    """ctable(columns=None, names=None, rootdir=None, mode=None, cparams=None, expectedlen=None,
+    chunklen=None, format=None, auto_flush=True, allow_pickle=False, **kwargs)
 
-    def __init__(self, *args, **kwargs):
-        raise NotImplementedError("ctable is not implemented yet")
+    A compressed table stored column by column, one `carray` per column.
+
+    Parameters
+    ----------
+    columns : structured array, list/tuple of columns, dict, or ctable, optional
+        The data.  A list may hold NumPy arrays, carrays, or anything `carray` accepts; a dict maps
+        names to columns.  Without it, `rootdir` is opened.
+    names : list of str or str, optional
+        Column names (default: the structured dtype's or dict's names, else 'f0', 'f1', ...).
+        They must be Python identifiers and safe directory names.
+    rootdir : str, optional
+        Persist the table in this directory (bcolz layout).
+    mode : {'r', 'a', 'w'}, optional
+        'r' read-only, 'a' open for appending (default when `rootdir` exists), 'w' create or replace
+        (default when it does not).
+    cparams, expectedlen, chunklen, dflt, format :
+        Passed to the carrays this creates.  Carrays given in `columns` are used as they are for an
+        in-memory table (no copy) and copied into `rootdir` for an on-disk one.
+    auto_flush : bool
+        For an on-disk table, flush the columns after every append/addcol/resize (default True).
+
+    Examples
+    --------
+    >>> import numpy as np, blzarr
+    >>> t = blzarr.ctable([np.arange(5), np.arange(5) * 0.5], names=["a", "b"])
+    >>> t["a > 2"].tolist()
+    [(3, 1.5), (4, 2.0)]
+    >>> [r.b for r in t.where("(a > 1) & (b < 2)")]
+    [np.float64(1.0), np.float64(1.5)]
+    """
+
+    def __init__(self, columns=None, names=None, **kwargs):
+        rootdir = kwargs.pop("rootdir", None)
+        mode = kwargs.pop("mode", None)
+        auto_flush = kwargs.pop("auto_flush", True)
+        allow_pickle = kwargs.pop("allow_pickle", False)
+        cp = kwargs.get("cparams")
+        unknown = set(kwargs) - set(_CARRAY_KW)
+        if unknown:
+            raise TypeError(f"ctable() got unexpected keyword arguments {sorted(unknown)}")
+        self._rootdir = os.fspath(rootdir) if rootdir is not None else None
+        exists = self._rootdir is not None and os.path.exists(self._rootdir)
+        if mode is None:
+            mode = "a" if exists else "w"
+        if mode not in ("r", "a", "w"):
+            raise ValueError(f"mode must be 'r', 'a' or 'w', got {mode!r}")
+        if self._rootdir is None and columns is None:
+            raise ValueError("ctable() needs `columns`, or a `rootdir` to open")
+        self._mode = mode
+        self.auto_flush = bool(auto_flush) and self._rootdir is not None
+        self._cparams = _cparams.coerce(cp)
+        self._cparams_given = cp is not None
+        self._ckw = {k: v for k, v in kwargs.items() if v is not None}
+        self._ckw.pop("cparams", None)
+        self.cols = cols(self)
+        self._len = 0
+        if columns is None:
+            if not exists:
+                raise StorageError(f"cannot open ctable '{self._rootdir}': it does not exist")
+            self._open(allow_pickle)
+            return
+        if exists and mode != "w":
+            raise StorageError(
+                f"'{self._rootdir}' already exists and mode is {mode!r}: pass mode='w' to replace it, "
+                "or open it (without `columns`) and append")
+        self._create(columns, names, kwargs)
+
+    # ------------------------------------------------------------------ creation and opening
+    def _col_kwargs(self, **extra):
+        kw = dict(self._ckw)
+        kw["cparams"] = self._cparams
+        kw.update(extra)
+        return kw
+
+    def _col_dir(self, name):
+        return os.path.join(self._rootdir, name) if self._rootdir is not None else None
+
+    def _make_rootdir(self):
+        if os.path.exists(self._rootdir):
+            if os.path.isdir(self._rootdir) and not os.path.islink(self._rootdir):
+                shutil.rmtree(self._rootdir)
+            else:
+                os.remove(self._rootdir)
+        os.makedirs(self._rootdir)
+
+    def _create(self, columns, names, kwargs):
+        if isinstance(names, str):
+            names = _split_outcols(names)
+        elif isinstance(names, tuple):
+            names = list(names)
+        if names is not None and not isinstance(names, list):
+            raise ValueError(f"`names` must be a list, a tuple or a string, got {type(names).__name__}")
+        if isinstance(columns, ctable):
+            names = names if names is not None else columns.names
+            columns = [columns.cols[n] for n in columns.names]
+        if isinstance(columns, dict):
+            if names is None:
+                names = list(columns)
+            data = [columns[k] for k in columns]
+        elif isinstance(columns, np.ndarray) and columns.dtype.names is not None:
+            if columns.ndim != 1:
+                raise ValueError(f"a structured array for a ctable must be one-dimensional, "
+                                 f"got shape {columns.shape}")
+            data = [columns[n] for n in columns.dtype.names]
+            if names is None:
+                names = list(columns.dtype.names)
+        elif isinstance(columns, (list, tuple)):
+            data = list(columns)
+        elif isinstance(columns, np.ndarray):
+            raise ValueError("`columns` must be a structured array (or a list of arrays): "
+                             f"got an array of dtype {columns.dtype}")
+        else:
+            raise ValueError(f"`columns` of type {type(columns).__name__} is not supported "
+                             "(use a structured array, a list of columns, a dict or a ctable)")
+        if names is None:
+            names = [f"f{i}" for i in range(len(data))]
+        if len(names) != len(data):
+            raise ValueError(f"`columns` has {len(data)} columns and `names` has {len(names)}")
+        names = [check_name(n) for n in names]
+        if len(set(names)) != len(names):
+            raise ValueError(f"column names must be unique, got {names}")
+        lengths = set()
+        for name, col in zip(names, data):
+            if isinstance(col, np.ndarray) and col.dtype.kind == "V" and col.dtype.names is None:
+                raise ValueError(f"column {name!r}: void arrays cannot be columns")
+            lengths.add(len(col) if hasattr(col, "__len__") else -1)
+        if len(lengths) > 1:
+            raise ValueError(f"all `columns` must have the same length, got lengths {sorted(lengths)}")
+        if self._rootdir is not None:
+            self._make_rootdir()
+        try:
+            for name, col in zip(names, data):
+                self.cols.names.append(name)
+                self.cols._cols[name] = self._new_column(col, name)
+            self._len = len(self.cols._cols[names[0]]) if names else 0
+            self._write_rootdirs()
+            self._attrs = _attrs(self._rootdir, self._mode, _new=True, path=self._attrs_path)
+        except BaseException:
+            if self._rootdir is not None and os.path.isdir(self._rootdir):
+                shutil.rmtree(self._rootdir, ignore_errors=True)
+            raise
+        self.flush()
+
+    def _new_column(self, col, name, **kw):
+        """A carray for column `name` from `col` (a carray in memory is kept as it is)."""
+        rd = self._col_dir(name)
+        kwargs = self._col_kwargs(**kw)
+        if isinstance(col, carray):
+            if rd is None:
+                return col
+            keep = {k: v for k, v in kwargs.items() if k in ("chunklen", "dflt", "format")}
+            if "cparams" in kw or self._cparams_given:
+                keep["cparams"] = kwargs["cparams"]
+            return self._copy_carray(col, rd, keep)
+        if rd is not None:
+            kwargs.update(rootdir=rd, mode="w")
+        if not isinstance(col, np.ndarray):
+            col = np.asarray(col)
+            if col.dtype.kind == "U" and col.dtype.itemsize == 0:
+                col = col.astype("U1")
+        if col.dtype.kind == "V" and col.dtype.names is None:
+            raise ValueError(f"column {name!r}: void arrays cannot be columns")
+        if col.dtype.names is not None:
+            raise ValueError(f"column {name!r}: nested structured columns are not supported")
+        if col.ndim == 0:
+            raise ValueError(f"column {name!r} is a scalar, not a sequence")
+        return carray(col, **kwargs)
+
+    @staticmethod
+    def _copy_carray(col, rd, kw):
+        kw = dict(kw)
+        kw.setdefault("cparams", col.cparams)
+        kw.setdefault("chunklen", col.chunklen)
+        kw.setdefault("dflt", col.dflt[()] if col.dtype.kind != "O" else None)
+        fmt = kw.pop("format", None)
+        new = carray(np.empty((0,) + col.shape[1:], dtype=col.dtype), rootdir=rd, mode="w",
+                     **({"format": fmt} if fmt else {}), **kw)
+        for s in range(0, len(col), max(col.chunklen, 1)):
+            new.append(col[s:s + col.chunklen])
+        new.flush()
+        return new
+
+    @property
+    def _attrs_path(self):
+        return os.path.join(self._rootdir, ATTRS_FILE) if self._rootdir is not None else None
+
+    def _write_rootdirs(self):
+        if self._rootdir is not None:
+            write_json(os.path.join(self._rootdir, ROOTDIRS_FILE), {"names": list(self.cols.names)})
+
+    def _open(self, allow_pickle):
+        root = self._rootdir
+        if not os.path.isdir(root):
+            raise StorageError(f"'{root}' is not a directory")
+        path = os.path.join(root, ROOTDIRS_FILE)
+        meta = read_json(path, "ctable column list")
+        if not isinstance(meta, dict) or not isinstance(meta.get("names"), list):
+            raise FormatError(f"'{path}' must hold a JSON object with a 'names' list")
+        names = []
+        for n in meta["names"]:
+            try:
+                names.append(check_name(n))
+            except ValueError as e:
+                raise FormatError(f"'{path}': {e}") from None
+        if len(set(names)) != len(names):
+            raise FormatError(f"'{path}': column names are repeated: {names}")
+        mode = self._mode
+        for n in names:
+            d = os.path.join(root, n)
+            if not os.path.isdir(d):
+                raise StorageError(f"column directory '{d}' listed in '{path}' does not exist")
+            self.cols.names.append(n)
+            self.cols._cols[n] = carray(rootdir=d, mode=mode, allow_pickle=allow_pickle)
+        lengths = {n: len(c) for n, c in self.cols._cols.items()}
+        if len(set(lengths.values())) > 1:
+            raise FormatError(f"the columns of ctable '{root}' have different lengths: {lengths}")
+        self._len = next(iter(lengths.values())) if lengths else 0
+        if names:
+            self._cparams = self.cols[names[0]].cparams
+        self._attrs = _attrs(root, mode, path=self._attrs_path)
+        if mode == "w":
+            self._attrs.mode = "a"
+            for k in [k for k, _ in self._attrs]:
+                del self._attrs[k]
+            self._attrs.mode = "w"
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def names(self):
+        """The column names, in order (a copy)."""
+        return list(self.cols.names)
+
+    @property
+    def dtype(self):
+        """The structured dtype of a row."""
+        fields = []
+        for n in self.cols.names:
+            c = self.cols._cols[n]
+            fields.append((n, c.dtype) if c.ndim == 1 else (n, c.dtype, c.shape[1:]))
+        return np.dtype(fields)
+
+    @property
+    def len(self):
+        return self._len
+
+    def __len__(self):
+        return self._len
+
+    @property
+    def shape(self):
+        return (self._len,)
+
+    @property
+    def ndim(self):
+        return 1
+
+    @property
+    def size(self):
+        return self._len
+
+    @property
+    def nbytes(self):
+        """Uncompressed bytes of all the columns."""
+        return sum(c.nbytes for c in self.cols.values())
+
+    @property
+    def cbytes(self):
+        """Compressed bytes of all the columns."""
+        return sum(c.cbytes for c in self.cols.values())
+
+    @property
+    def cparams(self):
+        return self._cparams
+
+    @property
+    def rootdir(self):
+        return self._rootdir
+
+    @property
+    def mode(self):
+        return self._mode
+
+    @property
+    def attrs(self):
+        return self._attrs
+
+    @property
+    def chunklen(self):
+        """The smallest chunklen of the columns (the natural block length of the table)."""
+        cls = [c.chunklen for c in self.cols.values()]
+        return min(cls) if cls else DEFAULT_BLEN
+
+    def __sizeof__(self):
+        return self.cbytes
+
+    # ------------------------------------------------------------------ writing
+    def _check_writable(self):
+        if self._mode == "r":
+            raise ReadOnlyError("cannot modify the ctable: it was opened with mode 'r'"
+                                + (f" ('{self._rootdir}')" if self._rootdir else ""))
+
+    def _coerce_column_values(self, name, value):
+        """`value` as an array of rows for column `name` (a single value becomes one row)."""
+        col = self.cols._cols[name]
+        if isinstance(value, carray):
+            return value
+        arr = np.asarray(value)
+        atom = col.shape[1:]
+        if col.dtype.kind == "O":
+            if arr.ndim == 0 or isinstance(value, (str, bytes)):
+                out = np.empty(1, dtype=object)
+                out[0] = value
+                return out
+            return arr
+        if arr.shape == atom:
+            return arr.reshape((1,) + atom)
+        if arr.shape[1:] == atom:
+            return arr
+        raise ValueError(f"column {name!r}: values of shape {arr.shape} do not fit atoms of shape {atom}")
+
+    def _columns_of(self, rows):
+        """Split `rows` (structured array, void, ctable, dict, list of columns, or one row) by column."""
+        names = self.cols.names
+        if isinstance(rows, ctable):
+            missing = set(names) - set(rows.names)
+            if missing:
+                raise ValueError(f"the ctable to append lacks columns {sorted(missing)}")
+            return [rows.cols[n] for n in names]
+        if isinstance(rows, (np.ndarray, np.void)) and rows.dtype.names is not None:
+            missing = set(names) - set(rows.dtype.names)
+            if missing:
+                raise ValueError(f"the structured array to append lacks fields {sorted(missing)}")
+            return [rows[n] for n in names]
+        if isinstance(rows, dict):
+            missing = set(names) - set(rows)
+            if missing:
+                raise ValueError(f"the dict to append lacks columns {sorted(missing)}")
+            return [rows[n] for n in names]
+        if isinstance(rows, (list, tuple)):
+            if len(rows) != len(names):
+                raise ValueError(f"append() needs one item per column ({len(names)}), got {len(rows)}")
+            return list(rows)
+        if isinstance(rows, np.ndarray) and rows.ndim >= 1 and len(rows) == len(names):
+            return list(rows)
+        raise ValueError(f"cannot append an object of type {type(rows).__name__} to a ctable "
+                         "(use a tuple for one row, a list of columns, a structured array or a ctable)")
+
+    def append(self, rows):
+        """Append rows: a tuple (one row), a list of columns, a structured array/row, a dict or a ctable."""
+        self._check_writable()
+        if not self.cols.names:
+            raise ValueError("cannot append rows to a ctable without columns")
+        parts = [self._coerce_column_values(n, v) for n, v in zip(self.cols.names, self._columns_of(rows))]
+        lengths = {len(p) for p in parts}
+        if len(lengths) != 1:
+            raise ValueError(f"all the columns to append must have the same length, got {sorted(lengths)}")
+        n = lengths.pop()
+        if n == 0:
+            return
+        old = self._len
+        done = []
+        try:
+            for name, part in zip(self.cols.names, parts):
+                col = self.cols._cols[name]
+                if isinstance(part, carray):
+                    for s in range(0, len(part), max(part.chunklen, 1)):
+                        col.append(part[s:s + part.chunklen])
+                else:
+                    col.append(part)
+                done.append(col)
+        except BaseException:
+            for col in done + [self.cols._cols[self.cols.names[len(done)]]]:
+                if len(col) > old:
+                    col.trim(len(col) - old)
+            raise
+        self._len = old + n
+        if self.auto_flush:
+            self.flush()
+
+    def resize(self, nitems):
+        """Grow (new rows take each column's `dflt`) or shrink to `nitems` rows."""
+        self._check_writable()
+        nitems = operator_index(nitems, "nitems")
+        if nitems < 0:
+            raise ValueError(f"nitems must be >= 0, got {nitems}")
+        for c in self.cols.values():
+            c.resize(nitems)
+        self._len = nitems
+        if self.auto_flush:
+            self.flush()
+
+    def trim(self, nitems):
+        """Remove the last `nitems` rows."""
+        self._check_writable()
+        nitems = operator_index(nitems, "nitems")
+        if nitems > self._len:
+            raise ValueError(f"cannot trim {nitems} rows from a ctable of {self._len}")
+        if nitems < 0:
+            return self.resize(self._len - nitems)
+        for c in self.cols.values():
+            c.trim(nitems)
+        self._len -= nitems
+        if self.auto_flush:
+            self.flush()
+
+    def addcol(self, newcol, name=None, pos=None, move=False, **kwargs):
+        """Add `newcol` (carray, array, list) as a column named `name` at position `pos` (default: last).
+
+        An on-disk carray added to an on-disk table is copied into the table's directory, or moved
+        there with ``move=True``.  `kwargs` go to the carray constructor when one is built.
+        """
+        self._check_writable()
+        if pos is None:
+            pos = len(self.cols.names)
+        else:
+            if isinstance(pos, bool) or not isinstance(pos, (int, np.integer)):
+                raise ValueError(f"`pos` must be an int, got {pos!r}")
+            pos = int(pos)
+            if not 0 <= pos <= len(self.cols.names):
+                raise ValueError(f"`pos` must be between 0 and {len(self.cols.names)}, got {pos}")
+        if name is None:
+            name = f"f{pos}"
+        name = check_name(name)
+        if name in self.cols._cols:
+            raise ValueError(f"column {name!r} already exists")
+        if isinstance(newcol, (str, bytes)) or not hasattr(newcol, "__len__"):
+            raise ValueError(f"`newcol` must be a carray, an array or a list, got {type(newcol).__name__}")
+        if self.cols.names and len(newcol) != self._len:
+            raise ValueError(f"`newcol` has length {len(newcol)}, the ctable has {self._len} rows")
+        unknown = set(kwargs) - set(_CARRAY_KW)
+        if unknown:
+            raise TypeError(f"addcol() got unexpected keyword arguments {sorted(unknown)}")
+        rd = self._col_dir(name)
+        if rd is not None and os.path.lexists(rd):
+            raise StorageError(f"cannot add column {name!r}: '{rd}' already exists")
+        if isinstance(newcol, carray) and rd is not None and newcol.rootdir is not None and move:
+            newcol.flush()
+            src, mode = newcol.rootdir, newcol.mode
+            shutil.move(src, rd)
+            col = carray(rootdir=rd, mode="a" if self._mode == "w" else self._mode, allow_pickle=True)
+        elif isinstance(newcol, carray):
+            col = self._new_column(newcol, name, **kwargs) if rd is not None else newcol
+        else:
+            col = self._new_column(newcol if isinstance(newcol, np.ndarray) else np.asarray(newcol),
+                                   name, **kwargs)
+        self.cols.names.insert(pos, name)
+        self.cols._cols[name] = col
+        if len(self.cols.names) == 1:
+            self._len = len(col)
+        self._write_rootdirs()
+        if self.auto_flush:
+            self.flush()
+
+    def delcol(self, name=None, pos=None, keep=False):
+        """Remove the column `name` (or at position `pos`); its directory is removed unless `keep`."""
+        self._check_writable()
+        if name is None and pos is None:
+            raise ValueError("delcol() needs a `name` or a `pos`")
+        if name is not None and pos is not None:
+            raise ValueError("delcol() takes a `name` or a `pos`, not both")
+        if name is not None:
+            if not isinstance(name, str):
+                raise ValueError(f"`name` must be a string, got {name!r}")
+            if name not in self.cols._cols:
+                raise ValueError(f"no column named {name!r} (columns: {self.cols.names})")
+        else:
+            if isinstance(pos, bool) or not isinstance(pos, (int, np.integer)):
+                raise ValueError(f"`pos` must be an int, got {pos!r}")
+            n = len(self.cols.names)
+            if not -n <= pos < n:
+                raise ValueError(f"`pos` {pos} is out of range for {n} columns")
+            name = self.cols.names[pos]
+        self.cols.names.remove(name)
+        col = self.cols._cols.pop(name)
+        self._write_rootdirs()
+        if not self.cols.names:
+            self._len = 0
+        if not keep and col.rootdir is not None:
+            col.flush()
+            shutil.rmtree(col.rootdir, ignore_errors=True)
+        return col if keep else None
+
+    def _replace_col(self, name, data):
+        self._check_writable()
+        old = self.cols._cols[name]
+        if len(data) != self._len:
+            raise ValueError(f"new data for column {name!r} has length {len(data)}, the ctable has {self._len}")
+        arr = data[:] if isinstance(data, carray) else np.asarray(data)
+        if arr.dtype != old.dtype:
+            arr = arr.astype(old.dtype)
+        old.trim(len(old))
+        old.append(arr)
+        old.flush()
+
+    def flush(self):
+        """Write every column's buffered rows and sizes to disk (no-op in memory)."""
+        if self._mode == "r":
+            return
+        for c in self.cols.values():
+            c.flush()
+
+    def free_cachemem(self):
+        """Drop the columns' caches of decompressed data."""
+        for c in self.cols.values():
+            c.free_cachemem()
+
+    def copy(self, **kwargs):
+        """A copy of the table; `rootdir`, `mode`, `cparams`, `expectedlen`, `chunklen`, `names`
+        and `format` may be given."""
+        rootdir = kwargs.pop("rootdir", None)
+        mode = kwargs.pop("mode", "w" if rootdir is not None else "a")
+        names = kwargs.pop("names", None) or self.names
+        unknown = set(kwargs) - set(_CARRAY_KW)
+        if unknown:
+            raise TypeError(f"copy() got unexpected keyword arguments {sorted(unknown)}")
+        if rootdir is not None and self._rootdir is not None and \
+                os.path.abspath(os.fspath(rootdir)) == os.path.abspath(self._rootdir):
+            raise StorageError("copy(): the rootdir of the copy must differ from the original's")
+        if len(names) != len(self.cols.names):
+            raise ValueError(f"copy(): `names` needs {len(self.cols.names)} names, got {len(names)}")
+        if rootdir is not None:
+            return ctable([self.cols._cols[n] for n in self.cols.names], names, rootdir=rootdir,
+                          mode=mode, **kwargs)
+        copies = []
+        for n in self.cols.names:
+            c = self.cols._cols[n]
+            kw = {k: v for k, v in kwargs.items() if k != "format"}
+            copies.append(c.copy(**kw))
+        return ctable(copies, names, **{k: v for k, v in kwargs.items() if k == "cparams"})
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.flush()
+        return False
+
+    # ------------------------------------------------------------------ reading rows
+    def _empty_rows(self, n, names=None):
+        if names is None:
+            return np.empty(n, dtype=self.dtype)
+        return np.empty(n, dtype=self._dtype_of(names))
+
+    def _dtype_of(self, names):
+        fields = []
+        for n in names:
+            if n == NROW:
+                fields.append((n, np.int_))
+                continue
+            c = self.cols._cols[n]
+            fields.append((n, c.dtype) if c.ndim == 1 else (n, c.dtype, c.shape[1:]))
+        return np.dtype(fields)
+
+    def _rows_at(self, pos, names=None):
+        names = self.cols.names if names is None else names
+        out = self._empty_rows(len(pos), names)
+        for n in names:
+            out[n] = self.cols._cols[n][pos] if len(pos) else out[n]
+        return out
+
+    def __getitem__(self, key):
+        if isinstance(key, str):
+            if key in self.cols._cols:
+                return self.cols._cols[key]
+            return self._fetch(key, None, None, 0, {}, None, sys._getframe(1), as_index=True)
+        if not self.cols.names:
+            raise KeyError("cannot read rows from a ctable with no columns")
+        if isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
+            i = ix.normalize_int(key, self._len)
+            row = np.empty(1, dtype=self.dtype)
+            for n in self.cols.names:
+                row[n][0] = self.cols._cols[n][i]
+            return row[0]
+        if isinstance(key, slice):
+            start, stop, step = key.indices(self._len)
+            out = np.empty(ix.slice_length(start, stop, step), dtype=self.dtype)
+            for n in self.cols.names:
+                out[n] = self.cols._cols[n][key]
+            return out
+        if isinstance(key, tuple):
+            if len(key) != 1:
+                raise IndexError("multidimensional keys are not supported by ctable")
+            return self[key[0]]
+        if key is Ellipsis:
+            return self[:]
+        if isinstance(key, list) and key and all(isinstance(k, str) for k in key):
+            return ctable([self.cols[n] for n in key], list(key))
+        if isinstance(key, list) and not key:
+            return np.empty(0, dtype=self.dtype)
+        if isinstance(key, carray):
+            if key.dtype == bool:
+                return self._rows_at(self._mask_positions(key))
+            key = key[:]
+        arr = np.asarray(key)
+        if arr.dtype == bool:
+            if arr.ndim != 1 or len(arr) != self._len:
+                raise IndexError(f"boolean index has shape {arr.shape}, the ctable has {self._len} rows")
+            return self._rows_at(np.flatnonzero(arr))
+        if arr.dtype.kind not in "iu" and arr.size:
+            raise IndexError(f"ctable indices must be ints, slices, int or bool arrays, column names "
+                             f"or expressions; got {key!r}")
+        return self._rows_at(ix.positions_from_array(arr.astype(np.intp, copy=False), self._len))
+
+    def _mask_positions(self, mask):
+        if len(mask) != self._len:
+            raise IndexError(f"boolean index has length {len(mask)}, the ctable has {self._len} rows")
+        parts = [np.flatnonzero(mask[s:s + mask.chunklen]) + s
+                 for s in range(0, len(mask), max(mask.chunklen, 1))]
+        return np.concatenate(parts) if parts else np.empty(0, np.intp)
+
+    def _rows_value(self, value):
+        """`value` as a (broadcastable) structured array of this table's dtype."""
+        dt = self.dtype
+        if isinstance(value, ctable):
+            value = value[:]
+        if isinstance(value, (np.ndarray, np.void)) and value.dtype.names is not None:
+            missing = set(dt.names) - set(value.dtype.names)
+            if missing:
+                raise ValueError(f"the value lacks fields {sorted(missing)}")
+            out = np.empty(np.shape(value), dtype=dt)
+            for n in dt.names:
+                out[n] = value[n]
+            return out
+        try:
+            if isinstance(value, list) and value and not isinstance(value[0], (tuple, list, np.void)):
+                value = tuple(value)
+            if isinstance(value, list):
+                value = [tuple(v) if isinstance(v, list) else v for v in value]
+            return np.array(value, dtype=dt)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"cannot convert the value into rows of dtype {dt}: {e}") from None
+
+    def __setitem__(self, key, value):
+        self._check_writable()
+        if not self.cols.names:
+            raise KeyError("cannot assign to a ctable with no columns")
+        if isinstance(key, str):
+            if key in self.cols._cols:
+                self._replace_col(key, value)
+                return
+            key = self._positions_where(key, {}, None, sys._getframe(1))
+        elif isinstance(key, tuple):
+            if len(key) != 1:
+                raise IndexError("multidimensional keys are not supported by ctable")
+            key = key[0]
+        vals = self._rows_value(value)
+        if isinstance(key, carray):
+            key = self._mask_positions(key) if key.dtype == bool else key[:]
+        if isinstance(key, (list, np.ndarray)):
+            key = np.asarray(key)
+            if key.dtype == bool and len(key) != self._len:
+                raise IndexError(f"boolean index has length {len(key)}, the ctable has {self._len} rows")
+        for n in self.cols.names:
+            self.cols._cols[n][key] = vals[n]
+        if self.auto_flush:
+            self.flush()
+
+    def __iter__(self):
+        return self.iter()
+
+    def __array__(self, dtype=None, copy=None):
+        if copy is False:
+            raise ValueError("a ctable cannot be viewed as a NumPy array without a copy")
+        a = self[:]
+        return a if dtype is None else a.astype(dtype)
+
+    # ------------------------------------------------------------------ iteration
+    def _check_outcols(self, outcols):
+        if outcols is None:
+            return list(self.cols.names)
+        names = _split_outcols(outcols)
+        bad = [n for n in names if n != NROW and n not in self.cols._cols]
+        if bad:
+            raise ValueError(f"outcols {bad} are not columns of the ctable (columns: {self.cols.names})")
+        if not names:
+            raise ValueError("outcols is empty")
+        return names
+
+    @staticmethod
+    def _row_maker(names, out_flavor):
+        if out_flavor is namedtuple or out_flavor == "namedtuple" or out_flavor is None:
+            row = namedtuple("row", names)
+            return lambda arrays: map(row._make, zip(*arrays))
+        if out_flavor is tuple or out_flavor == "tuple":
+            return lambda arrays: zip(*arrays)
+        if out_flavor is np.ndarray or out_flavor in ("ndarray", "numpy"):
+            return None
+        raise ValueError(f"out_flavor must be namedtuple, tuple or ndarray, got {out_flavor!r}")
+
+    def _emit_rows(self, blocks, names, out_flavor):
+        make = self._row_maker(names, out_flavor)
+        dt = self._dtype_of(names)
+        for arrays in blocks:
+            if make is None:
+                for k in range(len(arrays[0])):
+                    r = np.empty(1, dtype=dt)
+                    for n, a in zip(names, arrays):
+                        r[n][0] = a[k]
+                    yield r
+            else:
+                yield from make(arrays)
+
+    def iter(self, start=0, stop=None, step=1, outcols=None, limit=None, skip=0, out_flavor=namedtuple):
+        """Iterate over the rows [start:stop:step] (namedtuples by default, `outcols` only, the row
+        number with the name 'nrow__'), skipping `skip` and yielding at most `limit`."""
+        names = self._check_outcols(outcols)
+        step = 1 if step is None else step
+        if step <= 0:
+            raise NotImplementedError("ctable.iter() supports only positive steps")
+        start, stop, step = slice(start, stop, step).indices(self._len)
+        self._row_maker(names, out_flavor)  # checks out_flavor now
+        return self._emit_rows(self._iter_blocks(start, stop, step, names, limit, skip), names, out_flavor)
+
+    def _iter_blocks(self, start, stop, step, names, limit, skip):
+        positions = range(start, stop, step)
+        skip = skip or 0
+        lo = skip
+        hi = len(positions) if limit is None else min(len(positions), skip + max(limit, 0))
+        blen = max(self.chunklen // step, 1) if step < self.chunklen else 1
+        blen = max(blen, 1024 if step == 1 else 1)
+        for k in range(lo, hi, blen):
+            e = min(k + blen, hi)
+            a, b = positions[k], positions[e - 1] + 1
+            arrays = []
+            for n in names:
+                if n == NROW:
+                    arrays.append(np.arange(a, b, step, dtype=np.int_))
+                else:
+                    arrays.append(self.cols._cols[n][a:b:step])
+            yield arrays
+
+    # ------------------------------------------------------------------ queries
+    def _operands(self, expression, user_dict, frame):
+        """The arrays and scalars `expression` names: user_dict, then columns, then the caller's names."""
+        _, names = _ce._operand_names(expression)
+        scopes = [user_dict or {}, self.cols._cols]
+        if frame is not None:
+            scopes += [frame.f_locals, frame.f_globals]
+        found = {}
+        for name in names:
+            if name in _ce._PY_NAMESPACE:
+                continue
+            for scope in scopes:
+                if name in scope:
+                    found[name] = scope[name]
+                    break
+            else:
+                raise NameError(f"name '{name}' in the expression {expression!r} is neither a column "
+                                f"of the ctable ({self.cols.names}) nor a defined variable")
+        return found
+
+    def _query_blen(self, operands):
+        cls = [v.chunklen for v in operands.values() if isinstance(v, carray)]
+        return max(min(cls) if cls else self.chunklen, MIN_QUERY_BLEN)
+
+    def _mask_blocks(self, expression, user_dict, vm, frame):
+        """(start, boolean block) over the table, evaluating `expression` block by block."""
+        n = self._len
+        if isinstance(expression, str):
+            ops = self._operands(expression, user_dict, frame)
+            blen = self._query_blen(ops)
+            vm = vm or defaults.vm
+            if vm == "dask":
+                vm = "python"
+            has_arrays = any(_ce._is_array(v) for v in ops.values())
+            if not has_arrays:
+                value = next(_ce.evaluate_blocks(expression, ops, vm, blen))
+                if value.dtype != bool or value.ndim != 0:
+                    raise ValueError(f"the expression {expression!r} does not give booleans "
+                                     f"(it gives {value.dtype})")
+                for s in range(0, n, blen):
+                    yield s, np.full(min(blen, n - s), bool(value))
+                return
+            s = 0
+            for block in _ce.evaluate_blocks(expression, ops, vm, blen):
+                if block.dtype != bool:
+                    raise ValueError(f"the expression {expression!r} does not give booleans "
+                                     f"(it gives {block.dtype})")
+                if block.ndim != 1:
+                    raise ValueError(f"the expression {expression!r} gives shape {block.shape}, "
+                                     "not one boolean per row")
+                if len(block) and s >= n or len(block) and s + len(block) > n:
+                    raise ValueError(f"the expression {expression!r} gives more values than rows")
+                if len(block):
+                    yield s, block
+                s += len(block)
+            if s != n:
+                raise ValueError(f"the expression {expression!r} gives {s} values for {n} rows")
+            return
+        if isinstance(expression, carray) or (isinstance(expression, np.ndarray)):
+            if expression.dtype != bool or expression.ndim != 1:
+                raise ValueError("a mask for a query must be a one-dimensional boolean array or carray")
+            if len(expression) != n:
+                raise ValueError(f"the boolean mask has length {len(expression)}, the ctable has {n} rows")
+            blen = expression.chunklen if isinstance(expression, carray) else max(self.chunklen,
+                                                                                 MIN_QUERY_BLEN)
+            for s in range(0, n, blen):
+                yield s, np.asarray(expression[s:s + blen])
+            return
+        raise ValueError(f"a query needs a string expression or a boolean array/carray, "
+                         f"got {type(expression).__name__}")
+
+    def _where_blocks(self, expression, names, limit, skip, user_dict, vm, frame):
+        """Lists of column arrays (one per name) of the matching rows, block by block."""
+        skip = max(int(skip or 0), 0)
+        count = 0
+        if limit is not None and limit <= 0:
+            return
+        for s, mask in self._mask_blocks(expression, user_dict, vm, frame):
+            idx = np.flatnonzero(mask)
+            if skip:
+                if skip >= idx.size:
+                    skip -= idx.size
+                    continue
+                idx = idx[skip:]
+                skip = 0
+            if limit is not None:
+                idx = idx[:limit - count]
+            if idx.size == 0:
+                continue
+            a, b = s + int(idx[0]), s + int(idx[-1]) + 1
+            local = idx - (a - s)
+            dense = idx.size * 4 >= (b - a)
+            arrays = []
+            for n in names:
+                if n == NROW:
+                    arrays.append((idx + s).astype(np.int_))
+                elif dense:
+                    arrays.append(self.cols._cols[n][a:b][local])
+                else:
+                    arrays.append(self.cols._cols[n][idx + s])
+            yield arrays
+            count += idx.size
+            if limit is not None and count >= limit:
+                return
+
+    def _positions_where(self, expression, user_dict, vm, frame):
+        parts = [(idx + s) for s, m in self._mask_blocks(expression, user_dict, vm, frame)
+                 for idx in (np.flatnonzero(m),) if idx.size]
+        return np.concatenate(parts).astype(np.intp) if parts else np.empty(0, np.intp)
+
+    def where(self, expression, outcols=None, limit=None, skip=0, out_flavor=namedtuple, user_dict={},
+              vm=None):
+        """Iterate over the rows where `expression` (a string or a boolean array/carray) is true.
+
+        Rows are namedtuples (or tuples, or 1-row structured arrays with ``out_flavor=np.ndarray``)
+        of `outcols` (a list or a 'a, b' string; 'nrow__' is the row number).  Names in the
+        expression are looked up in `user_dict`, then the columns, then the caller's variables.
+        """
+        names = self._check_outcols(outcols)
+        self._row_maker(names, out_flavor)
+        frame = sys._getframe(1)
+        if isinstance(expression, str):
+            self._operands(expression, user_dict, frame)  # name errors now, not at the first next()
+        blocks = self._where_blocks(expression, names, limit, skip, user_dict, vm, frame)
+        return self._emit_rows(blocks, names, out_flavor)
+
+    def whereblocks(self, expression, blen=None, outcols=None, limit=None, skip=0, user_dict={}, vm=None):
+        """Iterate over structured arrays of `blen` matching rows (the last one may be shorter)."""
+        names = self._check_outcols(outcols)
+        if blen is None:
+            blen = self.chunklen
+        blen = operator_index(blen, "blen")
+        if blen < 1:
+            raise ValueError(f"blen must be positive, got {blen}")
+        frame = sys._getframe(1)
+        if isinstance(expression, str):
+            self._operands(expression, user_dict, frame)
+        blocks = self._where_blocks(expression, names, limit, skip, user_dict, vm, frame)
+        return self._rebatch(blocks, names, blen)
+
+    def _rebatch(self, blocks, names, blen):
+        dt = self._dtype_of(names)
+        buf = np.empty(blen, dtype=dt)
+        fill = 0
+        for arrays in blocks:
+            m = len(arrays[0])
+            off = 0
+            while off < m:
+                take = min(blen - fill, m - off)
+                for n, a in zip(names, arrays):
+                    buf[n][fill:fill + take] = a[off:off + take]
+                fill += take
+                off += take
+                if fill == blen:
+                    yield buf
+                    buf = np.empty(blen, dtype=dt)
+                    fill = 0
+        if fill:
+            yield buf[:fill]
+
+    def _fetch(self, expression, names, limit, skip, user_dict, vm, frame, as_index=False):
+        names = self._check_outcols(names)
+        if as_index and isinstance(expression, str):
+            self._operands(expression, user_dict, frame)
+        parts = list(self._where_blocks(expression, names, limit, skip, user_dict, vm, frame))
+        total = sum(len(p[0]) for p in parts)
+        out = np.empty(total, dtype=self._dtype_of(names))
+        off = 0
+        for arrays in parts:
+            m = len(arrays[0])
+            for n, a in zip(names, arrays):
+                out[n][off:off + m] = a
+            off += m
+        return out
+
+    def fetchwhere(self, expression, outcols=None, limit=None, skip=0, out_flavor=None, user_dict={},
+                   vm=None, **kwargs):
+        """The rows where `expression` is true: a ctable (out_flavor 'bcolz', built with `kwargs`)
+        or a NumPy structured array (out_flavor 'numpy')."""
+        out_flavor = out_flavor or defaults.out_flavor
+        frame = sys._getframe(1)
+        if out_flavor == "numpy":
+            return self._fetch(expression, outcols, limit, skip, user_dict, vm, frame, as_index=True)
+        if out_flavor not in ("bcolz", "carray"):
+            raise ValueError(f"out_flavor must be 'bcolz' or 'numpy', got {out_flavor!r}")
+        names = self._check_outcols(outcols)
+        if isinstance(expression, str):
+            self._operands(expression, user_dict, frame)
+        dt = self._dtype_of(names)
+        out = None
+        for arrays in self._where_blocks(expression, names, limit, skip, user_dict, vm, frame):
+            if out is None:
+                out = ctable(list(arrays), names, **kwargs)
+                out.auto_flush = False
+            else:
+                out.append(list(arrays))
+        if out is None:
+            out = ctable([np.empty(0, dtype=dt[n]) for n in names], names, **kwargs)
+        out.auto_flush = out.rootdir is not None
+        out.flush()
+        return out
+
+    def eval(self, expression, **kwargs):
+        """Evaluate `expression` over the columns (and the caller's variables), block by block.
+
+        `kwargs` are those of `blzarr.eval` (vm, out_flavor, user_dict, blen, and carray parameters).
+        """
+        user_dict = kwargs.pop("user_dict", None) or {}
+        if not isinstance(expression, str):
+            raise ValueError(f"eval() needs a string expression, got {type(expression).__name__}")
+        ops = self._operands(expression, user_dict, sys._getframe(1))
+        if kwargs.get("blen") is None:
+            kwargs["blen"] = self._query_blen(ops)
+        return _ce.eval(expression, user_dict=ops, **kwargs)
+
+    # ------------------------------------------------------------------ pandas and HDF5
+    @staticmethod
+    def fromdataframe(df, **kwargs):
+        """A ctable from a pandas DataFrame (strings become fixed-width unicode or bytes columns,
+        categoricals their values); `kwargs` go to the ctable constructor."""
+        from blzarr.ctable_io import fromdataframe
+        return fromdataframe(df, **kwargs)
+
+    def todataframe(self, columns=None, orient="columns"):
+        """A pandas DataFrame with the table's columns, in order (or only `columns`)."""
+        from blzarr.ctable_io import todataframe
+        return todataframe(self, columns, orient)
+
+    @staticmethod
+    def fromhdf5(filepath, nodepath="/ctable", **kwargs):
+        """A ctable from a PyTables Table in an HDF5 file, read block by block."""
+        from blzarr.ctable_io import fromhdf5
+        return fromhdf5(filepath, nodepath, **kwargs)
+
+    def tohdf5(self, filepath, nodepath="/ctable", mode="w", cparams=None, cname=None):
+        """Write the table as a PyTables Table at `nodepath` of the HDF5 file `filepath`."""
+        from blzarr.ctable_io import tohdf5
+        return tohdf5(self, filepath, nodepath, mode, cparams, cname)
+
+    # ------------------------------------------------------------------ display
+    def __str__(self):
+        if not self.cols.names:
+            return "[]"
+        if self._len <= 100:
+            return np.array2string(self[:], separator=", ", threshold=1000)
+        head = np.array2string(self[:3], separator=", ")[:-1]
+        tail = np.array2string(self[-3:], separator=", ")[1:]
+        return f"{head}, ..., {tail}"
+
+    def __repr__(self):
+        nb, cb = self.nbytes, self.cbytes
+        ratio = nb / cb if cb else float("nan")
+        s = (f"ctable({self.shape}, {self.dtype})\n"
+             f"  nbytes: {human_readable_size(nb)}; cbytes: {human_readable_size(cb)}; "
+             f"ratio: {ratio:.2f}\n"
+             f"  cparams := {self._cparams!r}\n")
+        if self._rootdir:
+            s += f"  rootdir := '{self._rootdir}'\n  mode    := '{self._mode}'\n"
+        return s + str(self)

@@ -1,0 +1,144 @@
+"""ctable <-> pandas DataFrame and ctable <-> HDF5 (PyTables Table) conversions."""
+
+import os
+
+import numpy as np
+
+from blzarr.errors import StorageError
+
+
+def _need(module, what):
+    try:
+        return __import__(module)
+    except ImportError:
+        raise ImportError(f"{what} needs the '{module}' package, which is not installed") from None
+
+
+def _column_from_series(pd, name, series):
+    """A NumPy array for one DataFrame column (strings as 'U'/'S', categoricals as their values)."""
+    if isinstance(series.dtype, pd.CategoricalDtype):
+        series = series.astype(series.dtype.categories.dtype)
+    if isinstance(series.dtype, pd.DatetimeTZDtype):
+        # stored as UTC datetime64 (NumPy has no time zones)
+        return series.dt.tz_convert("UTC").dt.tz_localize(None).to_numpy()
+    kind = getattr(series.dtype, "kind", "O")
+    if kind in "biufcmM" and isinstance(series.dtype, np.dtype):
+        return series.to_numpy()
+    if kind in "biufc" and not series.isna().any():
+        # pandas extension numbers without missing values (Int64, Float64, boolean...)
+        return series.to_numpy(dtype=series.dtype.numpy_dtype if hasattr(series.dtype, "numpy_dtype")
+                               else None)
+    vals = series.to_numpy(dtype=object)
+    if len(vals) and series.isna().any():
+        return vals  # missing values: kept as Python objects, nothing is silently replaced
+    inferred = pd.api.types.infer_dtype(vals, skipna=False)
+    if inferred in ("string", "unicode", "empty"):
+        width = max((len(v) for v in vals), default=1) or 1
+        return vals.astype(f"U{width}")
+    if inferred == "bytes":
+        width = max((len(v) for v in vals), default=1) or 1
+        return vals.astype(f"S{width}")
+    return vals
+
+
+def fromdataframe(df, **kwargs):
+    from blzarr.ctable import ctable
+    pd = _need("pandas", "fromdataframe()")
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(f"fromdataframe() needs a pandas DataFrame, got {type(df).__name__}")
+    names = kwargs.pop("names", None)
+    if names is None:
+        names = list(df.columns)
+    if df.columns.has_duplicates:
+        raise ValueError(f"the DataFrame has repeated column names: {list(df.columns)}")
+    if len(names) != df.shape[1]:
+        raise ValueError(f"`names` has {len(names)} names, the DataFrame {df.shape[1]} columns")
+    cols = [_column_from_series(pd, label, df.iloc[:, i]) for i, label in enumerate(df.columns)]
+    return ctable(cols, [str(n) if not isinstance(n, str) else n for n in names], **kwargs)
+
+
+def todataframe(t, columns=None, orient="columns"):
+    pd = _need("pandas", "todataframe()")
+    if orient not in ("columns", "index"):
+        raise ValueError(f"orient must be 'columns' or 'index', got {orient!r}")
+    keys = t.names if (columns is None or orient == "index") else list(columns)
+    data = {}
+    for k in keys:
+        col = t.cols[k]
+        if col.ndim != 1:
+            raise ValueError(f"column {k!r} has shape {col.shape}: a DataFrame column must be 1-d")
+        data[k] = col[:]
+    if orient == "index":
+        return pd.DataFrame.from_dict(data, orient="index", columns=columns)
+    return pd.DataFrame(data, columns=keys)
+
+
+def fromhdf5(filepath, nodepath="/ctable", **kwargs):
+    from blzarr.ctable import ctable
+    tb = _need("tables", "fromhdf5()")
+    filepath = os.fspath(filepath)
+    if not os.path.exists(filepath):
+        raise StorageError(f"HDF5 file '{filepath}' does not exist")
+    with tb.open_file(filepath, mode="r") as f:
+        try:
+            node = f.get_node(nodepath)
+        except tb.NoSuchNodeError:
+            raise KeyError(f"HDF5 file '{filepath}' has no node '{nodepath}'") from None
+        if not isinstance(node, tb.Table):
+            raise ValueError(f"node '{nodepath}' of '{filepath}' is a {type(node).__name__}, not a Table")
+        names = kwargs.pop("names", None) or list(node.colnames)
+        src = list(node.colnames)
+        if len(names) != len(src):
+            raise ValueError(f"`names` has {len(names)} names, the Table {len(src)} columns")
+        kwargs.setdefault("expectedlen", len(node))
+        empty = [np.empty((0,) + node.coldtypes[c].shape, dtype=node.coldtypes[c].base) for c in src]
+        ct = ctable(empty, names, **kwargs)
+        flush = ct.auto_flush
+        ct.auto_flush = False
+        bs = max(node.chunkshape[0] if node.chunkshape else 0, 1) * 16
+        for s in range(0, len(node), bs):
+            block = node.read(s, min(s + bs, len(node)))
+            ct.append([block[c] for c in src])
+        for key in node.attrs._f_list("user"):
+            try:
+                ct.attrs[key] = _jsonable(node.attrs[key])
+            except TypeError:
+                pass  # attributes JSON cannot hold are left out
+        ct.auto_flush = flush
+        ct.flush()
+    return ct
+
+
+def _jsonable(v):
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    return v
+
+
+def tohdf5(t, filepath, nodepath="/ctable", mode="w", cparams=None, cname=None):
+    from blzarr.params import cparams as _cparams
+    tb = _need("tables", "tohdf5()")
+    filepath = os.fspath(filepath)
+    if mode not in ("w", "a"):
+        raise ValueError(f"mode must be 'w' or 'a', got {mode!r}")
+    if mode == "w" and os.path.exists(filepath):
+        raise StorageError(f"'{filepath}' already exists (remove it, or pass mode='a' to add a node)")
+    cp = _cparams.coerce(cparams if cparams is not None else t.cparams)
+    if cname is None:
+        cname = "blosc:" + cp.cname
+    filters = tb.Filters(complevel=cp.clevel, shuffle=bool(cp.shuffle == 1),
+                         bitshuffle=bool(cp.shuffle == 2), complib=cname)
+    parent, _, leaf = nodepath.rstrip("/").rpartition("/")
+    if not leaf:
+        raise ValueError(f"nodepath {nodepath!r} does not name a node")
+    with tb.open_file(filepath, mode=mode) as f:
+        table = f.create_table(parent or "/", leaf, t.dtype, filters=filters,
+                               expectedrows=max(len(t), 1), createparents=True)
+        for key, val in t.attrs:
+            table.attrs[key] = val
+        blen = t.chunklen
+        for s in range(0, len(t), blen):
+            table.append(t[s:s + blen])
+        table.flush()
