@@ -59,6 +59,8 @@ def dflt_to_json(dflt):
         return None
 
     def fix(v):
+        if isinstance(v, np.ndarray):
+            return fix(v.tolist())
         if isinstance(v, bytes):
             return v.decode("latin-1")
         if isinstance(v, (list, tuple)):
@@ -83,7 +85,7 @@ def dflt_from_json(value, base, where):
             out[()] = complex(value[0], value[1])
         elif base.names is not None and isinstance(value, list):
             out[()] = tuple(value)
-        elif base.kind == "S" and isinstance(value, str):
+        elif base.kind in "SV" and isinstance(value, str):
             out[()] = value.encode("latin-1")
         else:
             out[()] = value
@@ -523,15 +525,13 @@ class carray:
 
     @property
     def partitions(self):
-        """(start, stop) of every chunk, the leftover included."""
+        """(start, stop) of every full compressed chunk, as bcolz gives them (the leftover atoms,
+        `nleftover` of them from ``nchunks * chunklen``, are not a chunk and are not listed)."""
         n = len(self._chunks)
         if self._isobj:
             return [(i, i + 1) for i in range(n)]
         cl = self._chunklen
-        parts = [(i * cl, (i + 1) * cl) for i in range(n)]
-        if self._nleft:
-            parts.append((n * cl, n * cl + self._nleft))
-        return parts
+        return [(i * cl, (i + 1) * cl) for i in range(n)]
 
     # ---------------------------------------------------------------- writing
     def _check_writable(self):
@@ -629,6 +629,7 @@ class carray:
         if nitems > self._len:
             if self._isobj:
                 self.append([None] * (nitems - self._len))
+                self.flush()
                 return
             grow = nitems - self._len
             step = max(self._chunklen, 1)
@@ -639,6 +640,7 @@ class carray:
                 with self._lock:
                     self._append(block)
                 grow -= k
+            self.flush()
         elif nitems < self._len:
             self.trim(self._len - nitems)
 
@@ -784,21 +786,24 @@ class carray:
             return v.copy() if isinstance(v, np.ndarray) else v
         bc = self._blockcache
         if bc is not None and bc[0] == cid and bc[1] <= local < bc[2]:
-            return bc[3][local - bc[1]]
+            v = bc[3][local - bc[1]]
+            return v.copy() if isinstance(v, (np.ndarray, np.void)) else v
         per = max(1, BLOCK_CACHE_BYTES // self._atom.itemsize)
         lo = local // per * per
         hi = min(lo + per, self._chunklen)
         buf = np.empty((hi - lo,) + self._atom.shape, dtype=self._atom.base)
         self._chunks[cid].read_range(lo, hi, buf)
         self._blockcache = (cid, lo, hi, buf)
-        return buf[local - lo]
+        v = buf[local - lo]
+        # rows of multidimensional carrays and structured scalars are views: never hand out the cache
+        return v.copy() if isinstance(v, (np.ndarray, np.void)) else v
 
     def _object_at(self, i):
         c = self._chunks[i]
         raw = c.decompress(np.empty(c.nbytes, dtype="u1"))
         return pickle.loads(raw.tobytes())
 
-    def _eval_key(self, key, depth=3):
+    def _eval_key(self, key, depth=4):
         from blzarr.chunked_eval import eval as _eval
         return _eval(key, out_flavor="numpy", depth=depth)
 
@@ -920,7 +925,7 @@ class carray:
     def where(self, boolarr, limit=None, skip=0):
         """Iterate over the values where `boolarr` (a bool carray, array or expression) is true."""
         if isinstance(boolarr, str):
-            boolarr = self._eval_key(boolarr, depth=3)
+            boolarr = self._eval_key(boolarr)
         if isinstance(boolarr, np.ndarray) and boolarr.dtype != bool or (
                 isinstance(boolarr, carray) and boolarr.dtype != bool):
             raise ValueError("`boolarr` must be of boolean type")
@@ -972,19 +977,34 @@ class carray:
             if limit is not None and count >= limit:
                 return
 
-    def sum(self, dtype=None, axis=None):
-        """The sum of all elements (or along `axis` for multidimensional carrays), chunk by chunk."""
+    def sum(self, dtype=None, axis=None, out=None, keepdims=False, **kwargs):
+        """The sum of all elements (or along `axis`), chunk by chunk, with NumPy's result type.
+
+        The extra NumPy arguments (`out`, `keepdims`) make ``np.sum(carray)`` work.
+        """
         if self._isobj:
             raise TypeError("sum() is not supported on object carrays")
+        if kwargs:
+            raise TypeError(f"sum() got unexpected keyword arguments {sorted(kwargs)}")
         probe = np.zeros((0,) + self._atom.shape, dtype=self._atom.base)
-        if axis not in (None, 0):
-            return np.concatenate([b for _, b in _iter_blocks(self, self._chunklen)] or [probe]).sum(
-                axis=axis, dtype=dtype)
-        res_dtype = probe.sum(dtype=dtype).dtype
-        acc = np.zeros(self._atom.shape if axis == 0 else (), dtype=res_dtype)
-        for _, block in _iter_blocks(self, self._chunklen):
-            acc = acc + block.sum(axis=0 if axis == 0 else None, dtype=res_dtype)
-        return acc if axis == 0 else res_dtype.type(acc)
+        if probe.dtype.kind in "SUV" or probe.dtype.names:
+            raise TypeError(f"cannot sum a carray of dtype {probe.dtype}")
+        if dtype is not None:
+            dtype = np.dtype(dtype)
+        if axis not in (None, 0) or keepdims:
+            res = np.concatenate([b for _, b in _iter_blocks(self, self._chunklen)] or [probe]).sum(
+                axis=axis, dtype=dtype, keepdims=keepdims)
+        else:
+            ax = 0 if axis == 0 else None
+            res = probe.sum(axis=ax, dtype=dtype)
+            for _, block in _iter_blocks(self, self._chunklen):
+                res = res + block.sum(axis=ax, dtype=dtype)
+            if ax is None:
+                res = res.dtype.type(res) if isinstance(res, np.ndarray) else res
+        if out is not None:
+            out[...] = res
+            return out
+        return res
 
     def __array__(self, dtype=None, copy=None):
         if copy is False:
@@ -994,6 +1014,15 @@ class carray:
 
     def __enter__(self):
         return self
+
+    def __reduce__(self):
+        # on disk: pickled by its directory (reopened with the same mode); in memory: by its data
+        if self._rootdir is not None:
+            return (_rebuild_carray, (None, self._rootdir, dict(
+                mode=self._mode if self._mode != "w" else "a", allow_pickle=self._isobj)))
+        return (_rebuild_carray, (self[:], None, dict(
+            cparams=self._cparams.to_dict(), chunklen=self._chunklen, dflt=self._dflt[()],
+            expectedlen=self.expectedlen, safe=self.safe)))
 
     def __exit__(self, *exc):
         self.flush()
@@ -1005,8 +1034,8 @@ class carray:
         kw = dict(cparams=self._cparams, dtype=None, dflt=self._dflt[()], expectedlen=self._len,
                   chunklen=self._chunklen, rootdir=None, mode="a")
         kw.update(kwargs)
-        if "cparams" in kwargs and "chunklen" not in kwargs and "expectedlen" in kwargs:
-            kw["chunklen"] = None
+        if "expectedlen" in kwargs and "chunklen" not in kwargs:
+            kw["chunklen"] = None  # a new expected length chooses a new chunklen, as in bcolz
         dtype = kw.pop("dtype")
         if self._isobj:
             return carray(self[:], **kw)
@@ -1098,6 +1127,10 @@ class _Info:
 
     def __repr__(self):
         return self.text
+
+
+def _rebuild_carray(array, rootdir, kwargs):
+    return carray(array, rootdir=rootdir, **kwargs)
 
 
 def _iter_blocks(obj, blen=None):
