@@ -25,11 +25,11 @@ LENGTHS = [0, 5, CHUNKLEN, 2 * CHUNKLEN, 2 * CHUNKLEN + 3]
 # complex and datetime64/timedelta64 in units coarser than ns.
 BCOLZ_DTYPES = [
     "?", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f2", "f4", "f8", ">i4", ">f8",
-    "M8[ns]", "m8[ns]", "S1", "S7", "U1", "U6",
+    "M8[ns]", "m8[ns]", "S1", "S7", "U1", "U6", "V4",
 ]
 # dtypes blzarr writes in the bcolz layout (bcolz reads all of these)
 BLZARR_DTYPES = BCOLZ_DTYPES + [
-    "c8", "c16", "M8[s]", "M8[ms]", "M8[us]", "M8[D]", "m8[s]", "m8[ms]", "m8[D]", "i4,f8,S3",
+    "c8", "c16", "M8[s]", "M8[ms]", "M8[us]", "M8[D]", "m8[s]", "m8[ms]", "m8[D]", "i4,f8,S3", [("a", "u2"), ("b", "f4", (2,))],
 ]
 CODECS = ["blosclz", "lz4", "lz4hc", "zlib", "zstd"]
 
@@ -41,8 +41,8 @@ def make(dtype, n, shape=()):
     i = np.arange(size, dtype=np.int64)
     if dt.names:
         out = np.zeros(size, dtype=dt)
-        for k, name in enumerate(dt.names):
-            out[name] = make(dt[name], size)
+        for name in dt.names:
+            out[name] = make(dt[name].base, size, dt[name].shape)
         return out.reshape((n,) + shape)
     if dt.kind == "b":
         v = (i % 3) == 1
@@ -68,6 +68,8 @@ def make(dtype, n, shape=()):
         v = np.array([(b"x%dyz" % k)[:dt.itemsize] for k in range(size)], dtype=dt)
     elif dt.kind == "U":
         v = np.array([("\u00e9\u4e2d%d" % k)[:dt.itemsize // 4] for k in range(size)], dtype=dt)
+    elif dt.kind == "V":
+        v = np.frombuffer(bytes((k * 37 + 1) % 256 for k in range(size * dt.itemsize)), dtype=dt)
     else:
         raise AssertionError(dt)
     return np.asarray(v, dtype=dt).reshape((n,) + shape)
@@ -177,6 +179,16 @@ def test_blzarr_reads_bcolz_multidim(tmp_path, shape, dtype, n):
     assert a.ndim == 1 + len(shape)
     if n:
         assert_same(a[n - 1, 0], expected[n - 1, 0])
+
+
+@pytest.mark.parametrize("n", [0, 3, 2 * CHUNKLEN + 1])
+@pytest.mark.parametrize("dtype", ["i4,f8", [("a", "u2"), ("b", "f4"), ("c", "?")]])
+def test_blzarr_reads_bcolz_structured(tmp_path, dtype, n):
+    # bcolz writes these (but cannot reopen them: NumPy does not parse the str() of the dtype;
+    # nor write those with a bytes field: its JSON writer chokes on the default value)
+    expected = make(dtype, n)
+    bcolz_write(tmp_path / "d", expected)
+    check_blzarr_reads(tmp_path / "d", expected)
 
 
 def test_blzarr_reads_bcolz_attrs(tmp_path):
