@@ -634,7 +634,7 @@ def test_where_and_wheretrue(pair):
 def test_sum(dtype):
     a = sample(dtype, 777)
     if dtype in ("i1", "u1", "i4", "u8"):
-        a = a // 4  # no overflow surprise: NumPy's accumulator type decides
+        a = a % 100  # no overflow: NumPy's accumulator type decides the result type
     c = carray(a, chunklen=50)
     got, exp = c.sum(), a.sum()
     assert type(got) is type(exp)
@@ -642,7 +642,7 @@ def test_sum(dtype):
         np.testing.assert_allclose(got, exp, rtol=1e-5)
     else:
         assert got == exp
-    if dtype != "m8[s]":
+    if dtype not in ("m8[s]", "c16"):
         got = c.sum(dtype="f8")
         assert got.dtype == np.float64 if hasattr(got, "dtype") else True
         np.testing.assert_allclose(got, a.sum(dtype="f8"), rtol=1e-9)
