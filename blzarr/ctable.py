@@ -875,6 +875,17 @@ class ctable:
                                 f"of the ctable ({self.cols.names}) nor a defined variable")
         return found
 
+    def _check_expression(self, expression, user_dict, frame):
+        if isinstance(expression, str):
+            self._operands(expression, user_dict, frame)
+            return
+        if not isinstance(expression, (carray, np.ndarray)) or expression.dtype != bool \
+                or expression.ndim != 1:
+            raise ValueError("a query needs a string expression or a one-dimensional boolean array or "
+                             f"carray, got {type(expression).__name__}")
+        if len(expression) != self._len:
+            raise ValueError(f"the boolean mask has length {len(expression)}, the ctable has {self._len} rows")
+
     def _query_blen(self, operands):
         cls = [v.chunklen for v in operands.values() if isinstance(v, carray)]
         return max(min(cls) if cls else self.chunklen, MIN_QUERY_BLEN)
@@ -976,8 +987,7 @@ class ctable:
         names = self._check_outcols(outcols)
         self._row_maker(names, out_flavor)
         frame = sys._getframe(1)
-        if isinstance(expression, str):
-            self._operands(expression, user_dict, frame)  # name errors now, not at the first next()
+        self._check_expression(expression, user_dict, frame)  # errors now, not at the first next()
         blocks = self._where_blocks(expression, names, limit, skip, user_dict, vm, frame)
         return self._emit_rows(blocks, names, out_flavor)
 
@@ -990,8 +1000,7 @@ class ctable:
         if blen < 1:
             raise ValueError(f"blen must be positive, got {blen}")
         frame = sys._getframe(1)
-        if isinstance(expression, str):
-            self._operands(expression, user_dict, frame)
+        self._check_expression(expression, user_dict, frame)
         blocks = self._where_blocks(expression, names, limit, skip, user_dict, vm, frame)
         return self._rebatch(blocks, names, blen)
 
@@ -1017,8 +1026,7 @@ class ctable:
 
     def _fetch(self, expression, names, limit, skip, user_dict, vm, frame, as_index=False):
         names = self._check_outcols(names)
-        if as_index and isinstance(expression, str):
-            self._operands(expression, user_dict, frame)
+        self._check_expression(expression, user_dict, frame)
         parts = list(self._where_blocks(expression, names, limit, skip, user_dict, vm, frame))
         total = sum(len(p[0]) for p in parts)
         out = np.empty(total, dtype=self._dtype_of(names))
@@ -1041,8 +1049,7 @@ class ctable:
         if out_flavor not in ("bcolz", "carray"):
             raise ValueError(f"out_flavor must be 'bcolz' or 'numpy', got {out_flavor!r}")
         names = self._check_outcols(outcols)
-        if isinstance(expression, str):
-            self._operands(expression, user_dict, frame)
+        self._check_expression(expression, user_dict, frame)
         dt = self._dtype_of(names)
         out = None
         for arrays in self._where_blocks(expression, names, limit, skip, user_dict, vm, frame):
