@@ -1,5 +1,359 @@
-# cython: language_level=3
-"""BLZ superchunk files: header packing, offsets tables, lazy block reads (filled in by the superchunk issue)."""
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""BLZ superchunk files, the low level: the 32-byte header, offsets tables, checksums, positioned reads.
+
+A superchunk file is ``header | metadata (JSON) | offsets (int64[capacity]) | chunk, checksum, reserve ...``
+(see docs/FORMAT.rst).  This module knows byte layouts and file descriptors, not arrays or directories.
+Every read goes through `pread_into`, which releases the GIL around the system call and counts the bytes
+it reads (`io_stats`), so tests can check that lazy reads touch only what they need.
+"""
+
+import hashlib
+import zlib
+
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.errno cimport errno, EINTR
+from posix.unistd cimport pread as c_pread, pwrite as c_pwrite
+from posix.types cimport off_t
+
+cimport numpy as cnp
+import numpy as np
+
+from blzarr import _chunk
+from blzarr.errors import ChecksumError, ChunkError, FormatError, StorageError
+
+cnp.import_array()
 
 HEADER_SIZE = 32
 MAGIC = b"blpk"
+VERSION = 2
+OPT_OFFSETS = 0x01
+OPT_METADATA = 0x02
+
+# checksum id -> (name, size in bytes of what is stored after each chunk)
+CHECKSUMS = {
+    0: ("none", 0),
+    1: ("adler32", 4),
+    2: ("crc32", 4),
+    3: ("md5", 16),
+    4: ("sha1", 20),
+    5: ("sha224", 28),
+    6: ("sha256", 32),
+    7: ("sha384", 48),
+    8: ("sha512", 64),
+}
+CHECKSUM_IDS = {name: cid for cid, (name, _) in CHECKSUMS.items()}
+
+# bytes and calls of every pread made by this module since the last reset
+cdef Py_ssize_t _stat_bytes = 0
+cdef Py_ssize_t _stat_calls = 0
+
+
+def io_stats(reset=False):
+    """(bytes read, pread calls) since the last reset; `reset=True` zeroes the counters after reading."""
+    global _stat_bytes, _stat_calls
+    out = (_stat_bytes, _stat_calls)
+    if reset:
+        _stat_bytes = 0
+        _stat_calls = 0
+    return out
+
+
+cdef inline void _put_i32(uint8_t *p, int32_t v) noexcept nogil:
+    cdef uint32_t u = <uint32_t>v
+    p[0] = u & 0xff
+    p[1] = (u >> 8) & 0xff
+    p[2] = (u >> 16) & 0xff
+    p[3] = (u >> 24) & 0xff
+
+
+cdef inline void _put_i64(uint8_t *p, int64_t v) noexcept nogil:
+    cdef uint64_t u = <uint64_t>v
+    cdef int k
+    for k in range(8):
+        p[k] = (u >> (8 * k)) & 0xff
+
+
+cdef inline int32_t _get_i32(const uint8_t *p) noexcept nogil:
+    return <int32_t>(<uint32_t>p[0] | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16) | (<uint32_t>p[3] << 24))
+
+
+cdef inline int64_t _get_i64(const uint8_t *p) noexcept nogil:
+    cdef uint64_t u = 0
+    cdef int k
+    for k in range(8):
+        u |= (<uint64_t>p[k]) << (8 * k)
+    return <int64_t>u
+
+
+def checksum_id(value):
+    """The checksum id for a name ('crc32'...), an id (0-8) or None (no checksum)."""
+    if value is None:
+        return 0
+    if isinstance(value, str):
+        key = value.lower()
+        if key in CHECKSUM_IDS:
+            return CHECKSUM_IDS[key]
+    elif isinstance(value, int) and not isinstance(value, bool) and value in CHECKSUMS:
+        return value
+    raise ValueError(f"checksum must be None or one of {sorted(CHECKSUM_IDS)} (ids 0-8), got {value!r}")
+
+
+def checksum_size(int cid):
+    if cid not in CHECKSUMS:
+        raise ValueError(f"unknown checksum id {cid}")
+    return CHECKSUMS[cid][1]
+
+
+def checksum(int cid, buf):
+    """The checksum of `buf` as stored after a chunk: adler32/crc32 as 4 little-endian bytes, hashes raw.
+
+    zlib and hashlib release the GIL themselves on large buffers.
+    """
+    if cid == 0:
+        return b""
+    if cid == 1:
+        return (zlib.adler32(buf) & 0xFFFFFFFF).to_bytes(4, "little")
+    if cid == 2:
+        return (zlib.crc32(buf) & 0xFFFFFFFF).to_bytes(4, "little")
+    if cid in CHECKSUMS:
+        return hashlib.new(CHECKSUMS[cid][0], buf).digest()
+    raise ValueError(f"unknown checksum id {cid}")
+
+
+def verify_checksum(int cid, buf, stored, where=None):
+    """Raise ChecksumError naming `where` and the algorithm unless `stored` is the checksum of `buf`."""
+    if cid == 0:
+        return
+    expect = checksum(cid, buf)
+    if bytes(stored) != expect:
+        raise ChecksumError(
+            f"{CHECKSUMS[cid][0]} checksum mismatch{' in ' + where if where else ''}: "
+            f"stored {bytes(stored).hex()}, computed {expect.hex()}")
+
+
+def pack_header(int checksum_id, int typesize, int chunk_size, int last_chunk, int64_t nchunks,
+                int meta_size, int options=OPT_OFFSETS | OPT_METADATA, int version=VERSION):
+    """The 32-byte superchunk header."""
+    cdef bytearray out = bytearray(32)
+    cdef uint8_t *p = <uint8_t *><char *>out
+    if checksum_id not in CHECKSUMS:
+        raise ValueError(f"unknown checksum id {checksum_id}")
+    if not 0 <= typesize <= 255:
+        raise ValueError(f"typesize must fit in a byte, got {typesize}")
+    if not 0 <= options <= 255 or not 0 <= version <= 255:
+        raise ValueError("options and version must fit in a byte")
+    if meta_size < 0:
+        raise ValueError(f"meta_size must be >= 0, got {meta_size}")
+    p[0] = b'b'; p[1] = b'l'; p[2] = b'p'; p[3] = b'k'
+    p[4] = version
+    p[5] = options
+    p[6] = checksum_id
+    p[7] = typesize
+    _put_i32(p + 8, chunk_size)
+    _put_i32(p + 12, last_chunk)
+    _put_i64(p + 16, nchunks)
+    _put_i32(p + 24, meta_size)
+    _put_i32(p + 28, 0)
+    return bytes(out)
+
+
+def unpack_header(buf, where=None):
+    """The fields of a 32-byte superchunk header as a dict, every one checked."""
+    cdef const uint8_t[::1] v = buf
+    w = f" '{where}'" if where else ""
+    if v.shape[0] < 32:
+        raise FormatError(f"superchunk file{w} is truncated: {v.shape[0]} bytes, fewer than the 32-byte header")
+    cdef const uint8_t *p = &v[0]
+    if bytes(buf[:4]) != MAGIC:
+        raise FormatError(f"superchunk file{w} does not start with the magic 'blpk' (got {bytes(buf[:4])!r})")
+    h = dict(version=p[4], options=p[5], checksum=p[6], typesize=p[7], chunk_size=_get_i32(p + 8),
+             last_chunk=_get_i32(p + 12), nchunks=_get_i64(p + 16), meta_size=_get_i32(p + 24),
+             reserved=_get_i32(p + 28))
+    if h["version"] != VERSION:
+        raise FormatError(f"superchunk file{w}: header version {h['version']}, this reader knows {VERSION} "
+                          "(version 1 is the single-chunk bcolz 1.x '.blp' file)")
+    if h["options"] & ~(OPT_OFFSETS | OPT_METADATA):
+        raise FormatError(f"superchunk file{w}: unknown option bits {h['options']:#04x}")
+    if not h["options"] & OPT_OFFSETS:
+        raise FormatError(f"superchunk file{w}: has no offsets table (option bit 0), which BLZ requires")
+    if h["checksum"] not in CHECKSUMS:
+        raise FormatError(f"superchunk file{w}: unknown checksum id {h['checksum']}")
+    if h["typesize"] == 0:
+        raise FormatError(f"superchunk file{w}: typesize 0")
+    if h["chunk_size"] < -1 or h["last_chunk"] < -1:
+        raise FormatError(f"superchunk file{w}: negative chunk-size or last-chunk")
+    if h["nchunks"] < 0:
+        raise FormatError(f"superchunk file{w}: nchunks {h['nchunks']} (unknown counts are not allowed here)")
+    if h["meta_size"] < 0 or (h["meta_size"] and not h["options"] & OPT_METADATA):
+        raise FormatError(f"superchunk file{w}: bad meta-size {h['meta_size']}")
+    h["checksum_name"] = CHECKSUMS[h["checksum"]][0]
+    h["checksum_size"] = CHECKSUMS[h["checksum"]][1]
+    return h
+
+
+def pack_offsets(offsets):
+    """An int64 little-endian offsets table as bytes."""
+    return np.ascontiguousarray(offsets, dtype="<i8").tobytes()
+
+
+def pack_i64(int64_t value):
+    cdef bytearray out = bytearray(8)
+    _put_i64(<uint8_t *><char *>out, value)
+    return bytes(out)
+
+
+cdef Py_ssize_t _pread_all(int fd, char *dest, Py_ssize_t n, int64_t pos) except -2:
+    """pread until `n` bytes or end of file; returns the count.  GIL released for the calls."""
+    global _stat_bytes, _stat_calls
+    cdef Py_ssize_t done = 0, r = 0
+    cdef int calls = 0, err = 0
+    with nogil:
+        while done < n:
+            r = c_pread(fd, dest + done, n - done, <off_t>(pos + done))
+            calls += 1
+            if r < 0:
+                if errno == EINTR:
+                    continue
+                err = errno
+                break
+            if r == 0:
+                break
+            done += r
+    _stat_calls += calls
+    _stat_bytes += done
+    if err:
+        raise OSError(err, f"pread of {n} bytes at {pos} failed")
+    return done
+
+
+def pread_into(int fd, buf, int64_t pos, where=None):
+    """Fill the writable buffer `buf` with the bytes of file `fd` at position `pos` (all or error)."""
+    cdef uint8_t[::1] v = buf
+    cdef Py_ssize_t n = v.shape[0], got
+    if pos < 0:
+        raise FormatError(f"negative file position {pos}{' in ' + where if where else ''}")
+    if n == 0:
+        return 0
+    got = _pread_all(fd, <char *>&v[0], n, pos)
+    if got != n:
+        raise FormatError(f"{where or 'file'} is truncated: {n} bytes wanted at {pos}, only {got} there")
+    return n
+
+
+def pread(int fd, Py_ssize_t n, int64_t pos, where=None):
+    """`n` bytes of file `fd` at `pos` as a bytearray (all or FormatError)."""
+    out = bytearray(n)
+    pread_into(fd, out, pos, where)
+    return out
+
+
+def pwrite_all(int fd, data, int64_t pos, where=None):
+    """Write all of `data` at `pos` (GIL released)."""
+    cdef const uint8_t[::1] v = data
+    cdef Py_ssize_t n = v.shape[0], done = 0, r = 0
+    cdef int err = 0
+    if n == 0:
+        return 0
+    with nogil:
+        while done < n:
+            r = c_pwrite(fd, <const char *>&v[done], n - done, <off_t>(pos + done))
+            if r < 0:
+                if errno == EINTR:
+                    continue
+                err = errno
+                break
+            done += r
+    if err:
+        raise StorageError(err, f"cannot write {n} bytes at {pos} of {where or 'file'}")
+    return n
+
+
+def read_offset(int fd, int64_t table_pos, Py_ssize_t slot, where=None):
+    """One int64 entry of an offsets table, read alone (8 bytes)."""
+    cdef uint8_t buf[8]
+    cdef Py_ssize_t got = _pread_all(fd, <char *>buf, 8, table_pos + 8 * slot)
+    if got != 8:
+        raise FormatError(f"{where or 'superchunk file'} is truncated inside its offsets table")
+    return _get_i64(buf)
+
+
+def read_offsets(int fd, int64_t table_pos, Py_ssize_t count, where=None):
+    """The whole offsets table (`count` entries) as an int64 array."""
+    out = np.empty(count, dtype="<i8")
+    if count:
+        pread_into(fd, out.view("u1"), table_pos, where)
+    return out.astype(np.int64, copy=False)
+
+
+def read_head(int fd, int64_t offset, int64_t limit, where=None):
+    """The Blosc header and block starts of the chunk at `offset`, as bytes, checked against `limit`
+    (the end of the file): 16 bytes, then 4 per block for compressed chunks."""
+    cdef uint8_t h16[16]
+    cdef Py_ssize_t got
+    cdef int32_t nbytes, blocksize, ctbytes
+    cdef int flags
+    cdef Py_ssize_t nblocks
+    if offset < 0 or offset + 16 > limit:
+        raise FormatError(f"{where}: chunk offset {offset} is outside the file ({limit} bytes)")
+    got = _pread_all(fd, <char *>h16, 16, offset)
+    if got != 16:
+        raise FormatError(f"{where}: truncated Blosc header at {offset}")
+    flags = h16[2]
+    nbytes = _get_i32(h16 + 4)
+    blocksize = _get_i32(h16 + 8)
+    ctbytes = _get_i32(h16 + 12)
+    if ctbytes < 16 or offset + ctbytes > limit:
+        raise FormatError(f"{where}: the chunk at {offset} claims {ctbytes} bytes, past the end of the file "
+                          f"({limit} bytes)")
+    if nbytes < 0:
+        raise ChunkError(f"bad Blosc chunk ({where}): nbytes {nbytes}")
+    if flags & 0x02 or nbytes == 0:
+        return bytes(h16[:16])
+    if blocksize <= 0:
+        raise ChunkError(f"bad Blosc chunk ({where}): blocksize {blocksize}")
+    nblocks = (nbytes + blocksize - 1) // blocksize
+    if 16 + 4 * nblocks > ctbytes:
+        raise ChunkError(f"bad Blosc chunk ({where}): {nblocks} block offsets do not fit in {ctbytes} bytes")
+    out = bytearray(16 + 4 * nblocks)
+    out[:16] = h16[:16]
+    pread_into(fd, memoryview(out)[16:], offset + 16, where)
+    return bytes(out)
+
+
+def read_blocks_into(int fd, int64_t offset, head, Py_ssize_t start, Py_ssize_t nbytes,
+                     cnp.ndarray dest not None, Py_ssize_t dest_offset=0, where=None):
+    """Decode bytes [start, start+nbytes) of the chunk at file position `offset` into `dest`.
+
+    `head` is the chunk's header and block starts (from `read_head`).  Only the byte ranges of the
+    blocks holding the wanted bytes are read from the file (positioned reads, contiguous ranges merged),
+    into a lazy chunk buffer of ctbytes length, which `_chunk.getitem_into` then decodes.
+    Returns the number of bytes read from the file.
+    """
+    cdef bytes hb = bytes(head)
+    cdef Py_ssize_t ctbytes = _get_i32(<const uint8_t *><const char *>hb + 12) if len(hb) >= 16 else 0
+    cdef Py_ssize_t b, e, total = 0
+    head = hb
+    if ctbytes < 16:
+        raise ChunkError(f"bad Blosc chunk ({where}): header too short")
+    ranges = _chunk.block_ranges(head, start, nbytes, where)
+    lazy = np.zeros(ctbytes, dtype=np.uint8)
+    hl = len(head)
+    lazy[:hl] = np.frombuffer(head, dtype=np.uint8)
+    merged = []
+    for b, e in sorted(ranges):
+        if e <= hl:
+            continue
+        if b < hl:
+            b = hl
+        if e > ctbytes or b < 0 or b > e:
+            raise ChunkError(f"bad Blosc chunk ({where}): block bytes [{b}, {e}) outside its {ctbytes} bytes")
+        if merged and b <= merged[len(merged) - 1][1]:
+            last = merged[len(merged) - 1]
+            last[1] = max(last[1], e)
+        else:
+            merged.append([b, e])
+    for b, e in merged:
+        pread_into(fd, lazy[b:e], offset + b, where)
+        total += e - b
+    _chunk.getitem_into(lazy, start, nbytes, dest, dest_offset, True, where)
+    return total + hl

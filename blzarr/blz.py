@@ -1,0 +1,1064 @@
+"""The BLZ directory layout: checksummed superchunk files with lazy block reads (docs/FORMAT.rst).
+
+    root/data/__1__.bin, __2__.bin ...   superchunk files, `superchunklen` chunks each
+    root/meta/sizes                      JSON: shape, nbytes, cbytes
+    root/meta/storage                    JSON: dtype, cparams, chunklen, dflt, expectedlen, plus
+                                         "format": "blz", "checksum", "superchunklen", "reserve"
+    root/meta/attributes                 JSON: user attributes
+    root/meta/vlmeta                     variable-length metalayers (compressed; rewritten on update)
+
+`BlzDir` is the store (files, caches, metalayers); `BlzChunks` is the sequence of a carray's full chunks
+over it, with the interface of the bcolz-layout `_DiskChunks`; `LazyChunk` is one chunk read on demand.
+"""
+
+import base64
+import json
+import os
+import threading
+from collections import OrderedDict
+
+import numpy as np
+
+from blzarr import _chunk
+from blzarr import _superchunk as sc
+from blzarr.chunk import chunk
+from blzarr.errors import BlzarrError, ChecksumError, ChunkError, FormatError, ReadOnlyError, StorageError
+from blzarr.params import get_nthreads
+from blzarr.storage import DATA_DIR, META_DIR, BcolzDir, atomic_write, read_json, write_json
+
+FORMAT = "blz"
+SUPERCHUNK_EXT = "__.bin"
+ATTRIBUTES_FILE = "attributes"
+VLMETA_FILE = "vlmeta"
+VLMETA_MAGIC = b"BLZV"
+DEFAULT_CHECKSUM = "crc32"
+
+_MB = 1024 * 1024
+# automatic superchunk capacity: about this many uncompressed bytes a file, and never more chunks
+SUPERCHUNK_TARGET_BYTES = 64 * _MB
+MAX_SUPERCHUNKLEN = 1024
+# bounds of the store's caches
+FD_CACHE = 32                     # open file descriptors
+FILE_STATE_CACHE = 256            # parsed headers + offsets tables
+HEAD_CACHE_BYTES = 4 * _MB        # chunk headers + bstarts
+CHUNK_CACHE_BYTES = 32 * _MB      # verified compressed chunks
+VERIFIED_CACHE = 1 << 16          # chunks remembered as verified
+
+
+class MetalayerError(BlzarrError, ValueError):
+    """A fixed-length metalayer rule was broken (added after the first chunk, resized...)."""
+
+
+def superchunk_name(fno):
+    return f"__{fno}{SUPERCHUNK_EXT}"
+
+
+def auto_superchunklen(chunk_nbytes):
+    """Chunks per superchunk file: files of about SUPERCHUNK_TARGET_BYTES uncompressed."""
+    if chunk_nbytes <= 0:
+        return 256
+    return max(1, min(MAX_SUPERCHUNKLEN, SUPERCHUNK_TARGET_BYTES // chunk_nbytes))
+
+
+def detect_format(rootdir):
+    """'blz' or 'bcolz': what the directory's meta/storage says (no "format" key means bcolz)."""
+    path = os.path.join(os.fspath(rootdir), META_DIR, "storage")
+    storage = read_json(path, "meta/storage")
+    if not isinstance(storage, dict):
+        raise FormatError(f"meta file '{path}' must hold a JSON object")
+    fmt = storage.get("format", "bcolz")
+    if fmt not in ("bcolz", FORMAT):
+        raise FormatError(f"'{path}': unknown format {fmt!r} (this blzarr reads 'bcolz' and 'blz')")
+    return fmt
+
+
+def open_store(rootdir, mode="a"):
+    """The store of an existing carray directory, of whichever layout it holds."""
+    base = BcolzDir(rootdir)
+    base.check_layout()
+    if detect_format(rootdir) == FORMAT:
+        return BlzDir.open(rootdir, mode)
+    return base
+
+
+def _encode(value):
+    """The canonical JSON bytes of a metadata value (their length is a metalayer's fixed size)."""
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                          allow_nan=False).encode("ascii")
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"metalayer values must be JSON-serializable: {e}") from None
+
+
+def _coerce_reserve(reserve):
+    if isinstance(reserve, bool) or not isinstance(reserve, (int, float)) or reserve < 0:
+        raise ValueError(f"reserve must be a number of bytes >= 0 or a fraction in [0, 1), got {reserve!r}")
+    if isinstance(reserve, float) and reserve >= 1:
+        raise ValueError(f"a float reserve is a fraction of each chunk's size, in [0, 1); got {reserve!r}")
+    return reserve
+
+
+class _File:
+    """What the store knows of one superchunk file: header fields, offsets, file identity."""
+
+    __slots__ = ("fno", "path", "header", "meta_size", "table_pos", "data_start", "offsets", "full_table",
+                 "fstate", "nchunks", "last_chunk", "verified", "meta_json")
+
+    def __init__(self, fno, path):
+        self.fno = fno
+        self.path = path
+        self.verified = set()
+
+
+class BlzDir:
+    """The files of one carray directory in the BLZ layout."""
+
+    format = FORMAT
+
+    def __init__(self, rootdir, mode="a"):
+        self.rootdir = os.fspath(rootdir)
+        self.datadir = os.path.join(self.rootdir, DATA_DIR)
+        self.metadir = os.path.join(self.rootdir, META_DIR)
+        self.mode = mode
+        self._lock = threading.RLock()
+        self._fds = OrderedDict()
+        self._files = OrderedDict()
+        self._heads = OrderedDict()
+        self._heads_bytes = 0
+        self._chunks = OrderedDict()
+        self._chunks_bytes = 0
+        self._ctbytes = {}
+        self.stats = {"appended": 0, "inplace": 0, "relocated": 0}
+
+    # ------------------------------------------------------------------ creation / opening
+    @classmethod
+    def create(cls, rootdir, *, dtype, atom_shape, chunklen, typesize, chunk_nbytes, cparams,
+               checksum=DEFAULT_CHECKSUM, reserve=0, superchunklen=None, meta=None):
+        """A new, empty BLZ directory (one superchunk file with no chunks)."""
+        cid = sc.checksum_id(checksum)
+        reserve = _coerce_reserve(reserve)
+        if superchunklen is None:
+            superchunklen = auto_superchunklen(chunk_nbytes)
+        if isinstance(superchunklen, bool) or not isinstance(superchunklen, (int, np.integer)) \
+                or not 1 <= superchunklen <= 1 << 24:
+            raise ValueError(f"superchunklen must be an int between 1 and {1 << 24}, got {superchunklen!r}")
+        if not 1 <= typesize <= 255:
+            typesize = 1
+        meta = dict(meta or {})
+        for k, v in meta.items():
+            if not isinstance(k, str):
+                raise TypeError(f"metalayer names must be strings, got {k!r}")
+            _encode(v)
+        self = cls(rootdir, "a")
+        os.makedirs(self.datadir)
+        os.makedirs(self.metadir)
+        self.checksum_id = cid
+        self.cksize = sc.checksum_size(cid)
+        self.reserve = reserve
+        self.K = int(superchunklen)
+        self.typesize = int(typesize)
+        self.chunk_nbytes = int(chunk_nbytes) if chunk_nbytes > 0 else -1
+        self._fixed = {"format": FORMAT, "dtype": dtype, "chunkshape": [int(chunklen)] + list(atom_shape),
+                       "cparams": cparams, "superchunklen": self.K, "checksum": sc.CHECKSUMS[cid][0],
+                       "reserve": reserve, "meta": meta}
+        self.nfiles = 0
+        self._nphys = 0
+        self._new_file(1)
+        # the carray rewrites it with everything it knows (dflt, expectedlen...)
+        self.write_meta("storage", {"dtype": dtype, "cparams": cparams, "chunklen": int(chunklen)})
+        return self
+
+    @classmethod
+    def open(cls, rootdir, mode="a"):
+        self = cls(rootdir, mode)
+        self.check_layout()
+        storage = self.read_meta("storage")
+        where = f"'{self.meta_path('storage')}'"
+        nums = []
+        for name in os.listdir(self.datadir):
+            if name.startswith("__") and name.endswith(SUPERCHUNK_EXT):
+                try:
+                    nums.append(int(name[2:-len(SUPERCHUNK_EXT)]))
+                except ValueError:
+                    continue
+        nums.sort()
+        if not nums:
+            raise FormatError(f"BLZ directory '{self.rootdir}' has no superchunk file data/__1__.bin")
+        if nums != list(range(1, len(nums) + 1)):
+            missing = sorted(set(range(1, nums[-1] + 1)) - set(nums))
+            raise FormatError(f"BLZ directory '{self.rootdir}': superchunk files {missing[:5]} are missing")
+        self.nfiles = len(nums)
+        f1 = self._load_file(1)
+        fixed = f1.meta_json
+        for key in ("dtype", "chunkshape", "cparams", "superchunklen", "checksum", "meta"):
+            if key not in fixed:
+                raise FormatError(f"superchunk file '{f1.path}': metadata lacks {key!r}")
+        self._fixed = fixed
+        K = fixed["superchunklen"]
+        if not isinstance(K, int) or isinstance(K, bool) or not 1 <= K <= 1 << 24:
+            raise FormatError(f"superchunk file '{f1.path}': bad superchunklen {K!r}")
+        self.K = K
+        self.checksum_id = f1.header["checksum"]
+        self.cksize = f1.header["checksum_size"]
+        self.typesize = f1.header["typesize"]
+        self.chunk_nbytes = f1.header["chunk_size"]
+        try:
+            self.reserve = _coerce_reserve(fixed.get("reserve", 0))
+        except ValueError as e:
+            raise FormatError(f"superchunk file '{f1.path}': {e}") from None
+        if sc.CHECKSUMS[self.checksum_id][0] != fixed["checksum"]:
+            raise FormatError(f"superchunk file '{f1.path}': header checksum id {self.checksum_id} "
+                              f"disagrees with metadata {fixed['checksum']!r}")
+        for key, mine in (("superchunklen", K), ("checksum", fixed["checksum"])):
+            if key in storage and storage[key] != mine:
+                raise FormatError(f"{where}: {key} {storage[key]!r} disagrees with '{f1.path}' ({mine!r})")
+        chunklen = storage.get("chunklen")
+        if chunklen is not None and fixed["chunkshape"][:1] != [chunklen]:
+            raise FormatError(f"{where}: chunklen {chunklen} disagrees with the chunk shape "
+                              f"{fixed['chunkshape']} in '{f1.path}'")
+        last = self._load_file(self.nfiles)
+        self._nphys = (self.nfiles - 1) * K + last.nchunks
+        for fno in range(1, self.nfiles):
+            if self._load_file(fno).nchunks != K:
+                raise FormatError(f"superchunk file '{self._path(fno)}' holds "
+                                  f"{self._file(fno).nchunks} chunks, but it is not the last file "
+                                  f"and must be full ({K})")
+        return self
+
+    # ------------------------------------------------------------------ the bcolz-like store interface
+    def check_layout(self):
+        for d, what in ((self.rootdir, "root"), (self.datadir, "data"), (self.metadir, "meta")):
+            if not os.path.isdir(d):
+                raise StorageError(f"{what} directory '{d}' does not exist")
+
+    def meta_path(self, name):
+        return os.path.join(self.metadir, name)
+
+    def read_meta(self, name):
+        return read_json(self.meta_path(name), f"meta/{name}")
+
+    def write_meta(self, name, obj):
+        if name == "storage":
+            obj = dict(obj, **self.storage_extra())
+        write_json(self.meta_path(name), obj)
+
+    def storage_extra(self):
+        """What BLZ adds to meta/storage."""
+        return {"format": FORMAT, "checksum": sc.CHECKSUMS[self.checksum_id][0],
+                "superchunklen": self.K, "reserve": self.reserve,
+                "superchunk_nbytes": self.K * self.chunk_nbytes if self.chunk_nbytes > 0 else -1}
+
+    @property
+    def attrs_path(self):
+        return os.path.join(self.metadir, ATTRIBUTES_FILE)
+
+    def chunk_path(self, n):
+        """The superchunk file holding chunk `n`."""
+        return self._path(n // self.K + 1)
+
+    @property
+    def nchunks(self):
+        """Chunks physically present in the files (the short last one included)."""
+        return self._nphys
+
+    def _path(self, fno):
+        return os.path.join(self.datadir, superchunk_name(fno))
+
+    def _where(self, n):
+        fno, slot = divmod(n, self.K)
+        return f"chunk {n} (slot {slot}) of superchunk file '{self._path(fno + 1)}'"
+
+    def _check_writable(self):
+        if self.mode == "r":
+            raise ReadOnlyError(f"cannot modify '{self.rootdir}': it was opened with mode 'r'")
+
+    # ------------------------------------------------------------------ files and their state
+    def _fd(self, fno):
+        fd = self._fds.get(fno)
+        if fd is not None:
+            self._fds.move_to_end(fno)
+            return fd
+        flags = (os.O_RDONLY if self.mode == "r" else os.O_RDWR) | getattr(os, "O_BINARY", 0)
+        path = self._path(fno)
+        try:
+            fd = os.open(path, flags)
+        except FileNotFoundError:
+            raise StorageError(f"superchunk file '{path}' is missing") from None
+        except OSError as e:
+            raise StorageError(f"cannot open superchunk file '{path}': {e}") from None
+        self._fds[fno] = fd
+        while len(self._fds) > FD_CACHE:
+            _, old = self._fds.popitem(last=False)
+            os.close(old)
+        return fd
+
+    def _close(self, fno):
+        fd = self._fds.pop(fno, None)
+        if fd is not None:
+            os.close(fd)
+
+    def close(self):
+        with self._lock:
+            while self._fds:
+                os.close(self._fds.popitem()[1])
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    @staticmethod
+    def _state(fd):
+        st = os.fstat(fd)
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def _file(self, fno):
+        """The state of file `fno`, reloaded when the file changed behind our back."""
+        f = self._files.get(fno)
+        if f is None:
+            return self._load_file(fno)
+        self._files.move_to_end(fno)
+        if self._state(self._fd(fno)) != f.fstate:
+            self._forget_file(fno)
+            return self._load_file(fno)
+        return f
+
+    def _forget_file(self, fno):
+        self._files.pop(fno, None)
+        lo, hi = (fno - 1) * self.K, fno * self.K
+        for cache, attr in ((self._heads, "_heads_bytes"), (self._chunks, "_chunks_bytes")):
+            for n in [n for n in cache if lo <= n < hi]:
+                setattr(self, attr, getattr(self, attr) - len(cache.pop(n)))
+        for n in [n for n in self._ctbytes if lo <= n < hi]:
+            del self._ctbytes[n]
+
+    def _load_file(self, fno):
+        fd = self._fd(fno)
+        f = _File(fno, self._path(fno))
+        f.fstate = self._state(fd)
+        h = sc.unpack_header(sc.pread(fd, 32, 0, f.path), f.path)
+        f.header = h
+        f.meta_size = h["meta_size"]
+        if 32 + f.meta_size > f.fstate[1]:
+            raise FormatError(f"superchunk file '{f.path}' is truncated inside its metadata section")
+        raw = bytes(sc.pread(fd, f.meta_size, 32, f.path))
+        try:
+            meta = json.loads(raw.decode("ascii")) if raw.strip() else {}
+        except (UnicodeDecodeError, ValueError, RecursionError) as e:
+            raise FormatError(f"superchunk file '{f.path}': metadata section is not valid JSON: {e}") from None
+        if not isinstance(meta, dict):
+            raise FormatError(f"superchunk file '{f.path}': metadata section is not a JSON object")
+        f.meta_json = meta
+        K = meta.get("superchunklen", getattr(self, "K", None))
+        if not isinstance(K, int) or isinstance(K, bool) or K < 1:
+            raise FormatError(f"superchunk file '{f.path}': bad superchunklen {K!r}")
+        if hasattr(self, "K") and K != self.K:
+            raise FormatError(f"superchunk file '{f.path}': superchunklen {K}, the dataset uses {self.K}")
+        f.table_pos = 32 + f.meta_size
+        f.data_start = f.table_pos + 8 * K
+        if f.data_start > f.fstate[1]:
+            raise FormatError(f"superchunk file '{f.path}' is truncated inside its offsets table")
+        if h["nchunks"] > K:
+            raise FormatError(f"superchunk file '{f.path}': nchunks {h['nchunks']} > its capacity {K}")
+        f.nchunks = h["nchunks"]
+        f.last_chunk = h["last_chunk"]
+        f.offsets = np.full(K, -2, dtype=np.int64)     # -2: not read yet
+        f.full_table = False
+        self._files[fno] = f
+        while len(self._files) > FILE_STATE_CACHE:
+            self._files.popitem(last=False)
+        return f
+
+    def _offset(self, n):
+        """(file state, fd, offset) of chunk n, reading only its offsets entry."""
+        fno, slot = divmod(n, self.K)
+        fno += 1
+        if not 0 <= n < self._nphys:
+            raise IndexError(f"chunk {n} out of range ({self._nphys} chunks on disk)")
+        f = self._file(fno)
+        fd = self._fd(fno)
+        off = int(f.offsets[slot])
+        if off == -2:
+            off = sc.read_offset(fd, f.table_pos, slot, f.path)
+            f.offsets[slot] = off
+        if slot >= f.nchunks or off == -1:
+            raise FormatError(f"{self._where(n)} has no offset (-1): the file holds {f.nchunks} chunks")
+        if off < f.data_start or off + 16 > f.fstate[1]:
+            raise FormatError(f"{self._where(n)}: offset {off} is outside the chunk area "
+                              f"[{f.data_start}, {f.fstate[1]})")
+        return f, fd, off
+
+    def _full_table(self, f):
+        if not f.full_table:
+            f.offsets = sc.read_offsets(self._fd(f.fno), f.table_pos, self.K, f.path)
+            f.full_table = True
+        return f.offsets
+
+    # ------------------------------------------------------------------ reading
+    def head(self, n):
+        """The Blosc header + bstarts of chunk n (cached)."""
+        with self._lock:
+            f, fd, off = self._offset(n)
+            h = self._heads.get(n)
+            if h is not None:
+                self._heads.move_to_end(n)
+                return h
+            h = sc.read_head(fd, off, f.fstate[1], self._where(n))
+            self._ctbytes[n] = int.from_bytes(h[12:16], "little")
+            self._heads[n] = h
+            self._heads_bytes += len(h)
+            while self._heads_bytes > HEAD_CACHE_BYTES and len(self._heads) > 1:
+                self._heads_bytes -= len(self._heads.popitem(last=False)[1])
+            return h
+
+    def read_chunk(self, n, expected_nbytes=-1):
+        """The compressed bytes of chunk n, checksum verified and structure validated (cached)."""
+        with self._lock:
+            f, fd, off = self._offset(n)
+            data = self._chunks.get(n)
+            if data is not None:
+                self._chunks.move_to_end(n)
+                return data
+            where = self._where(n)
+            h16 = sc.pread(fd, 16, off, where)
+            ctbytes = int.from_bytes(h16[12:16], "little", signed=True)
+            if ctbytes < 16 or off + ctbytes + self.cksize > f.fstate[1]:
+                raise FormatError(f"{where}: the chunk claims {ctbytes} bytes (+{self.cksize} of checksum), "
+                                  f"past the end of the file ({f.fstate[1]} bytes)")
+            raw = sc.pread(fd, ctbytes + self.cksize, off, where)
+            mv = memoryview(raw)
+            sc.verify_checksum(self.checksum_id, mv[:ctbytes], mv[ctbytes:], where)
+            data = bytes(mv[:ctbytes])
+            _chunk.validate(data, expected_nbytes, where)
+            self._remember(n, data, f)
+            return data
+
+    def _remember(self, n, data, f):
+        f.verified.add(n)
+        if len(f.verified) > VERIFIED_CACHE:
+            f.verified.clear()
+            f.verified.add(n)
+        self._ctbytes[n] = len(data)
+        old = self._chunks.pop(n, None)
+        if old is not None:
+            self._chunks_bytes -= len(old)
+        if len(data) <= CHUNK_CACHE_BYTES // 2:
+            self._chunks[n] = data
+            self._chunks_bytes += len(data)
+            while self._chunks_bytes > CHUNK_CACHE_BYTES and len(self._chunks) > 1:
+                self._chunks_bytes -= len(self._chunks.popitem(last=False)[1])
+
+    def read_range(self, n, start, nbytes, out, out_offset=0):
+        """Decode bytes [start, start+nbytes) of chunk n into `out`: only the needed blocks are read
+        once the chunk has been verified (or when the dataset has no checksums)."""
+        with self._lock:
+            f, fd, off = self._offset(n)
+            data = self._chunks.get(n)
+            lazy = data is None and (self.checksum_id == 0 or n in f.verified)
+        if data is None and not lazy:
+            data = self.read_chunk(n)
+        if data is not None:
+            _chunk.getitem_into(data, start, nbytes, out, out_offset, False, self._where(n))
+            return 0
+        head = self.head(n)
+        return sc.read_blocks_into(fd, off, head, start, nbytes, out, out_offset, self._where(n))
+
+    def chunk_cbytes(self, n):
+        c = self._ctbytes.get(n)
+        if c is None:
+            c = int.from_bytes(self.head(n)[12:16], "little")
+        return c
+
+    def drop_caches(self):
+        with self._lock:
+            self._heads.clear()
+            self._heads_bytes = 0
+            self._chunks.clear()
+            self._chunks_bytes = 0
+
+    # ------------------------------------------------------------------ writing
+    def _meta_bytes(self, fno):
+        d = dict(self._fixed, superchunk=fno, first_chunk=(fno - 1) * self.K)
+        raw = _encode(d)
+        pad = (-(32 + len(raw))) % 8
+        return raw + b" " * pad
+
+    def _new_file(self, fno):
+        """Create an empty superchunk file `fno` (header, metadata, offsets all -1)."""
+        meta = self._meta_bytes(fno)
+        head = sc.pack_header(self.checksum_id, self.typesize, self.chunk_nbytes, 0, 0, len(meta))
+        table = sc.pack_offsets(np.full(self.K, -1, dtype=np.int64))
+        atomic_write(self._path(fno), head + meta + table)
+        self.nfiles = max(self.nfiles, fno)
+        self._forget_file(fno)
+        self._close(fno)
+
+    def _slot_blob(self, data):
+        reserve = self.reserve
+        if isinstance(reserve, float):
+            reserve = int(len(data) * reserve)
+        return bytes(data) + sc.checksum(self.checksum_id, data) + bytes(reserve)
+
+    def _write_header(self, f, fd):
+        head = sc.pack_header(self.checksum_id, self.typesize, self.chunk_nbytes, f.last_chunk, f.nchunks,
+                              f.meta_size)
+        sc.pwrite_all(fd, head, 0, f.path)
+
+    def _after_write(self, f, fd):
+        f.fstate = self._state(fd)
+
+    def write_chunk(self, n, data):
+        """Write chunk n: append it (n == nchunks), or rewrite it in place when the new bytes fit its slot
+        (the chunk, its checksum and reserve), else at the end of its file with the offset updated.
+        Returns 'appended', 'inplace' or 'relocated'."""
+        self._check_writable()
+        data = bytes(data)
+        nbytes = _chunk.header(data)["nbytes"]
+        with self._lock:
+            if not 0 <= n <= self._nphys:
+                raise StorageError(f"cannot write chunk {n} of '{self.rootdir}': it holds {self._nphys} chunks")
+            fno, slot = divmod(n, self.K)
+            fno += 1
+            if fno > self.nfiles:
+                self._new_file(fno)
+            f = self._file(fno)
+            fd = self._fd(fno)
+            offsets = self._full_table(f)
+            blob = self._slot_blob(data)
+            eof = f.fstate[1]
+            self._drop_chunk(n)
+            if n < self._nphys:
+                old = int(offsets[slot])
+                later = offsets[offsets > old]
+                slot_end = int(later.min()) if later.size else eof
+                used = len(data) + self.cksize
+                if slot_end == eof:
+                    # the physically last chunk: rewrite it there, the file grows or shrinks
+                    sc.pwrite_all(fd, blob, old, f.path)
+                    os.ftruncate(fd, old + len(blob))
+                    kind = "inplace"
+                elif old + used <= slot_end:
+                    sc.pwrite_all(fd, blob[:used], old, f.path)
+                    kind = "inplace"
+                else:
+                    sc.pwrite_all(fd, blob, eof, f.path)
+                    sc.pwrite_all(fd, sc.pack_i64(eof), f.table_pos + 8 * slot, f.path)
+                    offsets[slot] = eof
+                    kind = "relocated"
+            else:
+                sc.pwrite_all(fd, blob, eof, f.path)
+                sc.pwrite_all(fd, sc.pack_i64(eof), f.table_pos + 8 * slot, f.path)
+                offsets[slot] = eof
+                f.nchunks = slot + 1
+                self._nphys += 1
+                kind = "appended"
+            if slot == f.nchunks - 1:
+                f.last_chunk = nbytes
+            self._write_header(f, fd)
+            self._after_write(f, fd)
+            self._remember(n, data, f)
+            self.stats[kind] += 1
+            return kind
+
+    def _drop_chunk(self, n):
+        h = self._heads.pop(n, None)
+        if h is not None:
+            self._heads_bytes -= len(h)
+        d = self._chunks.pop(n, None)
+        if d is not None:
+            self._chunks_bytes -= len(d)
+        self._ctbytes.pop(n, None)
+        f = self._files.get(n // self.K + 1)
+        if f is not None:
+            f.verified.discard(n)
+
+    def remove_chunks_from(self, n):
+        """Drop every chunk >= n: whole superchunk files are deleted, the file holding n is cut."""
+        with self._lock:
+            if n >= self._nphys:
+                return
+            self._check_writable()
+            n = max(n, 0)
+            keep_files = max(1, -(-n // self.K))
+            for fno in range(self.nfiles, keep_files, -1):
+                self._close(fno)
+                self._forget_file(fno)
+                os.remove(self._path(fno))
+            self.nfiles = keep_files
+            fno = keep_files
+            first = (fno - 1) * self.K
+            slot = n - first
+            f = self._file(fno)
+            fd = self._fd(fno)
+            offsets = self._full_table(f)
+            for k in range(slot, f.nchunks):
+                self._drop_chunk(first + k)
+            removed = offsets[slot:f.nchunks]
+            kept = offsets[:slot]
+            cut = int(removed.min()) if removed.size else f.fstate[1]
+            offsets[slot:] = -1
+            sc.pwrite_all(fd, sc.pack_offsets(offsets[slot:]), f.table_pos + 8 * slot, f.path)
+            f.nchunks = slot
+            if slot:
+                f.last_chunk = self._nbytes_at(fd, offsets[slot - 1], f)
+            else:
+                f.last_chunk = 0
+            self._write_header(f, fd)
+            if slot == 0:
+                os.ftruncate(fd, f.data_start)
+            elif not kept.size or int(kept.max()) < cut:
+                os.ftruncate(fd, cut)
+            self._after_write(f, fd)
+            self._nphys = first + slot
+
+    @staticmethod
+    def _nbytes_at(fd, off, f):
+        h = sc.pread(fd, 16, int(off), f.path)
+        return int.from_bytes(h[4:8], "little", signed=True)
+
+    def truncate(self, n):
+        self.remove_chunks_from(n)
+
+    # ------------------------------------------------------------------ maintenance
+    def holes(self):
+        """Bytes in the chunk areas that no chunk uses (left by relocated rewrites)."""
+        total = 0
+        with self._lock:
+            for fno in range(1, self.nfiles + 1):
+                total += self._file_holes(fno)[0]
+        return total
+
+    def _file_holes(self, fno):
+        f = self._file(fno)
+        fd = self._fd(fno)
+        offsets = self._full_table(f)
+        used = 0
+        for slot in range(f.nchunks):
+            n = (fno - 1) * self.K + slot
+            ct = self.chunk_cbytes(n)
+            used += len(self._slot_blob(b"\0" * ct)) if isinstance(self.reserve, float) else \
+                ct + self.cksize + self.reserve
+        return max(0, f.fstate[1] - f.data_start - used), f, fd, offsets
+
+    def purge(self):
+        """Compact the superchunk files that hold holes: every chunk is rewritten in order, checksums
+        verified on the way, into a new file that replaces the old one atomically.
+        Returns the number of bytes reclaimed."""
+        self._check_writable()
+        reclaimed = 0
+        with self._lock:
+            for fno in range(1, self.nfiles + 1):
+                hole, f, fd, offsets = self._file_holes(fno)
+                if not hole:
+                    continue
+                before = f.fstate[1]
+                first = (fno - 1) * self.K
+                parts = []
+                pos = f.data_start
+                new_offsets = np.full(self.K, -1, dtype=np.int64)
+                for slot in range(f.nchunks):
+                    data = self.read_chunk(first + slot)
+                    blob = self._slot_blob(data)
+                    new_offsets[slot] = pos
+                    parts.append(blob)
+                    pos += len(blob)
+                meta = sc.pread(fd, f.meta_size, 32, f.path)
+                head = sc.pack_header(self.checksum_id, self.typesize, self.chunk_nbytes, f.last_chunk,
+                                      f.nchunks, f.meta_size)
+                atomic_write(f.path, head + bytes(meta) + sc.pack_offsets(new_offsets) + b"".join(parts))
+                self._close(fno)
+                self._forget_file(fno)
+                reclaimed += before - pos
+        return reclaimed
+
+    def verify(self, expected_chunks=None):
+        """Check every file and chunk: headers, metadata, offsets, checksums and chunk structure.
+        Raises FormatError / ChecksumError / ChunkError naming the file and chunk; returns a summary."""
+        nchunks = 0
+        nbytes = 0
+        with self._lock:
+            self._chunks.clear()
+            self._chunks_bytes = 0
+            for fno in range(1, self.nfiles + 1):
+                self._forget_file(fno)
+                f = self._file(fno)
+                meta = f.meta_json
+                for key in ("dtype", "chunkshape", "cparams", "superchunklen", "checksum", "meta"):
+                    if meta.get(key) != self._fixed.get(key):
+                        raise FormatError(f"superchunk file '{f.path}': metadata {key!r} is {meta.get(key)!r}, "
+                                          f"file 1 says {self._fixed.get(key)!r}")
+                if f.header["checksum"] != self.checksum_id or f.header["typesize"] != self.typesize:
+                    raise FormatError(f"superchunk file '{f.path}': header disagrees with file 1")
+                offsets = self._full_table(f)
+                if (offsets[f.nchunks:] != -1).any():
+                    raise FormatError(f"superchunk file '{f.path}': offsets after its {f.nchunks} chunks "
+                                      "are not -1")
+                extents = []
+                for slot in range(f.nchunks):
+                    n = (fno - 1) * self.K + slot
+                    data = self.read_chunk(n)
+                    cn = _chunk.header(data)["nbytes"]
+                    is_last = n == self._nphys - 1
+                    if self.chunk_nbytes > 0 and (cn > self.chunk_nbytes or (cn != self.chunk_nbytes
+                                                                             and not is_last)):
+                        raise FormatError(f"{self._where(n)} holds {cn} bytes, chunks hold {self.chunk_nbytes}")
+                    if slot == f.nchunks - 1 and cn != f.last_chunk:
+                        raise FormatError(f"superchunk file '{f.path}': header last-chunk {f.last_chunk}, "
+                                          f"the last chunk holds {cn}")
+                    extents.append((int(offsets[slot]), int(offsets[slot]) + len(data) + self.cksize, n))
+                    nbytes += cn
+                    nchunks += 1
+                extents.sort()
+                for (a0, a1, an), (b0, b1, bn) in zip(extents, extents[1:]):
+                    if b0 < a1:
+                        raise FormatError(f"superchunk file '{f.path}': chunks {an} and {bn} overlap")
+        if expected_chunks is not None and nchunks != expected_chunks:
+            raise FormatError(f"'{self.rootdir}' holds {nchunks} chunks, {expected_chunks} expected "
+                              "from meta/sizes")
+        return {"files": self.nfiles, "chunks": nchunks, "nbytes": nbytes, "checksum": self._fixed["checksum"]}
+
+    # ------------------------------------------------------------------ metalayers
+    @property
+    def meta(self):
+        return FixedMeta(self)
+
+    @property
+    def vlmeta(self):
+        return VLMeta(self)
+
+    def _meta_set(self, name, value, adding):
+        self._check_writable()
+        if not isinstance(name, str):
+            raise TypeError(f"metalayer names must be strings, got {name!r}")
+        enc = _encode(value)
+        with self._lock:
+            layers = self._fixed["meta"]
+            if adding:
+                if self._nphys:
+                    raise MetalayerError(
+                        f"cannot add fixed-length metalayer {name!r} to '{self.rootdir}': "
+                        f"{self._nphys} chunk(s) are already written, and fixed-length metalayers can only "
+                        "be added before the first chunk (use vlmeta, whose entries can be added any time)")
+            else:
+                old = _encode(layers[name])
+                if len(old) != len(enc):
+                    raise MetalayerError(
+                        f"cannot update fixed-length metalayer {name!r}: its value encodes to {len(old)} "
+                        f"bytes and the new one to {len(enc)}; a fixed-length metalayer keeps its size "
+                        "(use vlmeta for values that change size)")
+            new_fixed = dict(self._fixed, meta=dict(layers, **{name: value}))
+            self._rewrite_meta(new_fixed, same_size=not adding)
+
+    def _meta_del(self, name):
+        self._check_writable()
+        with self._lock:
+            if name not in self._fixed["meta"]:
+                raise KeyError(name)
+            if self._nphys:
+                raise MetalayerError(
+                    f"cannot delete fixed-length metalayer {name!r} of '{self.rootdir}': chunks are already "
+                    "written and the metadata section of every superchunk would change size")
+            layers = dict(self._fixed["meta"])
+            del layers[name]
+            self._rewrite_meta(dict(self._fixed, meta=layers), same_size=False)
+
+    def _rewrite_meta(self, new_fixed, same_size):
+        old_fixed = self._fixed
+        self._fixed = new_fixed
+        try:
+            if not same_size:
+                # only allowed with no chunk written: recreate the (single, empty) file
+                for fno in range(self.nfiles, 1, -1):
+                    self._close(fno)
+                    self._forget_file(fno)
+                    os.remove(self._path(fno))
+                self.nfiles = 1
+                self._new_file(1)
+                return
+            for fno in range(1, self.nfiles + 1):
+                f = self._file(fno)
+                fd = self._fd(fno)
+                raw = self._meta_bytes(fno)
+                if len(raw) != f.meta_size:
+                    raise MetalayerError(f"superchunk file '{f.path}': its metadata section holds "
+                                         f"{f.meta_size} bytes, the update needs {len(raw)}")
+                sc.pwrite_all(fd, raw, 32, f.path)
+                f.meta_json = json.loads(raw.decode("ascii"))
+                self._after_write(f, fd)
+        except BaseException:
+            self._fixed = old_fixed
+            raise
+
+    def _read_vlmeta(self):
+        path = self.meta_path(VLMETA_FILE)
+        try:
+            with open(path, "rb") as fh:
+                raw = fh.read()
+        except FileNotFoundError:
+            return {}
+        except OSError as e:
+            raise StorageError(f"cannot read '{path}': {e}") from None
+        if len(raw) < 8 + 16 or raw[:4] != VLMETA_MAGIC or raw[4] != 1:
+            raise FormatError(f"'{path}' is not a BLZ vlmeta file (magic 'BLZV', version 1)")
+        cid = raw[5]
+        if cid not in sc.CHECKSUMS:
+            raise FormatError(f"'{path}': unknown checksum id {cid}")
+        cks = sc.checksum_size(cid)
+        body = memoryview(raw)[8:]
+        if len(body) < 16 + cks:
+            raise FormatError(f"'{path}' is truncated")
+        ct = int.from_bytes(body[12:16], "little")
+        if ct + cks != len(body):
+            raise FormatError(f"'{path}': the chunk claims {ct} bytes, the file holds {len(body) - cks}")
+        sc.verify_checksum(cid, body[:ct], body[ct:], f"'{path}'")
+        data = bytes(body[:ct])
+        nb = _chunk.validate(data, -1, path)
+        out = np.empty(nb, dtype=np.uint8)
+        _chunk.decompress_into(data, out, 1, False, path)
+        try:
+            doc = json.loads(out.tobytes().decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise FormatError(f"'{path}' does not hold JSON: {e}") from None
+        if not isinstance(doc, dict):
+            raise FormatError(f"'{path}' does not hold a JSON object")
+        res = {}
+        for k, v in doc.items():
+            if isinstance(v, dict) and "json" in v:
+                res[k] = v["json"]
+            elif isinstance(v, dict) and "bytes" in v:
+                res[k] = base64.b64decode(v["bytes"])
+            else:
+                raise FormatError(f"'{path}': bad entry {k!r}")
+        return res
+
+    def _write_vlmeta(self, values):
+        self._check_writable()
+        doc = {}
+        for k, v in values.items():
+            if isinstance(v, (bytes, bytearray, memoryview)):
+                doc[k] = {"bytes": base64.b64encode(bytes(v)).decode("ascii")}
+            else:
+                _encode(v)
+                doc[k] = {"json": v}
+        text = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode("utf-8")
+        arr = np.frombuffer(text, dtype=np.uint8)
+        data = _chunk.compress(arr, 1, 5, 0, "zstd" if "zstd" in _chunk.compressor_list() else "blosclz",
+                               0, 1) if len(arr) else b""
+        if not len(arr):
+            data = _chunk.compress(np.zeros(0, dtype=np.uint8), 1, 0, 0, "blosclz", 0, 1)
+        cid = self.checksum_id
+        atomic_write(self.meta_path(VLMETA_FILE),
+                     VLMETA_MAGIC + bytes([1, cid, 0, 0]) + data + sc.checksum(cid, data))
+
+
+class FixedMeta:
+    """Fixed-length metalayers (`carray.meta`): stored in the metadata section of every superchunk file.
+
+    Added only before the first chunk is written; updated in place only with a value of the same
+    encoded (canonical JSON) size.
+    """
+
+    def __init__(self, store):
+        self._store = store
+
+    def __getitem__(self, name):
+        return self._store._fixed["meta"][name]
+
+    def __setitem__(self, name, value):
+        self._store._meta_set(name, value, adding=name not in self._store._fixed["meta"])
+
+    def __delitem__(self, name):
+        self._store._meta_del(name)
+
+    def __contains__(self, name):
+        return name in self._store._fixed["meta"]
+
+    def __iter__(self):
+        return iter(list(self._store._fixed["meta"]))
+
+    def __len__(self):
+        return len(self._store._fixed["meta"])
+
+    def keys(self):
+        return list(self._store._fixed["meta"])
+
+    def items(self):
+        return list(self._store._fixed["meta"].items())
+
+    def get(self, name, default=None):
+        return self._store._fixed["meta"].get(name, default)
+
+    def getall(self):
+        return json.loads(_encode(self._store._fixed["meta"]))
+
+    def __repr__(self):
+        return f"meta({self.getall()!r})"
+
+
+class VLMeta:
+    """Variable-length metalayers (`carray.vlmeta`): any JSON value or bytes, any size, stored compressed
+    in meta/vlmeta, which is rewritten (atomically) on every update."""
+
+    def __init__(self, store):
+        self._store = store
+
+    def getall(self):
+        return self._store._read_vlmeta()
+
+    def __getitem__(self, name):
+        return self.getall()[name]
+
+    def __setitem__(self, name, value):
+        if not isinstance(name, str):
+            raise TypeError(f"vlmeta names must be strings, got {name!r}")
+        d = self.getall()
+        d[name] = value
+        self._store._write_vlmeta(d)
+
+    def __delitem__(self, name):
+        d = self.getall()
+        del d[name]
+        self._store._write_vlmeta(d)
+
+    def __contains__(self, name):
+        return name in self.getall()
+
+    def __iter__(self):
+        return iter(list(self.getall()))
+
+    def __len__(self):
+        return len(self.getall())
+
+    def keys(self):
+        return list(self.getall())
+
+    def items(self):
+        return list(self.getall().items())
+
+    def get(self, name, default=None):
+        return self.getall().get(name, default)
+
+    def __repr__(self):
+        return f"vlmeta({self.getall()!r})"
+
+
+class LazyChunk(chunk):
+    """One chunk of a BLZ file: only its header and bstarts are read until data is asked for."""
+
+    __slots__ = ("_store", "_n")
+
+    def __init__(self, store, n, atom, expected_nbytes=-1):
+        self._store = store
+        self._n = n
+        self.atom = np.dtype(atom)
+        self._where = store._where(n)
+        self._data = None
+        h = store.head(n)
+        self.typesize = h[3]
+        self.nbytes = int.from_bytes(h[4:8], "little")
+        self.blocksize = int.from_bytes(h[8:12], "little")
+        self.cbytes = int.from_bytes(h[12:16], "little")
+        if expected_nbytes >= 0 and self.nbytes != expected_nbytes:
+            raise ChunkError(f"bad Blosc chunk ({self._where}): it holds {self.nbytes} bytes, "
+                             f"{expected_nbytes} expected")
+        self._len = self.nbytes // self.atom.itemsize if self.atom.itemsize else 0
+
+    def getdata(self):
+        return self._store.read_chunk(self._n)
+
+    def decompress(self, out=None):
+        if out is None:
+            out = np.empty(self._len, dtype=self.atom)
+        _chunk.decompress_into(self.getdata(), out, get_nthreads(), False, self._where)
+        return out
+
+    def read_range(self, start, stop, out):
+        if start == 0 and stop == self._len:
+            return self.decompress(out)
+        if stop > start:
+            isz = self.atom.itemsize
+            self._store.read_range(self._n, start * isz, (stop - start) * isz, out)
+        return out
+
+
+class BlzChunks:
+    """The full chunks of an on-disk carray in the BLZ layout (the interface of carray's _DiskChunks)."""
+
+    def __init__(self, store, atom, chunklen, nchunks, mode, objects=False):
+        self.store = store
+        self.atom = atom
+        self.chunk_nbytes = -1 if objects else chunklen * atom.itemsize
+        self.nchunks = nchunks
+        self._mode = mode
+        store.mode = mode
+        if nchunks > store.nchunks:
+            raise FormatError(f"'{store.rootdir}': meta/sizes needs {nchunks} full chunks, the superchunk "
+                              f"files hold {store.nchunks}")
+
+    @property
+    def mode(self):
+        return self._mode
+
+    @mode.setter
+    def mode(self, value):
+        self._mode = value
+        if value == "r" and self.store.mode != "r":
+            self.store.mode = "r"
+        elif value != "r" and self.store.mode == "r":
+            self.store.close()
+            self.store.mode = value
+
+    @property
+    def cbytes(self):
+        return sum(self.store.chunk_cbytes(i) for i in range(self.nchunks))
+
+    def __len__(self):
+        return self.nchunks
+
+    def __iter__(self):
+        for i in range(self.nchunks):
+            yield self[i]
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(self.nchunks))]
+        if i < 0:
+            i += self.nchunks
+        if not 0 <= i < self.nchunks:
+            raise IndexError(f"chunk {i} out of range ({self.nchunks} chunks)")
+        return LazyChunk(self.store, i, self.atom, self.chunk_nbytes)
+
+    def load(self, i, expected_nbytes):
+        """Chunk i read whole and verified (also the short last chunk, past the full ones)."""
+        return chunk.from_bytes(self.store.read_chunk(i, expected_nbytes), self.atom, expected_nbytes,
+                                where=self.store._where(i))
+
+    def __setitem__(self, i, c):
+        self._check_writable()
+        self.store.write_chunk(i, c.getdata())
+
+    def append(self, c):
+        self._check_writable()
+        self.store.write_chunk(self.nchunks, c.getdata())
+        self.nchunks += 1
+
+    def truncate(self, n):
+        self._check_writable()
+        self.nchunks = n
+        self.store.remove_chunks_from(n)
+
+    def free_cachemem(self):
+        self.store.drop_caches()
+
+    def purge(self):
+        """Compact holes left by relocated rewrites (bytes reclaimed)."""
+        self._check_writable()
+        return self.store.purge()
+
+    def verify(self, expected_chunks=None):
+        return self.store.verify(expected_chunks)
+
+    def _check_writable(self):
+        if self._mode == "r":
+            raise ReadOnlyError(f"cannot modify '{self.store.rootdir}': it was opened with mode 'r'")
