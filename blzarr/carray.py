@@ -56,7 +56,10 @@ def dflt_to_json(dflt):
     if dflt.dtype.kind == "c":
         return [float(dflt.real), float(dflt.imag)]
     if dflt.dtype.kind == "O":
-        return None
+        # a plain JSON scalar as bcolz writes it (its default 0 included), anything else as null
+        v = dflt[()]
+        ok = v is None or isinstance(v, (bool, int, str)) or (isinstance(v, float) and math.isfinite(v))
+        return v if ok else None
 
     def fix(v):
         if isinstance(v, np.ndarray):
