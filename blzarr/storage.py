@@ -101,21 +101,28 @@ class BcolzDir:
         return os.path.join(self.datadir, f"__{n}{CHUNK_EXT}")
 
     def read_chunk(self, n):
-        """The Blosc chunk stored in data/__n.blp (header checked, chunk bytes not decoded)."""
+        """The Blosc chunk stored in data/__n.blp (the 'blpk' header checked, the chunk not decoded).
+
+        Only the `ctbytes` its Blosc header announces are read: trailing bytes are not part of the
+        chunk (bcolz ignores them too). A chunk that announces more bytes than the file holds is
+        returned whole, for the codec's validation to report.
+        """
         path = self.chunk_path(n)
         try:
             with open(path, "rb") as f:
-                raw = f.read()
+                head = f.read(BLP_HEADER_SIZE + 16)
+                if len(head) < BLP_HEADER_SIZE + 16:
+                    raise FormatError(f"chunk file '{path}' is truncated ({len(head)} bytes)")
+                if head[:4] != BLP_MAGIC:
+                    raise FormatError(f"chunk file '{path}' does not start with 'blpk'")
+                ctbytes = int.from_bytes(head[BLP_HEADER_SIZE + 12:], "little", signed=True)
+                avail = os.fstat(f.fileno()).st_size - BLP_HEADER_SIZE
+                want = ctbytes if 16 <= ctbytes <= avail else avail
+                body = head[BLP_HEADER_SIZE:] + f.read(want - 16)
         except FileNotFoundError:
             raise StorageError(f"chunk file '{path}' is missing") from None
-        if len(raw) < BLP_HEADER_SIZE + 16:
-            raise FormatError(f"chunk file '{path}' is truncated ({len(raw)} bytes)")
-        if raw[:4] != BLP_MAGIC:
-            raise FormatError(f"chunk file '{path}' does not start with 'blpk'")
-        ctbytes = int.from_bytes(raw[BLP_HEADER_SIZE + 12:BLP_HEADER_SIZE + 16], "little", signed=True)
-        body = raw[BLP_HEADER_SIZE:]
-        if ctbytes < len(body) and ctbytes >= 16:
-            body = body[:ctbytes]  # trailing bytes after the chunk are not part of it
+        except OSError as e:
+            raise StorageError(f"cannot read chunk file '{path}': {e}") from None
         return body
 
     def write_chunk(self, n, data):
@@ -142,7 +149,12 @@ class BcolzDir:
         return os.path.join(self.metadir, name)
 
     def read_meta(self, name):
-        return read_json(self.meta_path(name), f"meta/{name}")
+        """The JSON object in meta/`name` (a FormatError naming the file if it holds anything else)."""
+        path = self.meta_path(name)
+        obj = read_json(path, f"meta/{name}")
+        if not isinstance(obj, dict):
+            raise FormatError(f"meta/{name} file '{path}' must hold a JSON object, not {type(obj).__name__}")
+        return obj
 
     def write_meta(self, name, obj):
         write_json(self.meta_path(name), obj)

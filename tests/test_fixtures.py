@@ -1,0 +1,530 @@
+"""Directories written by the real bcolz (tests/fixtures/bcolz/, made by tests/make_fixtures.py),
+the exact bytes blzarr writes in the bcolz 1.x layout, and corrupted directories.
+
+The fixture tests need no bcolz: the expected values are rebuilt here, independently of the generator.
+"""
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import blzarr
+from blzarr.errors import BlzarrError, PickleNotAllowedError, ReadOnlyError
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIXTURES = os.path.join(HERE, "fixtures", "bcolz")
+
+# name -> (expected values, chunklen, (clevel, shuffle, cname), attrs)
+OBJECTS = [1, "two", None, [3, {"four": 4.0}], (5, b"six"), 7.25]
+EXPECTED = {
+    "int64_leftover": (np.arange(-500, 2500, 3, dtype="i8"), 128, (5, 1, "lz4"), {}),
+    "float64_2d": ((np.arange(600) / 7.0).reshape(200, 3), 64, (5, 1, "blosclz"), {}),
+    "int16_3d": ((np.arange(120, dtype="i2") * 37 - 1000).reshape(30, 2, 2), 8, (4, 1, "lz4"), {}),
+    "unicode": (np.array(["\u015dtr-%d" % i for i in range(150)], dtype="U8"), 40, (3, 1, "zlib"), {}),
+    "bytes": (np.array([b"k%04d" % (i * 7) for i in range(90)], dtype="S6"), 32, (5, 0, "lz4"), {}),
+    "lz4hc_bitshuffle": (np.arange(500, dtype="i4") % 37, 100, (6, 2, "lz4hc"), {}),
+    "zstd_noshuffle": ((np.arange(700) * 13 % 65536).astype("u2"), 256, (9, 0, "zstd"), {}),
+    "bool": (np.arange(300) % 3 == 0, 64, (5, 1, "lz4"), {}),
+    "datetime64ns": (np.datetime64("2016-01-01T00:00:00", "ns") + np.arange(200) * np.timedelta64(1, "D"),
+                     50, (5, 1, "zstd"), {}),
+    "float32_attrs": (np.arange(50, dtype="f4") * 0.5, 16, (5, 1, "lz4"),
+                      {"temp": 22.5, "pressure": 999.2, "timestamp": "2016030915", "tags": ["a", "b"],
+                       "nested": {"k": None, "ok": True}}),
+    "int8_chunklen1": (np.arange(-2, 3, dtype="i1"), 1, (1, 0, "blosclz"), {}),
+    "empty_int32": (np.zeros(0, dtype="i4"), 16, (5, 1, "lz4"), {}),
+    "objects": (np.array(OBJECTS + [0], dtype=object)[:-1], 4, (5, 1, "lz4"), {}),
+}
+
+
+def fixture(name):
+    return os.path.join(FIXTURES, name)
+
+
+def copy_fixture(name, tmp_path):
+    dst = str(tmp_path / name)
+    shutil.copytree(fixture(name), dst)
+    return dst
+
+
+def assert_same(got, expected):
+    got = np.asarray(got)
+    assert got.dtype == expected.dtype
+    assert got.shape == expected.shape
+    if expected.dtype.kind == "O":
+        assert got.tolist() == expected.tolist()
+    else:
+        assert got.tobytes() == expected.tobytes()
+
+
+def test_fixtures_are_small_and_complete():
+    assert sorted(os.listdir(FIXTURES)) == sorted(EXPECTED)
+    total = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(FIXTURES) for f in fs)
+    assert total < 200 * 1024
+
+
+# ---------------------------------------------------------------- opening what bcolz wrote
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_open_fixture(name):
+    expected, chunklen, (clevel, shuffle, cname), attrs = EXPECTED[name]
+    kw = {"allow_pickle": True} if expected.dtype.kind == "O" else {}
+    a = blzarr.open(fixture(name), mode="r", **kw)
+    assert a.shape == expected.shape
+    assert a.dtype == expected.dtype
+    assert a.chunklen == chunklen
+    assert (a.cparams.clevel, a.cparams.shuffle, a.cparams.cname) == (clevel, shuffle, cname)
+    assert a.attrs.getall() == attrs
+    assert_same(a[:], expected)
+    n = len(expected)
+    if expected.dtype.kind != "O":
+        assert a.nchunks == n // chunklen
+        assert a.nleftover == n % chunklen
+    for i in sorted({0, n // 2, n - 1, chunklen - 1, chunklen}):
+        if 0 <= i < n:
+            got = a[i]
+            if expected.dtype.kind == "O":
+                assert got == expected[i]
+            else:
+                assert_same(np.asarray([got], dtype=expected.dtype), expected[i:i + 1])
+    assert_same(a[n // 3:n - 1:7], expected[n // 3:n - 1:7])
+    assert_same(a[::-5], expected[::-5])
+
+
+def test_fixture_dflt_and_resize(tmp_path):
+    a = blzarr.open(copy_fixture("float32_attrs", tmp_path))
+    assert a.dflt == np.float32(-1.5)
+    a.resize(53)
+    a.flush()
+    expected = np.concatenate([EXPECTED["float32_attrs"][0], np.full(3, -1.5, dtype="f4")])
+    assert_same(blzarr.open(a.rootdir, mode="r")[:], expected)
+
+
+def test_fixture_objects_need_opt_in():
+    with pytest.raises(PickleNotAllowedError, match="allow_pickle=True") as info:
+        blzarr.open(fixture("objects"))
+    assert "objects" in str(info.value)
+
+
+def test_fixture_read_only_mode_writes_nothing():
+    before = {os.path.join(d, f): open(os.path.join(d, f), "rb").read()
+              for d, _, fs in os.walk(fixture("int64_leftover")) for f in fs}
+    a = blzarr.open(fixture("int64_leftover"), mode="r")
+    with pytest.raises(ReadOnlyError):
+        a.append([1, 2, 3])
+    with pytest.raises(ReadOnlyError):
+        a[0] = 5
+    with pytest.raises(ReadOnlyError):
+        a.attrs["x"] = 1
+    a.flush()
+    after = {os.path.join(d, f): open(os.path.join(d, f), "rb").read()
+             for d, _, fs in os.walk(fixture("int64_leftover")) for f in fs}
+    assert after == before
+
+
+@pytest.mark.parametrize("name", ["int64_leftover", "float64_2d", "unicode", "lz4hc_bitshuffle",
+                                  "empty_int32", "int8_chunklen1"])
+def test_append_to_fixture_copy(tmp_path, name):
+    expected = EXPECTED[name][0]
+    path = copy_fixture(name, tmp_path)
+    a = blzarr.open(path)
+    extra = expected[:37] if len(expected) else np.arange(37, dtype=expected.dtype)
+    a.append(extra)
+    a.flush()
+    full = np.concatenate([expected, extra])
+    assert_same(blzarr.open(path, mode="r")[:], full)
+    # the layout stays bcolz's: the chunk files are exactly the ones the length calls for
+    chunklen = EXPECTED[name][1]
+    nfiles = -(-len(full) // chunklen)
+    assert sorted(os.listdir(os.path.join(path, "data"))) == sorted(f"__{i}.blp" for i in range(nfiles))
+
+
+# ---------------------------------------------------------------- blzarr writes what bcolz writes
+
+def _all_files(root):
+    return {os.path.relpath(os.path.join(d, f), root): open(os.path.join(d, f), "rb").read()
+            for d, _, fs in os.walk(root) for f in fs}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_blzarr_writes_the_bytes_bcolz_wrote(tmp_path, name):
+    """Same data and parameters: every file blzarr writes equals the one bcolz wrote, byte for byte."""
+    expected, chunklen, (clevel, shuffle, cname), attrs = EXPECTED[name]
+    kw = {"dflt": -1.5} if name == "float32_attrs" else {}
+    a = blzarr.carray(expected, rootdir=str(tmp_path / name), mode="w", format="bcolz", chunklen=chunklen,
+                      cparams=blzarr.cparams(clevel=clevel, shuffle=shuffle, cname=cname), **kw)
+    for k, v in attrs.items():
+        a.attrs[k] = v
+    a.flush()
+    mine, theirs = _all_files(str(tmp_path / name)), _all_files(fixture(name))
+    assert sorted(mine) == sorted(theirs)
+    for rel in theirs:
+        assert mine[rel] == theirs[rel], rel
+
+
+def test_make_fixtures_regenerates_the_same_bytes(tmp_path):
+    pytest.importorskip("bcolz")
+    sys.path.insert(0, HERE)
+    try:
+        import make_fixtures
+    finally:
+        sys.path.remove(HERE)
+    assert sorted(make_fixtures.FIXTURES) == sorted(EXPECTED)
+    out = make_fixtures.generate(str(tmp_path / "regen"))
+    for name in EXPECTED:
+        assert _all_files(os.path.join(out, name)) == _all_files(fixture(name)), name
+
+
+# ---------------------------------------------------------------- the exact bytes of a tiny carray
+
+BLPK_HEADER = b"blpk" + bytes([1, 0, 0, 0]) + struct.pack("<q", 1)
+
+
+def test_pinned_bytes_memcpyed(tmp_path):
+    """clevel=0: the Blosc chunk stores the values raw, so every byte is known in advance."""
+    root = tmp_path / "tiny"
+    a = blzarr.carray(np.arange(6, dtype="<i4") - 2, rootdir=str(root), mode="w", format="bcolz",
+                      chunklen=4, cparams=blzarr.cparams(clevel=0, shuffle=1, cname="blosclz"))
+    a.attrs["unit"] = "m"
+    a.flush()
+    assert sorted(os.listdir(root)) == ["__attrs__", "data", "meta"]
+    assert sorted(os.listdir(root / "data")) == ["__0.blp", "__1.blp"]
+    assert (root / "meta" / "storage").read_bytes() == (
+        b'{"dtype": "int32", "cparams": {"clevel": 0, "shuffle": 1, "cname": "blosclz", "quantize": 0}, '
+        b'"chunklen": 4, "expectedlen": 6, "dflt": 0}\n')
+    # cbytes: the compressed full chunk plus the uncompressed leftover buffer, as bcolz counts it
+    assert (root / "meta" / "sizes").read_bytes() == b'{"shape": [6], "nbytes": 24, "cbytes": 48}\n'
+    assert (root / "__attrs__").read_bytes() == b'{"unit": "m"}\n'
+
+    def blosc_header(flags, nbytes):
+        # version 2, codec format 1, flags, typesize 4, nbytes, blocksize, ctbytes
+        return bytes([2, 1, flags, 4]) + struct.pack("<iii", nbytes, nbytes, nbytes + 16)
+
+    # flags 0x13: byte shuffle requested, memcpyed, don't split; codec bits 0 (blosclz)
+    full = (root / "data" / "__0.blp").read_bytes()
+    assert full == BLPK_HEADER + blosc_header(0x13, 16) + np.array([-2, -1, 0, 1], "<i4").tobytes()
+    left = (root / "data" / "__1.blp").read_bytes()
+    assert left == BLPK_HEADER + blosc_header(0x13, 8) + np.array([2, 3], "<i4").tobytes()
+
+
+@pytest.mark.parametrize("cname,codec_bits", [("blosclz", 0), ("lz4", 1), ("lz4hc", 1), ("zlib", 3),
+                                              ("zstd", 4)])
+def test_pinned_header_compressed(tmp_path, cname, codec_bits):
+    root = tmp_path / "c"
+    values = np.arange(100, dtype="<i8")
+    blzarr.carray(values, rootdir=str(root), mode="w", format="bcolz", chunklen=64,
+                  cparams=blzarr.cparams(clevel=5, shuffle=1, cname=cname)).flush()
+    meta = json.loads((root / "meta" / "storage").read_text())
+    assert meta == {"dtype": "int64", "cparams": {"clevel": 5, "shuffle": 1, "cname": cname, "quantize": 0},
+                    "chunklen": 64, "expectedlen": 100, "dflt": 0}
+    assert json.loads((root / "meta" / "sizes").read_text())["shape"] == [100]
+    for fname, part in [("__0.blp", values[:64]), ("__1.blp", values[64:])]:
+        raw = (root / "data" / fname).read_bytes()
+        assert raw[:16] == BLPK_HEADER
+        version, vcodec, flags, typesize, nbytes, blocksize, ctbytes = struct.unpack("<BBBBiii", raw[16:32])
+        assert version == 2
+        assert typesize == 8
+        assert nbytes == part.nbytes
+        assert ctbytes == len(raw) - 16
+        assert 0 < blocksize <= nbytes
+        assert flags & 0x01 and not flags & 0x02 and not flags & 0x04   # shuffled, compressed
+        assert flags >> 5 == codec_bits
+        blosc2 = pytest.importorskip("blosc2")  # an independent decoder of Blosc 1.x chunks
+        assert np.frombuffer(blosc2.decompress(raw[16:]), dtype="<i8").tolist() == part.tolist()
+
+
+# ---------------------------------------------------------------- corrupted directories
+
+def _assert_names_file(exc, path):
+    assert isinstance(exc, BlzarrError), type(exc)
+    assert isinstance(exc, (ValueError, OSError)), type(exc)
+    assert os.path.normpath(path) in str(exc), str(exc)
+
+
+def _read_all(path, **kw):
+    a = blzarr.open(path, **kw)
+    a[:]
+    for i in range(0, len(a), 37):
+        a[i]
+    return a
+
+
+def _edit_json(path, change):
+    with open(path) as f:
+        data = json.load(f)
+    change(data)
+    with open(path, "w") as f:
+        json.dump(data, f)
+
+
+@pytest.mark.parametrize("fname,content", [
+    ("storage", b""), ("storage", b"{not json"), ("storage", b'{"dtype": "int64", '), ("storage", b"[1, 2]"),
+    ("storage", b"\xff\xfe\x00"), ("sizes", b""), ("sizes", b"nul"), ("sizes", b'"shape"'),
+])
+def test_broken_meta_json(tmp_path, fname, content):
+    path = copy_fixture("int64_leftover", tmp_path)
+    target = os.path.join(path, "meta", fname)
+    with open(target, "wb") as f:
+        f.write(content)
+    with pytest.raises(BlzarrError) as info:
+        _read_all(path)
+    _assert_names_file(info.value, target)
+
+
+@pytest.mark.parametrize("fname,key,value", [
+    ("storage", "chunklen", "abc"), ("storage", "chunklen", 0), ("storage", "chunklen", -3),
+    ("storage", "chunklen", 1.5), ("storage", "chunklen", True), ("storage", "chunklen", None),
+    ("storage", "chunklen", 2 ** 40),
+    ("storage", "dtype", 42), ("storage", "dtype", "notadtype"), ("storage", "dtype", "[('a', 'i4')"),
+    ("storage", "dtype", None), ("storage", "dtype", ["i8"]),
+    ("storage", "cparams", "fast"), ("storage", "cparams", {"clevel": "x", "shuffle": 1}),
+    ("storage", "cparams", {"clevel": 5, "shuffle": 7}),
+    ("storage", "cparams", {"clevel": 5, "shuffle": 1, "cname": "nope"}),
+    ("storage", "dflt", "abc"), ("storage", "dflt", [1, 2]),
+    ("sizes", "shape", "abc"), ("sizes", "shape", [-1]), ("sizes", "shape", []), ("sizes", "shape", [1.5]),
+    ("sizes", "shape", None), ("sizes", "shape", {"0": 3}),
+])
+def test_wrong_types_in_meta(tmp_path, fname, key, value):
+    path = copy_fixture("int64_leftover", tmp_path)
+    target = os.path.join(path, "meta", fname)
+    if value is None:
+        _edit_json(target, lambda d: d.pop(key))
+    else:
+        _edit_json(target, lambda d: d.__setitem__(key, value))
+    with pytest.raises(BlzarrError) as info:
+        _read_all(path)
+    _assert_names_file(info.value, target)
+
+
+def test_chunklen_disagreeing_with_chunk_files(tmp_path):
+    path = copy_fixture("int64_leftover", tmp_path)
+    _edit_json(os.path.join(path, "meta", "storage"), lambda d: d.__setitem__("chunklen", 100))
+    with pytest.raises(BlzarrError) as info:
+        _read_all(path)
+    assert isinstance(info.value, (ValueError, OSError))
+    assert os.path.join(path, "data", "__") in str(info.value)
+
+
+def test_shape_longer_than_the_data(tmp_path):
+    path = copy_fixture("int64_leftover", tmp_path)
+    _edit_json(os.path.join(path, "meta", "sizes"), lambda d: d.__setitem__("shape", [5000]))
+    with pytest.raises(BlzarrError) as info:
+        _read_all(path)
+    _assert_names_file(info.value, os.path.join(path, "data", "__39.blp"))
+
+
+@pytest.mark.parametrize("what", ["meta/sizes", "meta/storage", "meta", "data", "data/__3.blp",
+                                  "data/__7.blp"])
+def test_missing_file(tmp_path, what):
+    path = copy_fixture("int64_leftover", tmp_path)
+    target = os.path.join(path, what)
+    if os.path.isdir(target):
+        shutil.rmtree(target)
+    else:
+        os.remove(target)
+    with pytest.raises(BlzarrError) as info:
+        _read_all(path)
+    if what == "meta/storage" or what == "meta":
+        # without meta/storage the directory is not recognized as a carray at all
+        _assert_names_file(info.value, path)
+    else:
+        _assert_names_file(info.value, target)
+
+
+def test_chunk_file_unreadable(tmp_path):
+    path = copy_fixture("int64_leftover", tmp_path)
+    target = os.path.join(path, "data", "__3.blp")
+    os.remove(target)
+    os.mkdir(target)
+    with pytest.raises(BlzarrError) as info:
+        _read_all(path)
+    _assert_names_file(info.value, target)
+
+
+def test_broken_attrs(tmp_path):
+    path = copy_fixture("float32_attrs", tmp_path)
+    target = os.path.join(path, "__attrs__")
+    for content in (b"{broken", b"[1, 2, 3]", b"\xff"):
+        with open(target, "wb") as f:
+            f.write(content)
+        with pytest.raises(BlzarrError) as info:
+            blzarr.open(path)
+        _assert_names_file(info.value, target)
+
+
+# Chunk-byte corruption goes through the C decoder: it is read in a child process, so that a crash fails
+# the tests instead of killing pytest. One child reads every corrupted copy in turn (one line of output
+# each), which keeps this fast; a crash shows as the missing lines from the case that crashed onwards.
+CHILD = textwrap.dedent("""
+    import sys, numpy as np, blzarr
+    for path in sys.argv[1:]:
+        print("START", path, flush=True)
+        try:
+            a = blzarr.open(path, mode="r")
+            full = a[:]
+            for i in range(len(a)):
+                assert a[i] == full[i]
+            for s in range(0, len(a), 50):
+                a[s:s + 75]
+            print("OK", full.shape == (1000,), flush=True)
+        except Exception as e:
+            print("ERR", type(e).__name__, isinstance(e, blzarr.BlzarrError),
+                  isinstance(e, (ValueError, OSError)), repr(str(e)), flush=True)
+""")
+
+
+def _run_child(paths):
+    """{path: result line} for every path the child got through; a crash leaves the rest out."""
+    r = subprocess.run([sys.executable, "-c", CHILD, *paths], capture_output=True, text=True, timeout=300)
+    results, current = {}, None
+    for line in r.stdout.splitlines():
+        if line.startswith("START "):
+            current = line[6:]
+        elif current is not None:
+            results[current] = line
+            current = None
+    crash = None if r.returncode == 0 else f"crashed (return code {r.returncode}): {r.stderr[-2000:]}"
+    return results, crash
+
+
+def _corrupt(path, fname, change):
+    target = os.path.join(path, "data", fname)
+    with open(target, "rb") as f:
+        raw = bytearray(f.read())
+    raw = change(raw)
+    with open(target, "wb") as f:
+        f.write(bytes(raw))
+    return target
+
+
+def _flip(offset, mask=0xFF):
+    def change(raw):
+        raw[offset] ^= mask
+        return raw
+    return change
+
+
+def _set_i32(offset, value):
+    def change(raw):
+        raw[offset:offset + 4] = struct.pack("<i", value)
+        return raw
+    return change
+
+
+def _payload(case):
+    def change(raw):
+        body = 16 + 16 + 4   # blpk header, Blosc header, one bstart (one block per chunk here)
+        if case == "payload":
+            raw[body + 9] ^= 0x5A
+        elif case == "payload end":
+            raw[-3] ^= 0xFF
+        elif case == "stream size":
+            raw[body:body + 4] = struct.pack("<i", 10 ** 6)
+        else:
+            for k in range(body, len(raw)):
+                raw[k] = (raw[k] * 31 + 7) % 256
+        return raw
+    return change
+
+
+DETECTED = {
+    "empty": lambda raw: raw[:0],
+    "header only": lambda raw: raw[:10],
+    "blpk only": lambda raw: raw[:16],
+    "short blosc header": lambda raw: raw[:24],
+    "half": lambda raw: raw[:len(raw) // 2],
+    "last byte cut": lambda raw: raw[:-1],
+    "magic": _flip(0),
+    "blosc version": _flip(16),
+    "flags reserved bit": _flip(18, 0x08),
+    "typesize 0": lambda raw: raw[:19] + b"\x00" + raw[20:],
+    "nbytes": _set_i32(20, 4096),
+    "nbytes negative": _set_i32(20, -8),
+    "nbytes huge": _set_i32(20, 2 ** 31 - 1),
+    "blocksize 0": _set_i32(24, 0),
+    "blocksize negative": _set_i32(24, -1),
+    "blocksize huge": _set_i32(24, 2 ** 31 - 1),
+    "ctbytes small": _set_i32(28, 20),
+    "ctbytes huge": _set_i32(28, 2 ** 31 - 1),
+    "ctbytes negative": _set_i32(28, -100),
+    "bstart out of range": _set_i32(32, 10 ** 6),
+    "bstart negative": _set_i32(32, -5),
+    "bstart inside header": _set_i32(32, 3),
+}
+PAYLOAD = ["payload", "payload end", "stream size", "all payload"]
+CHUNK_FILES = ["__2.blp", "__7.blp"]  # a full chunk, the leftover chunk
+
+
+@pytest.fixture(scope="module")
+def corrupted(tmp_path_factory):
+    """(case, file) -> (path of the corrupted file, the child's line or None, crash message or None)."""
+    base = tmp_path_factory.mktemp("corrupted")
+    cases = {}
+    for fname in CHUNK_FILES:
+        for case in list(DETECTED) + PAYLOAD:
+            d = base / f"{case.replace(' ', '_')}-{fname}"
+            d.mkdir()
+            path = copy_fixture("int64_leftover", d)
+            change = DETECTED[case] if case in DETECTED else _payload(case)
+            cases[case, fname] = (path, _corrupt(path, fname, change))
+    d = base / "swapped"
+    d.mkdir()
+    path = copy_fixture("int64_leftover", d)
+    shutil.copyfile(os.path.join(path, "data", "__7.blp"), os.path.join(path, "data", "__2.blp"))
+    cases["swapped", "__2.blp"] = (path, os.path.join(path, "data", "__2.blp"))
+    results, crash = _run_child([p for p, _ in cases.values()])
+    return {k: (target, results.get(path), crash) for k, (path, target) in cases.items()}
+
+
+def _check_error(line, target):
+    assert line.startswith("ERR"), line
+    _, name, is_blzarr, is_std, message = line.split(" ", 4)
+    assert is_blzarr == "True" and is_std == "True", line
+    assert target in message, line
+
+
+@pytest.mark.parametrize("fname", CHUNK_FILES)
+@pytest.mark.parametrize("case", sorted(DETECTED))
+def test_corrupted_chunk_detected(corrupted, fname, case):
+    target, line, crash = corrupted[case, fname]
+    assert line is not None, f"the reader {crash}"
+    _check_error(line, target)
+
+
+@pytest.mark.parametrize("fname", CHUNK_FILES)
+@pytest.mark.parametrize("case", PAYLOAD)
+def test_corrupted_payload_never_crashes(corrupted, fname, case):
+    """Without a checksum, a flipped payload byte may decode to other values; it must never crash,
+    and when it is noticed the error names the file."""
+    target, line, crash = corrupted[case, fname]
+    assert line is not None, f"the reader {crash}"
+    if line.startswith("ERR"):
+        _check_error(line, target)
+    else:
+        assert line == "OK True", line
+
+
+def test_chunk_files_swapped(corrupted):
+    """A valid chunk of the wrong size in the wrong place (the leftover copied to a full slot)."""
+    target, line, crash = corrupted["swapped", "__2.blp"]
+    assert line is not None, f"the reader {crash}"
+    _check_error(line, target)
+
+
+def test_reader_child_did_not_crash(corrupted):
+    crashes = {crash for _, _, crash in corrupted.values() if crash}
+    assert not crashes, crashes
+
+
+def test_trailing_bytes_after_the_chunk_are_ignored(tmp_path):
+    path = copy_fixture("int64_leftover", tmp_path)
+    _corrupt(path, "__1.blp", lambda raw: raw + b"garbage")
+    assert_same(blzarr.open(path, mode="r")[:], EXPECTED["int64_leftover"][0])
+
+
