@@ -109,10 +109,22 @@ def eval(expression, vm=None, out_flavor=None, user_dict=None, blen=None, depth=
     out_flavor = out_flavor or defaults.out_flavor
     if out_flavor not in ("bcolz", "carray", "numpy"):
         raise ValueError(f"out_flavor must be 'bcolz', 'carray' or 'numpy', got {out_flavor!r}")
+    vm = vm or defaults.vm
+    if vm not in ("numexpr", "python", "dask"):
+        raise ValueError(f"vm must be 'numexpr', 'python' or 'dask', got {vm!r}")
+    import blzarr
+    if vm == "numexpr" and not blzarr.numexpr_here:
+        raise ImportError("eval(..., vm='numexpr') needs numexpr, which is not installed")
     if vm == "dask":
-        vm = "python"
+        if not blzarr.dask_here:
+            raise ImportError("eval(..., vm='dask') needs dask, which is not installed")
+        vm = "python"  # the blocks are small: NumPy evaluates them, with the same results
     _, names = _operand_names(expression)
     operands = _lookup(names, user_dict, depth)
+    for name, v in operands.items():
+        if isinstance(v, (list, tuple)):
+            raise ValueError(f"variable '{name}' is a {type(v).__name__}: only NumPy arrays, carrays "
+                             "and scalars can be operands")
     blocks = evaluate_blocks(expression, operands, vm, blen)
     if out_flavor == "numpy":
         parts = list(blocks)

@@ -57,7 +57,7 @@ def _check(clevel, shuffle, cname, quantize):
             cname = cname.decode()
         if cname not in _chunk.compressor_list():
             raise ValueError(
-                f"cparams: compressor {cname!r} is not available in this build "
+                f"cparams: `cname` {cname!r} is not a compressor available in this build "
                 f"(available: {', '.join(_chunk.compressor_list())})")
     if quantize is not None:
         if not isinstance(quantize, int) or isinstance(quantize, bool) or quantize < 0:
