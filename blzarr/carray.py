@@ -18,10 +18,14 @@ from blzarr.chunk import blosc_typesize, chunk, compress_array
 from blzarr.errors import FormatError, PickleNotAllowedError, ReadOnlyError, StorageError
 from blzarr.params import cparams as _cparams, get_nthreads
 from blzarr.storage import BcolzDir
+from blzarr.blz import BlzChunks, BlzDir, open_store
 
 _MB = 1024 * 1024
 # compressed bytes of recently read on-disk chunks kept in memory, per carray
 DISK_CACHE_BYTES = 32 * _MB
+# the layout of new on-disk carrays when `format` is not given: 'bcolz' (bcolz 1.x) or 'blz' (superchunks)
+DEFAULT_FORMAT = "bcolz"
+_UNSET = object()
 # atoms per block-cache entry are chosen so one entry is about this many bytes
 BLOCK_CACHE_BYTES = 32 * 1024
 
@@ -205,7 +209,8 @@ class _MemoryChunks(list):
 
 class carray:
     """carray(array=None, cparams=None, dtype=None, dflt=None, expectedlen=None, chunklen=None,
-    rootdir=None, mode='a', format='bcolz', allow_pickle=False, safe=True)
+    rootdir=None, mode='a', format=None, allow_pickle=False, safe=True, checksum='crc32', reserve=0,
+    superchunklen=None, meta=None)
 
     A compressed and enlargeable array, in memory or on disk, chunked along its first axis.
 
@@ -227,8 +232,14 @@ class carray:
         A directory to persist the data in.
     mode : {'a', 'r', 'w'}
         'r' read-only, 'w' replace what is there, 'a' open an existing directory or create a missing one.
-    format : {'bcolz'}
-        The on-disk layout of a new directory; an existing one keeps its own.
+    format : {'bcolz', 'blz'}, optional
+        The on-disk layout of a new directory (default ``DEFAULT_FORMAT``); an existing one keeps its own.
+        'blz' stores chunks in checksummed superchunk files with lazy block reads (docs/FORMAT.rst).
+    checksum, reserve, superchunklen, meta
+        'blz' only: the checksum of each chunk ('crc32' default, None, 'adler32', 'md5', 'sha1',
+        'sha224', 'sha256', 'sha384', 'sha512'); bytes (or a fraction of a chunk) reserved after each
+        chunk for in-place rewrites; chunks per superchunk file (automatic: files of tens of MB);
+        fixed-length metalayers written before the first chunk.
     allow_pickle : bool
         Opening a directory of object dtype unpickles its content, which can run code: only with True.
 
@@ -243,14 +254,17 @@ class carray:
     """
 
     def __init__(self, array=None, cparams=None, dtype=None, dflt=None, expectedlen=None,
-                 chunklen=None, rootdir=None, mode="a", format="bcolz", allow_pickle=False, safe=True,
-                 **kwargs):
+                 chunklen=None, rootdir=None, mode="a", format=None, allow_pickle=False, safe=True,
+                 checksum=_UNSET, reserve=0, superchunklen=None, meta=None, **kwargs):
         if kwargs:
             raise TypeError(f"carray() got unexpected keyword arguments {sorted(kwargs)}")
         if mode not in ("r", "w", "a"):
             raise ValueError(f"mode must be 'r', 'w' or 'a', got {mode!r}")
-        if format not in ("bcolz",):
-            raise ValueError(f"format must be 'bcolz', got {format!r}")
+        if format not in (None, "bcolz", "blz"):
+            raise ValueError(f"format must be 'bcolz' or 'blz', got {format!r}")
+        self._blz_opts = dict(checksum="crc32" if checksum is _UNSET else checksum, reserve=reserve,
+                              superchunklen=superchunklen, meta=meta)
+        self._format_arg = format
         self._mode = mode
         self._rootdir = os.fspath(rootdir) if rootdir is not None else None
         self._lock = threading.RLock()
@@ -268,6 +282,7 @@ class carray:
             array = np.empty((0,) + self._atom.shape, dtype=dtype)
             chunklen = chunklen or self._chunklen
             cparams = cparams or self._cparams
+            self._format_arg = self._format_arg or self._store.format
         if self._rootdir is not None and not exists and mode == "r":
             raise StorageError(f"cannot open '{self._rootdir}' with mode 'r': it does not exist")
         if array is None:
@@ -339,9 +354,9 @@ class carray:
                     shutil.rmtree(self._rootdir)
                 else:
                     os.remove(self._rootdir)
-            self._store = BcolzDir.create(self._rootdir)
-            self._chunks = _DiskChunks(self._store, self._chunk_atom, self._chunklen, 0, "a",
-                                       objects=self._isobj)
+            self._store, chunks_cls = self._create_store()
+            self._chunks = chunks_cls(self._store, self._chunk_atom, self._chunklen, 0, "a",
+                                      objects=self._isobj)
             self._write_storage()
         self._attrs = _attrs(self._rootdir, "a", _new=True,
                              path=self._store.attrs_path if self._store else None)
@@ -355,9 +370,22 @@ class carray:
     def _chunk_atom(self):
         return np.dtype("u1") if self._isobj else self._atom
 
+    def _create_store(self):
+        fmt = self._format_arg or DEFAULT_FORMAT
+        opts = self._blz_opts
+        if fmt == "bcolz":
+            if opts["checksum"] != "crc32" or opts["reserve"] or opts["superchunklen"] or opts["meta"]:
+                raise ValueError("checksum=, reserve=, superchunklen= and meta= need format='blz'")
+            return BcolzDir.create(self._rootdir), _DiskChunks
+        atom = self._chunk_atom
+        store = BlzDir.create(self._rootdir, dtype=str(self._atom.base), atom_shape=self._atom.shape,
+                              chunklen=self._chunklen, typesize=self._typesize,
+                              chunk_nbytes=-1 if self._isobj else self._chunklen * atom.itemsize,
+                              cparams=self._cparams.to_dict(), **opts)
+        return store, BlzChunks
+
     def _open(self, allow_pickle):
-        store = BcolzDir(self._rootdir)
-        store.check_layout()
+        store = open_store(self._rootdir, self._mode)
         sizes = store.read_meta("sizes")
         storage = store.read_meta("storage")
         where_sz = f"'{store.meta_path('sizes')}'"
@@ -398,7 +426,8 @@ class carray:
             nchunks, nleft = length, 0
         else:
             nchunks, nleft = divmod(length, chunklen)
-        self._chunks = _DiskChunks(store, self._chunk_atom, chunklen, nchunks, self._mode, self._isobj)
+        self._chunks = (BlzChunks if store.format == "blz" else _DiskChunks)(
+            store, self._chunk_atom, chunklen, nchunks, self._mode, self._isobj)
         self._len = length
         self._nleft = nleft
         if nleft:
@@ -492,7 +521,42 @@ class carray:
 
     @property
     def format(self):
-        return "bcolz" if self._store is not None else None
+        """'bcolz' or 'blz' for on-disk carrays, None in memory."""
+        return self._store.format if self._store is not None else None
+
+    def _blz_store(self, what):
+        if self._store is None or self._store.format != "blz":
+            raise AttributeError(f"{what} needs an on-disk carray in the 'blz' format "
+                                 f"(this one is {self.format or 'in memory'})")
+        return self._store
+
+    @property
+    def meta(self):
+        """Fixed-length metalayers ('blz' format): added before the first chunk, updated at equal size."""
+        return self._blz_store("meta").meta
+
+    @property
+    def vlmeta(self):
+        """Variable-length metalayers ('blz' format): any JSON value or bytes, stored compressed."""
+        return self._blz_store("vlmeta").vlmeta
+
+    def verify(self):
+        """Check every chunk on disk (checksums in the 'blz' format, structure in both); raise on damage."""
+        if self._store is None:
+            return {"chunks": len(self._chunks)}
+        self.flush()
+        if self._store.format == "blz":
+            nleft = bool(self._nleft)
+            return self._store.verify(len(self._chunks) + nleft)
+        for i in range(len(self._chunks)):
+            self._chunks.load(i, self._chunks.chunk_nbytes)
+        return {"chunks": len(self._chunks)}
+
+    def compact(self):
+        """'blz' format: reclaim the space left by chunks rewritten elsewhere; returns the bytes freed."""
+        self._check_writable()
+        self.flush()
+        return self._blz_store("compact()").purge()
 
     @property
     def nchunks(self):
