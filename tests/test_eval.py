@@ -1,0 +1,130 @@
+"""blzarr.eval with both virtual machines, against NumPy."""
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose, assert_array_equal
+
+import blzarr
+
+VMS = ["python"] + (["numexpr"] if blzarr.numexpr_here else [])
+
+N = 10007
+a_np = np.arange(N, dtype="f8") * 0.5 - 100
+b_np = np.sin(np.arange(N, dtype="f8"))
+i_np = np.arange(N, dtype="i4") % 97
+
+
+@pytest.fixture
+def cas():
+    return (blzarr.carray(a_np, chunklen=1000), blzarr.carray(b_np, chunklen=333),
+            blzarr.carray(i_np, chunklen=5000))
+
+
+@pytest.mark.parametrize("vm", VMS)
+@pytest.mark.parametrize("expr,fn", [
+    ("a * 2 + 1", lambda a, b, i: a * 2 + 1),
+    ("a + b * i", lambda a, b, i: a + b * i),
+    ("(a > 0) & (b < 0.5)", lambda a, b, i: (a > 0) & (b < 0.5)),
+    ("sqrt(abs(a)) + sin(b)", lambda a, b, i: np.sqrt(np.abs(a)) + np.sin(b)),
+    ("where(a > 10, a, -b)", lambda a, b, i: np.where(a > 10, a, -b)),
+    ("i % 5 == 0", lambda a, b, i: i % 5 == 0),
+    ("a ** 2", lambda a, b, i: a ** 2),
+])
+def test_eval_matches_numpy(cas, vm, expr, fn):
+    a, b, i = cas
+    exp = fn(a_np, b_np, i_np)
+    got = blzarr.eval(expr, vm=vm)
+    assert isinstance(got, blzarr.carray)
+    assert got.dtype == exp.dtype and len(got) == N
+    assert_allclose(got[:], exp, rtol=1e-12)
+    got = blzarr.eval(expr, vm=vm, out_flavor="numpy")
+    assert isinstance(got, np.ndarray)
+    assert_allclose(got, exp, rtol=1e-12)
+
+
+@pytest.mark.parametrize("vm", VMS)
+def test_eval_mixes_numpy_carray_scalars_and_user_dict(cas, vm):
+    a, _, _ = cas
+    k = 3.5
+    got = blzarr.eval("a * k + x", vm=vm, user_dict={"x": b_np}, out_flavor="numpy")
+    assert_allclose(got, a_np * 3.5 + b_np)
+    # user_dict wins over local names
+    got = blzarr.eval("a + 1", vm=vm, user_dict={"a": np.ones(3)}, out_flavor="numpy")
+    assert_array_equal(got, np.full(3, 2.0))
+
+
+@pytest.mark.parametrize("vm", VMS)
+def test_eval_blen_and_carray_kwargs(cas, vm, tmp_path):
+    a, b, _ = cas
+    for blen in (1, 17, 1000, 10 ** 6):
+        assert_allclose(blzarr.eval("a - b", vm=vm, blen=blen, out_flavor="numpy"), a_np - b_np)
+    p = str(tmp_path / "out")
+    out = blzarr.eval("a - b", vm=vm, rootdir=p, format="bcolz", chunklen=128,
+                      cparams=blzarr.cparams(clevel=9))
+    assert out.chunklen == 128 and out.cparams.clevel == 9 and out.rootdir == p
+    assert_allclose(blzarr.open(p)[:], a_np - b_np)
+
+
+@pytest.mark.parametrize("vm", VMS)
+def test_eval_scalars_only_and_empty(vm):
+    assert blzarr.eval("2 * 3 + 1", vm=vm) == 7
+    e = blzarr.carray(np.empty(0))
+    got = blzarr.eval("e * 2", vm=vm, out_flavor="numpy")
+    assert got.shape == (0,)
+
+
+def test_eval_default_vm_and_flavor(cas):
+    a, _, _ = cas
+    with blzarr.defaults_ctx(vm="python", out_flavor="numpy"):
+        got = blzarr.eval("a + 1")
+        assert isinstance(got, np.ndarray)
+        assert_array_equal(got, a_np + 1)
+
+
+def test_eval_errors(cas):
+    a, _, _ = cas
+    with pytest.raises(NameError, match="undefined_thing"):
+        blzarr.eval("a + undefined_thing")
+    with pytest.raises(ValueError, match="expression"):
+        blzarr.eval("a +")
+    with pytest.raises(ValueError, match="vm"):
+        blzarr.eval("a + 1", vm="java")
+    with pytest.raises(ValueError, match="out_flavor"):
+        blzarr.eval("a + 1", out_flavor="pandas")
+    short = np.arange(5)
+    with pytest.raises(ValueError, match="length"):
+        blzarr.eval("a + short")
+    lst = [1, 2, 3]
+    with pytest.raises(ValueError, match="lst"):
+        blzarr.eval("lst * 2")
+    if not blzarr.dask_here:
+        with pytest.raises(ImportError, match="dask"):
+            blzarr.eval("a + 1", vm="dask")
+
+
+def test_eval_no_builtins_in_python_vm():
+    x = np.arange(3)
+    with pytest.raises(NameError):
+        blzarr.eval("__import__('os').getcwd() + x", vm="python")
+
+
+def test_eval_inside_function_sees_locals():
+    def inner():
+        local_arr = blzarr.carray(np.arange(10))
+        return blzarr.eval("local_arr * 3", out_flavor="numpy")
+    assert_array_equal(inner(), np.arange(10) * 3)
+
+
+def test_string_keys_on_carray_use_eval(cas):
+    a, b, _ = cas
+    def f():
+        zz = blzarr.carray(np.arange(50))
+        got = zz["(zz > 5) & (zz < 9)"]
+        vals = list(zz.where("zz > 45"))
+        zz["zz < 3"] = -1
+        return got, vals, zz[:5]
+    got, vals, head = f()
+    assert_array_equal(got, [6, 7, 8])
+    assert vals == [46, 47, 48, 49]
+    assert_array_equal(head, [-1, -1, -1, 3, 4])
+    assert_array_equal(a["a > b * 1000"], a_np[a_np > b_np * 1000])
