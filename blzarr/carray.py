@@ -927,7 +927,14 @@ class carray:
             key = key[:]
         if key is None:
             return self[:][None]
-        return self._take(ix.positions_from_array(key, self._len))
+        arr = np.asarray(key)
+        if arr.dtype.kind in "iu" and arr.ndim != 1:
+            if arr.ndim == 0:
+                return self[int(arr)]
+            # an n-d integer index: NumPy's result shape, key shape then atom shape
+            flat = self._take(ix.positions_from_array(arr.reshape(-1), self._len))
+            return flat.reshape(arr.shape + flat.shape[1:])
+        return self._take(ix.positions_from_array(arr, self._len))
 
     def _take(self, pos, check_len=None):
         if check_len is not None and check_len != self._len:
@@ -957,9 +964,10 @@ class carray:
 
     def iter(self, start=0, stop=None, step=1, limit=None, skip=0, dtype=None):
         """Iterate over the atoms of [start:stop:step], skipping `skip` and yielding at most `limit`."""
-        start, stop, step = slice(start, stop, step).indices(self._len)
-        if step <= 0:
+        if step is not None and step <= 0:
             raise NotImplementedError("iter() supports only positive steps")
+        start, stop, step = slice(start, stop, step).indices(self._len)
+        limit, skip = _check_limit_skip(limit, skip)
         return self._iter(start, stop, step, limit, skip, dtype)
 
     def _iter(self, start, stop, step, limit, skip, dtype):
@@ -996,8 +1004,13 @@ class carray:
         if isinstance(boolarr, np.ndarray) and boolarr.dtype != bool or (
                 isinstance(boolarr, carray) and boolarr.dtype != bool):
             raise ValueError("`boolarr` must be of boolean type")
+        if not hasattr(boolarr, "dtype"):
+            boolarr = np.asarray(boolarr)
+            if boolarr.dtype != bool:
+                raise ValueError("`boolarr` must be of boolean type")
         if len(boolarr) != self._len:
             raise ValueError(f"`boolarr` has length {len(boolarr)}, the carray has {self._len}")
+        limit, skip = _check_limit_skip(limit, skip)
         return self._where(boolarr, limit, skip)
 
     def _where(self, boolarr, limit, skip):
@@ -1024,6 +1037,9 @@ class carray:
         """Iterate over the positions where this boolean carray is true."""
         if self.dtype != bool:
             raise ValueError("wheretrue() needs a carray of boolean type")
+        if self.ndim > 1:
+            raise NotImplementedError("wheretrue() needs a one-dimensional carray")
+        limit, skip = _check_limit_skip(limit, skip)
         return self._wheretrue(limit, skip)
 
     def _wheretrue(self, limit, skip):
@@ -1194,6 +1210,17 @@ class _Info:
 
     def __repr__(self):
         return self.text
+
+
+def _check_limit_skip(limit, skip):
+    if limit is not None:
+        limit = operator_index(limit, "limit")
+        if limit < 0:
+            raise ValueError(f"limit must be None or >= 0, got {limit}")
+    skip = operator_index(skip or 0, "skip")
+    if skip < 0:
+        raise ValueError(f"skip must be >= 0, got {skip}")
+    return limit, skip
 
 
 def _rebuild_carray(array, rootdir, kwargs):

@@ -811,3 +811,42 @@ def test_dflt_roundtrip_special_values(tmp_path):
         assert r.dflt.tobytes() == exp.tobytes(), (dt, r.dflt, exp)
         r.resize(3)
         assert r[:][2:].tobytes() == exp.reshape(1).tobytes()
+
+
+def test_getitem_integer_array_shapes(pair):
+    c, a = pair
+    assert c[np.array(3)] == a[np.array(3)]
+    k = np.array([[1, 2, -1], [1000, 0, 50]])
+    assert_same(c[k], a[k])
+    m = carray(np.arange(40).reshape(20, 2), chunklen=3)
+    assert_same(m[k % 20], np.arange(40).reshape(20, 2)[k % 20])
+
+
+def test_iter_where_reject_negative_limit_skip(pair):
+    c, a = pair
+    for kw in (dict(limit=-1), dict(skip=-1), dict(limit="3")):
+        with pytest.raises((ValueError, TypeError)):
+            c.iter(**kw)
+        with pytest.raises((ValueError, TypeError)):
+            c.where(a > 0, **kw)
+        with pytest.raises((ValueError, TypeError)):
+            carray(a > 0).wheretrue(**kw)
+    with pytest.raises(NotImplementedError):
+        c.iter(step=0)
+    assert list(c.where([True] * len(a), limit=2)) == list(a[:2])
+
+
+def test_disk_chunks_sequence(tmp_path):
+    a = np.arange(30)
+    c = carray(a, chunklen=7, rootdir=str(tmp_path / "dc"), format="bcolz")
+    r = blzarr.open(str(tmp_path / "dc"), mode="r")
+    for obj in (c, r):
+        assert len(obj.chunks) == obj.nchunks == 4
+        assert [len(ch) for ch in obj.chunks] == [7] * 4
+        assert all(isinstance(ch, blzarr.chunk) for ch in obj.chunks)
+        assert_same(obj.chunks[-1][:], a[21:28])
+        assert_same(np.concatenate([ch[:] for ch in obj.chunks[1:3]]), a[7:21])
+        assert_same(obj.leftover_array[:obj.nleftover], a[28:])
+        assert obj.leftover_bytes == 2 * a.itemsize
+        with pytest.raises(IndexError):
+            obj.chunks[4]
