@@ -34,7 +34,9 @@ DEFAULT_BLEN = 65536
 # the block length used for queries is at least this (tiny chunklens would make Python overhead dominate)
 MIN_QUERY_BLEN = 4096
 
-_RESERVED = {ROOTDIRS_FILE, ATTRS_FILE, "data", "meta"}
+_RESERVED = {ROOTDIRS_FILE, ATTRS_FILE}
+# where the column directories live, per format: root/<name> (bcolz 1.x) or root/data/<name> (BLZ)
+BLZ_COLUMNS_DIR = "data"
 _SPLIT = re.compile(r"[\s,]+")
 # keyword arguments a ctable forwards to the carrays it creates
 _CARRAY_KW = ("cparams", "expectedlen", "chunklen", "dflt", "format", "safe")
@@ -176,6 +178,12 @@ class ctable:
         self.auto_flush = bool(auto_flush) and self._rootdir is not None
         self._cparams = _cparams.coerce(cp)
         self._cparams_given = cp is not None
+        self._format = None
+        if self._rootdir is not None and columns is not None:
+            self._format = kwargs.get("format") or getattr(
+                sys.modules[carray.__module__], "DEFAULT_FORMAT", "bcolz")
+            if self._format not in ("bcolz", "blz"):
+                raise ValueError(f"format must be 'bcolz' or 'blz', got {self._format!r}")
         self._ckw = {k: v for k, v in kwargs.items() if v is not None}
         self._ckw.pop("cparams", None)
         self.cols = cols(self)
@@ -195,11 +203,17 @@ class ctable:
     def _col_kwargs(self, **extra):
         kw = dict(self._ckw)
         kw["cparams"] = self._cparams
+        if self._format is not None:
+            kw.setdefault("format", self._format)
         kw.update(extra)
         return kw
 
     def _col_dir(self, name):
-        return os.path.join(self._rootdir, name) if self._rootdir is not None else None
+        if self._rootdir is None:
+            return None
+        if self._format == "blz":
+            return os.path.join(self._rootdir, BLZ_COLUMNS_DIR, name)
+        return os.path.join(self._rootdir, name)
 
     def _make_rootdir(self):
         if os.path.exists(self._rootdir):
@@ -208,6 +222,8 @@ class ctable:
             else:
                 os.remove(self._rootdir)
         os.makedirs(self._rootdir)
+        if self._format == "blz":
+            os.makedirs(os.path.join(self._rootdir, BLZ_COLUMNS_DIR))
 
     def _create(self, columns, names, kwargs):
         if isinstance(names, str):
@@ -312,7 +328,10 @@ class ctable:
 
     def _write_rootdirs(self):
         if self._rootdir is not None:
-            write_json(os.path.join(self._rootdir, ROOTDIRS_FILE), {"names": list(self.cols.names)})
+            meta = {"names": list(self.cols.names)}
+            if self._format == "blz":
+                meta["format"] = "blz"  # bcolz writes (and expects) only "names"
+            write_json(os.path.join(self._rootdir, ROOTDIRS_FILE), meta)
 
     def _open(self, allow_pickle):
         root = self._rootdir
@@ -330,9 +349,13 @@ class ctable:
                 raise FormatError(f"'{path}': {e}") from None
         if len(set(names)) != len(names):
             raise FormatError(f"'{path}': column names are repeated: {names}")
+        fmt = meta.get("format", "bcolz")
+        if fmt not in ("bcolz", "blz"):
+            raise FormatError(f"'{path}': unknown format {fmt!r} (expected 'bcolz' or 'blz')")
+        self._format = fmt
         mode = self._mode
         for n in names:
-            d = os.path.join(root, n)
+            d = self._col_dir(n)
             if not os.path.isdir(d):
                 raise StorageError(f"column directory '{d}' listed in '{path}' does not exist")
             self.cols.names.append(n)
@@ -409,6 +432,11 @@ class ctable:
     @property
     def attrs(self):
         return self._attrs
+
+    @property
+    def format(self):
+        """The on-disk layout: 'bcolz' (columns at root/<name>), 'blz' (root/data/<name>), None in memory."""
+        return self._format
 
     @property
     def chunklen(self):
@@ -645,6 +673,8 @@ class ctable:
         if len(names) != len(self.cols.names):
             raise ValueError(f"copy(): `names` needs {len(self.cols.names)} names, got {len(names)}")
         if rootdir is not None:
+            if self._format is not None:
+                kwargs.setdefault("format", self._format)
             return ctable([self.cols._cols[n] for n in self.cols.names], names, rootdir=rootdir,
                           mode=mode, **kwargs)
         copies = []

@@ -633,3 +633,52 @@ def test_hdf5_roundtrip(tmp_path):
         ctable.fromhdf5(path, nodepath="/nothing")
     with pytest.raises(StorageError):
         ctable.fromhdf5(str(tmp_path / "missing.h5"))
+
+
+# ------------------------------------------------------------------ BLZ format
+def _blz_available(tmp_path):
+    try:
+        blzarr.carray(np.arange(2), rootdir=str(tmp_path / "probe"), format="blz")
+        return True
+    except ValueError:
+        return False
+
+
+def test_blz_format_layout(tmp_path):
+    if not _blz_available(tmp_path):
+        pytest.skip("the carray has no 'blz' format yet")
+    root = str(tmp_path / "t")
+    ra = make_ra(3000)
+    t = ctable(ra, rootdir=root, format="blz", chunklen=500)
+    assert t.format == "blz"
+    t.append(make_ra(10))
+    t.addcol(np.arange(3010), name="z")
+    t.delcol("c")
+    t.attrs["k"] = "v"
+    import json
+    with open(os.path.join(root, "__rootdirs__")) as f:
+        assert json.load(f) == {"names": ["a", "b", "d", "e", "z"], "format": "blz"}
+    assert sorted(os.listdir(os.path.join(root, "data"))) == ["a", "b", "d", "e", "z"]
+    o = blzarr.open(root)
+    assert o.format == "blz" and all(o.cols[n].format == "blz" for n in o.names)
+    want = np.concatenate([ra, make_ra(10)])
+    for n in ["a", "b", "d", "e"]:
+        np.testing.assert_array_equal(o[n][:], want[n])
+    np.testing.assert_array_equal(o.fetchwhere("a > 2990", out_flavor="numpy")["z"], np.arange(2991, 3000))
+    assert o.attrs["k"] == "v"
+    c = o.copy(rootdir=str(tmp_path / "c"))
+    assert c.format == "blz"
+    b = t.copy(rootdir=str(tmp_path / "b"), format="bcolz")
+    assert b.format == "bcolz" and os.path.isdir(os.path.join(str(tmp_path / "b"), "a", "meta"))
+
+
+def test_bcolz_format_is_default_layout(tmp_path):
+    t = ctable(make_ra(5), rootdir=str(tmp_path / "t"), format="bcolz")
+    assert t.format == "bcolz" and ctable(make_ra(5)).format is None
+    import json
+    with open(os.path.join(str(tmp_path / "t"), "__rootdirs__")) as f:
+        assert json.load(f) == {"names": ["a", "b", "c", "d", "e"]}
+    with open(os.path.join(str(tmp_path / "t"), "__rootdirs__"), "w") as f:
+        f.write('{"names": ["a"], "format": "zarr"}')
+    with pytest.raises(FormatError, match="format"):
+        blzarr.open(str(tmp_path / "t"))
