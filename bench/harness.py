@@ -1,0 +1,521 @@
+"""The timing loop, the operations, the table and the JSON report of ``python -m bench``."""
+
+import gc
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+
+import numpy as np
+
+from bench import CLEVEL, CNAME, NTHREADS
+from bench import peers as P
+
+N_SCALARS = 2000
+N_SLICES, SLICE_LEN = 300, 1000
+N_FANCY = 20_000
+N_ITER = 1_000_000
+APPEND_BATCH = 10_000
+WHERE_QUANTILE = 0.9      # `where` keeps the top 10% of the values
+CT_WHERE_QUANTILE = 0.99  # ctable `where`/`fetchwhere` keep the top 1% of the rows
+
+MEMORY_OPS = ("create", "read_all", "scalars", "slices", "fancy", "sum", "iter", "where")
+DISK_OPS = ("disk_create", "disk_open_read", "disk_scalars_cold", "disk_scalars_warm",
+            "disk_slices_cold", "disk_slices_warm", "disk_append")
+CTABLE_OPS = ("ct_create", "ct_where", "ct_fetchwhere", "ct_todataframe")
+ALL_OPS = MEMORY_OPS + DISK_OPS + CTABLE_OPS
+
+LABELS = {
+    "create": "create from NumPy",
+    "read_all": "read all a[:]",
+    "scalars": "{scalars} random a[i]",
+    "slices": "{slices} random a[i:i+%d]" % SLICE_LEN,
+    "fancy": f"sorted fancy index of {N_FANCY}",
+    "sum": "sum()",
+    "iter": "iterate 1M values",
+    "where": "where(mask), 10% true",
+    "disk_create": "disk: create + flush",
+    "disk_open_read": "disk: open + read all",
+    "disk_scalars_cold": "disk: open + {scalars} a[i] (cold)",
+    "disk_scalars_warm": "disk: {scalars} a[i] (warm)",
+    "disk_slices_cold": "disk: open + {slices} slices (cold)",
+    "disk_slices_warm": "disk: {slices} slices (warm)",
+    "disk_append": f"disk: append by {APPEND_BATCH} + flush",
+    "ct_create": "ctable: create",
+    "ct_where": "ctable: where (1%)",
+    "ct_fetchwhere": "ctable: fetchwhere (1%)",
+    "ct_todataframe": "ctable: todataframe",
+}
+
+
+def machine():
+    cpu = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        cpu = platform.processor() or "?"
+    return {"nproc": os.cpu_count(), "cpu": cpu, "python": platform.python_version(),
+            "numpy": np.__version__, "platform": platform.platform()}
+
+
+def datasets(n, which=("smooth", "walk"), seed=12345):
+    """The two series of the issue: `arange(n) * 0.25` and a random walk (cumsum of N(0, 1))."""
+    out = {}
+    if "smooth" in which:
+        out["smooth"] = np.arange(n, dtype=np.float64) * 0.25
+    if "walk" in which:
+        out["walk"] = np.cumsum(np.random.default_rng(seed).standard_normal(n))
+    return out
+
+
+class Timer:
+    """Median of `repeats` runs of fn(*setup()), with setup outside the clock.
+
+    When one run takes longer than `budget` seconds, the remaining repeats are dropped (the
+    median of what ran is reported) so that a slow peer cannot stretch the whole run.
+    """
+
+    def __init__(self, repeats, budget):
+        self.repeats = repeats
+        self.budget = budget
+
+    def __call__(self, fn, setup=None, teardown=None):
+        times = []
+        for _ in range(self.repeats):
+            args = setup() if setup is not None else ()
+            gc.collect()
+            gc.disable()
+            try:
+                t0 = time.perf_counter()
+                res = fn(*args)
+                dt = time.perf_counter() - t0
+            finally:
+                gc.enable()
+            if teardown is not None:
+                teardown(res)
+            del res
+            times.append(dt)
+            if sum(times) > self.budget:
+                break
+        return statistics.median(times), times
+
+
+class Runner:
+    def __init__(self, n, repeats, budget, tmpdir, ops, peers, log=print, n_scalars=N_SCALARS,
+                 n_slices=N_SLICES):
+        self.n = n
+        self.counts = {"scalars": n_scalars, "slices": n_slices}
+        self.timer = Timer(repeats, budget)
+        self.tmpdir = tmpdir
+        self.ops = ops
+        self.log = log
+        self.notes = []
+        self.results = []      # one dict per (dataset, op)
+        self.sizes = {}        # dataset -> peer -> compressed bytes in memory
+        self.peers = []
+        self.versions = {}
+        for cls in peers:
+            p = cls()
+            try:
+                p.setup()
+            except Exception as exc:  # Unavailable, or anything else that breaks the import
+                self.note(f"{cls.name}: skipped, {exc}")
+                continue
+            self.peers.append(p)
+            self.versions[p.name] = p.version()
+            self.notes.extend(p.NOTES)
+        rng = np.random.default_rng(2024)
+        m = max(n, 1)
+        self.scalar_idx = [int(i) for i in rng.integers(0, m, n_scalars)]
+        self.slice_starts = [int(i) for i in rng.integers(0, max(m - SLICE_LEN, 1), n_slices)]
+        self.fancy_idx = np.sort(rng.choice(m, min(N_FANCY, m), replace=False))
+        self._seq = 0
+
+    def note(self, text):
+        self.notes.append(text)
+        self.log("note: " + text)
+
+    def path(self, peer, tag):
+        self._seq += 1
+        return os.path.join(self.tmpdir, f"{peer.name}-{tag}-{self._seq}")
+
+    # ------------------------------------------------------------------ one measurement
+    def measure(self, row, peer, op, fn, setup=None, teardown=None):
+        try:
+            med, times = self.timer(fn, setup, teardown)
+        except P.Unsupported:
+            row["skipped"][peer.name] = "not supported"
+            return
+        except Exception as exc:
+            msg = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            row["skipped"][peer.name] = msg
+            self.note(f"{peer.name} {op} on {row['dataset']}: failed, {msg}")
+            if os.environ.get("BLZARR_BENCH_TRACEBACK"):
+                traceback.print_exc()
+            return
+        row["times"][peer.name] = med
+        row["runs"][peer.name] = times
+
+    def new_row(self, dataset, op):
+        row = {"dataset": dataset, "op": op, "label": LABELS[op].format(**self.counts), "times": {}, "runs": {},
+               "skipped": {}}
+        self.results.append(row)
+        return row
+
+    def finish_row(self, row):
+        base = row["times"].get("blzarr")
+        row["ratios"] = {}
+        if base:
+            for k, v in row["times"].items():
+                if k != "blzarr":
+                    row["ratios"][k] = v / base
+        parts = [f"{k} {v * 1e3:.2f} ms" for k, v in row["times"].items()]
+        self.log(f"  {row['dataset']:6s} {row['label']:38s} " + ", ".join(parts))
+
+    # ------------------------------------------------------------------ the operations
+    def run_array(self, dname, x):
+        mask = x > np.quantile(x, WHERE_QUANTILE)
+        objs, masks = {}, {}
+        self.sizes[dname] = {}
+        for p in self.peers:
+            try:
+                objs[p.name] = p.create(x)
+                masks[p.name] = p.make_mask(mask) if "where" in self.ops else None
+                self.sizes[dname][p.name] = p.nbytes_stored(objs[p.name])
+            except Exception as exc:
+                self.note(f"{p.name}: cannot create the in-memory array on {dname}: "
+                          f"{type(exc).__name__}: {exc}")
+        sidx, sst, fidx = self.scalar_idx, self.slice_starts, self.fancy_idx
+
+        def scalars(a):
+            for i in sidx:
+                a[i]
+
+        def slices(a):
+            for s in sst:
+                a[s:s + SLICE_LEN]
+
+        for op in MEMORY_OPS:
+            if op not in self.ops:
+                continue
+            row = self.new_row(dname, op)
+            for p in self.peers:
+                a = objs.get(p.name)
+                if a is None:
+                    row["skipped"][p.name] = "no in-memory array"
+                    continue
+                fn = {
+                    "create": lambda: p.create(x),
+                    "read_all": lambda: p.read_all(a),
+                    "scalars": lambda: scalars(a),
+                    "slices": lambda: slices(a),
+                    "fancy": lambda: p.fancy(a, fidx),
+                    "sum": lambda: p.sum(a),
+                    "iter": lambda: p.iterate(a, min(N_ITER, len(x))),
+                    "where": lambda: p.where(a, masks[p.name]),
+                }[op]
+                self.measure(row, p, op, fn)
+            self.finish_row(row)
+        del objs, masks
+        self.check_results(dname, x, mask)
+
+    def check_results(self, dname, x, mask):
+        """A benchmark of wrong answers is worthless: check each peer once against NumPy."""
+        for p in self.peers:
+            try:
+                a = p.create(x[: min(len(x), 300_000)])
+                ref = x[: min(len(x), 300_000)]
+                ok = (np.array_equal(np.asarray(p.read_all(a)), ref)
+                      and np.isclose(float(p.sum(a)), float(ref.sum()), rtol=1e-9, atol=1e-6))
+                if len(ref):
+                    ok = ok and float(a[len(ref) // 2]) == float(ref[len(ref) // 2])
+                    if "where" in self.ops:
+                        m = mask[: len(ref)]
+                        ok = ok and np.array_equal(np.asarray(p.where(a, p.make_mask(m))), ref[m])
+                if not ok:
+                    self.note(f"{p.name}: WRONG RESULT on {dname} (read all, sum, a[i] or where "
+                              f"differ from NumPy)")
+            except P.Unsupported:
+                pass
+            except Exception as exc:
+                self.note(f"{p.name}: result check on {dname} failed: {type(exc).__name__}: {exc}")
+
+    def run_disk(self, dname, x):
+        sidx, sst = self.scalar_idx, self.slice_starts
+        paths = {}
+        disk_ops = [op for op in DISK_OPS if op in self.ops]
+        if not disk_ops:
+            return
+        for op in disk_ops:
+            row = self.new_row(dname, op)
+            for p in self.peers:
+                if op == "disk_create":
+                    def setup(p=p):
+                        path = self.path(p, "create")
+                        return (path,)
+
+                    def fn(path, p=p):
+                        p.disk_create(x, path)
+                        return path
+                    self.measure(row, p, op, fn, setup, teardown=P._rmtree)
+                    continue
+                if op == "disk_append":
+                    total = len(x)
+                    batches = [x[s:s + APPEND_BATCH] for s in range(0, total, APPEND_BATCH)]
+
+                    def fn(path, p=p):
+                        h = p.append_open(path, x.dtype, total)
+                        for b in batches:
+                            p.append(h, b)
+                        p.append_close(h)
+                        return path
+                    self.measure(row, p, op, fn, lambda p=p: (self.path(p, "append"),),
+                                 teardown=P._rmtree)
+                    continue
+                # the ops below read one array written once per (peer, dataset)
+                if p.name not in paths:
+                    path = self.path(p, "read")
+                    try:
+                        p.disk_create(x, path)
+                        paths[p.name] = path
+                    except P.Unsupported:
+                        paths[p.name] = None
+                    except Exception as exc:
+                        paths[p.name] = None
+                        self.note(f"{p.name}: cannot write {dname} to disk: {type(exc).__name__}: "
+                                  f"{exc}")
+                path = paths[p.name]
+                if path is None:
+                    row["skipped"][p.name] = "no on-disk array"
+                    continue
+                if op == "disk_open_read":
+                    reader = getattr(p, "disk_read_all", None)
+                    fn = (lambda p=p, path=path: reader(path)) if reader else (
+                        lambda p=p, path=path: p.read_all(p.disk_open(path)))
+                    self.measure(row, p, op, fn)
+                elif op in ("disk_scalars_cold", "disk_slices_cold"):
+                    def fn(p=p, path=path, op=op):
+                        a = p.disk_open(path)
+                        if op == "disk_scalars_cold":
+                            for i in sidx:
+                                a[i]
+                        else:
+                            for s in sst:
+                                a[s:s + SLICE_LEN]
+                    self.measure(row, p, op, fn)
+                else:
+                    def warm(a, op=op):
+                        if op == "disk_scalars_warm":
+                            for i in sidx:
+                                a[i]
+                        else:
+                            for s in sst:
+                                a[s:s + SLICE_LEN]
+                    handle = []
+
+                    def setup(p=p, path=path, handle=handle, warm=warm):
+                        if not handle:  # open once; one untimed pass loads whatever the library caches
+                            handle.append(p.disk_open(path))
+                            warm(handle[0])
+                        return (handle[0],)
+                    self.measure(row, p, op, warm, setup)
+            self.finish_row(row)
+        for path in paths.values():
+            if path:
+                P._rmtree(path)
+
+    def run_ctable(self, data):
+        ct_ops = [op for op in CTABLE_OPS if op in self.ops]
+        if not ct_ops:
+            return
+        smooth = data.get("smooth")
+        walk = data.get("walk")
+        n = len(next(iter(data.values())))
+        if smooth is None:
+            smooth = np.arange(n) * 0.25
+        if walk is None:
+            walk = np.cumsum(np.random.default_rng(1).standard_normal(n))
+        cols = {"smooth": smooth, "walk": walk, "id": np.arange(n, dtype=np.int64)}
+        thr = float(np.quantile(walk, CT_WHERE_QUANTILE)) if n else 0.0
+        expr = f"walk > {thr!r}"
+        tables = {}
+        for p in self.peers:
+            try:
+                tables[p.name] = p.ct_create(cols)
+            except P.Unsupported:
+                pass
+            except NotImplementedError as exc:
+                self.note(f"{p.name}: ctable skipped, not implemented yet ({exc})")
+            except Exception as exc:
+                self.note(f"{p.name}: ctable skipped, {type(exc).__name__}: {exc}")
+        for op in ct_ops:
+            row = self.new_row("table", op)
+            for p in self.peers:
+                t = tables.get(p.name)
+                if t is None:
+                    row["skipped"][p.name] = "no ctable"
+                    continue
+                fn = {
+                    "ct_create": lambda: p.ct_create(cols),
+                    "ct_where": lambda: p.ct_where(t, expr),
+                    "ct_fetchwhere": lambda: p.ct_fetchwhere(t, expr),
+                    "ct_todataframe": lambda: p.ct_todataframe(t),
+                }[op]
+                self.measure(row, p, op, fn)
+            self.finish_row(row)
+
+
+# ---------------------------------------------------------------------- the report
+def format_table(results, peer_names, sizes=None):
+    """An reStructuredText simple table: median ms per library, then peer/blzarr ratios.
+
+    A ratio above 1 means blzarr is faster than that peer (peer time / blzarr time).
+    """
+    others = [p for p in peer_names if p != "blzarr"]
+    head = ["dataset", "operation"] + [f"{p} ms" for p in peer_names] + [f"{p}/blzarr" for p in others]
+    rows = []
+    for r in results:
+        cells = [r["dataset"], r["label"]]
+        for p in peer_names:
+            t = r["times"].get(p)
+            cells.append(f"{t * 1e3:.3f}" if t is not None and t < 0.01 else
+                         f"{t * 1e3:.1f}" if t is not None else "--")
+        for p in others:
+            q = r.get("ratios", {}).get(p)
+            cells.append(f"{q:.2f}" if q is not None else "--")
+        rows.append(cells)
+    if sizes:
+        for d, per in sizes.items():
+            cells = [d, "compressed MB in memory"]
+            for p in peer_names:
+                v = per.get(p)
+                cells.append(f"{v / 1e6:.2f}" if v is not None else "--")
+            cells += [""] * len(others)
+            rows.append(cells)
+    widths = [max(len(h), *(len(c[i]) for c in rows)) if rows else len(h) for i, h in enumerate(head)]
+    rule = "  ".join("=" * w for w in widths)
+    fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    return "\n".join([rule, fmt(head), rule] + [fmt(c) for c in rows] + [rule])
+
+
+def check_targets(results):
+    """The issue's targets, evaluated on this run: a list of (target, ok or None, detail)."""
+    out = []
+
+    def ratio(d, op, peer):
+        for r in results:
+            if r["dataset"] == d and r["op"] == op:
+                return r.get("ratios", {}).get(peer)
+        return None
+
+    for d in ("smooth", "walk"):
+        q = ratio(d, "read_all", "numpy")
+        if d == "smooth":
+            out.append((f"{d}: read all no slower than a NumPy copy", None if q is None else q >= 1.0, q))
+        for op in ("scalars", "disk_scalars_cold", "disk_scalars_warm"):
+            q = ratio(d, op, "bcolz")
+            out.append((f"{d}: {op} >= 50x faster than bcolz", None if q is None else q >= 50, q))
+            q = ratio(d, op, "blosc2")
+            out.append((f"{d}: {op} faster than blosc2", None if q is None else q > 1, q))
+        q = ratio(d, "slices", "bcolz")
+        out.append((f"{d}: slices >= 5x faster than bcolz", None if q is None else q >= 5, q))
+        q = ratio(d, "sum", "bcolz")
+        out.append((f"{d}: sum >= 2x faster than bcolz", None if q is None else q >= 2, q))
+        q = ratio(d, "sum", "numpy")
+        out.append((f"{d}: sum within 3x of NumPy", None if q is None else q >= 1 / 3, q))
+        for op in ("create", "read_all", "fancy", "iter", "where", "disk_create", "disk_open_read",
+                   "disk_slices_cold", "disk_slices_warm", "disk_append"):
+            q = ratio(d, op, "bcolz")
+            out.append((f"{d}: {op} at least as fast as bcolz", None if q is None else q >= 1, q))
+    for op in CTABLE_OPS:
+        q = ratio("table", op, "bcolz")
+        out.append((f"table: {op} at least as fast as bcolz", None if q is None else q >= 1, q))
+    return out
+
+
+def format_targets(targets):
+    lines = []
+    for name, ok, q in targets:
+        if ok is None:
+            continue
+        lines.append(f"  [{'ok' if ok else 'MISS'}] {name} (ratio {q:.2f})")
+    return "\n".join(lines)
+
+
+def run(args, log=print):
+    ops = set(args.ops) if args.ops else set(ALL_OPS)
+    peer_classes = [c for c in P.ALL if not args.peers or c.name in args.peers or c.name == "blzarr"]
+    tmp = tempfile.mkdtemp(prefix="blzarr-bench-", dir=args.tmpdir)
+    started = time.time()
+    try:
+        runner = Runner(args.n, args.repeats, args.budget, tmp, ops, peer_classes, log=log,
+                        n_scalars=args.scalars, n_slices=args.slices)
+        data = datasets(args.n, args.datasets)
+        for dname, x in data.items():
+            log(f"[{dname}] n={len(x):,} float64")
+            runner.run_array(dname, x)
+            runner.run_disk(dname, x)
+        if ops & set(CTABLE_OPS):
+            log("[table] smooth, walk, id columns")
+            runner.run_ctable(data)
+    finally:
+        import shutil
+        shutil.rmtree(tmp, ignore_errors=True)
+    names = [p.name for p in runner.peers]
+    report = {
+        "command": "python -m bench " + " ".join(args.argv),
+        "machine": machine(),
+        "versions": runner.versions,
+        "settings": {"n": args.n, "repeats": args.repeats, "budget_s": args.budget, "cname": CNAME,
+                     "clevel": CLEVEL, "shuffle": "byte", "nthreads": NTHREADS,
+                     "quick": bool(args.quick), "scalars": args.scalars, "slices": args.slices,
+                     "slice_len": SLICE_LEN, "fancy": N_FANCY, "iter": N_ITER,
+                     "append_batch": APPEND_BATCH, "datasets": list(data)},
+        "peers": names,
+        "ratio_definition": "peer median time / blzarr median time (> 1: blzarr is faster)",
+        "results": runner.results,
+        "compressed_bytes": runner.sizes,
+        "notes": runner.notes,
+        "elapsed_s": None,
+        "memory": [],
+    }
+    if args.memory:
+        from bench import memory
+        report["memory"] = memory.run(args, log=log)
+    report["elapsed_s"] = time.time() - started
+    report["targets"] = [{"target": t, "ok": ok, "ratio": q} for t, ok, q in check_targets(runner.results)]
+    return report
+
+
+def print_report(report, out=sys.stdout):
+    m = report["machine"]
+    print(f"\ncommand: {report['command']}", file=out)
+    print(f"machine: {m['nproc']} cpus, {m['cpu']}, Python {m['python']}, NumPy {m['numpy']}", file=out)
+    print("versions: " + ", ".join(f"{k} {v}" for k, v in report["versions"].items()), file=out)
+    print(f"median of up to {report['settings']['repeats']} runs; "
+          f"ratio = {report['ratio_definition']}\n", file=out)
+    print(format_table(report["results"], report["peers"], report.get("compressed_bytes")), file=out)
+    if report.get("memory"):
+        from bench import memory
+        print("\n" + memory.format_table(report["memory"]), file=out)
+    tg = format_targets([(t["target"], t["ok"], t["ratio"]) for t in report["targets"]])
+    if tg:
+        print("\ntargets (issue 5):\n" + tg, file=out)
+    if report["notes"]:
+        print("\nnotes:", file=out)
+        for n in report["notes"]:
+            print("  - " + n, file=out)
+    print(f"\nelapsed: {report['elapsed_s']:.1f} s", file=out)
+
+
+def write_json(report, path):
+    with open(path, "w") as f:
+        json.dump(report, f, indent=1, default=lambda o: o.item() if hasattr(o, "item") else str(o))

@@ -1,0 +1,150 @@
+"""Peak resident memory of `sum`, `where`, `iter` and `eval` over an on-disk carray.
+
+Each measurement runs in its own fresh interpreter (``python -m bench.memory measure ...``), so the
+peak (VmHWM from /proc/self/status, or ru_maxrss where /proc is missing) belongs to that operation
+alone.  The array is written once, chunk by chunk (never whole in memory), in the bcolz 1.x layout
+that both blzarr and bcolz read, so both are measured over the very same directory.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+from bench import CLEVEL, CNAME, NTHREADS
+
+BIG_BYTES = 2 * 1024 ** 3
+OPS = ("sum", "where", "iter", "eval")
+WRITE_BLOCK = 1 << 20
+
+
+def peak_rss_bytes():
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import resource
+    ru = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return ru if sys.platform == "darwin" else ru * 1024
+
+
+def rss_bytes():
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return peak_rss_bytes()
+
+
+def create(root, n, seed=7):
+    """Write a float64 random walk of `n` values and its `> 0` mask, block by block, with blzarr."""
+    import blzarr
+    blzarr.set_nthreads(NTHREADS)
+    cp = blzarr.cparams(clevel=CLEVEL, shuffle=1, cname=CNAME)
+    a = blzarr.carray(np.empty(0), cparams=cp, rootdir=os.path.join(root, "a"), mode="w",
+                      expectedlen=n)
+    m = blzarr.carray(np.empty(0, dtype=bool), cparams=cp, rootdir=os.path.join(root, "mask"),
+                      mode="w", expectedlen=n)
+    rng = np.random.default_rng(seed)
+    last = 0.0
+    for s in range(0, n, WRITE_BLOCK):
+        block = np.cumsum(rng.standard_normal(min(WRITE_BLOCK, n - s))) + last
+        last = float(block[-1]) if len(block) else last
+        a.append(block)
+        m.append(block > 0)
+    a.flush()
+    m.flush()
+
+
+def measure(lib, root, op):
+    """Run `op` with `lib` over the carray in `root`; print a JSON line with the peaks."""
+    mod = __import__(lib)
+    mod.set_nthreads(NTHREADS)
+    a = mod.open(os.path.join(root, "a"), mode="r")
+    mask = mod.open(os.path.join(root, "mask"), mode="r") if op == "where" else None
+    base = rss_bytes()
+    base_peak = peak_rss_bytes()
+    if op == "sum":
+        res = float(a.sum())
+    elif op == "where":
+        res = 0
+        for _ in a.where(mask):
+            res += 1
+    elif op == "iter":
+        res = 0
+        for _ in a.iter():
+            res += 1
+    elif op == "eval":
+        out = mod.eval("a > 0", user_dict={"a": a})
+        res = int(out.sum())
+    else:
+        raise ValueError(f"unknown memory op {op!r}")
+    print(json.dumps({"lib": lib, "op": op, "peak_rss": peak_rss_bytes(), "rss_before": base,
+                      "peak_before": base_peak, "result": res}))
+
+
+def run(args, log=print):
+    """Measure every (lib, op) in a fresh subprocess; return a list of result dicts."""
+    n = BIG_BYTES // 8 if args.big else args.mem_n
+    root = tempfile.mkdtemp(prefix="blzarr-mem-", dir=args.tmpdir)
+    env = dict(os.environ)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = here + os.pathsep + env.get("PYTHONPATH", "")
+    out = []
+    try:
+        log(f"[memory] writing a {n * 8 / 2**20:.0f} MiB float64 carray to {root}")
+        subprocess.run([sys.executable, "-m", "bench.memory", "create", root, str(n)], check=True,
+                       env=env)
+        for lib in ("blzarr", "bcolz"):
+            for op in OPS:
+                if args.memory_ops and op not in args.memory_ops:
+                    continue
+                proc = subprocess.run([sys.executable, "-m", "bench.memory", "measure", lib, root, op],
+                                      capture_output=True, text=True, env=env)
+                if proc.returncode != 0:
+                    err = (proc.stderr.strip().splitlines() or ["?"])[-1]
+                    out.append({"lib": lib, "op": op, "n": n, "error": err})
+                    log(f"  memory {lib} {op}: failed, {err}")
+                    continue
+                rec = json.loads(proc.stdout.strip().splitlines()[-1])
+                rec["n"] = n
+                rec["data_bytes"] = n * 8
+                out.append(rec)
+                log(f"  memory {lib:6s} {op:5s}: peak RSS {rec['peak_rss'] / 2**20:.0f} MiB "
+                    f"(after open {rec['rss_before'] / 2**20:.0f} MiB)")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+def format_table(records):
+    rule = "======  =====  ============  ===================  ==============="
+    lines = [rule, "lib     op     data MiB      peak RSS MiB         after open MiB", rule]
+    for r in records:
+        if "error" in r:
+            lines.append(f"{r['lib']:6s}  {r['op']:5s}  {r['n'] * 8 / 2**20:<12.0f}  failed: {r['error']}")
+            continue
+        lines.append(f"{r['lib']:6s}  {r['op']:5s}  {r['data_bytes'] / 2**20:<12.0f}  "
+                     f"{r['peak_rss'] / 2**20:<19.0f}  {r['rss_before'] / 2**20:.0f}")
+    lines.append(rule)
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    cmd = sys.argv[1] if len(sys.argv) > 1 else ""
+    if cmd == "create" and len(sys.argv) == 4:
+        create(sys.argv[2], int(sys.argv[3]))
+    elif cmd == "measure" and len(sys.argv) == 5:
+        measure(sys.argv[2], sys.argv[3], sys.argv[4])
+    else:
+        sys.exit("usage: python -m bench.memory create ROOT N | measure LIB ROOT OP")

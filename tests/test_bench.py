@@ -1,0 +1,131 @@
+"""Smoke tests of the benchmark harness (`python -m bench`) in a tiny mode: it runs, its JSON has the
+documented shape, its ratios are what they claim, and missing, failing or wrong peers are reported."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from bench import harness, peers as P  # noqa: E402
+
+
+def test_cli_tiny_run_writes_json(tmp_path):
+    out = tmp_path / "report.json"
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--n", "30000", "--repeats", "1", "--scalars", "20",
+         "--slices", "5", "--peers", "numpy", "--memory-ops", "sum", "eval", "--json", str(out),
+         "--tmpdir", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "numpy/blzarr" in proc.stdout
+    rep = json.loads(out.read_text())
+    assert set(rep) >= {"command", "machine", "versions", "settings", "peers", "results", "notes",
+                        "memory", "targets", "compressed_bytes", "ratio_definition"}
+    assert rep["peers"] == ["blzarr", "numpy"]
+    assert rep["settings"]["n"] == 30000 and rep["settings"]["cname"] == "lz4"
+    assert rep["settings"]["clevel"] == 5 and rep["settings"]["nthreads"] == 2
+    assert rep["machine"]["nproc"] >= 1 and rep["machine"]["numpy"] == np.__version__
+    seen = {(r["dataset"], r["op"]) for r in rep["results"]}
+    for d in ("smooth", "walk"):
+        for op in harness.MEMORY_OPS + harness.DISK_OPS:
+            assert (d, op) in seen
+    for op in harness.CTABLE_OPS:
+        assert ("table", op) in seen
+    for r in rep["results"]:
+        if r["dataset"] == "table" and "blzarr" not in r["times"]:
+            continue  # ctable may still be missing; then a note says so
+        assert r["times"]["blzarr"] > 0, r
+        for peer, t in r["times"].items():
+            assert t == sorted(r["runs"][peer])[len(r["runs"][peer]) // 2]
+        for peer, q in r["ratios"].items():
+            assert q == pytest.approx(r["times"][peer] / r["times"]["blzarr"])
+    assert not [n for n in rep["notes"] if "WRONG RESULT" in n]
+    mem = {(m["lib"], m["op"]): m for m in rep["memory"]}
+    assert ("blzarr", "sum") in mem and ("blzarr", "eval") in mem
+    for m in rep["memory"]:
+        if "error" not in m:
+            assert m["peak_rss"] >= m["rss_before"] > 0
+    assert all(set(t) == {"target", "ok", "ratio"} for t in rep["targets"])
+
+
+class _Broken(P.Peer):
+    name = "broken"
+
+    def setup(self):
+        raise P.Unavailable("broken is not installed")
+
+
+class _Wrong(P.Numpy):
+    """A peer that answers wrongly: the harness must flag it, not time it silently."""
+    name = "wrong"
+
+    def read_all(self, a):
+        return a[::-1].copy()
+
+
+class _Failing(P.Numpy):
+    name = "failing"
+
+    def sum(self, a):
+        raise RuntimeError("boom")
+
+
+def test_runner_skips_missing_flags_wrong_and_records_failures(tmp_path):
+    msgs = []
+    r = harness.Runner(5000, 1, 1.0, str(tmp_path), {"read_all", "sum", "scalars"},
+                       [P.Blzarr, _Broken, _Wrong, _Failing], log=msgs.append, n_scalars=10,
+                       n_slices=2)
+    assert [p.name for p in r.peers] == ["blzarr", "wrong", "failing"]
+    assert any("broken: skipped" in n for n in r.notes)
+    x = harness.datasets(5000, ("walk",))["walk"]
+    r.run_array("walk", x)
+    ops = {row["op"]: row for row in r.results}
+    assert set(ops) == {"read_all", "sum", "scalars"}
+    assert "failing" not in ops["sum"]["times"] and "boom" in ops["sum"]["skipped"]["failing"]
+    assert "failing" in ops["read_all"]["times"]
+    assert any("wrong: WRONG RESULT" in n for n in r.notes)
+    assert not any("blzarr: WRONG RESULT" in n for n in r.notes)
+
+
+def test_format_table_and_targets():
+    results = [{"dataset": "smooth", "op": "scalars", "label": "2000 random a[i]",
+                "times": {"blzarr": 0.001, "bcolz": 0.1}, "ratios": {"bcolz": 100.0}},
+               {"dataset": "smooth", "op": "sum", "label": "sum()",
+                "times": {"blzarr": 0.02, "bcolz": 0.01}, "ratios": {"bcolz": 0.5}}]
+    text = harness.format_table(results, ["blzarr", "bcolz"])
+    lines = text.splitlines()
+    assert lines[0] == lines[2] == lines[-1] and set(lines[0]) == {"=", " "}
+    assert "100.00" in text and "0.50" in text and "bcolz/blzarr" in text
+    t = {name: ok for name, ok, _ in harness.check_targets(results)}
+    assert t["smooth: scalars >= 50x faster than bcolz"] is True
+    assert t["smooth: sum >= 2x faster than bcolz"] is False
+    assert t["smooth: slices >= 5x faster than bcolz"] is None
+
+
+def test_timer_median_and_budget():
+    calls = []
+    med, runs = harness.Timer(5, 1e9)(lambda: calls.append(1))
+    assert len(runs) == 5 == len(calls) and med == sorted(runs)[2]
+    med, runs = harness.Timer(5, 0.0)(lambda: None)
+    assert len(runs) == 1
+
+
+def test_bad_arguments_are_rejected():
+    from bench.__main__ import parse
+    with pytest.raises(SystemExit):
+        parse(["--n", "-1"])
+    with pytest.raises(SystemExit):
+        parse(["--ops", "nonsense"])
+    with pytest.raises(SystemExit):
+        parse(["--tmpdir", "/nonexistent/dir/for/bench"])
+    a = parse(["--quick"])
+    assert a.n == 1_000_000 and a.repeats == 3 and a.scalars == 500
+    a = parse([])
+    assert a.n == 10_000_000 and a.scalars == 2000 and a.slices == 300 and not a.big
