@@ -25,7 +25,7 @@ LENGTHS = [0, 5, CHUNKLEN, 2 * CHUNKLEN, 2 * CHUNKLEN + 3]
 # complex and datetime64/timedelta64 in units coarser than ns.
 BCOLZ_DTYPES = [
     "?", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f2", "f4", "f8", ">i4", ">f8",
-    "M8[ns]", "m8[ns]", "S1", "S7", "U1", "U6", "V4",
+    "M8[ns]", "m8[ns]", "S1", "S7", "S300", "U1", "U6", "U70", "V4", "V300",
 ]
 # dtypes blzarr writes in the bcolz layout (bcolz reads all of these)
 BLZARR_DTYPES = BCOLZ_DTYPES + [
@@ -479,3 +479,87 @@ def test_blzarr_writes_bcolz_meta_keys(tmp_path):
     assert sizes["shape"] == [11, 2]
     assert sizes["nbytes"] == 11 * 2 * 8
     assert os.path.isfile(tmp_path / "d" / "__attrs__")
+
+
+# ---------------------------------------------------------------- more ways in and out
+
+def test_blzarr_toplevel_constructors_write_bcolz_layout(tmp_path):
+    made = {
+        "zeros": (blzarr.zeros(21, dtype="i4", rootdir=str(tmp_path / "zeros"), chunklen=8),
+                  np.zeros(21, dtype="i4")),
+        "ones2d": (blzarr.ones((13, 2), dtype="f4", rootdir=str(tmp_path / "ones2d"), chunklen=4),
+                   np.ones((13, 2), dtype="f4")),
+        "fill": (blzarr.fill(11, dflt=7, dtype="u2", rootdir=str(tmp_path / "fill"), chunklen=5),
+                 np.full(11, 7, dtype="u2")),
+        "arange": (blzarr.arange(3, 40, 2, dtype="i8", rootdir=str(tmp_path / "arange"), chunklen=6),
+                   np.arange(3, 40, 2, dtype="i8")),
+        "fromiter": (blzarr.fromiter((i * i for i in range(30)), dtype="i8", count=30,
+                                     rootdir=str(tmp_path / "fromiter"), chunklen=7),
+                     np.arange(30, dtype="i8") ** 2),
+    }
+    for name, (a, expected) in made.items():
+        a.flush()
+        check_bcolz_reads(tmp_path / name, expected)
+        assert sorted(os.listdir(tmp_path / name)) == ["__attrs__", "data", "meta"]
+
+
+def test_blzarr_copy_to_bcolz_layout(tmp_path):
+    expected = make("f8", 45)
+    a = blzarr.carray(expected, chunklen=10)
+    c = a.copy(rootdir=str(tmp_path / "c"), cparams=blzarr.cparams(clevel=9, cname="zlib"))
+    c.flush()
+    b = check_bcolz_reads(tmp_path / "c", expected)
+    assert b.cparams.clevel == 9
+
+
+def test_blzarr_mode_w_empties_bcolz_dir(tmp_path):
+    bcolz_write(tmp_path / "d", make("i4", 20))
+    a = blzarr.open(str(tmp_path / "d"), mode="w")
+    assert len(a) == 0
+    a.append(make("i4", 3))
+    a.flush()
+    check_bcolz_reads(tmp_path / "d", make("i4", 3))
+
+
+def test_bcolz_layout_kept_on_append(tmp_path):
+    src = make("i8", 50)
+    bcolz_write(tmp_path / "d", src[:10])
+    with blzarr.open(str(tmp_path / "d")) as a:
+        a.append(src[10:])
+    assert sorted(os.listdir(tmp_path / "d")) == ["__attrs__", "data", "meta"]
+    assert sorted(os.listdir(tmp_path / "d" / "data")) == sorted(f"__{i}.blp" for i in range(7))
+    assert sorted(os.listdir(tmp_path / "d" / "meta")) == ["sizes", "storage"]
+    check_bcolz_reads(tmp_path / "d", src)
+
+
+@pytest.mark.parametrize("dtype,dflt", [("U4", "\u00e9t\u00e9"), ("S3", b"ab"), ("?", True), ("u8", 2 ** 64 - 1),
+                                        ("f8", -0.5), ("m8[ns]", 12345)])
+def test_dflt_both_ways(tmp_path, dtype, dflt):
+    expected = np.concatenate([make(dtype, 5), np.full(4, dflt, dtype=dtype)])
+    # bcolz writes the default, blzarr uses it
+    bcolz_write(tmp_path / "b", make(dtype, 5), dflt=dflt)
+    a = blzarr.open(str(tmp_path / "b"))
+    a.resize(9)
+    a.flush()
+    check_bcolz_reads(tmp_path / "b", expected)
+    # blzarr writes the default, bcolz uses it
+    blzarr_write(tmp_path / "z", make(dtype, 5), dflt=dflt)
+    b = bcolz.open(str(tmp_path / "z"))
+    b.resize(9)
+    b.flush()
+    check_blzarr_reads(tmp_path / "z", expected)
+
+
+def test_quantize_like_bcolz(tmp_path):
+    data = np.linspace(-3, 3, 101)
+    bcolz_write(tmp_path / "b", data, cparams=bcolz.cparams(quantize=3))
+    a = blzarr.open(str(tmp_path / "b"))
+    assert a.cparams.quantize == 3
+    ref = bcolz.open(str(tmp_path / "b"))[:]
+    assert not np.array_equal(ref, data)  # the data really was quantized
+    assert_same(a[:], ref)
+    # appending through blzarr quantizes exactly as bcolz does (element-wise, so the chunk
+    # boundaries, which differ here, do not matter)
+    a.append(data)
+    a.flush()
+    assert_same(bcolz.open(str(tmp_path / "b"))[:], np.concatenate([ref, ref]))
