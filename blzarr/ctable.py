@@ -523,7 +523,7 @@ class ctable:
                     col.append(part)
                 done.append(col)
         except BaseException:
-            for col in done + [self.cols._cols[self.cols.names[len(done)]]]:
+            for col in self.cols.values():  # roll back: no column keeps part of the rows
                 if len(col) > old:
                     col.trim(len(col) - old)
             raise

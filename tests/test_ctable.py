@@ -682,3 +682,45 @@ def test_bcolz_format_is_default_layout(tmp_path):
         f.write('{"names": ["a"], "format": "zarr"}')
     with pytest.raises(FormatError, match="format"):
         blzarr.open(str(tmp_path / "t"))
+
+
+# ------------------------------------------------------------------ odds and ends
+def test_columns_of_different_lengths_on_disk(tmp_path):
+    root = str(tmp_path / "t")
+    ctable(make_ra(20), rootdir=root)
+    col = blzarr.open(os.path.join(root, "b"))
+    col.trim(3)
+    with pytest.raises(FormatError, match="different lengths"):
+        blzarr.open(root)
+
+
+def test_cols_setitem_and_array_protocol():
+    ra = make_ra(50)
+    t = ctable(ra)
+    t.cols["b"] = np.arange(50)  # replaces, keeps the float dtype
+    assert t.dtype["b"] == np.dtype("f8")
+    np.testing.assert_array_equal(t["b"][:], np.arange(50.0))
+    t.cols["extra"] = np.ones(50, dtype="i2")  # a new name adds a column
+    assert t.names[-1] == "extra" and t.dtype["extra"] == np.dtype("i2")
+    arr = np.asarray(t)
+    assert arr.dtype == t.dtype and len(arr) == 50
+    np.testing.assert_array_equal(arr["a"], ra["a"])
+
+
+@pytest.mark.skipif(not blzarr.pandas_here, reason="pandas is not installed")
+def test_dataframe_tz_categorical_numbers_and_names():
+    n = 40
+    df = pd.DataFrame({
+        "tz": pd.date_range("2022-03-01", periods=n, freq="D", tz="Europe/Paris"),
+        "ci": pd.Categorical(np.arange(n) % 4 * 10),
+        "nullable": pd.array(np.arange(n), dtype="Int64"),
+    })
+    t = ctable.fromdataframe(df, names=["x", "y", "z"])
+    assert t.names == ["x", "y", "z"]
+    assert t.dtype["x"].kind == "M"
+    np.testing.assert_array_equal(t["x"][:], df["tz"].dt.tz_convert("UTC").dt.tz_localize(None).to_numpy())
+    assert t.dtype["y"].kind == "i"
+    np.testing.assert_array_equal(t["y"][:], np.arange(n) % 4 * 10)
+    np.testing.assert_array_equal(t["z"][:], np.arange(n))
+    with pytest.raises(TypeError):
+        ctable.fromdataframe({"a": [1]})
