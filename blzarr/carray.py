@@ -845,24 +845,26 @@ class carray:
         self._read_range(start, stop, out[:stop - start])
 
     def _getitem_scalar(self, i):
-        if self._isobj:
-            return self._object_at(i)
-        cid, local = divmod(i, self._chunklen)
-        if cid >= len(self._chunks):
-            v = self._last[local]
-            return v.copy() if isinstance(v, np.ndarray) else v
+        """Atom `i` (0 <= i < len), through a cache of one decoded block of about BLOCK_CACHE_BYTES."""
         bc = self._blockcache
-        if bc is not None and bc[0] == cid and bc[1] <= local < bc[2]:
-            v = bc[3][local - bc[1]]
-            return v.copy() if isinstance(v, (np.ndarray, np.void)) else v
-        per = max(1, BLOCK_CACHE_BYTES // self._atom.itemsize)
-        lo = local // per * per
-        hi = min(lo + per, self._chunklen)
-        buf = np.empty((hi - lo,) + self._atom.shape, dtype=self._atom.base)
-        self._chunks[cid].read_range(lo, hi, buf)
-        self._blockcache = (cid, lo, hi, buf)
-        v = buf[local - lo]
-        # rows of multidimensional carrays and structured scalars are views: never hand out the cache
+        if bc is not None and bc[0] <= i < bc[1]:
+            v = bc[2][i - bc[0]]
+        else:
+            if self._isobj:
+                return self._object_at(i)
+            cid, local = divmod(i, self._chunklen)
+            if cid >= len(self._chunks):
+                v = self._last[local]
+            else:
+                per = max(1, BLOCK_CACHE_BYTES // self._atom.itemsize)
+                lo = local // per * per
+                hi = min(lo + per, self._chunklen)
+                buf = np.empty((hi - lo,) + self._atom.shape, dtype=self._atom.base)
+                self._chunks[cid].read_range(lo, hi, buf)
+                base = cid * self._chunklen
+                self._blockcache = (base + lo, base + hi, buf)
+                v = buf[local - lo]
+        # rows of multidimensional carrays and structured scalars are views: never hand out a buffer
         return v.copy() if isinstance(v, (np.ndarray, np.void)) else v
 
     def _object_at(self, i):
@@ -875,6 +877,11 @@ class carray:
         return _eval(key, out_flavor="numpy", depth=depth)
 
     def __getitem__(self, key):
+        if type(key) is int:
+            i = key + self._len if key < 0 else key
+            if 0 <= i < self._len:
+                return self._getitem_scalar(i)
+            raise IndexError(f"index {key} is out of bounds for axis 0 with size {self._len}")
         if isinstance(key, (int, np.integer)):
             return self._getitem_scalar(ix.normalize_int(key, self._len))
         if isinstance(key, slice):

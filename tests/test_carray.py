@@ -340,6 +340,9 @@ def test_getitem_structured():
     v = c[3]
     v["f0"] = 12345
     assert c[3] == a[3], "a structured scalar must not be a view into the carray's cache"
+    w = c[-1]  # from the uncompressed leftover
+    w["f0"] = 54321
+    assert c[-1] == a[-1]
     assert_same(c[[3, 1, 299]], a[[3, 1, 299]])
 
 
