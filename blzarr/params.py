@@ -30,7 +30,7 @@ def get_nthreads():
     return _state["nthreads"]
 
 
-def set_nthreads(nthreads):
+def blosc_set_nthreads(nthreads):
     """Set the number of threads Blosc uses; return the previous number."""
     if not isinstance(nthreads, int) or isinstance(nthreads, bool) or nthreads < 1:
         raise ValueError(f"nthreads must be a positive integer, got {nthreads!r}")
@@ -39,7 +39,16 @@ def set_nthreads(nthreads):
     return previous
 
 
-blosc_set_nthreads = set_nthreads
+def set_nthreads(nthreads):
+    """Set the number of threads of Blosc and, when installed, of numexpr; return Blosc's previous one."""
+    previous = blosc_set_nthreads(nthreads)
+    try:
+        import numexpr
+    except ImportError:
+        pass
+    else:
+        numexpr.set_num_threads(nthreads)
+    return previous
 
 
 def _check(clevel, shuffle, cname, quantize):

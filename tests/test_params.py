@@ -115,6 +115,9 @@ def test_threads():
         assert blzarr.set_nthreads(1) == 2
         a = np.arange(10 ** 6)
         assert np.array_equal(blzarr.carray(a)[:], a)
+        if blzarr.numexpr_here:
+            import numexpr
+            assert numexpr.set_num_threads(1) == 1  # set_nthreads set numexpr's too
         assert blzarr.blosc_set_nthreads(3) == 1
         assert np.array_equal(blzarr.carray(a)[:], a)
         for bad in (0, -1, 1.5, "2", True):
