@@ -490,6 +490,14 @@ class ctable:
             if missing:
                 raise ValueError(f"the dict to append lacks columns {sorted(missing)}")
             return [rows[n] for n in names]
+        if isinstance(rows, list) and rows and all(
+                isinstance(r, (tuple, np.void)) and len(r) == len(names) for r in rows):
+            # a list of row tuples (NumPy's convention for structured data)
+            try:
+                arr = np.array([tuple(r) for r in rows], dtype=self.dtype)
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"cannot convert the rows to append into dtype {self.dtype}: {e}") from None
+            return [arr[n] for n in names]
         if isinstance(rows, (list, tuple)):
             if len(rows) != len(names):
                 raise ValueError(f"append() needs one item per column ({len(names)}), got {len(rows)}")
@@ -589,8 +597,7 @@ class ctable:
             raise StorageError(f"cannot add column {name!r}: '{rd}' already exists")
         if isinstance(newcol, carray) and rd is not None and newcol.rootdir is not None and move:
             newcol.flush()
-            src, mode = newcol.rootdir, newcol.mode
-            shutil.move(src, rd)
+            shutil.move(newcol.rootdir, rd)  # the old carray object must not be used afterwards
             col = carray(rootdir=rd, mode="a" if self._mode == "w" else self._mode, allow_pickle=True)
         elif isinstance(newcol, carray):
             col = self._new_column(newcol, name, **kwargs) if rd is not None else newcol

@@ -272,8 +272,9 @@ def test_append_forms(table):
     t.append(ctable(extra))
     t.append(extra[0])
     t.append({n: extra[n][:2] for n in extra.dtype.names})
+    t.append([tuple(r) for r in extra[:3]])
     want = np.concatenate([ra, np.array([row], dtype=ra.dtype), extra, extra, extra, extra, extra[:1],
-                           extra[:2]])
+                           extra[:2], extra[:3]])
     assert len(t) == len(want)
     assert_rows_equal(t[:], want)
     if t.rootdir:
