@@ -563,3 +563,69 @@ def test_quantize_like_bcolz(tmp_path):
     a.append(data)
     a.flush()
     assert_same(bcolz.open(str(tmp_path / "b"))[:], np.concatenate([ref, ref]))
+
+
+# ---------------------------------------------------------------- random interleavings, checked against NumPy
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import given, strategies as st  # noqa: E402
+
+_op = st.one_of(
+    st.tuples(st.just("append"), st.integers(0, 3 * CHUNKLEN)),
+    st.tuples(st.just("setslice"), st.integers(-40, 40), st.integers(-40, 40), st.integers(1, 4)),
+    st.tuples(st.just("setfancy"), st.lists(st.integers(0, 60), max_size=6)),
+    st.tuples(st.just("trim"), st.integers(0, 2 * CHUNKLEN)),
+    st.tuples(st.just("resize"), st.integers(0, 60)),
+    st.tuples(st.just("reopen"), st.sampled_from(["blzarr", "bcolz"])),
+    st.tuples(st.just("flush")),
+)
+
+
+@given(start=st.integers(0, 3 * CHUNKLEN), ops=st.lists(_op, max_size=8), first=st.sampled_from(["blzarr", "bcolz"]))
+def test_random_interleaving_of_both_libraries(tmp_path_factory, start, ops, first):
+    root = str(tmp_path_factory.mktemp("mix") / "d")
+    counter = iter(range(10 ** 6))
+
+    def fresh(k):
+        return (np.arange(k, dtype="i8") + 1000 * next(counter)) * 3 - 7
+
+    model = fresh(start)
+    lib = {"blzarr": blzarr, "bcolz": bcolz}
+    if first == "bcolz":
+        bcolz_write(root, model, dflt=-1)
+    else:
+        blzarr_write(root, model, dflt=-1)
+    cur = lib[first].open(root)
+    for op in ops:
+        if op[0] == "append":
+            vals = fresh(op[1])
+            cur.append(vals)
+            model = np.concatenate([model, vals])
+        elif op[0] == "setslice":
+            key = slice(op[1], op[2], op[3])
+            n = len(range(*key.indices(len(model))))
+            vals = fresh(n)
+            cur[key] = vals
+            model[key] = vals
+        elif op[0] == "setfancy":
+            pos = sorted({p for p in op[1] if p < len(model)})
+            if not pos:
+                continue
+            vals = fresh(len(pos))
+            cur[pos] = vals
+            model[pos] = vals
+        elif op[0] == "trim":
+            k = min(op[1], len(model))
+            cur.trim(k)
+            model = model[:len(model) - k]
+        elif op[0] == "resize":
+            cur.resize(op[1])
+            model = np.concatenate([model, np.full(max(op[1] - len(model), 0), -1, dtype="i8")])[:op[1]]
+        elif op[0] == "flush":
+            cur.flush()
+        else:
+            cur.flush()
+            cur = lib[op[1]].open(root)
+    cur.flush()
+    check_blzarr_reads(root, model)
+    check_bcolz_reads(root, model)
