@@ -113,6 +113,7 @@ class _DiskChunks:
         self._cache = OrderedDict()
         self._cache_bytes = 0
         self._lock = threading.Lock()
+        store.check_chunk_files(nchunks)
         self._sizes = [self._file_cbytes(i) for i in range(nchunks)]
 
     def _file_cbytes(self, i):
@@ -411,7 +412,10 @@ class carray:
         expectedlen = storage.get("expectedlen", shape[0])
         if not isinstance(expectedlen, int) or isinstance(expectedlen, bool):
             expectedlen = shape[0]
-        atom = np.dtype((base, tuple(shape[1:]))) if len(shape) > 1 else base
+        try:
+            atom = np.dtype((base, tuple(shape[1:]))) if len(shape) > 1 else base
+        except (TypeError, ValueError, OverflowError) as e:
+            raise FormatError(f"{where_sz}: shape {shape} does not fit dtype {base}: {e}") from None
         if atom.base.kind == "O" and not allow_pickle:
             raise PickleNotAllowedError(
                 f"'{self._rootdir}' holds pickled Python objects, and unpickling untrusted files can run "
@@ -419,7 +423,10 @@ class carray:
         if chunklen * atom.itemsize > _chunk.MAX_BUFFERSIZE:
             raise FormatError(f"{where_st}: chunklen {chunklen} makes chunks larger than Blosc allows")
         dflt = dflt_from_json(storage.get("dflt"), atom.base, where_st)
-        self._setup(atom, cp, chunklen, dflt, expectedlen)
+        try:
+            self._setup(atom, cp, chunklen, dflt, expectedlen)
+        except (TypeError, ValueError) as e:
+            raise FormatError(f"{where_st} (with {where_sz}): {e}") from None
         self._store = store
         length = shape[0]
         if self._isobj:
@@ -1136,7 +1143,12 @@ class carray:
         return new
 
     def view(self):
-        """A new carray object over the same data (writes to either are not seen by the other's leftover)."""
+        """A light new carray object over the same compressed chunks (none is copied).
+
+        In memory, the view and the original then change independently.  A view of an on-disk
+        carray shares its files, so it is read-only (mode 'r'): writing through it would change the
+        directory under the original.
+        """
         new = carray.__new__(carray)
         new.__dict__.update(self.__dict__)
         new._lock = threading.RLock()
@@ -1144,6 +1156,8 @@ class carray:
         new._last = self._last.copy()
         if isinstance(self._chunks, _MemoryChunks):
             new._chunks = _MemoryChunks(self._chunks)
+        else:
+            new._mode = "r"
         return new
 
     def reshape(self, newshape):

@@ -532,7 +532,22 @@ def test_view_shares_chunks():
     assert isinstance(v, carray) and v is not c
     assert_same(v[:], a)
     v.append([99])
+    v[0] = -5
     assert len(c) == 20 and len(v) == 21
+    assert_same(c[:], a)
+
+
+def test_view_of_disk_carray_is_read_only(tmp_path):
+    a = np.arange(20)
+    c = carray(a, chunklen=6, rootdir=str(tmp_path / "v"), format="bcolz")
+    v = c.view()
+    assert_same(v[:], a)
+    assert v.mode == "r"
+    with pytest.raises(blzarr.ReadOnlyError):
+        v.append([1])
+    with pytest.raises(blzarr.ReadOnlyError):
+        v[0] = 1
+    assert_same(blzarr.open(str(tmp_path / "v"))[:], a)
 
 
 def test_copy(where, tmp_path):
