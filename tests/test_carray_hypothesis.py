@@ -11,7 +11,7 @@ from hypothesis import given, note, strategies as st
 import blzarr
 from blzarr import carray
 
-DTYPES = ["i8", "f4", "u1", "?", "S3", "M8[s]", "i2,f8"]
+DTYPES = ["i8", "f4", "u1", "?", "S3", "U2", "c8", "M8[s]", "i2,f8"]
 
 
 def values_for(dtype, n, draw):
@@ -26,6 +26,8 @@ def values_for(dtype, n, draw):
         return out
     if dtype.kind == "S":
         return np.array([str(v).encode() for v in raw], dtype=dtype)
+    if dtype.kind == "U":
+        return np.array([chr(0x3b1 + v % 20) + str(v % 7) for v in raw], dtype=dtype)
     if dtype.kind == "b":
         return raw > 0
     if dtype.kind == "u":
@@ -92,7 +94,7 @@ def run_ops(draw, c, a):
     for _ in range(nops):
         n = len(a)
         op = draw(st.sampled_from(["get", "get", "get", "set", "set", "append", "resize", "trim",
-                                   "getmulti"]))
+                                   "getmulti", "where"]))
         if op == "get":
             key = any_key(draw, n)
             note(f"get {key!r}")
@@ -101,9 +103,26 @@ def run_ops(draw, c, a):
             assert np.shape(got) == np.shape(exp)
         elif op == "getmulti":
             lo, hi = sorted(draw(st.tuples(st.integers(0, n), st.integers(0, n))))
-            note(f"iter {lo}:{hi}")
-            assert [np.asarray(v).tobytes() for v in c.iter(lo, hi)] == \
-                [np.asarray(v).tobytes() for v in a[lo:hi]]
+            step = draw(st.integers(1, 60))
+            skip = draw(st.integers(0, 10))
+            limit = draw(st.none() | st.integers(0, 100))
+            note(f"iter {lo}:{hi}:{step} skip={skip} limit={limit}")
+            exp = a[lo:hi:step][skip:]
+            exp = exp if limit is None else exp[:limit]
+            assert [np.asarray(v).tobytes() for v in c.iter(lo, hi, step, limit, skip)] == \
+                [np.asarray(v).tobytes() for v in exp]
+        elif op == "where":
+            m = mask_key(n, draw)
+            skip = draw(st.integers(0, 10))
+            limit = draw(st.none() | st.integers(0, 100))
+            note(f"where skip={skip} limit={limit}")
+            exp = a[m][skip:]
+            exp = exp if limit is None else exp[:limit]
+            assert [np.asarray(v).tobytes() for v in c.where(m, limit, skip)] == \
+                [np.asarray(v).tobytes() for v in exp]
+            if n:
+                assert list(carray(m, chunklen=c.chunklen).wheretrue(limit, skip)) == \
+                    list(np.flatnonzero(m)[skip:][:limit])
         elif op == "set":
             key = any_key(draw, n)
             k = numpy_key(key)
