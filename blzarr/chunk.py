@@ -96,6 +96,13 @@ class chunk:
         """The compressed bytes of this chunk."""
         return self._data
 
+    def getudata(self):
+        """The uncompressed bytes of this chunk."""
+        return self.decompress(np.empty(self.nbytes, dtype="u1")).tobytes()
+
+    def __setitem__(self, key, value):
+        raise NotImplementedError("chunks are immutable: assign through the carray")
+
     def decompress(self, out=None):
         """All atoms of the chunk, into `out` when given."""
         if out is None:

@@ -190,6 +190,17 @@ def test_properties_against_numpy_and_bcolz():
         assert_same(np.asarray(ch), a[i * 100:(i + 1) * 100])
         assert ch[3] == a[i * 100 + 3]
     assert c.chunks[-1][-1] == a[1199]
+    assert c.chunks[2].getudata() == a[200:300].tobytes()
+    assert len(c.chunks[2].getdata()) == c.chunks[2].cbytes
+    with pytest.raises(NotImplementedError):
+        c.chunks[0][0] = 1
+    own = blzarr.chunk(a[:100], a.dtype, blzarr.cparams(clevel=9))
+    assert len(own) == 100 and own.nbytes == 400
+    assert_same(own[:], a[:100])
+    assert_same(own[10:20], a[10:20])
+    assert_same(own[::-3], a[:100][::-3])
+    assert own[-1] == a[99]
+    assert "chunk" in repr(own) and str(own) == str(a[:100])
     assert 0 < c.cbytes
     assert isinstance(c.attrs, blzarr.attrs)
 
