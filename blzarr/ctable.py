@@ -460,6 +460,11 @@ class ctable:
             return value
         arr = np.asarray(value)
         atom = col.shape[1:]
+        if col.dtype.kind == "S" and arr.dtype.kind == "U":
+            try:  # text for a bytes column, as bcolz accepts: ASCII only
+                arr = arr.astype(col.dtype)
+            except UnicodeEncodeError as e:
+                raise ValueError(f"column {name!r} holds bytes and {value!r} is not ASCII text: {e}") from None
         if col.dtype.kind == "O":
             if arr.ndim == 0 or isinstance(value, (str, bytes)):
                 out = np.empty(1, dtype=object)
@@ -639,6 +644,8 @@ class ctable:
         if not keep and col.rootdir is not None:
             col.flush()
             shutil.rmtree(col.rootdir, ignore_errors=True)
+        if self.auto_flush:
+            self.flush()
         return col if keep else None
 
     def _replace_col(self, name, data):
@@ -646,9 +653,14 @@ class ctable:
         old = self.cols._cols[name]
         if len(data) != self._len:
             raise ValueError(f"new data for column {name!r} has length {len(data)}, the ctable has {self._len}")
-        arr = data[:] if isinstance(data, carray) else np.asarray(data)
-        if arr.dtype != old.dtype:
-            arr = arr.astype(old.dtype)
+        try:
+            arr = data[:] if isinstance(data, carray) else np.asarray(data)
+            if arr.dtype != old.dtype:
+                arr = arr.astype(old.dtype)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"cannot convert the new data of column {name!r} to {old.dtype}: {e}") from None
+        if arr.shape != old.shape:
+            raise ValueError(f"new data for column {name!r} has shape {arr.shape}, the column {old.shape}")
         old.trim(len(old))
         old.append(arr)
         old.flush()

@@ -725,3 +725,25 @@ def test_dataframe_tz_categorical_numbers_and_names():
     np.testing.assert_array_equal(t["z"][:], np.arange(n))
     with pytest.raises(TypeError):
         ctable.fromdataframe({"a": [1]})
+
+
+def test_text_into_bytes_columns_and_bad_column_replacement(tmp_path):
+    root = str(tmp_path / "t")
+    with ctable(np.empty(0, dtype=[("s", "S5"), ("i", "i4")]), rootdir=root) as t:
+        t.append(("abcde", 1))
+        t.append([["x", "yz"], [2, 3]])
+        with pytest.raises(ValueError, match="ASCII"):
+            t.append(("é", 4))
+        with pytest.raises(ValueError, match="'i'"):
+            t["i"] = {"a": 1, "b": 2, "c": 3}
+    back = blzarr.open(root)
+    assert back["s"][:].tolist() == [b"abcde", b"x", b"yz"]
+    assert back["i"][:].tolist() == [1, 2, 3]
+
+
+def test_delcol_flushes_on_disk(tmp_path):
+    root = str(tmp_path / "t")
+    t = ctable(make_ra(105), rootdir=root, chunklen=30)
+    t.append(make_ra(2))
+    t.delcol("b")
+    np.testing.assert_array_equal(blzarr.open(root)["a"][:], np.r_[np.arange(105), 0, 1])
