@@ -313,7 +313,8 @@ class carray:
         self._typesize = 1 if self._isobj else blosc_typesize(atom.base)
         self._dflt = dflt
         self.expectedlen = int(expectedlen)
-        self._last = np.zeros((self._chunklen,) + atom.shape, dtype=atom.base)
+        # the uncompressed last chunk (object carrays store one pickled object a chunk: none)
+        self._last = np.zeros((0 if self._isobj else self._chunklen,) + atom.shape, dtype=atom.base)
         self._nleft = 0
         self._len = 0
         self._blockcache = None
@@ -336,10 +337,16 @@ class carray:
         atom = np.dtype((array.dtype, array.shape[1:])) if array.ndim > 1 else array.dtype
         if expectedlen is None:
             expectedlen = len(array)
+        elif isinstance(expectedlen, bool) or not isinstance(expectedlen, (int, np.integer, float)):
+            raise TypeError(f"expectedlen must be an integer, got {expectedlen!r}")
+        expectedlen = max(int(expectedlen), 0)
         if chunklen is None:
             chunklen = calc_chunklen(expectedlen, max(atom.itemsize, 1))
         elif isinstance(chunklen, bool) or not isinstance(chunklen, (int, np.integer)) or chunklen < 1:
             raise ValueError(f"chunklen must be a positive integer, got {chunklen!r}")
+        if not atom.base.kind == "O" and int(chunklen) * atom.itemsize > _chunk.MAX_BUFFERSIZE:
+            raise ValueError(f"chunklen {chunklen} makes chunks of {int(chunklen) * atom.itemsize} bytes, "
+                             f"more than Blosc allows ({_chunk.MAX_BUFFERSIZE})")
         d = np.zeros((), dtype=atom.base)
         if dflt is not None:
             try:
@@ -1258,6 +1265,8 @@ def _iter_blocks(obj, blen=None):
 
 
 def operator_index(value, name):
+    if isinstance(value, float) and value.is_integer():
+        return int(value)  # bcolz accepts integral floats for lengths
     try:
         return int(np.int64(value)) if isinstance(value, np.integer) else int(value.__index__())
     except (AttributeError, TypeError):

@@ -129,6 +129,11 @@ def test_explicit_chunklen_and_bad_arguments():
         carray(np.arange(3), cparams={"clevel": 11})
     with pytest.raises(ValueError, match="dflt"):
         carray(np.arange(3), dflt="abc")
+    with pytest.raises(ValueError, match="chunklen"):
+        carray(np.arange(3), chunklen=10 ** 12)  # never tries to allocate the leftover buffer
+    with pytest.raises(TypeError, match="expectedlen"):
+        carray(np.arange(3), expectedlen="many")
+    assert carray(np.array([1], dtype=object), chunklen=10 ** 12)[0] == 1
 
 
 def test_construct_from_list_carray_and_dtype_only():
@@ -504,6 +509,12 @@ def test_resize_and_trim(where):
         c.resize(-1)
     with pytest.raises(TypeError):
         c.resize("3")
+    with pytest.raises(TypeError):
+        c.resize(2.5)
+    n = len(c)
+    c.resize(float(n + 1))  # integral floats are lengths, as in bcolz
+    c.trim(1.0)
+    assert len(c) == n
     if where:
         r = blzarr.open(where["rootdir"])
         assert_same(r[:], a)
