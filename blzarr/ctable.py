@@ -924,9 +924,15 @@ class ctable:
                                 f"of the ctable ({self.cols.names}) nor a defined variable")
         return found
 
-    def _check_expression(self, expression, user_dict, frame):
+    def _check_expression(self, expression, user_dict, frame, vm=None):
+        if vm not in (None, "numexpr", "python", "dask"):
+            raise ValueError(f"vm must be 'numexpr', 'python' or 'dask', got {vm!r}")
         if isinstance(expression, str):
-            self._operands(expression, user_dict, frame)
+            ops = self._operands(expression, user_dict, frame)
+            for k, v in ops.items():
+                if _ce._is_array(v) and len(v) != self._len:
+                    raise ValueError(f"{k!r} in the expression {expression!r} has length {len(v)}, "
+                                     f"the ctable has {self._len} rows")
             return
         if not isinstance(expression, (carray, np.ndarray)) or expression.dtype != bool \
                 or expression.ndim != 1:
@@ -1036,7 +1042,7 @@ class ctable:
         names = self._check_outcols(outcols)
         self._row_maker(names, out_flavor)
         frame = sys._getframe(1)
-        self._check_expression(expression, user_dict, frame)  # errors now, not at the first next()
+        self._check_expression(expression, user_dict, frame, vm)  # errors now, not at the first next()
         blocks = self._where_blocks(expression, names, limit, skip, user_dict, vm, frame)
         return self._emit_rows(blocks, names, out_flavor)
 
@@ -1049,7 +1055,7 @@ class ctable:
         if blen < 1:
             raise ValueError(f"blen must be positive, got {blen}")
         frame = sys._getframe(1)
-        self._check_expression(expression, user_dict, frame)
+        self._check_expression(expression, user_dict, frame, vm)
         blocks = self._where_blocks(expression, names, limit, skip, user_dict, vm, frame)
         return self._rebatch(blocks, names, blen)
 
@@ -1075,7 +1081,7 @@ class ctable:
 
     def _fetch(self, expression, names, limit, skip, user_dict, vm, frame, as_index=False):
         names = self._check_outcols(names)
-        self._check_expression(expression, user_dict, frame)
+        self._check_expression(expression, user_dict, frame, vm)
         parts = list(self._where_blocks(expression, names, limit, skip, user_dict, vm, frame))
         total = sum(len(p[0]) for p in parts)
         out = np.empty(total, dtype=self._dtype_of(names))
@@ -1098,7 +1104,7 @@ class ctable:
         if out_flavor not in ("bcolz", "carray"):
             raise ValueError(f"out_flavor must be 'bcolz' or 'numpy', got {out_flavor!r}")
         names = self._check_outcols(outcols)
-        self._check_expression(expression, user_dict, frame)
+        self._check_expression(expression, user_dict, frame, vm)
         dt = self._dtype_of(names)
         out = None
         for arrays in self._where_blocks(expression, names, limit, skip, user_dict, vm, frame):

@@ -747,3 +747,16 @@ def test_delcol_flushes_on_disk(tmp_path):
     t.append(make_ra(2))
     t.delcol("b")
     np.testing.assert_array_equal(blzarr.open(root)["a"][:], np.r_[np.arange(105), 0, 1])
+
+
+def test_expression_with_outside_arrays_and_bad_vm(table):
+    t, ra = table
+    other = np.arange(N)[::-1].copy()
+    assert_rows_equal(t["(a < other) & (a > 4990)"], ra[(ra["a"] < other) & (ra["a"] > 4990)])
+    short = np.arange(5)
+    with pytest.raises(ValueError, match="length"):
+        t.where("a < short")
+    with pytest.raises(ValueError, match="vm"):
+        t.where("a > 1", vm="bogus")
+    with pytest.raises(ValueError, match="vm"):
+        t.fetchwhere("a > 1", vm="bogus")
