@@ -40,6 +40,8 @@ def parse(argv):
     ap.add_argument("--mem-n", type=int, default=None,
                     help="elements of the on-disk carray for the peak-RSS runs without --big "
                          "(default: --n)")
+    ap.add_argument("--memory-only", action="store_true",
+                    help="run only the peak-RSS measurements (with --big: the 2 GiB case)")
     ap.add_argument("--memory-ops", nargs="+", choices=("sum", "where", "iter", "eval"))
     ap.add_argument("--extra", action="store_true",
                     help="also run bench/bench_ctable.py and bench/bench_blz.py when present")
@@ -85,6 +87,8 @@ def run_extra(args):
 
 def main(argv=None):
     args = parse(sys.argv[1:] if argv is None else argv)
+    if args.memory_only:
+        args.ops, args.datasets, args.memory = ["create"], (), True
     report = harness.run(args, log=lambda s: print(s, flush=True))
     harness.print_report(report)
     if args.json:
