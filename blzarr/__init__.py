@@ -35,9 +35,27 @@ from blzarr.toplevel import (  # noqa: E402
 )
 
 
+__all__ = [
+    "BITSHUFFLE", "NOSHUFFLE", "SHUFFLE", "BlzarrError", "ChecksumError", "ChunkError", "FormatError",
+    "PickleNotAllowedError", "ReadOnlyError", "StorageError", "arange", "attrs", "blosc_compressor_list",
+    "blosc_set_nthreads", "blosc_version", "carray", "chunk", "cparams", "ctable", "dask_here", "defaults",
+    "defaults_ctx", "detect_number_of_cores", "eval", "fill", "fromiter", "iterblocks", "numexpr_here",
+    "ones", "open", "pandas_here", "print_versions", "set_nthreads", "tables_here", "test", "walk", "zeros",
+]
+
+
 def test(*args):
-    """Run blzarr's test suite with pytest (installed with the `test` extra)."""
+    """Run blzarr's test suite (from a source checkout) with pytest; return pytest's exit code.
+
+    Extra arguments go to pytest, e.g. ``blzarr.test("-q", "-k", "carray")``.
+    """
     import os
-    import pytest
     here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
-    return pytest.main([here, *args])
+    if not os.path.isdir(here):
+        raise RuntimeError(f"blzarr's tests are not installed (no '{here}'): run them from a source "
+                           "checkout with `python -m pytest tests`")
+    try:
+        import pytest
+    except ImportError:
+        raise RuntimeError("blzarr.test() needs pytest: pip install 'blzarr[test]'") from None
+    return int(pytest.main([here, *args]))

@@ -1,7 +1,6 @@
 """`carray`: a compressed, chunked, enlargeable array, in memory or on disk (bcolz-compatible API)."""
 
 import ast
-import json
 import math
 import os
 import pickle
@@ -16,7 +15,7 @@ from blzarr import indexing as ix
 from blzarr.attrs import attrs as _attrs
 from blzarr.chunk import blosc_typesize, chunk, compress_array
 from blzarr.errors import FormatError, PickleNotAllowedError, ReadOnlyError, StorageError
-from blzarr.params import cparams as _cparams, get_nthreads
+from blzarr.params import cparams as _cparams
 from blzarr.storage import BcolzDir
 from blzarr.blz import BlzChunks, BlzDir, open_store
 
@@ -617,7 +616,7 @@ class carray:
     # ---------------------------------------------------------------- writing
     def _check_writable(self):
         if self._mode == "r":
-            raise ReadOnlyError(f"cannot modify data: the carray was opened with mode 'r'"
+            raise ReadOnlyError("cannot modify data: the carray was opened with mode 'r'"
                                 + (f" ('{self._rootdir}')" if self._rootdir else ""))
 
     def _new_chunk(self, arr):

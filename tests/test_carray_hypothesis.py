@@ -5,7 +5,6 @@ import shutil
 import tempfile
 
 import numpy as np
-import pytest
 from hypothesis import given, note, strategies as st
 
 import blzarr

@@ -146,5 +146,6 @@ def test_here_flags():
         assert getattr(blzarr, f"{name}_here") == (importlib.util.find_spec(name) is not None)
 
 
-def test_test_function_exists():
-    assert callable(blzarr.test)
+def test_test_function_runs_pytest():
+    # a selection that matches nothing: pytest's exit code 5, proving it ran on the test directory
+    assert blzarr.test("-q", "-p", "no:cacheprovider", "-k", "no_test_has_this_name_xyz") == 5
