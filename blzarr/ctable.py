@@ -927,6 +927,10 @@ class ctable:
     def _check_expression(self, expression, user_dict, frame, vm=None):
         if vm not in (None, "numexpr", "python", "dask"):
             raise ValueError(f"vm must be 'numexpr', 'python' or 'dask', got {vm!r}")
+        if vm in ("numexpr", "dask"):
+            import blzarr
+            if not getattr(blzarr, f"{vm}_here"):
+                raise ImportError(f"vm={vm!r} needs {vm}, which is not installed")
         if isinstance(expression, str):
             ops = self._operands(expression, user_dict, frame)
             for k, v in ops.items():
