@@ -68,3 +68,16 @@ def test_query_matches_numpy(data, expr, vm, skip, limit):
     assert all(len(b) == 97 for b in blocks[:-1])
     got = np.concatenate(blocks) if blocks else np.empty(0, ra.dtype)
     np.testing.assert_array_equal(got, want)
+
+
+@given(tables(), st.integers(-3500, 3500), st.one_of(st.none(), st.integers(-3500, 3500)),
+       st.integers(1, 2500), st.integers(0, 100), st.one_of(st.none(), st.integers(0, 300)))
+def test_iter_matches_numpy_slicing(data, start, stop, step, skip, limit):
+    ra, chunklen = data
+    t = blzarr.ctable(ra, chunklen=chunklen)
+    want = ra[start:stop:step][skip:None if limit is None else skip + limit]
+    got = list(t.iter(start, stop, step, outcols="a, nrow__", skip=skip, limit=limit, out_flavor=tuple))
+    assert [r[0] for r in got] == want["a"].tolist()
+    rows = np.arange(len(ra))[start:stop:step][skip:None if limit is None else skip + limit]
+    assert [r[1] for r in got] == rows.tolist()
+    np.testing.assert_array_equal(t[start:stop:step], ra[start:stop:step])
