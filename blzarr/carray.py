@@ -1214,10 +1214,9 @@ class carray:
     def __str__(self):
         if self._len <= 1000:
             return np.array2string(self[:], separator=" ", threshold=1000)
-        head, tail = self[:3], self[-3:]
-        h = np.array2string(head, separator=" ")[:-1]
-        t = np.array2string(tail, separator=" ")[1:]
-        return f"{h} ..., {t}"
+        # NumPy summarizes a 7-row sample exactly as the whole array: 3 rows, '...', 3 rows
+        sample = np.concatenate([self[:4], self[-3:]])
+        return np.array2string(sample, separator=" ", threshold=0, edgeitems=3)
 
     @property
     def info(self):
