@@ -70,7 +70,7 @@ def todataframe(t, columns=None, orient="columns"):
         data[k] = col[:]
     if orient == "index":
         return pd.DataFrame.from_dict(data, orient="index", columns=columns)
-    return pd.DataFrame(data, columns=keys)
+    return pd.DataFrame(data, columns=keys, copy=False)  # the arrays are fresh: no second copy
 
 
 def fromhdf5(filepath, nodepath="/ctable", **kwargs):
@@ -91,15 +91,20 @@ def fromhdf5(filepath, nodepath="/ctable", **kwargs):
         if len(names) != len(src):
             raise ValueError(f"`names` has {len(names)} names, the Table {len(src)} columns")
         kwargs.setdefault("expectedlen", len(node))
-        empty = [np.empty((0,) + node.coldtypes[c].shape, dtype=node.coldtypes[c].base) for c in src]
+        stored = _stored_dtypes(node, filepath, nodepath)
+        coldt = {c: np.dtype((stored[c], node.coldtypes[c].shape)) if c in stored else node.coldtypes[c]
+                 for c in src}
+        empty = [np.empty((0,) + coldt[c].shape, dtype=coldt[c].base) for c in src]
         ct = ctable(empty, names, **kwargs)
         flush = ct.auto_flush
         ct.auto_flush = False
         bs = max(node.chunkshape[0] if node.chunkshape else 0, 1) * 16
         for s in range(0, len(node), bs):
             block = node.read(s, min(s + bs, len(node)))
-            ct.append([block[c] for c in src])
+            ct.append([_from_stored(block[c], coldt[c].base) if c in stored else block[c] for c in src])
         for key in node.attrs._f_list("user"):
+            if key == DTYPES_ATTR:
+                continue
             try:
                 ct.attrs[key] = _jsonable(node.attrs[key])
             except TypeError:
@@ -107,6 +112,43 @@ def fromhdf5(filepath, nodepath="/ctable", **kwargs):
         ct.auto_flush = flush
         ct.flush()
     return ct
+
+
+# HDF5 (PyTables) has no unicode or datetime columns: tohdf5 stores them as UTF-8 bytes / int64 and
+# records their NumPy dtypes, as JSON {name: dtype}, in this attribute of the Table
+DTYPES_ATTR = "BLZARR_DTYPES"
+
+
+def _hdf5_dtype(dt):
+    """The dtype PyTables stores for a column of NumPy dtype `dt` (None: as it is)."""
+    if dt.base.kind == "U":
+        return np.dtype((f"S{max(dt.base.itemsize, 4)}", dt.shape))  # 4 UTF-8 bytes per character at most
+    if dt.base.kind in "mM":
+        return np.dtype(("i8", dt.shape))
+    return None
+
+
+def _to_stored(values, stored):
+    if values.dtype.kind == "U":
+        return np.char.encode(values, "utf-8").astype(stored.base)
+    return values.view("i8")
+
+
+def _from_stored(values, dt):
+    if dt.kind == "U":
+        return np.char.decode(values, "utf-8").astype(dt)
+    return values.view(dt)
+
+
+def _stored_dtypes(node, filepath, nodepath):
+    import json
+    if DTYPES_ATTR not in node.attrs._f_list("user"):
+        return {}
+    try:
+        spec = json.loads(str(node.attrs[DTYPES_ATTR]))
+        return {str(k): np.dtype(str(v)) for k, v in spec.items() if k in node.colnames}
+    except (ValueError, TypeError, AttributeError) as e:
+        raise ValueError(f"attribute {DTYPES_ATTR} of '{nodepath}' in '{filepath}' is not valid: {e}") from None
 
 
 def _jsonable(v):
@@ -130,15 +172,33 @@ def tohdf5(t, filepath, nodepath="/ctable", mode="w", cparams=None, cname=None):
         cname = "blosc:" + cp.cname
     filters = tb.Filters(complevel=cp.clevel, shuffle=bool(cp.shuffle == 1),
                          bitshuffle=bool(cp.shuffle == 2), complib=cname)
+    stored = {n: _hdf5_dtype(t.dtype[n]) for n in t.names}
+    stored = {n: d for n, d in stored.items() if d is not None}
+    h5dtype = np.dtype([(n, stored.get(n, t.dtype[n])) for n in t.names])
+    for name in t.names:
+        try:
+            tb.description.descr_from_dtype(np.dtype([(name, h5dtype[name])]))
+        except (NotImplementedError, TypeError, ValueError) as e:
+            raise TypeError(f"column {name!r} of dtype {t.dtype[name]} cannot be stored in HDF5 by "
+                            f"PyTables: {e}") from None
     parent, _, leaf = nodepath.rstrip("/").rpartition("/")
     if not leaf:
         raise ValueError(f"nodepath {nodepath!r} does not name a node")
     with tb.open_file(filepath, mode=mode) as f:
-        table = f.create_table(parent or "/", leaf, t.dtype, filters=filters,
+        table = f.create_table(parent or "/", leaf, h5dtype, filters=filters,
                                expectedrows=max(len(t), 1), createparents=True)
         for key, val in t.attrs:
             table.attrs[key] = val
+        if stored:
+            import json
+            table.attrs[DTYPES_ATTR] = json.dumps({n: t.dtype[n].base.str for n in stored})
         blen = t.chunklen
         for s in range(0, len(t), blen):
-            table.append(t[s:s + blen])
+            block = t[s:s + blen]
+            if stored:
+                out = np.empty(len(block), dtype=h5dtype)
+                for n in t.names:
+                    out[n] = _to_stored(block[n], h5dtype[n]) if n in stored else block[n]
+                block = out
+            table.append(block)
         table.flush()

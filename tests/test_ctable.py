@@ -764,3 +764,21 @@ def test_expression_with_outside_arrays_and_bad_vm(table):
         t.where("a > 1", vm="bogus")
     with pytest.raises(ValueError, match="vm"):
         t.fetchwhere("a > 1", vm="bogus")
+
+
+@pytest.mark.skipif(not blzarr.tables_here, reason="PyTables is not installed")
+def test_hdf5_unicode_and_datetimes_roundtrip(tmp_path):
+    import tables
+    ra = make_ra(2500)
+    ra["c"][:3] = ["é€x", "ü", ""]
+    t = ctable(ra, chunklen=700)
+    path = str(tmp_path / "u.h5")
+    t.tohdf5(path)
+    with tables.open_file(path) as f:
+        raw = f.root.ctable.read()
+        assert raw["c"][0] == "é€x".encode("utf-8")
+        np.testing.assert_array_equal(raw["e"], ra["e"].view("i8"))
+    back = ctable.fromhdf5(path)
+    assert back.dtype == ra.dtype
+    assert_rows_equal(back[:], ra)
+    assert "BLZARR_DTYPES" not in back.attrs
