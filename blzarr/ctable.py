@@ -269,6 +269,12 @@ class ctable:
         if len(lengths) > 1:
             raise ValueError(f"all `columns` must have the same length, got lengths {sorted(lengths)}")
         if self._rootdir is not None:
+            target = os.path.realpath(self._rootdir)
+            for name, col in zip(names, data):
+                src = getattr(col, "rootdir", None) if isinstance(col, carray) else None
+                if src is not None and os.path.commonpath([os.path.realpath(src), target]) == target:
+                    raise ValueError(f"column {name!r} is stored in '{src}', inside the rootdir of the new "
+                                     "ctable, which would be removed first: copy it elsewhere")
             self._make_rootdir()
         try:
             for name, col in zip(names, data):

@@ -782,3 +782,11 @@ def test_hdf5_unicode_and_datetimes_roundtrip(tmp_path):
     assert back.dtype == ra.dtype
     assert_rows_equal(back[:], ra)
     assert "BLZARR_DTYPES" not in back.attrs
+
+
+def test_creating_over_the_source_columns_is_refused(tmp_path):
+    root = str(tmp_path / "t")
+    t = ctable(make_ra(10), rootdir=root)
+    with pytest.raises(ValueError, match="inside the rootdir"):
+        ctable([t["a"], t["b"]], names=["a", "b"], rootdir=root, mode="w")
+    assert_rows_equal(blzarr.open(root)[:], make_ra(10))
