@@ -1,7 +1,6 @@
 """ctable behaviour checked against NumPy structured arrays (and pandas / PyTables round trips)."""
 
 import os
-from collections import namedtuple
 
 import numpy as np
 import pytest
@@ -542,7 +541,7 @@ def test_query_reads_blockwise(monkeypatch):
 
 def test_eval(table):
     t, ra = table
-    k = 3
+    k = 3  # noqa: F841 (used by the expression)
     r = t.eval("a * k + b")
     assert isinstance(r, blzarr.carray)
     np.testing.assert_allclose(r[:], ra["a"] * 3 + ra["b"])
@@ -757,7 +756,7 @@ def test_expression_with_outside_arrays_and_bad_vm(table):
     t, ra = table
     other = np.arange(N)[::-1].copy()
     assert_rows_equal(t["(a < other) & (a > 4990)"], ra[(ra["a"] < other) & (ra["a"] > 4990)])
-    short = np.arange(5)
+    short = np.arange(5)  # noqa: F841 (used by the expression)
     with pytest.raises(ValueError, match="length"):
         t.where("a < short")
     with pytest.raises(ValueError, match="vm"):
