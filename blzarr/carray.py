@@ -1118,6 +1118,9 @@ class carray:
     def __enter__(self):
         return self
 
+    def __sizeof__(self):
+        return self.cbytes
+
     def __reduce__(self):
         # on disk: pickled by its directory (reopened with the same mode); in memory: by its data
         if self._rootdir is not None:
