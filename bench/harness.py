@@ -502,7 +502,8 @@ def print_report(report, out=sys.stdout):
     print("versions: " + ", ".join(f"{k} {v}" for k, v in report["versions"].items()), file=out)
     print(f"median of up to {report['settings']['repeats']} runs; "
           f"ratio = {report['ratio_definition']}\n", file=out)
-    print(format_table(report["results"], report["peers"], report.get("compressed_bytes")), file=out)
+    if report["results"]:
+        print(format_table(report["results"], report["peers"], report.get("compressed_bytes")), file=out)
     if report.get("memory"):
         from bench import memory
         print("\n" + memory.format_table(report["memory"]), file=out)
