@@ -125,6 +125,24 @@ class BcolzDir:
             raise StorageError(f"cannot read chunk file '{path}': {e}") from None
         return body
 
+    def check_chunk_files(self, n):
+        """Raise StorageError naming the first of data/__0.blp ... __{n-1}.blp that is missing.
+
+        One directory listing, so a corrupted meta/sizes that claims an absurd length fails at once
+        instead of looking for billions of files.
+        """
+        if n <= 0:
+            return
+        try:
+            names = set(os.listdir(self.datadir))
+        except OSError as e:
+            raise StorageError(f"cannot list data directory '{self.datadir}': {e}") from None
+        for k in range(min(n, len(names) + 1)):
+            if f"__{k}{CHUNK_EXT}" not in names:
+                raise StorageError(
+                    f"chunk file '{self.chunk_path(k)}' is missing (meta/sizes file "
+                    f"'{self.meta_path(SIZES_FILE)}' implies {n} full chunk files)")
+
     def write_chunk(self, n, data):
         atomic_write(self.chunk_path(n), BLP_HEADER + bytes(data))
 

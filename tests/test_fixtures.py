@@ -318,6 +318,9 @@ def test_broken_meta_json(tmp_path, fname, content):
     ("storage", "dflt", "abc"), ("storage", "dflt", [1, 2]),
     ("sizes", "shape", "abc"), ("sizes", "shape", [-1]), ("sizes", "shape", []), ("sizes", "shape", [1.5]),
     ("sizes", "shape", None), ("sizes", "shape", {"0": 3}),
+    ("storage", "dtype", "S0"), ("storage", "dtype", "U0"), ("storage", "dtype", "M8[xyz]"),
+    ("sizes", "shape", [1000, 0]), ("sizes", "shape", [1000, 10 ** 12]),
+    ("storage", "dflt", 10 ** 30),
 ])
 def test_wrong_types_in_meta(tmp_path, fname, key, value):
     path = copy_fixture("int64_leftover", tmp_path)
@@ -329,6 +332,26 @@ def test_wrong_types_in_meta(tmp_path, fname, key, value):
     with pytest.raises(BlzarrError) as info:
         _read_all(path)
     _assert_names_file(info.value, target)
+
+
+@pytest.mark.parametrize("length", [10 ** 18, 2 ** 70])
+def test_absurd_length_fails_fast(tmp_path, length):
+    """A length claiming billions of chunks must fail at once (a child process with a time limit,
+    so a regression that walks every chunk fails instead of hanging the suite)."""
+    path = copy_fixture("int64_leftover", tmp_path)
+    sizes = os.path.join(path, "meta", "sizes")
+    _edit_json(sizes, lambda d: d.__setitem__("shape", [length]))
+    code = textwrap.dedent("""
+        import sys, blzarr
+        try:
+            blzarr.open(sys.argv[1])[:]
+        except blzarr.BlzarrError as e:
+            print(type(e).__name__, isinstance(e, (ValueError, OSError)), str(e))
+    """)
+    r = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split(" ", 2)[1] == "True", r.stdout
+    assert sizes in r.stdout and os.path.join(path, "data", "__8.blp") in r.stdout, r.stdout
 
 
 def test_chunklen_disagreeing_with_chunk_files(tmp_path):
@@ -345,7 +368,9 @@ def test_shape_longer_than_the_data(tmp_path):
     _edit_json(os.path.join(path, "meta", "sizes"), lambda d: d.__setitem__("shape", [5000]))
     with pytest.raises(BlzarrError) as info:
         _read_all(path)
-    _assert_names_file(info.value, os.path.join(path, "data", "__39.blp"))
+    # the first chunk file the length calls for that is not there, and the file that claims it
+    _assert_names_file(info.value, os.path.join(path, "data", "__8.blp"))
+    assert os.path.join(path, "meta", "sizes") in str(info.value)
 
 
 @pytest.mark.parametrize("what", ["meta/sizes", "meta/storage", "meta", "data", "data/__3.blp",
