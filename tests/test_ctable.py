@@ -789,3 +789,28 @@ def test_creating_over_the_source_columns_is_refused(tmp_path):
     with pytest.raises(ValueError, match="inside the rootdir"):
         ctable([t["a"], t["b"]], names=["a", "b"], rootdir=root, mode="w")
     assert_rows_equal(blzarr.open(root)[:], make_ra(10))
+
+
+def test_interleaved_iterators_do_not_interfere(table):
+    t, ra = table
+    w1 = t.where("a % 2 == 0", outcols="a")
+    w2 = t.where("a % 3 == 0", outcols="a")
+    it = t.iter(outcols="b")
+    got1, got2, got3 = [], [], []
+    for r1, r2, r3 in zip(w1, w2, it):
+        got1.append(r1.a)
+        got2.append(r2.a)
+        got3.append(r3.b)
+    n = len(got2)
+    assert got1 == ra["a"][ra["a"] % 2 == 0][:n].tolist()
+    assert got2 == ra["a"][ra["a"] % 3 == 0].tolist()
+    assert got3 == ra["b"][:n].tolist()
+
+
+def test_multidim_column_queries():
+    m = np.arange(3000).reshape(1000, 3)
+    t = ctable([np.arange(1000), m], names=["i", "m"], chunklen=64)
+    got = t.fetchwhere("i > 990", out_flavor="numpy")
+    np.testing.assert_array_equal(got["m"], m[991:])
+    rows = list(t.where("i < 2", outcols="m"))
+    np.testing.assert_array_equal(rows[1].m, m[1])
