@@ -13,7 +13,7 @@ bcolz = pytest.importorskip("bcolz")
 
 def make_ra(n, start=0):
     ra = np.empty(n, dtype=[("i", "i4"), ("f", "f8"), ("s", "S5"), ("u", "U4"), ("t", "M8[ns]"),
-                            ("v", "f4", (2,))])
+                            ("v", "f4", (2,)), ("ok", "?"), ("small", "u1")])
     k = np.arange(start, start + n)
     ra["i"] = k
     ra["f"] = k * 0.25
@@ -21,6 +21,8 @@ def make_ra(n, start=0):
     ra["u"] = [f"ü{x % 50}" for x in k]
     ra["t"] = np.datetime64("2019-05-01T00:00:00", "ns") + k.astype("m8[s]")
     ra["v"] = np.stack([k, -k], axis=1)
+    ra["ok"] = k % 5 == 0
+    ra["small"] = k % 256
     return ra
 
 
@@ -78,7 +80,7 @@ def test_addcol_delcol_seen_by_bcolz(tmp_path):
     t.addcol(np.arange(2500) * 2, name="new", pos=1)
     t.delcol("s", keep=True)
     b2 = bcolz.open(root)
-    assert b2.names == ["i", "new", "f", "t", "v"]
+    assert b2.names == ["i", "new", "f", "t", "v", "ok", "small"]
     np.testing.assert_array_equal(b2["new"][:], np.arange(2500) * 2)
     np.testing.assert_array_equal(b2["v"][:], ra["v"])
     assert not os.path.exists(os.path.join(root, "u"))
@@ -88,7 +90,7 @@ def test_addcol_delcol_seen_by_bcolz(tmp_path):
     b2.delcol("f")
     b2.flush()
     t2 = blzarr.open(root)
-    assert t2.names == ["i", "new", "t", "v", "ones"]
+    assert t2.names == ["i", "new", "t", "v", "ok", "small", "ones"]
     np.testing.assert_array_equal(t2["ones"][:], np.ones(2500))
 
 
@@ -111,10 +113,10 @@ def test_bcolz_fetchwhere_matches_blzarr(tmp_path):
     blzarr.ctable(ra, rootdir=root)
     b = bcolz.open(root)
     t = blzarr.open(root)
-    expr = "(f > 100) & (i < 15000)"
-    cols = ["i", "f", "s", "u", "t"]  # bcolz's where cannot return multidimensional columns
+    expr = "(f > 100) & (i < 15000) & ~ok"
+    cols = ["i", "f", "s", "u", "t", "ok", "small"]  # bcolz's where cannot return multidimensional columns
     np.testing.assert_array_equal(t.fetchwhere(expr, outcols=cols, out_flavor="numpy"),
                                   b.fetchwhere(expr, outcols=cols, out_flavor="numpy"))
-    np.testing.assert_array_equal(t.fetchwhere(expr, out_flavor="numpy"), ra[(ra["f"] > 100) & (ra["i"] < 15000)])
+    np.testing.assert_array_equal(t.fetchwhere(expr, out_flavor="numpy"), ra[(ra["f"] > 100) & (ra["i"] < 15000) & ~ra["ok"]])
     assert [tuple(r) for r in t.where(expr, outcols="i, f, s", limit=5)] == \
         [tuple(r) for r in b.where(expr, outcols="i, f, s", limit=5)]
