@@ -614,7 +614,10 @@ def test_len_iter_array(pair):
     assert_same(c.__array__(), a)
     assert_same(c.__array__(copy=True), a)
     with pytest.raises(ValueError):
-        np.array(c, copy=False)
+        c.__array__(copy=False)  # NumPy 2 semantics: a carray has no memory to view
+    if np.lib.NumpyVersion(np.__version__) >= "2.0.0":
+        with pytest.raises(ValueError):
+            np.array(c, copy=False)
     assert np.sum(c) == a.sum()
 
 
