@@ -31,11 +31,31 @@ BLP_HEADER = BLP_MAGIC + bytes([1, 0, 0, 0]) + struct.pack("<q", 1)
 MAX_JSON_BYTES = 16 * 1024 * 1024
 
 
+def _process_umask():
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+# Files are created with the permissions a plain open() would give them (bcolz's): mkstemp's
+# 0600 would hide a dataset from the other users of a shared directory.
+_UMASK = _process_umask()
+
+
+def _new_file_mode(path):
+    try:
+        return os.stat(path).st_mode & 0o7777   # replacing a file keeps its permissions
+    except OSError:
+        return 0o666 & ~_UMASK
+
+
 def atomic_write(path, data, fsync=False):
     """Replace `path` with `data` so that readers see either the old or the new content."""
     d = os.path.dirname(path) or "."
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
     try:
+        if hasattr(os, "fchmod"):
+            os.fchmod(fd, _new_file_mode(path))
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             if fsync:

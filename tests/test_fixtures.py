@@ -582,3 +582,24 @@ def test_trailing_bytes_after_the_chunk_are_ignored(tmp_path):
     assert_same(blzarr.open(path, mode="r")[:], EXPECTED["int64_leftover"][0])
 
 
+
+
+@pytest.mark.skipif(not hasattr(os, "fchmod"), reason="POSIX permissions")
+def test_files_get_the_usual_permissions(tmp_path):
+    """Like bcolz's files (plain open()), not the private 0600 of a temporary file."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    root = tmp_path / "perm"
+    a = blzarr.carray(np.arange(10), rootdir=str(root), mode="w", format="bcolz", chunklen=4)
+    a.attrs["x"] = 1
+    a.flush()
+    for rel in ["__attrs__", "meta/sizes", "meta/storage", "data/__0.blp", "data/__2.blp"]:
+        assert os.stat(root / rel).st_mode & 0o777 == 0o666 & ~mask, rel
+    # a rewritten file keeps the permissions it was given
+    os.chmod(root / "meta" / "sizes", 0o640)
+    os.chmod(root / "data" / "__2.blp", 0o600)
+    a.append([10])
+    a.flush()
+    assert os.stat(root / "meta" / "sizes").st_mode & 0o777 == 0o640
+    assert os.stat(root / "data" / "__2.blp").st_mode & 0o777 == 0o600
+    assert not [f for f in os.listdir(root / "data") if f.startswith(".tmp")]
