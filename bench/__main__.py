@@ -78,7 +78,14 @@ def run_extra(args):
         if not os.path.exists(path):
             print(f"note: bench/{name} not present, skipped")
             continue
-        cmd = [sys.executable, "-m", f"bench.{name[:-3]}"] + (["--quick"] if args.quick else [])
+        cmd = [sys.executable, path]
+        if args.quick:  # each script has its own options: use its quick mode, else a small --n
+            with open(path, encoding="utf-8") as f:
+                src = f.read()
+            if '"--quick"' in src:
+                cmd.append("--quick")
+            elif '"--n"' in src:
+                cmd += ["--n", "200000"]
         print(f"\n$ {' '.join(cmd)}", flush=True)
         rc = subprocess.run(cmd, cwd=os.path.dirname(here)).returncode
         if rc:
