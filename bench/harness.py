@@ -62,8 +62,12 @@ def machine():
                     break
     except OSError:
         cpu = platform.processor() or "?"
+    try:
+        load = [round(v, 2) for v in os.getloadavg()]
+    except (AttributeError, OSError):
+        load = None
     return {"nproc": os.cpu_count(), "cpu": cpu, "python": platform.python_version(),
-            "numpy": np.__version__, "platform": platform.platform()}
+            "numpy": np.__version__, "platform": platform.platform(), "loadavg": load}
 
 
 def datasets(n, which=("smooth", "walk"), seed=12345):
@@ -491,6 +495,7 @@ def run(args, log=print):
         from bench import memory
         report["memory"] = memory.run(args, log=log)
     report["elapsed_s"] = time.time() - started
+    report["machine"] = machine()  # again, so the load average covers the run
     report["targets"] = [{"target": t, "ok": ok, "ratio": q} for t, ok, q in check_targets(runner.results)]
     return report
 
@@ -498,7 +503,8 @@ def run(args, log=print):
 def print_report(report, out=sys.stdout):
     m = report["machine"]
     print(f"\ncommand: {report['command']}", file=out)
-    print(f"machine: {m['nproc']} cpus, {m['cpu']}, Python {m['python']}, NumPy {m['numpy']}", file=out)
+    print(f"machine: {m['nproc']} cpus, {m['cpu']}, Python {m['python']}, NumPy {m['numpy']}"
+          + (f"; load average at the end {m['loadavg']}" if m.get("loadavg") else ""), file=out)
     print("versions: " + ", ".join(f"{k} {v}" for k, v in report["versions"].items()), file=out)
     print(f"median of up to {report['settings']['repeats']} runs; "
           f"ratio = {report['ratio_definition']}\n", file=out)
