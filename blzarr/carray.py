@@ -44,8 +44,8 @@ def parse_dtype(text, where):
         raise FormatError(f"{where}: 'dtype' must be a string, got {type(text).__name__}")
     try:
         return np.dtype(text)
-    except TypeError:
-        pass
+    except (TypeError, ValueError):
+        pass  # e.g. the str() of a structured dtype, "[('a', '<i4')]" or "{'names': ...}"
     try:
         return np.dtype(ast.literal_eval(text))
     except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError):
@@ -80,6 +80,13 @@ def dflt_to_json(dflt):
     return fix(dflt.tolist())
 
 
+def _struct_value(value, dt):
+    """JSON lists back to the (nested) tuples NumPy wants for structured values."""
+    if dt.names is not None and isinstance(value, list) and len(value) == len(dt.names):
+        return tuple(_struct_value(v, dt.fields[n][0]) for v, n in zip(value, dt.names))
+    return value
+
+
 def dflt_from_json(value, base, where):
     out = np.zeros((), dtype=base)
     if value is None or base.kind == "O":
@@ -90,7 +97,7 @@ def dflt_from_json(value, base, where):
         elif base.kind == "c" and isinstance(value, list):
             out[()] = complex(value[0], value[1])
         elif base.names is not None and isinstance(value, list):
-            out[()] = tuple(value)
+            out[()] = _struct_value(value, base)
         elif base.kind in "SV" and isinstance(value, str):
             out[()] = value.encode("latin-1")
         else:
