@@ -127,7 +127,7 @@ def verify_checksum(int cid, buf, stored, where=None):
     expect = checksum(cid, buf)
     if bytes(stored) != expect:
         raise ChecksumError(
-            f"{CHECKSUMS[cid][0]} checksum mismatch{' in ' + where if where else ''}: "
+            f"{CHECKSUMS[cid][0]} checksum mismatch{f' in {where}' if where else ''}: "
             f"stored {bytes(stored).hex()}, computed {expect.hex()}")
 
 
@@ -231,7 +231,7 @@ def pread_into(int fd, buf, int64_t pos, where=None):
     cdef uint8_t[::1] v = buf
     cdef Py_ssize_t n = v.shape[0], got
     if pos < 0:
-        raise FormatError(f"negative file position {pos}{' in ' + where if where else ''}")
+        raise FormatError(f"negative file position {pos}{f' in {where}' if where else ''}")
     if n == 0:
         return 0
     got = _pread_all(fd, <char *>&v[0], n, pos)
@@ -321,12 +321,14 @@ def read_head(int fd, int64_t offset, int64_t limit, where=None):
 
 
 def read_blocks_into(int fd, int64_t offset, head, Py_ssize_t start, Py_ssize_t nbytes,
-                     cnp.ndarray dest not None, Py_ssize_t dest_offset=0, where=None):
+                     cnp.ndarray dest not None, Py_ssize_t dest_offset=0, where=None, bytearray scratch=None):
     """Decode bytes [start, start+nbytes) of the chunk at file position `offset` into `dest`.
 
     `head` is the chunk's header and block starts (from `read_head`).  Only the byte ranges of the
     blocks holding the wanted bytes are read from the file (positioned reads, contiguous ranges merged),
     into a lazy chunk buffer of ctbytes length, which `_chunk.getitem_into` then decodes.
+    `scratch`, a bytearray grown as needed, is reused as that buffer (its stale bytes outside the header,
+    bstarts and wanted blocks are never read by the decoder).
     Returns the number of bytes read from the file.
     """
     cdef bytes hb = bytes(head)
@@ -336,9 +338,14 @@ def read_blocks_into(int fd, int64_t offset, head, Py_ssize_t start, Py_ssize_t 
     if ctbytes < 16:
         raise ChunkError(f"bad Blosc chunk ({where}): header too short")
     ranges = _chunk.block_ranges(head, start, nbytes, where)
-    lazy = np.zeros(ctbytes, dtype=np.uint8)
+    if scratch is None:
+        lazy = memoryview(bytearray(ctbytes))
+    else:
+        if len(scratch) < ctbytes:
+            scratch.extend(bytes(ctbytes - len(scratch)))
+        lazy = memoryview(scratch)[:ctbytes]
     hl = len(head)
-    lazy[:hl] = np.frombuffer(head, dtype=np.uint8)
+    lazy[:hl] = hb
     merged = []
     for b, e in sorted(ranges):
         if e <= hl:
@@ -352,8 +359,11 @@ def read_blocks_into(int fd, int64_t offset, head, Py_ssize_t start, Py_ssize_t 
             last[1] = max(last[1], e)
         else:
             merged.append([b, e])
-    for b, e in merged:
-        pread_into(fd, lazy[b:e], offset + b, where)
-        total += e - b
-    _chunk.getitem_into(lazy, start, nbytes, dest, dest_offset, True, where)
+    try:
+        for b, e in merged:
+            pread_into(fd, lazy[b:e], offset + b, where)
+            total += e - b
+        _chunk.getitem_into(lazy, start, nbytes, dest, dest_offset, True, where)
+    finally:
+        lazy.release()
     return total + hl

@@ -38,11 +38,12 @@ _MB = 1024 * 1024
 SUPERCHUNK_TARGET_BYTES = 64 * _MB
 MAX_SUPERCHUNKLEN = 1024
 # bounds of the store's caches
-FD_CACHE = 32                     # open file descriptors
+FD_CACHE = 8                      # open file descriptors
 FILE_STATE_CACHE = 256            # parsed headers + offsets tables
 HEAD_CACHE_BYTES = 4 * _MB        # chunk headers + bstarts
 CHUNK_CACHE_BYTES = 32 * _MB      # verified compressed chunks
 VERIFIED_CACHE = 1 << 16          # chunks remembered as verified
+TOUCHED_CACHE = 64                # chunks read lazily lately (a second touch reads and caches them whole)
 
 
 class MetalayerError(BlzarrError, ValueError):
@@ -98,6 +99,23 @@ def _coerce_reserve(reserve):
     return reserve
 
 
+class _Where:
+    __slots__ = ("store", "n")
+
+    def __init__(self, store, n):
+        self.store = store
+        self.n = n
+
+    def __str__(self):
+        fno, slot = divmod(self.n, self.store.K)
+        return f"chunk {self.n} (slot {slot}) of superchunk file '{self.store._path(fno + 1)}'"
+
+    __format__ = lambda self, spec: format(str(self), spec)
+
+    def __bool__(self):
+        return True
+
+
 class _File:
     """What the store knows of one superchunk file: header fields, offsets, file identity."""
 
@@ -128,6 +146,8 @@ class BlzDir:
         self._chunks = OrderedDict()
         self._chunks_bytes = 0
         self._ctbytes = {}
+        self._touched = OrderedDict()
+        self._local = threading.local()
         self.stats = {"appended": 0, "inplace": 0, "relocated": 0}
 
     # ------------------------------------------------------------------ creation / opening
@@ -265,8 +285,8 @@ class BlzDir:
         return os.path.join(self.datadir, superchunk_name(fno))
 
     def _where(self, n):
-        fno, slot = divmod(n, self.K)
-        return f"chunk {n} (slot {slot}) of superchunk file '{self._path(fno + 1)}'"
+        """Where chunk n is, for error messages (a cheap object, formatted only when shown)."""
+        return _Where(self, n)
 
     def _check_writable(self):
         if self.mode == "r":
@@ -400,6 +420,10 @@ class BlzDir:
         """The Blosc header + bstarts of chunk n (cached)."""
         with self._lock:
             f, fd, off = self._offset(n)
+            return self._head_at(n, f, fd, off)
+
+    def _head_at(self, n, f, fd, off):
+        with self._lock:
             h = self._heads.get(n)
             if h is not None:
                 self._heads.move_to_end(n)
@@ -450,19 +474,42 @@ class BlzDir:
                 self._chunks_bytes -= len(self._chunks.popitem(last=False)[1])
 
     def read_range(self, n, start, nbytes, out, out_offset=0):
-        """Decode bytes [start, start+nbytes) of chunk n into `out`: only the needed blocks are read
-        once the chunk has been verified (or when the dataset has no checksums)."""
+        """Decode bytes [start, start+nbytes) of chunk n into `out`.
+
+        A chunk in the cache is decoded from memory.  Otherwise, once the chunk has been verified (or
+        when the dataset has no checksums), only the needed blocks are read from the file; a chunk not
+        yet verified, or touched again soon after a lazy read (admission on second touch), is read
+        whole, verified and cached.  Returns the bytes read from the file."""
+        where = _Where(self, n)
         with self._lock:
             f, fd, off = self._offset(n)
             data = self._chunks.get(n)
-            lazy = data is None and (self.checksum_id == 0 or n in f.verified)
+            if data is not None:
+                self._chunks.move_to_end(n)
+                lazy = False
+            else:
+                lazy = self.checksum_id == 0 or n in f.verified
+                if lazy and n in self._touched:
+                    lazy = False
+                elif lazy:
+                    self._touched[n] = None
+                    if len(self._touched) > TOUCHED_CACHE:
+                        self._touched.popitem(last=False)
+            head = self._head_at(n, f, fd, off) if lazy else None
         if data is None and not lazy:
             data = self.read_chunk(n)
         if data is not None:
-            _chunk.getitem_into(data, start, nbytes, out, out_offset, False, self._where(n))
+            _chunk.getitem_into(data, start, nbytes, out, out_offset, False, where)
             return 0
-        head = self.head(n)
-        return sc.read_blocks_into(fd, off, head, start, nbytes, out, out_offset, self._where(n))
+        return sc.read_blocks_into(fd, off, head, start, nbytes, out, out_offset, where, self._scratch())
+
+    def _scratch(self):
+        """A per-thread reusable buffer for lazy chunks."""
+        local = self._local
+        buf = getattr(local, "buf", None)
+        if buf is None:
+            buf = local.buf = bytearray(0)
+        return buf
 
     def chunk_cbytes(self, n):
         c = self._ctbytes.get(n)
@@ -476,6 +523,8 @@ class BlzDir:
             self._heads_bytes = 0
             self._chunks.clear()
             self._chunks_bytes = 0
+            self._touched.clear()
+            self._local = threading.local()
 
     # ------------------------------------------------------------------ writing
     def _meta_bytes(self, fno):
@@ -991,6 +1040,7 @@ class BlzChunks:
         self.chunk_nbytes = -1 if objects else chunklen * atom.itemsize
         self.nchunks = nchunks
         self._mode = mode
+        self._objs = OrderedDict()          # recently handed-out LazyChunk objects
         store.mode = mode
         if nchunks > store.nchunks:
             raise FormatError(f"'{store.rootdir}': meta/sizes needs {nchunks} full chunks, the superchunk "
@@ -1027,7 +1077,12 @@ class BlzChunks:
             i += self.nchunks
         if not 0 <= i < self.nchunks:
             raise IndexError(f"chunk {i} out of range ({self.nchunks} chunks)")
-        return LazyChunk(self.store, i, self.atom, self.chunk_nbytes)
+        c = self._objs.get(i)
+        if c is None:
+            c = self._objs[i] = LazyChunk(self.store, i, self.atom, self.chunk_nbytes)
+            if len(self._objs) > 256:
+                self._objs.popitem(last=False)
+        return c
 
     def load(self, i, expected_nbytes):
         """Chunk i read whole and verified (also the short last chunk, past the full ones)."""
@@ -1036,19 +1091,23 @@ class BlzChunks:
 
     def __setitem__(self, i, c):
         self._check_writable()
+        self._objs.pop(i, None)
         self.store.write_chunk(i, c.getdata())
 
     def append(self, c):
         self._check_writable()
+        self._objs.pop(self.nchunks, None)
         self.store.write_chunk(self.nchunks, c.getdata())
         self.nchunks += 1
 
     def truncate(self, n):
         self._check_writable()
+        self._objs.clear()
         self.nchunks = n
         self.store.remove_chunks_from(n)
 
     def free_cachemem(self):
+        self._objs.clear()
         self.store.drop_caches()
 
     def purge(self):
