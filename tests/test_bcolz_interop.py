@@ -491,16 +491,16 @@ def test_blzarr_writes_bcolz_meta_keys(tmp_path):
 
 def test_blzarr_toplevel_constructors_write_bcolz_layout(tmp_path):
     made = {
-        "zeros": (blzarr.zeros(21, dtype="i4", rootdir=str(tmp_path / "zeros"), chunklen=8),
+        "zeros": (blzarr.zeros(21, dtype="i4", rootdir=str(tmp_path / "zeros"), format="bcolz", chunklen=8),
                   np.zeros(21, dtype="i4")),
-        "ones2d": (blzarr.ones((13, 2), dtype="f4", rootdir=str(tmp_path / "ones2d"), chunklen=4),
+        "ones2d": (blzarr.ones((13, 2), dtype="f4", rootdir=str(tmp_path / "ones2d"), format="bcolz", chunklen=4),
                    np.ones((13, 2), dtype="f4")),
-        "fill": (blzarr.fill(11, dflt=7, dtype="u2", rootdir=str(tmp_path / "fill"), chunklen=5),
+        "fill": (blzarr.fill(11, dflt=7, dtype="u2", rootdir=str(tmp_path / "fill"), format="bcolz", chunklen=5),
                  np.full(11, 7, dtype="u2")),
-        "arange": (blzarr.arange(3, 40, 2, dtype="i8", rootdir=str(tmp_path / "arange"), chunklen=6),
+        "arange": (blzarr.arange(3, 40, 2, dtype="i8", rootdir=str(tmp_path / "arange"), format="bcolz", chunklen=6),
                    np.arange(3, 40, 2, dtype="i8")),
         "fromiter": (blzarr.fromiter((i * i for i in range(30)), dtype="i8", count=30,
-                                     rootdir=str(tmp_path / "fromiter"), chunklen=7),
+                                     rootdir=str(tmp_path / "fromiter"), format="bcolz", chunklen=7),
                      np.arange(30, dtype="i8") ** 2),
     }
     for name, (a, expected) in made.items():
@@ -634,3 +634,16 @@ def test_random_interleaving_of_both_libraries(tmp_path_factory, start, ops, fir
     cur.flush()
     check_blzarr_reads(root, model)
     check_bcolz_reads(root, model)
+
+
+def test_unusual_directory_names_both_ways(tmp_path):
+    expected = make("i4", 21)
+    root = tmp_path / "d\u00e9j\u00e0 vu, \u4e2d & spaces"
+    root.mkdir()
+    bcolz_write(root / "from bcolz", expected)
+    a = blzarr.open(root / "from bcolz")   # a pathlib.Path works too
+    a.append(expected[:3])
+    a.flush()
+    check_bcolz_reads(root / "from bcolz", np.concatenate([expected, expected[:3]]))
+    blzarr.carray(expected, rootdir=root / "from blzarr", chunklen=CHUNKLEN, format="bcolz").flush()
+    check_bcolz_reads(root / "from blzarr", expected)
