@@ -1,5 +1,6 @@
 """`eval`: evaluate an expression over carrays and arrays block by block, with bounded memory."""
 
+import ast
 import builtins
 import sys
 
@@ -13,6 +14,50 @@ _PY_NAMESPACE = {name: getattr(np, name) for name in (
     "imag", "conj", "floor", "ceil", "power", "minimum", "maximum", "isnan", "isinf", "fmod")}
 _PY_NAMESPACE["arcsin"] = np.arcsin
 _PY_NAMESPACE["contains"] = np.char.find
+
+
+def _py_sum(x, axis=0):
+    """`sum` of the python vm: like Python's sum() over an array (along the first axis), or `axis`."""
+    return np.sum(x, axis=axis)
+
+
+def _py_prod(x, axis=0):
+    return np.prod(x, axis=axis)
+
+
+_PY_NAMESPACE["sum"] = _py_sum
+_PY_NAMESPACE["prod"] = _py_prod
+# how the results of a reduction over consecutive blocks combine
+_REDUCTIONS = {"sum": np.add, "prod": np.multiply}
+
+
+def _reduction_plan(expression):
+    """None (element-wise), a combining ufunc (one top-level reduction along the first axis or over
+    everything: block results combine), or "whole" (a reduction the blocks cannot split)."""
+    try:
+        tree = ast.parse(expression, mode="eval").body
+    except SyntaxError:
+        return None  # reported by _operand_names
+
+    def is_reduction(node):
+        return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id in _REDUCTIONS)
+
+    if any(is_reduction(n) for n in ast.walk(tree) if n is not tree):
+        return "whole"
+    if not is_reduction(tree):
+        return None
+    axis = None
+    if len(tree.args) > 1:
+        axis = tree.args[1]
+    for kw in tree.keywords:
+        if kw.arg == "axis":
+            axis = kw.value
+    if axis is None or (isinstance(axis, ast.Constant) and axis.value in (None, 0)):
+        return _REDUCTIONS[tree.func.id]
+    if isinstance(axis, ast.Constant) and isinstance(axis.value, int) and axis.value > 0:
+        return None  # along a later axis: the rows of each block stay independent
+    return "whole"
 
 
 def _operand_names(expression):
@@ -84,7 +129,7 @@ def _run(expression, code, local, vm):
         import numexpr
         try:
             return numexpr.evaluate(expression, local_dict=local, global_dict={})
-        except (TypeError, ValueError, NotImplementedError, KeyError, SyntaxError):
+        except (TypeError, ValueError, NotImplementedError, KeyError, SyntaxError, RuntimeError):
             pass  # an expression numexpr does not support: NumPy evaluates it below
     return builtins.eval(code, {"__builtins__": {}, **_PY_NAMESPACE}, local)
 
@@ -122,10 +167,19 @@ def eval(expression, vm=None, out_flavor=None, user_dict=None, blen=None, depth=
     _, names = _operand_names(expression)
     operands = _lookup(names, user_dict, depth)
     for name, v in operands.items():
-        if isinstance(v, (list, tuple)):
+        if isinstance(v, (list, tuple, range)):
             raise ValueError(f"variable '{name}' is a {type(v).__name__}: only NumPy arrays, carrays "
                              "and scalars can be operands")
+    plan = _reduction_plan(expression)
+    if plan == "whole":
+        lengths = [len(v) for v in operands.values() if _is_array(v)]
+        blen = max(max(lengths, default=1), 1)
     blocks = evaluate_blocks(expression, operands, vm, blen)
+    if plan is not None and plan != "whole":
+        result = None
+        for block in blocks:
+            result = block if result is None else plan(result, block)
+        return result[()] if result.ndim == 0 else result
     if out_flavor == "numpy":
         parts = list(blocks)
         return parts[0] if len(parts) == 1 else np.concatenate(parts)

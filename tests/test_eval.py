@@ -128,3 +128,32 @@ def test_string_keys_on_carray_use_eval(cas):
     assert vals == [46, 47, 48, 49]
     assert_array_equal(head, [-1, -1, -1, 3, 4])
     assert_array_equal(a["a > b * 1000"], a_np[a_np > b_np * 1000])
+
+
+@pytest.mark.parametrize("blen", [None, 1, 3, 7])
+def test_eval_reductions(blen):
+    a = np.arange(60).reshape(15, 4)
+    b = blzarr.carray(a, chunklen=4)
+    c = blzarr.carray(np.arange(1, 16), chunklen=4)
+    # the python vm's sum is Python's: along the first axis (bcolz's behaviour)
+    assert_array_equal(blzarr.eval("sum(b)", vm="python", blen=blen), sum(a))
+    assert_array_equal(blzarr.eval("sum(b, axis=0)", vm="python", blen=blen), a.sum(axis=0))
+    assert_array_equal(blzarr.eval("sum(b, axis=1)", vm="python", blen=blen, out_flavor="numpy"), a.sum(axis=1))
+    assert_array_equal(blzarr.eval("sum(b * 2) + 1", vm="python", blen=blen), (a * 2).sum(axis=0) + 1)
+    assert blzarr.eval("prod(c)", vm="python", blen=blen) == np.prod(np.arange(1, 16))
+    assert blzarr.eval("sum(c * 2)", vm="python", blen=blen) == np.arange(1, 16).sum() * 2
+    if blzarr.numexpr_here:
+        # numexpr's reductions: everything, or along `axis`
+        assert blzarr.eval("sum(b)", vm="numexpr", blen=blen) == a.sum()
+        assert_array_equal(blzarr.eval("sum(b, axis=1)", vm="numexpr", blen=blen, out_flavor="numpy"),
+                           a.sum(axis=1))
+        assert_array_equal(blzarr.eval("sum(b, axis=0)", vm="numexpr", blen=blen), a.sum(axis=0))
+        assert blzarr.eval("prod(c)", vm="numexpr", blen=blen) == np.prod(np.arange(1, 16))
+        assert blzarr.eval("sum(c * 2)", vm="numexpr", blen=blen) == np.arange(1, 16).sum() * 2
+
+
+def test_eval_rejects_python_sequences():
+    r = range(10)
+    with pytest.raises(ValueError, match="range"):
+        blzarr.eval("r * 3")
+    assert r  # (the name is looked up in this frame)
