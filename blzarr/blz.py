@@ -512,9 +512,17 @@ class BlzDir:
         return buf
 
     def chunk_cbytes(self, n):
+        """The compressed size of chunk n (its 16-byte header is read once)."""
         c = self._ctbytes.get(n)
         if c is None:
-            c = int.from_bytes(self.head(n)[12:16], "little")
+            with self._lock:
+                f, fd, off = self._offset(n)
+                h = self._heads.get(n)
+                raw = h[:16] if h is not None else sc.pread(fd, 16, off, self._where(n))
+                c = int.from_bytes(raw[12:16], "little", signed=True)
+                if c < 16:
+                    raise ChunkError(f"bad Blosc chunk ({self._where(n)}): ctbytes {c}")
+                self._ctbytes[n] = c
         return c
 
     def drop_caches(self):
@@ -543,11 +551,12 @@ class BlzDir:
         self._forget_file(fno)
         self._close(fno)
 
+    def _reserve_for(self, ctbytes):
+        """Reserved bytes after a chunk of `ctbytes` compressed bytes."""
+        return int(ctbytes * self.reserve) if isinstance(self.reserve, float) else self.reserve
+
     def _slot_blob(self, data):
-        reserve = self.reserve
-        if isinstance(reserve, float):
-            reserve = int(len(data) * reserve)
-        return bytes(data) + sc.checksum(self.checksum_id, data) + bytes(reserve)
+        return bytes(data) + sc.checksum(self.checksum_id, data) + bytes(self._reserve_for(len(data)))
 
     def _write_header(self, f, fd):
         head = sc.pack_header(self.checksum_id, self.typesize, self.chunk_nbytes, f.last_chunk, f.nchunks,
@@ -686,8 +695,7 @@ class BlzDir:
         for slot in range(f.nchunks):
             n = (fno - 1) * self.K + slot
             ct = self.chunk_cbytes(n)
-            used += len(self._slot_blob(b"\0" * ct)) if isinstance(self.reserve, float) else \
-                ct + self.cksize + self.reserve
+            used += ct + self.cksize + self._reserve_for(ct)
         return max(0, f.fstate[1] - f.data_start - used), f, fd, offsets
 
     def purge(self):

@@ -705,3 +705,37 @@ def test_fixture_header_bytes_pinned():
     raw3 = open(os.path.join(FIXTURES, "int32_crc32", "data", "__3__.bin"), "rb").read()
     # file 3 holds chunk 6, the short one: 100 - 96 = 4 items of 4 bytes
     assert raw3[8:24] == struct.pack("<iiq", 64, 16, 1)
+
+
+def test_concurrent_lazy_reads_from_threads(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+    p, arr = _big(tmp_path, "th", 1 << 14, checksum=None, superchunklen=2, nchunks=6)
+    c = blzarr.open(p, mode="r")
+
+    def work(seed):
+        rng = np.random.default_rng(seed)
+        for _ in range(200):
+            i = int(rng.integers(0, len(arr) - 20))
+            c.free_cachemem() if seed == 0 and i % 7 == 0 else None
+            if not np.array_equal(c[i:i + 20], arr[i:i + 20]):
+                return False
+        return True
+
+    with ThreadPoolExecutor(4) as ex:
+        assert all(ex.map(work, range(4)))
+
+
+def test_toplevel_constructors_and_ctable_in_blz(tmp_path):
+    z = blzarr.zeros(1000, dtype="i4", rootdir=str(tmp_path / "z"), format="blz", chunklen=64)
+    assert z.format == "blz" and blzarr.open(str(tmp_path / "z")).sum() == 0
+    a = blzarr.arange(0, 500, 2, rootdir=str(tmp_path / "a"), format="blz", chunklen=16)
+    assert_array_equal(blzarr.open(str(tmp_path / "a"))[:], np.arange(0, 500, 2))
+    f = blzarr.fromiter(iter(range(300)), dtype="i8", count=300, rootdir=str(tmp_path / "f"), format="blz")
+    assert_array_equal(blzarr.open(str(tmp_path / "f"))[:], np.arange(300))
+    ra = np.array([(i, i * 1.5) for i in range(100)], dtype=[("x", "i4"), ("y", "f8")])
+    t = blzarr.ctable(ra, rootdir=str(tmp_path / "t"), format="blz")
+    t.flush()
+    o = blzarr.open(str(tmp_path / "t"))
+    assert all(o.cols[n].format == "blz" for n in o.names)
+    assert_array_equal(o[:], ra)
+    assert_array_equal(independent_read(str(tmp_path / "t" / "data" / "y")), ra["y"])
