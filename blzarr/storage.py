@@ -110,7 +110,8 @@ class BcolzDir:
 
     @staticmethod
     def holds_carray(rootdir):
-        return os.path.isfile(os.path.join(rootdir, META_DIR, STORAGE_FILE))
+        # exists, not isfile: an unreadable meta/storage is reported by its reader, naming it
+        return os.path.exists(os.path.join(rootdir, META_DIR, STORAGE_FILE))
 
     def check_layout(self):
         for d, what in ((self.rootdir, "root"), (self.datadir, "data"), (self.metadir, "meta")):

@@ -308,6 +308,11 @@ def _edit_json(path, change):
 @pytest.mark.parametrize("fname,content", [
     ("storage", b""), ("storage", b"{not json"), ("storage", b'{"dtype": "int64", '), ("storage", b"[1, 2]"),
     ("storage", b"\xff\xfe\x00"), ("sizes", b""), ("sizes", b"nul"), ("sizes", b'"shape"'),
+    ("storage", b"[" * 100000 + b"]" * 100000),
+    ("storage", b'{"dtype": "int64", "cparams": {"clevel": 5, "shuffle": 1}, "chunklen": NaN}'),
+    ("storage", b'{"dtype": "int64", "cparams": {"clevel": 5, "shuffle": 1}, "chunklen": Infinity}'),
+    ("storage", b'{"dtype": "__import__(\'os\').getcwd()", "cparams": {}, "chunklen": 128}'),
+    ("sizes", b'{"shape": [NaN], "nbytes": 0, "cbytes": 0}'),
 ])
 def test_broken_meta_json(tmp_path, fname, content):
     path = copy_fixture("int64_leftover", tmp_path)
@@ -407,6 +412,17 @@ def test_missing_file(tmp_path, what):
 def test_chunk_file_unreadable(tmp_path):
     path = copy_fixture("int64_leftover", tmp_path)
     target = os.path.join(path, "data", "__3.blp")
+    os.remove(target)
+    os.mkdir(target)
+    with pytest.raises(BlzarrError) as info:
+        _read_all(path)
+    _assert_names_file(info.value, target)
+
+
+@pytest.mark.parametrize("what", ["meta/sizes", "meta/storage", "__attrs__"])
+def test_meta_file_is_a_directory(tmp_path, what):
+    path = copy_fixture("int64_leftover", tmp_path)
+    target = os.path.join(path, what)
     os.remove(target)
     os.mkdir(target)
     with pytest.raises(BlzarrError) as info:
