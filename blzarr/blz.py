@@ -478,8 +478,8 @@ class BlzDir:
 
         A chunk in the cache is decoded from memory.  Otherwise, once the chunk has been verified (or
         when the dataset has no checksums), only the needed blocks are read from the file; a chunk not
-        yet verified, or touched again soon after a lazy read (admission on second touch), is read
-        whole, verified and cached.  Returns the bytes read from the file."""
+        yet verified is read whole, verified and cached, and so is a chunk touched again soon after a
+        lazy read while the chunk cache has free room.  Returns the bytes read from the file."""
         where = _Where(self, n)
         with self._lock:
             f, fd, off = self._offset(n)
@@ -490,7 +490,11 @@ class BlzDir:
             else:
                 lazy = self.checksum_id == 0 or n in f.verified
                 if lazy and n in self._touched:
-                    lazy = False
+                    # a second touch: cache the whole chunk, but only while the cache has free room
+                    # (evicting chunks for a random workload larger than the cache would read whole
+                    # chunks where a few blocks do)
+                    ct = self._ctbytes.get(n)
+                    lazy = ct is None or self._chunks_bytes + ct > CHUNK_CACHE_BYTES
                 elif lazy:
                     self._touched[n] = None
                     if len(self._touched) > TOUCHED_CACHE:

@@ -739,3 +739,18 @@ def test_toplevel_constructors_and_ctable_in_blz(tmp_path):
     assert all(o.cols[n].format == "blz" for n in o.names)
     assert_array_equal(o[:], ra)
     assert_array_equal(independent_read(str(tmp_path / "t" / "data" / "y")), ra["y"])
+
+
+def test_second_touch_caches_a_chunk_while_the_cache_has_room(tmp_path):
+    chunklen = 1 << 16
+    p, arr = _big(tmp_path, "s", chunklen, checksum=None)
+    c = blzarr.open(p, mode="r")
+    cbytes = c.chunks[1].cbytes
+    costs = []
+    for i in (chunklen + 10, chunklen + 40000, chunklen + 20000, chunklen + 60000):
+        sc.io_stats(reset=True)
+        assert c[i] == arr[i]
+        costs.append(sc.io_stats(reset=True)[0])
+    assert 0 < costs[0] < cbytes / 4           # lazy
+    assert costs[1] >= cbytes                   # second touch: read whole, cached
+    assert costs[2] == 0 and costs[3] == 0      # from memory
