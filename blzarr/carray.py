@@ -890,7 +890,11 @@ class carray:
     def _object_at(self, i):
         c = self._chunks[i]
         raw = c.decompress(np.empty(c.nbytes, dtype="u1"))
-        return pickle.loads(raw.tobytes())
+        try:
+            return pickle.loads(raw.tobytes())
+        except Exception as e:  # a damaged pickle can fail in many ways, none of them the caller's
+            where = getattr(c, "_where", None) or f"object {i}"
+            raise FormatError(f"cannot unpickle {where}: {type(e).__name__}: {e}") from None
 
     def _eval_key(self, key, depth=4):
         from blzarr.chunked_eval import eval as _eval

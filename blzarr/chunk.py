@@ -115,8 +115,12 @@ class chunk:
         isz = self.atom.itemsize
         if start == 0 and stop == self._len:
             _chunk.decompress_into(self._data, out, get_nthreads(), False, self._where)
-        else:
+        elif self.typesize and isz % self.typesize == 0:
             _chunk.getitem_into(self._data, start * isz, (stop - start) * isz, out, 0, False, self._where)
+        else:
+            # Blosc reads parts only in whole typesize units: a chunk whose header typesize does not
+            # divide the atoms (another writer's choice, or a damaged header) is decoded whole
+            out[...] = self.decompress()[start:stop]
         return out
 
     def __len__(self):

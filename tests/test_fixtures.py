@@ -632,3 +632,34 @@ def test_files_get_the_usual_permissions(tmp_path):
     assert os.stat(root / "meta" / "sizes").st_mode & 0o777 == 0o640
     assert os.stat(root / "data" / "__2.blp").st_mode & 0o777 == 0o600
     assert not [f for f in os.listdir(root / "data") if f.startswith(".tmp")]
+
+
+def test_damaged_pickle_names_the_file(tmp_path):
+    root = str(tmp_path / "obj")
+    objs = np.empty(3, dtype=object)
+    objs[:] = [{"a": 1}, "b", [2, 3]]
+    # clevel 0 stores the pickles raw, so a flipped byte reaches the unpickler unchanged
+    blzarr.carray(objs, rootdir=root, mode="w", format="bcolz", cparams=blzarr.cparams(clevel=0)).flush()
+    target = _corrupt(root, "__1.blp", lambda raw: raw[:32] + b"\xb9" + raw[33:])
+    a = blzarr.open(root, mode="r", allow_pickle=True)
+    assert a[0] == {"a": 1} and a[2] == [2, 3]
+    with pytest.raises(BlzarrError) as info:
+        a[1]
+    _assert_names_file(info.value, target)
+    with pytest.raises(BlzarrError):
+        a[:]
+
+
+def test_header_typesize_not_dividing_the_atoms(tmp_path):
+    """A chunk whose Blosc typesize does not divide the itemsize (here 3 for int64, stored raw so the
+    values stay valid): partial reads fall back to decoding the whole chunk."""
+    root = str(tmp_path / "ts")
+    values = np.arange(40, dtype="<i8") * 11
+    blzarr.carray(values, rootdir=root, mode="w", format="bcolz", chunklen=16,
+                  cparams=blzarr.cparams(clevel=0)).flush()
+    for fname in ("__0.blp", "__2.blp"):
+        _corrupt(root, fname, lambda raw: raw[:19] + b"\x03" + raw[20:])
+    a = blzarr.open(root, mode="r")
+    assert_same(a[:], values)
+    assert_same(a[3:37], values[3:37])
+    assert [a[i] for i in (0, 5, 15, 33, 39)] == [values[i] for i in (0, 5, 15, 33, 39)]
