@@ -91,22 +91,26 @@ class Timer:
         self.repeats = repeats
         self.budget = budget
 
+    @staticmethod
+    def once(fn, setup=None, teardown=None):
+        """Seconds of one fn(*setup()) call, the garbage collector off while the clock runs."""
+        args = setup() if setup is not None else ()
+        gc.collect()
+        gc.disable()
+        try:
+            t0 = time.perf_counter()
+            res = fn(*args)
+            dt = time.perf_counter() - t0
+        finally:
+            gc.enable()
+        if teardown is not None:
+            teardown(res)
+        return dt
+
     def __call__(self, fn, setup=None, teardown=None):
         times = []
         for _ in range(self.repeats):
-            args = setup() if setup is not None else ()
-            gc.collect()
-            gc.disable()
-            try:
-                t0 = time.perf_counter()
-                res = fn(*args)
-                dt = time.perf_counter() - t0
-            finally:
-                gc.enable()
-            if teardown is not None:
-                teardown(res)
-            del res
-            times.append(dt)
+            times.append(self.once(fn, setup, teardown))
             if sum(times) > self.budget:
                 break
         return statistics.median(times), times
@@ -153,28 +157,50 @@ class Runner:
 
     # ------------------------------------------------------------------ one measurement
     def measure(self, row, peer, op, fn, setup=None, teardown=None):
-        try:
-            med, times = self.timer(fn, setup, teardown)
-        except P.Unsupported:
-            row["skipped"][peer.name] = "not supported"
-            return
-        except Exception as exc:
-            msg = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            row["skipped"][peer.name] = msg
-            self.note(f"{peer.name} {op} on {row['dataset']}: failed, {msg}")
-            if os.environ.get("BLZARR_BENCH_TRACEBACK"):
-                traceback.print_exc()
-            return
-        row["times"][peer.name] = med
-        row["runs"][peer.name] = times
+        """Queue one peer's measurement of `row`; `finish_row` runs the queue.
+
+        The repeats are interleaved across peers (A B C A B C ...), so that a change in the machine's
+        load during a row weighs on every peer alike instead of on whichever ran at that moment.
+        """
+        row["_jobs"].append({"peer": peer, "op": op, "fn": fn, "setup": setup, "teardown": teardown,
+                             "times": [], "done": False})
+
+    def _run_jobs(self, row):
+        jobs = row.pop("_jobs")
+        for _ in range(self.timer.repeats):
+            for j in jobs:
+                if j["done"]:
+                    continue
+                name = j["peer"].name
+                try:
+                    j["times"].append(self.timer.once(j["fn"], j["setup"], j["teardown"]))
+                except P.Unsupported:
+                    row["skipped"][name] = "not supported"
+                    j["done"], j["times"] = True, []
+                    continue
+                except Exception as exc:
+                    msg = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                    row["skipped"][name] = msg
+                    self.note(f"{name} {j['op']} on {row['dataset']}: failed, {msg}")
+                    if os.environ.get("BLZARR_BENCH_TRACEBACK"):
+                        traceback.print_exc()
+                    j["done"], j["times"] = True, []
+                    continue
+                if sum(j["times"]) > self.timer.budget:
+                    j["done"] = True
+        for j in jobs:
+            if j["times"]:
+                row["times"][j["peer"].name] = statistics.median(j["times"])
+                row["runs"][j["peer"].name] = j["times"]
 
     def new_row(self, dataset, op):
         row = {"dataset": dataset, "op": op, "label": LABELS[op].format(**self.counts), "times": {}, "runs": {},
-               "skipped": {}}
+               "skipped": {}, "_jobs": []}
         self.results.append(row)
         return row
 
     def finish_row(self, row):
+        self._run_jobs(row)
         base = row["times"].get("blzarr")
         row["ratios"] = {}
         if base:
@@ -216,15 +242,15 @@ class Runner:
                 if a is None:
                     row["skipped"][p.name] = "no in-memory array"
                     continue
-                fn = {
-                    "create": lambda: p.create(x),
-                    "read_all": lambda: p.read_all(a),
-                    "scalars": lambda: scalars(a),
-                    "slices": lambda: slices(a),
-                    "fancy": lambda: p.fancy(a, fidx),
-                    "sum": lambda: p.sum(a),
-                    "iter": lambda: p.iterate(a, min(N_ITER, len(x))),
-                    "where": lambda: p.where(a, masks[p.name]),
+                fn = {  # default arguments bind this peer's objects: the calls run later
+                    "create": lambda p=p: p.create(x),
+                    "read_all": lambda p=p, a=a: p.read_all(a),
+                    "scalars": lambda a=a: scalars(a),
+                    "slices": lambda a=a: slices(a),
+                    "fancy": lambda p=p, a=a: p.fancy(a, fidx),
+                    "sum": lambda p=p, a=a: p.sum(a),
+                    "iter": lambda p=p, a=a: p.iterate(a, min(N_ITER, len(x))),
+                    "where": lambda p=p, a=a: p.where(a, masks[p.name]),
                 }[op]
                 self.measure(row, p, op, fn)
             self.finish_row(row)
@@ -302,7 +328,7 @@ class Runner:
                     continue
                 if op == "disk_open_read":
                     reader = getattr(p, "disk_read_all", None)
-                    fn = (lambda p=p, path=path: reader(path)) if reader else (
+                    fn = (lambda path=path, reader=reader: reader(path)) if reader else (
                         lambda p=p, path=path: p.read_all(p.disk_open(path)))
                     self.measure(row, p, op, fn)
                 elif op in ("disk_scalars_cold", "disk_slices_cold"):
@@ -367,11 +393,11 @@ class Runner:
                 if t is None:
                     row["skipped"][p.name] = "no ctable"
                     continue
-                fn = {
-                    "ct_create": lambda: p.ct_create(cols),
-                    "ct_where": lambda: p.ct_where(t, expr),
-                    "ct_fetchwhere": lambda: p.ct_fetchwhere(t, expr),
-                    "ct_todataframe": lambda: p.ct_todataframe(t),
+                fn = {  # default arguments bind this peer's objects: the calls run later
+                    "ct_create": lambda p=p: p.ct_create(cols),
+                    "ct_where": lambda p=p, t=t: p.ct_where(t, expr),
+                    "ct_fetchwhere": lambda p=p, t=t: p.ct_fetchwhere(t, expr),
+                    "ct_todataframe": lambda p=p, t=t: p.ct_todataframe(t),
                 }[op]
                 self.measure(row, p, op, fn)
             self.finish_row(row)

@@ -129,3 +129,46 @@ def test_bad_arguments_are_rejected():
     assert a.n == 1_000_000 and a.repeats == 3 and a.scalars == 500
     a = parse([])
     assert a.n == 10_000_000 and a.scalars == 2000 and a.slices == 300 and not a.big
+
+
+class _Tagged(P.Numpy):
+    """Records which array each call received, to catch a peer timed on another peer's object."""
+
+    def create(self, x):
+        a = x.copy()
+        self.mine = id(a) if not hasattr(self, "mine") else self.mine
+        return a
+
+    def sum(self, a):
+        self.seen.add(id(a))
+        return a.sum()
+
+
+class _TagA(_Tagged):
+    name = "taga"
+    seen = set()
+
+
+class _TagB(_Tagged):
+    name = "tagb"
+    seen = set()
+
+
+def test_each_peer_is_timed_on_its_own_array_with_interleaved_repeats(tmp_path):
+    order = []
+
+    class Timer(harness.Timer):
+        def once(self, fn, setup=None, teardown=None):
+            order.append(fn)
+            return harness.Timer.once(fn, setup, teardown)
+
+    r = harness.Runner(3000, 3, 1e9, str(tmp_path), {"sum"}, [P.Blzarr, _TagA, _TagB],
+                       log=lambda s: None, n_scalars=5, n_slices=2)
+    r.timer = Timer(3, 1e9)
+    r.run_array("walk", harness.datasets(3000, ("walk",))["walk"])
+    pa, pb = r.peers[1], r.peers[2]
+    assert pa.mine in pa.seen and pb.mine not in pa.seen
+    assert pb.mine in pb.seen and pa.mine not in pb.seen
+    assert len(order) == 9 and order[0] is order[3] is order[6] and order[1] is order[4]
+    row = r.results[0]
+    assert set(row["times"]) == {"blzarr", "taga", "tagb"} and all(len(v) == 3 for v in row["runs"].values())
