@@ -66,8 +66,16 @@ def machine():
         load = [round(v, 2) for v in os.getloadavg()]
     except (AttributeError, OSError):
         load = None
+    try:
+        import subprocess
+        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True,
+                                text=True, timeout=10).stdout.strip() or None
+    except Exception:
+        commit = None
     return {"nproc": os.cpu_count(), "cpu": cpu, "python": platform.python_version(),
-            "numpy": np.__version__, "platform": platform.platform(), "loadavg": load}
+            "numpy": np.__version__, "platform": platform.platform(), "loadavg": load,
+            "commit": commit}
 
 
 def datasets(n, which=("smooth", "walk"), seed=12345):
@@ -530,7 +538,8 @@ def print_report(report, out=sys.stdout):
     m = report["machine"]
     print(f"\ncommand: {report['command']}", file=out)
     print(f"machine: {m['nproc']} cpus, {m['cpu']}, Python {m['python']}, NumPy {m['numpy']}"
-          + (f"; load average at the end {m['loadavg']}" if m.get("loadavg") else ""), file=out)
+          + (f"; load average at the end {m['loadavg']}" if m.get("loadavg") else "")
+          + (f"; commit {m['commit']}" if m.get("commit") else ""), file=out)
     print("versions: " + ", ".join(f"{k} {v}" for k, v in report["versions"].items()), file=out)
     print(f"median of up to {report['settings']['repeats']} runs; "
           f"ratio = {report['ratio_definition']}\n", file=out)
