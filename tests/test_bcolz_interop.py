@@ -7,6 +7,7 @@ Three directions, each compared value by value with the NumPy source:
 """
 
 import ast
+import datetime
 import json
 import os
 
@@ -29,9 +30,9 @@ BCOLZ_DTYPES = [
     "M8[ns]", "m8[ns]", "S1", "S7", "S300", "U1", "U6", "U70", "V4", "V300",
 ]
 # dtypes blzarr writes in the bcolz layout (bcolz reads all of these)
-BLZARR_DTYPES = BCOLZ_DTYPES + [
-    "c8", "c16", "M8[s]", "M8[ms]", "M8[us]", "M8[D]", "m8[s]", "m8[ms]", "m8[D]", "i4,f8,S3", [("a", "u2"), ("b", "f4", (2,))],
-]
+# complex and coarse datetimes: bcolz writes their chunks, only its JSON writer fails on the default
+UNJSONABLE_DTYPES = ["c8", "c16", "M8[s]", "M8[ms]", "M8[us]", "M8[D]", "m8[s]", "m8[ms]", "m8[D]"]
+BLZARR_DTYPES = BCOLZ_DTYPES + UNJSONABLE_DTYPES + ["i4,f8,S3", [("a", "u2"), ("b", "f4", (2,))]]
 CODECS = ["blosclz", "lz4", "lz4hc", "zlib", "zstd"]
 
 
@@ -138,6 +139,36 @@ def test_blzarr_reads_bcolz_dtypes(tmp_path, dtype, n):
     assert a.chunklen == CHUNKLEN
     assert a.nchunks == n // CHUNKLEN
     assert a.nleftover == n % CHUNKLEN
+
+
+class _LenientJSON:
+    """Stands in for the json module inside bcolz's extension, so that bcolz can persist dtypes
+    whose default value `tolist()` makes complex or datetime objects (as blzarr stores them)."""
+
+    loads = staticmethod(json.loads)
+
+    @staticmethod
+    def dumps(obj, **kw):
+        def default(o):
+            if isinstance(o, complex):
+                return [o.real, o.imag]
+            if isinstance(o, (datetime.date, datetime.timedelta)):
+                return 0
+            raise TypeError(f"{o!r} is not JSON serializable")
+        return json.dumps(obj, default=default, **kw)
+
+
+@pytest.mark.parametrize("n", LENGTHS)
+@pytest.mark.parametrize("dtype", UNJSONABLE_DTYPES)
+def test_blzarr_reads_bcolz_chunks_of_complex_and_datetimes(tmp_path, monkeypatch, dtype, n):
+    monkeypatch.setattr(bcolz.carray_ext, "json", _LenientJSON)
+    expected = make(dtype, n)
+    bcolz_write(tmp_path / "d", expected)
+    check_blzarr_reads(tmp_path / "d", expected)
+    a = blzarr.open(str(tmp_path / "d"))
+    a.append(make(dtype, 3))
+    a.flush()
+    check_bcolz_reads(tmp_path / "d", np.concatenate([expected, make(dtype, 3)]))
 
 
 @pytest.mark.parametrize("shuffle", [0, 1, 2])
