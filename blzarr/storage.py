@@ -52,21 +52,26 @@ def _new_file_mode(path):
 def atomic_write(path, data, fsync=False):
     """Replace `path` with `data` so that readers see either the old or the new content."""
     d = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
     try:
-        if hasattr(os, "fchmod"):
-            os.fchmod(fd, _new_file_mode(path))
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
+    except OSError as e:
+        raise StorageError(f"cannot write '{path}': {e}") from None
+    try:
         with os.fdopen(fd, "wb") as f:
+            if hasattr(os, "fchmod"):
+                os.fchmod(f.fileno(), _new_file_mode(path))
             f.write(data)
             if fsync:
                 f.flush()
                 os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(e, OSError) and not isinstance(e, StorageError):
+            raise StorageError(f"cannot write '{path}': {e}") from None
         raise
 
 

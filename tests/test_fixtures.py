@@ -663,3 +663,14 @@ def test_header_typesize_not_dividing_the_atoms(tmp_path):
     assert_same(a[:], values)
     assert_same(a[3:37], values[3:37])
     assert [a[i] for i in (0, 5, 15, 33, 39)] == [values[i] for i in (0, 5, 15, 33, 39)]
+
+
+def test_write_into_a_vanished_directory_names_the_file(tmp_path):
+    root = tmp_path / "gone"
+    a = blzarr.carray(np.arange(10), rootdir=str(root), mode="w", format="bcolz", chunklen=4)
+    shutil.rmtree(root / "data")
+    with pytest.raises(BlzarrError) as info:
+        a.append(np.arange(10))
+        a.flush()
+    assert isinstance(info.value, OSError)
+    assert str(root / "data" / "__") in str(info.value)
