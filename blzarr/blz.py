@@ -12,6 +12,7 @@ over it, with the interface of the bcolz-layout `_DiskChunks`; `LazyChunk` is on
 """
 
 import base64
+import itertools
 import json
 import os
 import threading
@@ -99,6 +100,50 @@ def _coerce_reserve(reserve):
     return reserve
 
 
+_epochs = itertools.count(1)
+
+
+class _LRU:
+    """A byte-bounded LRU of chunk index -> bytes, each entry tagged with the epoch of its file's state:
+    an entry whose file was reloaded since (changed, or evicted and read again) is a miss."""
+
+    def __init__(self, limit):
+        self.limit = limit
+        self.nbytes = 0
+        self._d = OrderedDict()
+
+    def get(self, n, epoch):
+        e = self._d.get(n)
+        if e is None:
+            return None
+        if e[0] != epoch:
+            self.pop(n)
+            return None
+        self._d.move_to_end(n)
+        return e[1]
+
+    def put(self, n, epoch, data):
+        self.pop(n)
+        if len(data) > self.limit // 2:
+            return
+        self._d[n] = (epoch, data)
+        self.nbytes += len(data)
+        while self.nbytes > self.limit and len(self._d) > 1:
+            self.nbytes -= len(self._d.popitem(last=False)[1][1])
+
+    def pop(self, n):
+        e = self._d.pop(n, None)
+        if e is not None:
+            self.nbytes -= len(e[1])
+
+    def clear(self):
+        self._d.clear()
+        self.nbytes = 0
+
+    def __len__(self):
+        return len(self._d)
+
+
 class _Where:
     __slots__ = ("store", "n")
 
@@ -120,12 +165,13 @@ class _File:
     """What the store knows of one superchunk file: header fields, offsets, file identity."""
 
     __slots__ = ("fno", "path", "header", "meta_size", "table_pos", "data_start", "offsets", "full_table",
-                 "fstate", "nchunks", "last_chunk", "verified", "meta_json")
+                 "fstate", "nchunks", "last_chunk", "verified", "meta_json", "epoch")
 
     def __init__(self, fno, path):
         self.fno = fno
         self.path = path
         self.verified = set()
+        self.epoch = next(_epochs)
 
 
 class BlzDir:
@@ -141,10 +187,8 @@ class BlzDir:
         self._lock = threading.RLock()
         self._fds = OrderedDict()
         self._files = OrderedDict()
-        self._heads = OrderedDict()
-        self._heads_bytes = 0
-        self._chunks = OrderedDict()
-        self._chunks_bytes = 0
+        self._heads = _LRU(HEAD_CACHE_BYTES)
+        self._chunks = _LRU(CHUNK_CACHE_BYTES)
         self._ctbytes = {}
         self._touched = OrderedDict()
         self._local = threading.local()
@@ -345,11 +389,9 @@ class BlzDir:
         return f
 
     def _forget_file(self, fno):
+        """Drop what is known of file `fno` (its cached chunks become misses: their epoch is gone)."""
         self._files.pop(fno, None)
         lo, hi = (fno - 1) * self.K, fno * self.K
-        for cache, attr in ((self._heads, "_heads_bytes"), (self._chunks, "_chunks_bytes")):
-            for n in [n for n in cache if lo <= n < hi]:
-                setattr(self, attr, getattr(self, attr) - len(cache.pop(n)))
         for n in [n for n in self._ctbytes if lo <= n < hi]:
             del self._ctbytes[n]
 
@@ -387,7 +429,7 @@ class BlzDir:
         f.full_table = False
         self._files[fno] = f
         while len(self._files) > FILE_STATE_CACHE:
-            self._files.popitem(last=False)
+            self._forget_file(next(iter(self._files)))
         return f
 
     def _offset(self, n):
@@ -424,25 +466,20 @@ class BlzDir:
 
     def _head_at(self, n, f, fd, off):
         with self._lock:
-            h = self._heads.get(n)
+            h = self._heads.get(n, f.epoch)
             if h is not None:
-                self._heads.move_to_end(n)
                 return h
             h = sc.read_head(fd, off, f.fstate[1], self._where(n))
             self._ctbytes[n] = int.from_bytes(h[12:16], "little")
-            self._heads[n] = h
-            self._heads_bytes += len(h)
-            while self._heads_bytes > HEAD_CACHE_BYTES and len(self._heads) > 1:
-                self._heads_bytes -= len(self._heads.popitem(last=False)[1])
+            self._heads.put(n, f.epoch, h)
             return h
 
     def read_chunk(self, n, expected_nbytes=-1):
         """The compressed bytes of chunk n, checksum verified and structure validated (cached)."""
         with self._lock:
             f, fd, off = self._offset(n)
-            data = self._chunks.get(n)
+            data = self._chunks.get(n, f.epoch)
             if data is not None:
-                self._chunks.move_to_end(n)
                 return data
             where = self._where(n)
             h16 = sc.pread(fd, 16, off, where)
@@ -464,14 +501,7 @@ class BlzDir:
             f.verified.clear()
             f.verified.add(n)
         self._ctbytes[n] = len(data)
-        old = self._chunks.pop(n, None)
-        if old is not None:
-            self._chunks_bytes -= len(old)
-        if len(data) <= CHUNK_CACHE_BYTES // 2:
-            self._chunks[n] = data
-            self._chunks_bytes += len(data)
-            while self._chunks_bytes > CHUNK_CACHE_BYTES and len(self._chunks) > 1:
-                self._chunks_bytes -= len(self._chunks.popitem(last=False)[1])
+        self._chunks.put(n, f.epoch, data)
 
     def read_range(self, n, start, nbytes, out, out_offset=0):
         """Decode bytes [start, start+nbytes) of chunk n into `out`.
@@ -483,9 +513,8 @@ class BlzDir:
         where = _Where(self, n)
         with self._lock:
             f, fd, off = self._offset(n)
-            data = self._chunks.get(n)
+            data = self._chunks.get(n, f.epoch)
             if data is not None:
-                self._chunks.move_to_end(n)
                 lazy = False
             else:
                 lazy = self.checksum_id == 0 or n in f.verified
@@ -494,7 +523,7 @@ class BlzDir:
                     # (evicting chunks for a random workload larger than the cache would read whole
                     # chunks where a few blocks do)
                     ct = self._ctbytes.get(n)
-                    lazy = ct is None or self._chunks_bytes + ct > CHUNK_CACHE_BYTES
+                    lazy = ct is None or self._chunks.nbytes + ct > CHUNK_CACHE_BYTES
                 elif lazy:
                     self._touched[n] = None
                     if len(self._touched) > TOUCHED_CACHE:
@@ -521,7 +550,7 @@ class BlzDir:
         if c is None:
             with self._lock:
                 f, fd, off = self._offset(n)
-                h = self._heads.get(n)
+                h = self._heads.get(n, f.epoch)
                 raw = h[:16] if h is not None else sc.pread(fd, 16, off, self._where(n))
                 c = int.from_bytes(raw[12:16], "little", signed=True)
                 if c < 16:
@@ -532,9 +561,7 @@ class BlzDir:
     def drop_caches(self):
         with self._lock:
             self._heads.clear()
-            self._heads_bytes = 0
             self._chunks.clear()
-            self._chunks_bytes = 0
             self._touched.clear()
             self._local = threading.local()
 
@@ -624,12 +651,8 @@ class BlzDir:
             return kind
 
     def _drop_chunk(self, n):
-        h = self._heads.pop(n, None)
-        if h is not None:
-            self._heads_bytes -= len(h)
-        d = self._chunks.pop(n, None)
-        if d is not None:
-            self._chunks_bytes -= len(d)
+        self._heads.pop(n)
+        self._chunks.pop(n)
         self._ctbytes.pop(n, None)
         f = self._files.get(n // self.K + 1)
         if f is not None:
@@ -740,7 +763,6 @@ class BlzDir:
         nbytes = 0
         with self._lock:
             self._chunks.clear()
-            self._chunks_bytes = 0
             for fno in range(1, self.nfiles + 1):
                 self._forget_file(fno)
                 f = self._file(fno)
