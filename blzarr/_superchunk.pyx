@@ -338,12 +338,12 @@ def read_blocks_into(int fd, int64_t offset, head, Py_ssize_t start, Py_ssize_t 
     if ctbytes < 16:
         raise ChunkError(f"bad Blosc chunk ({where}): header too short")
     ranges = _chunk.block_ranges(head, start, nbytes, where)
-    if scratch is None:
-        lazy = memoryview(bytearray(ctbytes))
-    else:
-        if len(scratch) < ctbytes:
+    if scratch is not None and len(scratch) < ctbytes:
+        try:
             scratch.extend(bytes(ctbytes - len(scratch)))
-        lazy = memoryview(scratch)[:ctbytes]
+        except BufferError:           # still exported somewhere: use a fresh buffer this time
+            scratch = None
+    lazy = memoryview(bytearray(ctbytes) if scratch is None else scratch)[:ctbytes]
     hl = len(head)
     lazy[:hl] = hb
     merged = []
@@ -365,5 +365,8 @@ def read_blocks_into(int fd, int64_t offset, head, Py_ssize_t start, Py_ssize_t 
             total += e - b
         _chunk.getitem_into(lazy, start, nbytes, dest, dest_offset, True, where)
     finally:
-        lazy.release()
+        try:
+            lazy.release()
+        except BufferError:
+            pass
     return total + hl
