@@ -119,9 +119,14 @@ class BcolzDir:
         return os.path.exists(os.path.join(rootdir, META_DIR, STORAGE_FILE))
 
     def check_layout(self):
-        for d, what in ((self.rootdir, "root"), (self.datadir, "data"), (self.metadir, "meta")):
+        # data/ is not required here: a carray without chunks has it empty, and copies that drop
+        # empty directories (git, some archivers) lose it. A missing chunk file is reported when
+        # the length needs it (check_chunk_files, read_chunk), and data/ is made again on write.
+        for d, what in ((self.rootdir, "root"), (self.metadir, "meta")):
             if not os.path.isdir(d):
                 raise StorageError(f"{what} directory '{d}' does not exist")
+        if os.path.exists(self.datadir) and not os.path.isdir(self.datadir):
+            raise StorageError(f"data directory '{self.datadir}' is not a directory")
 
     def chunk_path(self, n):
         return os.path.join(self.datadir, f"__{n}{CHUNK_EXT}")
@@ -170,7 +175,15 @@ class BcolzDir:
                     f"'{self.meta_path(SIZES_FILE)}' implies {n} full chunk files)")
 
     def write_chunk(self, n, data):
-        atomic_write(self.chunk_path(n), BLP_HEADER + bytes(data))
+        payload = BLP_HEADER + bytes(data)
+        try:
+            atomic_write(self.chunk_path(n), payload)
+        except StorageError:
+            # the first chunk of a directory whose empty data/ was lost: make it again
+            if n != 0 or os.path.exists(self.datadir) or not os.path.isdir(self.metadir):
+                raise
+            os.makedirs(self.datadir, exist_ok=True)
+            atomic_write(self.chunk_path(n), payload)
 
     def remove_chunk(self, n):
         try:
@@ -180,6 +193,8 @@ class BcolzDir:
 
     def remove_chunks_from(self, n):
         """Remove data/__k.blp for every k >= n."""
+        if not os.path.isdir(self.datadir):
+            return
         for name in os.listdir(self.datadir):
             if name.startswith("__") and name.endswith(CHUNK_EXT):
                 try:

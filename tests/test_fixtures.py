@@ -391,6 +391,24 @@ def test_shape_longer_than_the_data(tmp_path):
     assert os.path.join(path, "meta", "sizes") in str(info.value)
 
 
+def test_empty_carray_without_data_dir(tmp_path):
+    """git (and some archivers) drop empty directories: an empty carray opens without data/,
+    and gets it back on its first write."""
+    path = copy_fixture("empty_int32", tmp_path)
+    if os.path.isdir(os.path.join(path, "data")):
+        os.rmdir(os.path.join(path, "data"))
+    a = blzarr.open(path)
+    assert len(a) == 0 and a.dtype == np.dtype("i4")
+    a.flush()
+    a.append(np.arange(3, dtype="i4"))
+    a.flush()
+    assert os.listdir(os.path.join(path, "data")) == ["__0.blp"]
+    a.append(np.arange(20, dtype="i4"))
+    a.flush()
+    expected = np.concatenate([np.arange(3), np.arange(20)]).astype("i4")
+    assert_same(blzarr.open(path, mode="r")[:], expected)
+
+
 @pytest.mark.parametrize("what", ["meta/sizes", "meta/storage", "meta", "data", "data/__3.blp",
                                   "data/__7.blp"])
 def test_missing_file(tmp_path, what):
