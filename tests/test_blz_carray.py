@@ -754,3 +754,59 @@ def test_second_touch_caches_a_chunk_while_the_cache_has_room(tmp_path):
     assert 0 < costs[0] < cbytes / 4           # lazy
     assert costs[1] >= cbytes                   # second touch: read whole, cached
     assert costs[2] == 0 and costs[3] == 0      # from memory
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+_OPS = st.lists(st.one_of(
+    st.tuples(st.just("append"), st.integers(0, 40)),
+    st.tuples(st.just("trim"), st.integers(0, 60)),
+    st.tuples(st.just("resize"), st.integers(0, 120)),
+    st.tuples(st.just("set"), st.integers(0, 200), st.integers(0, 30)),
+    st.tuples(st.just("compact"), st.just(0)),
+    st.tuples(st.just("reopen"), st.just(0)),
+), max_size=12)
+
+
+@settings(max_examples=min(60, settings().max_examples))
+@given(ops=_OPS, chunklen=st.integers(1, 9), superchunklen=st.integers(1, 4),
+       reserve=st.sampled_from([0, 7, 0.5]), checksum=st.sampled_from([None, "crc32", "md5"]))
+def test_hypothesis_operations_match_numpy(tmp_path_factory, ops, chunklen, superchunklen, reserve, checksum):
+    p = str(tmp_path_factory.mktemp("h") / "a")
+    rng = np.random.default_rng(len(ops))
+    model = np.arange(23, dtype=np.int64)
+    c = blzarr.carray(model, rootdir=p, chunklen=chunklen, superchunklen=superchunklen, reserve=reserve,
+                      checksum=checksum, format="blz")
+    for op in ops:
+        if op[0] == "append":
+            v = rng.integers(-10 ** 9, 10 ** 9, op[1])
+            c.append(v)
+            model = np.concatenate([model, v])
+        elif op[0] == "trim":
+            k = min(op[1], len(model))
+            c.trim(k)
+            model = model[:len(model) - k]
+        elif op[0] == "resize":
+            c.resize(op[1])
+            model = np.concatenate([model, np.zeros(max(0, op[1] - len(model)), np.int64)])[:op[1]]
+        elif op[0] == "set" and len(model):
+            a = op[1] % len(model)
+            b = min(len(model), a + op[2])
+            v = rng.integers(-10 ** 9, 10 ** 9, b - a)
+            c[a:b] = v
+            model[a:b] = v
+        elif op[0] == "compact":
+            c.compact()
+        elif op[0] == "reopen":
+            c.flush()
+            c = blzarr.open(p)
+        assert len(c) == len(model)
+    c.flush()
+    o = blzarr.open(p, mode="r")
+    assert_array_equal(o[:], model)
+    if len(model):
+        i = len(model) // 2
+        assert o[i] == model[i]
+    assert_array_equal(independent_read(p), model)
+    assert o.verify()["chunks"] == -(-len(model) // chunklen)
+    shutil.rmtree(p)

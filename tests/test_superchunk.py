@@ -265,3 +265,27 @@ def test_lazy_read_detects_bad_block_streams(tmp_path):
             sc.read_blocks_into(fd, 0, head, start, 8, out, 0, "bad.bin")
     finally:
         os.close(fd)
+
+
+from hypothesis import given, strategies as st  # noqa: E402
+
+
+@given(cid=st.integers(0, 8), typesize=st.integers(1, 255), chunk_size=st.integers(-1, 2 ** 31 - 1),
+       last_chunk=st.integers(-1, 2 ** 31 - 1), nchunks=st.integers(0, 2 ** 63 - 1),
+       meta_size=st.integers(0, 2 ** 31 - 1))
+def test_header_round_trip_matches_struct(cid, typesize, chunk_size, last_chunk, nchunks, meta_size):
+    raw = sc.pack_header(cid, typesize, chunk_size, last_chunk, nchunks, meta_size)
+    assert raw == hand_header(checksum=cid, typesize=typesize, chunk_size=chunk_size, last_chunk=last_chunk,
+                              nchunks=nchunks, meta_size=meta_size)
+    h = sc.unpack_header(raw)
+    assert (h["checksum"], h["typesize"], h["chunk_size"], h["last_chunk"], h["nchunks"], h["meta_size"]) == \
+        (cid, typesize, chunk_size, last_chunk, nchunks, meta_size)
+
+
+@given(raw=st.binary(min_size=32, max_size=32))
+def test_header_unpack_never_crashes_on_junk(raw):
+    try:
+        h = sc.unpack_header(b"blpk" + raw[4:])
+    except FormatError:
+        return
+    assert h["version"] == 2 and h["checksum"] in range(9) and h["nchunks"] >= 0
