@@ -274,6 +274,9 @@ class carray:
         self._format_arg = format
         self._mode = mode
         self._rootdir = os.fspath(rootdir) if rootdir is not None else None
+        if self._rootdir is None and (meta or reserve or superchunklen or checksum is not _UNSET):
+            raise ValueError("checksum=, reserve=, superchunklen= and meta= apply to on-disk carrays "
+                             "in the 'blz' format (give a rootdir)")
         self._lock = threading.RLock()
         self._blockcache = None
         self.safe = safe

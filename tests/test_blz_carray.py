@@ -810,3 +810,10 @@ def test_hypothesis_operations_match_numpy(tmp_path_factory, ops, chunklen, supe
     assert_array_equal(independent_read(p), model)
     assert o.verify()["chunks"] == -(-len(model) // chunklen)
     shutil.rmtree(p)
+
+
+def test_blz_options_without_rootdir_are_refused():
+    for kw in (dict(meta={"a": 1}), dict(reserve=8), dict(superchunklen=2), dict(checksum=None)):
+        with pytest.raises(ValueError, match="rootdir"):
+            blzarr.carray(np.arange(3), **kw)
+    assert_array_equal(blzarr.carray(np.arange(3), format="blz")[:], np.arange(3))
