@@ -760,7 +760,7 @@ class carray:
                     self._last[:newleft] = tail[:newleft]
                 self._chunks.truncate(keep_full)
             self._nleft = newleft
-            self._last[newleft:] = 0
+            self._last[newleft:] = np.zeros((), dtype=self._last.dtype)  # void dtypes take no 0
             self._len = newlen
         self.flush()
 

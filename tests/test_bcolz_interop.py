@@ -477,7 +477,7 @@ def test_bcolz_reads_blzarr_dflt(tmp_path, dtype):
 
 
 @pytest.mark.parametrize("n", LENGTHS)
-@pytest.mark.parametrize("dtype", ["?", "i8", "f8", "M8[ns]", "S7", "U6"])
+@pytest.mark.parametrize("dtype", BCOLZ_DTYPES + UNJSONABLE_DTYPES)
 def test_bcolz_appends_to_blzarr(tmp_path, dtype, n):
     src = make(dtype, n + 2 * CHUNKLEN + 3)
     blzarr_write(tmp_path / "d", src[:n])
