@@ -268,8 +268,27 @@ def test_bcolz_object_dtype_needs_opt_in(tmp_path):
 
 # ---------------------------------------------------------------- blzarr modifies, bcolz reads
 
+@pytest.mark.parametrize("dtype", BCOLZ_DTYPES)
+def test_blzarr_modifies_bcolz_dtypes(tmp_path, dtype):
+    src = make(dtype, 40)
+    bcolz_write(tmp_path / "d", src[:19])
+    a = blzarr.open(str(tmp_path / "d"))
+    a[3:12] = src[20:29]
+    a[[0, 17]] = src[30:32]
+    a.trim(3)
+    a.resize(21)
+    a.append(src[32:40])
+    a.flush()
+    expected = src[:19].copy()
+    expected[3:12] = src[20:29]
+    expected[[0, 17]] = src[30:32]
+    expected = np.concatenate([expected[:16], np.zeros(5, dtype=src.dtype), src[32:40]]).astype(src.dtype)
+    check_bcolz_reads(tmp_path / "d", expected)
+    check_blzarr_reads(tmp_path / "d", expected)
+
+
 @pytest.mark.parametrize("n", LENGTHS)
-@pytest.mark.parametrize("dtype", ["?", "i8", "u2", "f4", "M8[ns]", "S7", "U6"])
+@pytest.mark.parametrize("dtype", BCOLZ_DTYPES)
 def test_blzarr_appends_to_bcolz(tmp_path, dtype, n):
     src = make(dtype, n + 30)
     expected = src[:n]
