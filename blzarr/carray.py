@@ -255,7 +255,7 @@ class carray:
     >>> import numpy as np, blzarr
     >>> a = blzarr.carray(np.arange(10))
     >>> a[3], a[-1], a[2:5].tolist()
-    (np.int64(3), np.int64(9), [2, 3, 4])
+    (3, 9, [2, 3, 4])
     >>> a.append([10, 11]); len(a)
     12
     """
@@ -293,7 +293,7 @@ class carray:
             chunklen = chunklen or self._chunklen
             cparams = cparams or self._cparams
             self._format_arg = self._format_arg or self._store.format
-        if self._rootdir is not None and not exists and mode == "r":
+        if self._rootdir is not None and not exists and mode == "r" and array is None:
             raise StorageError(f"cannot open '{self._rootdir}' with mode 'r': it does not exist")
         if array is None:
             if self._rootdir is not None and dtype is None:
@@ -320,6 +320,8 @@ class carray:
         self._cparams = cparams
         self._chunklen = int(chunklen)
         self._typesize = 1 if self._isobj else blosc_typesize(atom.base)
+        # elements come out as Python scalars (as in bcolz) for these; NumPy ones for the rest
+        self._pyscalars = not atom.shape and atom.kind in _PY_KINDS
         self._dflt = dflt
         self.expectedlen = int(expectedlen)
         # the uncompressed last chunk (object carrays store one pickled object a chunk: none)
@@ -887,6 +889,8 @@ class carray:
                 base = cid * self._chunklen
                 self._blockcache = (base + lo, base + hi, buf)
                 v = buf[local - lo]
+        if self._pyscalars:
+            return v.item()  # Python scalars, as bcolz gives them
         # rows of multidimensional carrays and structured scalars are views: never hand out a buffer
         return v.copy() if isinstance(v, (np.ndarray, np.void)) else v
 
@@ -996,6 +1000,17 @@ class carray:
     def __iter__(self):
         return self.iter()
 
+    def __next__(self):
+        # bcolz carrays are their own iterators: next(c) walks one default iteration
+        it = self.__dict__.get("_next_iter")
+        if it is None:
+            it = self._next_iter = self.iter()
+        try:
+            return next(it)
+        except StopIteration:
+            self._next_iter = None
+            raise
+
     def iter(self, start=0, stop=None, step=1, limit=None, skip=0, dtype=None):
         """Iterate over the atoms of [start:stop:step], skipping `skip` and yielding at most `limit`."""
         if step is not None and step <= 0:
@@ -1025,8 +1040,7 @@ class carray:
                 pending_skip = 0
             if limit is not None:
                 block = block[:max(0, limit - count)]
-            for v in block:
-                yield v
+            yield from _elements(block)
             count += len(block)
             if limit is not None and count >= limit:
                 return
@@ -1062,7 +1076,7 @@ class carray:
             vals = self[s:s + len(mask)][idx]
             if limit is not None:
                 vals = vals[:limit - count]
-            yield from vals
+            yield from _elements(vals)
             count += len(vals)
             if limit is not None and count >= limit:
                 return
@@ -1150,13 +1164,17 @@ class carray:
 
     # ---------------------------------------------------------------- derived objects
     def copy(self, **kwargs):
-        """A copy; `cparams`, `rootdir`, `mode`, `expectedlen`, `chunklen`, `dflt` may change."""
-        kw = dict(cparams=self._cparams, dtype=None, dflt=self._dflt[()], expectedlen=self._len,
-                  chunklen=self._chunklen, rootdir=None, mode="a")
+        """A copy, made as bcolz makes it: ``carray(data, expectedlen=len(self), **kwargs)``.
+
+        So what `kwargs` does not give comes from the defaults, not from this carray: the cparams
+        are ``blzarr.defaults.cparams`` and the chunklen is the automatic one for `expectedlen`
+        (the `dflt` is kept).  `dtype` converts.
+        """
+        kw = dict(dtype=None, dflt=self._dflt[()], expectedlen=self._len)
         kw.update(kwargs)
-        if "expectedlen" in kwargs and "chunklen" not in kwargs:
-            kw["chunklen"] = None  # a new expected length chooses a new chunklen, as in bcolz
         dtype = kw.pop("dtype")
+        if dtype is not None and "dflt" not in kwargs:
+            kw.pop("dflt")
         if self._isobj:
             return carray(self[:], **kw)
         new = carray(np.empty((0,) + self._atom.shape, dtype=dtype or self._atom.base), **kw)
@@ -1176,6 +1194,7 @@ class carray:
         new.__dict__.update(self.__dict__)
         new._lock = threading.RLock()
         new._blockcache = None
+        new._next_iter = None
         new._last = self._last.copy()
         if isinstance(self._chunks, _MemoryChunks):
             new._chunks = _MemoryChunks(self._chunks)
@@ -1208,9 +1227,11 @@ class carray:
         self._chunks.free_cachemem()
 
     def purge(self):
-        """Remove the on-disk data of this carray (its whole root directory)."""
+        """Remove the on-disk data of this carray (its whole root directory); no-op in memory."""
         self._check_writable()
-        if self._rootdir and os.path.exists(self._rootdir):
+        if self._rootdir:
+            if not os.path.isdir(self._rootdir):
+                raise StorageError(f"cannot purge '{self._rootdir}': it does not exist")
             shutil.rmtree(self._rootdir)
 
     # ---------------------------------------------------------------- display
@@ -1255,6 +1276,16 @@ class _Info:
         return self.text
 
 
+_PY_KINDS = "biufcSU"
+
+
+def _elements(block):
+    """The elements of a block, as iteration yields them: Python scalars for plain kinds (bcolz)."""
+    if block.ndim == 1 and block.dtype.kind in _PY_KINDS:
+        return block.tolist()
+    return iter(block)
+
+
 def _check_limit_skip(limit, skip):
     if limit is not None:
         limit = operator_index(limit, "limit")
@@ -1289,7 +1320,8 @@ def operator_index(value, name):
 
 
 def human_readable_size(n):
-    for unit, scale in (("GB", 2 ** 30), ("MB", 2 ** 20), ("KB", 2 ** 10)):
+    """bcolz's style: '123' for bytes, then '1.21 KB', 'MB', 'GB', 'TB'."""
+    for unit, scale in (("TB", 2 ** 40), ("GB", 2 ** 30), ("MB", 2 ** 20), ("KB", 2 ** 10)):
         if n >= scale:
             return f"{n / scale:.2f} {unit}"
-    return f"{n} bytes"
+    return f"{n}"
