@@ -29,6 +29,7 @@ def parse(argv):
                     help="random slices of 1000 per run (default 300; 100 with --quick)")
     ap.add_argument("--json", metavar="PATH", help="also write the full report as JSON to PATH")
     ap.add_argument("--peers", nargs="+", metavar="NAME",
+                    choices=("blzarr", "bcolz", "blosc2", "zarr", "numpy"),
                     help="only these peers (blzarr always runs): bcolz blosc2 zarr numpy")
     ap.add_argument("--ops", nargs="+", metavar="OP", choices=harness.ALL_OPS,
                     help="only these operations: " + " ".join(harness.ALL_OPS))
@@ -49,8 +50,8 @@ def parse(argv):
     args = ap.parse_args(argv)
     if args.n is None:
         args.n = 1_000_000 if args.quick else 10_000_000
-    if args.n < 0:
-        ap.error("--n must be >= 0")
+    if args.n < 2 * harness.SLICE_LEN:
+        ap.error(f"--n must be >= {2 * harness.SLICE_LEN} (the slices are {harness.SLICE_LEN} long)")
     if args.repeats is None:
         args.repeats = 3 if args.quick else 5
     if args.repeats < 1:
@@ -65,6 +66,8 @@ def parse(argv):
         ap.error("--scalars and --slices must be >= 1")
     if args.mem_n is None:
         args.mem_n = args.n
+    if args.mem_n < 1:
+        ap.error("--mem-n must be >= 1")
     if args.tmpdir is not None and not os.path.isdir(args.tmpdir):
         ap.error(f"--tmpdir {args.tmpdir!r} is not a directory")
     args.argv = list(argv)

@@ -122,6 +122,10 @@ def test_bad_arguments_are_rejected():
     with pytest.raises(SystemExit):
         parse(["--n", "-1"])
     with pytest.raises(SystemExit):
+        parse(["--n", "10"])
+    with pytest.raises(SystemExit):
+        parse(["--peers", "pytables"])
+    with pytest.raises(SystemExit):
         parse(["--ops", "nonsense"])
     with pytest.raises(SystemExit):
         parse(["--tmpdir", "/nonexistent/dir/for/bench"])
