@@ -21,6 +21,9 @@ from blzarr.params import (  # noqa: E402
     BITSHUFFLE, NOSHUFFLE, SHUFFLE, blosc_set_nthreads, cparams, defaults, defaults_ctx,
     detect_number_of_cores, set_nthreads,
 )
+# names of the shuffle filters (bcolz.filters)
+filters = {NOSHUFFLE: "noshuffle", SHUFFLE: "shuffle", BITSHUFFLE: "bitshuffle"}
+
 from blzarr.errors import (  # noqa: E402
     BlzarrError, ChecksumError, ChunkError, FormatError, PickleNotAllowedError, ReadOnlyError, StorageError,
 )
@@ -29,6 +32,7 @@ from blzarr.chunk import chunk  # noqa: E402
 from blzarr.carray import carray  # noqa: E402
 from blzarr.ctable import ctable  # noqa: E402
 from blzarr.chunked_eval import eval  # noqa: E402
+from blzarr.dask_io import from_dask  # noqa: E402
 from blzarr.toplevel import (  # noqa: E402
     arange, blosc_compressor_list, blosc_version, fill, fromiter, iterblocks, ones, open, print_versions,
     walk, zeros,
@@ -39,7 +43,7 @@ __all__ = [
     "BITSHUFFLE", "NOSHUFFLE", "SHUFFLE", "BlzarrError", "ChecksumError", "ChunkError", "FormatError",
     "PickleNotAllowedError", "ReadOnlyError", "StorageError", "arange", "attrs", "blosc_compressor_list",
     "blosc_set_nthreads", "blosc_version", "carray", "chunk", "cparams", "ctable", "dask_here", "defaults",
-    "defaults_ctx", "detect_number_of_cores", "eval", "fill", "fromiter", "iterblocks", "numexpr_here",
+    "defaults_ctx", "detect_number_of_cores", "eval", "fill", "filters", "fromiter", "iterblocks", "numexpr_here",
     "ones", "open", "pandas_here", "print_versions", "set_nthreads", "tables_here", "test", "walk", "zeros",
 ]
 

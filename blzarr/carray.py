@@ -381,7 +381,11 @@ class carray:
                              path=self._store.attrs_path if self._store else None)
         if len(array):
             self._append(array)
-        self.flush()
+        mode, self._mode = self._mode, "a"  # a new carray is written whole, even one made with 'r'
+        try:
+            self.flush()
+        finally:
+            self._mode = mode
         self._chunks.mode = self._mode if self._store else "a"
         self._attrs.mode = self._mode
 
@@ -1113,29 +1117,60 @@ class carray:
 
         The extra NumPy arguments (`out`, `keepdims`) make ``np.sum(carray)`` work.
         """
+        return self._reduce("sum", axis, dtype, out, keepdims, kwargs)
+
+    def mean(self, axis=None, dtype=None, out=None, keepdims=False, **kwargs):
+        """The mean of all elements (or along `axis`), chunk by chunk, as ``np.mean`` computes it."""
+        return self._reduce("mean", axis, dtype, out, keepdims, kwargs)
+
+    def min(self, axis=None, out=None, keepdims=False, **kwargs):
+        """The smallest element (or along `axis`), chunk by chunk."""
+        return self._reduce("min", axis, None, out, keepdims, kwargs)
+
+    def max(self, axis=None, out=None, keepdims=False, **kwargs):
+        """The largest element (or along `axis`), chunk by chunk."""
+        return self._reduce("max", axis, None, out, keepdims, kwargs)
+
+    def _reduce(self, op, axis, dtype, out, keepdims, kwargs):
+        # reductions over axis 0 combine the per-block results; over other axes they concatenate them
         if self._isobj:
-            raise TypeError("sum() is not supported on object carrays")
+            raise TypeError(f"{op}() is not supported on object carrays")
         if kwargs:
-            raise TypeError(f"sum() got unexpected keyword arguments {sorted(kwargs)}")
+            raise TypeError(f"{op}() got unexpected keyword arguments {sorted(kwargs)}")
         probe = np.zeros((0,) + self._atom.shape, dtype=self._atom.base)
         if probe.dtype.kind in "SUV" or probe.dtype.names:
-            raise TypeError(f"cannot sum a carray of dtype {probe.dtype}")
-        if dtype is not None:
-            dtype = np.dtype(dtype)
-        if axis not in (None, 0) or keepdims:
-            res = np.concatenate([b for _, b in _iter_blocks(self, self._chunklen)] or [probe]).sum(
-                axis=axis, dtype=dtype, keepdims=keepdims)
+            raise TypeError(f"cannot {op} a carray of dtype {probe.dtype}")
+        axes = _normalize_axes(axis, self.ndim)
+        red = "sum" if op == "mean" else op
+        kw = {"dtype": np.dtype(dtype)} if dtype is not None else {}
+        if op == "mean" and dtype is None and probe.dtype.kind in "biu":
+            kw = {"dtype": np.dtype("f8")}
+        f = getattr(np, red)
+        blocks = (b for _, b in _iter_blocks(self, max(self._chunklen, 1)))
+        if 0 not in axes:
+            parts = [f(b, axis=axes, keepdims=keepdims, **kw) for b in blocks]
+            res = np.concatenate(parts) if parts else f(probe, axis=axes, keepdims=keepdims, **kw)
+            if op == "mean":
+                res = np.true_divide(res, math.prod(self.shape[a] for a in axes), **(
+                    {"dtype": res.dtype} if res.dtype.kind in "fc" else {}))
         else:
-            ax = 0 if axis == 0 else None
-            res = probe.sum(axis=ax, dtype=dtype)
-            for _, block in _iter_blocks(self, self._chunklen):
-                res = res + block.sum(axis=ax, dtype=dtype)
-            if ax is None:
-                res = res.dtype.type(res) if isinstance(res, np.ndarray) else res
+            combine = {"sum": np.add, "min": np.minimum, "max": np.maximum}[red]
+            res = None
+            for b in blocks:
+                part = f(b, axis=axes, keepdims=True, **kw)
+                res = part if res is None else combine(res, part)
+            if res is None:
+                res = f(probe, axis=axes, keepdims=True, **kw)  # min/max raise NumPy's ValueError
+            if op == "mean":
+                count = math.prod(self.shape[a] for a in axes)
+                with np.errstate(invalid="ignore" if count else "warn", divide="ignore"):
+                    res = np.true_divide(res, count, **({"dtype": res.dtype} if res.dtype.kind in "fc" else {}))
+            if not keepdims:
+                res = res.reshape([d for i, d in enumerate(res.shape) if i not in axes])
         if out is not None:
             out[...] = res
             return out
-        return res
+        return res[()] if isinstance(res, np.ndarray) and res.ndim == 0 else res
 
     def __array__(self, dtype=None, copy=None):
         if copy is False:
@@ -1150,10 +1185,10 @@ class carray:
         return self.cbytes
 
     def __reduce__(self):
-        # on disk: pickled by its directory (reopened with the same mode); in memory: by its data
+        # on disk: pickled by its directory (flushed first, reopened read-only); in memory: by its data
         if self._rootdir is not None:
-            return (_rebuild_carray, (None, self._rootdir, dict(
-                mode=self._mode if self._mode != "w" else "a", allow_pickle=self._isobj)))
+            self.flush()
+            return (_rebuild_carray, (None, self._rootdir, dict(mode="r", allow_pickle=self._isobj)))
         return (_rebuild_carray, (self[:], None, dict(
             cparams=self._cparams.to_dict(), chunklen=self._chunklen, dflt=self._dflt[()],
             expectedlen=self.expectedlen, safe=self.safe)))
@@ -1161,6 +1196,12 @@ class carray:
     def __exit__(self, *exc):
         self.flush()
         return False
+
+    def to_dask(self, partition_chunks=None):
+        """A dask array over this carray, one block per superchunk file (BLZ) or per group of
+        `partition_chunks` chunks (bcolz layout, in memory); see `blzarr.dask_io`."""
+        from blzarr.dask_io import carray_to_dask
+        return carray_to_dask(self, partition_chunks)
 
     # ---------------------------------------------------------------- derived objects
     def copy(self, **kwargs):
@@ -1284,6 +1325,23 @@ def _elements(block):
     if block.ndim == 1 and block.dtype.kind in _PY_KINDS:
         return block.tolist()
     return iter(block)
+
+
+def _normalize_axes(axis, ndim):
+    """`axis` (None, an int or a tuple of ints) as a sorted tuple of non-negative axes."""
+    if axis is None:
+        return tuple(range(ndim))
+    items = axis if isinstance(axis, tuple) else (axis,)
+    axes = []
+    for a in items:
+        if isinstance(a, bool) or not isinstance(a, (int, np.integer)):
+            raise TypeError(f"axis must be None, an int or a tuple of ints, got {axis!r}")
+        if not -ndim <= a < ndim:
+            raise getattr(np, "exceptions", np).AxisError(int(a), ndim)
+        axes.append(int(a) % ndim)
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"repeated axis in {axis!r}")
+    return tuple(sorted(axes))
 
 
 def _check_limit_skip(limit, skip):

@@ -925,3 +925,26 @@ def test_element_types_match_bcolz(dtype, where):
         assert list(c.where(a == a)) == list(b.where(a == a))
     else:
         assert np.asarray(got, dtype=a.dtype).tobytes() == a.tobytes()
+
+
+def test_next_purge_and_mode_r_creation(tmp_path):
+    a = np.arange(7)
+    c = carray(a, chunklen=2)
+    assert [next(c) for _ in range(7)] == a.tolist()
+    with pytest.raises(StopIteration):
+        next(c)
+    assert next(c) == 0  # a new pass starts
+    p = str(tmp_path / "pr")
+    d = carray(a, rootdir=p, format="bcolz")
+    d.purge()
+    with pytest.raises(OSError, match="pr"):
+        d.purge()
+    r = carray([1, 2], rootdir=p, mode="r", format="bcolz")  # bcolz creates, then it is read-only
+    assert r.mode == "r" and r[:].tolist() == [1, 2]
+    with pytest.raises(blzarr.ReadOnlyError):
+        r.append([3])
+    assert blzarr.open(p)[:].tolist() == [1, 2]
+
+
+def test_filters_names():
+    assert blzarr.filters == bcolz.filters
