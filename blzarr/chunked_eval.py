@@ -163,13 +163,18 @@ def eval(expression, vm=None, out_flavor=None, user_dict=None, blen=None, depth=
     if vm == "dask":
         if not blzarr.dask_here:
             raise ImportError("eval(..., vm='dask') needs dask, which is not installed")
-        vm = "python"  # the blocks are small: NumPy evaluates them, with the same results
-    _, names = _operand_names(expression)
+    code, names = _operand_names(expression)
     operands = _lookup(names, user_dict, depth)
     for name, v in operands.items():
         if isinstance(v, (list, tuple, range)):
             raise ValueError(f"variable '{name}' is a {type(v).__name__}: only NumPy arrays, carrays "
                              "and scalars can be operands")
+    if vm == "dask":
+        from blzarr.dask_io import eval_dask
+        result = eval_dask(expression, code, operands, _PY_NAMESPACE, out_flavor, kwargs)
+        if result is not NotImplemented:
+            return result
+        vm = "python"  # what dask cannot build, NumPy evaluates block by block, with the same results
     plan = _reduction_plan(expression)
     if plan == "whole":
         lengths = [len(v) for v in operands.values() if _is_array(v)]

@@ -1142,6 +1142,27 @@ class ctable:
             kwargs["blen"] = self._query_blen(ops)
         return _ce.eval(expression, user_dict=ops, **kwargs)
 
+    # ------------------------------------------------------------------ dask, arrow, pickling
+    def to_dask(self, columns=None, partition_chunks=None):
+        """A dask DataFrame over the table (index: row numbers), one partition per superchunk file
+        (BLZ) or group of chunks; each task reads only its rows (see `blzarr.dask_io`)."""
+        from blzarr.dask_io import ctable_to_dask
+        return ctable_to_dask(self, columns, partition_chunks)
+
+    def to_arrow(self, columns=None):
+        """A pyarrow Table with the table's (1-d) columns, built block by block."""
+        from blzarr.dask_io import ctable_to_arrow
+        return ctable_to_arrow(self, columns)
+
+    def __reduce__(self):
+        # on disk: pickled by its directory (flushed first, reopened read-only); in memory: by value
+        pickled = any(c.dtype.kind == "O" for c in self.cols.values())
+        if self._rootdir is not None:
+            self.flush()
+            return (_rebuild_ctable, (self._rootdir, None, None, None, pickled))
+        return (_rebuild_ctable, (None, [self.cols[n] for n in self.cols.names], list(self.cols.names),
+                                  self._attrs.getall(), pickled))
+
     # ------------------------------------------------------------------ pandas and HDF5
     @staticmethod
     def fromdataframe(df, **kwargs):
@@ -1186,3 +1207,12 @@ class ctable:
         if self._rootdir:
             s += f"  rootdir := '{self._rootdir}'\n  mode    := '{self._mode}'\n"
         return s + str(self)
+
+
+def _rebuild_ctable(rootdir, columns, names, attrs, allow_pickle):
+    if rootdir is not None:
+        return ctable(rootdir=rootdir, mode="r", allow_pickle=allow_pickle)
+    t = ctable(columns, names)
+    for k, v in attrs.items():
+        t.attrs[k] = v
+    return t
