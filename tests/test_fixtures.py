@@ -139,7 +139,7 @@ def test_fixture_objects_need_opt_in():
 
 def test_fixture_read_only_mode_writes_nothing():
     before = {os.path.join(d, f): open(os.path.join(d, f), "rb").read()
-              for d, _, fs in os.walk(fixture("int64_leftover")) for f in fs}
+              for d, _, fs in os.walk(FIXTURES) for f in fs}
     a = blzarr.open(fixture("int64_leftover"), mode="r")
     with pytest.raises(ReadOnlyError):
         a.append([1, 2, 3])
@@ -147,9 +147,20 @@ def test_fixture_read_only_mode_writes_nothing():
         a[0] = 5
     with pytest.raises(ReadOnlyError):
         a.attrs["x"] = 1
+    with pytest.raises(ReadOnlyError):
+        a.resize(5)
+    with pytest.raises(ReadOnlyError):
+        a.trim(1)
+    with pytest.raises(ReadOnlyError):
+        a[[1, 2]] = 0
+    b = blzarr.open(fixture("float32_attrs"), mode="r")
+    with pytest.raises(ReadOnlyError):
+        del b.attrs["temp"]
+    assert b.attrs["temp"] == 22.5
     a.flush()
+    b.flush()
     after = {os.path.join(d, f): open(os.path.join(d, f), "rb").read()
-             for d, _, fs in os.walk(fixture("int64_leftover")) for f in fs}
+             for d, _, fs in os.walk(FIXTURES) for f in fs}
     assert after == before
 
 
