@@ -487,10 +487,10 @@ class BlzDir:
             if ctbytes < 16 or off + ctbytes + self.cksize > f.fstate[1]:
                 raise FormatError(f"{where}: the chunk claims {ctbytes} bytes (+{self.cksize} of checksum), "
                                   f"past the end of the file ({f.fstate[1]} bytes)")
-            raw = sc.pread(fd, ctbytes + self.cksize, off, where)
-            mv = memoryview(raw)
-            sc.verify_checksum(self.checksum_id, mv[:ctbytes], mv[ctbytes:], where)
-            data = bytes(mv[:ctbytes])
+            data = sc.pread(fd, ctbytes + self.cksize, off, where)
+            with memoryview(data) as mv:
+                sc.verify_checksum(self.checksum_id, mv[:ctbytes], mv[ctbytes:], where)
+            del data[ctbytes:]                  # the checksum: in place, no copy of the chunk
             _chunk.validate(data, expected_nbytes, where)
             self._remember(n, data, f)
             return data
@@ -587,7 +587,15 @@ class BlzDir:
         return int(ctbytes * self.reserve) if isinstance(self.reserve, float) else self.reserve
 
     def _slot_blob(self, data):
-        return bytes(data) + sc.checksum(self.checksum_id, data) + bytes(self._reserve_for(len(data)))
+        return bytes(data) + self._slot_tail(data)
+
+    def _slot_tail(self, data):
+        """What follows a chunk in its slot: its checksum, then the reserve."""
+        return sc.checksum(self.checksum_id, data) + bytes(self._reserve_for(len(data)))
+
+    def _write_slot(self, fd, pos, data, tail, path):
+        sc.pwrite_all(fd, data, pos, path)
+        sc.pwrite_all(fd, tail, pos + len(data), path)
 
     def _write_header(self, f, fd):
         head = sc.pack_header(self.checksum_id, self.typesize, self.chunk_nbytes, f.last_chunk, f.nchunks,
@@ -604,6 +612,8 @@ class BlzDir:
         self._check_writable()
         data = bytes(data)
         nbytes = _chunk.header(data)["nbytes"]
+        tail = self._slot_tail(data)          # the checksum, outside the lock (zlib/hashlib release the GIL)
+        size = len(data) + len(tail)
         with self._lock:
             if not 0 <= n <= self._nphys:
                 raise StorageError(f"cannot write chunk {n} of '{self.rootdir}': it holds {self._nphys} chunks")
@@ -614,7 +624,6 @@ class BlzDir:
             f = self._file(fno)
             fd = self._fd(fno)
             offsets = self._full_table(f)
-            blob = self._slot_blob(data)
             eof = f.fstate[1]
             self._drop_chunk(n)
             if n < self._nphys:
@@ -624,19 +633,19 @@ class BlzDir:
                 used = len(data) + self.cksize
                 if slot_end == eof:
                     # the physically last chunk: rewrite it there, the file grows or shrinks
-                    sc.pwrite_all(fd, blob, old, f.path)
-                    os.ftruncate(fd, old + len(blob))
+                    self._write_slot(fd, old, data, tail, f.path)
+                    os.ftruncate(fd, old + size)
                     kind = "inplace"
                 elif old + used <= slot_end:
-                    sc.pwrite_all(fd, blob[:used], old, f.path)
+                    self._write_slot(fd, old, data, tail[:self.cksize], f.path)
                     kind = "inplace"
                 else:
-                    sc.pwrite_all(fd, blob, eof, f.path)
+                    self._write_slot(fd, eof, data, tail, f.path)
                     sc.pwrite_all(fd, sc.pack_i64(eof), f.table_pos + 8 * slot, f.path)
                     offsets[slot] = eof
                     kind = "relocated"
             else:
-                sc.pwrite_all(fd, blob, eof, f.path)
+                self._write_slot(fd, eof, data, tail, f.path)
                 sc.pwrite_all(fd, sc.pack_i64(eof), f.table_pos + 8 * slot, f.path)
                 offsets[slot] = eof
                 f.nchunks = slot + 1
