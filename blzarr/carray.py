@@ -5,6 +5,7 @@ import math
 import os
 import pickle
 import shutil
+import tempfile
 import threading
 from collections import OrderedDict
 
@@ -336,8 +337,21 @@ class carray:
             array = array[:]
         if dtype is not None:
             dtype = np.dtype(dtype)
+        if dtype is not None and dtype.hasobject and dtype != np.dtype(object):
+            raise TypeError(f"dtype {dtype}: objects inside records or subarrays are not supported "
+                            "(use dtype=object to store each record as one object)")
+        if dtype == np.dtype(object) and not (isinstance(array, np.ndarray) and array.dtype == dtype
+                                              and array.ndim == 1):
+            # one object per item of the top-level sequence (tuples stay tuples, as in bcolz)
+            items = list(array)
+            array = np.empty(len(items), dtype=object)
+            for i, v in enumerate(items):
+                array[i] = v
         if not isinstance(array, np.ndarray):
             array = np.asarray(array, dtype=dtype)
+        if dtype is None and array.dtype.hasobject and array.dtype != np.dtype(object):
+            raise TypeError(f"dtype {array.dtype}: objects inside records are not supported "
+                            "(pass dtype=object to store each record as one object)")
         elif dtype is not None and array.dtype != dtype and not (
                 dtype.shape and dtype.base == array.dtype):
             array = array.astype(dtype.base if dtype.shape else dtype)
@@ -351,6 +365,8 @@ class carray:
         elif isinstance(expectedlen, bool) or not isinstance(expectedlen, (int, np.integer, float)):
             raise TypeError(f"expectedlen must be an integer, got {expectedlen!r}")
         expectedlen = max(int(expectedlen), 0)
+        if cp.quantize and atom.base.kind != "f":
+            raise TypeError(f"the quantize filter works on floats only, not on dtype {atom.base}")
         if chunklen is None:
             chunklen = calc_chunklen(expectedlen, max(atom.itemsize, 1))
         elif isinstance(chunklen, bool) or not isinstance(chunklen, (int, np.integer)) or chunklen < 1:
@@ -1244,7 +1260,11 @@ class carray:
         return new
 
     def reshape(self, newshape):
-        """A new in-memory carray with the same data and shape `newshape` (chunked along axis 0)."""
+        """The same data with shape `newshape` (one dimension may be -1), as a new carray.
+
+        In memory (and for mode 'r') the result is a new in-memory carray.  On disk, as in bcolz,
+        the reshaped carray replaces the directory of this one, and is returned opened from it.
+        """
         if isinstance(newshape, (int, np.integer)):
             newshape = (int(newshape),)
         newshape = tuple(newshape)
@@ -1258,9 +1278,24 @@ class carray:
             newshape = tuple(size // known if d == -1 else d for d in newshape)
         if int(np.prod(newshape)) != size:
             raise ValueError(f"cannot reshape a carray of size {size} into shape {newshape}")
-        if newshape == self.shape:
-            return self.copy()
-        return carray(self[:].reshape(newshape), cparams=self._cparams, dflt=self._dflt[()])
+        data = self[:].reshape(newshape)
+        if self._rootdir is None or self._mode == "r":
+            return carray(data, cparams=self._cparams, dflt=self._dflt[()])
+        # on disk, as bcolz does: the reshaped data replaces this carray's directory (this object
+        # must not be used afterwards); written beside it first, then swapped in
+        parent = os.path.dirname(os.path.abspath(self._rootdir))
+        tmp = tempfile.mkdtemp(prefix=".reshape-", dir=parent)
+        try:
+            out = carray(data, cparams=self._cparams, dflt=self._dflt[()], rootdir=tmp, mode="w",
+                         format=self.format)
+            out.flush()
+            del out
+            shutil.rmtree(self._rootdir)
+            os.rename(tmp, self._rootdir)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return carray(rootdir=self._rootdir, mode=self._mode if self._mode != "w" else "a")
 
     def free_cachemem(self):
         """Drop cached chunk bytes and decoded blocks."""

@@ -948,3 +948,33 @@ def test_next_purge_and_mode_r_creation(tmp_path):
 
 def test_filters_names():
     assert blzarr.filters == bcolz.filters
+
+
+def test_object_sources_like_bcolz():
+    src = [(i, "s" * i) for i in range(10)]
+    c = carray(src, dtype=object)
+    assert c.shape == (10,) and c[3] == (3, "sss") and type(c[3]) is tuple
+    rec = np.empty(4, dtype="u1,O")
+    rec[:] = [(i, "x" * i) for i in range(4)]
+    r = carray(rec, dtype=object)
+    assert r.shape == (4,) and r[2][0] == 2 and r[2][1] == "xx"
+    with pytest.raises(TypeError, match="object"):
+        carray(src, dtype="O,O")
+    with pytest.raises(TypeError, match="object"):
+        carray(rec)
+    with pytest.raises(TypeError):
+        bcolz.carray(rec)
+
+
+def test_reshape_on_disk_replaces_the_directory_like_bcolz(tmp_path):
+    p = str(tmp_path / "rs")
+    b = blzarr.arange(16, rootdir=p, format="bcolz").reshape((2, 2, 4))
+    assert b.rootdir == p and b.shape == (2, 2, 4)
+    assert_same(b[:], np.arange(16).reshape(2, 2, 4))
+    assert_same(blzarr.open(p)[:], np.arange(16).reshape(2, 2, 4))
+    assert_same(bcolz.open(p)[:], np.arange(16).reshape(2, 2, 4))
+    assert [n for n in os.listdir(str(tmp_path)) if n.startswith(".reshape")] == []
+    r = blzarr.open(p, mode="r").reshape(-1)  # read-only: an in-memory result, the directory kept
+    assert r.rootdir is None
+    assert_same(r[:], np.arange(16))
+    assert blzarr.open(p).shape == (2, 2, 4)
