@@ -191,6 +191,7 @@ class BlzDir:
         self._chunks = _LRU(CHUNK_CACHE_BYTES)
         self._ctbytes = {}
         self._touched = OrderedDict()
+        self._inuse = {}                    # file number -> lazy reads using its descriptor unlocked
         self._local = threading.local()
         self.stats = {"appended": 0, "inplace": 0, "relocated": 0}
 
@@ -351,9 +352,10 @@ class BlzDir:
         except OSError as e:
             raise StorageError(f"cannot open superchunk file '{path}': {e}") from None
         self._fds[fno] = fd
-        while len(self._fds) > FD_CACHE:
-            _, old = self._fds.popitem(last=False)
-            os.close(old)
+        if len(self._fds) > FD_CACHE:
+            # close the least recently used descriptors no lazy read is using outside the lock
+            for k in [k for k in self._fds if not self._inuse.get(k)][:len(self._fds) - FD_CACHE]:
+                os.close(self._fds.pop(k))
         return fd
 
     def _close(self, fno):
@@ -528,13 +530,24 @@ class BlzDir:
                     self._touched[n] = None
                     if len(self._touched) > TOUCHED_CACHE:
                         self._touched.popitem(last=False)
-            head = self._head_at(n, f, fd, off) if lazy else None
+            if lazy:
+                head = self._head_at(n, f, fd, off)
+                fno = f.fno
+                self._inuse[fno] = self._inuse.get(fno, 0) + 1
         if data is None and not lazy:
             data = self.read_chunk(n)
         if data is not None:
             _chunk.getitem_into(data, start, nbytes, out, out_offset, False, where)
             return 0
-        return sc.read_blocks_into(fd, off, head, start, nbytes, out, out_offset, where, self._scratch())
+        try:
+            return sc.read_blocks_into(fd, off, head, start, nbytes, out, out_offset, where, self._scratch())
+        finally:
+            with self._lock:
+                left = self._inuse[fno] - 1
+                if left:
+                    self._inuse[fno] = left
+                else:
+                    del self._inuse[fno]
 
     def _scratch(self):
         """A per-thread reusable buffer for lazy chunks."""

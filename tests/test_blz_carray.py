@@ -709,8 +709,10 @@ def test_fixture_header_bytes_pinned():
 
 def test_concurrent_lazy_reads_from_threads(tmp_path):
     from concurrent.futures import ThreadPoolExecutor
-    p, arr = _big(tmp_path, "th", 1 << 14, checksum=None, superchunklen=2, nchunks=6)
+    # 20 files: more than the store keeps open, so descriptors are evicted while other threads read
+    p, arr = _big(tmp_path, "th", 1 << 12, checksum=None, superchunklen=1, nchunks=20)
     c = blzarr.open(p, mode="r")
+    assert nfiles(p) == 20 > blzarr.blz.FD_CACHE
 
     def work(seed):
         rng = np.random.default_rng(seed)
