@@ -1,0 +1,593 @@
+"""The ``blzarr`` command line (also ``python -m blzarr``).
+
+    blzarr info ROOT [--json]        what a carray or ctable directory holds
+    blzarr ls DIR [--json]           the carrays and ctables below a directory
+    blzarr verify ROOT               check every header, offset, checksum and chunk; exit 1 on damage
+    blzarr convert SRC DST --format blz|bcolz [--cname C] [--clevel N] [--shuffle S]
+    blzarr bench [ARGS...]           the benchmark harness's quick mode (from a source checkout)
+
+Errors print one line on stderr and exit non-zero (1; 2 for a bad command line).  `main(argv)`
+returns the exit status instead of exiting.
+
+Inspecting (info, ls, verify) never unpickles anything, so directories of Python objects are opened
+for it without ``allow_pickle``; converting them needs ``--allow-pickle``.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import uuid
+
+import numpy as np
+
+import blzarr
+from blzarr.carray import carray, human_readable_size
+from blzarr.ctable import ctable
+from blzarr.errors import StorageError
+from blzarr.storage import CHUNK_EXT, DATA_DIR, META_DIR, ROOTDIRS_FILE, BcolzDir, read_json
+
+PROG = "blzarr"
+# a conversion of more uncompressed bytes than this shows progress
+PROGRESS_BYTES = 256 * 1024 * 1024
+# rows are copied in blocks of about this many uncompressed bytes
+COPY_BLOCK_BYTES = 8 * 1024 * 1024
+SHUFFLES = {"noshuffle": 0, "shuffle": 1, "bitshuffle": 2, "0": 0, "1": 1, "2": 2}
+
+
+class CLIError(Exception):
+    """An error to report on one line (exit status 1)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise _UsageError(f"{self.prog}: error: {message} (see '{self.prog} --help')")
+
+
+class _UsageError(Exception):
+    pass
+
+
+# ---------------------------------------------------------------------------------------- helpers
+def _kind(path):
+    """'ctable', 'carray' or None: what the directory `path` holds."""
+    if not os.path.isdir(path):
+        return None
+    if os.path.exists(os.path.join(path, ROOTDIRS_FILE)):
+        return "ctable"
+    if BcolzDir.holds_carray(path):
+        return "carray"
+    return None
+
+
+def _open(path, allow_pickle=True):
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise CLIError(f"'{path}' does not exist")
+    kind = _kind(path)
+    if kind is None:
+        raise CLIError(f"'{path}' holds neither a carray nor a ctable")
+    # opening reads metadata and chunk headers only: nothing is unpickled
+    if kind == "ctable":
+        return ctable(rootdir=path, mode="r", allow_pickle=allow_pickle)
+    return carray(rootdir=path, mode="r", allow_pickle=allow_pickle)
+
+
+def _disk_bytes(path):
+    total = 0
+    for dirpath, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.path.getsize(os.path.join(dirpath, f))
+            except OSError:
+                pass
+    return total
+
+
+def _ratio(nbytes, cbytes):
+    return round(nbytes / cbytes, 2) if cbytes else None
+
+
+def _jsonable(v):
+    if isinstance(v, (bytes, bytearray)):
+        return {"bytes": len(v)}
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+def _codec(cp):
+    names = {0: "noshuffle", 1: "shuffle", 2: "bitshuffle"}
+    return {"cname": cp.cname, "clevel": cp.clevel, "shuffle": names.get(cp.shuffle, cp.shuffle),
+            "quantize": cp.quantize}
+
+
+def carray_info(c):
+    """A JSON-able dict describing the carray `c`."""
+    atom = c.chunklen * c.atomsize if c.dtype.kind != "O" else None
+    d = {"path": c.rootdir, "type": "carray", "format": c.format or "memory", "dtype": str(c.dtype),
+         "shape": list(c.shape), "chunklen": c.chunklen, "chunk_bytes": atom, "nchunks": c.nchunks,
+         "nleftover": c.nleftover, "codec": _codec(c.cparams), "nbytes": int(c.nbytes),
+         "cbytes": int(c.cbytes)}
+    if c.rootdir:
+        d["disk_bytes"] = _disk_bytes(c.rootdir)
+    d["ratio"] = _ratio(d["nbytes"], d.get("disk_bytes") or d["cbytes"])
+    if c.format == "blz":
+        storage = read_json(os.path.join(c.rootdir, META_DIR, "storage"), "meta/storage")
+        k = storage.get("superchunklen")
+        d["superchunklen"] = k
+        d["superchunk_bytes"] = k * atom if isinstance(k, int) and atom else None
+        d["files"] = len([f for f in os.listdir(os.path.join(c.rootdir, DATA_DIR)) if f.endswith(".bin")])
+        d["checksum"] = storage.get("checksum")
+        d["reserve"] = storage.get("reserve")
+        d["meta"] = _jsonable(dict(c.meta.items()))
+        d["vlmeta"] = _jsonable(dict(c.vlmeta.items()))
+    d["attrs"] = _jsonable(c.attrs.getall())
+    return d
+
+
+def ctable_info(t):
+    d = {"path": t.rootdir, "type": "ctable", "format": t.format or "memory", "nrows": len(t),
+         "ncols": len(t.names), "dtype": str(t.dtype), "nbytes": int(t.nbytes), "cbytes": int(t.cbytes)}
+    if t.rootdir:
+        d["disk_bytes"] = _disk_bytes(t.rootdir)
+    d["ratio"] = _ratio(d["nbytes"], d.get("disk_bytes") or d["cbytes"])
+    d["attrs"] = _jsonable(t.attrs.getall())
+    cols = []
+    for n in t.names:
+        ci = carray_info(t.cols[n])
+        ci["name"] = n
+        cols.append(ci)
+    d["columns"] = cols
+    return d
+
+
+def _fmt_value(v):
+    if isinstance(v, (dict, list)):
+        return json.dumps(v) if v else "-"
+    return "-" if v is None else str(v)
+
+
+def _size(n):
+    return "-" if n is None else f"{human_readable_size(n)}" + ("" if n >= 1024 else " B")
+
+
+def _table(rows, header):
+    widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
+    lines = ["  ".join(str(v).ljust(w) for v, w in zip(header, widths)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    for r in rows:
+        lines.append("  ".join(str(v).ljust(w) for v, w in zip(r, widths)).rstrip())
+    return "\n".join(lines)
+
+
+def _codec_text(c):
+    return f"{c['cname']}:{c['clevel']}:{c['shuffle']}" + (f" q{c['quantize']}" if c["quantize"] else "")
+
+
+def _kv(pairs):
+    w = max(len(k) for k, _ in pairs)
+    return "\n".join(f"{k.ljust(w)}  {_fmt_value(v)}" for k, v in pairs)
+
+
+def render_info(d):
+    if d["type"] == "carray":
+        layout = {"blz": "blz (superchunk files)", "bcolz": "bcolz 1.x (one file a chunk)"}.get(
+            d["format"], d["format"])
+        pairs = [("path", d["path"]), ("type", "carray"), ("layout", layout), ("dtype", d["dtype"]),
+                 ("shape", tuple(d["shape"])),
+                 ("chunklen", f"{d['chunklen']} ({_size(d['chunk_bytes'])} a chunk)"),
+                 ("chunks", f"{d['nchunks']} full + {d['nleftover']} leftover rows")]
+        if d["format"] == "blz":
+            pairs += [("superchunklen", f"{d['superchunklen']} chunks ({_size(d['superchunk_bytes'])} "
+                                        f"a file), {d['files']} file(s)"),
+                      ("checksum", d["checksum"]), ("reserve", d["reserve"])]
+        pairs += [("codec", _codec_text(d["codec"])), ("nbytes", _size(d["nbytes"])),
+                  ("cbytes", _size(d["cbytes"])), ("on disk", _size(d.get("disk_bytes"))),
+                  ("ratio", d["ratio"]), ("attrs", d["attrs"])]
+        if d["format"] == "blz":
+            pairs += [("meta", d["meta"]), ("vlmeta", d["vlmeta"])]
+        return _kv(pairs)
+    pairs = [("path", d["path"]), ("type", "ctable"), ("layout", d["format"]),
+             ("rows", d["nrows"]), ("columns", d["ncols"]), ("nbytes", _size(d["nbytes"])),
+             ("cbytes", _size(d["cbytes"])), ("on disk", _size(d.get("disk_bytes"))),
+             ("ratio", d["ratio"]), ("attrs", d["attrs"])]
+    rows = []
+    for c in d["columns"]:
+        sc = c.get("superchunklen")
+        rows.append([c["name"], c["dtype"], tuple(c["shape"][1:]) or "", c["chunklen"],
+                     "-" if sc is None else sc, _codec_text(c["codec"]), c.get("checksum") or "-",
+                     _size(c["nbytes"]), _size(c.get("disk_bytes")), _fmt_value(c["ratio"])])
+    header = ["column", "dtype", "atom", "chunklen", "superchunk", "codec", "checksum", "nbytes",
+              "on disk", "ratio"]
+    return _kv(pairs) + "\n\n" + _table(rows, header)
+
+
+# ---------------------------------------------------------------------------------------- commands
+def cmd_info(args, out):
+    obj = _open(args.root)
+    d = carray_info(obj) if isinstance(obj, carray) else ctable_info(obj)
+    print(json.dumps(d, indent=2) if args.json else render_info(d), file=out)
+    return 0
+
+
+def _objects_below(root):
+    """(path, kind) of every carray/ctable at or below `root`, not descending into them."""
+    kind = _kind(root)
+    if kind is not None:
+        yield root, kind
+        return
+    try:
+        entries = sorted(os.scandir(root), key=lambda e: e.name)
+    except OSError as e:
+        raise CLIError(f"cannot list '{root}': {e.strerror or e}") from None
+    for e in entries:
+        if e.is_dir(follow_symlinks=False):
+            yield from _objects_below(e.path)
+
+
+def cmd_ls(args, out):
+    root = args.dir
+    if not os.path.isdir(root):
+        raise CLIError(f"'{root}' is not a directory")
+    rows, records, bad = [], [], 0
+    for path, kind in _objects_below(root):
+        rel = os.path.relpath(path, root) if path != root else os.path.basename(os.path.normpath(root))
+        try:
+            obj = _open(path)
+        except Exception as e:  # one damaged entry must not hide the others
+            bad += 1
+            records.append({"path": rel, "type": kind, "error": _message(e)})
+            rows.append([rel, kind, "?", "?", "?", "?", "?", f"DAMAGED: {_message(e)}"])
+            continue
+        if isinstance(obj, carray):
+            shape, dtype = list(obj.shape), str(obj.dtype)
+        else:
+            shape, dtype = [len(obj), len(obj.names)], f"{len(obj.names)} columns"
+        nb, disk = int(obj.nbytes), _disk_bytes(path)
+        records.append({"path": rel, "type": kind, "format": obj.format, "shape": shape, "dtype": dtype,
+                        "nbytes": nb, "disk_bytes": disk, "ratio": _ratio(nb, disk)})
+        rows.append([rel, kind, obj.format, tuple(shape), dtype, _size(nb), _size(disk),
+                     _fmt_value(_ratio(nb, disk))])
+    if args.json:
+        print(json.dumps(records, indent=2), file=out)
+    elif rows:
+        print(_table(rows, ["path", "type", "layout", "shape", "dtype", "nbytes", "on disk", "ratio"]),
+              file=out)
+    else:
+        print(f"no carray or ctable below '{root}'", file=out)
+    return 1 if bad else 0
+
+
+def verify_carray(path):
+    """Check one carray directory completely; return a summary line, raise on damage."""
+    c = carray(rootdir=path, mode="r", allow_pickle=True)   # metadata, layout and leftover chunk
+    summary = c.verify()    # BLZ: headers, metadata, offsets, checksums; bcolz: every chunk's structure
+    for i in range(c.nchunks):
+        try:
+            c.chunks[i].decompress()   # every chunk decoded (the bytes of objects are not unpickled)
+        except Exception as e:
+            raise type(e)(f"chunk {i} of '{path}': {_message(e)}") from None
+    c.free_cachemem()
+    notes = []
+    if c.format == "bcolz":
+        expected = c.nchunks + (1 if c.nleftover else 0)
+        datadir = os.path.join(path, DATA_DIR)
+        extra = sorted(f for f in os.listdir(datadir) if f.endswith(CHUNK_EXT) and f.startswith("__")
+                       and f[2:-len(CHUNK_EXT)].isdigit() and int(f[2:-len(CHUNK_EXT)]) >= expected)
+        if extra:
+            notes.append(f"{len(extra)} stray chunk file(s) beyond the data ({extra[0]}...): ignored by readers")
+        what = f"{c.nchunks} chunks + {c.nleftover} leftover rows decoded"
+    else:
+        what = (f"{summary['chunks']} chunks in {summary['files']} file(s), "
+                f"{summary['checksum']} checksums verified, all decoded")
+    return f"carray, {c.format}, {c.dtype}, shape {c.shape}: {what}", notes
+
+
+def cmd_verify(args, out):
+    root = args.root
+    if not os.path.exists(root):
+        raise CLIError(f"'{root}' does not exist")
+    targets = list(_objects_below(root)) if os.path.isdir(root) else []
+    if not targets:
+        raise CLIError(f"'{root}' holds no carray or ctable")
+    damaged = 0
+    for path, kind in targets:
+        try:
+            if kind == "carray":
+                line, notes = verify_carray(path)
+            else:
+                t = ctable(rootdir=path, mode="r", allow_pickle=True)  # column list, lengths
+                notes, parts = [], []
+                for n in t.names:
+                    try:
+                        _, nn = verify_carray(t.cols[n].rootdir)
+                    except Exception as e:
+                        raise type(e)(f"column {n!r}: {_message(e)}") from None
+                    notes += [f"column {n!r}: {x}" for x in nn]
+                    parts.append(n)
+                line = f"ctable, {t.format}, {len(t)} rows, {len(parts)} columns verified"
+        except Exception as e:
+            damaged += 1
+            print(f"DAMAGED  {path}: {_message(e)}", file=out)
+            continue
+        print(f"OK       {path}: {line}", file=out)
+        for note in notes:
+            print(f"  note: {note}", file=out)
+    if damaged:
+        raise CLIError(f"{damaged} of {len(targets)} object(s) below '{root}' are damaged"
+                       if len(targets) > 1 else f"'{root}' is damaged")
+    return 0
+
+
+class _Progress:
+    """tqdm when installed, else a plain line every 10%; nothing for short work."""
+
+    def __init__(self, total, enabled, label):
+        self.total, self.done, self.bar, self.enabled, self.label = total, 0, None, enabled, label
+        self.next_pct = 10
+        if not enabled or total <= 0:
+            self.enabled = False
+            return
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            tqdm = None
+        if tqdm is not None:
+            self.bar = tqdm(total=total, unit="B", unit_scale=True, desc=label, file=sys.stderr)
+
+    def update(self, n):
+        if not self.enabled:
+            return
+        self.done += n
+        if self.bar is not None:
+            self.bar.update(n)
+            return
+        pct = self.done * 100 // self.total
+        while pct >= self.next_pct:
+            print(f"{self.label}: {self.next_pct}%", file=sys.stderr, flush=True)
+            self.next_pct += 10
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _cparams_for(args, src_cp):
+    kw = src_cp.to_dict()
+    if args.cname is not None:
+        kw["cname"] = args.cname
+    if args.clevel is not None:
+        kw["clevel"] = args.clevel
+    if args.shuffle is not None:
+        kw["shuffle"] = SHUFFLES[args.shuffle]
+    try:
+        return blzarr.cparams(**kw)
+    except (ValueError, TypeError) as e:
+        raise CLIError(f"bad compression parameters: {_message(e)}") from None
+
+
+def _blz_opts(args, src):
+    opts = {}
+    if args.checksum is not None:
+        opts["checksum"] = None if args.checksum == "none" else args.checksum
+    elif src.format == "blz":
+        ck = read_json(os.path.join(src.rootdir, META_DIR, "storage"), "meta/storage").get("checksum")
+        opts["checksum"] = ck
+    if args.superchunklen is not None:
+        opts["superchunklen"] = args.superchunklen
+    if src.format == "blz" and len(src.meta):
+        opts["meta"] = dict(src.meta.items())
+    return opts
+
+
+def _copy_rows(src_cols, append, nrows, atombytes, progress):
+    blen = max(1, COPY_BLOCK_BYTES // max(atombytes, 1))
+    for s in range(0, nrows, blen):
+        e = min(s + blen, nrows)
+        append([c[s:e] for c in src_cols])
+        progress.update((e - s) * atombytes)
+
+
+def _convert_carray(src, dst, fmt, args, progress):
+    cp = _cparams_for(args, src.cparams)
+    kw = dict(cparams=cp, chunklen=args.chunklen or src.chunklen, expectedlen=len(src), format=fmt)
+    if src.dtype.kind != "O":
+        kw["dflt"] = src.dflt[()]
+    if fmt == "blz":
+        kw.update(_blz_opts(args, src))
+    elif args.checksum is not None or args.superchunklen is not None:
+        raise CLIError("--checksum and --superchunklen need --format blz")
+    out = carray(np.empty((0,) + src.shape[1:], dtype=src.dtype), rootdir=dst, mode="w", **kw)
+    _copy_rows([src], lambda parts: out.append(parts[0]), len(src), src.atomsize or 8, progress)
+    out.flush()
+    for k, v in src.attrs:
+        out.attrs[k] = v
+    if src.format == "blz" and fmt == "blz":
+        for k, v in src.vlmeta.items():
+            out.vlmeta[k] = v
+    return out
+
+
+def _convert_ctable(src, dst, fmt, args, progress):
+    if args.checksum is not None or args.superchunklen is not None:
+        raise CLIError("--checksum and --superchunklen are not supported for ctables")
+    cols = []
+    for n in src.names:
+        c = src.cols[n]
+        kw = dict(cparams=_cparams_for(args, c.cparams), chunklen=args.chunklen or c.chunklen)
+        if c.dtype.kind != "O":
+            kw["dflt"] = c.dflt[()]
+        cols.append(carray(np.empty((0,) + c.shape[1:], dtype=c.dtype), **kw))
+    out = ctable(cols, src.names, rootdir=dst, mode="w", format=fmt, auto_flush=False)
+    atombytes = sum(src.cols[n].atomsize or 8 for n in src.names)
+    _copy_rows([src.cols[n] for n in src.names], out.append, len(src), atombytes, progress)
+    out.flush()
+    for k, v in src.attrs:
+        out.attrs[k] = v
+    for n in src.names:
+        for k, v in src.cols[n].attrs:
+            out.cols[n].attrs[k] = v
+    return out
+
+
+def cmd_convert(args, out):
+    src_path, dst = os.fspath(args.src), os.fspath(args.dst)
+    if not os.path.exists(src_path):
+        raise CLIError(f"source '{src_path}' does not exist")
+    kind = _kind(src_path)
+    if kind is None:
+        raise CLIError(f"source '{src_path}' holds neither a carray nor a ctable")
+    real_src, real_dst = os.path.realpath(src_path), os.path.realpath(dst)
+    if real_dst == real_src or real_dst.startswith(real_src + os.sep) or real_src.startswith(real_dst + os.sep):
+        raise CLIError(f"destination '{dst}' overlaps the source '{src_path}'")
+    if os.path.lexists(dst) and not args.overwrite:
+        raise CLIError(f"destination '{dst}' already exists (pass --overwrite to replace it)")
+    parent = os.path.dirname(os.path.abspath(dst))
+    if not os.path.isdir(parent):
+        raise CLIError(f"the directory of the destination, '{parent}', does not exist")
+    try:
+        src = (ctable if kind == "ctable" else carray)(rootdir=src_path, mode="r",
+                                                     allow_pickle=args.allow_pickle)
+    except blzarr.PickleNotAllowedError:
+        raise CLIError(f"'{src_path}' holds pickled Python objects: converting them unpickles them, "
+                       "which can run code; pass --allow-pickle if you trust the data") from None
+    fmt = args.format or src.format
+    tmp = os.path.join(parent, f".{os.path.basename(os.path.abspath(dst))}.converting-{uuid.uuid4().hex[:8]}")
+    show = args.progress if args.progress is not None else src.nbytes > PROGRESS_BYTES
+    progress = _Progress(int(src.nbytes), show, f"convert {os.path.basename(src_path)}")
+    try:
+        res = (_convert_ctable if kind == "ctable" else _convert_carray)(src, tmp, fmt, args, progress)
+        res.flush()
+        del res
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        progress.close()
+    if os.path.lexists(dst):
+        old = tmp + ".old"
+        os.replace(dst, old)
+        os.replace(tmp, dst)
+        shutil.rmtree(old, ignore_errors=True) if os.path.isdir(old) else os.remove(old)
+    else:
+        os.replace(tmp, dst)
+    new = _open(dst, allow_pickle=args.allow_pickle)
+    nb, disk = int(new.nbytes), _disk_bytes(dst)
+    print(f"converted {kind} '{src_path}' ({src.format}) -> '{dst}' ({fmt}): {len(new)} rows, "
+          f"{_size(nb)} -> {_size(disk)} on disk (ratio {_fmt_value(_ratio(nb, disk))})", file=out)
+    return 0
+
+
+def _find_bench():
+    """The repository's `bench` package (the harness), or None."""
+    import importlib
+    here = os.path.dirname(os.path.dirname(os.path.abspath(blzarr.__file__)))
+    candidates = [None, here]
+    for extra in candidates:
+        if extra is not None:
+            if not os.path.isfile(os.path.join(extra, "bench", "harness.py")):
+                continue
+            if extra not in sys.path:
+                sys.path.insert(0, extra)
+        try:
+            mod = importlib.import_module("bench.__main__")
+        except ImportError:
+            continue
+        if hasattr(mod, "main") and hasattr(mod, "harness"):
+            return mod
+        sys.modules.pop("bench", None)
+        sys.modules.pop("bench.__main__", None)
+    return None
+
+
+def cmd_bench(args, out):
+    mod = _find_bench()
+    if mod is None:
+        print(f"{PROG} bench: error: the benchmark harness (the 'bench' package of blzarr's source "
+              "repository) is not importable from this installation; run `python -m bench --quick` "
+              "from a checkout of the repository", file=sys.stderr)
+        return 2
+    rest = [a for a in args.args if a != "--"]
+    return int(mod.main(["--quick"] + [a for a in rest if a != "--quick"]) or 0)
+
+
+# ---------------------------------------------------------------------------------------- main
+def _message(e):
+    if isinstance(e, KeyError) and e.args:
+        return str(e.args[0])
+    text = str(e) or type(e).__name__
+    return text.splitlines()[0] if text.strip() else type(e).__name__
+
+
+def build_parser():
+    p = _Parser(prog=PROG, description="Inspect, check and convert blzarr/bcolz carrays and ctables.")
+    p.add_argument("--version", action="version", version=f"{PROG} {blzarr.__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    s = sub.add_parser("info", help="layout, dtype, shape, chunking, codec, ratio, attrs and metalayers")
+    s.add_argument("root", metavar="ROOT", help="a carray or ctable directory")
+    s.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    s.set_defaults(func=cmd_info)
+    s = sub.add_parser("ls", help="the carrays and ctables below a directory")
+    s.add_argument("dir", metavar="DIR")
+    s.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    s.set_defaults(func=cmd_ls)
+    s = sub.add_parser("verify", help="check every header, offset, checksum and chunk (exit 1 on damage)")
+    s.add_argument("root", metavar="ROOT", help="a carray or ctable directory, or a directory of them")
+    s.set_defaults(func=cmd_verify)
+    s = sub.add_parser("convert", help="copy a carray or ctable chunk by chunk into another layout/codec")
+    s.add_argument("src", metavar="SRC")
+    s.add_argument("dst", metavar="DST")
+    s.add_argument("--format", choices=("blz", "bcolz"), help="layout of DST (default: the source's)")
+    s.add_argument("--cname", help="codec: " + ", ".join(blzarr.blosc_compressor_list()))
+    s.add_argument("--clevel", type=int, help="compression level 0-9")
+    s.add_argument("--shuffle", choices=sorted(SHUFFLES), help="shuffle filter")
+    s.add_argument("--chunklen", type=int, help="rows per chunk (default: the source's)")
+    s.add_argument("--checksum", help="BLZ: checksum of each chunk (crc32, adler32, md5, sha256, none...)")
+    s.add_argument("--superchunklen", type=int, help="BLZ: chunks per superchunk file")
+    s.add_argument("--overwrite", action="store_true", help="replace DST if it exists")
+    s.add_argument("--allow-pickle", action="store_true",
+                   help="allow converting data of Python objects (unpickling can run code)")
+    g = s.add_mutually_exclusive_group()
+    g.add_argument("--progress", dest="progress", action="store_true", default=None,
+                   help="always show progress (default: only for long work)")
+    g.add_argument("--no-progress", dest="progress", action="store_false")
+    s.set_defaults(func=cmd_convert)
+    s = sub.add_parser("bench", help="the benchmark harness's quick mode (python -m bench --quick)")
+    s.add_argument("args", nargs=argparse.REMAINDER, help="more options for the harness")
+    s.set_defaults(func=cmd_bench)
+    return p
+
+
+def main(argv=None, out=None):
+    """Run the command line with `argv` (default: sys.argv[1:]); return the exit status."""
+    out = out or sys.stdout
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except _UsageError as e:
+        print(str(e), file=sys.stderr)
+        return 2
+    except SystemExit as e:  # --help, --version
+        return int(e.code or 0)
+    try:
+        return args.func(args, out)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 1
+    except Exception as e:  # every failure is one line, never a traceback
+        print(f"{PROG} {args.command}: error: {_message(e)}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
