@@ -65,7 +65,12 @@ def _operand_names(expression):
         code = compile(expression, "<expression>", "eval")
     except SyntaxError as e:
         raise ValueError(f"invalid expression {expression!r}: {e.msg}") from None
-    return code, code.co_names
+    # the variables: bare names only (not the attributes of `da.nansum` or `x.real`), in order
+    names = []
+    for node in ast.walk(ast.parse(expression, mode="eval")):
+        if isinstance(node, ast.Name) and node.id not in names:
+            names.append(node.id)
+    return code, tuple(names)
 
 
 def _lookup(names, user_dict, depth):
@@ -164,6 +169,8 @@ def eval(expression, vm=None, out_flavor=None, user_dict=None, blen=None, depth=
         if not blzarr.dask_here:
             raise ImportError("eval(..., vm='dask') needs dask, which is not installed")
     code, names = _operand_names(expression)
+    if vm == "dask" and "da" not in (user_dict or {}):
+        names = tuple(n for n in names if n != "da")  # `da` is dask.array, as in bcolz
     operands = _lookup(names, user_dict, depth)
     for name, v in operands.items():
         if isinstance(v, (list, tuple, range)):
@@ -171,7 +178,9 @@ def eval(expression, vm=None, out_flavor=None, user_dict=None, blen=None, depth=
                              "and scalars can be operands")
     if vm == "dask":
         from blzarr.dask_io import eval_dask
-        result = eval_dask(expression, code, operands, _PY_NAMESPACE, out_flavor, kwargs)
+        import dask.array
+        namespace = dict(_PY_NAMESPACE, da=dask.array)
+        result = eval_dask(expression, code, operands, namespace, out_flavor, kwargs)
         if result is not NotImplemented:
             return result
         vm = "python"  # what dask cannot build, NumPy evaluates block by block, with the same results

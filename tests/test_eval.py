@@ -157,3 +157,18 @@ def test_eval_rejects_python_sequences():
     with pytest.raises(ValueError, match="range"):
         blzarr.eval("r * 3")
     assert r  # (the name is looked up in this frame)
+
+
+def test_eval_attributes_are_not_variables():
+    z = np.array([1 + 2j, 3 - 1j])
+    assert_array_equal(blzarr.eval("z.real * 2", vm="python", out_flavor="numpy"), [2.0, 6.0])
+
+
+@pytest.mark.skipif(not blzarr.dask_here, reason="dask is not installed")
+def test_eval_dask_vm_with_da_prefix():
+    c = blzarr.carray(np.arange(1, 1001.0), chunklen=100)
+    d = np.arange(1000.0) + 2
+    r = blzarr.eval("da.sin(c) + 2 * da.log(d) - 3", vm="dask")
+    assert isinstance(r, blzarr.carray)
+    assert_allclose(r[:], np.sin(np.arange(1, 1001.0)) + 2 * np.log(d) - 3)
+    assert blzarr.eval("da.nansum(c)", vm="dask") == np.arange(1, 1001.0).sum()
