@@ -58,7 +58,9 @@ def dflt_to_json(dflt):
     if dflt.dtype.kind in "mM":
         return int(dflt.view("i8"))
     if dflt.dtype.kind == "c":
-        return [float(dflt.real), float(dflt.imag)]
+        # a string such as "(1+2j)": bcolz fills new items with `chunk[:] = dflt`, which NumPy
+        # parses from it (a [re, im] list would not broadcast); blzarr reads both forms
+        return str(complex(dflt[()]))
     if dflt.dtype.kind == "O":
         # a plain JSON scalar as bcolz writes it (its default 0 included), anything else as null
         v = dflt[()]

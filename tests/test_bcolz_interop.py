@@ -484,7 +484,7 @@ def test_bcolz_reads_blzarr_objects(tmp_path):
     assert b[3] == [3, {"four": 4.0}]
 
 
-@pytest.mark.parametrize("dtype", ["i8", "f4", "S7", "U6", "M8[ns]"])
+@pytest.mark.parametrize("dtype", ["i8", "f4", "S7", "U6", "M8[ns]", "c8", "c16", "M8[s]", "m8[D]"])
 def test_bcolz_reads_blzarr_dflt(tmp_path, dtype):
     src = make(dtype, 12)
     blzarr_write(tmp_path / "d", src[:10], dflt=src[11])
@@ -589,7 +589,7 @@ def test_bcolz_layout_kept_on_append(tmp_path):
 
 
 @pytest.mark.parametrize("dtype,dflt", [("U4", "\u00e9t\u00e9"), ("S3", b"ab"), ("?", True), ("u8", 2 ** 64 - 1),
-                                        ("f8", -0.5), ("m8[ns]", 12345)])
+                                        ("f8", -0.5), ("f8", np.nan), ("f4", -np.inf), ("m8[ns]", 12345)])
 def test_dflt_both_ways(tmp_path, dtype, dflt):
     expected = np.concatenate([make(dtype, 5), np.full(4, dflt, dtype=dtype)])
     # bcolz writes the default, blzarr uses it
