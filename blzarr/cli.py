@@ -289,6 +289,25 @@ def verify_carray(path):
     return f"carray, {c.format}, {c.dtype}, shape {c.shape}: {what}", notes
 
 
+def verify_ctable(path):
+    """Check a ctable directory: its column list, every column completely, their lengths."""
+    from blzarr.ctable import BLZ_COLUMNS_DIR, check_name
+    meta = read_json(os.path.join(path, ROOTDIRS_FILE), "ctable column list")
+    if not isinstance(meta, dict) or not isinstance(meta.get("names"), list):
+        raise CLIError(f"'{os.path.join(path, ROOTDIRS_FILE)}' must hold a JSON object with a 'names' list")
+    base = os.path.join(path, BLZ_COLUMNS_DIR) if meta.get("format") == "blz" else path
+    notes = []
+    for n in meta["names"]:
+        try:
+            n = check_name(n)
+            _, nn = verify_carray(os.path.join(base, n))
+        except Exception as e:
+            raise CLIError(f"column {n!r}: {_message(e)}") from None
+        notes += [f"column {n!r}: {x}" for x in nn]
+    t = ctable(rootdir=path, mode="r", allow_pickle=True)   # equal lengths, attributes
+    return f"ctable, {t.format}, {len(t)} rows, {len(t.names)} columns verified", notes
+
+
 def cmd_verify(args, out):
     root = args.root
     if not os.path.exists(root):
@@ -302,16 +321,7 @@ def cmd_verify(args, out):
             if kind == "carray":
                 line, notes = verify_carray(path)
             else:
-                t = ctable(rootdir=path, mode="r", allow_pickle=True)  # column list, lengths
-                notes, parts = [], []
-                for n in t.names:
-                    try:
-                        _, nn = verify_carray(t.cols[n].rootdir)
-                    except Exception as e:
-                        raise type(e)(f"column {n!r}: {_message(e)}") from None
-                    notes += [f"column {n!r}: {x}" for x in nn]
-                    parts.append(n)
-                line = f"ctable, {t.format}, {len(t)} rows, {len(parts)} columns verified"
+                line, notes = verify_ctable(path)
         except Exception as e:
             damaged += 1
             print(f"DAMAGED  {path}: {_message(e)}", file=out)
@@ -559,8 +569,8 @@ def build_parser():
                    help="always show progress (default: only for long work)")
     g.add_argument("--no-progress", dest="progress", action="store_false")
     s.set_defaults(func=cmd_convert)
-    s = sub.add_parser("bench", help="the benchmark harness's quick mode (python -m bench --quick)")
-    s.add_argument("args", nargs=argparse.REMAINDER, help="more options for the harness")
+    s = sub.add_parser("bench", help="the benchmark harness's quick mode (python -m bench --quick); "
+                                     "other options go to the harness")
     s.set_defaults(func=cmd_bench)
     return p
 
@@ -571,7 +581,10 @@ def main(argv=None, out=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra and args.command != "bench":
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.args = extra
     except _UsageError as e:
         print(str(e), file=sys.stderr)
         return 2
