@@ -636,20 +636,23 @@ _op = st.one_of(
 )
 
 
-@given(start=st.integers(0, 3 * CHUNKLEN), ops=st.lists(_op, max_size=8), first=st.sampled_from(["blzarr", "bcolz"]))
-def test_random_interleaving_of_both_libraries(tmp_path_factory, start, ops, first):
+@given(start=st.integers(0, 3 * CHUNKLEN), ops=st.lists(_op, max_size=8),
+       first=st.sampled_from(["blzarr", "bcolz"]), dtype=st.sampled_from(["i8", "f4", "U6", "S7", "M8[ns]"]))
+def test_random_interleaving_of_both_libraries(tmp_path_factory, start, ops, first, dtype):
     root = str(tmp_path_factory.mktemp("mix") / "d")
     counter = iter(range(10 ** 6))
+    dflt = make(dtype, 3)[2]
 
     def fresh(k):
-        return (np.arange(k, dtype="i8") + 1000 * next(counter)) * 3 - 7
+        off = 5 * next(counter)
+        return make(dtype, off + k)[off:].copy()
 
     model = fresh(start)
     lib = {"blzarr": blzarr, "bcolz": bcolz}
     if first == "bcolz":
-        bcolz_write(root, model, dflt=-1)
+        bcolz_write(root, model, dflt=dflt)
     else:
-        blzarr_write(root, model, dflt=-1)
+        blzarr_write(root, model, dflt=dflt)
     cur = lib[first].open(root)
     for op in ops:
         if op[0] == "append":
@@ -675,7 +678,7 @@ def test_random_interleaving_of_both_libraries(tmp_path_factory, start, ops, fir
             model = model[:len(model) - k]
         elif op[0] == "resize":
             cur.resize(op[1])
-            model = np.concatenate([model, np.full(max(op[1] - len(model), 0), -1, dtype="i8")])[:op[1]]
+            model = np.concatenate([model, np.full(max(op[1] - len(model), 0), dflt, dtype=dtype)])[:op[1]]
         elif op[0] == "flush":
             cur.flush()
         else:
