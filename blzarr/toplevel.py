@@ -144,8 +144,8 @@ def fromiter(iterable, dtype, count, **kwargs):
     """fromiter(iterable, dtype, count, **kwargs)
 
     A carray (a ctable for a structured `dtype`) from an iterable, reading at most `count` items
-    (``-1``: until it is exhausted), in chunk-sized blocks.  Like numpy.fromiter, a shorter
-    iterable than `count` raises ValueError.
+    (``-1``: until it is exhausted), in chunk-sized blocks.  `count` also sizes the chunks; as in
+    bcolz, an iterable shorter than `count` is fine (it is an estimate as much as a limit).
     """
     dtype = np.dtype(dtype)
     count = operator.index(count)
@@ -165,8 +165,6 @@ def fromiter(iterable, dtype, count, **kwargs):
             block = _take(it, dtype, k)
             if remaining is not None:
                 remaining -= len(block)
-                if len(block) < k:
-                    raise ValueError(f"iterator too short: {count} items asked, {count - remaining} given")
             if len(block):
                 yield block
             if len(block) < k:

@@ -103,8 +103,10 @@ def test_fromiter():
     assert t[:].tolist() == [(i, i * 2.0) for i in range(10)]
     o = blzarr.fromiter(iter([[1], "x", None]), dtype=object, count=3)
     assert list(o[:]) == [[1], "x", None]
-    with pytest.raises(ValueError, match="too short"):
-        blzarr.fromiter(range(3), dtype="i4", count=5)
+    # a shorter iterable than `count` is fine, as in bcolz (count is also an estimate)
+    same(blzarr.fromiter(range(3), dtype="i4", count=5), np.arange(3, dtype="i4"))
+    assert len(bcolz.fromiter(range(3), dtype="i4", count=5)) == 3
+    same(blzarr.fromiter(((i, 1.0) for i in range(3)), dtype="i4,f8", count=50)["f0"], np.arange(3, dtype="i4"))
     with pytest.raises(ValueError):
         blzarr.fromiter(["a", "b"], dtype="i4", count=2)
 
