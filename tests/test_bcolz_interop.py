@@ -384,6 +384,14 @@ def test_blzarr_modifies_bcolz_multidim(tmp_path):
     a.trim(4)
     a.flush()
     check_bcolz_reads(tmp_path / "d", expected[:-4])
+    a.resize(len(a) + 11)
+    a.flush()
+    grown = np.concatenate([expected[:-4], np.zeros((11, 2, 3), dtype="i4")])
+    check_bcolz_reads(tmp_path / "d", grown)
+    b = bcolz.open(str(tmp_path / "d"))
+    b.append(src[:2])
+    b.flush()
+    check_blzarr_reads(tmp_path / "d", np.concatenate([grown, src[:2]]))
 
 
 def test_blzarr_attrs_on_bcolz_dir(tmp_path):
