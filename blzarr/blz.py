@@ -314,6 +314,12 @@ class BlzDir:
                 "superchunk_nbytes": self.K * self.chunk_nbytes if self.chunk_nbytes > 0 else -1}
 
     @property
+    def checksum_name(self):
+        """The checksum name, None when there is none."""
+        name = sc.CHECKSUMS[self.checksum_id][0]
+        return None if name == "none" else name
+
+    @property
     def attrs_path(self):
         return os.path.join(self.metadir, ATTRIBUTES_FILE)
 

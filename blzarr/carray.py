@@ -296,6 +296,12 @@ class carray:
             chunklen = chunklen or self._chunklen
             cparams = cparams or self._cparams
             self._format_arg = self._format_arg or self._store.format
+            if self._store.format == "blz" and self._format_arg == "blz":
+                # keep the storage options of what is there unless new ones are given
+                given = self._blz_opts
+                self._blz_opts = dict(
+                    given, checksum=self._store.checksum_name if checksum is _UNSET else given["checksum"],
+                    reserve=reserve or self._store.reserve, superchunklen=superchunklen or self._store.K)
         if self._rootdir is not None and not exists and mode == "r" and array is None:
             raise StorageError(f"cannot open '{self._rootdir}' with mode 'r': it does not exist")
         if array is None:

@@ -827,3 +827,15 @@ def test_blz_options_without_rootdir_are_refused():
         with pytest.raises(ValueError, match="rootdir"):
             blzarr.carray(np.arange(3), **kw)
     assert_array_equal(blzarr.carray(np.arange(3), format="blz")[:], np.arange(3))
+
+
+def test_mode_w_keeps_the_blz_storage_options(tmp_path):
+    p = str(tmp_path / "a")
+    blzarr.carray(np.arange(50), rootdir=p, format="blz", chunklen=8, checksum=None, reserve=5, superchunklen=3)
+    c = blzarr.carray(rootdir=p, mode="w")
+    c.append(np.arange(30))
+    c.flush()
+    st = json.load(open(os.path.join(p, "meta", "storage")))
+    assert (st["checksum"], st["reserve"], st["superchunklen"]) == ("none", 5, 3)
+    c = blzarr.carray(rootdir=p, mode="w", checksum="sha1")
+    assert json.load(open(os.path.join(p, "meta", "storage")))["checksum"] == "sha1"
