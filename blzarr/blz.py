@@ -23,7 +23,7 @@ import numpy as np
 from blzarr import _chunk
 from blzarr import _superchunk as sc
 from blzarr.chunk import chunk
-from blzarr.errors import BlzarrError, ChecksumError, ChunkError, FormatError, ReadOnlyError, StorageError
+from blzarr.errors import BlzarrError, ChunkError, FormatError, ReadOnlyError, StorageError
 from blzarr.params import get_nthreads
 from blzarr.storage import DATA_DIR, META_DIR, BcolzDir, atomic_write, read_json, write_json
 

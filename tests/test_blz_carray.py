@@ -87,7 +87,7 @@ def independent_read(rootdir, files=None):
             assert p["last_chunk"] == len(raw[-1])
             assert all(len(r) == p["chunk_size"] for r in raw[:-1])
         parts.extend(raw)
-    base = np.dtype(blzarr.carray.__module__ and _dtype(meta["dtype"]))
+    base = _dtype(meta["dtype"])
     atom = np.dtype((base, tuple(meta["chunkshape"][1:]))) if len(meta["chunkshape"]) > 1 else base
     buf = np.concatenate(parts) if parts else np.empty(0, np.uint8)
     return buf.view(atom.base).reshape((-1,) + atom.shape)
@@ -739,8 +739,10 @@ def test_toplevel_constructors_and_ctable_in_blz(tmp_path):
     z = blzarr.zeros(1000, dtype="i4", rootdir=str(tmp_path / "z"), format="blz", chunklen=64)
     assert z.format == "blz" and blzarr.open(str(tmp_path / "z")).sum() == 0
     a = blzarr.arange(0, 500, 2, rootdir=str(tmp_path / "a"), format="blz", chunklen=16)
+    assert a.format == "blz"
     assert_array_equal(blzarr.open(str(tmp_path / "a"))[:], np.arange(0, 500, 2))
     f = blzarr.fromiter(iter(range(300)), dtype="i8", count=300, rootdir=str(tmp_path / "f"), format="blz")
+    assert f.format == "blz"
     assert_array_equal(blzarr.open(str(tmp_path / "f"))[:], np.arange(300))
     ra = np.array([(i, i * 1.5) for i in range(100)], dtype=[("x", "i4"), ("y", "f8")])
     t = blzarr.ctable(ra, rootdir=str(tmp_path / "t"), format="blz")
