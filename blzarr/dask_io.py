@@ -312,7 +312,7 @@ def _numpy_dtype(name, dtype, df):
     if isinstance(dtype, pd.CategoricalDtype):
         raise TypeError(f"column {name!r} is categorical: convert it (e.g. .astype(str)) first")
     if isinstance(dtype, pd.DatetimeTZDtype):
-        return np.dtype("M8[ns]")
+        return np.dtype(f"M8[{getattr(dtype, 'unit', 'ns')}]")
     if _string_like(dtype):
         return None  # the width is measured
     if isinstance(dtype, np.dtype):
