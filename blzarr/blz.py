@@ -445,7 +445,8 @@ class BlzDir:
         fno, slot = divmod(n, self.K)
         fno += 1
         if not 0 <= n < self._nphys:
-            raise IndexError(f"chunk {n} out of range ({self._nphys} chunks on disk)")
+            raise FormatError(f"'{self.rootdir}': chunk {n} is needed but the superchunk files hold "
+                              f"{self._nphys} chunks")
         f = self._file(fno)
         fd = self._fd(fno)
         off = int(f.offsets[slot])

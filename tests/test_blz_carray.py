@@ -841,3 +841,13 @@ def test_mode_w_keeps_the_blz_storage_options(tmp_path):
     assert (st["checksum"], st["reserve"], st["superchunklen"]) == ("none", 5, 3)
     c = blzarr.carray(rootdir=p, mode="w", checksum="sha1")
     assert json.load(open(os.path.join(p, "meta", "storage")))["checksum"] == "sha1"
+
+
+def test_missing_short_last_chunk_is_a_format_error(tmp_path):
+    p = str(tmp_path / "a")
+    blzarr.carray(np.arange(100), rootdir=p, chunklen=10, format="blz")
+    sz = json.load(open(os.path.join(p, "meta", "sizes")))
+    sz["shape"] = [105]                 # claims a short chunk the files do not hold
+    json.dump(sz, open(os.path.join(p, "meta", "sizes"), "w"))
+    with pytest.raises(FormatError, match="superchunk files hold 10 chunks"):
+        blzarr.open(p)
