@@ -438,7 +438,13 @@ def ctable_to_arrow(t, columns=None, blen=None):
     schema = None
     for s in list(range(0, len(t), blen)) or [0]:
         e = min(s + blen, len(t))
-        arrays = [pa.array(t.cols[n][s:e]) for n in names]
+        arrays = []
+        for n in names:
+            try:
+                arrays.append(pa.array(t.cols[n][s:e]))
+            except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+                raise TypeError(f"column {n!r} of dtype {t.cols[n].dtype} cannot become an arrow "
+                                f"column: {exc}") from None
         batch = pa.RecordBatch.from_arrays(arrays, names=names) if schema is None else \
             pa.RecordBatch.from_arrays(arrays, schema=schema)
         schema = batch.schema
