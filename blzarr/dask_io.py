@@ -225,8 +225,8 @@ def _check_target(rootdir, kwargs):
     mode = kwargs.pop("mode", "w")
     if mode not in ("w", "a", "r"):
         raise ValueError(f"mode must be 'w', 'a' or 'r', got {mode!r}")
-    if os.path.exists(rootdir) and kwargs.pop("overwrite", True) is False:
-        raise StorageError(f"'{rootdir}' already exists")
+    if kwargs.pop("overwrite", True) is False and os.path.exists(rootdir):
+        raise StorageError(f"'{rootdir}' already exists (overwrite=False)")
     return rootdir, mode
 
 
@@ -262,10 +262,27 @@ def from_dask(x, rootdir, **kwargs):
     from blzarr.carray import carray
     kwargs.setdefault("expectedlen", x.shape[0])
     c = carray(np.empty((0,) + x.shape[1:], dtype=x.dtype), rootdir=rootdir, mode="w", **kwargs)
-    tasks = _part_tasks(x, c)
-    _release(c)
-    dask.compute(*tasks)
-    return _finish(rootdir, x.shape[0], mode)
+    with _removed_on_failure(rootdir):
+        tasks = _part_tasks(x, c)
+        _release(c)
+        dask.compute(*tasks)
+        return _finish(rootdir, x.shape[0], mode)
+
+
+class _removed_on_failure:
+    """Remove the half-written `rootdir` when the writing fails: no partial dataset is left."""
+
+    def __init__(self, rootdir):
+        self.rootdir = rootdir
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            import shutil
+            shutil.rmtree(self.rootdir, ignore_errors=True)
+        return False
 
 
 def _release(c):
@@ -350,6 +367,13 @@ def _frame_from_dask(df, rootdir, mode, kwargs):
     empty = [np.empty(0, dtype=dtypes[c]) for c in df.columns]
     t = ctable(empty, names, rootdir=rootdir, mode="w", **kwargs)
     t.flush()
+    with _removed_on_failure(rootdir):
+        return _write_frame(df, t, names, dtypes, lengths, n, rootdir, mode)
+
+
+def _write_frame(df, t, names, dtypes, lengths, n, rootdir, mode):
+    import dask
+    from blzarr.ctable import ctable
     tasks = []
     for c, name in zip(df.columns, names):
         col = t.cols[name]

@@ -200,6 +200,11 @@ def test_from_dask_edge_cases(tmp_path, client):
         blzarr.from_dask(da.from_array(np.array([{}, []], dtype=object), chunks=1), str(tmp_path / "o"))
     with pytest.raises(ValueError, match="mode"):
         blzarr.from_dask(x, str(tmp_path / "m"), mode="x")
+    with pytest.raises(blzarr.StorageError, match="exists"):
+        blzarr.from_dask(x, str(tmp_path / "np"), overwrite=False)
+    assert_array_equal(blzarr.open(str(tmp_path / "np"))[:], a)
+    c3 = blzarr.from_dask(x + 1, str(tmp_path / "np"), format="bcolz", overwrite=True)   # replaced
+    assert_array_equal(c3[:], a + 1)
 
 
 @pytest.mark.parametrize("fmt", ["blz", "bcolz"])
@@ -228,6 +233,7 @@ def test_from_dask_dataframe_refusals(tmp_path):
     ddf = dd.from_pandas(pd.DataFrame({"s": ["a", None, "c"]}), npartitions=2)
     with pytest.raises(ValueError, match="'s'.*missing"):
         blzarr.from_dask(ddf, str(tmp_path / "a"))
+    assert not (tmp_path / "a").exists()     # no half-written table is left behind
     ddf = dd.from_pandas(pd.DataFrame({"c": pd.Categorical(["a", "b"])}), npartitions=1)
     with pytest.raises(TypeError, match="'c'.*categorical"):
         blzarr.from_dask(ddf, str(tmp_path / "b"))
