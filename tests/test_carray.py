@@ -726,7 +726,7 @@ def test_modes_like_bcolz(tmp_path):
     r.flush()
     assert_same(blzarr.open(p, mode="r")[:], np.arange(11))
     # 'w' with an array replaces
-    w = carray(np.arange(5.0), rootdir=p, mode="w")
+    w = carray(np.arange(5.0), rootdir=p, mode="w", format="bcolz")
     assert_same(w[:], np.arange(5.0))
     assert_same(blzarr.open(p)[:], np.arange(5.0))
     assert "k" not in blzarr.open(p).attrs
