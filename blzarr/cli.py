@@ -397,7 +397,9 @@ def _blz_opts(args, src):
 
 
 def _copy_rows(src_cols, append, nrows, atombytes, progress):
-    blen = max(1, COPY_BLOCK_BYTES // max(atombytes, 1))
+    # blocks of whole source chunks: every chunk is decompressed once
+    cl = max(src_cols[0].chunklen, 1) if src_cols else 1
+    blen = max(1, COPY_BLOCK_BYTES // max(atombytes, 1) // cl) * cl
     for s in range(0, nrows, blen):
         e = min(s + blen, nrows)
         append([c[s:e] for c in src_cols])
@@ -495,11 +497,11 @@ def cmd_convert(args, out):
 
 
 def _find_bench():
-    """The repository's `bench` package (the harness), or None."""
+    """The repository's `bench` package (the harness's ``__main__``), or None and why not."""
     import importlib
     here = os.path.dirname(os.path.dirname(os.path.abspath(blzarr.__file__)))
-    candidates = [None, here]
-    for extra in candidates:
+    reason = "no 'bench' package next to the installed blzarr or on sys.path"
+    for extra in (None, here):
         if extra is not None:
             if not os.path.isfile(os.path.join(extra, "bench", "harness.py")):
                 continue
@@ -507,24 +509,25 @@ def _find_bench():
                 sys.path.insert(0, extra)
         try:
             mod = importlib.import_module("bench.__main__")
-        except ImportError:
+        except ImportError as e:
+            if getattr(e, "name", None) not in ("bench", "bench.__main__"):
+                reason = f"importing it failed: {_message(e)}"   # the harness is there, a dependency is not
             continue
         if hasattr(mod, "main") and hasattr(mod, "harness"):
-            return mod
-        sys.modules.pop("bench", None)
-        sys.modules.pop("bench.__main__", None)
-    return None
+            return mod, None
+        for name in [m for m in sys.modules if m == "bench" or m.startswith("bench.")]:
+            sys.modules.pop(name, None)   # another package called 'bench': not ours
+    return None, reason
 
 
 def cmd_bench(args, out):
-    mod = _find_bench()
+    mod, reason = _find_bench()
     if mod is None:
         print(f"{PROG} bench: error: the benchmark harness (the 'bench' package of blzarr's source "
-              "repository) is not importable from this installation; run `python -m bench --quick` "
-              "from a checkout of the repository", file=sys.stderr)
+              f"repository) is not importable from this installation ({reason}); run "
+              "`python -m bench --quick` from a checkout of the repository", file=sys.stderr)
         return 2
-    rest = [a for a in args.args if a != "--"]
-    return int(mod.main(["--quick"] + [a for a in rest if a != "--quick"]) or 0)
+    return int(mod.main(["--quick"] + [a for a in args.args if a not in ("--", "--quick")]) or 0)
 
 
 # ---------------------------------------------------------------------------------------- main

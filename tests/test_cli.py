@@ -287,7 +287,7 @@ def test_convert_progress(store, monkeypatch, capsys):
     root, _ = store
     # plain progress lines when tqdm is missing
     monkeypatch.setitem(sys.modules, "tqdm", None)
-    monkeypatch.setattr(cli, "COPY_BLOCK_BYTES", 4096)
+    monkeypatch.setattr(cli, "COPY_BLOCK_BYTES", 2400)   # one 100-row chunk of the source a block
     rc = cli.main(["convert", str(root / "a"), str(root / "p1"), "--progress"])
     err = capsys.readouterr().err
     assert rc == 0 and "100%" in err and err.count("%") == 10
@@ -304,21 +304,31 @@ def test_convert_progress(store, monkeypatch, capsys):
 def test_bench_runs_the_quick_harness(monkeypatch):
     calls = []
     fake = types.SimpleNamespace(main=lambda argv: calls.append(argv) or 0, harness=object())
-    monkeypatch.setattr(cli, "_find_bench", lambda: fake)
+    monkeypatch.setattr(cli, "_find_bench", lambda: (fake, None))
     rc, _, _ = run("bench", "--peers", "numpy")
     assert rc == 0 and calls == [["--quick", "--peers", "numpy"]]
 
 
 def test_bench_missing_harness_exits_2(monkeypatch):
-    monkeypatch.setattr(cli, "_find_bench", lambda: None)
+    monkeypatch.setattr(cli, "_find_bench", lambda: (None, "no 'bench' package"))
     rc, _, err = run("bench")
-    assert rc == 2 and "not importable" in one_error_line(err)
+    assert rc == 2 and "not importable" in one_error_line(err) and "no 'bench' package" in err
 
 
 def test_bench_harness_found_from_a_checkout():
     # in the source checkout the tests run from, the repository's bench package is found
-    mod = cli._find_bench()
-    assert mod is not None and hasattr(mod.harness, "run")
+    mod, reason = cli._find_bench()
+    assert reason is None and hasattr(mod.harness, "run")
+
+
+def test_console_script_entry_point():
+    tomllib = pytest.importorskip("tomllib")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "pyproject.toml"), "rb") as f:
+        scripts = tomllib.load(f)["project"]["scripts"]
+    module, func = scripts["blzarr"].split(":")
+    import importlib
+    assert getattr(importlib.import_module(module), func) is cli.main
 
 
 def test_subprocess_python_m_blzarr(store):
