@@ -25,7 +25,6 @@ import numpy as np
 import blzarr
 from blzarr.carray import carray, human_readable_size
 from blzarr.ctable import ctable
-from blzarr.errors import StorageError
 from blzarr.storage import CHUNK_EXT, DATA_DIR, META_DIR, ROOTDIRS_FILE, BcolzDir, read_json
 
 PROG = "blzarr"
