@@ -135,9 +135,12 @@ def _store_state(c):
     state = {"rootdir": c.rootdir, "format": c.format, "chunklen": c.chunklen,
              "typesize": blosc_typesize(c.dtype), "cparams": c.cparams.to_dict()}
     if c.format == "blz":
+        # the store's configuration: what opening or creating it adds to a bare BlzDir (checksum,
+        # superchunklen, typesize, fixed metadata...), not its caches, locks or file counts
+        from blzarr.blz import BlzDir
         st = c._store
-        state["blz"] = {k: getattr(st, k) for k in (
-            "checksum_id", "cksize", "reserve", "K", "typesize", "chunk_nbytes", "_fixed")}
+        bare = set(vars(BlzDir(st.rootdir, "a")))
+        state["blz"] = {k: v for k, v in vars(st).items() if k not in bare and k not in ("nfiles", "_nphys")}
     return state
 
 
