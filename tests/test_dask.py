@@ -272,3 +272,16 @@ def test_eval_vm_dask(tmp_path, client):
     with pytest.raises(ValueError, match="lengths"):
         short = np.arange(3)
         blzarr.eval("ca + short", vm="dask")
+
+
+def test_ctable_eval_vm_dask_and_refusals():
+    t = blzarr.ctable([np.arange(1000), np.linspace(0, 1, 1000)], names=["a", "b"], chunklen=100)
+    assert_array_equal(t.eval("a * b + 1", vm="dask", out_flavor="numpy"),
+                       t.eval("a * b + 1", vm="python", out_flavor="numpy"))
+    m = blzarr.ctable([np.zeros((4, 2)), np.arange(4)], names=["m", "i"])
+    with pytest.raises(ValueError, match="'m'"):
+        m.to_dask()
+    pd.testing.assert_frame_equal(m.to_dask(columns=["i"]).compute(scheduler="sync"),
+                                  pd.DataFrame({"i": np.arange(4)}))
+    with pytest.raises(ValueError, match="partition_chunks"):
+        blzarr.carray(np.arange(10)).to_dask(partition_chunks=0)
