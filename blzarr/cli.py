@@ -550,7 +550,12 @@ def build_parser():
     s.add_argument("dir", metavar="DIR")
     s.add_argument("--json", action="store_true", help="print JSON instead of a table")
     s.set_defaults(func=cmd_ls)
-    s = sub.add_parser("verify", help="check every header, offset, checksum and chunk (exit 1 on damage)")
+    s = sub.add_parser("verify", help="check every header, offset, checksum and chunk (exit 1 on damage)",
+                       description="Check a carray or ctable (or every one below a directory): metadata, "
+                                   "and every chunk decoded; in the BLZ layout also every superchunk header, "
+                                   "offsets table and chunk checksum.  The bcolz layout has no checksums: "
+                                   "damage that still decodes cannot be seen there.  Exit status 1 names "
+                                   "what is damaged.")
     s.add_argument("root", metavar="ROOT", help="a carray or ctable directory, or a directory of them")
     s.set_defaults(func=cmd_verify)
     s = sub.add_parser("convert", help="copy a carray or ctable chunk by chunk into another layout/codec")
