@@ -8,6 +8,7 @@ cdef extern from "blosc.h" nogil:
         BLOSC_MAX_BUFFERSIZE
         BLOSC_VERSION_FORMAT
         BLOSC_MAX_THREADS
+        BLOSC_NEVER_SPLIT
 
     const char *BLOSC_VERSION_STRING
     const char *BLOSC_VERSION_DATE
@@ -23,3 +24,4 @@ cdef extern from "blosc.h" nogil:
     const char *blosc_get_version_string()
     int blosc_get_complib_info(const char *compname, char **complib, char **version)
     int blosc_compname_to_compcode(const char *compname)
+    void blosc_set_splitmode(int splitmode)

@@ -337,6 +337,7 @@ class carray:
         self._last = np.zeros((0 if self._isobj else self._chunklen,) + atom.shape, dtype=atom.base)
         self._nleft = 0
         self._len = 0
+        self._dirty = True     # something flush() must write (the leftover or the sizes)
         self._blockcache = None
 
     def _create(self, array, cparams, dtype, dflt, expectedlen, chunklen):
@@ -700,6 +701,7 @@ class carray:
         n = len(arr)
         if n == 0:
             return
+        self._dirty = True
         self._blockcache = None
         if self._isobj:
             for obj in arr:
@@ -857,6 +859,7 @@ class carray:
                              f"{shape if not scalar else self._atom.shape}") from None
 
     def _assign_range(self, start, stop, vals):
+        self._dirty = True
         cl = self._chunklen
         nfull = len(self._chunks)
         for n, lo, hi, off in ix.chunk_pieces(start, stop, cl):
@@ -871,6 +874,7 @@ class carray:
                 self._chunks[n] = self._new_chunk(data)
 
     def _assign_positions(self, pos, vals):
+        self._dirty = True
         nfull = len(self._chunks)
         for cid, sel, local in ix.group_by_chunk(pos, self._chunklen):
             if cid == nfull:
@@ -909,11 +913,15 @@ class carray:
             if cid >= len(self._chunks):
                 v = self._last[local]
             else:
-                per = max(1, BLOCK_CACHE_BYTES // self._atom.itemsize)
+                ch = self._chunks[cid]
+                isz = self._atom.itemsize
+                bs = ch.blocksize
+                # cache exactly the Blosc block that holds the atom, so one block is decoded
+                per = bs // isz if bs >= isz and bs % isz == 0 else max(1, BLOCK_CACHE_BYTES // isz)
                 lo = local // per * per
                 hi = min(lo + per, self._chunklen)
                 buf = np.empty((hi - lo,) + self._atom.shape, dtype=self._atom.base)
-                self._chunks[cid].read_range(lo, hi, buf)
+                ch.read_range(lo, hi, buf)
                 base = cid * self._chunklen
                 self._blockcache = (base + lo, base + hi, buf)
                 v = buf[local - lo]

@@ -30,22 +30,13 @@ def compress_array(arr, typesize, cparams, blocksize=DEFAULT_BLOCKSIZE):
         arr = quantize(arr, cparams.quantize)
     arr = np.ascontiguousarray(arr)
     return _chunk.compress(arr, typesize, cparams.clevel, cparams.shuffle, cparams.cname,
-                           blosc_blocksize_request(blocksize, typesize, cparams, arr.nbytes),
+                           blosc_blocksize_request(blocksize, arr.nbytes),
                            get_nthreads())
 
 
-def blosc_blocksize_request(target, typesize, cparams, nbytes):
-    """What to ask C-Blosc 1.x for so that its blocks come out about `target` bytes.
-
-    When it splits blocks into typesize streams (blosclz and lz4 family, typesize <= 16,
-    clevel > 0, at least 128 items a block) it multiplies a forced blocksize by the typesize.
-    """
-    if nbytes <= target:
-        return 0
-    if (cparams.clevel > 0 and cparams.cname in ("blosclz", "lz4", "lz4hc") and typesize <= 16
-            and target // typesize // typesize >= 128):
-        return target // typesize
-    return target
+def blosc_blocksize_request(target, nbytes):
+    """What to ask C-Blosc for: `target` bytes a block, or 0 (one block) for a smaller buffer."""
+    return 0 if nbytes <= target else target
 
 
 class chunk:

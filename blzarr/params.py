@@ -11,7 +11,7 @@ BITSHUFFLE = 2
 
 # The blocksize blzarr asks Blosc for: small enough that a random read decodes little, large enough to
 # compress well and to give every thread several blocks of a chunk.
-DEFAULT_BLOCKSIZE = 32 * 1024
+DEFAULT_BLOCKSIZE = 16 * 1024
 
 _state = {"nthreads": None}
 
