@@ -1,6 +1,7 @@
 """`carray`: a compressed, chunked, enlargeable array, in memory or on disk (bcolz-compatible API)."""
 
 import ast
+import itertools
 import math
 import os
 import pickle
@@ -17,6 +18,7 @@ from blzarr.attrs import attrs as _attrs
 from blzarr.chunk import blosc_typesize, chunk, compress_array
 from blzarr.errors import FormatError, PickleNotAllowedError, ReadOnlyError, StorageError
 from blzarr.params import cparams as _cparams
+from blzarr.parallel import run_all
 from blzarr.storage import BcolzDir
 from blzarr.blz import BlzChunks, BlzDir, open_store
 
@@ -886,14 +888,16 @@ class carray:
 
     # ---------------------------------------------------------------- reading
     def _read_range(self, start, stop, out):
-        """Atoms [start, stop) into the contiguous array `out`."""
+        """Atoms [start, stop) into the contiguous array `out`, several chunks at once."""
         nfull = len(self._chunks)
-        cl = self._chunklen
-        for n, lo, hi, off in ix.chunk_pieces(start, stop, cl):
+        chunks = self._chunks
+        pieces = []
+        for n, lo, hi, off in ix.chunk_pieces(start, stop, self._chunklen):
             if n >= nfull:
                 out[off:off + hi - lo] = self._last[lo:hi]
             else:
-                self._chunks[n].read_range(lo, hi, out[off:off + hi - lo])
+                pieces.append((n, lo, hi, out[off:off + hi - lo]))
+        run_all(lambda p: chunks[p[0]].read_range(p[1], p[2], p[3]), pieces)
         return out
 
     def _getrange(self, start, blen, out):
@@ -1053,7 +1057,8 @@ class carray:
             raise NotImplementedError("iter() supports only positive steps")
         start, stop, step = slice(start, stop, step).indices(self._len)
         limit, skip = _check_limit_skip(limit, skip)
-        return self._iter(start, stop, step, limit, skip, dtype)
+        # the generator works per block; chain hands out the elements at C speed
+        return itertools.chain.from_iterable(self._iter(start, stop, step, limit, skip, dtype))
 
     def _iter(self, start, stop, step, limit, skip, dtype):
         count = 0
@@ -1076,7 +1081,7 @@ class carray:
                 pending_skip = 0
             if limit is not None:
                 block = block[:max(0, limit - count)]
-            yield from _elements(block)
+            yield _elements(block)
             count += len(block)
             if limit is not None and count >= limit:
                 return
@@ -1095,7 +1100,7 @@ class carray:
         if len(boolarr) != self._len:
             raise ValueError(f"`boolarr` has length {len(boolarr)}, the carray has {self._len}")
         limit, skip = _check_limit_skip(limit, skip)
-        return self._where(boolarr, limit, skip)
+        return itertools.chain.from_iterable(self._where(boolarr, limit, skip))
 
     def _where(self, boolarr, limit, skip):
         count = 0
@@ -1112,7 +1117,7 @@ class carray:
             vals = self[s:s + len(mask)][idx]
             if limit is not None:
                 vals = vals[:limit - count]
-            yield from _elements(vals)
+            yield _elements(vals)
             count += len(vals)
             if limit is not None and count >= limit:
                 return
@@ -1124,7 +1129,7 @@ class carray:
         if self.ndim > 1:
             raise NotImplementedError("wheretrue() needs a one-dimensional carray")
         limit, skip = _check_limit_skip(limit, skip)
-        return self._wheretrue(limit, skip)
+        return itertools.chain.from_iterable(self._wheretrue(limit, skip))
 
     def _wheretrue(self, limit, skip):
         count = 0
@@ -1138,8 +1143,7 @@ class carray:
                 skip = 0
             if limit is not None:
                 idx = idx[:limit - count]
-            for i in (idx + s).tolist():
-                yield i
+            yield (idx + s).tolist()
             count += len(idx)
             if limit is not None and count >= limit:
                 return
