@@ -1,0 +1,24 @@
+"""The Examples in blzarr's docstrings run as doctests, so the documentation cannot drift from the code."""
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = ["blzarr.carray", "blzarr.ctable", "blzarr.toplevel", "blzarr.chunked_eval", "blzarr.params",
+           "blzarr.attrs", "blzarr.chunk", "blzarr.dask_io", "blzarr.cli"]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)          # examples that write directories write them here
+    mod = importlib.import_module(name)
+    result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE, verbose=False)
+    assert result.failed == 0, f"{result.failed} docstring example(s) of {name} failed (see output above)"
+
+
+def test_public_api_is_documented():
+    import blzarr
+    missing = [n for n in blzarr.__all__ if not (getattr(blzarr, n).__doc__ or "").strip()
+               and callable(getattr(blzarr, n))]
+    assert not missing, f"public names without a docstring: {missing}"
