@@ -288,7 +288,42 @@ class BlzDir:
                 raise FormatError(f"superchunk file '{self._path(fno)}' holds "
                                   f"{self._file(fno).nchunks} chunks, but it is not the last file "
                                   f"and must be full ({K})")
+        if mode != "r":
+            self._repair()
         return self
+
+    def _repair(self):
+        """Finish what a writer killed mid-update left behind (a writer opening the directory does this;
+        readers ignore it): metadata sections that disagree with file 1 (a metalayer update writes file 1
+        last, so file 1 holds the committed value), offsets entries set past a file's chunks by an append
+        whose header was not written, and a header last-chunk that its last chunk no longer has."""
+        with self._lock:
+            for fno in range(1, self.nfiles + 1):
+                f = self._file(fno)
+                fd = None
+                if fno > 1:
+                    mine = {k: v for k, v in f.meta_json.items() if k not in ("superchunk", "first_chunk")}
+                    if mine != {k: v for k, v in self._fixed.items() if k not in ("superchunk", "first_chunk")}:
+                        raw = self._meta_bytes(fno)
+                        if len(raw) != f.meta_size:
+                            raise FormatError(f"superchunk file '{f.path}': its metadata section disagrees "
+                                              f"with file 1 and cannot be rewritten in place")
+                        fd = self._fd(fno)
+                        sc.pwrite_all(fd, raw, 32, f.path)
+                        f.meta_json = json.loads(raw.decode("ascii"))
+                offsets = self._full_table(f)
+                if (offsets[f.nchunks:] != -1).any():
+                    fd = self._fd(fno)
+                    offsets[f.nchunks:] = -1
+                    sc.pwrite_all(fd, sc.pack_offsets(offsets[f.nchunks:]), f.table_pos + 8 * f.nchunks, f.path)
+                if f.nchunks:
+                    last = self._nbytes_at(self._fd(fno), offsets[f.nchunks - 1], f)
+                    if last != f.last_chunk:
+                        fd = self._fd(fno)
+                        f.last_chunk = last
+                        self._write_header(f, fd)
+                if fd is not None:
+                    self._after_write(f, fd)
 
     # ------------------------------------------------------------------ the bcolz-like store interface
     def check_layout(self):
@@ -647,23 +682,49 @@ class BlzDir:
             eof = f.fstate[1]
             self._drop_chunk(n)
             if n < self._nphys:
+                # never over the live bytes of the chunk (a crash or a reader would see it torn): the
+                # new bytes go to free space in its slot (after the old chunk, or in the hole before
+                # it), else to the end of the file; only then does its offsets entry point to them
                 old = int(offsets[slot])
-                later = offsets[offsets > old]
+                old_end = old + self._ctbytes_at(fd, old, f) + self.cksize
+                live = offsets[:f.nchunks]
+                later = live[live > old]
                 slot_end = int(later.min()) if later.size else eof
+                earlier = live[(live >= 0) & (live < old)]
+                if earlier.size:
+                    p = int(earlier.max())
+                    pct = self._ctbytes_at(fd, p, f)
+                    prev_end = min(p + pct + self.cksize + self._reserve_for(pct), old)
+                else:
+                    prev_end = f.data_start
                 used = len(data) + self.cksize
+                cut = None
                 if slot_end == eof:
-                    # the physically last chunk: rewrite it there, the file grows or shrinks
-                    self._write_slot(fd, old, data, tail, f.path)
-                    os.ftruncate(fd, old + size)
+                    # the physically last chunk: before it if it fits, else right after its live bytes;
+                    # the file is cut after the new bytes once they are in use
+                    pos = prev_end if prev_end + size <= old else old_end
+                    self._write_slot(fd, pos, data, tail, f.path)
+                    cut = pos + size
                     kind = "inplace"
-                elif old + used <= slot_end:
-                    self._write_slot(fd, old, data, tail[:self.cksize], f.path)
+                elif old_end + used <= slot_end:
+                    pos = old_end
+                    self._write_slot(fd, pos, data, tail[:self.cksize], f.path)
+                    kind = "inplace"
+                elif prev_end + used <= old:
+                    pos = prev_end
+                    self._write_slot(fd, pos, data, tail[:self.cksize], f.path)
                     kind = "inplace"
                 else:
-                    self._write_slot(fd, eof, data, tail, f.path)
-                    sc.pwrite_all(fd, sc.pack_i64(eof), f.table_pos + 8 * slot, f.path)
-                    offsets[slot] = eof
+                    pos = eof
+                    self._write_slot(fd, pos, data, tail, f.path)
                     kind = "relocated"
+                sc.pwrite_all(fd, sc.pack_i64(pos), f.table_pos + 8 * slot, f.path)
+                offsets[slot] = pos
+                if slot == f.nchunks - 1:
+                    f.last_chunk = nbytes
+                self._write_header(f, fd)
+                if cut is not None:
+                    os.ftruncate(fd, cut)
             else:
                 self._write_slot(fd, eof, data, tail, f.path)
                 sc.pwrite_all(fd, sc.pack_i64(eof), f.table_pos + 8 * slot, f.path)
@@ -725,6 +786,14 @@ class BlzDir:
                 os.ftruncate(fd, cut)
             self._after_write(f, fd)
             self._nphys = first + slot
+
+    def _ctbytes_at(self, fd, off, f):
+        """The compressed size of the chunk stored at `off` (its Blosc header's ctbytes)."""
+        h = sc.pread(fd, 16, int(off), f.path)
+        ct = int.from_bytes(h[12:16], "little", signed=True)
+        if ct < 16 or off + ct > f.fstate[1]:
+            raise FormatError(f"superchunk file '{f.path}': the chunk at offset {off} claims {ct} bytes")
+        return ct
 
     @staticmethod
     def _nbytes_at(fd, off, f):
@@ -888,7 +957,9 @@ class BlzDir:
                 self.nfiles = 1
                 self._new_file(1)
                 return
-            for fno in range(1, self.nfiles + 1):
+            # file 1 last: it holds the committed value (a writer reopening after a crash copies it
+            # to the others, see _repair)
+            for fno in list(range(2, self.nfiles + 1)) + [1]:
                 f = self._file(fno)
                 fd = self._fd(fno)
                 raw = self._meta_bytes(fno)

@@ -570,7 +570,7 @@ def test_blzarr_toplevel_constructors_write_bcolz_layout(tmp_path):
 def test_blzarr_copy_to_bcolz_layout(tmp_path):
     expected = make("f8", 45)
     a = blzarr.carray(expected, chunklen=10)
-    c = a.copy(rootdir=str(tmp_path / "c"), cparams=blzarr.cparams(clevel=9, cname="zlib"))
+    c = a.copy(rootdir=str(tmp_path / "c"), cparams=blzarr.cparams(clevel=9, cname="zlib"), format="bcolz")
     c.flush()
     b = check_bcolz_reads(tmp_path / "c", expected)
     assert b.cparams.clevel == 9

@@ -30,7 +30,7 @@ def where(request, tmp_path):
 @pytest.fixture
 def table(where):
     ra = make_ra()
-    kw = {"rootdir": where} if where else {}
+    kw = {"rootdir": where, "format": "bcolz"} if where else {}
     return ctable(ra, chunklen=1000, **kw), ra
 
 
@@ -346,7 +346,7 @@ def test_addcol_delcol(table):
 
 def test_delcol_keep_on_disk(tmp_path):
     root = str(tmp_path / "t")
-    t = ctable(make_ra(50), rootdir=root)
+    t = ctable(make_ra(50), rootdir=root, format="bcolz")
     t.delcol("b", keep=True)
     assert os.path.isdir(os.path.join(root, "b"))
     t.delcol("c")
@@ -691,7 +691,7 @@ def test_bcolz_format_is_default_layout(tmp_path):
 # ------------------------------------------------------------------ odds and ends
 def test_columns_of_different_lengths_on_disk(tmp_path):
     root = str(tmp_path / "t")
-    ctable(make_ra(20), rootdir=root)
+    ctable(make_ra(20), rootdir=root, format="bcolz")
     col = blzarr.open(os.path.join(root, "b"))
     col.trim(3)
     with pytest.raises(FormatError, match="different lengths"):

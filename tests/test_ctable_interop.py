@@ -33,7 +33,8 @@ LENGTHS = [0, 1, 999, 3000, 10_007]
 def test_bcolz_reads_blzarr_table(tmp_path, n):
     root = str(tmp_path / "t")
     ra = make_ra(n)
-    t = blzarr.ctable(ra, rootdir=root, chunklen=1000, cparams=blzarr.cparams(cname="zstd", clevel=3))
+    t = blzarr.ctable(ra, rootdir=root, chunklen=1000, cparams=blzarr.cparams(cname="zstd", clevel=3),
+                      format="bcolz")
     t.attrs["who"] = "blzarr"
     b = bcolz.open(root, mode="r")
     assert isinstance(b, bcolz.ctable)
@@ -97,7 +98,7 @@ def test_addcol_delcol_seen_by_bcolz(tmp_path):
 def test_setitem_resize_seen_by_bcolz(tmp_path):
     root = str(tmp_path / "t")
     ra = make_ra(3000)
-    t = blzarr.ctable(ra, rootdir=root, chunklen=512)
+    t = blzarr.ctable(ra, rootdir=root, chunklen=512, format="bcolz")
     t[100:200] = ra[1000:1100]
     t.resize(2000)
     t.resize(2100)
@@ -110,7 +111,7 @@ def test_setitem_resize_seen_by_bcolz(tmp_path):
 def test_bcolz_fetchwhere_matches_blzarr(tmp_path):
     ra = make_ra(20_000)
     root = str(tmp_path / "t")
-    blzarr.ctable(ra, rootdir=root)
+    blzarr.ctable(ra, rootdir=root, format="bcolz")
     b = bcolz.open(root)
     t = blzarr.open(root)
     expr = "(f > 100) & (i < 15000) & ~ok"
