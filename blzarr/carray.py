@@ -25,8 +25,9 @@ from blzarr.blz import BlzChunks, BlzDir, open_store
 _MB = 1024 * 1024
 # compressed bytes of recently read on-disk chunks kept in memory, per carray
 DISK_CACHE_BYTES = 32 * _MB
-# the layout of new on-disk carrays when `format` is not given: 'bcolz' (bcolz 1.x) or 'blz' (superchunks)
-DEFAULT_FORMAT = "bcolz"
+# the layout of new on-disk carrays when `format` is not given: 'blz' (checksummed superchunk files, lazy
+# block reads; docs/FORMAT.rst) or 'bcolz' (the bcolz 1.x layout, for directories bcolz itself must open)
+DEFAULT_FORMAT = "blz"
 _UNSET = object()
 # atoms per block-cache entry are chosen so one entry is about this many bytes
 BLOCK_CACHE_BYTES = 32 * 1024
