@@ -1,4 +1,9 @@
-"""Top-level constructors and helpers: open, zeros, ones, fill, arange, fromiter, iterblocks, walk."""
+"""Top-level constructors and helpers: open, zeros, ones, fill, arange, fromiter, iterblocks, walk.
+
+The constructors build a carray chunk by chunk, so the result never has to fit in memory uncompressed;
+every keyword they do not use themselves (``rootdir``, ``mode``, ``cparams``, ``chunklen``, ``format``,
+...) goes to `blzarr.carray` (or to `blzarr.ctable` for a structured dtype).
+"""
 
 import itertools
 import operator
@@ -17,8 +22,43 @@ from blzarr.storage import ROOTDIRS_FILE, BcolzDir
 def open(rootdir, mode="a", allow_pickle=False):
     """open(rootdir, mode='a', allow_pickle=False)
 
-    Open the carray or ctable stored at `rootdir`: mode 'r' read-only, 'w' empties it, 'a' read/write.
-    Data holding pickled Python objects opens only with ``allow_pickle=True``.
+    Open the carray or ctable stored in the directory `rootdir`, in either on-disk layout.
+
+    Parameters
+    ----------
+    rootdir : str or os.PathLike
+        A directory written by blzarr (``format='blz'`` or ``'bcolz'``) or by bcolz 1.x.
+    mode : {'a', 'r', 'w'}, optional
+        'a' (default) reads and writes, 'r' is read-only (writes raise `blzarr.ReadOnlyError`),
+        'w' empties the object but keeps its dtype, chunk length and compression parameters.
+    allow_pickle : bool, optional
+        Data of dtype ``object`` is stored as pickles, and unpickling an untrusted file can run
+        arbitrary code: such a directory opens only with True.
+
+    Returns
+    -------
+    carray or ctable
+        A ctable when the directory holds a ``__rootdirs__`` file, else a carray.
+
+    Raises
+    ------
+    blzarr.StorageError
+        `rootdir` is missing, not a directory, or holds neither a carray nor a ctable.
+    blzarr.PickleNotAllowedError
+        The data holds Python objects and `allow_pickle` is False.
+
+    Examples
+    --------
+    >>> import blzarr
+    >>> a = blzarr.arange(5, rootdir="open_example", mode="w")
+    >>> b = blzarr.open("open_example", mode="r")
+    >>> b[:].tolist(), b.mode
+    ([0, 1, 2, 3, 4], 'r')
+    >>> b.append([5])
+    Traceback (most recent call last):
+        ...
+    blzarr.errors.ReadOnlyError: cannot modify data: the carray was opened with mode 'r' (...)
+    >>> import shutil; shutil.rmtree("open_example")
     """
     rootdir = os.fspath(rootdir)
     if not os.path.isdir(rootdir):
@@ -55,8 +95,38 @@ def _ctable_from_blocks(dtype, blocks, kwargs):
 def fill(shape, dflt=None, dtype=float, **kwargs):
     """fill(shape, dflt=None, dtype=float, **kwargs)
 
-    A carray of `shape` filled with `dflt` (zeros when None), which also becomes its `dflt`;
-    written chunk by chunk, never whole in memory.  A structured `dtype` gives a ctable, as in bcolz.
+    A carray of `shape` whose every element is `dflt`, written chunk by chunk (never whole in memory).
+
+    Parameters
+    ----------
+    shape : int or tuple of ints
+        The length, or the full shape (the first axis is the one that grows).
+    dflt : scalar, optional
+        The value of every element (zero when None).  It also becomes the carray's `dflt`, the value
+        that `resize` gives new elements.
+    dtype : dtype, optional
+        The dtype (float64 by default).  A structured dtype gives a ctable, as in bcolz.
+    **kwargs
+        Passed to `blzarr.carray` (or `blzarr.ctable`): ``rootdir``, ``mode``, ``cparams``,
+        ``chunklen``, ``format``, ...
+
+    Returns
+    -------
+    carray or ctable
+
+    Raises
+    ------
+    ValueError
+        `dflt` cannot be stored in `dtype`, or `shape` is negative.
+
+    Examples
+    --------
+    >>> import blzarr
+    >>> a = blzarr.fill(4, 7, dtype="i2")
+    >>> a[:].tolist(), int(a.dflt)
+    ([7, 7, 7, 7], 7)
+    >>> a.resize(6); a[:].tolist()
+    [7, 7, 7, 7, 7, 7]
     """
     shape = _shape_of(shape)
     dtype = np.dtype(dtype)
@@ -89,12 +159,60 @@ def fill(shape, dflt=None, dtype=float, **kwargs):
 
 
 def zeros(shape, dtype=float, **kwargs):
-    """zeros(shape, dtype=float, **kwargs): a carray (a ctable for a structured dtype) of zeros."""
+    """zeros(shape, dtype=float, **kwargs)
+
+    A carray of zeros (a ctable for a structured `dtype`); ``fill(shape, None, dtype, **kwargs)``.
+
+    Parameters
+    ----------
+    shape : int or tuple of ints
+        The length, or the full shape.
+    dtype : dtype, optional
+        float64 by default.
+    **kwargs
+        Passed to `blzarr.carray` (or `blzarr.ctable`).
+
+    Returns
+    -------
+    carray or ctable
+
+    Examples
+    --------
+    >>> import blzarr
+    >>> blzarr.zeros(3)[:]
+    array([0., 0., 0.])
+    >>> t = blzarr.zeros(2, dtype="i4,f8")
+    >>> type(t).__name__, t.names
+    ('ctable', ['f0', 'f1'])
+    """
     return fill(shape, None, dtype, **kwargs)
 
 
 def ones(shape, dtype=float, **kwargs):
-    """ones(shape, dtype=float, **kwargs): a carray (a ctable for a structured dtype) of ones."""
+    """ones(shape, dtype=float, **kwargs)
+
+    A carray of ones (a ctable for a structured `dtype`, every field set to 1).
+
+    Parameters
+    ----------
+    shape : int or tuple of ints
+        The length, or the full shape.
+    dtype : dtype, optional
+        float64 by default.
+    **kwargs
+        Passed to `blzarr.carray` (or `blzarr.ctable`).
+
+    Returns
+    -------
+    carray or ctable
+
+    Examples
+    --------
+    >>> import blzarr
+    >>> blzarr.ones((2, 3), dtype="i4")[:]
+    array([[1, 1, 1],
+           [1, 1, 1]], dtype=int32)
+    """
     dtype = np.dtype(dtype)
     if dtype.names is not None:
         one = np.zeros((), dtype=dtype)
@@ -107,7 +225,36 @@ def ones(shape, dtype=float, **kwargs):
 def arange(start=None, stop=None, step=None, dtype=None, **kwargs):
     """arange([start,] stop[, step,], dtype=None, **kwargs)
 
-    Like numpy.arange (same values, same default dtype), built chunk by chunk.
+    A carray of evenly spaced values, like `numpy.arange` (same values, same default dtype), built
+    chunk by chunk.
+
+    Parameters
+    ----------
+    start, stop, step : numbers
+        As in `numpy.arange`: ``arange(stop)``, ``arange(start, stop)`` or ``arange(start, stop, step)``.
+    dtype : dtype, optional
+        The dtype NumPy would choose when None.
+    **kwargs
+        Passed to `blzarr.carray`.
+
+    Returns
+    -------
+    carray
+
+    Raises
+    ------
+    ValueError
+        No `stop`, a zero `step`, or a structured `dtype`.
+
+    Examples
+    --------
+    >>> import blzarr
+    >>> blzarr.arange(5)[:]
+    array([0, 1, 2, 3, 4])
+    >>> blzarr.arange(0, 1, 0.25)[:]
+    array([0.  , 0.25, 0.5 , 0.75])
+    >>> blzarr.arange(10, 0, -3, dtype="i2")[:]
+    array([10,  7,  4,  1], dtype=int16)
     """
     if start is None and stop is None:
         raise ValueError("arange() needs at least `stop`")
@@ -143,9 +290,39 @@ def arange(start=None, stop=None, step=None, dtype=None, **kwargs):
 def fromiter(iterable, dtype, count, **kwargs):
     """fromiter(iterable, dtype, count, **kwargs)
 
-    A carray (a ctable for a structured `dtype`) from an iterable, reading at most `count` items
-    (``-1``: until it is exhausted), in chunk-sized blocks.  `count` also sizes the chunks; as in
-    bcolz, an iterable shorter than `count` is fine (it is an estimate as much as a limit).
+    A carray (a ctable for a structured `dtype`) from the items of an iterable, read in
+    chunk-sized blocks, so a long generator never sits whole in memory.
+
+    Parameters
+    ----------
+    iterable : iterable
+        Scalars (or tuples, for a structured `dtype`).
+    dtype : dtype
+        The dtype of the result.
+    count : int
+        Read at most this many items; -1 reads until the iterable is exhausted.  It also sets
+        ``expectedlen`` (and so the chunk length) unless that is given; as in bcolz, an iterable
+        shorter than `count` is not an error.
+    **kwargs
+        Passed to `blzarr.carray` (or `blzarr.ctable`).
+
+    Returns
+    -------
+    carray or ctable
+
+    Raises
+    ------
+    ValueError
+        An item does not convert to `dtype`.
+
+    Examples
+    --------
+    >>> import blzarr
+    >>> blzarr.fromiter((i * i for i in range(100)), dtype="i8", count=5)[:]
+    array([ 0,  1,  4,  9, 16])
+    >>> t = blzarr.fromiter(iter([(1, 0.5), (2, 1.5)]), dtype="i4,f8", count=-1)
+    >>> t["f1"][:]
+    array([0.5, 1.5])
     """
     dtype = np.dtype(dtype)
     count = operator.index(count)
@@ -197,8 +374,32 @@ def _take(it, dtype, k):
 def iterblocks(cobj, blen=None, start=0, stop=None):
     """iterblocks(cobj, blen=None, start=0, stop=None)
 
-    Iterate over `cobj` (carray or ctable) in NumPy blocks of `blen` rows (default: the chunklen,
-    the smallest column chunklen for a ctable).  With ``blen == 1`` a carray yields its elements.
+    Iterate over a carray or ctable in NumPy blocks of `blen` rows; only one block is decompressed
+    at a time.
+
+    Parameters
+    ----------
+    cobj : carray or ctable
+        What to read.
+    blen : int, optional
+        Rows per block (the last one may be shorter).  Default: the chunk length (the smallest
+        column chunk length for a ctable).  With ``blen=1`` a carray yields its elements.
+    start, stop : int, optional
+        The range of rows to read (non-negative; `stop` defaults to the length).
+
+    Yields
+    ------
+    numpy.ndarray
+        Consecutive blocks: plain arrays for a carray, structured arrays for a ctable.
+
+    Examples
+    --------
+    >>> import blzarr
+    >>> a = blzarr.arange(10)
+    >>> [b.tolist() for b in blzarr.iterblocks(a, blen=4)]
+    [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    >>> sum(b.sum() for b in blzarr.iterblocks(a, blen=3, start=5))
+    np.int64(35)
     """
     n = len(cobj)
     stop = n if stop is None or stop > n else operator.index(stop)
@@ -221,8 +422,37 @@ def iterblocks(cobj, blen=None, start=0, stop=None):
 def walk(dir, classname=None, mode="a", allow_pickle=False):
     """walk(dir, classname=None, mode='a', allow_pickle=False)
 
-    Iterate over the carrays and ctables stored below `dir` (recursively; each object opened with
-    `mode`), keeping only those of class `classname` ('carray' or 'ctable') when given.
+    Iterate over the carrays and ctables stored below a directory, recursively, in name order.
+
+    A directory that holds a carray or a ctable is opened and not searched further (the columns of
+    a ctable are not listed on their own); other directories are searched after the objects found
+    at their level.
+
+    Parameters
+    ----------
+    dir : str
+        The directory to search.
+    classname : {None, 'carray', 'ctable'}, optional
+        Keep only the objects of this class.
+    mode : {'a', 'r'}, optional
+        The mode each object is opened with.
+    allow_pickle : bool, optional
+        As in `open`.
+
+    Yields
+    ------
+    carray or ctable
+
+    Examples
+    --------
+    >>> import numpy as np, blzarr, shutil
+    >>> x = blzarr.arange(3, rootdir="walk_example/x", mode="w")
+    >>> t = blzarr.ctable([np.arange(2)], names=["v"], rootdir="walk_example/sub/t", mode="w")
+    >>> [(type(o).__name__, o.rootdir) for o in blzarr.walk("walk_example", mode="r")]
+    [('carray', 'walk_example/x'), ('ctable', 'walk_example/sub/t')]
+    >>> [o.rootdir for o in blzarr.walk("walk_example", classname="ctable")]
+    ['walk_example/sub/t']
+    >>> shutil.rmtree("walk_example")
     """
     if classname not in (None, "carray", "ctable"):
         raise ValueError(f"classname must be None, 'carray' or 'ctable', got {classname!r}")
@@ -242,12 +472,32 @@ def walk(dir, classname=None, mode="a", allow_pickle=False):
 
 
 def blosc_version():
-    """(version, date) of the linked C-Blosc."""
+    """The version and date of the C-Blosc library blzarr is linked with.
+
+    Returns
+    -------
+    tuple of str
+        ``(version, date)``.
+
+    Examples
+    --------
+    >>> import blzarr
+    >>> version, date = blzarr.blosc_version()
+    >>> version.startswith("1.")
+    True
+    """
     return _chunk.blosc_version()
 
 
 def blosc_compressor_list():
-    """The codecs this build of C-Blosc supports."""
+    """The codecs this build of C-Blosc supports (the values ``cparams(cname=...)`` accepts).
+
+    Examples
+    --------
+    >>> import blzarr
+    >>> "lz4" in blzarr.blosc_compressor_list()
+    True
+    """
     return _chunk.compressor_list()
 
 
