@@ -17,7 +17,14 @@ _state = {"nthreads": None}
 
 
 def detect_number_of_cores():
-    """The number of cores this process may run on."""
+    """The number of cores this process may run on (its CPU affinity when the OS tells it).
+
+    Examples
+    --------
+    >>> import blzarr
+    >>> blzarr.detect_number_of_cores() >= 1
+    True
+    """
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -31,7 +38,30 @@ def get_nthreads():
 
 
 def blosc_set_nthreads(nthreads):
-    """Set the number of threads Blosc uses; return the previous number."""
+    """Set the number of threads Blosc uses to compress and decompress a chunk.
+
+    Parameters
+    ----------
+    nthreads : int
+        A positive number (capped at 256).  The default is the number of cores, at most 8.
+
+    Returns
+    -------
+    int
+        The previous number.
+
+    Raises
+    ------
+    ValueError
+        `nthreads` is not a positive int.
+
+    Examples
+    --------
+    >>> import blzarr
+    >>> previous = blzarr.blosc_set_nthreads(1)
+    >>> blzarr.blosc_set_nthreads(previous)
+    1
+    """
     if not isinstance(nthreads, int) or isinstance(nthreads, bool) or nthreads < 1:
         raise ValueError(f"nthreads must be a positive integer, got {nthreads!r}")
     previous = get_nthreads()
@@ -40,7 +70,30 @@ def blosc_set_nthreads(nthreads):
 
 
 def set_nthreads(nthreads):
-    """Set the number of threads of Blosc and, when installed, of numexpr; return Blosc's previous one."""
+    """Set the number of threads of Blosc and, when numexpr is installed, of numexpr.
+
+    Parameters
+    ----------
+    nthreads : int
+        A positive number.
+
+    Returns
+    -------
+    int
+        Blosc's previous number of threads.
+
+    Raises
+    ------
+    ValueError
+        `nthreads` is not a positive int.
+
+    Examples
+    --------
+    >>> import blzarr
+    >>> previous = blzarr.set_nthreads(2)
+    >>> blzarr.set_nthreads(previous)
+    2
+    """
     previous = blosc_set_nthreads(nthreads)
     try:
         import numexpr
@@ -77,13 +130,40 @@ def _check(clevel, shuffle, cname, quantize):
 class cparams:
     """cparams(clevel=None, shuffle=None, cname=None, quantize=None)
 
-    Compression parameters; what is not given comes from ``defaults.cparams``.
+    Compression parameters of a carray or ctable (immutable); what is not given comes from
+    ``blzarr.defaults.cparams``.  Wherever blzarr takes ``cparams=``, a dict of the same fields
+    works too.
+
+    Parameters
+    ----------
+    clevel : int, optional
+        Compression level, 0 (no compression) to 9.  Default 5.
+    shuffle : {0, 1, 2}, optional
+        ``blzarr.NOSHUFFLE``, ``blzarr.SHUFFLE`` (default, byte shuffle) or ``blzarr.BITSHUFFLE``.
+    cname : str, optional
+        The codec inside Blosc: one of `blzarr.blosc_compressor_list()` ('lz4' by default,
+        'blosclz', 'lz4hc', 'zlib', 'zstd', ...).
+    quantize : int, optional
+        For floating-point data, keep about this many significant decimal digits (lossy, but it
+        compresses much better); 0 (default) is lossless.
+
+    Raises
+    ------
+    ValueError
+        A value is out of range or the codec is not in this build.
 
     Examples
     --------
-    >>> import blzarr
+    >>> import numpy as np, blzarr
     >>> blzarr.cparams(clevel=9, cname='zstd')
     cparams(clevel=9, shuffle=1, cname='zstd', quantize=0)
+    >>> a = blzarr.carray(np.zeros(1000), cparams={"clevel": 1, "shuffle": blzarr.BITSHUFFLE})
+    >>> a.cparams.clevel, a.cparams.shuffle
+    (1, 2)
+    >>> blzarr.cparams(cname="nope")
+    Traceback (most recent call last):
+        ...
+    ValueError: cparams: `cname` 'nope' is not a compressor available in this build (...)
     """
 
     __slots__ = ("_clevel", "_shuffle", "_cname", "_quantize")
@@ -103,7 +183,20 @@ class cparams:
 
     @staticmethod
     def setdefaults(clevel=None, shuffle=None, cname=None, quantize=None):
-        """Change the defaults used where a parameter is not given."""
+        """Change the process-wide defaults used where a parameter is not given.
+
+        Parameters that are None keep their current default.  `blzarr.defaults_ctx` changes them
+        for a ``with`` block only.
+
+        Examples
+        --------
+        >>> import blzarr
+        >>> saved = blzarr.defaults.cparams
+        >>> blzarr.cparams.setdefaults(clevel=7)
+        >>> blzarr.cparams().clevel
+        7
+        >>> blzarr.defaults.cparams = saved
+        """
         clevel, shuffle, cname, quantize = _check(clevel, shuffle, cname, quantize)
         new = dict(defaults.cparams)
         for k, v in (("clevel", clevel), ("shuffle", shuffle), ("cname", cname), ("quantize", quantize)):
@@ -113,7 +206,14 @@ class cparams:
 
     @classmethod
     def coerce(cls, value):
-        """A cparams from None, a cparams or a dict of its fields."""
+        """A cparams from None (the defaults), a cparams (itself) or a dict of its fields.
+
+        Examples
+        --------
+        >>> import blzarr
+        >>> blzarr.cparams.coerce({"cname": "zlib"}).cname
+        'zlib'
+        """
         if value is None:
             return cls()
         if isinstance(value, cls):
@@ -126,6 +226,7 @@ class cparams:
         raise ValueError(f"`cparams` must be a blzarr.cparams or a dict, not {type(value).__name__}")
 
     def to_dict(self):
+        """The four fields as a dict (what is stored in the ``meta/storage`` file)."""
         return {"clevel": self._clevel, "shuffle": self._shuffle, "cname": self._cname,
                 "quantize": self._quantize}
 
@@ -149,7 +250,33 @@ def _have(module):
 
 
 class Defaults:
-    """Process-wide defaults: ``cparams``, ``vm`` (alias ``eval_vm``), ``out_flavor`` (``eval_out_flavor``)."""
+    """The process-wide defaults; its one instance is ``blzarr.defaults``.
+
+    Attributes
+    ----------
+    cparams : dict
+        The compression parameters used where none are given: ``{'clevel': 5, 'shuffle': 1,
+        'cname': 'lz4', 'quantize': 0}`` at start.  Set it to a dict of the four fields or to a
+        `blzarr.cparams`.
+    vm : {'numexpr', 'python', 'dask'}
+        How `blzarr.eval` and the ctable queries evaluate expressions: 'numexpr' when it is
+        installed, else 'python' (NumPy).  ``eval_vm`` is an alias.
+    out_flavor : {'bcolz', 'carray', 'numpy'}
+        What `blzarr.eval` returns: a carray ('bcolz' and 'carray', the default) or a NumPy
+        array.  ``eval_out_flavor`` is an alias.
+
+    Examples
+    --------
+    >>> import blzarr
+    >>> blzarr.defaults.cparams["cname"]
+    'lz4'
+    >>> blzarr.defaults.out_flavor
+    'bcolz'
+    >>> blzarr.defaults.vm = "cobol"
+    Traceback (most recent call last):
+        ...
+    ValueError: 'cobol' is incorrect value for 'vm' default; choose one of ('numexpr', 'python', 'dask')
+    """
 
     _vms = ("numexpr", "python", "dask")
     _flavors = ("bcolz", "carray", "numpy")
@@ -211,7 +338,35 @@ defaults = Defaults()
 
 @contextmanager
 def defaults_ctx(cparams=None, vm=None, out_flavor=None):
-    """Change defaults inside a ``with`` block and restore them after it."""
+    """defaults_ctx(cparams=None, vm=None, out_flavor=None)
+
+    A context manager that changes `blzarr.defaults` inside a ``with`` block and restores all of
+    them when the block ends (also on an exception).
+
+    Parameters
+    ----------
+    cparams : cparams or dict, optional
+        The default compression parameters inside the block (a dict must give all four fields).
+    vm : {'numexpr', 'python', 'dask'}, optional
+        The default virtual machine of `blzarr.eval` and the queries.
+    out_flavor : {'bcolz', 'carray', 'numpy'}, optional
+        The default result type of `blzarr.eval`.
+
+    Yields
+    ------
+    blzarr.defaults
+
+    Examples
+    --------
+    >>> import numpy as np, blzarr
+    >>> with blzarr.defaults_ctx(cparams=blzarr.cparams(clevel=9), out_flavor="numpy"):
+    ...     a = blzarr.carray(np.arange(1000))
+    ...     b = blzarr.eval("a + 1")
+    >>> a.cparams.clevel, type(b).__name__
+    (9, 'ndarray')
+    >>> blzarr.defaults.cparams["clevel"], blzarr.defaults.out_flavor
+    (5, 'bcolz')
+    """
     saved = (defaults.cparams, defaults._vm, defaults.out_flavor)
     try:
         if cparams is not None:
