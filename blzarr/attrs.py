@@ -8,7 +8,40 @@ from blzarr.storage import read_json, write_json
 
 
 class attrs:
-    """Dict-like user attributes of a carray or ctable; values must be JSON-serializable."""
+    """The user attributes of a carray or ctable (``obj.attrs``): a small dict-like store.
+
+    Names are strings and values anything JSON can hold (numbers, strings, booleans, None, lists
+    and dicts of them).  For an on-disk object every change is written at once, as a JSON file
+    (``meta/attributes`` in the BLZ layout, ``__attrs__`` in the bcolz one), so attributes survive
+    reopening; an object opened with mode 'r' refuses changes.
+
+    Iterating gives ``(name, value)`` pairs, as in bcolz; `getall` gives a dict.
+
+    Raises
+    ------
+    TypeError
+        A value is not JSON-serializable.
+    blzarr.ReadOnlyError
+        A change to the attributes of an object opened with mode 'r'.
+
+    Examples
+    --------
+    >>> import numpy as np, blzarr, shutil
+    >>> a = blzarr.carray(np.arange(3), rootdir="attrs_example", mode="w")
+    >>> a.attrs["unit"] = "m"
+    >>> a.attrs["scale"] = 0.5
+    >>> a.attrs
+    unit : 'm'
+    scale : 0.5
+    >>> b = blzarr.open("attrs_example", mode="r")
+    >>> b.attrs.getall(), "unit" in b.attrs, list(b.attrs)
+    ({'unit': 'm', 'scale': 0.5}, True, [('unit', 'm'), ('scale', 0.5)])
+    >>> a.attrs["when"] = np.datetime64("2024-01-01")
+    Traceback (most recent call last):
+        ...
+    TypeError: attribute 'when': only JSON-serializable values can be stored (...)
+    >>> shutil.rmtree("attrs_example")
+    """
 
     def __init__(self, rootdir=None, mode="a", _new=False, path=None):
         self.rootdir = rootdir
@@ -32,7 +65,7 @@ class attrs:
             raise ReadOnlyError("cannot modify attributes: the object was opened with mode 'r'")
 
     def getall(self):
-        """A copy of all attributes as a dict."""
+        """A copy of all the attributes, as a dict."""
         return dict(self._data)
 
     def __getitem__(self, name):

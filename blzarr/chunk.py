@@ -40,10 +40,40 @@ def blosc_blocksize_request(target, nbytes):
 
 
 class chunk:
-    """chunk(array, atom, cparams)
+    """chunk(array, atom, cparams=None)
 
-    A compressed chunk of a carray: `len(c)` atoms of dtype `atom`, held as one Blosc chunk.
-    ``c[i]``, ``c[i:j]`` and ``np.asarray(c)`` decompress; ``c.getdata()`` gives the compressed bytes.
+    One compressed piece of a carray: ``len(c)`` atoms of dtype `atom`, held as the bytes of one
+    Blosc chunk.  Chunks are immutable; a carray's data is changed through the carray.
+
+    ``c[i]`` and ``c[i:j]`` decompress only the Blosc blocks that hold the wanted atoms;
+    ``np.asarray(c)`` and `decompress` give all of them; `getdata` gives the compressed bytes.
+
+    Parameters
+    ----------
+    array : array_like
+        The atoms to compress.
+    atom : dtype
+        Their dtype (a subarray dtype such as ``('f8', (3,))`` for rows of a multidimensional carray).
+    cparams : cparams or dict, optional
+        Compression parameters (the defaults when None).
+
+    Attributes
+    ----------
+    nbytes, cbytes : int
+        Uncompressed and compressed size in bytes.
+    blocksize, typesize : int
+        From the Blosc header: bytes per Blosc block, and the item size used for shuffling.
+
+    Examples
+    --------
+    >>> import numpy as np, blzarr
+    >>> c = blzarr.chunk(np.arange(10, dtype="i4"), "i4", blzarr.cparams(clevel=9))
+    >>> len(c), c.nbytes, c[3], c[2:5]
+    (10, 40, np.int32(3), array([2, 3, 4], dtype=int32))
+    >>> np.asarray(c).sum()
+    np.int64(45)
+    >>> isinstance(c.getdata(), bytes) and len(c.getdata()) == c.cbytes
+    True
     """
 
     __slots__ = ("_data", "atom", "_len", "nbytes", "cbytes", "blocksize", "typesize", "_where")
@@ -66,7 +96,23 @@ class chunk:
 
     @classmethod
     def from_bytes(cls, data, atom, expected_nbytes=-1, where=None):
-        """A chunk over compressed bytes read from elsewhere, fully validated first."""
+        """A chunk over compressed bytes read from elsewhere, fully validated first.
+
+        Raises `blzarr.ChunkError` when `data` is not a well-formed Blosc chunk (or, with
+        `expected_nbytes` >= 0, does not decode to that many bytes); `where` names the source in
+        the message.
+
+        Examples
+        --------
+        >>> import numpy as np, blzarr
+        >>> c = blzarr.chunk(np.arange(4.0), "f8")
+        >>> blzarr.chunk.from_bytes(c.getdata(), "f8")[:]
+        array([0., 1., 2., 3.])
+        >>> blzarr.chunk.from_bytes(c.getdata()[:20], "f8", where="a test")
+        Traceback (most recent call last):
+            ...
+        blzarr.errors.ChunkError: ...
+        """
         _chunk.validate(data, expected_nbytes, where)
         return cls(None, atom, _data=data, _where=where)
 
@@ -95,7 +141,7 @@ class chunk:
         raise NotImplementedError("chunks are immutable: assign through the carray")
 
     def decompress(self, out=None):
-        """All atoms of the chunk, into `out` when given."""
+        """All the atoms of the chunk, as a new array or into `out` (which must hold them all)."""
         if out is None:
             out = np.empty(self._len, dtype=self.atom)
         _chunk.decompress_into(self._data, out, get_nthreads(), False, self._where)

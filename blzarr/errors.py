@@ -1,4 +1,20 @@
-"""The exceptions blzarr raises; each also subclasses the fitting built-in so callers can catch either."""
+"""The exceptions blzarr raises.
+
+Each one also subclasses the built-in exception that fits it (ValueError for bad data, OSError for
+files, PermissionError for writes to read-only objects), so code written for bcolz that catches
+those keeps working, and new code can catch `BlzarrError` for everything blzarr reports.
+
+Examples
+--------
+>>> import blzarr
+>>> issubclass(blzarr.ChunkError, ValueError), issubclass(blzarr.StorageError, OSError)
+(True, True)
+>>> try:
+...     blzarr.open("no_such_directory")
+... except OSError as e:
+...     print(type(e).__name__)
+StorageError
+"""
 
 
 class BlzarrError(Exception):
