@@ -1,4 +1,8 @@
-"""`eval`: evaluate an expression over carrays and arrays block by block, with bounded memory."""
+"""`eval`: evaluate an expression over carrays and arrays block by block, with bounded memory.
+
+The operands are cut into blocks of rows; each block is evaluated by numexpr, NumPy or dask, and the
+results are appended to the output (or, for a top-level ``sum``/``prod``, combined).
+"""
 
 import ast
 import builtins
@@ -142,11 +146,40 @@ def _run(expression, code, local, vm):
 def eval(expression, vm=None, out_flavor=None, user_dict=None, blen=None, depth=2, **kwargs):
     """eval(expression, vm=None, out_flavor=None, user_dict=None, blen=None, **kwargs)
 
-    Evaluate `expression` over the carrays, arrays and scalars it names, block by block.
+    Evaluate an expression over the carrays, NumPy arrays and scalars it names, block by block,
+    so that memory use stays bounded by a few blocks whatever the length of the operands.
 
-    Variables come from `user_dict`, then the caller's locals and globals.  `vm` is 'numexpr'
-    (when installed) or 'python'; `out_flavor` is 'bcolz'/'carray' (a carray, built with `kwargs`)
-    or 'numpy'.
+    Parameters
+    ----------
+    expression : str
+        A Python expression of arithmetic, comparisons, ``&``, ``|``, ``~`` and functions such as
+        ``sqrt``, ``exp``, ``where``, ``sum``.  Its bare names are the variables.
+    vm : {'numexpr', 'python', 'dask'}, optional
+        The evaluator: numexpr (the default when installed), NumPy ('python'), or dask.array
+        ('dask', where ``da.`` names dask.array functions as in bcolz).  Default:
+        ``blzarr.defaults.vm``.
+    out_flavor : {'bcolz', 'carray', 'numpy'}, optional
+        A carray ('bcolz' and 'carray') or a NumPy array.  Default: ``blzarr.defaults.out_flavor``.
+    user_dict : dict, optional
+        Variables, looked up before the caller's locals and globals.
+    blen : int, optional
+        Rows per block (default: the smallest chunk length of the carray operands, at least 4096).
+    **kwargs
+        Passed to `blzarr.carray` when the result is a carray (``rootdir``, ``cparams``, ...).
+
+    Returns
+    -------
+    carray, numpy.ndarray or scalar
+        A scalar for an expression that reduces everything (``sum(a)``).
+
+    Raises
+    ------
+    NameError
+        A variable of the expression is not defined.
+    ValueError
+        The expression is not valid Python, or the arrays have different lengths.
+    ImportError
+        The `vm` asked for is not installed.
 
     Examples
     --------
@@ -154,6 +187,14 @@ def eval(expression, vm=None, out_flavor=None, user_dict=None, blen=None, depth=
     >>> a = blzarr.carray(np.arange(5))
     >>> blzarr.eval("a * 2 + 1", out_flavor="numpy").tolist()
     [1, 3, 5, 7, 9]
+    >>> b = np.arange(5) * 10.0
+    >>> c = blzarr.eval("where(a > 2, b, -1)")
+    >>> type(c).__name__, c[:].tolist()
+    ('carray', [-1.0, -1.0, -1.0, 30.0, 40.0])
+    >>> int(blzarr.eval("sum(a)"))
+    10
+    >>> blzarr.eval("x + y", user_dict={"x": np.arange(3), "y": 1}, out_flavor="numpy", vm="python")
+    array([1, 2, 3])
     """
     from blzarr.carray import carray
     out_flavor = out_flavor or defaults.out_flavor
