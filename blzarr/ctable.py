@@ -1,12 +1,12 @@
 """`ctable`: a columnar table, one carray per column, with bcolz's ctable API.
 
-On disk (format 'bcolz') a ctable is a directory holding
+On disk a ctable is a directory holding
 
     root/__rootdirs__   JSON ``{"names": [...]}``: the column names, in order
     root/__attrs__      JSON: user attributes
-    root/<name>/        one carray directory per column
-
-which is what bcolz 1.x writes and reads.  Queries (`where`, `whereblocks`, `fetchwhere`, a string key)
+    root/<name>/        one carray directory per column (format 'bcolz': what bcolz 1.x reads)
+    root/data/<name>/   the same, in the 'blz' format (the default for new tables)
+  Queries (`where`, `whereblocks`, `fetchwhere`, a string key)
 evaluate the expression block by block (`blzarr.chunked_eval.evaluate_blocks`) and read only the rows
 of each block they need, so no column is ever decompressed whole to answer one.
 """
@@ -137,24 +137,50 @@ class ctable:
         Column names (default: the structured dtype's or dict's names, else 'f0', 'f1', ...).
         They must be Python identifiers and safe directory names.
     rootdir : str, optional
-        Persist the table in this directory (bcolz layout).
+        Persist the table in this directory.  Without `columns`, the table stored there is opened.
     mode : {'r', 'a', 'w'}, optional
         'r' read-only, 'a' open for appending (default when `rootdir` exists), 'w' create or replace
         (default when it does not).
-    cparams, expectedlen, chunklen, dflt, format :
+    cparams, expectedlen, chunklen, dflt :
         Passed to the carrays this creates.  Carrays given in `columns` are used as they are for an
         in-memory table (no copy) and copied into `rootdir` for an on-disk one.
+    format : {'blz', 'bcolz'}, optional
+        The on-disk layout of a new table: 'blz' (the default, checksummed superchunk files, columns
+        under ``root/data/``) or 'bcolz' (the bcolz 1.x layout, which bcolz can open).  An existing
+        table keeps its own.
     auto_flush : bool
         For an on-disk table, flush the columns after every append/addcol/resize (default True).
+    allow_pickle : bool
+        Opening a table with a column of dtype ``object`` (stored as pickles) needs True.
+
+    Notes
+    -----
+    ``t[i]`` gives a row (a NumPy record), ``t[i:j]``, ``t[[i, j]]`` and ``t[mask]`` structured
+    arrays, ``t['name']`` a column (a carray, the same as ``t.cols['name']``) and ``t['expr']`` the
+    rows where the expression is true.  Queries read the columns block by block.
 
     Examples
     --------
     >>> import numpy as np, blzarr
     >>> t = blzarr.ctable([np.arange(5), np.arange(5) * 0.5], names=["a", "b"])
+    >>> len(t), t.names, t.dtype
+    (5, ['a', 'b'], dtype([('a', '<i8'), ('b', '<f8')]))
+    >>> t[1].tolist(), t["b"][:3].tolist()
+    ((1, 0.5), [0.0, 0.5, 1.0])
     >>> t["a > 2"].tolist()
     [(3, 1.5), (4, 2.0)]
-    >>> [r.b for r in t.where("(a > 1) & (b < 2)")]
-    [np.float64(1.0), np.float64(1.5)]
+    >>> [float(r.b) for r in t.where("(a > 1) & (b < 2)")]
+    [1.0, 1.5]
+
+    On disk, and opened again:
+
+    >>> d = blzarr.ctable({"x": np.arange(3), "y": np.array([1.0, 2.0, 3.0])}, rootdir="ctable_example",
+    ...                   mode="w")
+    >>> d.format
+    'blz'
+    >>> blzarr.open("ctable_example", mode="r")["x >= 1"].tolist()
+    [(1, 2.0), (2, 3.0)]
+    >>> import shutil; shutil.rmtree("ctable_example")
     """
 
     def __init__(self, columns=None, names=None, **kwargs):
@@ -519,7 +545,33 @@ class ctable:
                          "(use a tuple for one row, a list of columns, a structured array or a ctable)")
 
     def append(self, rows):
-        """Append rows: a tuple (one row), a list of columns, a structured array/row, a dict or a ctable."""
+        """Append rows at the end of the table.
+
+        Parameters
+        ----------
+        rows : tuple, list, structured array, dict or ctable
+            A tuple is one row; a list holds one array (or sequence) per column, in column order;
+            a structured array or record gives rows by field; a dict maps column names to arrays.
+            Values are converted to each column's dtype.
+
+        Raises
+        ------
+        ValueError
+            The columns have different lengths, or a value does not convert.  No column keeps part
+            of the rows that failed.
+        blzarr.ReadOnlyError
+            The table was opened with mode 'r'.
+
+        Examples
+        --------
+        >>> import numpy as np, blzarr
+        >>> t = blzarr.ctable([np.arange(2), np.array([0.5, 1.5])], names=["a", "b"])
+        >>> t.append((2, 2.5))
+        >>> t.append([[3, 4], [3.5, 4.5]])
+        >>> t.append({"a": [5], "b": [5.5]})
+        >>> len(t), t[-1].tolist()
+        (6, (5, 5.5))
+        """
         self._check_writable()
         if not self.cols.names:
             raise ValueError("cannot append rows to a ctable without columns")
@@ -551,7 +603,23 @@ class ctable:
             self.flush()
 
     def resize(self, nitems):
-        """Grow (new rows take each column's `dflt`) or shrink to `nitems` rows."""
+        """Grow the table to `nitems` rows (new rows take each column's `dflt`) or shrink it.
+
+        Parameters
+        ----------
+        nitems : int
+            The new number of rows (non-negative).
+
+        Examples
+        --------
+        >>> import numpy as np, blzarr
+        >>> t = blzarr.ctable([np.arange(3), np.ones(3)], names=["a", "b"])
+        >>> t.resize(5)
+        >>> t[:].tolist()
+        [(0, 1.0), (1, 1.0), (2, 1.0), (0, 0.0), (0, 0.0)]
+        >>> t.resize(1); len(t)
+        1
+        """
         self._check_writable()
         nitems = operator_index(nitems, "nitems")
         if nitems < 0:
@@ -563,7 +631,26 @@ class ctable:
             self.flush()
 
     def trim(self, nitems):
-        """Remove the last `nitems` rows."""
+        """Remove the last `nitems` rows.
+
+        Parameters
+        ----------
+        nitems : int
+            How many rows to remove (a negative number grows the table, as `resize` does).
+
+        Raises
+        ------
+        ValueError
+            `nitems` is larger than the number of rows.
+
+        Examples
+        --------
+        >>> import numpy as np, blzarr
+        >>> t = blzarr.ctable([np.arange(5)], names=["a"])
+        >>> t.trim(2)
+        >>> t["a"][:].tolist()
+        [0, 1, 2]
+        """
         self._check_writable()
         nitems = operator_index(nitems, "nitems")
         if nitems > self._len:
@@ -577,10 +664,35 @@ class ctable:
             self.flush()
 
     def addcol(self, newcol, name=None, pos=None, move=False, **kwargs):
-        """Add `newcol` (carray, array, list) as a column named `name` at position `pos` (default: last).
+        """Add a column.
 
-        An on-disk carray added to an on-disk table is copied into the table's directory, or moved
-        there with ``move=True``.  `kwargs` go to the carray constructor when one is built.
+        Parameters
+        ----------
+        newcol : carray, array or list
+            The data, as long as the table.
+        name : str, optional
+            The column name (default ``'f<pos>'``): a Python identifier, not already used.
+        pos : int, optional
+            The position among the columns (default: last).
+        move : bool, optional
+            An on-disk carray added to an on-disk table is copied into the table's directory, or,
+            with True, moved there (the carray object passed must not be used afterwards).
+        **kwargs
+            Passed to `blzarr.carray` when a column is built (``cparams``, ``chunklen``, ...).
+
+        Raises
+        ------
+        ValueError
+            A bad or repeated name, a bad position, or a length that differs from the table's.
+
+        Examples
+        --------
+        >>> import numpy as np, blzarr
+        >>> t = blzarr.ctable([np.arange(3)], names=["a"])
+        >>> t.addcol(np.arange(3) * 10, name="b")
+        >>> t.addcol(["x", "y", "z"], name="s", pos=0)
+        >>> t.names, t[2].tolist()
+        (['s', 'a', 'b'], ('z', 2, 20))
         """
         self._check_writable()
         if pos is None:
@@ -624,7 +736,32 @@ class ctable:
             self.flush()
 
     def delcol(self, name=None, pos=None, keep=False):
-        """Remove the column `name` (or at position `pos`); its directory is removed unless `keep`."""
+        """Remove a column, given by `name` or by position `pos`.
+
+        Parameters
+        ----------
+        name : str, optional
+            The column to remove.
+        pos : int, optional
+            Its position instead (negative counts from the end).
+        keep : bool, optional
+            Keep the column's data: on disk its directory is left in place, and the column's
+            carray is returned.
+
+        Returns
+        -------
+        carray or None
+            The removed column when `keep` is True.
+
+        Examples
+        --------
+        >>> import numpy as np, blzarr
+        >>> t = blzarr.ctable([np.arange(3), np.zeros(3), np.ones(3)], names=["a", "b", "c"])
+        >>> t.delcol("b")
+        >>> c = t.delcol(pos=-1, keep=True)
+        >>> t.names, c[:].tolist()
+        (['a'], [1.0, 1.0, 1.0])
+        """
         self._check_writable()
         if name is None and pos is None:
             raise ValueError("delcol() needs a `name` or a `pos`")
@@ -672,7 +809,11 @@ class ctable:
         old.flush()
 
     def flush(self):
-        """Write every column's buffered rows and sizes to disk (no-op in memory)."""
+        """Write every column's buffered rows and sizes to disk (nothing to do in memory).
+
+        Appends to an on-disk table flush by themselves unless ``auto_flush`` is False; a ctable
+        used as a context manager flushes when the ``with`` block ends.
+        """
         if self._mode == "r":
             return
         for c in self.cols.values():
@@ -684,8 +825,27 @@ class ctable:
             c.free_cachemem()
 
     def copy(self, **kwargs):
-        """A copy of the table; `rootdir`, `mode`, `cparams`, `expectedlen`, `chunklen`, `names`
-        and `format` may be given."""
+        """A copy of the table, in memory or (with `rootdir`) on disk.
+
+        Parameters
+        ----------
+        **kwargs
+            ``rootdir``, ``mode``, ``cparams``, ``expectedlen``, ``chunklen``, ``names`` and
+            ``format`` of the copy (an on-disk copy keeps the original's layout unless `format`
+            is given).
+
+        Returns
+        -------
+        ctable
+
+        Examples
+        --------
+        >>> import numpy as np, blzarr
+        >>> t = blzarr.ctable([np.arange(3)], names=["a"])
+        >>> c = t.copy(names=["b"], cparams={"clevel": 9})
+        >>> c.names, c.cparams.clevel, c["b"][:].tolist()
+        (['b'], 9, [0, 1, 2])
+        """
         rootdir = kwargs.pop("rootdir", None)
         mode = kwargs.pop("mode", "w" if rootdir is not None else "a")
         names = kwargs.pop("names", None) or self.names
@@ -882,8 +1042,35 @@ class ctable:
                 yield from make(arrays)
 
     def iter(self, start=0, stop=None, step=1, outcols=None, limit=None, skip=0, out_flavor=namedtuple):
-        """Iterate over the rows [start:stop:step] (namedtuples by default, `outcols` only, the row
-        number with the name 'nrow__'), skipping `skip` and yielding at most `limit`."""
+        """Iterate over the rows ``[start:stop:step]``, reading the columns block by block.
+
+        Parameters
+        ----------
+        start, stop, step : int, optional
+            The rows to visit, as in a slice (`step` must be positive).
+        outcols : list of str or str, optional
+            The columns to give (a list, or names separated by commas or spaces); the pseudo-column
+            ``'nrow__'`` is the row number.  Default: all the columns.
+        limit : int, optional
+            Give at most this many rows.
+        skip : int, optional
+            Skip this many rows first.
+        out_flavor : namedtuple, tuple or numpy.ndarray, optional
+            The type of each row: a namedtuple (default), a tuple, or a 1-row structured array.
+
+        Yields
+        ------
+        namedtuple, tuple or numpy.ndarray
+
+        Examples
+        --------
+        >>> import numpy as np, blzarr
+        >>> t = blzarr.ctable([np.arange(6), np.arange(6) * 0.5], names=["a", "b"])
+        >>> [(int(r.a), float(r.b)) for r in t.iter(1, 6, 2)]
+        [(1, 0.5), (3, 1.5), (5, 2.5)]
+        >>> [tuple(map(int, r)) for r in t.iter(outcols="nrow__, a", skip=2, limit=2, out_flavor=tuple)]
+        [(2, 2), (3, 3)]
+        """
         names = self._check_outcols(outcols)
         step = 1 if step is None else step
         if step <= 0:
@@ -1043,11 +1230,52 @@ class ctable:
 
     def where(self, expression, outcols=None, limit=None, skip=0, out_flavor=namedtuple, user_dict={},
               vm=None):
-        """Iterate over the rows where `expression` (a string or a boolean array/carray) is true.
+        """Iterate over the rows where `expression` is true.
 
-        Rows are namedtuples (or tuples, or 1-row structured arrays with ``out_flavor=np.ndarray``)
-        of `outcols` (a list or a 'a, b' string; 'nrow__' is the row number).  Names in the
-        expression are looked up in `user_dict`, then the columns, then the caller's variables.
+        The expression is evaluated block by block, and only the matching rows of each block are
+        read from the other columns.
+
+        Parameters
+        ----------
+        expression : str, or boolean array or carray
+            A boolean expression over the columns (and other variables), or a mask with one
+            boolean per row.  Names are looked up in `user_dict`, then among the columns, then in
+            the caller's variables.
+        outcols : list of str or str, optional
+            The columns to give; ``'nrow__'`` is the row number.  Default: all.
+        limit : int, optional
+            Give at most this many rows.
+        skip : int, optional
+            Skip this many matching rows first.
+        out_flavor : namedtuple, tuple or numpy.ndarray, optional
+            The type of each row (namedtuples by default).
+        user_dict : dict, optional
+            Variables for the expression.
+        vm : {'numexpr', 'python'}, optional
+            The evaluator (default ``blzarr.defaults.vm``).
+
+        Yields
+        ------
+        namedtuple, tuple or numpy.ndarray
+
+        Raises
+        ------
+        NameError
+            A name of the expression is neither a column nor a variable.
+        ValueError
+            The expression does not give one boolean per row.
+
+        Examples
+        --------
+        >>> import numpy as np, blzarr
+        >>> t = blzarr.ctable([np.arange(6), np.arange(6) * 0.5], names=["a", "b"])
+        >>> [int(r.a) for r in t.where("b > 1")]
+        [3, 4, 5]
+        >>> lo = 1
+        >>> [tuple(map(int, r)) for r in t.where("(a > lo) & (a < 5)", outcols="nrow__", out_flavor=tuple)]
+        [(2,), (3,), (4,)]
+        >>> [int(r.a) for r in t.where(np.array([True, False] * 3), limit=2)]
+        [0, 2]
         """
         names = self._check_outcols(outcols)
         self._row_maker(names, out_flavor)
@@ -1057,7 +1285,29 @@ class ctable:
         return self._emit_rows(blocks, names, out_flavor)
 
     def whereblocks(self, expression, blen=None, outcols=None, limit=None, skip=0, user_dict={}, vm=None):
-        """Iterate over structured arrays of `blen` matching rows (the last one may be shorter)."""
+        """Iterate over the rows where `expression` is true, in structured arrays of `blen` rows.
+
+        Parameters
+        ----------
+        expression : str, or boolean array or carray
+            As in `where`.
+        blen : int, optional
+            Rows per block (the last block may be shorter).  Default: the table's chunk length.
+        outcols, limit, skip, user_dict, vm
+            As in `where`.
+
+        Yields
+        ------
+        numpy.ndarray
+            Structured arrays of the `outcols` fields.
+
+        Examples
+        --------
+        >>> import numpy as np, blzarr
+        >>> t = blzarr.ctable([np.arange(8), np.arange(8) * 0.5], names=["a", "b"])
+        >>> [b["a"].tolist() for b in t.whereblocks("a >= 3", blen=2)]
+        [[3, 4], [5, 6], [7]]
+        """
         names = self._check_outcols(outcols)
         if blen is None:
             blen = self.chunklen
@@ -1105,8 +1355,34 @@ class ctable:
 
     def fetchwhere(self, expression, outcols=None, limit=None, skip=0, out_flavor=None, user_dict={},
                    vm=None, **kwargs):
-        """The rows where `expression` is true: a ctable (out_flavor 'bcolz', built with `kwargs`)
-        or a NumPy structured array (out_flavor 'numpy')."""
+        """All the rows where `expression` is true, at once.
+
+        Parameters
+        ----------
+        expression : str, or boolean array or carray
+            As in `where`.
+        outcols, limit, skip, user_dict, vm
+            As in `where`.
+        out_flavor : {'bcolz', 'numpy'}, optional
+            A new ctable ('bcolz', also 'carray') or a NumPy structured array ('numpy').
+            Default: ``blzarr.defaults.out_flavor``.
+        **kwargs
+            Passed to the `ctable` constructor of the result (``rootdir``, ``cparams``, ...).
+
+        Returns
+        -------
+        ctable or numpy.ndarray
+
+        Examples
+        --------
+        >>> import numpy as np, blzarr
+        >>> t = blzarr.ctable([np.arange(6), np.arange(6) * 10], names=["a", "c"])
+        >>> t.fetchwhere("(a > 1) & (c < 50)", out_flavor="numpy").tolist()
+        [(2, 20), (3, 30), (4, 40)]
+        >>> r = t.fetchwhere("a > 3", outcols=["c"])
+        >>> type(r).__name__, r[:].tolist()
+        ('ctable', [(40,), (50,)])
+        """
         out_flavor = out_flavor or defaults.out_flavor
         frame = sys._getframe(1)
         if out_flavor == "numpy":
@@ -1132,7 +1408,28 @@ class ctable:
     def eval(self, expression, **kwargs):
         """Evaluate `expression` over the columns (and the caller's variables), block by block.
 
-        `kwargs` are those of `blzarr.eval` (vm, out_flavor, user_dict, blen, and carray parameters).
+        Parameters
+        ----------
+        expression : str
+            An expression whose names are columns, or variables of `user_dict` or of the caller
+            (`user_dict` first, then the columns).
+        **kwargs
+            Those of `blzarr.eval`: ``vm``, ``out_flavor``, ``user_dict``, ``blen``, and the
+            parameters of the resulting carray.
+
+        Returns
+        -------
+        carray, numpy.ndarray or scalar
+
+        Examples
+        --------
+        >>> import numpy as np, blzarr
+        >>> t = blzarr.ctable([np.arange(4), np.arange(4) * 10], names=["a", "c"])
+        >>> t.eval("a * c")[:].tolist()
+        [0, 10, 40, 90]
+        >>> k = 2
+        >>> t.eval("c + k", out_flavor="numpy").tolist()
+        [2, 12, 22, 32]
         """
         user_dict = kwargs.pop("user_dict", None) or {}
         if not isinstance(expression, str):
@@ -1144,13 +1441,55 @@ class ctable:
 
     # ------------------------------------------------------------------ dask, arrow, pickling
     def to_dask(self, columns=None, partition_chunks=None):
-        """A dask DataFrame over the table (index: row numbers), one partition per superchunk file
-        (BLZ) or group of chunks; each task reads only its rows (see `blzarr.dask_io`)."""
+        """A dask DataFrame over the table, without reading it (needs dask).
+
+        The index is the row number.  There is one partition per superchunk file in the BLZ layout
+        (of the column with the smallest superchunks), else per group of whole chunks; each task
+        reads only its own rows.  An on-disk table pickles by its directory, so the frame works on
+        a distributed cluster whose workers see the same files.
+
+        Parameters
+        ----------
+        columns : list of str, optional
+            The columns to include (default: all; they must be 1-d).
+        partition_chunks : int, optional
+            Chunks per partition, instead of the automatic choice.
+
+        Returns
+        -------
+        dask.dataframe.DataFrame
+
+        Examples
+        --------
+        >>> import numpy as np, blzarr
+        >>> t = blzarr.ctable([np.arange(5), np.arange(5) * 0.5], names=["a", "b"])
+        >>> df = t.to_dask()
+        >>> int(df["a"].sum().compute()), list(df.columns)
+        (10, ['a', 'b'])
+        """
         from blzarr.dask_io import ctable_to_dask
         return ctable_to_dask(self, columns, partition_chunks)
 
     def to_arrow(self, columns=None):
-        """A pyarrow Table with the table's (1-d) columns, built block by block."""
+        """A pyarrow Table with the table's columns, built one record batch per block (needs pyarrow).
+
+        Parameters
+        ----------
+        columns : list of str, optional
+            The columns to include (default: all; they must be 1-d).
+
+        Returns
+        -------
+        pyarrow.Table
+
+        Examples
+        --------
+        >>> import numpy as np, blzarr
+        >>> t = blzarr.ctable([np.arange(3), np.array(["x", "y", "z"])], names=["a", "s"])
+        >>> at = t.to_arrow()
+        >>> at.num_rows, at.column_names, at.column("s").to_pylist()
+        (3, ['a', 's'], ['x', 'y', 'z'])
+        """
         from blzarr.dask_io import ctable_to_arrow
         return ctable_to_arrow(self, columns)
 
@@ -1166,24 +1505,136 @@ class ctable:
     # ------------------------------------------------------------------ pandas and HDF5
     @staticmethod
     def fromdataframe(df, **kwargs):
-        """A ctable from a pandas DataFrame (strings become fixed-width unicode or bytes columns,
-        categoricals their values); `kwargs` go to the ctable constructor."""
+        """A ctable from a pandas DataFrame (needs pandas).
+
+        Columns of strings become fixed-width unicode (or bytes) columns as wide as their longest
+        value, categoricals their values, time-zone-aware datetimes UTC ``datetime64``; a column
+        with missing values that is not numeric stays a column of Python objects.  The index is
+        not stored.
+
+        Parameters
+        ----------
+        df : pandas.DataFrame
+            The data.
+        **kwargs
+            Passed to the `ctable` constructor (``rootdir``, ``mode``, ``cparams``, ``names``, ...).
+
+        Returns
+        -------
+        ctable
+
+        Examples
+        --------
+        >>> import pandas as pd, blzarr
+        >>> t = blzarr.ctable.fromdataframe(pd.DataFrame({"n": [1, 2], "s": ["ab", "c"]}))
+        >>> t.dtype, t[:].tolist()
+        (dtype([('n', '<i8'), ('s', '<U2')]), [(1, 'ab'), (2, 'c')])
+        """
         from blzarr.ctable_io import fromdataframe
         return fromdataframe(df, **kwargs)
 
     def todataframe(self, columns=None, orient="columns"):
-        """A pandas DataFrame with the table's columns, in order (or only `columns`)."""
+        """A pandas DataFrame with the table's columns, keeping their dtypes (needs pandas).
+
+        Parameters
+        ----------
+        columns : list of str, optional
+            The columns to include, in this order (default: all, in the table's order).
+        orient : {'columns', 'index'}, optional
+            'index' gives one DataFrame row per column, as ``DataFrame.from_dict`` does.
+
+        Returns
+        -------
+        pandas.DataFrame
+
+        Examples
+        --------
+        >>> import numpy as np, blzarr
+        >>> t = blzarr.ctable([np.arange(3), np.array([0.5, 1.5, 2.5])], names=["a", "b"])
+        >>> df = t.todataframe()
+        >>> df["b"].tolist(), str(df["a"].dtype)
+        ([0.5, 1.5, 2.5], 'int64')
+        >>> list(t.todataframe(columns=["b"]).columns)
+        ['b']
+        """
         from blzarr.ctable_io import todataframe
         return todataframe(self, columns, orient)
 
     @staticmethod
     def fromhdf5(filepath, nodepath="/ctable", **kwargs):
-        """A ctable from a PyTables Table in an HDF5 file, read block by block."""
+        """A ctable from a PyTables Table in an HDF5 file, read block by block (needs PyTables).
+
+        Unicode and datetime columns written by `tohdf5` come back with their NumPy dtypes; the
+        Table's user attributes that JSON can hold become the ctable's attributes.
+
+        Parameters
+        ----------
+        filepath : str
+            The HDF5 file.
+        nodepath : str, optional
+            The path of the Table inside the file.
+        **kwargs
+            Passed to the `ctable` constructor (``rootdir``, ``names``, ...).
+
+        Returns
+        -------
+        ctable
+
+        Raises
+        ------
+        blzarr.StorageError
+            The file does not exist.
+        KeyError
+            There is no node at `nodepath`.
+
+        Examples
+        --------
+        >>> import numpy as np, blzarr, os
+        >>> t = blzarr.ctable([np.arange(3), np.array(["a", "b", "c"])], names=["n", "s"])
+        >>> t.tohdf5("fromhdf5_example.h5")                  # doctest: +SKIP
+        >>> blzarr.ctable.fromhdf5("fromhdf5_example.h5")[:].tolist()  # doctest: +SKIP
+        [(0, 'a'), (1, 'b'), (2, 'c')]
+        >>> os.remove("fromhdf5_example.h5")                 # doctest: +SKIP
+        """
         from blzarr.ctable_io import fromhdf5
         return fromhdf5(filepath, nodepath, **kwargs)
 
     def tohdf5(self, filepath, nodepath="/ctable", mode="w", cparams=None, cname=None):
-        """Write the table as a PyTables Table at `nodepath` of the HDF5 file `filepath`."""
+        """Write the table as a PyTables Table in an HDF5 file (needs PyTables).
+
+        HDF5 has no unicode or datetime columns: they are stored as UTF-8 bytes and int64, and
+        their NumPy dtypes are recorded in the Table's ``BLZARR_DTYPES`` attribute so that
+        `fromhdf5` restores them.  The table's attributes become the Table's.
+
+        Parameters
+        ----------
+        filepath : str
+            The HDF5 file.
+        nodepath : str, optional
+            Where to create the Table ('/ctable' by default; missing groups are created).
+        mode : {'w', 'a'}, optional
+            'w' creates the file (it must not exist), 'a' adds a node to an existing one.
+        cparams : cparams or dict, optional
+            Compression of the HDF5 Table (default: the ctable's).
+        cname : str, optional
+            The PyTables compression library (default ``'blosc:' + cparams.cname``).
+
+        Raises
+        ------
+        blzarr.StorageError
+            With mode 'w', the file already exists.
+        TypeError
+            A column has a dtype PyTables cannot store.
+
+        Examples
+        --------
+        >>> import numpy as np, blzarr, os
+        >>> t = blzarr.ctable([np.arange(3)], names=["n"])
+        >>> t.tohdf5("tohdf5_example.h5", nodepath="/group/table")                # doctest: +SKIP
+        >>> blzarr.ctable.fromhdf5("tohdf5_example.h5", "/group/table")["n"][:]   # doctest: +SKIP
+        array([0, 1, 2])
+        >>> os.remove("tohdf5_example.h5")                                       # doctest: +SKIP
+        """
         from blzarr.ctable_io import tohdf5
         return tohdf5(self, filepath, nodepath, mode, cparams, cname)
 
