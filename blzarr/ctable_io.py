@@ -1,4 +1,8 @@
-"""ctable <-> pandas DataFrame and ctable <-> HDF5 (PyTables Table) conversions."""
+"""ctable <-> pandas DataFrame and ctable <-> HDF5 (PyTables Table) conversions.
+
+These are the functions behind `ctable.fromdataframe`, `ctable.todataframe`, `ctable.fromhdf5` and
+`ctable.tohdf5`; pandas and PyTables are imported only when one of them is called.
+"""
 
 import os
 
@@ -42,6 +46,25 @@ def _column_from_series(pd, name, series):
 
 
 def fromdataframe(df, **kwargs):
+    """A ctable from a pandas DataFrame; see `blzarr.ctable.fromdataframe`.
+
+    Raises
+    ------
+    TypeError
+        `df` is not a DataFrame.
+    ValueError
+        Repeated column names, or `names` of the wrong length.
+    ImportError
+        pandas is not installed.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from blzarr.ctable_io import fromdataframe
+    >>> t = fromdataframe(pd.DataFrame({"k": pd.Categorical(["a", "b", "a"]), "v": [1.0, 2.0, 3.0]}))
+    >>> t["k"][:].tolist(), t["v"].dtype
+    (['a', 'b', 'a'], dtype('float64'))
+    """
     from blzarr.ctable import ctable
     pd = _need("pandas", "fromdataframe()")
     if not isinstance(df, pd.DataFrame):
@@ -58,6 +81,25 @@ def fromdataframe(df, **kwargs):
 
 
 def todataframe(t, columns=None, orient="columns"):
+    """ctable `t` as a pandas DataFrame; see `blzarr.ctable.todataframe`.
+
+    Raises
+    ------
+    ValueError
+        A bad `orient`, or a multidimensional column.
+    ImportError
+        pandas is not installed.
+
+    Examples
+    --------
+    >>> import numpy as np, blzarr
+    >>> from blzarr.ctable_io import todataframe
+    >>> t = blzarr.ctable([np.arange(2), np.array(["x", "y"])], names=["n", "s"])
+    >>> todataframe(t, orient="index").shape
+    (2, 2)
+    >>> todataframe(t, columns=["s"])["s"].tolist()
+    ['x', 'y']
+    """
     pd = _need("pandas", "todataframe()")
     if orient not in ("columns", "index"):
         raise ValueError(f"orient must be 'columns' or 'index', got {orient!r}")
@@ -74,6 +116,7 @@ def todataframe(t, columns=None, orient="columns"):
 
 
 def fromhdf5(filepath, nodepath="/ctable", **kwargs):
+    """A ctable from the PyTables Table at `nodepath` of an HDF5 file; see `blzarr.ctable.fromhdf5`."""
     from blzarr.ctable import ctable
     tb = _need("tables", "fromhdf5()")
     filepath = os.fspath(filepath)
@@ -160,6 +203,7 @@ def _jsonable(v):
 
 
 def tohdf5(t, filepath, nodepath="/ctable", mode="w", cparams=None, cname=None):
+    """Write ctable `t` as a PyTables Table in an HDF5 file; see `blzarr.ctable.tohdf5`."""
     from blzarr.params import cparams as _cparams
     tb = _need("tables", "tohdf5()")
     filepath = os.fspath(filepath)
