@@ -236,12 +236,50 @@ def _check_target(rootdir, kwargs):
 def from_dask(x, rootdir, **kwargs):
     """from_dask(x, rootdir, **kwargs)
 
-    Write the dask array `x` as a carray, or the dask (or pandas) DataFrame `x` as a ctable, at
-    `rootdir`, one task per partition: `x` is rechunked so that every partition covers whole chunks
-    (bcolz layout) or exactly one superchunk file (``format='blz'``), each task compresses and writes
-    its own files, and the sizes are written once at the end.  `kwargs` are those of `carray`
-    (cparams, chunklen, format, checksum, superchunklen, ...); ``mode`` ('w' default) is the mode of
-    the returned object.  A DataFrame's index is not stored.
+    Write a dask array as an on-disk carray, or a dask (or pandas) DataFrame as an on-disk ctable,
+    with one task per partition.
+
+    `x` is first rechunked so that every partition covers whole chunks (bcolz layout) or exactly one
+    superchunk file (BLZ layout); each task then compresses and writes its own files, so the work
+    runs in parallel on whatever scheduler is active (threads, processes, or a distributed cluster
+    whose workers share the file system), and the sizes are written once, at the end.  If any task
+    fails, the half-written directory is removed.
+
+    Parameters
+    ----------
+    x : dask.array.Array, numpy.ndarray, dask.dataframe.DataFrame or pandas.DataFrame
+        The data (at least one dimension; no Python objects).  A DataFrame's index is not stored.
+    rootdir : str
+        The directory to write.  An existing one is replaced unless ``overwrite=False``.
+    **kwargs
+        Those of `blzarr.carray` (``cparams``, ``chunklen``, ``format``, ``checksum``,
+        ``superchunklen``, ...; ``names`` for a DataFrame), plus ``mode`` ('w' by default: the
+        mode of the returned object) and ``overwrite`` (True by default).
+
+    Returns
+    -------
+    carray or ctable
+        The written object, opened with `mode`.
+
+    Raises
+    ------
+    blzarr.StorageError
+        `rootdir` exists and ``overwrite=False``.
+    TypeError
+        `x` is not an array or DataFrame, or holds Python objects.
+    ImportError
+        dask is not installed.
+
+    Examples
+    --------
+    >>> import dask.array as da, pandas as pd, blzarr, shutil
+    >>> c = blzarr.from_dask(da.arange(10, chunks=4), "from_dask_array", chunklen=4, mode="r")
+    >>> c[:].tolist(), c.mode, c.chunklen
+    ([0, 1, 2, 3, 4, 5, 6, 7, 8, 9], 'r', 4)
+    >>> t = blzarr.from_dask(pd.DataFrame({"x": [1, 2, 3], "s": ["a", "bb", "c"]}), "from_dask_frame")
+    >>> t[:].tolist()
+    [(1, 'a'), (2, 'bb'), (3, 'c')]
+    >>> shutil.rmtree("from_dask_array"); shutil.rmtree("from_dask_frame")
     """
     _need("dask", "from_dask()")
     import dask
