@@ -538,6 +538,7 @@ def _message(e):
 
 
 def build_parser():
+    """The argparse parser of the command line: one subcommand (info, ls, verify, convert, bench) each."""
     p = _Parser(prog=PROG, description="Inspect, check and convert blzarr/bcolz carrays and ctables.")
     p.add_argument("--version", action="version", version=f"{PROG} {blzarr.__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -583,7 +584,48 @@ def build_parser():
 
 
 def main(argv=None, out=None):
-    """Run the command line with `argv` (default: sys.argv[1:]); return the exit status."""
+    """main(argv=None, out=None)
+
+    Run the ``blzarr`` command line and return its exit status (the console script and
+    ``python -m blzarr`` exit with it).
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        The arguments after the program name (default: ``sys.argv[1:]``), e.g.
+        ``["info", "data.blz", "--json"]``.
+    out : file, optional
+        Where the results go (default: ``sys.stdout``); errors always go to ``sys.stderr``, one
+        line each.
+
+    Returns
+    -------
+    int
+        0 on success, 1 on an error or on damage found by ``verify``, 2 for a bad command line,
+        130 when interrupted.
+
+    Examples
+    --------
+    >>> import numpy as np, blzarr, shutil
+    >>> from blzarr.cli import main
+    >>> a = blzarr.arange(1000, rootdir="cli_example/a", mode="w", chunklen=100)
+    >>> t = blzarr.ctable([np.arange(3)], names=["x"], rootdir="cli_example/t", mode="w", format="bcolz")
+    >>> main(["ls", "cli_example"])
+    path  type    layout  shape    dtype      nbytes   on disk   ratio
+    ----  ------  ------  -------  ---------  -------  --------  -----
+    a     carray  blz     (1000,)  int64      7.81 KB  ...
+    t     ctable  bcolz   ...
+    0
+    >>> main(["verify", "cli_example/a"])
+    OK       cli_example/a: carray, blz, int64, shape (1000,): 10 chunks in 1 file(s), crc32 checksums verified, all decoded
+    0
+    >>> main(["convert", "cli_example/a", "cli_example/b", "--format", "bcolz", "--cname", "zlib"])
+    converted carray 'cli_example/a' (blz) -> 'cli_example/b' (bcolz): 1000 rows, 7.81 KB -> ... on disk (ratio ...)
+    0
+    >>> blzarr.open("cli_example/b").cparams.cname
+    'zlib'
+    >>> shutil.rmtree("cli_example")
+    """
     out = out or sys.stdout
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
