@@ -1,7 +1,22 @@
 """blzarr: Blosc-compressed, chunked arrays and tables for NumPy, the maintained successor of bcolz.
 
 ``import blzarr as bcolz`` runs code written for bcolz; directories in the bcolz 1.x layout open,
-and the ones blzarr writes in that layout open in bcolz.
+and the ones blzarr writes in that layout (``format='bcolz'``) open in bcolz.  New directories use
+the BLZ layout by default: checksummed superchunk files, read lazily (docs/FORMAT.rst).
+
+The main objects are `carray` (a compressed, enlargeable array), `ctable` (a table of carray
+columns), the constructors `zeros`, `ones`, `fill`, `arange`, `fromiter`, and `open`, `walk`,
+`iterblocks` and `eval` to use what is stored.
+
+Examples
+--------
+>>> import numpy as np
+>>> import blzarr as bcolz
+>>> a = bcolz.carray(np.arange(100_000) * 0.5, rootdir="package_example", mode="w")
+>>> b = bcolz.open("package_example", mode="r")
+>>> b[10], b[-3:].tolist(), float(b.sum())
+(5.0, [49998.5, 49999.0, 49999.5], 2499975000.0)
+>>> import shutil; shutil.rmtree("package_example")
 """
 
 __version__ = "0.1.0"
@@ -52,6 +67,11 @@ def test(*args):
     """Run blzarr's test suite (from a source checkout) with pytest; return pytest's exit code.
 
     Extra arguments go to pytest, e.g. ``blzarr.test("-q", "-k", "carray")``.
+
+    Raises
+    ------
+    RuntimeError
+        The tests are not beside the package (an installed wheel), or pytest is missing.
     """
     import os
     here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")

@@ -398,8 +398,8 @@ def iterblocks(cobj, blen=None, start=0, stop=None):
     >>> a = blzarr.arange(10)
     >>> [b.tolist() for b in blzarr.iterblocks(a, blen=4)]
     [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
-    >>> sum(b.sum() for b in blzarr.iterblocks(a, blen=3, start=5))
-    np.int64(35)
+    >>> sum(int(b.sum()) for b in blzarr.iterblocks(a, blen=3, start=5))
+    35
     """
     n = len(cobj)
     stop = n if stop is None or stop > n else operator.index(stop)
