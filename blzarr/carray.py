@@ -1324,8 +1324,16 @@ class carray:
         self._chunks.free_cachemem()
 
     def purge(self):
-        """Remove the on-disk data of this carray (its whole root directory); no-op in memory."""
+        """Reclaim disk space: what this does depends on the layout.
+
+        'blz': compact the superchunk files, dropping the holes that rewrites relocated elsewhere left
+        behind (the same as `compact()`); the data stays.  Returns the bytes freed.
+        'bcolz': remove the on-disk data, the whole root directory, as bcolz's purge does.
+        In memory: nothing.
+        """
         self._check_writable()
+        if self._store is not None and self._store.format == "blz":
+            return self.compact()
         if self._rootdir:
             if not os.path.isdir(self._rootdir):
                 raise StorageError(f"cannot purge '{self._rootdir}': it does not exist")
