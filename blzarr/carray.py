@@ -21,6 +21,7 @@ from blzarr.params import cparams as _cparams
 from blzarr.parallel import run_all
 from blzarr.storage import BcolzDir
 from blzarr.blz import BlzChunks, BlzDir, open_store
+from blzarr.locking import lock_dir
 
 _MB = 1024 * 1024
 # compressed bytes of recently read on-disk chunks kept in memory, per carray
@@ -396,12 +397,18 @@ class carray:
         self._store = None
         self._chunks = _MemoryChunks()
         if self._rootdir is not None:
+            old_lock = self.__dict__.get("_dirlock")
             if os.path.exists(self._rootdir):
                 if os.path.isdir(self._rootdir) and not os.path.islink(self._rootdir):
+                    if old_lock is None:
+                        old_lock = lock_dir(self._rootdir)   # never remove what another process writes
                     shutil.rmtree(self._rootdir)
                 else:
                     os.remove(self._rootdir)
             self._store, chunks_cls = self._create_store()
+            self._dirlock = lock_dir(self._rootdir)
+            if old_lock is not None:
+                old_lock.release()
             self._chunks = chunks_cls(self._store, self._chunk_atom, self._chunklen, 0, "a",
                                       objects=self._isobj)
             self._write_storage()
@@ -414,6 +421,8 @@ class carray:
             self.flush()
         finally:
             self._mode = mode
+        if mode == "r" and self.__dict__.get("_dirlock") is not None:
+            self._dirlock.release()
         self._chunks.mode = self._mode if self._store else "a"
         self._attrs.mode = self._mode
 
@@ -436,6 +445,9 @@ class carray:
         return store, BlzChunks
 
     def _open(self, allow_pickle):
+        if self._mode != "r" and os.path.isdir(self._rootdir):
+            # one writer process at a time (mode 'r' takes no lock); the lock is the directory's
+            self._dirlock = lock_dir(self._rootdir)
         store = open_store(self._rootdir, self._mode)
         sizes = store.read_meta("sizes")
         storage = store.read_meta("storage")
@@ -488,8 +500,10 @@ class carray:
         self._len = length
         self._nleft = nleft
         if nleft:
-            c = self._chunks.load(nchunks, nleft * atom.itemsize)
-            c.decompress(self._last[:nleft])
+            self._load_leftover(nchunks, nleft)
+        if self._mode == "a" and store.format == "blz" and store.nchunks > nchunks + (1 if nleft else 0):
+            # chunks a writer killed mid-append or mid-trim left past what meta/sizes counts
+            store.remove_chunks_from(nchunks + (1 if nleft else 0))
         self._attrs = _attrs(self._rootdir, self._mode, path=store.attrs_path)
         if self._mode == "w":
             self._mode = "a"
@@ -497,6 +511,44 @@ class carray:
             self._attrs.mode = "a"
             self.resize(0)
             self._mode = "w"
+
+    def _load_leftover(self, nchunks, nleft):
+        """The `nleft` atoms of the short last chunk into the leftover buffer.
+
+        The chunk stored there may hold more atoms than meta/sizes counts (up to a full chunk): a
+        writer stores new data before the sizes that make it visible, so after a crash (or while it
+        writes) the chunk can be ahead of meta/sizes.  The first `nleft` atoms are the ones counted.
+        """
+        isz = self._atom.itemsize
+        c = self._chunks.load(nchunks, -1)
+        if c.nbytes == nleft * isz:
+            c.decompress(self._last[:nleft])
+            return
+        if c.nbytes % isz or not nleft * isz < c.nbytes <= self._chunklen * isz:
+            where = getattr(c, "_where", None) or f"chunk {nchunks}"
+            raise FormatError(f"the last chunk ({where}) holds {c.nbytes} bytes, but meta/sizes "
+                              f"'{self._store.meta_path('sizes')}' counts {nleft} atoms of {isz} bytes there")
+        self._last[:nleft] = c.decompress()[:nleft]
+
+    def _truncate_view(self, n):
+        """Show only the first `n` atoms without touching the files (a ctable opened after a crash
+        whose columns were not all flushed presents the rows every column holds)."""
+        if n >= self._len:
+            return
+        self._blockcache = None
+        if self._isobj:
+            keep_full, newleft = n, 0
+        else:
+            keep_full, newleft = divmod(n, self._chunklen)
+        if keep_full < len(self._chunks):
+            if newleft:
+                self._last[:newleft] = self._chunks[keep_full].decompress()[:newleft]
+            self._chunks.nchunks = keep_full
+            sizes = getattr(self._chunks, "_sizes", None)
+            if sizes is not None:
+                del sizes[keep_full:]
+        self._nleft = newleft
+        self._len = n
 
     # ---------------------------------------------------------------- metadata
     def _write_storage(self):
@@ -737,13 +789,17 @@ class carray:
         if self._store is None or self._mode == "r":
             return
         with self._lock:
+            # the order keeps every flushed atom through a crash at any point: the data first (the
+            # short last chunk may then hold more atoms than meta/sizes counts, which opening
+            # tolerates), then meta/sizes (replaced atomically), then the chunks left past the end
             nch = len(self._chunks)
             if self._nleft:
                 c = self._new_chunk(self._last[:self._nleft])
                 self._store.write_chunk(nch, c.getdata())
-            else:
-                self._store.remove_chunks_from(nch)
             self._write_sizes()
+            if not self._nleft or self.__dict__.get("_stale_chunks", True):
+                self._store.remove_chunks_from(nch + (1 if self._nleft else 0))
+            self._stale_chunks = False
 
     def resize(self, nitems):
         """Grow (filling with `dflt`) or shrink to `nitems` atoms."""
@@ -782,21 +838,37 @@ class carray:
         with self._lock:
             self._blockcache = None
             newlen = self._len - nitems
-            if self._isobj:
-                self._chunks.truncate(newlen)
+            if self._store is None:
+                if self._isobj:
+                    self._chunks.truncate(newlen)
+                    self._len = newlen
+                    return
+                cl = self._chunklen
+                keep_full, newleft = divmod(newlen, cl)
+                if keep_full < len(self._chunks):
+                    if newleft:
+                        tail = self._chunks[keep_full].decompress()
+                        self._last[:newleft] = tail[:newleft]
+                    self._chunks.truncate(keep_full)
+                self._nleft = newleft
+                self._last[newleft:] = np.zeros((), dtype=self._last.dtype)  # void dtypes take no 0
                 self._len = newlen
-                self.flush()
                 return
-            cl = self._chunklen
-            keep_full, newleft = divmod(newlen, cl)
-            if keep_full < len(self._chunks):
-                if newleft:
-                    tail = self._chunks[keep_full].decompress()
-                    self._last[:newleft] = tail[:newleft]
-                self._chunks.truncate(keep_full)
-            self._nleft = newleft
-            self._last[newleft:] = np.zeros((), dtype=self._last.dtype)  # void dtypes take no 0
-            self._len = newlen
+            # on disk, crash-safe: the new length goes to meta/sizes first (the chunks it no longer
+            # counts stay readable meanwhile), then flush rewrites the short last chunk and removes
+            # the chunks past the end
+            first = newlen if self._isobj else newlen // self._chunklen
+            forget = getattr(self._chunks, "_forget", None)
+            for i in range(first, len(self._chunks)):
+                if forget is not None:
+                    forget(i)
+            objs = getattr(self._chunks, "_objs", None)
+            if objs is not None:
+                objs.clear()
+            self._truncate_view(newlen)
+            self._last[self._nleft:] = np.zeros((), dtype=self._last.dtype)  # void dtypes take no 0
+            self._stale_chunks = True
+            self._write_sizes()
         self.flush()
 
     def __setitem__(self, key, value):
