@@ -801,6 +801,19 @@ class carray:
                 self._store.remove_chunks_from(nch + (1 if self._nleft else 0))
             self._stale_chunks = False
 
+    def close(self):
+        """Flush, then give back the directory's write lock (``blzarr.locking``): the carray becomes
+        read-only.  Dropping the last reference does the same, without the flush."""
+        if self._store is not None and self._mode != "r":
+            self.flush()
+        lock = self.__dict__.pop("_dirlock", None)
+        if lock is not None:
+            lock.release()
+        if self._store is not None:
+            self._mode = "r"
+            self._chunks.mode = "r"
+            self._attrs.mode = "r"
+
     def resize(self, nitems):
         """Grow (filling with `dflt`) or shrink to `nitems` atoms."""
         self._check_writable()
@@ -1346,6 +1359,7 @@ class carray:
         new._blockcache = None
         new._next_iter = None
         new._last = self._last.copy()
+        new.__dict__.pop("_dirlock", None)      # a view of an on-disk carray is read-only
         if isinstance(self._chunks, _MemoryChunks):
             new._chunks = _MemoryChunks(self._chunks)
         else:

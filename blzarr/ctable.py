@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import sys
+import warnings
 from collections import namedtuple
 
 import numpy as np
@@ -25,6 +26,7 @@ from blzarr import indexing as ix
 from blzarr.attrs import attrs as _attrs
 from blzarr.carray import carray, human_readable_size, operator_index
 from blzarr.errors import FormatError, ReadOnlyError, StorageError
+from blzarr.locking import lock_dir
 from blzarr.params import cparams as _cparams, defaults
 from blzarr.storage import ATTRS_FILE, ROOTDIRS_FILE, read_json, write_json
 
@@ -242,12 +244,17 @@ class ctable:
         return os.path.join(self._rootdir, name)
 
     def _make_rootdir(self):
+        old_lock = None
         if os.path.exists(self._rootdir):
             if os.path.isdir(self._rootdir) and not os.path.islink(self._rootdir):
+                old_lock = lock_dir(self._rootdir)   # never remove what another process writes
                 shutil.rmtree(self._rootdir)
             else:
                 os.remove(self._rootdir)
         os.makedirs(self._rootdir)
+        self._dirlock = lock_dir(self._rootdir)
+        if old_lock is not None:
+            old_lock.release()
         if self._format == "blz":
             os.makedirs(os.path.join(self._rootdir, BLZ_COLUMNS_DIR))
 
@@ -386,6 +393,8 @@ class ctable:
             raise FormatError(f"'{path}': unknown format {fmt!r} (expected 'bcolz' or 'blz')")
         self._format = fmt
         mode = self._mode
+        if mode != "r":
+            self._dirlock = lock_dir(root)   # one writer process at a time; mode 'r' takes no lock
         for n in names:
             d = self._col_dir(n)
             if not os.path.isdir(d):
@@ -394,8 +403,20 @@ class ctable:
             self.cols._cols[n] = carray(rootdir=d, mode=mode, allow_pickle=allow_pickle)
         lengths = {n: len(c) for n, c in self.cols._cols.items()}
         if len(set(lengths.values())) > 1:
-            raise FormatError(f"the columns of ctable '{root}' have different lengths: {lengths}")
-        self._len = next(iter(lengths.values())) if lengths else 0
+            # the columns are flushed one after the other: a writer killed between two of them (or
+            # seen by a reader meanwhile) leaves some longer.  The rows are those every column holds;
+            # a writer opening the table drops the extra atoms, a reader just does not show them.
+            n = min(lengths.values())
+            for c in self.cols._cols.values():
+                if len(c) > n:
+                    if mode == "r":
+                        c._truncate_view(n)
+                    else:
+                        c.trim(len(c) - n)
+            warnings.warn(f"the columns of ctable '{root}' have different lengths {lengths} (an interrupted "
+                          f"write?): only the {n} rows every column holds are used", RuntimeWarning,
+                          stacklevel=3)
+        self._len = min(lengths.values()) if lengths else 0
         if names:
             self._cparams = self.cols[names[0]].cparams
         self._attrs = _attrs(root, mode, path=self._attrs_path)
@@ -818,6 +839,21 @@ class ctable:
             return
         for c in self.cols.values():
             c.flush()
+
+
+    def close(self):
+        """Flush, then give back the directory's write lock (``blzarr.locking``): the table and its
+        columns become read-only.  Dropping the last reference does the same, without the flush."""
+        if self._mode != "r":
+            self.flush()
+        for c in self.cols.values():
+            c.close()
+        lock = self.__dict__.pop("_dirlock", None)
+        if lock is not None:
+            lock.release()
+        self._mode = "r"
+        if getattr(self, "_attrs", None) is not None:
+            self._attrs.mode = "r"
 
     def free_cachemem(self):
         """Drop the columns' caches of decompressed data."""
