@@ -19,6 +19,7 @@ from blzarr.chunk import blosc_typesize, chunk, compress_array
 from blzarr.errors import FormatError, PickleNotAllowedError, ReadOnlyError, StorageError
 from blzarr.params import cparams as _cparams
 from blzarr.parallel import run_all
+from blzarr.blockcache import disk_blocks, new_generation
 from blzarr.storage import BcolzDir
 from blzarr.blz import BlzChunks, BlzDir, open_store
 from blzarr.locking import lock_dir
@@ -991,9 +992,23 @@ class carray:
         stop = min(start + blen, self._len)
         self._read_range(start, stop, out[:stop - start])
 
+    # The last decoded block is kept for the next scalar read; on-disk carrays also keep recent blocks
+    # in the process-wide blockcache.disk_blocks.  Setting _blockcache to None (every change does)
+    # renews the generation in the keys of both, so no stale block is ever found again.
+    @property
+    def _blockcache(self):
+        return self._bc
+
+    @_blockcache.setter
+    def _blockcache(self, value):
+        if value is None:
+            self._gen = new_generation()
+            self._per = {}      # atoms per Blosc block of the on-disk chunks read so far
+        self._bc = value
+
     def _getitem_scalar(self, i):
-        """Atom `i` (0 <= i < len), through a cache of one decoded block of about BLOCK_CACHE_BYTES."""
-        bc = self._blockcache
+        """Atom `i` (0 <= i < len), decoding at most the one Blosc block that holds it."""
+        bc = self._bc
         if bc is not None and bc[0] <= i < bc[1]:
             v = bc[2][i - bc[0]]
         else:
@@ -1003,17 +1018,27 @@ class carray:
             if cid >= len(self._chunks):
                 v = self._last[local]
             else:
-                ch = self._chunks[cid]
-                isz = self._atom.itemsize
-                bs = ch.blocksize
-                # cache exactly the Blosc block that holds the atom, so one block is decoded
-                per = bs // isz if bs >= isz and bs % isz == 0 else max(1, BLOCK_CACHE_BYTES // isz)
-                lo = local // per * per
-                hi = min(lo + per, self._chunklen)
-                buf = np.empty((hi - lo,) + self._atom.shape, dtype=self._atom.base)
-                ch.read_range(lo, hi, buf)
                 base = cid * self._chunklen
-                self._blockcache = (base + lo, base + hi, buf)
+                per = self._per.get(cid) if self._store is not None else None
+                buf = None
+                if per is not None:
+                    lo = local // per * per
+                    key = (self._gen, cid, lo)
+                    buf = disk_blocks.get(key)
+                if buf is None:
+                    ch = self._chunks[cid]
+                    isz = self._atom.itemsize
+                    bs = ch.blocksize
+                    # exactly the Blosc block that holds the atom, so one block is decoded
+                    per = bs // isz if bs >= isz and bs % isz == 0 else max(1, BLOCK_CACHE_BYTES // isz)
+                    lo = local // per * per
+                    hi = min(lo + per, self._chunklen)
+                    buf = np.empty((hi - lo,) + self._atom.shape, dtype=self._atom.base)
+                    ch.read_range(lo, hi, buf)
+                    if self._store is not None:
+                        self._per[cid] = per
+                        disk_blocks.put((self._gen, cid, lo), buf)
+                self._bc = (base + lo, base + lo + len(buf), buf)
                 v = buf[local - lo]
         if self._pyscalars:
             return v.item()  # Python scalars, as bcolz gives them

@@ -1,0 +1,55 @@
+"""Decoded blocks of on-disk carrays, shared by the whole process and bounded in bytes (an LRU).
+
+A scalar read from disk costs positioned reads and a block decode; reading it again should cost a
+dictionary look-up.  Keys carry a generation number that the owning carray renews whenever it may have
+changed, so stale blocks are never found again and simply age out.
+"""
+
+import itertools
+import threading
+from collections import OrderedDict
+
+LIMIT_BYTES = 64 * 1024 * 1024
+
+_generations = itertools.count(1)
+
+
+def new_generation():
+    """A number no key made before can hold."""
+    return next(_generations)
+
+
+class BlockCache:
+    def __init__(self, limit=LIMIT_BYTES):
+        self.limit = limit
+        self.nbytes = 0
+        self._d = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key):
+        with self._lock:
+            v = self._d.get(key)
+            if v is not None:
+                self._d.move_to_end(key)
+            return v
+
+    def put(self, key, block):
+        if block.nbytes > self.limit // 4:
+            return
+        with self._lock:
+            old = self._d.pop(key, None)
+            if old is not None:
+                self.nbytes -= old.nbytes
+            self._d[key] = block
+            self.nbytes += block.nbytes
+            while self.nbytes > self.limit and self._d:
+                _, gone = self._d.popitem(last=False)
+                self.nbytes -= gone.nbytes
+
+    def clear(self):
+        with self._lock:
+            self._d.clear()
+            self.nbytes = 0
+
+
+disk_blocks = BlockCache()
