@@ -76,7 +76,23 @@ def _split_outcols(outcols):
 
 # ------------------------------------------------------------------------------------------- cols
 class cols:
-    """The columns of a ctable: ``t.cols['a']`` is the carray of column 'a'."""
+    """The columns of a ctable (``t.cols``): a mapping of names to carrays, in column order.
+
+    ``t.cols['a']`` (or ``t.cols[0]``) is the carray of column 'a' itself, not a copy.  Assigning
+    ``t.cols['a'] = data`` replaces that column's values (same length; converted to its dtype), or
+    adds a new last column when 'a' is not one.
+
+    Examples
+    --------
+    >>> import numpy as np, blzarr
+    >>> t = blzarr.ctable([np.arange(3), np.zeros(3)], names=["a", "b"])
+    >>> t.cols.keys(), type(t.cols["a"]).__name__, t.cols[1].dtype
+    (['a', 'b'], 'carray', dtype('float64'))
+    >>> t.cols["b"] = [0.5, 1.5, 2.5]
+    >>> t.cols["c"] = np.arange(3) * 2
+    >>> t[2].tolist()
+    (2, 2.5, 4)
+    """
 
     def __init__(self, table):
         self._table = table
