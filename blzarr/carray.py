@@ -506,6 +506,7 @@ class carray:
             # chunks a writer killed mid-append or mid-trim left past what meta/sizes counts
             store.remove_chunks_from(nchunks + (1 if nleft else 0))
         self._attrs = _attrs(self._rootdir, self._mode, path=store.attrs_path)
+        self._dirty = False
         if self._mode == "w":
             self._mode = "a"
             self._chunks.mode = "a"
@@ -786,8 +787,8 @@ class carray:
         self._len += n
 
     def flush(self):
-        """Write the leftover atoms and the sizes to disk (no-op in memory)."""
-        if self._store is None or self._mode == "r":
+        """Write the leftover atoms and the sizes to disk (no-op in memory, or when nothing changed)."""
+        if self._store is None or self._mode == "r" or not self._dirty:
             return
         with self._lock:
             # the order keeps every flushed atom through a crash at any point: the data first (the
@@ -801,6 +802,7 @@ class carray:
             if not self._nleft or self.__dict__.get("_stale_chunks", True):
                 self._store.remove_chunks_from(nch + (1 if self._nleft else 0))
             self._stale_chunks = False
+            self._dirty = False
 
     def close(self):
         """Flush, then give back the directory's write lock (``blzarr.locking``): the carray becomes
@@ -852,6 +854,7 @@ class carray:
         with self._lock:
             self._blockcache = None
             newlen = self._len - nitems
+            self._dirty = True
             if self._store is None:
                 if self._isobj:
                     self._chunks.truncate(newlen)
