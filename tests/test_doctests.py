@@ -31,3 +31,21 @@ def test_public_api_is_documented():
     missing = [n for n in blzarr.__all__ if not (getattr(blzarr, n).__doc__ or "").strip()
                and callable(getattr(blzarr, n))]
     assert not missing, f"public names without a docstring: {missing}"
+
+
+def test_hdf5_examples(tmp_path, monkeypatch):
+    """The HDF5 examples are marked +SKIP (PyTables may be missing where the docs are read): run them
+    anyway when it is installed."""
+    pytest.importorskip("tables")
+    monkeypatch.chdir(tmp_path)
+    mod = importlib.import_module("blzarr.ctable")
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    tests = [t for t in doctest.DocTestFinder().find(mod) if "hdf5" in t.name]
+    assert tests
+    for t in tests:
+        for example in t.examples:
+            example.options = {}
+        runner.run(t)
+    result = runner.summarize(verbose=False)
+    assert result.failed == 0 and result.attempted > 0
+    assert not list(tmp_path.iterdir())
