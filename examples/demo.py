@@ -1,4 +1,4 @@
-"""The main job: create, persist, reopen, query and time a carray (run after `pip install .`)."""
+"""The main job: create, persist, reopen, query and time a carray and a ctable (after `pip install .`)."""
 
 import os
 import shutil
@@ -47,6 +47,22 @@ def main():
         timed("2000 random scalars from disk", lambda: [b[i] for i in idx.tolist()])
         timed("300 random slices of 1000", lambda: [b[i:i + 1000] for i in idx[:300].tolist()])
         timed("sum()", b.sum)
+
+        # a table: columns stored apart, queried block by block
+        tpath = os.path.join(root, "trades")
+        rng = np.random.default_rng(1)
+        m = 1_000_000
+        price = 100 + rng.normal(size=m)
+        qty = rng.integers(1, 500, m)
+        t = bcolz.ctable(columns=[price, qty], names=["price", "qty"], rootdir=tpath, mode="w")
+        t.flush()
+        t = bcolz.open(tpath, mode="r")
+        hits = t.fetchwhere("(qty > 490) & (price > 100)")
+        want = (qty > 490) & (price > 100)
+        assert len(hits) == int(want.sum()) and np.array_equal(hits["qty"], qty[want])
+        print(f"table: {len(t)} rows, {len(hits)} rows where qty > 490 and price > 100")
+        timed("ctable fetchwhere (query)", lambda: t.fetchwhere("(qty > 490) & (price > 100)"))
+        timed("NumPy boolean indexing, same query", lambda: (price[want], qty[want]))
     finally:
         shutil.rmtree(root)
     print("demo finished")
