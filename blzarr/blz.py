@@ -488,6 +488,12 @@ class BlzDir:
         if off == -2:
             off = sc.read_offset(fd, f.table_pos, slot, f.path)
             f.offsets[slot] = off
+        if (slot >= f.nchunks or off == -1 or off + 16 > f.fstate[1]) and self._state(fd) != f.fstate:
+            # a writer changed the file since its state was read (a reader beside a writer): reload
+            self._forget_file(fno)
+            f = self._load_file(fno)
+            off = sc.read_offset(fd, f.table_pos, slot, f.path)
+            f.offsets[slot] = off
         if slot >= f.nchunks or off == -1:
             raise FormatError(f"{self._where(n)} has no offset (-1): the file holds {f.nchunks} chunks")
         if off < f.data_start or off + 16 > f.fstate[1]:

@@ -496,6 +496,10 @@ class carray:
             nchunks, nleft = length, 0
         else:
             nchunks, nleft = divmod(length, chunklen)
+        if store.format == "blz" and store.nchunks < nchunks + (1 if nleft else 0):
+            # the files were read before meta/sizes, and a writer beside us has added chunks since
+            # (it writes them before the sizes): read their state again, now newer than meta/sizes
+            store = self._store = open_store(self._rootdir, self._mode)
         self._chunks = (BlzChunks if store.format == "blz" else _DiskChunks)(
             store, self._chunk_atom, chunklen, nchunks, self._mode, self._isobj)
         self._len = length

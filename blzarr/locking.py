@@ -30,6 +30,23 @@ _lock = threading.Lock()
 _held = {}   # (st_dev, st_ino) of a locked directory -> [fd, count]
 
 
+def _after_fork_in_child():
+    # a forked child is another process: it holds none of its parent's locks (closing its copies of
+    # the descriptors leaves the parent's locks alone, and keeps the child from holding them on)
+    global _lock
+    _lock = threading.Lock()
+    for fd, _ in _held.values():
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _held.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class DirLock:
     """A share of this process's exclusive lock on one directory; `release()` (or GC) gives it back."""
 

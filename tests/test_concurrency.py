@@ -1,0 +1,359 @@
+"""Concurrent use: one writer process at a time (advisory lock), readers beside a writer see a
+consistent prefix, and one carray/ctable shared by threads gives correct results."""
+
+import gc
+import os
+import signal
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import blzarr
+from blzarr.errors import BlzarrError
+from blzarr.locking import LockError
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+
+FORMATS = ["bcolz", "blz"]
+
+
+def _fork(fn, *args):
+    """Run fn(*args, wfd) in a forked child; returns (pid, read end of its pipe)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            blzarr.set_nthreads(1)
+            fn(*args, w)
+        except BaseException as e:
+            try:
+                os.write(w, f"E {type(e).__name__}: {e}\n".encode())
+            except OSError:
+                pass
+        finally:
+            os._exit(0)
+    os.close(w)
+    return pid, r
+
+
+def _read_line(r, timeout=30):
+    buf = b""
+    deadline = time.monotonic() + timeout
+    while not buf.endswith(b"\n") and time.monotonic() < deadline:
+        c = os.read(r, 1)
+        if not c:
+            break
+        buf += c
+    return buf.decode().strip()
+
+
+def _read_all(r):
+    out = b""
+    while True:
+        c = os.read(r, 65536)
+        if not c:
+            break
+        out += c
+    os.close(r)
+    return out.decode()
+
+
+def _make(kind, root, fmt):
+    if kind == "carray":
+        c = blzarr.carray(np.arange(1000, dtype=np.int64), rootdir=root, mode="w", chunklen=128, format=fmt)
+    else:
+        c = blzarr.ctable([np.arange(1000), np.arange(1000) * 2.0], names=["a", "b"], rootdir=root, mode="w",
+                          chunklen=128, format=fmt)
+    c.flush()
+    return c
+
+
+# ------------------------------------------------------------------------------------ second writer
+def _holder(root, how, w):
+    c = blzarr.open(root, mode="a")
+    os.write(w, b"locked\n")
+    os.read(int(how), 1)          # wait for the parent's go
+    if os.environ.get("_BLZ_RELEASE") == "gc":
+        del c
+        gc.collect()
+    else:
+        c.close()
+    os.write(w, b"released\n")
+    time.sleep(30)
+
+
+@pytest.mark.parametrize("kind", ["carray", "ctable"])
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("release", ["close", "gc"])
+def test_second_writer_process_is_refused(tmp_path, kind, fmt, release):
+    root = str(tmp_path / "d")
+    c = _make(kind, root, fmt)
+    c.close()
+    del c
+    gc.collect()
+    before = _tree(root)
+    go_r, go_w = os.pipe()
+    os.environ["_BLZ_RELEASE"] = release
+    try:
+        pid, r = _fork(_holder, root, str(go_r))
+    finally:
+        del os.environ["_BLZ_RELEASE"]
+    try:
+        assert _read_line(r) == "locked"
+        for mode in ("a", "w"):
+            with pytest.raises(LockError, match="another process") as ei:
+                blzarr.open(root, mode=mode)
+            assert isinstance(ei.value, OSError) and isinstance(ei.value, BlzarrError)
+        with pytest.raises(LockError):
+            (blzarr.carray if kind == "carray" else blzarr.ctable)(
+                np.arange(3) if kind == "carray" else [np.arange(3)], rootdir=root, mode="w")
+        assert _tree(root) == before                     # the refused writers changed nothing
+        r_obj = blzarr.open(root, mode="r")               # readers take no lock
+        assert len(r_obj) == 1000
+        os.write(go_w, b"x")
+        assert _read_line(r) == "released"
+        t = blzarr.open(root, mode="a")                   # free again once the holder let go
+        t.append((1, 2.0) if kind == "ctable" else [1])
+        t.close()
+        assert len(blzarr.open(root, mode="r")) == 1001
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(r)
+        os.close(go_r)
+        os.close(go_w)
+
+
+def test_lock_is_released_when_the_writer_dies(tmp_path):
+    root = str(tmp_path / "d")
+    _make("carray", root, "blz").close()
+    go_r, go_w = os.pipe()
+    pid, r = _fork(_holder, root, str(go_r))
+    assert _read_line(r) == "locked"
+    with pytest.raises(LockError):
+        blzarr.open(root, mode="a")
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    blzarr.open(root, mode="a").close()
+    for fd in (r, go_r, go_w):
+        os.close(fd)
+
+
+def test_one_process_may_hold_several_writers_and_reader_mode_takes_no_lock(tmp_path):
+    # bcolz allowed several objects of one process on a directory; they share the process's lock
+    root = str(tmp_path / "d")
+    a = _make("carray", root, "bcolz")
+    b = blzarr.open(root, mode="a")
+    lock = a._dirlock
+    assert lock.held and b._dirlock.held
+    a.close()
+    assert not hasattr(a, "_dirlock") and a.mode == "r"
+    with pytest.raises(blzarr.ReadOnlyError):
+        a.append([1])
+    # b still holds the process's lock: another process is refused
+    pid, r = _fork(lambda root, w: os.write(w, (_try_lock(root) + "\n").encode()), root)
+    assert _read_line(r) == "refused"
+    os.waitpid(pid, 0)
+    os.close(r)
+    b.close()
+    pid, r = _fork(lambda root, w: os.write(w, (_try_lock(root) + "\n").encode()), root)
+    assert _read_line(r) == "ok"
+    os.waitpid(pid, 0)
+    os.close(r)
+    assert not hasattr(blzarr.open(root, mode="r"), "_dirlock")
+
+
+def _try_lock(root):
+    try:
+        blzarr.open(root, mode="a").close()
+        return "ok"
+    except LockError:
+        return "refused"
+
+
+def _tree(root):
+    out = {}
+    for d, _, fs in os.walk(root):
+        for f in fs:
+            with open(os.path.join(d, f), "rb") as fh:
+                out[os.path.relpath(os.path.join(d, f), root)] = fh.read()
+    return out
+
+
+# ------------------------------------------------------------------------------- readers and a writer
+def _appender(root, seconds, w):
+    c = blzarr.open(root, mode="a")
+    rng = np.random.default_rng(7)
+    n = len(c)
+    os.write(w, b"go\n")
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        k = int(rng.integers(1, 300))
+        if c.__class__.__name__ == "ctable":
+            c.append([np.arange(n, n + k), np.arange(n, n + k) * 2.0])
+        else:
+            c.append(np.arange(n, n + k))
+            c.flush()
+        n += k
+    c.close()
+    os.write(w, b"%d\n" % n)
+
+
+def _reader(root, seconds, w):
+    end = time.monotonic() + seconds
+    last = 0
+    reads = 0
+    while time.monotonic() < end:
+        c = blzarr.open(root, mode="r")
+        if c.__class__.__name__ == "ctable":
+            a = c["a"][:]
+            b = c["b"][:]
+            if not np.array_equal(b, a * 2.0):
+                raise AssertionError(f"torn rows at length {len(a)}")
+        else:
+            a = c[:]
+            if len(a) > 200:     # a scalar and a slice read lazily, after the whole read
+                assert c[len(a) - 1] == len(a) - 1 and c[100:200].tolist() == list(range(100, 200))
+        if not np.array_equal(a, np.arange(len(a))):
+            bad = np.flatnonzero(a != np.arange(len(a)))
+            raise AssertionError(f"not a prefix at length {len(a)}: positions {bad[:5]}")
+        if len(a) < last:
+            raise AssertionError(f"length went back from {last} to {len(a)}")
+        last = len(a)
+        reads += 1
+    os.write(w, b"ok %d %d\n" % (reads, last))
+
+
+@pytest.mark.parametrize("kind", ["carray", "ctable"])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_readers_beside_a_writer_see_a_consistent_prefix(tmp_path, kind, fmt):
+    root = str(tmp_path / "d")
+    c = _make(kind, root, fmt)
+    c.close()
+    del c
+    gc.collect()
+    seconds = 2.0
+    wpid, wr = _fork(_appender, root, seconds)
+    assert _read_line(wr) == "go"
+    readers = [_fork(_reader, root, seconds) for _ in range(2)]
+    results = [_read_all(r) for _, r in readers]
+    final = _read_all(wr)
+    for pid, _ in readers + [(wpid, None)]:
+        os.waitpid(pid, 0)
+    assert final.strip().isdigit(), final
+    for res in results:
+        assert res.startswith("ok "), res
+        reads, last = map(int, res.split()[1:])
+        assert reads >= 5 and 1000 <= last <= int(final)
+    got = blzarr.open(root, mode="r")
+    assert len(got) == int(final)
+    if kind == "carray":
+        np.testing.assert_array_equal(got[:], np.arange(int(final)))
+
+
+# ---------------------------------------------------------------------------------------------- threads
+def _run_threads(fns, seconds=1.0):
+    errors = []
+    stop = time.monotonic() + seconds
+
+    def wrap(fn):
+        try:
+            while time.monotonic() < stop:
+                fn()
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    ts = [threading.Thread(target=wrap, args=(f,)) for f in fns]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+@pytest.mark.parametrize("where", ["memory", "bcolz", "blz"])
+def test_threads_reading_one_carray(tmp_path, where):
+    ref = np.random.default_rng(1).integers(0, 1 << 40, 50_000)
+    kw = {} if where == "memory" else dict(rootdir=str(tmp_path / "c"), format=where)
+    c = blzarr.carray(ref, chunklen=1000, **kw)
+
+    def reader(seed):
+        rng = np.random.default_rng(seed)
+
+        def step():
+            i = int(rng.integers(len(ref)))
+            assert c[i] == ref[i]
+            a = int(rng.integers(len(ref)))
+            b = a + int(rng.integers(0, 5000))
+            np.testing.assert_array_equal(c[a:b], ref[a:b])
+            idx = rng.integers(0, len(ref), 20)
+            np.testing.assert_array_equal(c[idx], ref[idx])
+            assert sum(1 for _ in c.iter(a, min(b, a + 300))) == len(ref[a:b][:300])
+        return step
+
+    _run_threads([reader(s) for s in range(6)])
+
+
+@pytest.mark.parametrize("where", ["memory", "bcolz", "blz"])
+def test_threads_reading_beside_appends_in_the_same_carray(tmp_path, where):
+    kw = {} if where == "memory" else dict(rootdir=str(tmp_path / "c"), format=where)
+    c = blzarr.carray(np.arange(0, dtype=np.int64), chunklen=100, **kw)
+    c.append(np.arange(1000))
+    rng_w = np.random.default_rng(2)
+
+    def writer():
+        n = len(c)
+        k = int(rng_w.integers(1, 250))
+        c.append(np.arange(n, n + k))
+        if rng_w.random() < 0.3:
+            c.flush()
+
+    def reader(seed):
+        rng = np.random.default_rng(seed)
+
+        def step():
+            n = len(c)
+            i = int(rng.integers(n))
+            assert c[i] == i
+            a = int(rng.integers(n))
+            b = min(n, a + int(rng.integers(1, 700)))
+            got = c[a:b]
+            assert got.tolist() == list(range(a, b)), (a, b)
+        return step
+
+    _run_threads([writer] + [reader(s) for s in range(4)], seconds=1.5)
+    c.flush()
+    np.testing.assert_array_equal(c[:], np.arange(len(c)))
+
+
+def test_threads_reading_one_ctable_and_appending_to_another(tmp_path):
+    t = blzarr.ctable([np.arange(20_000), np.arange(20_000) * 0.5], names=["a", "b"], chunklen=500,
+                      rootdir=str(tmp_path / "t"), format="blz")
+    out = blzarr.ctable([np.arange(0), np.arange(0) * 0.5], names=["a", "b"], chunklen=100)
+    out_lock = threading.Lock()
+
+    def reader(seed):
+        rng = np.random.default_rng(seed)
+
+        def step():
+            a = int(rng.integers(20_000))
+            rows = t[a:a + 300]
+            assert rows["a"].tolist() == list(range(a, min(a + 300, 20_000)))
+            assert (rows["b"] == rows["a"] * 0.5).all()
+            q = [r.a for r in t.where(f"(a >= {a}) & (a < {a + 50})")]
+            assert q == list(range(a, min(a + 50, 20_000)))
+            with out_lock:
+                out.append([rows["a"][:3], rows["b"][:3]])
+        return step
+
+    _run_threads([reader(s) for s in range(5)])
+    assert (out["b"][:] == out["a"][:] * 0.5).all()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__, "-q"]))
