@@ -242,15 +242,22 @@ class BlzDir:
         nums = []
         for name in os.listdir(self.datadir):
             if name.startswith("__") and name.endswith(SUPERCHUNK_EXT):
-                try:
-                    nums.append(int(name[2:-len(SUPERCHUNK_EXT)]))
-                except ValueError:
-                    continue
+                digits = name[2:-len(SUPERCHUNK_EXT)]
+                if digits.isdigit() and digits.isascii():
+                    nums.append(int(digits))
         nums.sort()
+        real_root = os.path.realpath(self.rootdir)
+        for num in nums:
+            path = self._path(num)
+            real = os.path.realpath(path)
+            if os.path.commonpath([real, real_root]) != real_root or not os.path.isfile(real):
+                raise FormatError(f"superchunk file '{path}' resolves to '{real}', which is not a regular "
+                                  f"file inside '{self.rootdir}'")
         if not nums:
             raise FormatError(f"BLZ directory '{self.rootdir}' has no superchunk file data/__1__.bin")
         if nums != list(range(1, len(nums) + 1)):
-            missing = sorted(set(range(1, nums[-1] + 1)) - set(nums))
+            have = set(nums)   # a hostile name such as __99999999999__.bin must not make a huge range
+            missing = [k for k in range(1, len(nums) + 2) if k not in have]
             raise FormatError(f"BLZ directory '{self.rootdir}': superchunk files {missing[:5]} are missing")
         self.nfiles = len(nums)
         f1 = self._load_file(1)
@@ -519,7 +526,13 @@ class BlzDir:
             h = self._heads.get(n, f.epoch)
             if h is not None:
                 return h
-            h = sc.read_head(fd, off, f.fstate[1], self._where(n))
+            try:
+                h = sc.read_head(fd, off, f.fstate[1], self._where(n))
+            except ValueError as e:
+                if isinstance(e, BlzarrError):
+                    raise
+                # e.g. an nbytes near 2**31 overflowing the block count (a hostile header)
+                raise ChunkError(f"bad Blosc chunk ({self._where(n)}): {e}") from None
             self._ctbytes[n] = int.from_bytes(h[12:16], "little")
             self._heads.put(n, f.epoch, h)
             return h

@@ -50,7 +50,7 @@ def parse_dtype(text, where):
         raise FormatError(f"{where}: 'dtype' must be a string, got {type(text).__name__}")
     try:
         return np.dtype(text)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, SyntaxError):   # NumPy's parser raises SyntaxError on some strings
         pass  # e.g. the str() of a structured dtype, "[('a', '<i4')]" or "{'names': ...}"
     try:
         return np.dtype(ast.literal_eval(text))

@@ -411,10 +411,16 @@ class ctable:
         mode = self._mode
         if mode != "r":
             self._dirlock = lock_dir(root)   # one writer process at a time; mode 'r' takes no lock
+        real_root = os.path.realpath(root)
         for n in names:
             d = self._col_dir(n)
             if not os.path.isdir(d):
                 raise StorageError(f"column directory '{d}' listed in '{path}' does not exist")
+            real = os.path.realpath(d)
+            if os.path.commonpath([real, real_root]) != real_root or real == real_root:
+                # a symlink (or a renamed directory) taking a column outside the table
+                raise FormatError(f"column directory '{d}' listed in '{path}' resolves to '{real}', "
+                                  f"outside the ctable's root directory")
             self.cols.names.append(n)
             self.cols._cols[n] = carray(rootdir=d, mode=mode, allow_pickle=allow_pickle)
         lengths = {n: len(c) for n, c in self.cols._cols.items()}
