@@ -680,6 +680,30 @@ class BlzDir:
         f.fstate = self._state(fd)
 
     def write_chunk(self, n, data):
+        """Write chunk n (see `_write_chunk`); if a write fails midway (a full disk), what the store knows
+        of its files is read again from them, so that it never counts what is not on disk."""
+        try:
+            return self._write_chunk(n, data)
+        except BaseException:
+            self._resync()
+            raise
+
+    def _resync(self):
+        with self._lock:
+            for fno in list(self._files):
+                self._forget_file(fno)
+            self._heads.clear()
+            self._chunks.clear()
+            self._ctbytes.clear()
+            while self.nfiles > 1 and not os.path.exists(self._path(self.nfiles)):
+                self.nfiles -= 1
+            try:
+                last = self._load_file(self.nfiles)
+            except BlzarrError:
+                return
+            self._nphys = (self.nfiles - 1) * self.K + last.nchunks
+
+    def _write_chunk(self, n, data):
         """Write chunk n: append it (n == nchunks), or rewrite it in place when the new bytes fit its slot
         (the chunk, its checksum and reserve), else at the end of its file with the offset updated.
         Returns 'appended', 'inplace' or 'relocated'."""
@@ -769,6 +793,13 @@ class BlzDir:
 
     def remove_chunks_from(self, n):
         """Drop every chunk >= n: whole superchunk files are deleted, the file holding n is cut."""
+        try:
+            self._remove_chunks_from(n)
+        except BaseException:
+            self._resync()
+            raise
+
+    def _remove_chunks_from(self, n):
         with self._lock:
             if n >= self._nphys:
                 return

@@ -1,6 +1,7 @@
 """`carray`: a compressed, chunked, enlargeable array, in memory or on disk (bcolz-compatible API)."""
 
 import ast
+import contextlib
 import itertools
 import math
 import os
@@ -208,6 +209,53 @@ class _DiskChunks:
     def _check_writable(self):
         if self.mode == "r":
             raise ReadOnlyError(f"cannot modify '{self.store.rootdir}': it was opened with mode 'r'")
+
+
+class _UndoLog:
+    """Stands for a carray's chunk sequence during one write call and remembers how to undo it: the
+    compressed bytes of every chunk it replaces, and what the first appended chunk replaced on disk."""
+
+    def __init__(self, chunks, store):
+        self.__dict__.update(_c=chunks, _store=store, replaced=[], appended_from=None, leftover=None)
+
+    def __len__(self):
+        return len(self._c)
+
+    def __iter__(self):
+        return iter(self._c)
+
+    def __getitem__(self, i):
+        return self._c[i]
+
+    def __getattr__(self, name):
+        return getattr(self._c, name)
+
+    def __setattr__(self, name, value):
+        setattr(self._c, name, value)
+
+    def __setitem__(self, i, c):
+        self.replaced.append((i, bytes(self._c[i].getdata())))
+        self._c[i] = c
+
+    def append(self, c):
+        if self.appended_from is None:
+            n = len(self._c)
+            self.__dict__["appended_from"] = n
+            self.__dict__["leftover"] = _stored_leftover(self._store, n)
+        self._c.append(c)
+
+
+def _stored_leftover(store, n):
+    """What stands on disk at chunk index n past the full chunks (a flushed short chunk), to restore."""
+    if store is None:
+        return None
+    if store.format == "blz":
+        return bytes(store.read_chunk(n)) if n < store.nchunks else None
+    try:
+        with open(store.chunk_path(n), "rb") as f:
+            return f.read()
+    except OSError:
+        return None
 
 
 class _MemoryChunks(list):
@@ -756,7 +804,8 @@ class carray:
         self._check_writable()
         arr = self._coerce_input(array)
         with self._lock:
-            self._append(arr)
+            with self._undoable():
+                self._append(arr)
 
     def _append(self, arr):
         n = len(arr)
@@ -915,7 +964,7 @@ class carray:
                 rows[(slice(None),) + rest] = value
                 self[first] = rows
                 return
-        with self._lock:
+        with self._lock, self._undoable():
             self._blockcache = None
             if isinstance(key, (int, np.integer)):
                 i = ix.normalize_int(key, self._len)
@@ -939,6 +988,63 @@ class carray:
                 if pos.size == 0:
                     return
                 self._assign_positions(pos, self._values(value, pos.size))
+
+    @contextlib.contextmanager
+    def _undoable(self):
+        """Run a write (append, __setitem__) so that an exception in its middle (a full disk, an
+        interrupt) leaves this carray, and its files, as they were before it."""
+        chunks = self._chunks
+        if isinstance(chunks, _UndoLog):      # nested: the outer call undoes
+            yield
+            return
+        saved = (self._len, self._nleft, None if self._isobj else self._last[:self._nleft].copy(),
+                 self.__dict__.get("_dirty"))
+        log = self._chunks = _UndoLog(chunks, self._store)
+        try:
+            yield
+        except BaseException:
+            self._chunks = chunks
+            self._undo(log, saved)
+            raise
+        finally:
+            self._chunks = chunks
+
+    def _undo(self, log, saved):
+        self._blockcache = None
+        chunks = log._c
+        n0 = log.appended_from
+        if n0 is not None:
+            forget = getattr(chunks, "_forget", None)
+            for i in range(n0, len(chunks)):
+                if forget is not None:
+                    forget(i)
+            if isinstance(chunks, list):
+                del chunks[n0:]
+            else:
+                getattr(chunks, "_objs", {}).clear()
+                chunks.nchunks = n0
+                sizes = getattr(chunks, "_sizes", None)
+                if sizes is not None:
+                    del sizes[n0:]
+                store = self._store
+                if store.format == "blz":
+                    store.remove_chunks_from(n0 + (1 if log.leftover is not None else 0))
+                    if log.leftover is not None and store.nchunks > n0:
+                        store.write_chunk(n0, log.leftover)
+                else:
+                    if log.leftover is not None:
+                        from blzarr.storage import atomic_write
+                        atomic_write(store.chunk_path(n0), log.leftover)
+                    store.remove_chunks_from(n0 + (1 if log.leftover is not None else 0))
+        for i, data in reversed(log.replaced):
+            if i < len(chunks):
+                chunks[i] = chunk(None, self._chunk_atom, _data=data)
+        length, nleft, last, dirty = saved
+        self._len, self._nleft = length, nleft
+        if last is not None:
+            self._last[:nleft] = last
+        if dirty is not None:
+            self._dirty = dirty
 
     def _values(self, value, n, scalar=False):
         arr = np.asarray(value[:] if isinstance(value, carray) else value)

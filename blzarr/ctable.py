@@ -625,6 +625,9 @@ class ctable:
         n = lengths.pop()
         if n == 0:
             return
+        # every conversion before the first column changes: a value that does not fit touches nothing
+        parts = [p if isinstance(p, carray) else self.cols._cols[name]._coerce_input(p)
+                 for name, p in zip(self.cols.names, parts)]
         old = self._len
         done = []
         try:
@@ -636,14 +639,14 @@ class ctable:
                 else:
                     col.append(part)
                 done.append(col)
+            if self.auto_flush:
+                self.flush()     # a flush that fails (a full disk) undoes the append too
         except BaseException:
             for col in self.cols.values():  # roll back: no column keeps part of the rows
                 if len(col) > old:
                     col.trim(len(col) - old)
             raise
         self._len = old + n
-        if self.auto_flush:
-            self.flush()
 
     def resize(self, nitems):
         """Grow the table to `nitems` rows (new rows take each column's `dflt`) or shrink it.
