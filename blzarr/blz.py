@@ -25,6 +25,7 @@ from blzarr import _superchunk as sc
 from blzarr.chunk import chunk
 from blzarr.errors import BlzarrError, ChunkError, FormatError, ReadOnlyError, StorageError
 from blzarr.params import get_nthreads
+from blzarr import storage
 from blzarr.storage import DATA_DIR, META_DIR, BcolzDir, atomic_write, read_json, write_json
 
 FORMAT = "blz"
@@ -651,7 +652,7 @@ class BlzDir:
         meta = self._meta_bytes(fno)
         head = sc.pack_header(self.checksum_id, self.typesize, self.chunk_nbytes, 0, 0, len(meta))
         table = sc.pack_offsets(np.full(self.K, -1, dtype=np.int64))
-        atomic_write(self._path(fno), head + meta + table)
+        atomic_write(self._path(fno), head + meta + table, fsync=storage.FSYNC)
         self.nfiles = max(self.nfiles, fno)
         self._forget_file(fno)
         self._close(fno)
@@ -898,7 +899,8 @@ class BlzDir:
                 meta = sc.pread(fd, f.meta_size, 32, f.path)
                 head = sc.pack_header(self.checksum_id, self.typesize, self.chunk_nbytes, f.last_chunk,
                                       f.nchunks, f.meta_size)
-                atomic_write(f.path, head + bytes(meta) + sc.pack_offsets(new_offsets) + b"".join(parts))
+                atomic_write(f.path, head + bytes(meta) + sc.pack_offsets(new_offsets) + b"".join(parts),
+                             fsync=storage.FSYNC)
                 self._close(fno)
                 self._forget_file(fno)
                 reclaimed += before - pos
@@ -1082,7 +1084,7 @@ class BlzDir:
             data = _chunk.compress(np.zeros(0, dtype=np.uint8), 1, 0, 0, "blosclz", 0, 1)
         cid = self.checksum_id
         atomic_write(self.meta_path(VLMETA_FILE),
-                     VLMETA_MAGIC + bytes([1, cid, 0, 0]) + data + sc.checksum(cid, data))
+                     VLMETA_MAGIC + bytes([1, cid, 0, 0]) + data + sc.checksum(cid, data), fsync=storage.FSYNC)
 
 
 class FixedMeta:

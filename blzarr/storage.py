@@ -30,6 +30,12 @@ BLP_HEADER = BLP_MAGIC + bytes([1, 0, 0, 0]) + struct.pack("<q", 1)
 # The largest meta JSON file blzarr agrees to parse: real ones are a few hundred bytes.
 MAX_JSON_BYTES = 16 * 1024 * 1024
 
+# Metadata files (meta/sizes, meta/storage, attributes, __rootdirs__) are written to a temporary file,
+# fsync'ed, renamed over the old one, and their directory fsync'ed: after a crash or a power loss a
+# reader finds the old or the new content, never an empty or partial file.  BLZARR_FSYNC=0 in the
+# environment (or FSYNC = False) skips the two fsyncs, for scratch data.
+FSYNC = os.environ.get("BLZARR_FSYNC", "1") != "0"
+
 
 def _process_umask():
     mask = os.umask(0o022)
@@ -65,6 +71,8 @@ def atomic_write(path, data, fsync=False):
                 f.flush()
                 os.fsync(f.fileno())
         os.replace(tmp, path)
+        if fsync:
+            _fsync_dir(d)
     except BaseException as e:
         try:
             os.unlink(tmp)
@@ -73,6 +81,20 @@ def atomic_write(path, data, fsync=False):
         if isinstance(e, OSError) and not isinstance(e, StorageError):
             raise StorageError(f"cannot write '{path}': {e}") from None
         raise
+
+
+def _fsync_dir(d):
+    """Make a rename in directory `d` durable (best effort: not every platform can open a directory)."""
+    try:
+        fd = os.open(d, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def read_json(path, what="metadata"):
@@ -92,8 +114,9 @@ def read_json(path, what="metadata"):
         raise FormatError(f"{what} file '{path}' is not valid JSON: {e}") from None
 
 
-def write_json(path, obj, fsync=False):
-    atomic_write(path, json.dumps(obj, ensure_ascii=True).encode("ascii") + b"\n", fsync=fsync)
+def write_json(path, obj, fsync=None):
+    atomic_write(path, json.dumps(obj, ensure_ascii=True).encode("ascii") + b"\n",
+                 fsync=FSYNC if fsync is None else fsync)
 
 
 class BcolzDir:

@@ -221,5 +221,73 @@ def test_sigkill_at_random_moments_loses_nothing_flushed(tmp_path, fmt):
     np.testing.assert_array_equal(blzarr.open(rootdir, mode="r")[:n], state["arr"])
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="names descriptors through /proc")
+@pytest.mark.parametrize("fmt", ["bcolz", "blz"])
+def test_write_order_and_fsync_of_metadata(tmp_path, monkeypatch, fmt):
+    """The order that makes the kills above harmless, observed on the system calls: chunk data before
+    the meta/sizes that counts it; meta/sizes written to a temporary file, fsync'ed, renamed, and its
+    directory fsync'ed; a trim's new meta/sizes before the chunks it drops are removed."""
+    root = str(tmp_path / "c")
+    c = blzarr.carray(np.arange(250, dtype=np.int64), rootdir=root, chunklen=100, format=fmt)
+    c.flush()
+    events = []
+    real_fsync, real_replace, real_remove = os.fsync, os.replace, os.remove
+
+    def fsync(fd):
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def replace(a, b):
+        events.append(("replace", os.path.realpath(a), os.path.realpath(b)))
+        real_replace(a, b)
+
+    def remove(p):
+        events.append(("remove", os.path.realpath(p)))
+        real_remove(p)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(os, "remove", remove)
+    if fmt == "blz":
+        import blzarr._superchunk as scmod
+        import blzarr.blz as blzmod
+        real_sc = blzmod.sc
+
+        class SC:
+            def __getattr__(self, name):
+                return getattr(real_sc, name)
+
+            def pwrite_all(self, fd, data, pos, where=None):
+                events.append(("pwrite", os.readlink(f"/proc/self/fd/{fd}")))
+                return real_sc.pwrite_all(fd, data, pos, where)
+
+        monkeypatch.setattr(blzmod, "sc", SC())
+        assert scmod is real_sc
+    sizes = os.path.realpath(os.path.join(root, "meta", "sizes"))
+    meta_dir = os.path.dirname(sizes)
+
+    def check_sizes_write(at):
+        kind, tmp, dst = events[at]
+        assert (kind, dst) == ("replace", sizes)
+        assert events[at - 1] == ("fsync", tmp)              # the new content is durable first
+        assert events[at + 1] == ("fsync", meta_dir)          # then the rename itself
+
+    c.append(np.arange(250, 420))      # fills the short chunk, writes another, leaves a short one
+    c.flush()
+    at = [i for i, e in enumerate(events) if e[0] == "replace" and e[2] == sizes]
+    assert len(at) == 1
+    check_sizes_write(at[0])
+    data_writes = [i for i, e in enumerate(events) if (e[0] == "replace" and "/data/" in e[2])
+                   or e[0] == "pwrite"]
+    assert data_writes and max(data_writes) < at[0]          # every chunk byte before meta/sizes
+    del events[:]
+    c.trim(170)                         # back to 250: drops a full chunk and the short one
+    at = [i for i, e in enumerate(events) if e[0] == "replace" and e[2] == sizes]
+    check_sizes_write(at[0])
+    drops = [i for i, e in enumerate(events) if e[0] == "remove" or (e[0] == "pwrite" and i > at[0])]
+    assert drops and min(i for i, e in enumerate(events) if e[0] == "remove" or e[0] == "pwrite") > at[0]
+    assert blzarr.open(root, mode="r")[:].tolist() == list(range(250))
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
