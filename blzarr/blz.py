@@ -539,7 +539,22 @@ class BlzDir:
             return h
 
     def read_chunk(self, n, expected_nbytes=-1):
-        """The compressed bytes of chunk n, checksum verified and structure validated (cached)."""
+        """The compressed bytes of chunk n, checksum verified and structure validated (cached).
+
+        A reader (mode 'r') beside a writer may catch a rewritten chunk between the moment it took
+        its offset and the read: it then reads the file's state again and retries once."""
+        try:
+            return self._read_chunk(n, expected_nbytes)
+        except (FormatError, ChunkError):
+            if self.mode != "r":
+                raise
+            with self._lock:
+                fno = n // self.K + 1
+                self._forget_file(fno)
+                self._drop_chunk(n)
+            return self._read_chunk(n, expected_nbytes)
+
+    def _read_chunk(self, n, expected_nbytes=-1):
         with self._lock:
             f, fd, off = self._offset(n)
             data = self._chunks.get(n, f.epoch)

@@ -355,5 +355,33 @@ def test_threads_reading_one_ctable_and_appending_to_another(tmp_path):
     assert (out["b"][:] == out["a"][:] * 0.5).all()
 
 
+@pytest.mark.parametrize("where", ["memory", "bcolz", "blz"])
+def test_threads_reading_beside_appends_in_the_same_ctable(tmp_path, where):
+    kw = {} if where == "memory" else dict(rootdir=str(tmp_path / "t"), format=where)
+    t = blzarr.ctable([np.arange(500), np.arange(500) * 2.0], names=["a", "b"], chunklen=100, **kw)
+    rng_w = np.random.default_rng(3)
+
+    def writer():
+        n = len(t)
+        k = int(rng_w.integers(1, 250))
+        t.append([np.arange(n, n + k), np.arange(n, n + k) * 2.0])
+
+    def reader(seed):
+        rng = np.random.default_rng(seed)
+
+        def step():
+            n = len(t)
+            a = int(rng.integers(n))
+            b = min(n, a + int(rng.integers(1, 400)))
+            rows = t[a:b]
+            assert rows["a"].tolist() == list(range(a, b)), (a, b)
+            assert (rows["b"] == rows["a"] * 2.0).all()
+            assert t[a]["a"] == a
+        return step
+
+    _run_threads([writer] + [reader(s) for s in range(3)], seconds=1.0)
+    assert t["a"][:].tolist() == list(range(len(t)))
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
