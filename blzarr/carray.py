@@ -804,6 +804,11 @@ class carray:
         self._check_writable()
         arr = self._coerce_input(array)
         with self._lock:
+            if not self._isobj and len(arr) < self._chunklen - self._nleft:
+                # only copied into the free end of the leftover buffer, nothing written: nothing to undo
+                self._append(arr)
+                return
+            # the atoms in the leftover buffer change only when the append fills it into a chunk
             with self._undoable():
                 self._append(arr)
 
@@ -964,7 +969,7 @@ class carray:
                 rows[(slice(None),) + rest] = value
                 self[first] = rows
                 return
-        with self._lock, self._undoable():
+        with self._lock, self._undoable(leftover=self._may_touch_leftover(key)):
             self._blockcache = None
             if isinstance(key, (int, np.integer)):
                 i = ix.normalize_int(key, self._len)
@@ -990,14 +995,16 @@ class carray:
                 self._assign_positions(pos, self._values(value, pos.size))
 
     @contextlib.contextmanager
-    def _undoable(self):
+    def _undoable(self, leftover=True):
         """Run a write (append, __setitem__) so that an exception in its middle (a full disk, an
-        interrupt) leaves this carray, and its files, as they were before it."""
+        interrupt) leaves this carray, and its files, as they were before it.  `leftover` False says
+        the write cannot change the atoms already in the leftover buffer (which are then not copied)."""
         chunks = self._chunks
         if isinstance(chunks, _UndoLog):      # nested: the outer call undoes
             yield
             return
-        saved = (self._len, self._nleft, None if self._isobj else self._last[:self._nleft].copy(),
+        keep = leftover and not self._isobj and self._nleft
+        saved = (self._len, self._nleft, self._last[:self._nleft].copy() if keep else None,
                  self.__dict__.get("_dirty"))
         log = self._chunks = _UndoLog(chunks, self._store)
         try:
@@ -1008,6 +1015,16 @@ class carray:
             raise
         finally:
             self._chunks = chunks
+
+    def _may_touch_leftover(self, key):
+        """False when assigning to `key` surely leaves the leftover buffer alone (cheap keys only)."""
+        first = len(self._chunks) * self._chunklen
+        if isinstance(key, (int, np.integer)):
+            return not -self._len <= key < first - self._len and not 0 <= key < first
+        if isinstance(key, slice):
+            start, stop, step = key.indices(self._len)
+            return max(start, stop) > first - (step < 0)
+        return True
 
     def _undo(self, log, saved):
         self._blockcache = None
