@@ -30,16 +30,29 @@ def run_all(fn, items):
     wait on this pool.
     """
     n = get_nthreads()
+    items = list(items)
     if n <= 1 or len(items) < MIN_TASKS or threading.current_thread().name.startswith("blzarr"):
         for item in items:
             fn(item)
         return
-    futures = [_executor(n).submit(fn, item) for item in items]
+    # one task per thread, each a contiguous share of the items, the calling thread doing the first:
+    # a future per chunk costs more in hand-offs than the chunk takes to decode, and contiguous shares
+    # keep the threads out of each other's pages when they fault in a fresh output array
+    step = -(-len(items) // n)
+
+    def share(k):
+        for item in items[k * step:(k + 1) * step]:
+            fn(item)
+    futures = [_executor(n - 1).submit(share, k) for k in range(1, n)]
     error = None
+    try:
+        share(0)
+    except BaseException as e:  # noqa: B902 - re-raised below once all calls are done
+        error = e
     for f in futures:
         try:
             f.result()
-        except BaseException as e:  # noqa: B902 - re-raised below once all calls are done
+        except BaseException as e:  # noqa: B902
             if error is None:
                 error = e
     if error is not None:
