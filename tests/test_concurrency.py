@@ -133,11 +133,13 @@ def test_lock_is_released_when_the_writer_dies(tmp_path):
     _make("carray", root, "blz").close()
     go_r, go_w = os.pipe()
     pid, r = _fork(_holder, root, str(go_r))
-    assert _read_line(r) == "locked"
-    with pytest.raises(LockError):
-        blzarr.open(root, mode="a")
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
+    try:
+        assert _read_line(r) == "locked"
+        with pytest.raises(LockError):
+            blzarr.open(root, mode="a")
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
     blzarr.open(root, mode="a").close()
     for fd in (r, go_r, go_w):
         os.close(fd)
