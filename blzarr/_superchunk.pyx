@@ -311,7 +311,7 @@ def read_head(int fd, int64_t offset, int64_t limit, where=None):
         return bytes(h16[:16])
     if blocksize <= 0:
         raise ChunkError(f"bad Blosc chunk ({where}): blocksize {blocksize}")
-    nblocks = (nbytes + blocksize - 1) // blocksize
+    nblocks = (<Py_ssize_t>nbytes + blocksize - 1) // blocksize   # in 64 bits: nbytes near 2**31 must not wrap
     if 16 + 4 * nblocks > ctbytes:
         raise ChunkError(f"bad Blosc chunk ({where}): {nblocks} block offsets do not fit in {ctbytes} bytes")
     out = bytearray(16 + 4 * nblocks)

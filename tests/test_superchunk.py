@@ -289,3 +289,18 @@ def test_header_unpack_never_crashes_on_junk(raw):
     except FormatError:
         return
     assert h["version"] == 2 and h["checksum"] in range(9) and h["nchunks"] >= 0
+
+
+def test_read_head_nbytes_near_int32_max_is_a_chunk_error(tmp_path):
+    """nbytes + blocksize - 1 overflowed int32 once and gave a negative block count."""
+    import struct as _struct
+    from blzarr import _superchunk
+    from blzarr.errors import ChunkError as _ChunkError
+    p = tmp_path / "x.bin"
+    p.write_bytes(bytes([2, 1, 1, 8]) + _struct.pack("<iii", 2 ** 31 - 1, 16384, 4000) + bytes(4000))
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        with pytest.raises(_ChunkError, match="block offsets do not fit"):
+            _superchunk.read_head(fd, 0, 4016, where="x.bin")
+    finally:
+        os.close(fd)
