@@ -47,14 +47,15 @@ def rss_bytes():
 
 
 def create(root, n, seed=7):
-    """Write a float64 random walk of `n` values and its `> 0` mask, block by block, with blzarr."""
+    """Write a float64 random walk of `n` values and its `> 0` mask, block by block, with blzarr, in the
+    bcolz layout so that bcolz reads the very same directory."""
     import blzarr
     blzarr.set_nthreads(NTHREADS)
     cp = blzarr.cparams(clevel=CLEVEL, shuffle=1, cname=CNAME)
     a = blzarr.carray(np.empty(0), cparams=cp, rootdir=os.path.join(root, "a"), mode="w",
-                      expectedlen=n)
+                      expectedlen=n, format="bcolz")       # the layout both libraries read
     m = blzarr.carray(np.empty(0, dtype=bool), cparams=cp, rootdir=os.path.join(root, "mask"),
-                      mode="w", expectedlen=n)
+                      mode="w", expectedlen=n, format="bcolz")
     rng = np.random.default_rng(seed)
     last = 0.0
     for s in range(0, n, WRITE_BLOCK):
