@@ -54,9 +54,12 @@ from blzarr.toplevel import (  # noqa: E402
 )
 
 
+from blzarr.locking import LockError  # noqa: E402
+from blzarr.blz import MetalayerError  # noqa: E402
+
 __all__ = [
     "BITSHUFFLE", "NOSHUFFLE", "SHUFFLE", "BlzarrError", "ChecksumError", "ChunkError", "FormatError",
-    "PickleNotAllowedError", "ReadOnlyError", "StorageError", "arange", "attrs", "blosc_compressor_list",
+    "LockError", "MetalayerError", "PickleNotAllowedError", "ReadOnlyError", "StorageError", "arange", "attrs", "blosc_compressor_list",
     "blosc_set_nthreads", "blosc_version", "carray", "chunk", "cparams", "ctable", "dask_here", "defaults",
     "defaults_ctx", "detect_number_of_cores", "eval", "fill", "filters", "from_dask", "fromiter", "iterblocks", "numexpr_here",
     "ones", "open", "pandas_here", "print_versions", "set_nthreads", "tables_here", "test", "walk", "zeros",

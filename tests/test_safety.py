@@ -514,3 +514,13 @@ def test_names_from_disk_never_leave_the_root(tmp_path, fmt):
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--matrix"]:
     _matrix_child(sys.argv[2])
+
+
+def test_every_error_class_is_exported_and_subclasses_a_builtin():
+    import blzarr as _b
+    for name in ("BlzarrError", "ChunkError", "FormatError", "ChecksumError", "ReadOnlyError",
+                 "PickleNotAllowedError", "StorageError", "LockError", "MetalayerError"):
+        cls = getattr(_b, name)
+        assert issubclass(cls, _b.BlzarrError)
+        if name != "BlzarrError":
+            assert issubclass(cls, (ValueError, OSError)), name
