@@ -22,7 +22,7 @@ import numpy as np
 
 from blzarr import _chunk
 from blzarr import _superchunk as sc
-from blzarr.chunk import chunk
+from blzarr.chunk import ChunkSequence, chunk
 from blzarr.errors import BlzarrError, ChunkError, FormatError, ReadOnlyError, StorageError
 from blzarr.params import get_nthreads
 from blzarr import storage
@@ -1232,7 +1232,7 @@ class LazyChunk(chunk):
         return out
 
 
-class BlzChunks:
+class BlzChunks(ChunkSequence):
     """The full chunks of an on-disk carray in the BLZ layout (the interface of carray's _DiskChunks)."""
 
     def __init__(self, store, atom, chunklen, nchunks, mode, objects=False):
@@ -1264,20 +1264,7 @@ class BlzChunks:
     def cbytes(self):
         return sum(self.store.chunk_cbytes(i) for i in range(self.nchunks))
 
-    def __len__(self):
-        return self.nchunks
-
-    def __iter__(self):
-        for i in range(self.nchunks):
-            yield self[i]
-
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self[k] for k in range(*i.indices(self.nchunks))]
-        if i < 0:
-            i += self.nchunks
-        if not 0 <= i < self.nchunks:
-            raise IndexError(f"chunk {i} out of range ({self.nchunks} chunks)")
+    def _get(self, i):
         c = self._objs.get(i)
         if c is None:
             c = self._objs[i] = LazyChunk(self.store, i, self.atom, self.chunk_nbytes)

@@ -16,7 +16,7 @@ import numpy as np
 from blzarr import _chunk
 from blzarr import indexing as ix
 from blzarr.attrs import attrs as _attrs
-from blzarr.chunk import blosc_typesize, chunk, compress_array
+from blzarr.chunk import ChunkSequence, blosc_typesize, chunk, compress_array
 from blzarr.errors import FormatError, PickleNotAllowedError, ReadOnlyError, StorageError
 from blzarr.params import cparams as _cparams
 from blzarr.parallel import run_all
@@ -116,7 +116,7 @@ def dflt_from_json(value, base, where):
     return out
 
 
-class _DiskChunks:
+class _DiskChunks(ChunkSequence):
     """The full chunks of an on-disk carray, read from their files on demand, a few kept cached."""
 
     def __init__(self, store, atom, chunklen, nchunks, mode, objects=False):
@@ -141,20 +141,7 @@ class _DiskChunks:
     def cbytes(self):
         return sum(self._sizes)
 
-    def __len__(self):
-        return self.nchunks
-
-    def __iter__(self):
-        for i in range(self.nchunks):
-            yield self[i]
-
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self[k] for k in range(*i.indices(self.nchunks))]
-        if i < 0:
-            i += self.nchunks
-        if not 0 <= i < self.nchunks:
-            raise IndexError(f"chunk {i} out of range ({self.nchunks} chunks)")
+    def _get(self, i):
         with self._lock:
             c = self._cache.get(i)
             if c is not None:
