@@ -1236,10 +1236,7 @@ class BlzChunks(ChunkSequence):
     """The full chunks of an on-disk carray in the BLZ layout (the interface of carray's _DiskChunks)."""
 
     def __init__(self, store, atom, chunklen, nchunks, mode, objects=False):
-        self.store = store
-        self.atom = atom
-        self.chunk_nbytes = -1 if objects else chunklen * atom.itemsize
-        self.nchunks = nchunks
+        super().__init__(store, atom, chunklen, nchunks, objects)
         self._mode = mode
         self._objs = OrderedDict()          # recently handed-out LazyChunk objects
         store.mode = mode

@@ -120,10 +120,7 @@ class _DiskChunks(ChunkSequence):
     """The full chunks of an on-disk carray, read from their files on demand, a few kept cached."""
 
     def __init__(self, store, atom, chunklen, nchunks, mode, objects=False):
-        self.store = store
-        self.atom = atom
-        self.chunk_nbytes = -1 if objects else chunklen * atom.itemsize
-        self.nchunks = nchunks
+        super().__init__(store, atom, chunklen, nchunks, objects)
         self.mode = mode
         self._cache = OrderedDict()
         self._cache_bytes = 0

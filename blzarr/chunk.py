@@ -193,8 +193,14 @@ class chunk:
 
 
 class ChunkSequence:
-    """The sequence protocol shared by the on-disk chunk stores: ``len``, iteration, negative indexes
-    and slices.  A subclass sets `nchunks` and gives `_get(i)` for 0 <= i < nchunks."""
+    """What the on-disk chunk stores share: their fields, ``len``, iteration, negative indexes and
+    slices.  A subclass gives `_get(i)` for 0 <= i < nchunks."""
+
+    def __init__(self, store, atom, chunklen, nchunks, objects=False):
+        self.store = store
+        self.atom = atom
+        self.chunk_nbytes = -1 if objects else chunklen * atom.itemsize   # -1: pickles, any size
+        self.nchunks = nchunks
 
     def __len__(self):
         return self.nchunks

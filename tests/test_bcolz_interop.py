@@ -17,6 +17,7 @@ import pytest
 bcolz = pytest.importorskip("bcolz")
 
 import blzarr  # noqa: E402
+from helpers import assert_same  # noqa: E402
 from blzarr.errors import PickleNotAllowedError  # noqa: E402
 
 CHUNKLEN = 8
@@ -75,20 +76,6 @@ def make(dtype, n, shape=()):
     else:
         raise AssertionError(dt)
     return np.asarray(v, dtype=dt).reshape((n,) + shape)
-
-
-def assert_same(got, expected):
-    """Exact equality, NaN and NaT included, with matching dtype and shape."""
-    got = np.asarray(got)
-    assert got.dtype == expected.dtype, (got.dtype, expected.dtype)
-    assert got.shape == expected.shape, (got.shape, expected.shape)
-    if expected.dtype.kind == "O":
-        assert got.tolist() == expected.tolist()
-    elif expected.dtype.names:
-        for name in expected.dtype.names:  # field by field: padding bytes hold no data
-            assert_same(got[name], expected[name])
-    else:
-        assert got.tobytes() == expected.tobytes()
 
 
 def bcolz_write(path, arr, chunklen=CHUNKLEN, **kw):

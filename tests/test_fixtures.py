@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import blzarr
+from helpers import assert_same
 from blzarr import _chunk
 from blzarr.errors import BlzarrError, PickleNotAllowedError, ReadOnlyError
 
@@ -52,19 +53,6 @@ def copy_fixture(name, tmp_path):
     dst = str(tmp_path / name)
     shutil.copytree(fixture(name), dst)
     return dst
-
-
-def assert_same(got, expected):
-    got = np.asarray(got)
-    assert got.dtype == expected.dtype
-    assert got.shape == expected.shape
-    if expected.dtype.kind == "O":
-        assert got.tolist() == expected.tolist()
-    elif expected.dtype.names:
-        for name in expected.dtype.names:  # field by field: padding bytes hold no data
-            assert_same(got[name], expected[name])
-    else:
-        assert got.tobytes() == expected.tobytes()
 
 
 def test_fixtures_are_small_and_complete():
