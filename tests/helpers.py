@@ -1,11 +1,25 @@
-"""Assertions shared by the test modules (pytest puts this folder on sys.path)."""
+"""Helpers shared by the test modules (pytest puts this folder on sys.path).
+
+- `assert_same`: exact equality of an array with the expected one, dtype and shape included;
+- `make_ra`, `make_typed_ra`: structured arrays of every column kind for the ctable tests;
+- `tree`, `flip_byte`: the bytes of a directory, and damaging one byte of a file;
+- `fork_child`, `read_line`, `read_all`, `wait_for`: the fork/pipe loop of the kill and
+  concurrency tests (a child reports on a pipe; the parent reads lines until a marker).
+"""
+
+import os
+import signal
+import time
 
 import numpy as np
+
+import blzarr
 
 
 def assert_same(got, expected):
     """Exact equality, NaN and NaT included, with matching dtype and shape."""
     got = np.asarray(got)
+    expected = np.asarray(expected)
     assert got.dtype == expected.dtype, (got.dtype, expected.dtype)
     assert got.shape == expected.shape, (got.shape, expected.shape)
     if expected.dtype.kind == "O":
@@ -15,3 +29,117 @@ def assert_same(got, expected):
             assert_same(got[name], expected[name])
     else:
         assert got.tobytes() == expected.tobytes()
+
+
+def make_ra(n=10_000):
+    """A table of int, float, unicode, bytes and datetime columns whose rows all differ."""
+    ra = np.empty(n, dtype=[("a", "i8"), ("b", "f8"), ("c", "U6"), ("d", "S4"), ("e", "M8[s]")])
+    ra["a"] = np.arange(n)
+    ra["b"] = np.arange(n) * 0.5 - 7
+    ra["c"] = [f"u{i % 997}" for i in range(n)]
+    ra["d"] = [f"{i % 13}".encode() for i in range(n)]
+    ra["e"] = np.datetime64("2020-01-01T00:00:00") + np.arange(n).astype("m8[s]") * 3600
+    return ra
+
+
+def make_typed_ra(n, start=0):
+    """Rows start..start+n of a table with subarray, bool, u1 and ns-datetime columns too."""
+    ra = np.empty(n, dtype=[("i", "i4"), ("f", "f8"), ("s", "S5"), ("u", "U4"), ("t", "M8[ns]"),
+                            ("v", "f4", (2,)), ("ok", "?"), ("small", "u1")])
+    k = np.arange(start, start + n)
+    ra["i"] = k
+    ra["f"] = k * 0.25
+    ra["s"] = [b"s%d" % (x % 100) for x in k]
+    ra["u"] = [f"ü{x % 50}" for x in k]
+    ra["t"] = np.datetime64("2019-05-01T00:00:00", "ns") + k.astype("m8[s]")
+    ra["v"] = np.stack([k, -k], axis=1)
+    ra["ok"] = k % 5 == 0
+    ra["small"] = k % 256
+    return ra
+
+
+def tree(root):
+    """{relative path: bytes} of every file under `root`."""
+    out = {}
+    for d, _, fs in os.walk(root):
+        for name in fs:
+            with open(os.path.join(d, name), "rb") as fh:
+                out[os.path.relpath(os.path.join(d, name), root)] = fh.read()
+    return out
+
+
+def flip_byte(path, pos, mask=0xFF):
+    """XOR the byte at `pos` of the file `path` with `mask`."""
+    with open(path, "r+b") as f:
+        f.seek(pos)
+        b = f.read(1)
+        f.seek(pos)
+        f.write(bytes([b[0] ^ mask]))
+
+
+def fork_child(fn, *args, nthreads=1):
+    """Run fn(*args, wfd) in a forked child; return (pid, read end of its pipe).
+
+    An exception in the child is written to the pipe as a line "E <type>: <message>"; the child
+    always leaves with os._exit(0).
+    """
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            if nthreads:
+                blzarr.set_nthreads(nthreads)
+            fn(*args, w)
+        except BaseException as e:
+            try:
+                os.write(w, f"E {type(e).__name__}: {e}\n".encode())
+            except OSError:
+                pass
+        finally:
+            os._exit(0)
+    os.close(w)
+    return pid, r
+
+
+def read_line(r, timeout=30):
+    """One line from the pipe `r` (without its newline), or what came before `timeout` seconds."""
+    buf = b""
+    deadline = time.monotonic() + timeout
+    while not buf.endswith(b"\n") and time.monotonic() < deadline:
+        c = os.read(r, 1)
+        if not c:
+            break
+        buf += c
+    return buf.decode().strip()
+
+
+def read_all(r):
+    """Everything left in the pipe `r` until its writer closes it; closes `r`."""
+    out = b""
+    while True:
+        c = os.read(r, 65536)
+        if not c:
+            break
+        out += c
+    os.close(r)
+    return out.decode()
+
+
+def wait_for(r, marker, timeout=None):
+    """Read the pipe `r` until `marker` was seen, the writer closed it or `timeout` passed; return the bytes."""
+    buf = b""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while marker not in buf and (deadline is None or time.monotonic() < deadline):
+        c = os.read(r, 65536)
+        if not c:
+            break
+        buf += c
+    return buf
+
+
+def kill_child(pid, r):
+    """SIGKILL the child `pid`, reap it, and return what was left in its pipe `r` (closed)."""
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return read_all(r)

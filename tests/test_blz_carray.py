@@ -15,6 +15,7 @@ import pytest
 from numpy.testing import assert_array_equal
 
 import blzarr
+from helpers import flip_byte
 from blzarr import _chunk
 from blzarr import _superchunk as sc
 from blzarr.blz import MetalayerError
@@ -333,13 +334,6 @@ def _chunk_pos(p, fno, slot):
     return h["offsets"][slot], len(h["chunks"][slot])
 
 
-def _flip(path, pos):
-    with open(path, "r+b") as f:
-        f.seek(pos)
-        b = f.read(1)
-        f.seek(pos)
-        f.write(bytes([b[0] ^ 0x40]))
-
 
 @pytest.mark.parametrize("checksum", ["adler32", "crc32", "md5", "sha1", "sha224", "sha256", "sha384",
                                       "sha512"])
@@ -354,7 +348,7 @@ def test_every_checksum_stored_and_corruption_detected(tmp_path, checksum):
     raw = open(f2, "rb").read()
     assert raw[off + ct:off + ct + CKSIZE[checksum]] == _digest(checksum, raw[off:off + ct])
     assert blzarr.open(p).verify()["chunks"] == 8
-    _flip(f2, off + ct - 3)                                            # a byte of the compressed data
+    flip_byte(f2, off + ct - 3, mask=0x40)                                            # a byte of the compressed data
     c = blzarr.open(p, mode="r")
     assert_array_equal(c[:250], arr[:250])                            # other chunks still read
     with pytest.raises(ChecksumError) as e:
@@ -371,7 +365,7 @@ def test_corrupted_checksum_bytes_detected(tmp_path):
     p = str(tmp_path / "a")
     blzarr.carray(np.arange(100), rootdir=p, chunklen=10, format="blz")
     off, ct = _chunk_pos(p, 1, 2)
-    _flip(os.path.join(p, "data", "__1__.bin"), off + ct + 1)
+    flip_byte(os.path.join(p, "data", "__1__.bin"), off + ct + 1, mask=0x40)
     with pytest.raises(ChecksumError, match="crc32 checksum mismatch in chunk 2"):
         blzarr.open(p)[25]
 
@@ -383,7 +377,7 @@ def test_corruption_after_lazy_verification_is_found_by_verify(tmp_path):
     c = blzarr.open(p, mode="r")
     assert c[150] == 150
     off, ct = _chunk_pos(p, 1, 1)
-    _flip(os.path.join(p, "data", "__1__.bin"), off + ct - 1)
+    flip_byte(os.path.join(p, "data", "__1__.bin"), off + ct - 1, mask=0x40)
     with pytest.raises(ChecksumError, match="chunk 1"):
         c.verify()
 
@@ -655,7 +649,7 @@ def test_variable_length_metalayers(tmp_path):
         o.vlmeta["y"] = 1
     with pytest.raises(TypeError):
         c.vlmeta["bad"] = {1, 2}
-    _flip(path, os.path.getsize(path) - 10)
+    flip_byte(path, os.path.getsize(path) - 10, mask=0x40)
     with pytest.raises((ChecksumError, FormatError)):
         o.vlmeta["x"]
     # attrs keep bcolz's semantics, in meta/attributes

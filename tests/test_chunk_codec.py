@@ -202,36 +202,53 @@ def test_expected_size_mismatch_is_refused():
         _chunk.validate(b, 8)
 
 
-@given(st.binary(min_size=0, max_size=400))
-def test_random_bytes_never_crash(data):
+def _check_decodes(data, expected=None):
+    """What any decode of `data` must give: an error, or the size its header announces, the same bytes
+    on every decode, the same bytes through a partial read, and `expected` when it is known."""
     try:
         n = _chunk.validate(data)
     except ChunkError:
+        assert expected is None, "a well-formed chunk was refused"
         return
-    out = np.empty(n, dtype="u1")
+    h = _chunk.header(data)
+    assert n == h["nbytes"]
+    out = np.full(n, 0xA5, dtype="u1")
     try:
         _chunk.decompress_into(data, out)
     except ChunkError:
-        pass
+        assert expected is None, "a well-formed chunk did not decode"
+        return
+    if expected is not None:
+        assert out.tobytes() == expected
+    again = np.full(n, 0x5A, dtype="u1")
+    _chunk.decompress_into(data, again)
+    assert again.tobytes() == out.tobytes()
+    ts = max(h["typesize"], 1)
+    k = min(n, 64) // ts * ts
+    part = np.empty(64, dtype="u1")
+    try:
+        _chunk.getitem_into(data, 0, k, part)
+    except (ChunkError, IndexError, ValueError):
+        assert expected is None, "a partial read of a well-formed chunk failed"
+        return
+    assert part[:k].tobytes() == out[:k].tobytes()
+
+
+@given(st.binary(min_size=0, max_size=400))
+def test_random_bytes_decode_consistently_or_raise(data):
+    _check_decodes(data)
 
 
 @given(st.lists(st.tuples(st.integers(0, 2000), st.integers(0, 255)), min_size=1, max_size=8),
        st.sampled_from(CNAMES))
-def test_flipped_bytes_never_crash(flips, cname):
-    good = bytearray(_chunk.compress(np.random.default_rng(4).integers(0, 9, 2000).astype("i2"),
-                                     2, 5, 1, cname, 512))
+def test_flipped_bytes_decode_consistently_or_raise(flips, cname):
+    values = np.random.default_rng(4).integers(0, 9, 2000).astype("i2")
+    good = _chunk.compress(values, 2, 5, 1, cname, 512)
+    _check_decodes(bytes(good), values.tobytes())
+    bad = bytearray(good)
     for pos, val in flips:
-        good[pos % len(good)] = val
-    data = bytes(good)
-    try:
-        n = _chunk.validate(data)
-    except ChunkError:
-        return
-    try:
-        _chunk.decompress_into(data, np.empty(n, dtype="u1"))
-        _chunk.getitem_into(data, 0, min(n, 64) // 2 * 2, np.empty(64, dtype="u1"))
-    except (ChunkError, IndexError, ValueError):
-        pass
+        bad[pos % len(bad)] = val
+    _check_decodes(bytes(bad), values.tobytes() if bytes(bad) == bytes(good) else None)
 
 
 def test_corruption_matrix_in_a_subprocess_does_not_crash():
@@ -246,9 +263,13 @@ def test_corruption_matrix_in_a_subprocess_does_not_crash():
                 b = bytearray(good); b[pos] = val; b = bytes(b)
                 try:
                     n = _chunk.validate(b)
-                    _chunk.decompress_into(b, np.empty(n, dtype="u1"))
+                    out = np.empty(n, dtype="u1")
+                    _chunk.decompress_into(b, out)
                 except ChunkError:
-                    pass
+                    continue
+                assert n == _chunk.header(b)["nbytes"]
+                if b == bytes(good):
+                    assert out.tobytes() == (np.arange(4000, dtype="i4") % 7).tobytes()
         print("survived")
     """)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

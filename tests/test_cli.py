@@ -12,6 +12,7 @@ import pytest
 from numpy.testing import assert_array_equal
 
 import blzarr
+from helpers import flip_byte
 from blzarr import cli
 
 
@@ -154,18 +155,11 @@ def test_verify_ok(store):
     assert rc == 0 and "13 chunks" not in out and "12 chunks + 34 leftover" in out
 
 
-def _flip(path, pos):
-    with open(path, "r+b") as f:
-        f.seek(pos)
-        b = f.read(1)
-        f.seek(pos)
-        f.write(bytes([b[0] ^ 0xFF]))
-
 
 def test_verify_blz_checksum_damage(store):
     root, _ = store
     path = root / "a" / "data" / "__2__.bin"
-    _flip(path, os.path.getsize(path) - 40)   # inside the last chunk of file 2
+    flip_byte(path, os.path.getsize(path) - 40)   # inside the last chunk of file 2
     rc, out, err = run("verify", str(root / "a"))
     assert rc == 1
     line = [ln for ln in out.splitlines() if ln.startswith("DAMAGED")]
@@ -192,7 +186,7 @@ def test_verify_ctable_names_the_column(store):
     root, _ = store
     t = root / "sub" / "deeper" / "t"
     path = t / "data" / "f" / "data" / "__1__.bin"
-    _flip(path, os.path.getsize(path) - 30)
+    flip_byte(path, os.path.getsize(path) - 30)
     rc, out, _ = run("verify", str(t))
     assert rc == 1 and "column 'f'" in out and "__1__.bin" in out
 

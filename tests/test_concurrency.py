@@ -12,54 +12,13 @@ import numpy as np
 import pytest
 
 import blzarr
+from helpers import fork_child, read_all, read_line, tree
 from blzarr.errors import BlzarrError
 from blzarr.locking import LockError
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+pytestmark = [pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork"), pytest.mark.slow]
 
 FORMATS = ["bcolz", "blz"]
-
-
-def _fork(fn, *args):
-    """Run fn(*args, wfd) in a forked child; returns (pid, read end of its pipe)."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(r)
-            blzarr.set_nthreads(1)
-            fn(*args, w)
-        except BaseException as e:
-            try:
-                os.write(w, f"E {type(e).__name__}: {e}\n".encode())
-            except OSError:
-                pass
-        finally:
-            os._exit(0)
-    os.close(w)
-    return pid, r
-
-
-def _read_line(r, timeout=30):
-    buf = b""
-    deadline = time.monotonic() + timeout
-    while not buf.endswith(b"\n") and time.monotonic() < deadline:
-        c = os.read(r, 1)
-        if not c:
-            break
-        buf += c
-    return buf.decode().strip()
-
-
-def _read_all(r):
-    out = b""
-    while True:
-        c = os.read(r, 65536)
-        if not c:
-            break
-        out += c
-    os.close(r)
-    return out.decode()
 
 
 def _make(kind, root, fmt):
@@ -95,15 +54,15 @@ def test_second_writer_process_is_refused(tmp_path, kind, fmt, release):
     c.close()
     del c
     gc.collect()
-    before = _tree(root)
+    before = tree(root)
     go_r, go_w = os.pipe()
     os.environ["_BLZ_RELEASE"] = release
     try:
-        pid, r = _fork(_holder, root, str(go_r))
+        pid, r = fork_child(_holder, root, str(go_r))
     finally:
         del os.environ["_BLZ_RELEASE"]
     try:
-        assert _read_line(r) == "locked"
+        assert read_line(r) == "locked"
         for mode in ("a", "w"):
             with pytest.raises(LockError, match="another process") as ei:
                 blzarr.open(root, mode=mode)
@@ -111,11 +70,11 @@ def test_second_writer_process_is_refused(tmp_path, kind, fmt, release):
         with pytest.raises(LockError):
             (blzarr.carray if kind == "carray" else blzarr.ctable)(
                 np.arange(3) if kind == "carray" else [np.arange(3)], rootdir=root, mode="w")
-        assert _tree(root) == before                     # the refused writers changed nothing
+        assert tree(root) == before                     # the refused writers changed nothing
         r_obj = blzarr.open(root, mode="r")               # readers take no lock
         assert len(r_obj) == 1000
         os.write(go_w, b"x")
-        assert _read_line(r) == "released"
+        assert read_line(r) == "released"
         t = blzarr.open(root, mode="a")                   # free again once the holder let go
         t.append((1, 2.0) if kind == "ctable" else [1])
         t.close()
@@ -132,9 +91,9 @@ def test_lock_is_released_when_the_writer_dies(tmp_path):
     root = str(tmp_path / "d")
     _make("carray", root, "blz").close()
     go_r, go_w = os.pipe()
-    pid, r = _fork(_holder, root, str(go_r))
+    pid, r = fork_child(_holder, root, str(go_r))
     try:
-        assert _read_line(r) == "locked"
+        assert read_line(r) == "locked"
         with pytest.raises(LockError):
             blzarr.open(root, mode="a")
     finally:
@@ -157,13 +116,13 @@ def test_one_process_may_hold_several_writers_and_reader_mode_takes_no_lock(tmp_
     with pytest.raises(blzarr.ReadOnlyError):
         a.append([1])
     # b still holds the process's lock: another process is refused
-    pid, r = _fork(lambda root, w: os.write(w, (_try_lock(root) + "\n").encode()), root)
-    assert _read_line(r) == "refused"
+    pid, r = fork_child(lambda root, w: os.write(w, (_try_lock(root) + "\n").encode()), root)
+    assert read_line(r) == "refused"
     os.waitpid(pid, 0)
     os.close(r)
     b.close()
-    pid, r = _fork(lambda root, w: os.write(w, (_try_lock(root) + "\n").encode()), root)
-    assert _read_line(r) == "ok"
+    pid, r = fork_child(lambda root, w: os.write(w, (_try_lock(root) + "\n").encode()), root)
+    assert read_line(r) == "ok"
     os.waitpid(pid, 0)
     os.close(r)
     assert not hasattr(blzarr.open(root, mode="r"), "_dirlock")
@@ -176,14 +135,6 @@ def _try_lock(root):
     except LockError:
         return "refused"
 
-
-def _tree(root):
-    out = {}
-    for d, _, fs in os.walk(root):
-        for f in fs:
-            with open(os.path.join(d, f), "rb") as fh:
-                out[os.path.relpath(os.path.join(d, f), root)] = fh.read()
-    return out
 
 
 # ------------------------------------------------------------------------------- readers and a writer
@@ -239,11 +190,11 @@ def test_readers_beside_a_writer_see_a_consistent_prefix(tmp_path, kind, fmt):
     del c
     gc.collect()
     seconds = 2.0
-    wpid, wr = _fork(_appender, root, seconds)
-    assert _read_line(wr) == "go"
-    readers = [_fork(_reader, root, seconds) for _ in range(2)]
-    results = [_read_all(r) for _, r in readers]
-    final = _read_all(wr)
+    wpid, wr = fork_child(_appender, root, seconds)
+    assert read_line(wr) == "go"
+    readers = [fork_child(_reader, root, seconds) for _ in range(2)]
+    results = [read_all(r) for _, r in readers]
+    final = read_all(wr)
     for pid, _ in readers + [(wpid, None)]:
         os.waitpid(pid, 0)
     assert final.strip().isdigit(), final

@@ -13,7 +13,6 @@ lost, nothing is torn, duplicated or reordered.  The next round appends to what 
 import gc
 import os
 import random
-import signal
 import sys
 import time
 
@@ -21,8 +20,9 @@ import numpy as np
 import pytest
 
 import blzarr
+from helpers import fork_child, kill_child, wait_for
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+pytestmark = [pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork"), pytest.mark.slow]
 
 CHUNKLEN = 64
 DFLT = -1
@@ -131,31 +131,13 @@ def writer(rootdir, fmt, seed, wfd):
 
 
 def run_round(rootdir, fmt, seed, delay):
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(r)
-        writer(rootdir, fmt, seed, w)
-    os.close(w)
-    buf = b""
-    deadline = time.monotonic() + 30
+    pid, r = fork_child(writer, rootdir, fmt, seed, nthreads=0)
     # wait until it has opened the directory, then let it run for `delay` seconds
-    while b"R\n" not in buf and time.monotonic() < deadline:
-        chunk = os.read(r, 65536)
-        if not chunk:
-            break
-        buf += chunk
+    buf = wait_for(r, b"R\n", timeout=30).decode()
     time.sleep(delay)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    while True:
-        chunk = os.read(r, 65536)
-        if not chunk:
-            break
-        buf += chunk
-    os.close(r)
-    lines = buf.decode().split()
-    errors = [ln for ln in buf.decode().splitlines() if ln.startswith("E ")]
+    buf += kill_child(pid, r)
+    lines = buf.split()
+    errors = [ln for ln in buf.splitlines() if ln.startswith("E ")]
     assert not errors, errors
     assert "R" in lines, buf
     steps = [int(x) for x in lines if x.isdigit()]
@@ -255,28 +237,11 @@ def test_sigkill_during_ctable_appends(tmp_path, fmt):
     rnd = random.Random(99)
     uneven = 0
     for rnd_no in range(ROUNDS // 2):
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(r)
-            ctable_writer(rootdir, rnd_no, w)
-        os.close(w)
-        buf = b""
-        while b"R\n" not in buf:
-            chunk = os.read(r, 65536)
-            if not chunk:
-                break
-            buf += chunk
+        pid, r = fork_child(ctable_writer, rootdir, rnd_no, nthreads=0)
+        buf = wait_for(r, b"R\n").decode()
         time.sleep(rnd.uniform(0.0, 0.1))
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        while True:
-            chunk = os.read(r, 65536)
-            if not chunk:
-                break
-            buf += chunk
-        os.close(r)
-        lines = buf.decode().split("\n")
+        buf += kill_child(pid, r)
+        lines = buf.split("\n")
         assert not [x for x in lines if x.startswith("E ")], lines
         flushed = max([int(x) for x in lines if x.isdigit()] or [0])
         with warnings.catch_warnings(record=True) as caught:

@@ -8,30 +8,21 @@ import pytest
 import blzarr
 from blzarr import ctable
 from blzarr.errors import FormatError, ReadOnlyError, StorageError
+from helpers import make_ra
 
 N = 10_000
 
 
-def make_ra(n=N):
-    ra = np.empty(n, dtype=[("a", "i8"), ("b", "f8"), ("c", "U6"), ("d", "S4"), ("e", "M8[s]")])
-    ra["a"] = np.arange(n)
-    ra["b"] = np.arange(n) * 0.5 - 7
-    ra["c"] = [f"u{i % 997}" for i in range(n)]
-    ra["d"] = [f"{i % 13}".encode() for i in range(n)]
-    ra["e"] = np.datetime64("2020-01-01T00:00:00") + np.arange(n).astype("m8[s]") * 3600
-    return ra
-
-
-@pytest.fixture(params=["memory", "disk"])
-def where(request, tmp_path):
-    return None if request.param == "memory" else str(tmp_path / "t")
+@pytest.fixture
+def where(layout):
+    """Keyword arguments that put a new ctable in memory, in the bcolz layout or in the BLZ layout."""
+    return layout
 
 
 @pytest.fixture
 def table(where):
     ra = make_ra()
-    kw = {"rootdir": where, "format": "bcolz"} if where else {}
-    return ctable(ra, chunklen=1000, **kw), ra
+    return ctable(ra, chunklen=1000, **where), ra
 
 
 def assert_rows_equal(got, want):
@@ -314,7 +305,7 @@ def test_resize_trim(table):
 
 
 # ------------------------------------------------------------------ columns
-def test_addcol_delcol(table):
+def test_addcol_delcol(table, where):
     t, ra = table
     t.addcol(np.arange(N) * 3, name="x")
     t.addcol(blzarr.carray(np.ones(N)), name="y", pos=0)
@@ -339,8 +330,12 @@ def test_addcol_delcol(table):
         t.delcol("a", pos=0)
     with pytest.raises(ValueError, match="zz"):
         t.delcol("zz")
-    if t.rootdir:
+    if where.name == "bcolz":
         assert sorted(os.listdir(t.rootdir)) == sorted(["__attrs__", "__rootdirs__"] + t.names)
+    elif where.name == "blz":   # the column directories are under data/
+        assert sorted(os.listdir(t.rootdir)) == ["__attrs__", "__rootdirs__", "data"]
+        assert sorted(os.listdir(os.path.join(t.rootdir, "data"))) == sorted(t.names)
+    if t.rootdir:
         assert blzarr.open(t.rootdir).names == t.names
 
 
@@ -566,11 +561,8 @@ def test_empty_ctable():
 
 
 # ------------------------------------------------------------------ pandas
-pd = pytest.importorskip("pandas") if blzarr.pandas_here else None
-
-
-@pytest.mark.skipif(not blzarr.pandas_here, reason="pandas is not installed")
 def test_dataframe_roundtrip(where):
+    pd = pytest.importorskip("pandas")
     n = 1000
     df = pd.DataFrame({
         "i": np.arange(n, dtype="i4"),
@@ -581,8 +573,7 @@ def test_dataframe_roundtrip(where):
         "cat": pd.Categorical([["lo", "mid", "hi"][i % 3] for i in range(n)]),
         "flag": np.arange(n) % 2 == 0,
     })
-    kw = {"rootdir": where} if where else {}
-    t = ctable.fromdataframe(df, **kw)
+    t = ctable.fromdataframe(df, **where)
     assert t.names == list(df.columns)
     assert t.dtype["s"].kind == "U" and t.dtype["cat"].kind == "U" and t.dtype["when"].kind == "M"
     np.testing.assert_array_equal(t["u"][:], df["u"].to_numpy(dtype=str))
@@ -596,12 +587,12 @@ def test_dataframe_roundtrip(where):
     q = t.fetchwhere("(i > 10) & (f < 0.5)", out_flavor="numpy")
     np.testing.assert_array_equal(q["i"], df.query("i > 10 and f < 0.5")["i"].to_numpy())
     if where:
-        t2 = blzarr.open(where)
+        t2 = blzarr.open(where["rootdir"])
         np.testing.assert_array_equal(t2.todataframe()["s"].to_numpy(), df["s"].to_numpy(dtype=object))
 
 
-@pytest.mark.skipif(not blzarr.pandas_here, reason="pandas is not installed")
 def test_dataframe_bytes_missing_and_bad_names():
+    pd = pytest.importorskip("pandas")
     df = pd.DataFrame({"b": [b"x", b"yy"], "m": ["a", None], "x": [1, 2]})
     t = ctable.fromdataframe(df)
     assert t.dtype["b"] == np.dtype("S2")
@@ -614,9 +605,8 @@ def test_dataframe_bytes_missing_and_bad_names():
 
 
 # ------------------------------------------------------------------ HDF5
-@pytest.mark.skipif(not blzarr.tables_here, reason="PyTables is not installed")
 def test_hdf5_roundtrip(tmp_path):
-    import tables
+    tables = pytest.importorskip("tables")
     ra = make_ra(3000)[["a", "b", "d"]].copy()
     ra = np.array(ra, dtype=[("a", "i8"), ("b", "f8"), ("d", "S4")])
     t = ctable(ra)
@@ -722,8 +712,8 @@ def test_cols_setitem_and_array_protocol():
     np.testing.assert_array_equal(arr["a"], ra["a"])
 
 
-@pytest.mark.skipif(not blzarr.pandas_here, reason="pandas is not installed")
 def test_dataframe_tz_categorical_numbers_and_names():
+    pd = pytest.importorskip("pandas")
     n = 40
     df = pd.DataFrame({
         "tz": pd.date_range("2022-03-01", periods=n, freq="D", tz="Europe/Paris"),
@@ -776,9 +766,8 @@ def test_expression_with_outside_arrays_and_bad_vm(table):
         t.fetchwhere("a > 1", vm="bogus")
 
 
-@pytest.mark.skipif(not blzarr.tables_here, reason="PyTables is not installed")
 def test_hdf5_unicode_and_datetimes_roundtrip(tmp_path):
-    import tables
+    tables = pytest.importorskip("tables")
     ra = make_ra(2500)
     ra["c"][:3] = ["é€x", "ü", ""]
     t = ctable(ra, chunklen=700)

@@ -8,22 +8,9 @@ import pytest
 
 import blzarr
 
+from helpers import make_typed_ra  # noqa: E402
+
 bcolz = pytest.importorskip("bcolz")
-
-
-def make_ra(n, start=0):
-    ra = np.empty(n, dtype=[("i", "i4"), ("f", "f8"), ("s", "S5"), ("u", "U4"), ("t", "M8[ns]"),
-                            ("v", "f4", (2,)), ("ok", "?"), ("small", "u1")])
-    k = np.arange(start, start + n)
-    ra["i"] = k
-    ra["f"] = k * 0.25
-    ra["s"] = [b"s%d" % (x % 100) for x in k]
-    ra["u"] = [f"ü{x % 50}" for x in k]
-    ra["t"] = np.datetime64("2019-05-01T00:00:00", "ns") + k.astype("m8[s]")
-    ra["v"] = np.stack([k, -k], axis=1)
-    ra["ok"] = k % 5 == 0
-    ra["small"] = k % 256
-    return ra
 
 
 LENGTHS = [0, 1, 999, 3000, 10_007]
@@ -32,7 +19,7 @@ LENGTHS = [0, 1, 999, 3000, 10_007]
 @pytest.mark.parametrize("n", LENGTHS)
 def test_bcolz_reads_blzarr_table(tmp_path, n):
     root = str(tmp_path / "t")
-    ra = make_ra(n)
+    ra = make_typed_ra(n)
     t = blzarr.ctable(ra, rootdir=root, chunklen=1000, cparams=blzarr.cparams(cname="zstd", clevel=3),
                       format="bcolz")
     t.attrs["who"] = "blzarr"
@@ -49,7 +36,7 @@ def test_bcolz_reads_blzarr_table(tmp_path, n):
 @pytest.mark.parametrize("n", LENGTHS)
 def test_blzarr_reads_and_appends_bcolz_table(tmp_path, n):
     root = str(tmp_path / "t")
-    ra = make_ra(n)
+    ra = make_typed_ra(n)
     b = bcolz.ctable(ra, rootdir=root, mode="w", chunklen=700)
     b.attrs["who"] = "bcolz"
     b.flush()
@@ -60,20 +47,20 @@ def test_blzarr_reads_and_appends_bcolz_table(tmp_path, n):
     assert t.attrs["who"] == "bcolz"
     sel = (ra["i"] % 3 == 0) & (ra["f"] < 1000)
     np.testing.assert_array_equal(t.fetchwhere("(i % 3 == 0) & (f < 1000)", out_flavor="numpy"), ra[sel])
-    more = make_ra(1234, start=n)
+    more = make_typed_ra(1234, start=n)
     t.append(more)
     t.flush()
     b2 = bcolz.open(root, mode="a")
     np.testing.assert_array_equal(b2[:], np.concatenate([ra, more]))
     # and bcolz can keep appending after blzarr
-    b2.append(make_ra(10, start=n + 1234))
+    b2.append(make_typed_ra(10, start=n + 1234))
     b2.flush()
-    np.testing.assert_array_equal(blzarr.open(root, mode="r")[:], make_ra(n + 1244))
+    np.testing.assert_array_equal(blzarr.open(root, mode="r")[:], make_typed_ra(n + 1244))
 
 
 def test_addcol_delcol_seen_by_bcolz(tmp_path):
     root = str(tmp_path / "t")
-    ra = make_ra(2500)
+    ra = make_typed_ra(2500)
     b = bcolz.ctable(ra, rootdir=root, mode="w")
     b.flush()
     t = blzarr.open(root)
@@ -97,7 +84,7 @@ def test_addcol_delcol_seen_by_bcolz(tmp_path):
 
 def test_setitem_resize_seen_by_bcolz(tmp_path):
     root = str(tmp_path / "t")
-    ra = make_ra(3000)
+    ra = make_typed_ra(3000)
     t = blzarr.ctable(ra, rootdir=root, chunklen=512, format="bcolz")
     t[100:200] = ra[1000:1100]
     t.resize(2000)
@@ -109,7 +96,7 @@ def test_setitem_resize_seen_by_bcolz(tmp_path):
 
 
 def test_bcolz_fetchwhere_matches_blzarr(tmp_path):
-    ra = make_ra(20_000)
+    ra = make_typed_ra(20_000)
     root = str(tmp_path / "t")
     blzarr.ctable(ra, rootdir=root, format="bcolz")
     b = bcolz.open(root)

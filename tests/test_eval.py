@@ -15,9 +15,12 @@ i_np = np.arange(N, dtype="i4") % 97
 
 
 @pytest.fixture
-def cas():
-    return (blzarr.carray(a_np, chunklen=1000), blzarr.carray(b_np, chunklen=333),
-            blzarr.carray(i_np, chunklen=5000))
+def cas(layout):
+    """The operands, in memory, in the bcolz layout or in the BLZ layout."""
+    def kw(name):
+        return {**layout, "rootdir": layout["rootdir"] + "-" + name} if layout.on_disk else {}
+    return (blzarr.carray(a_np, chunklen=1000, **kw("a")), blzarr.carray(b_np, chunklen=333, **kw("b")),
+            blzarr.carray(i_np, chunklen=5000, **kw("i")))
 
 
 @pytest.mark.parametrize("vm", VMS)
@@ -164,8 +167,8 @@ def test_eval_attributes_are_not_variables():
     assert_array_equal(blzarr.eval("z.real * 2", vm="python", out_flavor="numpy"), [2.0, 6.0])
 
 
-@pytest.mark.skipif(not blzarr.dask_here, reason="dask is not installed")
 def test_eval_dask_vm_with_da_prefix():
+    pytest.importorskip("dask")
     c = blzarr.carray(np.arange(1, 1001.0), chunklen=100)
     d = np.arange(1000.0) + 2
     r = blzarr.eval("da.sin(c) + 2 * da.log(d) - 3", vm="dask")

@@ -6,8 +6,6 @@ import pytest
 import blzarr
 from blzarr import cparams, defaults
 
-bcolz = pytest.importorskip("bcolz")
-
 
 @pytest.fixture(autouse=True)
 def restore_defaults():
@@ -16,7 +14,7 @@ def restore_defaults():
     defaults.cparams, defaults.vm, defaults.out_flavor = saved
 
 
-def test_shuffle_constants_match_bcolz():
+def test_shuffle_constants_match_bcolz(bcolz):
     assert (blzarr.NOSHUFFLE, blzarr.SHUFFLE, blzarr.BITSHUFFLE) == (0, 1, 2)
     assert (bcolz.NOSHUFFLE, bcolz.SHUFFLE, bcolz.BITSHUFFLE) == (0, 1, 2)
 

@@ -21,6 +21,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 import blzarr
+from helpers import tree
 from blzarr import _chunk
 from blzarr import _superchunk as sc
 from blzarr.errors import BlzarrError, ChunkError, FormatError, PickleNotAllowedError, ReadOnlyError
@@ -380,14 +381,6 @@ def test_attrs_and_meta_are_json_only(tmp_path, fmt):
     assert not os.path.exists(marker)
 
 
-def _tree(root):
-    out = {}
-    for d, _, fs in os.walk(root):
-        for f in fs:
-            with open(os.path.join(d, f), "rb") as fh:
-                out[os.path.relpath(os.path.join(d, f), root)] = fh.read()
-    return out
-
 
 # every way to write a carray, and what it does
 CARRAY_WRITES = {
@@ -446,14 +439,14 @@ def test_mode_r_refuses_every_write_path(tmp_path, fmt):
     if fmt == "blz":
         c.vlmeta["v"] = 1
     c.close()
-    before = _tree(root)
+    before = tree(root)
     writes = dict(CARRAY_WRITES, **(BLZ_WRITES if fmt == "blz" else {}))
     for name, fn in writes.items():
         r = blzarr.open(root, mode="r")
         with pytest.raises(ReadOnlyError):
             fn(r)
         r.flush()                                    # a no-op for readers
-        assert _tree(root) == before, name
+        assert tree(root) == before, name
         assert r[:].tolist() == list(range(100)), name
     # a mode 'r' carray of a directory: views and pickles stay read-only too
     v = blzarr.open(root, mode="r").view()
@@ -463,13 +456,13 @@ def test_mode_r_refuses_every_write_path(tmp_path, fmt):
     t = blzarr.ctable([np.arange(10), np.arange(10) * 1.0], names=["a", "b"], rootdir=troot, format=fmt)
     t.attrs["a"] = 1
     t.close()
-    before = _tree(troot)
+    before = tree(troot)
     for name, fn in CTABLE_WRITES.items():
         r = blzarr.open(troot, mode="r")
         with pytest.raises(ReadOnlyError):
             fn(r)
         r.flush()
-        assert _tree(troot) == before, name
+        assert tree(troot) == before, name
     assert ReadOnlyError.__mro__[1:3] == (BlzarrError, PermissionError)
 
 

@@ -8,8 +8,6 @@ from numpy.testing import assert_array_equal
 
 import blzarr
 
-bcolz = pytest.importorskip("bcolz")
-
 
 def same(c, expected):
     got = c[:]
@@ -19,7 +17,7 @@ def same(c, expected):
 
 @pytest.mark.parametrize("shape", [0, 1, 10, 12345, (7, 3), (100, 2, 2), 5.0, np.int32(4)])
 @pytest.mark.parametrize("dtype", ["f8", "i1", "u4", "?", "c8", "S3", "M8[D]", ("i2", (2,))])
-def test_zeros_ones_fill(shape, dtype):
+def test_zeros_ones_fill(bcolz, shape, dtype):
     npshape = (int(shape),) if np.ndim(shape) == 0 else shape
     dt = np.dtype(dtype)
     full = npshape + dt.shape
@@ -37,7 +35,7 @@ def test_zeros_ones_fill(shape, dtype):
         assert f.chunklen == bcolz.fill(npshape, value, dtype=dtype).chunklen
 
 
-def test_fill_default_float_and_kwargs(tmp_path):
+def test_fill_default_float_and_kwargs(bcolz, tmp_path):
     f = blzarr.fill(10, 3)
     assert f.dtype == np.float64
     same(f, np.full(10, 3.0))
@@ -55,7 +53,7 @@ def test_fill_default_float_and_kwargs(tmp_path):
         blzarr.fill(3, "abc", dtype="i4")
 
 
-def test_structured_fill_gives_ctable_like_bcolz():
+def test_structured_fill_gives_ctable_like_bcolz(bcolz):
     z = blzarr.zeros(5, dtype="i4,f8")
     b = bcolz.zeros(5, dtype="i4,f8")
     assert type(z).__name__ == type(b).__name__ == "ctable"
@@ -75,7 +73,7 @@ def test_arange_dtype(dtype):
     same(blzarr.arange(0, 100, 3, dtype=dtype), np.arange(0, 100, 3, dtype=dtype))
 
 
-def test_arange_kwargs_and_errors(tmp_path):
+def test_arange_kwargs_and_errors(bcolz, tmp_path):
     c = blzarr.arange(100, chunklen=7)
     assert c.chunklen == 7 and c.nchunks == 14
     assert blzarr.arange(10 ** 5).chunklen == bcolz.arange(10 ** 5).chunklen
@@ -88,7 +86,7 @@ def test_arange_kwargs_and_errors(tmp_path):
         blzarr.arange(0, 10, 0)
 
 
-def test_fromiter():
+def test_fromiter(bcolz):
     same(blzarr.fromiter(iter(range(100)), dtype="i4", count=100), np.arange(100, dtype="i4"))
     same(blzarr.fromiter(range(100), dtype="f8", count=10), np.arange(10.0))
     same(blzarr.fromiter((x * 0.5 for x in range(10000)), dtype="f8", count=-1), np.arange(10000) * 0.5)
@@ -113,7 +111,7 @@ def test_fromiter():
 
 @pytest.mark.parametrize("blen", [None, 1, 7, 100, 5000])
 @pytest.mark.parametrize("start,stop", [(0, None), (5, 900), (33, 34), (500, 100000), (999, None)])
-def test_iterblocks_carray(blen, start, stop):
+def test_iterblocks_carray(bcolz, blen, start, stop):
     a = np.arange(1000) * 2
     c = blzarr.carray(a, chunklen=64)
     b = bcolz.carray(a, chunklen=64)
@@ -141,7 +139,7 @@ def test_iterblocks_multidim_and_ctable():
         list(blzarr.iterblocks(blzarr.carray(a), 0))
 
 
-def test_open_and_walk(tmp_path):
+def test_open_and_walk(bcolz, tmp_path):
     root = str(tmp_path)
     blzarr.carray(np.arange(3), rootdir=os.path.join(root, "a"), format="bcolz")
     os.makedirs(os.path.join(root, "sub", "deeper"))
@@ -169,7 +167,7 @@ def test_open_and_walk(tmp_path):
         blzarr.open(os.path.join(root, "sub"))
 
 
-def test_open_modes(tmp_path):
+def test_open_modes(bcolz, tmp_path):
     p = str(tmp_path / "m")
     blzarr.carray(np.arange(10), rootdir=p, format="bcolz")
     with pytest.raises(blzarr.ReadOnlyError):

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import blzarr
+from helpers import tree as _tree
 import blzarr.blz as blzmod
 
 FORMATS = ["bcolz", "blz"]
@@ -85,14 +86,6 @@ def faults(monkeypatch):
     monkeypatch.setattr(blzmod, "sc", FullSC())
     return f
 
-
-def _tree(root):
-    out = {}
-    for d, _, fs in os.walk(root):
-        for name in fs:
-            with open(os.path.join(d, name), "rb") as fh:
-                out[os.path.relpath(os.path.join(d, name), root)] = fh.read()
-    return out
 
 
 def _make_carray(root, fmt):

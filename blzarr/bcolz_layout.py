@@ -1,0 +1,223 @@
+"""The bcolz 1.x directory layout on disk: one file per chunk.
+
+    root/data/__N.blp   a 16-byte 'blpk' header (version 1, nchunks 1), then one Blosc chunk
+    root/meta/sizes     JSON: shape, nbytes, cbytes
+    root/meta/storage   JSON: dtype, cparams, chunklen, expectedlen, dflt
+    root/__attrs__      JSON: user attributes
+
+`BcolzDir` reads and writes the files of one directory; `BcolzChunks` is the sequence of a carray's
+full chunks over it, a few kept cached.  Metadata files are replaced atomically (`files.atomic_write`).
+"""
+
+import os
+import struct
+import threading
+from collections import OrderedDict
+
+from blzarr.chunk import ChunkSequence, chunk
+from blzarr.errors import FormatError, ReadOnlyError, StorageError
+from blzarr.files import ATTRS_FILE, DATA_DIR, META_DIR, SIZES_FILE, atomic_write, read_json, write_json
+
+CHUNK_EXT = ".blp"
+
+BLP_MAGIC = b"blpk"
+BLP_HEADER_SIZE = 16
+BLP_HEADER = BLP_MAGIC + bytes([1, 0, 0, 0]) + struct.pack("<q", 1)
+
+# compressed bytes of recently read chunks a BcolzChunks keeps in memory (per carray)
+DISK_CACHE_BYTES = 32 * 1024 * 1024
+
+
+class BcolzDir:
+    """Files of one carray directory in the bcolz 1.x layout."""
+
+    format = "bcolz"
+
+    def __init__(self, rootdir):
+        self.rootdir = os.fspath(rootdir)
+        self.datadir = os.path.join(self.rootdir, DATA_DIR)
+        self.metadir = os.path.join(self.rootdir, META_DIR)
+
+    @classmethod
+    def create(cls, rootdir):
+        self = cls(rootdir)
+        os.makedirs(self.datadir)
+        os.makedirs(self.metadir)
+        return self
+
+    def check_layout(self):
+        # data/ is not required here: a carray without chunks has it empty, and copies that drop
+        # empty directories (git, some archivers) lose it. A missing chunk file is reported when
+        # the length needs it (check_chunk_files, read_chunk), and data/ is made again on write.
+        for d, what in ((self.rootdir, "root"), (self.metadir, "meta")):
+            if not os.path.isdir(d):
+                raise StorageError(f"{what} directory '{d}' does not exist")
+        if os.path.exists(self.datadir) and not os.path.isdir(self.datadir):
+            raise StorageError(f"data directory '{self.datadir}' is not a directory")
+
+    def chunk_path(self, n):
+        return os.path.join(self.datadir, f"__{n}{CHUNK_EXT}")
+
+    def read_chunk(self, n):
+        """The Blosc chunk stored in data/__n.blp (the 'blpk' header checked, the chunk not decoded).
+
+        Only the `ctbytes` its Blosc header announces are read: trailing bytes are not part of the
+        chunk (bcolz ignores them too). A chunk that announces more bytes than the file holds is
+        returned whole, for the codec's validation to report.
+        """
+        path = self.chunk_path(n)
+        try:
+            with open(path, "rb") as f:
+                head = f.read(BLP_HEADER_SIZE + 16)
+                if len(head) < BLP_HEADER_SIZE + 16:
+                    raise FormatError(f"chunk file '{path}' is truncated ({len(head)} bytes)")
+                if head[:4] != BLP_MAGIC:
+                    raise FormatError(f"chunk file '{path}' does not start with 'blpk'")
+                ctbytes = int.from_bytes(head[BLP_HEADER_SIZE + 12:], "little", signed=True)
+                avail = os.fstat(f.fileno()).st_size - BLP_HEADER_SIZE
+                want = ctbytes if 16 <= ctbytes <= avail else avail
+                body = head[BLP_HEADER_SIZE:] + f.read(want - 16)
+        except FileNotFoundError:
+            raise StorageError(f"chunk file '{path}' is missing") from None
+        except OSError as e:
+            raise StorageError(f"cannot read chunk file '{path}': {e}") from None
+        return body
+
+    def check_chunk_files(self, n):
+        """Raise StorageError naming the first of data/__0.blp ... __{n-1}.blp that is missing.
+
+        One directory listing, so a corrupted meta/sizes that claims an absurd length fails at once
+        instead of looking for billions of files.
+        """
+        if n <= 0:
+            return
+        try:
+            names = set(os.listdir(self.datadir))
+        except OSError as e:
+            raise StorageError(f"cannot list data directory '{self.datadir}': {e}") from None
+        for k in range(min(n, len(names) + 1)):
+            if f"__{k}{CHUNK_EXT}" not in names:
+                raise StorageError(
+                    f"chunk file '{self.chunk_path(k)}' is missing (meta/sizes file "
+                    f"'{self.meta_path(SIZES_FILE)}' implies {n} full chunk files)")
+
+    def write_chunk(self, n, data):
+        payload = BLP_HEADER + bytes(data)
+        try:
+            atomic_write(self.chunk_path(n), payload)
+        except StorageError:
+            # the first chunk of a directory whose empty data/ was lost: make it again
+            if n != 0 or os.path.exists(self.datadir) or not os.path.isdir(self.metadir):
+                raise
+            os.makedirs(self.datadir, exist_ok=True)
+            atomic_write(self.chunk_path(n), payload)
+
+    def remove_chunks_from(self, n):
+        """Remove data/__k.blp for every k >= n."""
+        if not os.path.isdir(self.datadir):
+            return
+        for name in os.listdir(self.datadir):
+            if name.startswith("__") and name.endswith(CHUNK_EXT):
+                try:
+                    k = int(name[2:-len(CHUNK_EXT)])
+                except ValueError:
+                    continue
+                if k >= n:
+                    os.remove(os.path.join(self.datadir, name))
+
+    def meta_path(self, name):
+        return os.path.join(self.metadir, name)
+
+    def read_meta(self, name):
+        """The JSON object in meta/`name` (a FormatError naming the file if it holds anything else)."""
+        path = self.meta_path(name)
+        obj = read_json(path, f"meta/{name}")
+        if not isinstance(obj, dict):
+            raise FormatError(f"meta/{name} file '{path}' must hold a JSON object, not {type(obj).__name__}")
+        return obj
+
+    def write_meta(self, name, obj):
+        write_json(self.meta_path(name), obj)
+
+    @property
+    def attrs_path(self):
+        return os.path.join(self.rootdir, ATTRS_FILE)
+
+
+class BcolzChunks(ChunkSequence):
+    """The full chunks of an on-disk carray, read from their files on demand, a few kept cached."""
+
+    def __init__(self, store, atom, chunklen, nchunks, mode, objects=False):
+        super().__init__(store, atom, chunklen, nchunks, objects)
+        self.mode = mode
+        self._cache = OrderedDict()
+        self._cache_bytes = 0
+        self._lock = threading.Lock()
+        store.check_chunk_files(nchunks)
+        self._sizes = [self._file_cbytes(i) for i in range(nchunks)]
+
+    def _file_cbytes(self, i):
+        try:
+            return max(os.path.getsize(self.store.chunk_path(i)) - 16, 0)
+        except OSError:
+            return 0
+
+    @property
+    def cbytes(self):
+        return sum(self._sizes)
+
+    def _get(self, i):
+        with self._lock:
+            c = self._cache.get(i)
+            if c is not None:
+                self._cache.move_to_end(i)
+                return c
+        c = self.load(i, self.chunk_nbytes)
+        with self._lock:
+            self._cache[i] = c
+            self._cache_bytes += c.cbytes
+            while self._cache_bytes > DISK_CACHE_BYTES and len(self._cache) > 1:
+                _, old = self._cache.popitem(last=False)
+                self._cache_bytes -= old.cbytes
+        return c
+
+    def load(self, i, expected_nbytes):
+        path = self.store.chunk_path(i)
+        return chunk.from_bytes(self.store.read_chunk(i), self.atom, expected_nbytes,
+                                where=f"chunk {i}, file '{path}'")
+
+    def _forget(self, i):
+        with self._lock:
+            c = self._cache.pop(i, None)
+            if c is not None:
+                self._cache_bytes -= c.cbytes
+
+    def __setitem__(self, i, c):
+        self._check_writable()
+        self.store.write_chunk(i, c.getdata())
+        self._forget(i)
+        self._sizes[i] = c.cbytes
+
+    def append(self, c):
+        self._check_writable()
+        self.store.write_chunk(self.nchunks, c.getdata())
+        self._forget(self.nchunks)
+        self._sizes.append(c.cbytes)
+        self.nchunks += 1
+
+    def truncate(self, n):
+        self._check_writable()
+        for i in range(n, self.nchunks):
+            self._forget(i)
+        self.nchunks = n
+        del self._sizes[n:]
+        self.store.remove_chunks_from(n)
+
+    def free_cachemem(self):
+        with self._lock:
+            self._cache.clear()
+            self._cache_bytes = 0
+
+    def _check_writable(self):
+        if self.mode == "r":
+            raise ReadOnlyError(f"cannot modify '{self.store.rootdir}': it was opened with mode 'r'")
