@@ -22,10 +22,7 @@ Examples
 __version__ = "0.1.0"
 
 
-def _have(module):
-    import importlib.util
-    return importlib.util.find_spec(module) is not None
-
+from blzarr.optional import have as _have  # noqa: E402
 
 numexpr_here = _have("numexpr")
 pandas_here = _have("pandas")

@@ -4,7 +4,7 @@ import json
 import os
 
 from blzarr.errors import FormatError, ReadOnlyError
-from blzarr.storage import read_json, write_json
+from blzarr.files import read_json, write_json
 
 
 class attrs:

@@ -8,7 +8,7 @@
     root/meta/vlmeta                     variable-length metalayers (compressed; rewritten on update)
 
 `BlzDir` is the store (files, caches, metalayers); `BlzChunks` is the sequence of a carray's full chunks
-over it, with the interface of the bcolz-layout `_DiskChunks`; `LazyChunk` is one chunk read on demand.
+over it, with the interface of the bcolz-layout `BcolzChunks`; `LazyChunk` is one chunk read on demand.
 """
 
 import base64
@@ -25,8 +25,9 @@ from blzarr import _superchunk as sc
 from blzarr.chunk import ChunkSequence, chunk
 from blzarr.errors import BlzarrError, ChunkError, FormatError, ReadOnlyError, StorageError
 from blzarr.params import get_nthreads
-from blzarr import storage
-from blzarr.storage import DATA_DIR, META_DIR, BcolzDir, atomic_write, read_json, write_json
+from blzarr import files
+from blzarr.bcolz_layout import BcolzDir
+from blzarr.files import DATA_DIR, META_DIR, atomic_write, read_json, write_json
 
 FORMAT = "blz"
 SUPERCHUNK_EXT = "__.bin"
@@ -667,7 +668,7 @@ class BlzDir:
         meta = self._meta_bytes(fno)
         head = sc.pack_header(self.checksum_id, self.typesize, self.chunk_nbytes, 0, 0, len(meta))
         table = sc.pack_offsets(np.full(self.K, -1, dtype=np.int64))
-        atomic_write(self._path(fno), head + meta + table, fsync=storage.FSYNC)
+        atomic_write(self._path(fno), head + meta + table, fsync=files.FSYNC)
         self.nfiles = max(self.nfiles, fno)
         self._forget_file(fno)
         self._close(fno)
@@ -866,9 +867,6 @@ class BlzDir:
         h = sc.pread(fd, 16, int(off), f.path)
         return int.from_bytes(h[4:8], "little", signed=True)
 
-    def truncate(self, n):
-        self.remove_chunks_from(n)
-
     # ------------------------------------------------------------------ maintenance
     def holes(self):
         """Bytes in the chunk areas that no chunk uses (left by relocated rewrites)."""
@@ -915,7 +913,7 @@ class BlzDir:
                 head = sc.pack_header(self.checksum_id, self.typesize, self.chunk_nbytes, f.last_chunk,
                                       f.nchunks, f.meta_size)
                 atomic_write(f.path, head + bytes(meta) + sc.pack_offsets(new_offsets) + b"".join(parts),
-                             fsync=storage.FSYNC)
+                             fsync=files.FSYNC)
                 self._close(fno)
                 self._forget_file(fno)
                 reclaimed += before - pos
@@ -1099,7 +1097,7 @@ class BlzDir:
             data = _chunk.compress(np.zeros(0, dtype=np.uint8), 1, 0, 0, "blosclz", 0, 1)
         cid = self.checksum_id
         atomic_write(self.meta_path(VLMETA_FILE),
-                     VLMETA_MAGIC + bytes([1, cid, 0, 0]) + data + sc.checksum(cid, data), fsync=storage.FSYNC)
+                     VLMETA_MAGIC + bytes([1, cid, 0, 0]) + data + sc.checksum(cid, data), fsync=files.FSYNC)
 
 
 class FixedMeta:
@@ -1233,7 +1231,7 @@ class LazyChunk(chunk):
 
 
 class BlzChunks(ChunkSequence):
-    """The full chunks of an on-disk carray in the BLZ layout (the interface of carray's _DiskChunks)."""
+    """The full chunks of an on-disk carray in the BLZ layout (the interface of BcolzChunks)."""
 
     def __init__(self, store, atom, chunklen, nchunks, mode, objects=False):
         super().__init__(store, atom, chunklen, nchunks, objects)

@@ -9,25 +9,22 @@ import pickle
 import shutil
 import tempfile
 import threading
-from collections import OrderedDict
 
 import numpy as np
 
 from blzarr import _chunk
 from blzarr import indexing as ix
 from blzarr.attrs import attrs as _attrs
-from blzarr.chunk import ChunkSequence, blosc_typesize, chunk, compress_array
+from blzarr.chunk import blosc_typesize, chunk, compress_array
 from blzarr.errors import FormatError, PickleNotAllowedError, ReadOnlyError, StorageError
 from blzarr.params import cparams as _cparams
 from blzarr.parallel import run_all
 from blzarr.blockcache import disk_blocks, new_generation
-from blzarr.storage import BcolzDir
+from blzarr.bcolz_layout import BcolzChunks, BcolzDir
 from blzarr.blz import BlzChunks, BlzDir, open_store
 from blzarr.locking import lock_dir
 
 _MB = 1024 * 1024
-# compressed bytes of recently read on-disk chunks kept in memory, per carray
-DISK_CACHE_BYTES = 32 * _MB
 # the layout of new on-disk carrays when `format` is not given: 'blz' (checksummed superchunk files, lazy
 # block reads; docs/FORMAT.rst) or 'bcolz' (the bcolz 1.x layout, for directories bcolz itself must open)
 DEFAULT_FORMAT = "blz"
@@ -114,85 +111,6 @@ def dflt_from_json(value, base, where):
     except (TypeError, ValueError, OverflowError, IndexError):
         raise FormatError(f"{where}: default value {value!r} does not fit dtype {base}") from None
     return out
-
-
-class _DiskChunks(ChunkSequence):
-    """The full chunks of an on-disk carray, read from their files on demand, a few kept cached."""
-
-    def __init__(self, store, atom, chunklen, nchunks, mode, objects=False):
-        super().__init__(store, atom, chunklen, nchunks, objects)
-        self.mode = mode
-        self._cache = OrderedDict()
-        self._cache_bytes = 0
-        self._lock = threading.Lock()
-        store.check_chunk_files(nchunks)
-        self._sizes = [self._file_cbytes(i) for i in range(nchunks)]
-
-    def _file_cbytes(self, i):
-        try:
-            return max(os.path.getsize(self.store.chunk_path(i)) - 16, 0)
-        except OSError:
-            return 0
-
-    @property
-    def cbytes(self):
-        return sum(self._sizes)
-
-    def _get(self, i):
-        with self._lock:
-            c = self._cache.get(i)
-            if c is not None:
-                self._cache.move_to_end(i)
-                return c
-        c = self.load(i, self.chunk_nbytes)
-        with self._lock:
-            self._cache[i] = c
-            self._cache_bytes += c.cbytes
-            while self._cache_bytes > DISK_CACHE_BYTES and len(self._cache) > 1:
-                _, old = self._cache.popitem(last=False)
-                self._cache_bytes -= old.cbytes
-        return c
-
-    def load(self, i, expected_nbytes):
-        path = self.store.chunk_path(i)
-        return chunk.from_bytes(self.store.read_chunk(i), self.atom, expected_nbytes,
-                                where=f"chunk {i}, file '{path}'")
-
-    def _forget(self, i):
-        with self._lock:
-            c = self._cache.pop(i, None)
-            if c is not None:
-                self._cache_bytes -= c.cbytes
-
-    def __setitem__(self, i, c):
-        self._check_writable()
-        self.store.write_chunk(i, c.getdata())
-        self._forget(i)
-        self._sizes[i] = c.cbytes
-
-    def append(self, c):
-        self._check_writable()
-        self.store.write_chunk(self.nchunks, c.getdata())
-        self._forget(self.nchunks)
-        self._sizes.append(c.cbytes)
-        self.nchunks += 1
-
-    def truncate(self, n):
-        self._check_writable()
-        for i in range(n, self.nchunks):
-            self._forget(i)
-        self.nchunks = n
-        del self._sizes[n:]
-        self.store.remove_chunks_from(n)
-
-    def free_cachemem(self):
-        with self._lock:
-            self._cache.clear()
-            self._cache_bytes = 0
-
-    def _check_writable(self):
-        if self.mode == "r":
-            raise ReadOnlyError(f"cannot modify '{self.store.rootdir}': it was opened with mode 'r'")
 
 
 class _UndoLog:
@@ -469,7 +387,7 @@ class carray:
         if fmt == "bcolz":
             if opts["checksum"] != "crc32" or opts["reserve"] or opts["superchunklen"] or opts["meta"]:
                 raise ValueError("checksum=, reserve=, superchunklen= and meta= need format='blz'")
-            return BcolzDir.create(self._rootdir), _DiskChunks
+            return BcolzDir.create(self._rootdir), BcolzChunks
         atom = self._chunk_atom
         store = BlzDir.create(self._rootdir, dtype=str(self._atom.base), atom_shape=self._atom.shape,
                               chunklen=self._chunklen, typesize=self._typesize,
@@ -532,7 +450,7 @@ class carray:
             # the files were read before meta/sizes, and a writer beside us has added chunks since
             # (it writes them before the sizes): read their state again, now newer than meta/sizes
             store = self._store = open_store(self._rootdir, self._mode)
-        self._chunks = (BlzChunks if store.format == "blz" else _DiskChunks)(
+        self._chunks = (BlzChunks if store.format == "blz" else BcolzChunks)(
             store, self._chunk_atom, chunklen, nchunks, self._mode, self._isobj)
         self._len = length
         self._nleft = nleft
@@ -1034,7 +952,7 @@ class carray:
                         store.write_chunk(n0, log.leftover)
                 else:
                     if log.leftover is not None:
-                        from blzarr.storage import atomic_write
+                        from blzarr.files import atomic_write
                         atomic_write(store.chunk_path(n0), log.leftover)
                     store.remove_chunks_from(n0 + (1 if log.leftover is not None else 0))
         for i, data in reversed(log.replaced):
@@ -1100,11 +1018,6 @@ class carray:
                 pieces.append((n, lo, hi, out[off:off + hi - lo]))
         run_all(lambda p: chunks[p[0]].read_range(p[1], p[2], p[3]), pieces)
         return out
-
-    def _getrange(self, start, blen, out):
-        """Fill `out` with up to `blen` atoms from `start` (bcolz's helper for iterblocks)."""
-        stop = min(start + blen, self._len)
-        self._read_range(start, stop, out[:stop - start])
 
     # The last decoded block is kept for the next scalar read; on-disk carrays also keep recent blocks
     # in the process-wide blockcache.disk_blocks.  Setting _blockcache to None (every change does)

@@ -10,6 +10,7 @@ import sys
 
 import numpy as np
 
+from blzarr.optional import have
 from blzarr.params import defaults
 
 _PY_NAMESPACE = {name: getattr(np, name) for name in (
@@ -203,11 +204,10 @@ def eval(expression, vm=None, out_flavor=None, user_dict=None, blen=None, depth=
     vm = vm or defaults.vm
     if vm not in ("numexpr", "python", "dask"):
         raise ValueError(f"vm must be 'numexpr', 'python' or 'dask', got {vm!r}")
-    import blzarr
-    if vm == "numexpr" and not blzarr.numexpr_here:
+    if vm == "numexpr" and not have("numexpr"):
         raise ImportError("eval(..., vm='numexpr') needs numexpr, which is not installed")
     if vm == "dask":
-        if not blzarr.dask_here:
+        if not have("dask"):
             raise ImportError("eval(..., vm='dask') needs dask, which is not installed")
     code, names = _operand_names(expression)
     if vm == "dask" and "da" not in (user_dict or {}):

@@ -25,7 +25,8 @@ import numpy as np
 import blzarr
 from blzarr.carray import carray, human_readable_size
 from blzarr.ctable import ctable
-from blzarr.storage import CHUNK_EXT, DATA_DIR, META_DIR, ROOTDIRS_FILE, BcolzDir, read_json
+from blzarr.bcolz_layout import CHUNK_EXT
+from blzarr.files import DATA_DIR, META_DIR, ROOTDIRS_FILE, detect, read_json
 
 PROG = "blzarr"
 # a conversion of more uncompressed bytes than this shows progress
@@ -49,22 +50,11 @@ class _UsageError(Exception):
 
 
 # ---------------------------------------------------------------------------------------- helpers
-def _kind(path):
-    """'ctable', 'carray' or None: what the directory `path` holds."""
-    if not os.path.isdir(path):
-        return None
-    if os.path.exists(os.path.join(path, ROOTDIRS_FILE)):
-        return "ctable"
-    if BcolzDir.holds_carray(path):
-        return "carray"
-    return None
-
-
 def _open(path, allow_pickle=True):
     path = os.fspath(path)
     if not os.path.exists(path):
         raise CLIError(f"'{path}' does not exist")
-    kind = _kind(path)
+    kind = detect(path)
     if kind is None:
         raise CLIError(f"'{path}' holds neither a carray nor a ctable")
     # opening reads metadata and chunk headers only: nothing is unpickled
@@ -217,7 +207,7 @@ def cmd_info(args, out):
 
 def _objects_below(root):
     """(path, kind) of every carray/ctable at or below `root`, not descending into them."""
-    kind = _kind(root)
+    kind = detect(root)
     if kind is not None:
         yield root, kind
         return
@@ -451,7 +441,7 @@ def cmd_convert(args, out):
     src_path, dst = os.fspath(args.src), os.fspath(args.dst)
     if not os.path.exists(src_path):
         raise CLIError(f"source '{src_path}' does not exist")
-    kind = _kind(src_path)
+    kind = detect(src_path)
     if kind is None:
         raise CLIError(f"source '{src_path}' holds neither a carray nor a ctable")
     real_src, real_dst = os.path.realpath(src_path), os.path.realpath(dst)

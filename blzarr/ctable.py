@@ -27,8 +27,9 @@ from blzarr.attrs import attrs as _attrs
 from blzarr.carray import carray, human_readable_size, operator_index
 from blzarr.errors import FormatError, ReadOnlyError, StorageError
 from blzarr.locking import lock_dir
+from blzarr.optional import have
 from blzarr.params import cparams as _cparams, defaults
-from blzarr.storage import ATTRS_FILE, ROOTDIRS_FILE, read_json, write_json
+from blzarr.files import ATTRS_FILE, ROOTDIRS_FILE, read_json, write_json
 
 NROW = "nrow__"
 # rows per block when a query has no column to take a chunk length from
@@ -964,7 +965,7 @@ class ctable:
         if isinstance(key, str):
             if key in self.cols._cols:
                 return self.cols._cols[key]
-            return self._fetch(key, None, None, 0, {}, None, sys._getframe(1), as_index=True)
+            return self._fetch(key, None, None, 0, {}, None, sys._getframe(1))
         if not self.cols.names:
             raise KeyError("cannot read rows from a ctable with no columns")
         if isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
@@ -1182,8 +1183,7 @@ class ctable:
         if vm not in (None, "numexpr", "python", "dask"):
             raise ValueError(f"vm must be 'numexpr', 'python' or 'dask', got {vm!r}")
         if vm in ("numexpr", "dask"):
-            import blzarr
-            if not getattr(blzarr, f"{vm}_here"):
+            if not have(vm):
                 raise ImportError(f"vm={vm!r} needs {vm}, which is not installed")
         if isinstance(expression, str):
             ops = self._operands(expression, user_dict, frame)
@@ -1400,7 +1400,7 @@ class ctable:
         if fill:
             yield buf[:fill]
 
-    def _fetch(self, expression, names, limit, skip, user_dict, vm, frame, as_index=False):
+    def _fetch(self, expression, names, limit, skip, user_dict, vm, frame):
         names = self._check_outcols(names)
         self._check_expression(expression, user_dict, frame, vm)
         parts = list(self._where_blocks(expression, names, limit, skip, user_dict, vm, frame))
@@ -1447,7 +1447,7 @@ class ctable:
         out_flavor = out_flavor or defaults.out_flavor
         frame = sys._getframe(1)
         if out_flavor == "numpy":
-            return self._fetch(expression, outcols, limit, skip, user_dict, vm, frame, as_index=True)
+            return self._fetch(expression, outcols, limit, skip, user_dict, vm, frame)
         if out_flavor not in ("bcolz", "carray"):
             raise ValueError(f"out_flavor must be 'bcolz' or 'numpy', got {out_flavor!r}")
         names = self._check_outcols(outcols)

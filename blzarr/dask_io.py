@@ -149,7 +149,7 @@ def _write_part(block, first_row, state):
     Returns the compressed bytes written."""
     from blzarr.chunk import compress_array
     from blzarr.params import cparams
-    from blzarr.storage import BcolzDir
+    from blzarr.bcolz_layout import BcolzDir
     block = np.ascontiguousarray(block)
     cl = state["chunklen"]
     if first_row % cl:
@@ -208,7 +208,7 @@ def _part_tasks(x, c):
 def _finish(rootdir, length, mode, allow_pickle=False):
     """Write meta/sizes of a carray whose chunk files are all written; return it opened."""
     from blzarr.carray import carray
-    from blzarr.storage import META_DIR, SIZES_FILE, read_json, write_json
+    from blzarr.files import META_DIR, SIZES_FILE, read_json, write_json
     path = os.path.join(rootdir, META_DIR, SIZES_FILE)
     sizes = read_json(path, "meta/sizes")
     sizes["shape"] = [int(length)] + list(sizes["shape"][1:])

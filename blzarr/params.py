@@ -4,6 +4,7 @@ import os
 from contextlib import contextmanager
 
 from blzarr import _chunk
+from blzarr.optional import have
 
 NOSHUFFLE = 0
 SHUFFLE = 1
@@ -241,13 +242,6 @@ class cparams:
                 f"quantize={self._quantize})")
 
 
-def _have(module):
-    try:
-        __import__(module)
-        return True
-    except Exception:
-        return False
-
 
 class Defaults:
     """The process-wide defaults; its one instance is ``blzarr.defaults``.
@@ -289,8 +283,7 @@ class Defaults:
     @property
     def vm(self):
         if self._vm is None:
-            from blzarr import numexpr_here
-            self._vm = "numexpr" if numexpr_here else "python"
+            self._vm = "numexpr" if have("numexpr") else "python"
         return self._vm
 
     @vm.setter
@@ -298,8 +291,7 @@ class Defaults:
         if value not in self._vms:
             raise ValueError(f"'{value}' is incorrect value for 'vm' default; choose one of {self._vms}")
         if value != "python":
-            import blzarr
-            if not getattr(blzarr, f"{value}_here"):
+            if not have(value):
                 raise ValueError(f"cannot use the `{value}` virtual machine: it is not installed")
         self._vm = value
 

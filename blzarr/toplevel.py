@@ -16,7 +16,7 @@ import numpy as np
 from blzarr import _chunk
 from blzarr.carray import carray
 from blzarr.errors import StorageError
-from blzarr.storage import ROOTDIRS_FILE, BcolzDir
+from blzarr.files import detect
 
 
 def open(rootdir, mode="a", allow_pickle=False):
@@ -63,10 +63,11 @@ def open(rootdir, mode="a", allow_pickle=False):
     rootdir = os.fspath(rootdir)
     if not os.path.isdir(rootdir):
         raise StorageError(f"'{rootdir}' does not exist or is not a directory")
-    if os.path.exists(os.path.join(rootdir, ROOTDIRS_FILE)):
+    kind = detect(rootdir)
+    if kind == "ctable":
         from blzarr.ctable import ctable
         return ctable(rootdir=rootdir, mode=mode, allow_pickle=allow_pickle)
-    if not BcolzDir.holds_carray(rootdir):
+    if kind is None:
         raise StorageError(f"'{rootdir}' holds neither a carray nor a ctable")
     return carray(rootdir=rootdir, mode=mode, allow_pickle=allow_pickle)
 
@@ -461,7 +462,7 @@ def walk(dir, classname=None, mode="a", allow_pickle=False):
         node = os.path.join(dir, name)
         if not os.path.isdir(node):
             continue
-        if os.path.exists(os.path.join(node, ROOTDIRS_FILE)) or BcolzDir.holds_carray(node):
+        if detect(node) is not None:
             obj = open(node, mode=mode, allow_pickle=allow_pickle)
             if classname is None or type(obj).__name__ == classname:
                 yield obj

@@ -1,0 +1,127 @@
+"""The file discipline of every on-disk layout: names, atomic replacement, fsync order, JSON files.
+
+Metadata files (meta/sizes, meta/storage, attributes, __rootdirs__) are written to a temporary file,
+fsync'ed, renamed over the old one, and their directory fsync'ed: after a crash or a power loss a
+reader finds the old or the new content, never an empty or partial file.  BLZARR_FSYNC=0 in the
+environment (or FSYNC = False) skips the two fsyncs, for scratch data.
+"""
+
+import json
+import os
+import tempfile
+
+from blzarr.errors import FormatError, StorageError
+
+DATA_DIR = "data"
+META_DIR = "meta"
+SIZES_FILE = "sizes"
+STORAGE_FILE = "storage"
+ATTRS_FILE = "__attrs__"
+ROOTDIRS_FILE = "__rootdirs__"
+
+# The largest meta JSON file blzarr agrees to parse: real ones are a few hundred bytes.
+MAX_JSON_BYTES = 16 * 1024 * 1024
+
+# BLZARR_FSYNC=0 skips the fsyncs of metadata replacement (see the module docstring).
+FSYNC = os.environ.get("BLZARR_FSYNC", "1") != "0"
+
+
+def _process_umask():
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+# Files are created with the permissions a plain open() would give them (bcolz's): mkstemp's
+# 0600 would hide a dataset from the other users of a shared directory.
+_UMASK = _process_umask()
+
+
+def _new_file_mode(path):
+    try:
+        return os.stat(path).st_mode & 0o7777   # replacing a file keeps its permissions
+    except OSError:
+        return 0o666 & ~_UMASK
+
+
+def atomic_write(path, data, fsync=False):
+    """Replace `path` with `data` so that readers see either the old or the new content."""
+    d = os.path.dirname(path) or "."
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
+    except OSError as e:
+        raise StorageError(f"cannot write '{path}': {e}") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            if hasattr(os, "fchmod"):
+                os.fchmod(f.fileno(), _new_file_mode(path))
+            f.write(data)
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+        if fsync:
+            _fsync_dir(d)
+    except BaseException as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(e, OSError) and not isinstance(e, StorageError):
+            raise StorageError(f"cannot write '{path}': {e}") from None
+        raise
+
+
+def _fsync_dir(d):
+    """Make a rename in directory `d` durable (best effort: not every platform can open a directory)."""
+    try:
+        fd = os.open(d, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def read_json(path, what="metadata"):
+    """Parse a JSON file, raising FormatError / StorageError that name the file."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_JSON_BYTES + 1)
+    except FileNotFoundError:
+        raise StorageError(f"{what} file '{path}' does not exist") from None
+    except OSError as e:
+        raise StorageError(f"cannot read {what} file '{path}': {e}") from None
+    if len(raw) > MAX_JSON_BYTES:
+        raise FormatError(f"{what} file '{path}' is larger than {MAX_JSON_BYTES} bytes")
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise FormatError(f"{what} file '{path}' is not valid JSON: {e}") from None
+
+
+def write_json(path, obj, fsync=None):
+    atomic_write(path, json.dumps(obj, ensure_ascii=True).encode("ascii") + b"\n",
+                 fsync=FSYNC if fsync is None else fsync)
+
+
+
+
+def detect(path):
+    """What the directory `path` holds: 'ctable' (a ``__rootdirs__`` file), 'carray' (a
+    ``meta/storage`` file, in either layout) or None.  The one place this is decided.
+
+    Only names are looked at: an unreadable or damaged metadata file is reported by its reader,
+    naming it.
+    """
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        return None
+    if os.path.exists(os.path.join(path, ROOTDIRS_FILE)):
+        return "ctable"
+    if os.path.exists(os.path.join(path, META_DIR, STORAGE_FILE)):
+        return "carray"
+    return None
