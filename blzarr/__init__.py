@@ -44,6 +44,7 @@ from blzarr.chunk import chunk  # noqa: E402
 from blzarr.carray import carray  # noqa: E402
 from blzarr.ctable import ctable  # noqa: E402
 from blzarr.chunked_eval import eval  # noqa: E402
+from blzarr.lazyexpr import LazyExpr, lazyexpr  # noqa: E402
 from blzarr.dask_io import from_dask  # noqa: E402
 from blzarr.toplevel import (  # noqa: E402
     arange, blosc_compressor_list, blosc_version, fill, fromiter, iterblocks, ones, open, print_versions,
@@ -58,7 +59,7 @@ __all__ = [
     "BITSHUFFLE", "NOSHUFFLE", "SHUFFLE", "BlzarrError", "ChecksumError", "ChunkError", "FormatError",
     "LockError", "MetalayerError", "PickleNotAllowedError", "ReadOnlyError", "StorageError", "arange", "attrs", "blosc_compressor_list",
     "blosc_set_nthreads", "blosc_version", "carray", "chunk", "cparams", "ctable", "dask_here", "defaults",
-    "defaults_ctx", "detect_number_of_cores", "eval", "fill", "filters", "from_dask", "fromiter", "iterblocks", "numexpr_here",
+    "defaults_ctx", "detect_number_of_cores", "eval", "fill", "filters", "from_dask", "fromiter", "iterblocks", "LazyExpr", "lazyexpr", "numexpr_here",
     "ones", "open", "pandas_here", "print_versions", "set_nthreads", "tables_here", "test", "walk", "zeros",
 ]
 

@@ -13,6 +13,7 @@ import threading
 import numpy as np
 
 from blzarr import _chunk
+from blzarr import fused
 from blzarr import indexing as ix
 from blzarr.attrs import attrs as _attrs
 from blzarr.chunk import blosc_typesize, chunk, compress_array
@@ -1019,6 +1020,15 @@ class carray:
         run_all(lambda p: chunks[p[0]].read_range(p[1], p[2], p[3]), pieces)
         return out
 
+    def read_into(self, start, stop, out):
+        """Decode atoms [start, stop) into the contiguous array `out` (of that length) and return it.
+
+        The primitive of the query engine (`blzarr.fused`): no new array is allocated."""
+        if self._isobj:
+            out[...] = self[start:stop]
+            return out
+        return self._read_range(start, stop, out)
+
     # The last decoded block is kept for the next scalar read; on-disk carrays also keep recent blocks
     # in the process-wide blockcache.disk_blocks.  Setting _blockcache to None (every change does)
     # renews the generation in the keys of both, so no stale block is ever found again.
@@ -1320,9 +1330,12 @@ class carray:
         if op == "mean" and dtype is None and probe.dtype.kind in "biu":
             kw = {"dtype": np.dtype("f8")}
         f = getattr(np, red)
-        blocks = (b for _, b in _iter_blocks(self, max(self._chunklen, 1)))
+        # every chunk reduced on its thread, from a buffer of that thread (blzarr.fused)
+        blen = max(self._chunklen, 1)
+        bounds = fused.block_bounds(self._len, blen)
         if 0 not in axes:
-            parts = [f(b, axis=axes, keepdims=keepdims, **kw) for b in blocks]
+            parts = fused.run_blocks(bounds, fused.Decoder({"x": self}, blen),
+                                     lambda s, e, b: f(b["x"], axis=axes, keepdims=keepdims, **kw))
             res = np.concatenate(parts) if parts else f(probe, axis=axes, keepdims=keepdims, **kw)
             if op == "mean":
                 res = np.true_divide(res, math.prod(self.shape[a] for a in axes), **(
@@ -1330,8 +1343,8 @@ class carray:
         else:
             combine = {"sum": np.add, "min": np.minimum, "max": np.maximum}[red]
             res = None
-            for b in blocks:
-                part = f(b, axis=axes, keepdims=True, **kw)
+            for part in fused.run_blocks(bounds, fused.Decoder({"x": self}, blen),
+                                         lambda s, e, b: f(b["x"], axis=axes, keepdims=True, **kw)):
                 res = part if res is None else combine(res, part)
             if res is None:
                 res = f(probe, axis=axes, keepdims=True, **kw)  # min/max raise NumPy's ValueError

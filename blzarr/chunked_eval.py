@@ -10,7 +10,8 @@ import sys
 
 import numpy as np
 
-from blzarr.optional import have
+from blzarr import fused
+from blzarr.optional import have, need
 from blzarr.params import defaults
 
 _PY_NAMESPACE = {name: getattr(np, name) for name in (
@@ -102,8 +103,10 @@ def _is_array(v):
 
 
 def evaluate_blocks(expression, operands, vm=None, blen=None):
-    """Yield the expression evaluated over consecutive blocks of the array operands."""
-    from blzarr.carray import carray
+    """Yield the expression evaluated over consecutive blocks of the array operands.
+
+    The blocks are evaluated on every thread (`blzarr.fused`), a few at a time, and come out in order.
+    """
     code, _ = _operand_names(expression)
     vm = vm or defaults.vm
     if vm not in ("numexpr", "python", "dask"):
@@ -113,25 +116,135 @@ def evaluate_blocks(expression, operands, vm=None, blen=None):
     if not arrays:
         yield np.asarray(_run(expression, code, dict(scalars), vm))
         return
-    lengths = {len(v) for v in arrays.values()}
-    if len(lengths) != 1:
-        raise ValueError(f"the arrays in the expression have different lengths: {sorted(lengths)}")
-    n = lengths.pop()
-    if blen is None:
-        cls = [v.chunklen for v in arrays.values() if isinstance(v, carray)]
-        blen = min(cls) if cls else 65536
-        blen = max(blen, 4096)
-    for s in range(0, n, blen):
-        e = min(s + blen, n)
-        local = dict(scalars)
-        for k, v in arrays.items():
-            local[k] = v[s:e]
-        yield np.asarray(_run(expression, code, local, vm))
+    n = common_length(arrays)
     if n == 0:
         local = dict(scalars)
         for k, v in arrays.items():
             local[k] = v[0:0]
         yield np.asarray(_run(expression, code, local, vm))
+        return
+    if blen is None:
+        blen = default_blen(arrays)
+    kernel, ne, _ = make_kernel(expression, code, arrays, scalars, vm)
+    decoder = fused.Decoder(arrays, blen)
+
+    def block(s, e, local):
+        r = np.asarray(kernel(local))
+        return r.copy() if decoder.owns(r) else r
+    yield from fused.map_blocks(fused.block_bounds(n, blen), decoder, block, serial=ne)
+
+
+def common_length(arrays):
+    lengths = {len(v) for v in arrays.values()}
+    if len(lengths) != 1:
+        raise ValueError(f"the arrays in the expression have different lengths: {sorted(lengths)}")
+    return lengths.pop()
+
+
+def default_blen(arrays):
+    """The smallest chunk length of the chunked operands (at least 4096), else 65536."""
+    cls = [v.chunklen for v in arrays.values() if not isinstance(v, np.ndarray) and hasattr(v, "chunklen")]
+    return max(min(cls) if cls else 65536, 4096)
+
+
+def make_kernel(expression, code, arrays, scalars, vm):
+    """(kernel, numexpr module or None, probe): kernel(local, out=None) evaluates `expression` over
+    one block of the arrays (`local` maps their names to the block's rows; the scalars are added),
+    into `out` when given (of the probe's dtype).  The probe is the value over the first row: numexpr
+    is tried on it, and NumPy evaluates what numexpr does not support."""
+    ns = {"__builtins__": {}, **_PY_NAMESPACE}
+    probe = dict(scalars)
+    for k, v in arrays.items():
+        probe[k] = np.asarray(v[0:1])
+    if vm == "numexpr":
+        numexpr = need("numexpr", "eval(..., vm='numexpr')")
+        try:
+            value = numexpr.evaluate(expression, local_dict=dict(probe), global_dict={})
+        except (TypeError, ValueError, NotImplementedError, KeyError, SyntaxError, RuntimeError):
+            pass
+        else:
+            def ne_kernel(local, out=None):
+                local.update(scalars)
+                return numexpr.evaluate(expression, local_dict=local, global_dict={}, out=out,
+                                        casting="unsafe")
+            return ne_kernel, numexpr, np.asarray(value)
+
+    def py_kernel(local, out=None):
+        local.update(scalars)
+        r = builtins.eval(code, ns, local)
+        if out is None:
+            return r
+        out[...] = r
+        return out
+    return py_kernel, None, np.asarray(builtins.eval(code, ns, dict(probe)))
+
+
+def evaluate_into(expression, operands, vm, blen, n):
+    """The element-wise `expression` over `n` rows as one NumPy array, every block evaluated on its
+    thread straight into its place; None when its result is not one value per row."""
+    code, _ = _operand_names(expression)
+    arrays = {k: v for k, v in operands.items() if _is_array(v)}
+    scalars = {k: v for k, v in operands.items() if k not in arrays}
+    kernel, ne, probe = make_kernel(expression, code, arrays, scalars, vm)
+    if probe.ndim == 0 or probe.shape[0] != 1 or probe.dtype == object:
+        return None
+    out = np.empty((n,) + probe.shape[1:], dtype=probe.dtype)
+    decoder = fused.Decoder(arrays, blen)
+
+    def block(s, e, local):
+        r = kernel(local, out=out[s:e])
+        if r is not out[s:e] and not np.may_share_memory(r, out):
+            out[s:e] = r
+    fused.run_blocks(fused.block_bounds(n, blen), decoder, block, serial=ne)
+    return out
+
+
+def select_blocks(expression, operands, vm, blen, outputs):
+    """Yield (start, positions, arrays) for the blocks where the boolean `expression` holds rows:
+    the positions (from the block's start) of its true rows and, for each of `outputs`, those rows:
+
+    - ``("positions", None)``: their row numbers (``numpy.int_``);
+    - ``("operand", name)``: compacted from the block of operand `name` decoded for the expression;
+    - ``("read", column)``: read from `column` (a range when dense, the single rows when sparse).
+
+    Mask and compaction run together on every thread (`blzarr.fused`), a window of blocks at a time.
+    """
+    code, _ = _operand_names(expression)
+    arrays = {k: v for k, v in operands.items() if _is_array(v)}
+    scalars = {k: v for k, v in operands.items() if k not in arrays}
+    n = common_length(arrays)
+    if n == 0:
+        return
+    kernel, ne, _ = make_kernel(expression, code, arrays, scalars, vm)
+    decoder = fused.Decoder(arrays, blen)
+
+    def block(s, e, local):
+        mask = np.asarray(kernel(local))
+        if mask.dtype != bool:
+            raise ValueError(f"the expression {expression!r} does not give booleans (it gives {mask.dtype})")
+        if mask.ndim != 1:
+            raise ValueError(f"the expression {expression!r} gives shape {mask.shape}, not one boolean per row")
+        if len(mask) != e - s:
+            raise ValueError(f"the expression {expression!r} gives {len(mask)} values for {e - s} rows")
+        idx = np.flatnonzero(mask)
+        if idx.size == 0:
+            return None
+        a, b = int(idx[0]), int(idx[-1]) + 1
+        dense = idx.size * 4 >= b - a
+        out = []
+        for kind, x in outputs:
+            if kind == "positions":
+                out.append((idx + s).astype(np.int_))
+            elif kind == "operand":
+                out.append(local[x][idx])
+            elif dense:
+                out.append(x[s + a:s + b][idx - a])
+            else:
+                out.append(x[idx + s])
+        return s, idx, out
+    for r in fused.map_blocks(fused.block_bounds(n, blen), decoder, block, serial=ne):
+        if r is not None:
+            yield r
 
 
 def _run(expression, code, local, vm):
@@ -236,6 +349,11 @@ def eval(expression, vm=None, out_flavor=None, user_dict=None, blen=None, depth=
             result = block if result is None else plan(result, block)
         return result[()] if result.ndim == 0 else result
     if out_flavor == "numpy":
+        arrays = {k: v for k, v in operands.items() if _is_array(v)}
+        if plan is None and vm != "dask" and arrays and common_length(arrays):
+            out = evaluate_into(expression, operands, vm, blen or default_blen(arrays), common_length(arrays))
+            if out is not None:
+                return out
         parts = list(blocks)
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
     out = None

@@ -1256,16 +1256,34 @@ class ctable:
         count = 0
         if limit is not None and limit <= 0:
             return
-        for s, mask in self._mask_blocks(expression, user_dict, vm, frame):
-            idx = np.flatnonzero(mask)
+        for s, idx, arrays in self._selected_blocks(expression, names, user_dict, vm, frame):
             if skip:
                 if skip >= idx.size:
                     skip -= idx.size
                     continue
-                idx = idx[skip:]
-                skip = 0
-            if limit is not None:
-                idx = idx[:limit - count]
+                idx, arrays, skip = idx[skip:], [a[skip:] for a in arrays], 0
+            if limit is not None and idx.size > limit - count:
+                idx, arrays = idx[:limit - count], [a[:limit - count] for a in arrays]
+            if idx.size == 0:
+                continue
+            yield arrays
+            count += idx.size
+            if limit is not None and count >= limit:
+                return
+
+    def _selected_blocks(self, expression, names, user_dict, vm, frame):
+        """(start, positions in the block, column arrays) of the blocks holding matching rows."""
+        if isinstance(expression, str):
+            ops = self._operands(expression, user_dict, frame)
+            if (vm or defaults.vm) != "dask" and any(_ce._is_array(v) for v in ops.values()):
+                cols = self.cols._cols
+                outputs = [("positions", None) if n == NROW else
+                           ("operand", n) if ops.get(n) is cols[n] else ("read", cols[n]) for n in names]
+                yield from _ce.select_blocks(expression, ops, vm or defaults.vm, self._query_blen(ops),
+                                             outputs)
+                return
+        for s, mask in self._mask_blocks(expression, user_dict, vm, frame):
+            idx = np.flatnonzero(mask)
             if idx.size == 0:
                 continue
             a, b = s + int(idx[0]), s + int(idx[-1]) + 1
@@ -1279,10 +1297,7 @@ class ctable:
                     arrays.append(self.cols._cols[n][a:b][local])
                 else:
                     arrays.append(self.cols._cols[n][idx + s])
-            yield arrays
-            count += idx.size
-            if limit is not None and count >= limit:
-                return
+            yield s, idx, arrays
 
     def _positions_where(self, expression, user_dict, vm, frame):
         parts = [(idx + s) for s, m in self._mask_blocks(expression, user_dict, vm, frame)
