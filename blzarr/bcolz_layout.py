@@ -14,7 +14,8 @@ import struct
 import threading
 from collections import OrderedDict
 
-from blzarr.chunk import ChunkSequence, chunk
+from blzarr.chunk import chunk
+from blzarr.chunkstore import ChunkStore
 from blzarr.errors import FormatError, ReadOnlyError, StorageError
 from blzarr.files import ATTRS_FILE, DATA_DIR, META_DIR, SIZES_FILE, atomic_write, read_json, write_json
 
@@ -112,6 +113,26 @@ class BcolzDir:
             os.makedirs(self.datadir, exist_ok=True)
             atomic_write(self.chunk_path(n), payload)
 
+    def close(self):
+        """Nothing to release: chunk files are opened per read."""
+
+    def read_chunk_file(self, n):
+        """The whole file data/__n.blp (header included), or None when there is none."""
+        try:
+            with open(self.chunk_path(n), "rb") as f:
+                return f.read()
+        except OSError:
+            return None
+
+    def restore_chunk_file(self, n, raw):
+        """Put back data/__n.blp as `read_chunk_file` gave it."""
+        atomic_write(self.chunk_path(n), raw)
+
+    def stray_files(self, expected):
+        """Names of the chunk files data/__k.blp with k >= `expected`, sorted as text."""
+        return sorted(f for f in os.listdir(self.datadir) if f.endswith(CHUNK_EXT) and f.startswith("__")
+                      and f[2:-len(CHUNK_EXT)].isdigit() and int(f[2:-len(CHUNK_EXT)]) >= expected)
+
     def remove_chunks_from(self, n):
         """Remove data/__k.blp for every k >= n."""
         if not os.path.isdir(self.datadir):
@@ -144,11 +165,15 @@ class BcolzDir:
         return os.path.join(self.rootdir, ATTRS_FILE)
 
 
-class BcolzChunks(ChunkSequence):
-    """The full chunks of an on-disk carray, read from their files on demand, a few kept cached."""
+class BcolzChunks(ChunkStore):
+    """The full chunks of an on-disk carray in the bcolz layout (a `ChunkStore`), read from their
+    files on demand, a few kept cached."""
+
+    format = "bcolz"
 
     def __init__(self, store, atom, chunklen, nchunks, mode, objects=False):
-        super().__init__(store, atom, chunklen, nchunks, objects)
+        self._init_fields(store, atom, chunklen, nchunks, objects)
+        self.rootdir = store.rootdir
         self.mode = mode
         self._cache = OrderedDict()
         self._cache_bytes = 0
@@ -192,6 +217,14 @@ class BcolzChunks(ChunkSequence):
             if c is not None:
                 self._cache_bytes -= c.cbytes
 
+    def forget_from(self, n):
+        for i in range(n, self.nchunks):
+            self._forget(i)
+
+    def set_nchunks(self, n):
+        self.nchunks = n
+        del self._sizes[n:]
+
     def __setitem__(self, i, c):
         self._check_writable()
         self.store.write_chunk(i, c.getdata())
@@ -221,3 +254,41 @@ class BcolzChunks(ChunkSequence):
     def _check_writable(self):
         if self.mode == "r":
             raise ReadOnlyError(f"cannot modify '{self.store.rootdir}': it was opened with mode 'r'")
+
+    # the short last chunk, metadata, maintenance: see ChunkStore
+    def put_last(self, n, data):
+        self.store.write_chunk(n, data)
+
+    def remove_from(self, n):
+        self.store.remove_chunks_from(n)
+
+    def stored_last(self, n):
+        return self.store.read_chunk_file(n)
+
+    def undo_appends(self, n, last):
+        self.forget_from(n)
+        self.set_nchunks(n)
+        if last is not None:
+            self.store.restore_chunk_file(n, last)
+        self.store.remove_chunks_from(n + (1 if last is not None else 0))
+
+    def stray_files(self, expected):
+        return self.store.stray_files(expected)
+
+    def read_meta(self, name):
+        return self.store.read_meta(name)
+
+    def write_meta(self, name, obj):
+        self.store.write_meta(name, obj)
+
+    def meta_path(self, name):
+        return self.store.meta_path(name)
+
+    @property
+    def attrs_path(self):
+        return self.store.attrs_path
+
+    def verify(self, expected_chunks):
+        for i in range(self.nchunks):
+            self.load(i, self.chunk_nbytes)
+        return {"chunks": self.nchunks}

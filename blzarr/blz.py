@@ -22,7 +22,8 @@ import numpy as np
 
 from blzarr import _chunk
 from blzarr import _superchunk as sc
-from blzarr.chunk import ChunkSequence, chunk
+from blzarr.chunk import chunk
+from blzarr.chunkstore import ChunkStore, auto_superchunklen
 from blzarr.errors import BlzarrError, ChunkError, FormatError, ReadOnlyError, StorageError
 from blzarr.params import get_nthreads
 from blzarr import files
@@ -37,9 +38,6 @@ VLMETA_MAGIC = b"BLZV"
 DEFAULT_CHECKSUM = "crc32"
 
 _MB = 1024 * 1024
-# automatic superchunk capacity: about this many uncompressed bytes a file, and never more chunks
-SUPERCHUNK_TARGET_BYTES = 64 * _MB
-MAX_SUPERCHUNKLEN = 1024
 # bounds of the store's caches
 FD_CACHE = 8                      # open file descriptors
 FILE_STATE_CACHE = 256            # parsed headers + offsets tables
@@ -55,13 +53,6 @@ class MetalayerError(BlzarrError, ValueError):
 
 def superchunk_name(fno):
     return f"__{fno}{SUPERCHUNK_EXT}"
-
-
-def auto_superchunklen(chunk_nbytes):
-    """Chunks per superchunk file: files of about SUPERCHUNK_TARGET_BYTES uncompressed."""
-    if chunk_nbytes <= 0:
-        return 256
-    return max(1, min(MAX_SUPERCHUNKLEN, SUPERCHUNK_TARGET_BYTES // chunk_nbytes))
 
 
 def detect_format(rootdir):
@@ -335,6 +326,29 @@ class BlzDir:
                     self._after_write(f, fd)
 
     # ------------------------------------------------------------------ the bcolz-like store interface
+    # the fields that opening or creating sets: a worker rebuilds the store from them (config)
+    _CONFIG = ("K", "_fixed", "checksum_id", "chunk_nbytes", "cksize", "reserve", "typesize")
+
+    def config(self):
+        """Plain values from which `partition_writer` rebuilds this store in another process."""
+        return {"format": FORMAT, "rootdir": self.rootdir, **{k: getattr(self, k) for k in self._CONFIG}}
+
+    @classmethod
+    def partition_writer(cls, config, first_chunk, nchunks):
+        """A store that writes the chunks first_chunk.. (`nchunks` of them, one superchunk file's
+        worth, starting at a file boundary) into their own superchunk file, beside other writers."""
+        self = cls(config["rootdir"], "a")
+        for k in cls._CONFIG:
+            setattr(self, k, config[k])
+        K = self.K
+        if first_chunk % K or nchunks > K:
+            raise ValueError(f"chunks {first_chunk}..{first_chunk + nchunks - 1} do not fill exactly "
+                             "one superchunk file")
+        fno = first_chunk // K + 1
+        self.nfiles = max(fno - 1, 1)  # file 1 exists (empty): the first partition appends to it
+        self._nphys = first_chunk
+        return self
+
     def check_layout(self):
         for d, what in ((self.rootdir, "root"), (self.datadir, "data"), (self.metadir, "meta")):
             if not os.path.isdir(d):
@@ -887,7 +901,7 @@ class BlzDir:
             used += ct + self.cksize + self._reserve_for(ct)
         return max(0, f.fstate[1] - f.data_start - used), f, fd, offsets
 
-    def purge(self):
+    def compact(self):
         """Compact the superchunk files that hold holes: every chunk is rewritten in order, checksums
         verified on the way, into a new file that replaces the old one atomically.
         Returns the number of bytes reclaimed."""
@@ -1230,11 +1244,14 @@ class LazyChunk(chunk):
         return out
 
 
-class BlzChunks(ChunkSequence):
-    """The full chunks of an on-disk carray in the BLZ layout (the interface of BcolzChunks)."""
+class BlzChunks(ChunkStore):
+    """The full chunks of an on-disk carray in the BLZ layout (a `ChunkStore`)."""
+
+    format = FORMAT
 
     def __init__(self, store, atom, chunklen, nchunks, mode, objects=False):
-        super().__init__(store, atom, chunklen, nchunks, objects)
+        self._init_fields(store, atom, chunklen, nchunks, objects)
+        self.rootdir = store.rootdir
         self._mode = mode
         self._objs = OrderedDict()          # recently handed-out LazyChunk objects
         store.mode = mode
@@ -1293,13 +1310,80 @@ class BlzChunks(ChunkSequence):
         self._objs.clear()
         self.store.drop_caches()
 
-    def purge(self):
+    def forget_from(self, n):
+        self._objs.clear()
+
+    def set_nchunks(self, n):
+        self._objs.clear()
+        self.nchunks = n
+
+    # the short last chunk, metadata, maintenance: see ChunkStore
+    def put_last(self, n, data):
+        self.store.write_chunk(n, data)
+
+    def remove_from(self, n):
+        self.store.remove_chunks_from(n)
+
+    def remove_stray(self, n):
+        if self.store.nchunks > n:
+            self.store.remove_chunks_from(n)
+
+    def stored_last(self, n):
+        return bytes(self.store.read_chunk(n)) if n < self.store.nchunks else None
+
+    def undo_appends(self, n, last):
+        self._objs.clear()
+        self.nchunks = n
+        self.store.remove_chunks_from(n + (1 if last is not None else 0))
+        if last is not None and self.store.nchunks > n:
+            self.store.write_chunk(n, last)
+
+    def read_meta(self, name):
+        return self.store.read_meta(name)
+
+    def write_meta(self, name, obj):
+        self.store.write_meta(name, obj)
+
+    def meta_path(self, name):
+        return self.store.meta_path(name)
+
+    @property
+    def attrs_path(self):
+        return self.store.attrs_path
+
+    def storage_options(self):
+        return {"checksum": self.store.checksum_name, "reserve": self.store.reserve,
+                "superchunklen": self.store.K}
+
+    def describe(self):
+        extra = self.store.storage_extra()
+        return {"superchunklen": extra["superchunklen"], "files": self.store.nfiles,
+                "checksum": extra["checksum"], "reserve": extra["reserve"]}
+
+    def partition_chunks(self):
+        return int(self.store.K)
+
+    def verify(self, expected_chunks):
+        return self.store.verify(expected_chunks)
+
+    def compact(self):
         """Compact holes left by relocated rewrites (bytes reclaimed)."""
         self._check_writable()
-        return self.store.purge()
+        return self.store.compact()
 
-    def verify(self, expected_chunks=None):
-        return self.store.verify(expected_chunks)
+    @property
+    def meta(self):
+        return self.store.meta
+
+    @property
+    def vlmeta(self):
+        return self.store.vlmeta
+
+    def config(self):
+        return dict(self.store.config(), rootdir=self.rootdir)
+
+    def close(self):
+        self.store.close()
 
     def _check_writable(self):
         if self._mode == "r":

@@ -21,8 +21,8 @@ from blzarr.errors import FormatError, PickleNotAllowedError, ReadOnlyError, Sto
 from blzarr.params import cparams as _cparams
 from blzarr.parallel import run_all
 from blzarr.blockcache import disk_blocks, new_generation
-from blzarr.bcolz_layout import BcolzChunks, BcolzDir
-from blzarr.blz import BlzChunks, BlzDir, open_store
+from blzarr.chunkstore import MemoryChunks
+from blzarr.stores import create_store, open_chunks, open_dir
 from blzarr.locking import lock_dir
 
 _MB = 1024 * 1024
@@ -118,8 +118,8 @@ class _UndoLog:
     """Stands for a carray's chunk sequence during one write call and remembers how to undo it: the
     compressed bytes of every chunk it replaces, and what the first appended chunk replaced on disk."""
 
-    def __init__(self, chunks, store):
-        self.__dict__.update(_c=chunks, _store=store, replaced=[], appended_from=None, leftover=None)
+    def __init__(self, chunks):
+        self.__dict__.update(_c=chunks, replaced=[], appended_from=None, leftover=None)
 
     def __len__(self):
         return len(self._c)
@@ -144,33 +144,8 @@ class _UndoLog:
         if self.appended_from is None:
             n = len(self._c)
             self.__dict__["appended_from"] = n
-            self.__dict__["leftover"] = _stored_leftover(self._store, n)
+            self.__dict__["leftover"] = self._c.stored_last(n)
         self._c.append(c)
-
-
-def _stored_leftover(store, n):
-    """What stands on disk at chunk index n past the full chunks (a flushed short chunk), to restore."""
-    if store is None:
-        return None
-    if store.format == "blz":
-        return bytes(store.read_chunk(n)) if n < store.nchunks else None
-    try:
-        with open(store.chunk_path(n), "rb") as f:
-            return f.read()
-    except OSError:
-        return None
-
-
-class _MemoryChunks(list):
-    @property
-    def cbytes(self):
-        return sum(c.cbytes for c in self)
-
-    def truncate(self, n):
-        del self[n:]
-
-    def free_cachemem(self):
-        pass
 
 
 class carray:
@@ -251,13 +226,14 @@ class carray:
             array = np.empty((0,) + self._atom.shape, dtype=dtype)
             chunklen = chunklen or self._chunklen
             cparams = cparams or self._cparams
-            self._format_arg = self._format_arg or self._store.format
-            if self._store.format == "blz" and self._format_arg == "blz":
+            self._format_arg = self._format_arg or self._chunks.format
+            kept = self._chunks.storage_options() if self._chunks.format == self._format_arg else {}
+            if kept:
                 # keep the storage options of what is there unless new ones are given
                 given = self._blz_opts
                 self._blz_opts = dict(
-                    given, checksum=self._store.checksum_name if checksum is _UNSET else given["checksum"],
-                    reserve=reserve or self._store.reserve, superchunklen=superchunklen or self._store.K)
+                    given, checksum=kept["checksum"] if checksum is _UNSET else given["checksum"],
+                    reserve=reserve or kept["reserve"], superchunklen=superchunklen or kept["superchunklen"])
         if self._rootdir is not None and not exists and mode == "r" and array is None:
             raise StorageError(f"cannot open '{self._rootdir}' with mode 'r': it does not exist")
         if array is None:
@@ -346,8 +322,8 @@ class carray:
             except (TypeError, ValueError) as e:
                 raise ValueError(f"dflt {dflt!r} does not fit dtype {atom.base}: {e}") from None
         self._setup(atom, cp, chunklen, d, expectedlen)
-        self._store = None
-        self._chunks = _MemoryChunks()
+        self._ondisk = False
+        self._chunks = MemoryChunks(chunk_nbytes=-1 if self._isobj else self._chunklen * self._chunk_atom.itemsize)
         if self._rootdir is not None:
             old_lock = self.__dict__.get("_dirlock")
             if os.path.exists(self._rootdir):
@@ -357,15 +333,13 @@ class carray:
                     shutil.rmtree(self._rootdir)
                 else:
                     os.remove(self._rootdir)
-            self._store, chunks_cls = self._create_store()
+            self._chunks = self._create_store()
+            self._ondisk = True
             self._dirlock = lock_dir(self._rootdir)
             if old_lock is not None:
                 old_lock.release()
-            self._chunks = chunks_cls(self._store, self._chunk_atom, self._chunklen, 0, "a",
-                                      objects=self._isobj)
             self._write_storage()
-        self._attrs = _attrs(self._rootdir, "a", _new=True,
-                             path=self._store.attrs_path if self._store else None)
+        self._attrs = _attrs(self._rootdir, "a", _new=True, path=self._chunks.attrs_path)
         if len(array):
             self._append(array)
         mode, self._mode = self._mode, "a"  # a new carray is written whole, even one made with 'r'
@@ -375,7 +349,7 @@ class carray:
             self._mode = mode
         if mode == "r" and self.__dict__.get("_dirlock") is not None:
             self._dirlock.release()
-        self._chunks.mode = self._mode if self._store else "a"
+        self._chunks.mode = self._mode if self._ondisk else "a"
         self._attrs.mode = self._mode
 
     @property
@@ -384,23 +358,15 @@ class carray:
 
     def _create_store(self):
         fmt = self._format_arg or DEFAULT_FORMAT
-        opts = self._blz_opts
-        if fmt == "bcolz":
-            if opts["checksum"] != "crc32" or opts["reserve"] or opts["superchunklen"] or opts["meta"]:
-                raise ValueError("checksum=, reserve=, superchunklen= and meta= need format='blz'")
-            return BcolzDir.create(self._rootdir), BcolzChunks
-        atom = self._chunk_atom
-        store = BlzDir.create(self._rootdir, dtype=str(self._atom.base), atom_shape=self._atom.shape,
-                              chunklen=self._chunklen, typesize=self._typesize,
-                              chunk_nbytes=-1 if self._isobj else self._chunklen * atom.itemsize,
-                              cparams=self._cparams.to_dict(), **opts)
-        return store, BlzChunks
+        return create_store(self._rootdir, fmt, atom=self._chunk_atom, chunklen=self._chunklen,
+                            objects=self._isobj, dtype=str(self._atom.base), atom_shape=self._atom.shape,
+                            typesize=self._typesize, cparams=self._cparams.to_dict(), opts=self._blz_opts)
 
     def _open(self, allow_pickle):
         if self._mode != "r" and os.path.isdir(self._rootdir):
             # one writer process at a time (mode 'r' takes no lock); the lock is the directory's
             self._dirlock = lock_dir(self._rootdir)
-        store = open_store(self._rootdir, self._mode)
+        store = open_dir(self._rootdir, self._mode)
         sizes = store.read_meta("sizes")
         storage = store.read_meta("storage")
         where_sz = f"'{store.meta_path('sizes')}'"
@@ -441,26 +407,19 @@ class carray:
             self._setup(atom, cp, chunklen, dflt, expectedlen)
         except (TypeError, ValueError) as e:
             raise FormatError(f"{where_st} (with {where_sz}): {e}") from None
-        self._store = store
         length = shape[0]
         if self._isobj:
             nchunks, nleft = length, 0
         else:
             nchunks, nleft = divmod(length, chunklen)
-        if store.format == "blz" and store.nchunks < nchunks + (1 if nleft else 0):
-            # the files were read before meta/sizes, and a writer beside us has added chunks since
-            # (it writes them before the sizes): read their state again, now newer than meta/sizes
-            store = self._store = open_store(self._rootdir, self._mode)
-        self._chunks = (BlzChunks if store.format == "blz" else BcolzChunks)(
-            store, self._chunk_atom, chunklen, nchunks, self._mode, self._isobj)
+        self._chunks = open_chunks(store, self._rootdir, self._mode, self._chunk_atom, chunklen, nchunks,
+                                   nchunks + (1 if nleft else 0), self._isobj)
+        self._ondisk = True
         self._len = length
         self._nleft = nleft
         if nleft:
             self._load_leftover(nchunks, nleft)
-        if self._mode == "a" and store.format == "blz" and store.nchunks > nchunks + (1 if nleft else 0):
-            # chunks a writer killed mid-append or mid-trim left past what meta/sizes counts
-            store.remove_chunks_from(nchunks + (1 if nleft else 0))
-        self._attrs = _attrs(self._rootdir, self._mode, path=store.attrs_path)
+        self._attrs = _attrs(self._rootdir, self._mode, path=self._chunks.attrs_path)
         self._dirty = False
         if self._mode == "w":
             self._mode = "a"
@@ -484,7 +443,7 @@ class carray:
         if c.nbytes % isz or not nleft * isz < c.nbytes <= self._chunklen * isz:
             where = getattr(c, "_where", None) or f"chunk {nchunks}"
             raise FormatError(f"the last chunk ({where}) holds {c.nbytes} bytes, but meta/sizes "
-                              f"'{self._store.meta_path('sizes')}' counts {nleft} atoms of {isz} bytes there")
+                              f"'{self._chunks.meta_path('sizes')}' counts {nleft} atoms of {isz} bytes there")
         self._last[:nleft] = c.decompress()[:nleft]
 
     def _truncate_view(self, n):
@@ -500,16 +459,13 @@ class carray:
         if keep_full < len(self._chunks):
             if newleft:
                 self._last[:newleft] = self._chunks[keep_full].decompress()[:newleft]
-            self._chunks.nchunks = keep_full
-            sizes = getattr(self._chunks, "_sizes", None)
-            if sizes is not None:
-                del sizes[keep_full:]
+            self._chunks.set_nchunks(keep_full)
         self._nleft = newleft
         self._len = n
 
     # ---------------------------------------------------------------- metadata
     def _write_storage(self):
-        self._store.write_meta("storage", {
+        self._chunks.write_meta("storage", {
             "dtype": str(self._atom.base),
             "cparams": self._cparams.to_dict(),
             "chunklen": self._chunklen,
@@ -518,8 +474,8 @@ class carray:
         })
 
     def _write_sizes(self):
-        self._store.write_meta("sizes", {"shape": list(self.shape), "nbytes": self.nbytes,
-                                         "cbytes": self.cbytes})
+        self._chunks.write_meta("sizes", {"shape": list(self.shape), "nbytes": self.nbytes,
+                                          "cbytes": self.cbytes})
 
     # ---------------------------------------------------------------- properties
     @property
@@ -588,41 +544,38 @@ class carray:
     @property
     def format(self):
         """'bcolz' or 'blz' for on-disk carrays, None in memory."""
-        return self._store.format if self._store is not None else None
+        return self._chunks.format
 
-    def _blz_store(self, what):
-        if self._store is None or self._store.format != "blz":
-            raise AttributeError(f"{what} needs an on-disk carray in the 'blz' format "
-                                 f"(this one is {self.format or 'in memory'})")
-        return self._store
+    @property
+    def store(self):
+        """The chunk store beneath (`blzarr.chunkstore.ChunkStore`): memory, bcolz layout or BLZ."""
+        return self._chunks
+
+    @property
+    def _store(self):
+        # the layout's directory object (None in memory), for tests that look at the files
+        return self._chunks.store
 
     @property
     def meta(self):
         """Fixed-length metalayers ('blz' format): added before the first chunk, updated at equal size."""
-        return self._blz_store("meta").meta
+        return self._chunks.meta
 
     @property
     def vlmeta(self):
         """Variable-length metalayers ('blz' format): any JSON value or bytes, stored compressed."""
-        return self._blz_store("vlmeta").vlmeta
+        return self._chunks.vlmeta
 
     def verify(self):
         """Check every chunk on disk (checksums in the 'blz' format, structure in both); raise on damage."""
-        if self._store is None:
-            return {"chunks": len(self._chunks)}
         self.flush()
-        if self._store.format == "blz":
-            nleft = bool(self._nleft)
-            return self._store.verify(len(self._chunks) + nleft)
-        for i in range(len(self._chunks)):
-            self._chunks.load(i, self._chunks.chunk_nbytes)
-        return {"chunks": len(self._chunks)}
+        return self._chunks.verify(len(self._chunks) + bool(self._nleft))
 
     def compact(self):
         """'blz' format: reclaim the space left by chunks rewritten elsewhere; returns the bytes freed."""
         self._check_writable()
         self.flush()
-        return self._blz_store("compact()").purge()
+        return self._chunks.compact()
 
     @property
     def nchunks(self):
@@ -749,7 +702,7 @@ class carray:
 
     def flush(self):
         """Write the leftover atoms and the sizes to disk (no-op in memory, or when nothing changed)."""
-        if self._store is None or self._mode == "r" or not self._dirty:
+        if not self._ondisk or self._mode == "r" or not self._dirty:
             return
         with self._lock:
             # the order keeps every flushed atom through a crash at any point: the data first (the
@@ -758,22 +711,22 @@ class carray:
             nch = len(self._chunks)
             if self._nleft:
                 c = self._new_chunk(self._last[:self._nleft])
-                self._store.write_chunk(nch, c.getdata())
+                self._chunks.put_last(nch, c.getdata())
             self._write_sizes()
             if not self._nleft or self.__dict__.get("_stale_chunks", True):
-                self._store.remove_chunks_from(nch + (1 if self._nleft else 0))
+                self._chunks.remove_from(nch + (1 if self._nleft else 0))
             self._stale_chunks = False
             self._dirty = False
 
     def close(self):
         """Flush, then give back the directory's write lock (``blzarr.locking``): the carray becomes
         read-only.  Dropping the last reference does the same, without the flush."""
-        if self._store is not None and self._mode != "r":
+        if self._ondisk and self._mode != "r":
             self.flush()
         lock = self.__dict__.pop("_dirlock", None)
         if lock is not None:
             lock.release()
-        if self._store is not None:
+        if self._ondisk:
             self._mode = "r"
             self._chunks.mode = "r"
             self._attrs.mode = "r"
@@ -816,7 +769,7 @@ class carray:
             self._blockcache = None
             newlen = self._len - nitems
             self._dirty = True
-            if self._store is None:
+            if not self._ondisk:
                 if self._isobj:
                     self._chunks.truncate(newlen)
                     self._len = newlen
@@ -836,13 +789,7 @@ class carray:
             # counts stay readable meanwhile), then flush rewrites the short last chunk and removes
             # the chunks past the end
             first = newlen if self._isobj else newlen // self._chunklen
-            forget = getattr(self._chunks, "_forget", None)
-            for i in range(first, len(self._chunks)):
-                if forget is not None:
-                    forget(i)
-            objs = getattr(self._chunks, "_objs", None)
-            if objs is not None:
-                objs.clear()
+            self._chunks.forget_from(first)
             self._truncate_view(newlen)
             self._last[self._nleft:] = np.zeros((), dtype=self._last.dtype)  # void dtypes take no 0
             self._stale_chunks = True
@@ -909,7 +856,7 @@ class carray:
         keep = leftover and not self._isobj and self._nleft
         saved = (self._len, self._nleft, self._last[:self._nleft].copy() if keep else None,
                  self.__dict__.get("_dirty"))
-        log = self._chunks = _UndoLog(chunks, self._store)
+        log = self._chunks = _UndoLog(chunks)
         try:
             yield
         except BaseException:
@@ -934,28 +881,7 @@ class carray:
         chunks = log._c
         n0 = log.appended_from
         if n0 is not None:
-            forget = getattr(chunks, "_forget", None)
-            for i in range(n0, len(chunks)):
-                if forget is not None:
-                    forget(i)
-            if isinstance(chunks, list):
-                del chunks[n0:]
-            else:
-                getattr(chunks, "_objs", {}).clear()
-                chunks.nchunks = n0
-                sizes = getattr(chunks, "_sizes", None)
-                if sizes is not None:
-                    del sizes[n0:]
-                store = self._store
-                if store.format == "blz":
-                    store.remove_chunks_from(n0 + (1 if log.leftover is not None else 0))
-                    if log.leftover is not None and store.nchunks > n0:
-                        store.write_chunk(n0, log.leftover)
-                else:
-                    if log.leftover is not None:
-                        from blzarr.files import atomic_write
-                        atomic_write(store.chunk_path(n0), log.leftover)
-                    store.remove_chunks_from(n0 + (1 if log.leftover is not None else 0))
+            chunks.undo_appends(n0, log.leftover)
         for i, data in reversed(log.replaced):
             if i < len(chunks):
                 chunks[i] = chunk(None, self._chunk_atom, _data=data)
@@ -1056,7 +982,7 @@ class carray:
                 v = self._last[local]
             else:
                 base = cid * self._chunklen
-                per = self._per.get(cid) if self._store is not None else None
+                per = self._per.get(cid) if self._ondisk else None
                 buf = None
                 if per is not None:
                     lo = local // per * per
@@ -1072,7 +998,7 @@ class carray:
                     hi = min(lo + per, self._chunklen)
                     buf = np.empty((hi - lo,) + self._atom.shape, dtype=self._atom.base)
                     ch.read_range(lo, hi, buf)
-                    if self._store is not None:
+                    if self._ondisk:
                         self._per[cid] = per
                         disk_blocks.put((self._gen, cid, lo), buf)
                 self._bc = (base + lo, base + lo + len(buf), buf)
@@ -1425,8 +1351,8 @@ class carray:
         new._next_iter = None
         new._last = self._last.copy()
         new.__dict__.pop("_dirlock", None)      # a view of an on-disk carray is read-only
-        if isinstance(self._chunks, _MemoryChunks):
-            new._chunks = _MemoryChunks(self._chunks)
+        if not self._ondisk:
+            new._chunks = self._chunks.copy()
         else:
             new._mode = "r"
         return new
@@ -1483,7 +1409,7 @@ class carray:
         In memory: nothing.
         """
         self._check_writable()
-        if self._store is not None and self._store.format == "blz":
+        if self._chunks.format == "blz":
             return self.compact()
         if self._rootdir:
             if not os.path.isdir(self._rootdir):

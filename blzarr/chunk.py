@@ -190,30 +190,3 @@ class chunk:
 
     def __str__(self):
         return str(self.decompress())
-
-
-class ChunkSequence:
-    """What the on-disk chunk stores share: their fields, ``len``, iteration, negative indexes and
-    slices.  A subclass gives `_get(i)` for 0 <= i < nchunks."""
-
-    def __init__(self, store, atom, chunklen, nchunks, objects=False):
-        self.store = store
-        self.atom = atom
-        self.chunk_nbytes = -1 if objects else chunklen * atom.itemsize   # -1: pickles, any size
-        self.nchunks = nchunks
-
-    def __len__(self):
-        return self.nchunks
-
-    def __iter__(self):
-        for i in range(self.nchunks):
-            yield self._get(i)
-
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self._get(k) for k in range(*i.indices(self.nchunks))]
-        if i < 0:
-            i += self.nchunks
-        if not 0 <= i < self.nchunks:
-            raise IndexError(f"chunk {i} out of range ({self.nchunks} chunks)")
-        return self._get(i)

@@ -25,8 +25,7 @@ import numpy as np
 import blzarr
 from blzarr.carray import carray, human_readable_size
 from blzarr.ctable import ctable
-from blzarr.bcolz_layout import CHUNK_EXT
-from blzarr.files import DATA_DIR, META_DIR, ROOTDIRS_FILE, detect, read_json
+from blzarr.files import ROOTDIRS_FILE, detect, read_json
 
 PROG = "blzarr"
 # a conversion of more uncompressed bytes than this shows progress
@@ -106,14 +105,14 @@ def carray_info(c):
     if c.rootdir:
         d["disk_bytes"] = _disk_bytes(c.rootdir)
     d["ratio"] = _ratio(d["nbytes"], d.get("disk_bytes") or d["cbytes"])
-    if c.format == "blz":
-        storage = read_json(os.path.join(c.rootdir, META_DIR, "storage"), "meta/storage")
-        k = storage.get("superchunklen")
+    layout = c.store.describe()     # what the layout adds (superchunk files in BLZ)
+    if layout:
+        k = layout["superchunklen"]
         d["superchunklen"] = k
         d["superchunk_bytes"] = k * atom if isinstance(k, int) and atom else None
-        d["files"] = len([f for f in os.listdir(os.path.join(c.rootdir, DATA_DIR)) if f.endswith(".bin")])
-        d["checksum"] = storage.get("checksum")
-        d["reserve"] = storage.get("reserve")
+        d["files"] = layout["files"]
+        d["checksum"] = layout["checksum"]
+        d["reserve"] = layout["reserve"]
         d["meta"] = _jsonable(dict(c.meta.items()))
         d["vlmeta"] = _jsonable(dict(c.vlmeta.items()))
     d["attrs"] = _jsonable(c.attrs.getall())
@@ -265,10 +264,7 @@ def verify_carray(path):
     c.free_cachemem()
     notes = []
     if c.format == "bcolz":
-        expected = c.nchunks + (1 if c.nleftover else 0)
-        datadir = os.path.join(path, DATA_DIR)
-        extra = sorted(f for f in os.listdir(datadir) if f.endswith(CHUNK_EXT) and f.startswith("__")
-                       and f[2:-len(CHUNK_EXT)].isdigit() and int(f[2:-len(CHUNK_EXT)]) >= expected)
+        extra = c.store.stray_files(c.nchunks + (1 if c.nleftover else 0))
         if extra:
             notes.append(f"{len(extra)} stray chunk file(s) beyond the data ({extra[0]}...): ignored by readers")
         what = f"{c.nchunks} chunks + {c.nleftover} leftover rows decoded"
@@ -376,8 +372,7 @@ def _blz_opts(args, src):
     if args.checksum is not None:
         opts["checksum"] = None if args.checksum == "none" else args.checksum
     elif src.format == "blz":
-        ck = read_json(os.path.join(src.rootdir, META_DIR, "storage"), "meta/storage").get("checksum")
-        opts["checksum"] = ck
+        opts["checksum"] = src.store.describe()["checksum"]
     if args.superchunklen is not None:
         opts["superchunklen"] = args.superchunklen
     if src.format == "blz" and len(src.meta):

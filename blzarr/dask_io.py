@@ -37,13 +37,7 @@ def _dask_array():
 # ----------------------------------------------------------------------------------- partitions
 def _superchunklen(c):
     """Chunks per partition of carray `c`: its superchunk capacity (BLZ) or the same rule (else)."""
-    from blzarr.blz import auto_superchunklen
-    store = getattr(c, "_store", None)
-    if store is not None and store.format == "blz":
-        return int(store.K)
-    if c.dtype.kind == "O":
-        return auto_superchunklen(-1)
-    return auto_superchunklen(c.chunklen * c.atomsize)
+    return c.store.partition_chunks()
 
 
 def partition_rows(c, partition_chunks=None):
@@ -132,16 +126,8 @@ def ctable_to_dask(t, columns=None, partition_chunks=None):
 def _store_state(c):
     """What a worker needs to write chunks of carray `c` (picklable: plain values)."""
     from blzarr.chunk import blosc_typesize
-    state = {"rootdir": c.rootdir, "format": c.format, "chunklen": c.chunklen,
-             "typesize": blosc_typesize(c.dtype), "cparams": c.cparams.to_dict()}
-    if c.format == "blz":
-        # the store's configuration: what opening or creating it adds to a bare BlzDir (checksum,
-        # superchunklen, typesize, fixed metadata...), not its caches, locks or file counts
-        from blzarr.blz import BlzDir
-        st = c._store
-        bare = set(vars(BlzDir(st.rootdir, "a")))
-        state["blz"] = {k: v for k, v in vars(st).items() if k not in bare and k not in ("nfiles", "_nphys")}
-    return state
+    return {"store": c.store.config(), "chunklen": c.chunklen,
+            "typesize": blosc_typesize(c.dtype), "cparams": c.cparams.to_dict()}
 
 
 def _write_part(block, first_row, state):
@@ -149,25 +135,17 @@ def _write_part(block, first_row, state):
     Returns the compressed bytes written."""
     from blzarr.chunk import compress_array
     from blzarr.params import cparams
-    from blzarr.bcolz_layout import BcolzDir
+    from blzarr.stores import partition_writer
     block = np.ascontiguousarray(block)
     cl = state["chunklen"]
     if first_row % cl:
         raise ValueError(f"partition starting at row {first_row} is not aligned to chunks of {cl}")
     cp = cparams(**state["cparams"])
     n0 = first_row // cl
-    if state["format"] == "blz":
-        from blzarr.blz import BlzDir
-        s = state["blz"]
-        store = BlzDir(state["rootdir"], "a")
-        store.__dict__.update(s)
-        fno = n0 // s["K"] + 1
-        if n0 % s["K"] or len(block) > s["K"] * cl:
-            raise ValueError(f"partition at row {first_row} does not fill exactly one superchunk")
-        store.nfiles = max(fno - 1, 1)  # file 1 exists (empty): the first partition appends to it
-        store._nphys = n0
-    else:
-        store = BcolzDir(state["rootdir"])
+    try:
+        store = partition_writer(state["store"], n0, -(-len(block) // cl))
+    except ValueError:
+        raise ValueError(f"partition at row {first_row} does not fill exactly one superchunk") from None
     cbytes = 0
     try:
         for j, s in enumerate(range(0, len(block), cl)):
@@ -175,8 +153,7 @@ def _write_part(block, first_row, state):
             store.write_chunk(n0 + j, data)
             cbytes += len(data)
     finally:
-        if hasattr(store, "close"):
-            store.close()
+        store.close()
     return cbytes
 
 
@@ -327,9 +304,7 @@ class _removed_on_failure:
 
 
 def _release(c):
-    store = getattr(c, "_store", None)
-    if store is not None and hasattr(store, "close"):
-        store.close()
+    c.store.close()
 
 
 def _is_dataframe(x):

@@ -412,7 +412,7 @@ BLZ_WRITES = {
     "vlmeta del": lambda c: c.vlmeta.__delitem__("v"),
     "store write_chunk": lambda c: c._store.write_chunk(0, c.chunks[0].getdata()),
     "store remove_chunks_from": lambda c: c._store.remove_chunks_from(0),
-    "store purge": lambda c: c._store.purge(),
+    "store compact": lambda c: c._store.compact(),
 }
 CTABLE_WRITES = {
     "append": lambda t: t.append((1, 2.0)),

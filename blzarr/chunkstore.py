@@ -1,0 +1,180 @@
+"""`ChunkStore`: the one interface beneath a carray, whatever holds its chunks.
+
+A carray is a sequence of full chunks (each `chunklen` atoms, compressed) plus a short last chunk
+(the leftover) that only on-disk stores keep, at index `nchunks`.  A chunk store holds them:
+
+- `MemoryChunks` here (a list of `chunk` objects),
+- `bcolz_layout.BcolzChunks` (one file per chunk, the bcolz 1.x layout),
+- `blz.BlzChunks` (checksummed superchunk files, the BLZ layout).
+
+The carray, and everything above it, uses only the methods below: no layout branches, no file paths.
+`stores.create_store` and `stores.open_store` make the on-disk ones.  A byte-store layer (local
+files, object storage) would go beneath the two on-disk layouts without changing this interface.
+"""
+
+SUPERCHUNK_TARGET_BYTES = 64 * 1024 * 1024
+MAX_SUPERCHUNKLEN = 1024
+
+
+def auto_superchunklen(chunk_nbytes):
+    """Chunks per superchunk file (and per dask partition): files of about SUPERCHUNK_TARGET_BYTES
+    uncompressed; 256 for chunks of any size (pickled objects)."""
+    if chunk_nbytes <= 0:
+        return 256
+    return max(1, min(MAX_SUPERCHUNKLEN, SUPERCHUNK_TARGET_BYTES // chunk_nbytes))
+
+
+class ChunkStore:
+    """The chunks of one carray.  Subclasses give `_get(i)` for 0 <= i < nchunks and override what
+    their layout does differently; the defaults here are those of a store that keeps nothing on disk.
+
+    Sequence of full chunks: ``len``, iteration, ``[i]`` (negative too), ``[i:j]``, ``append(c)``,
+    ``[i] = c``, `truncate(n)`; `load(i, expected_nbytes)` reads a chunk whole and verified (also the
+    stored short chunk at index nchunks); `cbytes`; `free_cachemem()`.
+
+    Fields: `format` ('bcolz', 'blz' or None in memory), `rootdir`, `mode`, `atom`, `nchunks`,
+    `chunk_nbytes` (-1: pickled objects, any size).
+    """
+
+    format = None
+    rootdir = None
+    store = None        # the layout's directory object (files, caches), None in memory
+
+    def _init_fields(self, store, atom, chunklen, nchunks, objects=False):
+        self.store = store
+        self.atom = atom
+        self.chunk_nbytes = -1 if objects else chunklen * atom.itemsize   # -1: pickles, any size
+        self.nchunks = nchunks
+
+    # ------------------------------------------------------------------ the sequence of full chunks
+    def __len__(self):
+        return self.nchunks
+
+    def __iter__(self):
+        for i in range(self.nchunks):
+            yield self._get(i)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self._get(k) for k in range(*i.indices(self.nchunks))]
+        if i < 0:
+            i += self.nchunks
+        if not 0 <= i < self.nchunks:
+            raise IndexError(f"chunk {i} out of range ({self.nchunks} chunks)")
+        return self._get(i)
+
+    def set_nchunks(self, n):
+        """Show only the first `n` chunks, without touching what is stored."""
+        self.nchunks = n
+
+    def forget_from(self, n):
+        """Drop cached copies of chunks n and later (about to change)."""
+
+    # ------------------------------------------------------------------ the short last chunk
+    def put_last(self, n, data):
+        """Store the compressed short last chunk at index `n` (= nchunks)."""
+
+    def remove_from(self, n):
+        """Remove the stored chunks at index `n` and later (a stale short chunk, a killed writer's)."""
+
+    def remove_stray(self, n):
+        """On opening for writing: remove what a killed writer left past the `n` chunks meta/sizes counts."""
+
+    def stored_last(self, n):
+        """What stands stored at index `n` past the full chunks, to restore with `undo_appends`."""
+        return None
+
+    def undo_appends(self, n, last):
+        """Forget the chunks appended from index `n` on, and put back `last` (from `stored_last`)."""
+        self.forget_from(n)
+        self.set_nchunks(n)
+
+    def stray_files(self, expected):
+        """Names of chunk files past the `expected` stored chunks, which readers ignore."""
+        return []
+
+    # ------------------------------------------------------------------ metadata and maintenance
+    def read_meta(self, name):
+        raise NotImplementedError
+
+    def write_meta(self, name, obj):
+        pass
+
+    def meta_path(self, name):
+        return None
+
+    @property
+    def attrs_path(self):
+        return None
+
+    def storage_options(self):
+        """The layout's own options (checksum, superchunklen, reserve for BLZ), to make a copy alike."""
+        return {}
+
+    def describe(self):
+        """What the layout adds to a description of the carray (`blzarr info`)."""
+        return {}
+
+    def partition_chunks(self):
+        """Chunks per dask partition: the superchunk capacity in BLZ, the same rule elsewhere."""
+        return auto_superchunklen(self.chunk_nbytes)
+
+    def verify(self, expected_chunks):
+        """Check every stored chunk; raise on damage, return a summary."""
+        return {"chunks": self.nchunks}
+
+    def _needs_blz(self, what):
+        raise AttributeError(f"{what} needs an on-disk carray in the 'blz' format "
+                             f"(this one is {self.format or 'in memory'})")
+
+    def compact(self):
+        """BLZ: reclaim the space relocated rewrites left; returns the bytes freed."""
+        self._needs_blz("compact()")
+
+    @property
+    def meta(self):
+        self._needs_blz("meta")
+
+    @property
+    def vlmeta(self):
+        self._needs_blz("vlmeta")
+
+    def config(self):
+        """Plain values from which a worker process reopens this store to write chunks (dask)."""
+        return {"format": self.format, "rootdir": self.rootdir}
+
+    def close(self):
+        """Release open files (the store stays usable: they reopen on demand)."""
+
+
+class MemoryChunks(list, ChunkStore):
+    """The full chunks of an in-memory carray: a list of `chunk` objects."""
+
+    mode = "a"
+
+    def __init__(self, chunks=(), chunk_nbytes=-1):
+        super().__init__(chunks)
+        self.chunk_nbytes = chunk_nbytes     # -1: pickled objects, any size
+
+    def copy(self):
+        """A new list of the same chunks (chunks are immutable: a view shares them)."""
+        return MemoryChunks(self, self.chunk_nbytes)
+
+    @property
+    def nchunks(self):
+        return list.__len__(self)
+
+    @property
+    def cbytes(self):
+        return sum(c.cbytes for c in self)
+
+    def truncate(self, n):
+        del self[n:]
+
+    set_nchunks = truncate
+
+    def undo_appends(self, n, last):
+        del self[n:]
+
+    def free_cachemem(self):
+        pass
