@@ -46,6 +46,7 @@ from blzarr.ctable import ctable  # noqa: E402
 from blzarr.chunked_eval import eval  # noqa: E402
 from blzarr.lazyexpr import LazyExpr, lazyexpr  # noqa: E402
 from blzarr.dask_io import from_dask  # noqa: E402
+from blzarr import ctable_io  # noqa: E402,F401  (registers ctable's pandas and HDF5 methods)
 from blzarr.toplevel import (  # noqa: E402
     arange, blosc_compressor_list, blosc_version, fill, fromiter, iterblocks, ones, open, print_versions,
     walk, zeros,

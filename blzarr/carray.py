@@ -13,8 +13,10 @@ import threading
 import numpy as np
 
 from blzarr import _chunk
+from blzarr import chunked_eval as _ce
 from blzarr import fused
 from blzarr import indexing as ix
+from blzarr import integrations
 from blzarr.attrs import attrs as _attrs
 from blzarr.chunk import blosc_typesize, chunk, compress_array
 from blzarr.errors import FormatError, PickleNotAllowedError, ReadOnlyError, StorageError
@@ -1018,8 +1020,7 @@ class carray:
             raise FormatError(f"cannot unpickle {where}: {type(e).__name__}: {e}") from None
 
     def _eval_key(self, key, depth=4):
-        from blzarr.chunked_eval import eval as _eval
-        return _eval(key, out_flavor="numpy", depth=depth)
+        return _ce.eval(key, out_flavor="numpy", depth=depth)
 
     def __getitem__(self, key):
         if type(key) is int:
@@ -1313,8 +1314,7 @@ class carray:
     def to_dask(self, partition_chunks=None):
         """A dask array over this carray, one block per superchunk file (BLZ) or per group of
         `partition_chunks` chunks (bcolz layout, in memory); see `blzarr.dask_io`."""
-        from blzarr.dask_io import carray_to_dask
-        return carray_to_dask(self, partition_chunks)
+        return integrations.get("carray_to_dask")(self, partition_chunks)
 
     # ---------------------------------------------------------------- derived objects
     def copy(self, **kwargs):
@@ -1524,3 +1524,6 @@ def human_readable_size(n):
         if n >= scale:
             return f"{n / scale:.2f} {unit}"
     return f"{n}"
+
+
+integrations.register("new_array", carray)     # the class of the expression engine's 'carray' results

@@ -11,6 +11,7 @@ import sys
 import numpy as np
 
 from blzarr import fused
+from blzarr import integrations
 from blzarr.optional import have, need
 from blzarr.params import defaults
 
@@ -95,11 +96,14 @@ def _lookup(names, user_dict, depth):
     return found
 
 
+# This engine knows no array class: an operand is an array when it is a NumPy array of one or more
+# dimensions, or has a length, slicing and a chunk length (carray, ctable).  The layers above give it
+# what it cannot build itself (blzarr.integrations): the class of a 'carray' result ("new_array",
+# from carray.py) and the dask vm ("eval_dask", from dask_io.py).
 def _is_array(v):
-    from blzarr.carray import carray
-    from blzarr.ctable import ctable
-    return isinstance(v, (carray, ctable, np.ndarray)) and np.ndim(v) > 0 if not isinstance(
-        v, (carray, ctable)) else True
+    if isinstance(v, np.ndarray):
+        return v.ndim > 0
+    return hasattr(v, "chunklen") and hasattr(v, "__len__") and hasattr(v, "__getitem__")
 
 
 def evaluate_blocks(expression, operands, vm=None, blen=None):
@@ -310,7 +314,6 @@ def eval(expression, vm=None, out_flavor=None, user_dict=None, blen=None, depth=
     >>> blzarr.eval("x + y", user_dict={"x": np.arange(3), "y": 1}, out_flavor="numpy", vm="python")
     array([1, 2, 3])
     """
-    from blzarr.carray import carray
     out_flavor = out_flavor or defaults.out_flavor
     if out_flavor not in ("bcolz", "carray", "numpy"):
         raise ValueError(f"out_flavor must be 'bcolz', 'carray' or 'numpy', got {out_flavor!r}")
@@ -331,10 +334,8 @@ def eval(expression, vm=None, out_flavor=None, user_dict=None, blen=None, depth=
             raise ValueError(f"variable '{name}' is a {type(v).__name__}: only NumPy arrays, carrays "
                              "and scalars can be operands")
     if vm == "dask":
-        from blzarr.dask_io import eval_dask
-        import dask.array
-        namespace = dict(_PY_NAMESPACE, da=dask.array)
-        result = eval_dask(expression, code, operands, namespace, out_flavor, kwargs)
+        namespace = dict(_PY_NAMESPACE, da=need("dask.array", "eval(..., vm='dask')"))
+        result = integrations.get("eval_dask")(expression, code, operands, namespace, out_flavor, kwargs)
         if result is not NotImplemented:
             return result
         vm = "python"  # what dask cannot build, NumPy evaluates block by block, with the same results
@@ -364,7 +365,7 @@ def eval(expression, vm=None, out_flavor=None, user_dict=None, blen=None, depth=
             kw = dict(kwargs)
             kw.setdefault("expectedlen", max(len(v) for v in operands.values() if _is_array(v))
                           if any(_is_array(v) for v in operands.values()) else len(block))
-            out = carray(block, **kw)
+            out = integrations.get("new_array")(block, **kw)
         else:
             out.append(block)
     out.flush()

@@ -24,7 +24,7 @@ import numpy as np
 
 import blzarr
 from blzarr.carray import carray, human_readable_size
-from blzarr.ctable import ctable
+from blzarr.ctable import BLZ_COLUMNS_DIR, check_name, ctable
 from blzarr.files import ROOTDIRS_FILE, detect, read_json
 
 PROG = "blzarr"
@@ -276,7 +276,6 @@ def verify_carray(path):
 
 def verify_ctable(path):
     """Check a ctable directory: its column list, every column completely, their lengths."""
-    from blzarr.ctable import BLZ_COLUMNS_DIR, check_name
     meta = read_json(os.path.join(path, ROOTDIRS_FILE), "ctable column list")
     if not isinstance(meta, dict) or not isinstance(meta.get("names"), list):
         raise CLIError(f"'{os.path.join(path, ROOTDIRS_FILE)}' must hold a JSON object with a 'names' list")

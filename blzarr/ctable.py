@@ -23,6 +23,7 @@ import numpy as np
 
 from blzarr import chunked_eval as _ce
 from blzarr import indexing as ix
+from blzarr import integrations
 from blzarr.attrs import attrs as _attrs
 from blzarr.carray import carray, human_readable_size, operator_index
 from blzarr.errors import FormatError, ReadOnlyError, StorageError
@@ -1543,8 +1544,7 @@ class ctable:
         >>> int(df["a"].sum().compute()), list(df.columns)
         (10, ['a', 'b'])
         """
-        from blzarr.dask_io import ctable_to_dask
-        return ctable_to_dask(self, columns, partition_chunks)
+        return integrations.get("ctable_to_dask")(self, columns, partition_chunks)
 
     def to_arrow(self, columns=None):
         """A pyarrow Table with the table's columns, built one record batch per block (needs pyarrow).
@@ -1566,8 +1566,7 @@ class ctable:
         >>> at.num_rows, at.column_names, at.column("s").to_pylist()
         (3, ['a', 's'], ['x', 'y', 'z'])
         """
-        from blzarr.dask_io import ctable_to_arrow
-        return ctable_to_arrow(self, columns)
+        return integrations.get("ctable_to_arrow")(self, columns)
 
     def __reduce__(self):
         # on disk: pickled by its directory (flushed first, reopened read-only); in memory: by value
@@ -1606,8 +1605,7 @@ class ctable:
         >>> t.dtype, t[:].tolist()
         (dtype([('n', '<i8'), ('s', '<U2')]), [(1, 'ab'), (2, 'c')])
         """
-        from blzarr.ctable_io import fromdataframe
-        return fromdataframe(df, **kwargs)
+        return integrations.get("fromdataframe")(df, **kwargs)
 
     def todataframe(self, columns=None, orient="columns"):
         """A pandas DataFrame with the table's columns, keeping their dtypes (needs pandas).
@@ -1633,8 +1631,7 @@ class ctable:
         >>> list(t.todataframe(columns=["b"]).columns)
         ['b']
         """
-        from blzarr.ctable_io import todataframe
-        return todataframe(self, columns, orient)
+        return integrations.get("todataframe")(self, columns, orient)
 
     @staticmethod
     def fromhdf5(filepath, nodepath="/ctable", **kwargs):
@@ -1672,8 +1669,7 @@ class ctable:
         [(0, 'a'), (1, 'b'), (2, 'c')]
         >>> os.remove("fromhdf5_example.h5")                 # doctest: +SKIP
         """
-        from blzarr.ctable_io import fromhdf5
-        return fromhdf5(filepath, nodepath, **kwargs)
+        return integrations.get("fromhdf5")(filepath, nodepath, **kwargs)
 
     def tohdf5(self, filepath, nodepath="/ctable", mode="w", cparams=None, cname=None):
         """Write the table as a PyTables Table in an HDF5 file (needs PyTables).
@@ -1711,8 +1707,7 @@ class ctable:
         array([0, 1, 2])
         >>> os.remove("tohdf5_example.h5")                                       # doctest: +SKIP
         """
-        from blzarr.ctable_io import tohdf5
-        return tohdf5(self, filepath, nodepath, mode, cparams, cname)
+        return integrations.get("tohdf5")(self, filepath, nodepath, mode, cparams, cname)
 
     # ------------------------------------------------------------------ display
     def __str__(self):

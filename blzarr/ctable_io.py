@@ -8,7 +8,10 @@ import os
 
 import numpy as np
 
+from blzarr import integrations
 from blzarr.errors import StorageError
+from blzarr.ctable import ctable
+from blzarr.params import cparams as _cparams
 
 
 def _need(module, what):
@@ -65,7 +68,6 @@ def fromdataframe(df, **kwargs):
     >>> t["k"][:].tolist(), t["v"].dtype
     (['a', 'b', 'a'], dtype('float64'))
     """
-    from blzarr.ctable import ctable
     pd = _need("pandas", "fromdataframe()")
     if not isinstance(df, pd.DataFrame):
         raise TypeError(f"fromdataframe() needs a pandas DataFrame, got {type(df).__name__}")
@@ -117,7 +119,6 @@ def todataframe(t, columns=None, orient="columns"):
 
 def fromhdf5(filepath, nodepath="/ctable", **kwargs):
     """A ctable from the PyTables Table at `nodepath` of an HDF5 file; see `blzarr.ctable.fromhdf5`."""
-    from blzarr.ctable import ctable
     tb = _need("tables", "fromhdf5()")
     filepath = os.fspath(filepath)
     if not os.path.exists(filepath):
@@ -204,7 +205,6 @@ def _jsonable(v):
 
 def tohdf5(t, filepath, nodepath="/ctable", mode="w", cparams=None, cname=None):
     """Write ctable `t` as a PyTables Table in an HDF5 file; see `blzarr.ctable.tohdf5`."""
-    from blzarr.params import cparams as _cparams
     tb = _need("tables", "tohdf5()")
     filepath = os.fspath(filepath)
     if mode not in ("w", "a"):
@@ -246,3 +246,10 @@ def tohdf5(t, filepath, nodepath="/ctable", mode="w", cparams=None, cname=None):
                 block = out
             table.append(block)
         table.flush()
+
+
+# what carray's and ctable's methods call (blzarr.integrations)
+integrations.register("fromdataframe", fromdataframe)
+integrations.register("todataframe", todataframe)
+integrations.register("fromhdf5", fromhdf5)
+integrations.register("tohdf5", tohdf5)

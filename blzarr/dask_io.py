@@ -17,7 +17,14 @@ import uuid
 
 import numpy as np
 
+from blzarr import integrations
 from blzarr.errors import StorageError
+from blzarr.chunk import blosc_typesize, compress_array
+from blzarr.params import cparams
+from blzarr.stores import partition_writer
+from blzarr.carray import carray
+from blzarr.files import META_DIR, read_json, SIZES_FILE, write_json
+from blzarr.ctable import check_name, ctable
 
 
 def _need(module, what):
@@ -125,7 +132,6 @@ def ctable_to_dask(t, columns=None, partition_chunks=None):
 # ----------------------------------------------------------------------------------- dask -> disk
 def _store_state(c):
     """What a worker needs to write chunks of carray `c` (picklable: plain values)."""
-    from blzarr.chunk import blosc_typesize
     return {"store": c.store.config(), "chunklen": c.chunklen,
             "typesize": blosc_typesize(c.dtype), "cparams": c.cparams.to_dict()}
 
@@ -133,9 +139,6 @@ def _store_state(c):
 def _write_part(block, first_row, state):
     """Compress `block` (rows first_row.. of the array) into chunks and write their files.
     Returns the compressed bytes written."""
-    from blzarr.chunk import compress_array
-    from blzarr.params import cparams
-    from blzarr.stores import partition_writer
     block = np.ascontiguousarray(block)
     cl = state["chunklen"]
     if first_row % cl:
@@ -184,8 +187,6 @@ def _part_tasks(x, c):
 
 def _finish(rootdir, length, mode, allow_pickle=False):
     """Write meta/sizes of a carray whose chunk files are all written; return it opened."""
-    from blzarr.carray import carray
-    from blzarr.files import META_DIR, SIZES_FILE, read_json, write_json
     path = os.path.join(rootdir, META_DIR, SIZES_FILE)
     sizes = read_json(path, "meta/sizes")
     sizes["shape"] = [int(length)] + list(sizes["shape"][1:])
@@ -277,7 +278,6 @@ def from_dask(x, rootdir, **kwargs):
                         "NumPy dtype first)")
     if any(np.isnan(s) for s in x.shape):
         x = x.compute_chunk_sizes()
-    from blzarr.carray import carray
     kwargs.setdefault("expectedlen", x.shape[0])
     c = carray(np.empty((0,) + x.shape[1:], dtype=x.dtype), rootdir=rootdir, mode="w", **kwargs)
     with _removed_on_failure(rootdir):
@@ -360,7 +360,6 @@ def _frame_from_dask(df, rootdir, mode, kwargs):
     import dask
     import dask.dataframe as dd
     import pandas as pd
-    from blzarr.ctable import ctable, check_name
     if isinstance(df, pd.DataFrame):
         df = dd.from_pandas(df, npartitions=max(1, min(8, len(df) // 65536 + 1)))
     names = kwargs.pop("names", None) or [str(c) for c in df.columns]
@@ -389,7 +388,6 @@ def _frame_from_dask(df, rootdir, mode, kwargs):
 
 def _write_frame(df, t, names, dtypes, lengths, n, rootdir, mode):
     import dask
-    from blzarr.ctable import ctable
     tasks = []
     for c, name in zip(df.columns, names):
         col = t.cols[name]
@@ -415,8 +413,6 @@ def eval_dask(expression, code, operands, namespace, out_flavor, kwargs):
     """`expression` over dask arrays made from the operands; NotImplemented when dask cannot build
     it (the caller then evaluates it block by block with NumPy)."""
     da = _dask_array()
-    from blzarr.carray import carray
-    from blzarr.ctable import ctable
     arrays = {k: v for k, v in operands.items() if isinstance(v, (carray, np.ndarray)) and np.ndim(v) > 0}
     if any(isinstance(v, ctable) for v in operands.values()):
         return NotImplemented
@@ -490,3 +486,10 @@ def ctable_to_arrow(t, columns=None, blen=None):
         schema = batch.schema
         batches.append(batch)
     return pa.Table.from_batches(batches, schema=schema)
+
+
+# what carray's and ctable's methods, and eval(..., vm='dask'), call (blzarr.integrations)
+integrations.register("eval_dask", eval_dask)
+integrations.register("carray_to_dask", carray_to_dask)
+integrations.register("ctable_to_dask", ctable_to_dask)
+integrations.register("ctable_to_arrow", ctable_to_arrow)

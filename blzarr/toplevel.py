@@ -17,6 +17,8 @@ from blzarr import _chunk
 from blzarr.carray import carray
 from blzarr.errors import StorageError
 from blzarr.files import detect
+from blzarr.ctable import ctable
+from blzarr.params import detect_number_of_cores
 
 
 def open(rootdir, mode="a", allow_pickle=False):
@@ -65,7 +67,6 @@ def open(rootdir, mode="a", allow_pickle=False):
         raise StorageError(f"'{rootdir}' does not exist or is not a directory")
     kind = detect(rootdir)
     if kind == "ctable":
-        from blzarr.ctable import ctable
         return ctable(rootdir=rootdir, mode=mode, allow_pickle=allow_pickle)
     if kind is None:
         raise StorageError(f"'{rootdir}' holds neither a carray nor a ctable")
@@ -85,7 +86,6 @@ def _shape_of(shape):
 
 
 def _ctable_from_blocks(dtype, blocks, kwargs):
-    from blzarr.ctable import ctable
     out = ctable(np.empty(0, dtype=dtype), **kwargs)
     for block in blocks:
         out.append(block)
@@ -504,10 +504,9 @@ def blosc_compressor_list():
 
 def print_versions():
     """Print the versions of blzarr, its C library and the optional packages."""
-    import blzarr
-    from blzarr.params import detect_number_of_cores
-    lines = [("blzarr", blzarr.__version__), ("NumPy", np.__version__),
-             ("C-Blosc", "%s (%s)" % blzarr.blosc_version()),
+    package = sys.modules[__name__.rpartition(".")[0]]     # blzarr, loaded before this module runs
+    lines = [("blzarr", package.__version__), ("NumPy", np.__version__),
+             ("C-Blosc", "%s (%s)" % blosc_version()),
              ("Codecs", ", ".join(blosc_compressor_list()))]
     for mod in ("numexpr", "pandas", "tables", "dask"):
         try:
