@@ -29,17 +29,24 @@ pandas_here = _have("pandas")
 tables_here = _have("tables")
 dask_here = _have("dask")
 
+# the oldest numexpr and dask that bcolz 1.x supported (bcolz's names)
+min_numexpr_version = "2.5.2"
+min_dask_version = "0.9.0"
+
 from blzarr.params import (  # noqa: E402
-    BITSHUFFLE, NOSHUFFLE, SHUFFLE, blosc_set_nthreads, cparams, defaults, defaults_ctx,
-    detect_number_of_cores, set_nthreads,
+    BITSHUFFLE, NOSHUFFLE, SHUFFLE, blosc_set_nthreads, cparams, detect_number_of_cores, set_nthreads,
 )
+# bcolz's module layout: `blzarr.defaults` is the Defaults instance (the module stays importable as
+# `blzarr.defaults`), `blzarr.attrs` the module whose class is `blzarr.attrs.attrs`, `blzarr.ctable`
+# and `blzarr.carray` the classes, `blzarr.eval` the function of `blzarr.chunked_eval`.
+from blzarr.defaults import defaults, defaults_ctx  # noqa: E402
 # names of the shuffle filters (bcolz.filters)
 filters = {NOSHUFFLE: "noshuffle", SHUFFLE: "shuffle", BITSHUFFLE: "bitshuffle"}
 
 from blzarr.errors import (  # noqa: E402
     BlzarrError, ChecksumError, ChunkError, FormatError, PickleNotAllowedError, ReadOnlyError, StorageError,
 )
-from blzarr.attrs import attrs  # noqa: E402
+import blzarr.attrs  # noqa: E402  (the module, as bcolz.attrs)
 from blzarr.chunk import chunk  # noqa: E402
 from blzarr.carray import carray  # noqa: E402
 from blzarr.ctable import ctable  # noqa: E402
@@ -51,6 +58,14 @@ from blzarr.toplevel import (  # noqa: E402
     arange, blosc_compressor_list, blosc_version, fill, fromiter, iterblocks, ones, open, print_versions,
     walk, zeros,
 )
+from blzarr.arrayprint import array2string, get_printoptions, set_printoptions  # noqa: E402
+import blzarr.carray_ext  # noqa: E402,F401
+import blzarr.utils  # noqa: E402,F401
+
+# the number of cores this process may use (bcolz.ncores)
+ncores = detect_number_of_cores()
+# bcolz's `git describe` of a source checkout: blzarr is installed from a package, so None
+git_description = None
 
 
 from blzarr.locking import LockError  # noqa: E402
@@ -58,10 +73,11 @@ from blzarr.blz import MetalayerError  # noqa: E402
 
 __all__ = [
     "BITSHUFFLE", "NOSHUFFLE", "SHUFFLE", "BlzarrError", "ChecksumError", "ChunkError", "FormatError",
-    "LockError", "MetalayerError", "PickleNotAllowedError", "ReadOnlyError", "StorageError", "arange", "attrs", "blosc_compressor_list",
+    "LockError", "MetalayerError", "PickleNotAllowedError", "ReadOnlyError", "StorageError", "arange",
+    "array2string", "attrs", "blosc_compressor_list",
     "blosc_set_nthreads", "blosc_version", "carray", "chunk", "cparams", "ctable", "dask_here", "defaults",
     "defaults_ctx", "detect_number_of_cores", "eval", "fill", "filters", "from_dask", "fromiter", "iterblocks", "LazyExpr", "lazyexpr", "numexpr_here",
-    "ones", "open", "pandas_here", "print_versions", "set_nthreads", "tables_here", "test", "walk", "zeros",
+    "ones", "open", "pandas_here", "print_versions", "set_nthreads", "set_printoptions", "tables_here", "test", "walk", "zeros",
 ]
 
 

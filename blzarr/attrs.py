@@ -1,10 +1,27 @@
-"""User attributes: a JSON-only mapping, persisted in `root/__attrs__` for on-disk objects."""
+"""User attributes: a JSON-only mapping, persisted in `root/__attrs__` for on-disk objects.
+
+As in bcolz, ``blzarr.attrs`` is this module and `attrs` its class: ``blzarr.attrs.attrs(rootdir,
+mode)`` reads (and writes) the attributes of a carray or ctable directory without opening its data.
+"""
 
 import json
 import os
 
 from blzarr.errors import FormatError, ReadOnlyError
-from blzarr.files import read_json, write_json
+from blzarr.files import ATTRS_FILE, META_DIR, STORAGE_FILE, read_json, write_json
+
+# the name of the attributes file in the bcolz layout (bcolz.attrs.ATTRSDIR)
+ATTRSDIR = ATTRS_FILE
+
+
+def attrs_path(rootdir):
+    """Where the attributes of the carray or ctable directory `rootdir` are kept, in its layout."""
+    rootdir = os.fspath(rootdir)
+    if os.path.isfile(os.path.join(rootdir, META_DIR, STORAGE_FILE)):
+        from blzarr.blz import ATTRIBUTES_FILE, detect_format
+        if detect_format(rootdir) == "blz":
+            return os.path.join(rootdir, META_DIR, ATTRIBUTES_FILE)
+    return os.path.join(rootdir, ATTRS_FILE)
 
 
 class attrs:
@@ -15,7 +32,9 @@ class attrs:
     (``meta/attributes`` in the BLZ layout, ``__attrs__`` in the bcolz one), so attributes survive
     reopening; an object opened with mode 'r' refuses changes.
 
-    Iterating gives ``(name, value)`` pairs, as in bcolz; `getall` gives a dict.
+    Iterating gives ``(name, value)`` pairs, as in bcolz; `getall` gives a copy as a dict and
+    ``.attrs`` the dict itself (``"unit" in table.attrs.attrs``).  ``attrs(rootdir, mode)`` opens
+    the attributes of a directory on their own, in either layout.
 
     Raises
     ------
@@ -40,12 +59,18 @@ class attrs:
     Traceback (most recent call last):
         ...
     TypeError: attribute 'when': only JSON-serializable values can be stored (...)
+    >>> blzarr.attrs.attrs("attrs_example", "r").attrs
+    {'unit': 'm', 'scale': 0.5}
     >>> shutil.rmtree("attrs_example")
     """
 
     def __init__(self, rootdir=None, mode="a", _new=False, path=None):
         self.rootdir = rootdir
         self.mode = mode
+        if path is None and rootdir is not None and not _new:
+            if not os.path.isdir(rootdir):
+                raise FileNotFoundError(f"cannot read the attributes of '{rootdir}': no such directory")
+            path = attrs_path(rootdir)
         self._path = path
         self._data = {}
         if path is not None and not _new and os.path.exists(path):
@@ -63,6 +88,11 @@ class attrs:
     def _check_writable(self):
         if self.mode == "r":
             raise ReadOnlyError("cannot modify attributes: the object was opened with mode 'r'")
+
+    @property
+    def attrs(self):
+        """The attributes as a dict (bcolz's ``attrs.attrs``); change them through this object."""
+        return self._data
 
     def getall(self):
         """A copy of all the attributes, as a dict."""

@@ -1432,11 +1432,8 @@ class carray:
         return s + str(self)
 
     def __str__(self):
-        if self._len <= 1000:
-            return np.array2string(self[:], separator=" ", threshold=1000)
-        # NumPy summarizes a 7-row sample exactly as the whole array: 3 rows, '...', 3 rows
-        sample = np.concatenate([self[:4], self[-3:]])
-        return np.array2string(sample, separator=" ", threshold=0, edgeitems=3)
+        from blzarr.arrayprint import array2string
+        return array2string(self)
 
     @property
     def info(self):

@@ -32,6 +32,12 @@ from blzarr.optional import have
 from blzarr.params import cparams as _cparams, defaults
 from blzarr.files import ATTRS_FILE, ROOTDIRS_FILE, read_json, write_json
 
+from blzarr import utils  # noqa: E402,F401  (bcolz.ctable's module-level names)
+from blzarr.arrayprint import array2string  # noqa: E402,F401
+
+ROOTDIRS = ROOTDIRS_FILE
+attrs = _attrs
+
 NROW = "nrow__"
 # rows per block when a query has no column to take a chunk length from
 DEFAULT_BLEN = 65536

@@ -16,9 +16,9 @@ import numpy as np
 from blzarr import _chunk
 from blzarr.carray import carray
 from blzarr.errors import StorageError
-from blzarr.files import detect
+from blzarr.files import ROOTDIRS_FILE as ROOTDIRS, detect
 from blzarr.ctable import ctable
-from blzarr.params import detect_number_of_cores
+from blzarr.params import cparams, detect_number_of_cores, set_nthreads  # noqa: F401  (bcolz.toplevel's names)
 
 
 def open(rootdir, mode="a", allow_pickle=False):

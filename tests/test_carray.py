@@ -192,7 +192,7 @@ def test_properties_against_numpy_and_bcolz(bcolz):
     assert own[-1] == a[99]
     assert "chunk" in repr(own) and str(own) == str(a[:100])
     assert 0 < c.cbytes
-    assert isinstance(c.attrs, blzarr.attrs)
+    assert isinstance(c.attrs, blzarr.attrs.attrs)
 
 
 def test_multidim_properties(bcolz):

@@ -1,0 +1,177 @@
+"""Drop-in: bcolz's import paths and public names resolve the same way in blzarr (issue #10).
+
+The name sets are read from the installed bcolz (bcolz-zipline), so a name bcolz has and blzarr
+lacks fails here unless it is listed in OMITTED with the reason.
+"""
+
+import importlib
+import inspect
+import os
+import types
+
+import numpy as np
+import pytest
+
+import blzarr
+
+bcolz = pytest.importorskip("bcolz")
+
+# bcolz's modules that applications import by path
+MODULES = ["attrs", "carray_ext", "ctable", "toplevel", "defaults", "chunked_eval", "utils", "arrayprint"]
+
+# names bcolz exposes that blzarr deliberately does not, with the reason
+OMITTED = {
+    "": {
+        "py2help": "Python 2 compatibility shims (izip, xrange, ...): blzarr runs on Python 3 only",
+        "tests": "bcolz's own test package; blzarr.test() runs blzarr's tests",
+        "atexit": "a standard-library module bcolz's __init__ imports for its own use, not an API",
+        "Version": "packaging.version.Version, imported by bcolz's __init__ for its version checks",
+        "dask": "the dask package itself, imported eagerly by bcolz; blzarr imports it when used",
+        "numexpr": "the numexpr package itself, imported eagerly by bcolz; blzarr imports it when used",
+        "pandas": "the pandas package itself, imported eagerly by bcolz; blzarr imports it when used",
+        "tables": "the PyTables package itself, imported eagerly by bcolz; blzarr imports it when used",
+    },
+    "carray_ext": {
+        "chunks": "bcolz's internal list of on-disk chunks; blzarr's chunk stores differ by layout "
+                  "(carray.chunks gives the chunks either way)",
+        "use_threads": "an internal flag of bcolz's Blosc calls (always None)",
+        "decode_byte": "a Python 2/3 bytes helper of bcolz's extension",
+        "decode_uint32": "a Python 2/3 bytes helper of bcolz's extension",
+        "list_bytes_to_str": "a Python 2/3 bytes helper of bcolz's extension",
+    },
+    "ctable": {n: "a private helper of bcolz's ctable (name checks); blzarr.ctable.check_name "
+                  "does that job" for n in ("is_identifier", "re_ident", "re_str_split",
+                                            "split_string", "validate_names")},
+    "chunked_eval": {"numexpr_functions": "a private table of bcolz's numexpr vm",
+                     "is_sequence_like": "a private helper of bcolz's eval"},
+    "arrayprint": {n: "bcolz's copy of NumPy 1.x's private formatter classes; blzarr formats "
+                      "with NumPy's own" for n in ("ComplexFormat", "DatetimeFormat", "FloatFormat",
+                                                  "IntegerFormat", "LongComplexFormat",
+                                                  "LongFloatFormat", "TimedeltaFormat", "repr_format")}
+    | {"product": "a NumPy function bcolz's arrayprint imports (gone from NumPy 2)"},
+}
+
+
+def _api(mod, top):
+    """The public names of a bcolz module: its own definitions and constants, not the modules and
+    third-party/standard-library objects it happens to import."""
+    out = set()
+    for n in dir(mod):
+        if n.startswith("_"):
+            continue
+        v = getattr(mod, n)
+        if isinstance(v, types.ModuleType):
+            if v.__name__.startswith("bcolz.") or top:
+                out.add(n)
+            continue
+        if n in ("absolute_import", "bcolz", "np", "numpy", "json", "os", "sys", "re", "math", "shutil",
+                 "struct", "datetime", "tempfile", "threading", "subprocess", "glob", "it", "warnings",
+                 "contextmanager", "OrderedDict", "namedtuple", "iskeyword", "islice", "imap", "izip",
+                 "xrange", "dict_iteritems", "da", "time"):
+            continue
+        owner = getattr(v, "__module__", None) or ""
+        if (callable(v) or isinstance(v, np.ufunc)) and not owner.startswith("bcolz") and not top:
+            continue           # imported from NumPy or the standard library
+        out.add(n)
+    return out
+
+
+def test_top_level_names():
+    theirs = _api(bcolz, top=True)
+    missing = sorted(theirs - set(dir(blzarr)) - set(OMITTED[""]))
+    assert not missing, f"bcolz names missing from blzarr: {missing}"
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_module_names(name):
+    theirs = importlib.import_module("bcolz." + name)
+    ours = importlib.import_module("blzarr." + name)
+    assert isinstance(ours, types.ModuleType)
+    missing = sorted(_api(theirs, top=False) - set(dir(ours)) - set(OMITTED.get(name, {})))
+    assert not missing, f"bcolz.{name} names missing from blzarr.{name}: {missing}"
+
+
+def test_names_that_are_modules_and_objects_resolve_like_bcolz():
+    import bcolz.defaults  # noqa: F401
+    import blzarr.defaults  # noqa: F401
+    for n in ("attrs", "ctable", "defaults", "eval", "carray", "carray_ext", "toplevel", "chunked_eval",
+              "utils", "arrayprint"):
+        theirs, ours = getattr(bcolz, n), getattr(blzarr, n)
+        assert isinstance(ours, types.ModuleType) == isinstance(theirs, types.ModuleType), n
+        assert isinstance(ours, type) == isinstance(theirs, type), n
+    assert type(blzarr.defaults).__name__ == type(bcolz.defaults).__name__ == "Defaults"
+    from blzarr.ctable import ctable
+    from blzarr.carray_ext import carray, chunk
+    from blzarr.defaults import defaults_ctx
+    assert ctable is blzarr.ctable and carray is blzarr.carray and chunk is blzarr.chunk
+    assert defaults_ctx is blzarr.defaults_ctx
+    assert blzarr.attrs.ATTRSDIR == bcolz.attrs.ATTRSDIR
+    for n in ("DATA_DIR", "META_DIR", "SIZES_FILE", "STORAGE_FILE", "EXTENSION", "MAGIC",
+              "BLOSC_HEADER_LENGTH", "BLOSCPACK_HEADER_LENGTH", "FORMAT_VERSION", "MAX_FORMAT_VERSION",
+              "MAX_CHUNKS", "IntType", "SizeType"):
+        assert getattr(blzarr.carray_ext, n) == getattr(bcolz.carray_ext, n), n
+    assert blzarr.ncores == bcolz.ncores
+    assert (blzarr.min_numexpr_version, blzarr.min_dask_version) == \
+        (bcolz.min_numexpr_version, bcolz.min_dask_version)
+
+
+@pytest.mark.parametrize("fmt", ["bcolz", "blz"])
+def test_attrs_standalone(tmp_path, fmt):
+    root = str(tmp_path / "t")
+    t = blzarr.ctable({"a": np.arange(5), "b": np.ones(5)}, rootdir=root, mode="w", format=fmt)
+    t.attrs["unit"] = "m"
+    t.cols["a"].attrs["scale"] = 2
+    t.flush()
+    a = blzarr.attrs.attrs(root, "r")
+    assert a.attrs == {"unit": "m"} and "unit" in a.attrs and a["unit"] == "m"
+    assert "unit" in t.attrs.attrs
+    col = blzarr.attrs.attrs(os.path.join(root, "a") if fmt == "bcolz" else t.cols["a"].rootdir, "r")
+    assert col.getall() == {"scale": 2}
+    w = blzarr.attrs.attrs(root, "a")
+    w["more"] = [1, 2]
+    assert blzarr.open(root, mode="r").attrs.getall() == {"unit": "m", "more": [1, 2]}
+    with pytest.raises(blzarr.ReadOnlyError):
+        a["x"] = 1
+    if fmt == "bcolz":
+        assert bcolz.attrs.attrs(root, "r").attrs == {"unit": "m", "more": [1, 2]}
+        assert bcolz.attrs.attrs(os.path.join(root, "a"), "r").attrs == {"scale": 2}
+    with pytest.raises(FileNotFoundError, match="nope"):
+        blzarr.attrs.attrs(str(tmp_path / "nope"), "r")
+
+
+def test_printoptions_like_bcolz():
+    assert blzarr.get_printoptions() == bcolz.get_printoptions()
+    ints = np.arange(5000) * 3    # bcolz's own printing of floats fails under NumPy 2
+    # bcolz prints NumPy 1.13's '..., ' where NumPy (and blzarr) now print '...'
+    assert str(blzarr.carray(ints)) == str(bcolz.carray(ints)).replace("..., ", "... ") == \
+        blzarr.array2string(blzarr.carray(ints))
+    assert str(blzarr.carray(ints[:900])) == np.array2string(ints[:900])
+    data = np.arange(5000) * 0.25
+    a = blzarr.carray(data)
+    assert str(a) == np.array2string(data, threshold=1000)
+    saved = blzarr.get_printoptions()
+    try:
+        blzarr.set_printoptions(edgeitems=1, precision=2)
+        assert str(a) == np.array2string(data, edgeitems=1, precision=2, threshold=1000)
+        assert str(blzarr.carray(data[:7] / 3)) == np.array2string(data[:7] / 3, precision=2)
+    finally:
+        blzarr.set_printoptions(**saved)
+    with pytest.raises(ValueError, match="edgeitems"):
+        blzarr.set_printoptions(edgeitems=-1)
+
+
+def test_utils_like_bcolz():
+    from blzarr import utils
+    for mb in (1e-6, 0.01, 1, 37.5, 1e3, 1e6):
+        assert utils.calc_chunksize(mb) == bcolz.utils.calc_chunksize(mb)
+    for args in ((0, 10, 3), (5, 5, 1), (7, 3, 2), (0, 1, 5)):
+        assert utils.get_len_of_range(*args) == bcolz.utils.get_len_of_range(*args) == len(range(*args))
+    for n in (0, 1023, 10234, 10 ** 7, 10 ** 10, 10 ** 13):
+        assert utils.human_readable_size(n) == bcolz.utils.human_readable_size(n)
+    x = np.linspace(0, 1, 101)
+    np.testing.assert_array_equal(utils.quantize(x, 3), bcolz.utils.quantize(x, 3))
+    with pytest.raises(TypeError):
+        utils.quantize(np.arange(3), 2)
+    np.testing.assert_array_equal(utils.to_ndarray(3, np.dtype("f8"), arrlen=4),
+                                  bcolz.utils.to_ndarray(3, np.dtype("f8"), arrlen=4))
+    assert list(utils.build_carray(np.arange(3), None)) == [0, 1, 2]
