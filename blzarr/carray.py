@@ -20,7 +20,7 @@ from blzarr import integrations
 from blzarr.attrs import attrs as _attrs
 from blzarr.chunk import blosc_typesize, chunk, compress_array
 from blzarr.errors import FormatError, PickleNotAllowedError, ReadOnlyError, StorageError
-from blzarr.params import cparams as _cparams
+from blzarr.params import cparams as _cparams, defaults
 from blzarr.parallel import run_all
 from blzarr.blockcache import disk_blocks, new_generation
 from blzarr.chunkstore import MemoryChunks
@@ -28,9 +28,6 @@ from blzarr.stores import create_store, open_chunks, open_dir
 from blzarr.locking import lock_dir
 
 _MB = 1024 * 1024
-# the layout of new on-disk carrays when `format` is not given: 'blz' (checksummed superchunk files, lazy
-# block reads; docs/FORMAT.rst) or 'bcolz' (the bcolz 1.x layout, for directories bcolz itself must open)
-DEFAULT_FORMAT = "blz"
 _UNSET = object()
 # atoms per block-cache entry are chosen so one entry is about this many bytes
 BLOCK_CACHE_BYTES = 32 * 1024
@@ -176,7 +173,7 @@ class carray:
     mode : {'a', 'r', 'w'}
         'r' read-only, 'w' replace what is there, 'a' open an existing directory or create a missing one.
     format : {'bcolz', 'blz'}, optional
-        The on-disk layout of a new directory (default ``DEFAULT_FORMAT``); an existing one keeps its own.
+        The on-disk layout of a new directory (default ``blzarr.defaults.format``, 'blz' unless set); an existing one keeps its own.
         'blz' stores chunks in checksummed superchunk files with lazy block reads (docs/FORMAT.rst).
     checksum, reserve, superchunklen, meta
         'blz' only: the checksum of each chunk ('crc32' default, None, 'adler32', 'md5', 'sha1',
@@ -359,7 +356,7 @@ class carray:
         return np.dtype("u1") if self._isobj else self._atom
 
     def _create_store(self):
-        fmt = self._format_arg or DEFAULT_FORMAT
+        fmt = self._format_arg or defaults.format
         return create_store(self._rootdir, fmt, atom=self._chunk_atom, chunklen=self._chunklen,
                             objects=self._isobj, dtype=str(self._atom.base), atom_shape=self._atom.shape,
                             typesize=self._typesize, cparams=self._cparams.to_dict(), opts=self._blz_opts)
@@ -1133,7 +1130,9 @@ class carray:
         start, stop, step = slice(start, stop, step).indices(self._len)
         limit, skip = _check_limit_skip(limit, skip)
         # the generator works per block; chain hands out the elements at C speed
-        return itertools.chain.from_iterable(self._iter(start, stop, step, limit, skip, dtype))
+        it = _CarrayIter.from_iterable(self._iter(start, stop, step, limit, skip, dtype))
+        it._carray = self
+        return it
 
     def _iter(self, start, stop, step, limit, skip, dtype):
         count = 0
@@ -1439,6 +1438,15 @@ class carray:
     def info(self):
         """A multi-line summary of the carray (an object whose repr is the text)."""
         return _Info(self)
+
+
+class _CarrayIter(itertools.chain):
+    """What ``iter(c)`` and ``c.iter(...)`` return: an iterator over the elements (at C speed, it is an
+    `itertools.chain`) that, like bcolz's, has ``.iter(start, stop, step, limit, skip)`` itself, to
+    iterate the whole carray again over another range."""
+
+    def iter(self, start=0, stop=None, step=1, limit=None, skip=0, dtype=None):
+        return self._carray.iter(start, stop, step, limit, skip, dtype)
 
 
 class _Info:

@@ -24,7 +24,7 @@ import numpy as np
 
 import blzarr
 from blzarr.carray import carray, human_readable_size
-from blzarr.ctable import BLZ_COLUMNS_DIR, check_name, ctable
+from blzarr.ctable import check_name, ctable, legacy_columns_dir
 from blzarr.files import ROOTDIRS_FILE, detect, read_json
 
 PROG = "blzarr"
@@ -279,7 +279,7 @@ def verify_ctable(path):
     meta = read_json(os.path.join(path, ROOTDIRS_FILE), "ctable column list")
     if not isinstance(meta, dict) or not isinstance(meta.get("names"), list):
         raise CLIError(f"'{os.path.join(path, ROOTDIRS_FILE)}' must hold a JSON object with a 'names' list")
-    base = os.path.join(path, BLZ_COLUMNS_DIR) if meta.get("format") == "blz" else path
+    base = legacy_columns_dir(path, meta.get("format")) or path
     notes = []
     for n in meta["names"]:
         try:

@@ -4,8 +4,9 @@ On disk a ctable is a directory holding
 
     root/__rootdirs__   JSON ``{"names": [...]}``: the column names, in order
     root/__attrs__      JSON: user attributes
-    root/<name>/        one carray directory per column (format 'bcolz': what bcolz 1.x reads)
-    root/data/<name>/   the same, in the 'blz' format (the default for new tables)
+    root/<name>/        one carray directory per column, in either layout (where bcolz 1.x puts
+                        them, so ``carray(rootdir=os.path.join(root, name))`` opens one column)
+    root/data/<name>/   the columns of BLZ ctables written before blzarr 0.1 (still opened)
   Queries (`where`, `whereblocks`, `fetchwhere`, a string key)
 evaluate the expression block by block (`blzarr.chunked_eval.evaluate_blocks`) and read only the rows
 of each block they need, so no column is ever decompressed whole to answer one.
@@ -45,8 +46,19 @@ DEFAULT_BLEN = 65536
 MIN_QUERY_BLEN = 4096
 
 _RESERVED = {ROOTDIRS_FILE, ATTRS_FILE}
-# where the column directories live, per format: root/<name> (bcolz 1.x) or root/data/<name> (BLZ)
+# the columns of a ctable live at root/<name> in both layouts; BLZ ctables written by earlier blzarr
+# versions keep theirs at root/data/<name> and still open
 BLZ_COLUMNS_DIR = "data"
+
+
+def legacy_columns_dir(root, fmt):
+    """``root/data`` when `root` is a BLZ ctable of the earlier layout (columns at root/data/<name>),
+    else None.  A new-layout table only has ``root/data`` when a column is named 'data', and then it
+    is a carray directory (it has ``meta/storage``)."""
+    d = os.path.join(root, BLZ_COLUMNS_DIR)
+    if fmt == "blz" and os.path.isdir(d) and not os.path.exists(os.path.join(d, "meta", "storage")):
+        return d
+    return None
 _SPLIT = re.compile(r"[\s,]+")
 # keyword arguments a ctable forwards to the carrays it creates
 _CARRAY_KW = ("cparams", "expectedlen", "chunklen", "dflt", "format", "safe")
@@ -231,9 +243,9 @@ class ctable:
         self._cparams = _cparams.coerce(cp)
         self._cparams_given = cp is not None
         self._format = None
+        self._columns_base = self._rootdir
         if self._rootdir is not None and columns is not None:
-            self._format = kwargs.get("format") or getattr(
-                sys.modules[carray.__module__], "DEFAULT_FORMAT", "bcolz")
+            self._format = kwargs.get("format") or defaults.format
             if self._format not in ("bcolz", "blz"):
                 raise ValueError(f"format must be 'bcolz' or 'blz', got {self._format!r}")
         self._ckw = {k: v for k, v in kwargs.items() if v is not None}
@@ -263,9 +275,7 @@ class ctable:
     def _col_dir(self, name):
         if self._rootdir is None:
             return None
-        if self._format == "blz":
-            return os.path.join(self._rootdir, BLZ_COLUMNS_DIR, name)
-        return os.path.join(self._rootdir, name)
+        return os.path.join(self._columns_base, name)
 
     def _make_rootdir(self):
         old_lock = None
@@ -279,8 +289,6 @@ class ctable:
         self._dirlock = lock_dir(self._rootdir)
         if old_lock is not None:
             old_lock.release()
-        if self._format == "blz":
-            os.makedirs(os.path.join(self._rootdir, BLZ_COLUMNS_DIR))
 
     def _create(self, columns, names, kwargs):
         if isinstance(names, str):
@@ -416,6 +424,7 @@ class ctable:
         if fmt not in ("bcolz", "blz"):
             raise FormatError(f"'{path}': unknown format {fmt!r} (expected 'bcolz' or 'blz')")
         self._format = fmt
+        self._columns_base = legacy_columns_dir(root, fmt) or root
         mode = self._mode
         if mode != "r":
             self._dirlock = lock_dir(root)   # one writer process at a time; mode 'r' takes no lock
@@ -518,7 +527,7 @@ class ctable:
 
     @property
     def format(self):
-        """The on-disk layout: 'bcolz' (columns at root/<name>), 'blz' (root/data/<name>), None in memory."""
+        """The on-disk layout of the columns: 'bcolz' or 'blz' (both at root/<name>), None in memory."""
         return self._format
 
     @property

@@ -258,6 +258,11 @@ class Defaults:
     out_flavor : {'bcolz', 'carray', 'numpy'}
         What `blzarr.eval` returns: a carray ('bcolz' and 'carray', the default) or a NumPy
         array.  ``eval_out_flavor`` is an alias.
+    format : {'blz', 'bcolz'}
+        The layout of every new carray or ctable directory whose ``format`` is not given: 'blz'
+        (the default; checksummed superchunk files) or 'bcolz' (the bcolz 1.x layout, which bcolz
+        itself opens: set it where bcolz processes read what blzarr writes).  Existing
+        directories keep their own layout.
 
     Examples
     --------
@@ -274,11 +279,23 @@ class Defaults:
 
     _vms = ("numexpr", "python", "dask")
     _flavors = ("bcolz", "carray", "numpy")
+    _formats = ("blz", "bcolz")
 
     def __init__(self):
         self._cparams = {"clevel": 5, "shuffle": SHUFFLE, "cname": "lz4", "quantize": 0}
         self._vm = None
         self._out_flavor = "bcolz"
+        self._format = "blz"
+
+    @property
+    def format(self):
+        return self._format
+
+    @format.setter
+    def format(self, value):
+        if value not in self._formats:
+            raise ValueError(f"'{value}' is incorrect value for 'format' default; choose one of {self._formats}")
+        self._format = value
 
     @property
     def vm(self):
@@ -329,8 +346,8 @@ defaults = Defaults()
 
 
 @contextmanager
-def defaults_ctx(cparams=None, vm=None, out_flavor=None):
-    """defaults_ctx(cparams=None, vm=None, out_flavor=None)
+def defaults_ctx(cparams=None, vm=None, out_flavor=None, format=None):
+    """defaults_ctx(cparams=None, vm=None, out_flavor=None, format=None)
 
     A context manager that changes `blzarr.defaults` inside a ``with`` block and restores all of
     them when the block ends (also on an exception).
@@ -343,6 +360,8 @@ def defaults_ctx(cparams=None, vm=None, out_flavor=None):
         The default virtual machine of `blzarr.eval` and the queries.
     out_flavor : {'bcolz', 'carray', 'numpy'}, optional
         The default result type of `blzarr.eval`.
+    format : {'blz', 'bcolz'}, optional
+        The layout of new directories inside the block.
 
     Yields
     ------
@@ -359,8 +378,10 @@ def defaults_ctx(cparams=None, vm=None, out_flavor=None):
     >>> blzarr.defaults.cparams["clevel"], blzarr.defaults.out_flavor
     (5, 'bcolz')
     """
-    saved = (defaults.cparams, defaults._vm, defaults.out_flavor)
+    saved = (defaults.cparams, defaults._vm, defaults.out_flavor, defaults.format)
     try:
+        if format is not None:
+            defaults.format = format
         if cparams is not None:
             defaults.cparams = cparams
         if vm is not None:
@@ -369,4 +390,4 @@ def defaults_ctx(cparams=None, vm=None, out_flavor=None):
             defaults.out_flavor = out_flavor
         yield defaults
     finally:
-        defaults._cparams, defaults._vm, defaults._out_flavor = saved
+        defaults._cparams, defaults._vm, defaults._out_flavor, defaults._format = saved

@@ -770,7 +770,7 @@ def test_toplevel_constructors_and_ctable_in_blz(tmp_path):
     o = blzarr.open(str(tmp_path / "t"))
     assert all(o.cols[n].format == "blz" for n in o.names)
     assert_array_equal(o[:], ra)
-    assert_array_equal(independent_read(str(tmp_path / "t" / "data" / "y")), ra["y"])
+    assert_array_equal(independent_read(str(tmp_path / "t" / "y")), ra["y"])
 
 
 def test_second_touch_caches_a_chunk_while_the_cache_has_room(tmp_path):

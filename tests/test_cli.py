@@ -185,7 +185,7 @@ def test_verify_bcolz_damage(store):
 def test_verify_ctable_names_the_column(store):
     root, _ = store
     t = root / "sub" / "deeper" / "t"
-    path = t / "data" / "f" / "data" / "__1__.bin"
+    path = t / "f" / "data" / "__1__.bin"
     flip_byte(path, os.path.getsize(path) - 30)
     rc, out, _ = run("verify", str(t))
     assert rc == 1 and "column 'f'" in out and "__1__.bin" in out

@@ -330,11 +330,8 @@ def test_addcol_delcol(table, where):
         t.delcol("a", pos=0)
     with pytest.raises(ValueError, match="zz"):
         t.delcol("zz")
-    if where.name == "bcolz":
+    if where.name in ("bcolz", "blz"):   # the column directories are at root/<name> in both layouts
         assert sorted(os.listdir(t.rootdir)) == sorted(["__attrs__", "__rootdirs__"] + t.names)
-    elif where.name == "blz":   # the column directories are under data/
-        assert sorted(os.listdir(t.rootdir)) == ["__attrs__", "__rootdirs__", "data"]
-        assert sorted(os.listdir(os.path.join(t.rootdir, "data"))) == sorted(t.names)
     if t.rootdir:
         assert blzarr.open(t.rootdir).names == t.names
 
@@ -652,7 +649,7 @@ def test_blz_format_layout(tmp_path):
     import json
     with open(os.path.join(root, "__rootdirs__")) as f:
         assert json.load(f) == {"names": ["a", "b", "d", "e", "z"], "format": "blz"}
-    assert sorted(os.listdir(os.path.join(root, "data"))) == ["a", "b", "d", "e", "z"]
+    assert sorted(os.listdir(root)) == ["__attrs__", "__rootdirs__", "a", "b", "d", "e", "z"]
     o = blzarr.open(root)
     assert o.format == "blz" and all(o.cols[n].format == "blz" for n in o.names)
     want = np.concatenate([ra, make_ra(10)])

@@ -175,3 +175,122 @@ def test_utils_like_bcolz():
     np.testing.assert_array_equal(utils.to_ndarray(3, np.dtype("f8"), arrlen=4),
                                   bcolz.utils.to_ndarray(3, np.dtype("f8"), arrlen=4))
     assert list(utils.build_carray(np.arange(3), None)) == [0, 1, 2]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# ctable columns at root/<name> in both layouts (item 2)
+
+def _table(root, fmt):
+    cols = {"a": np.arange(300, dtype="i8"), "b": np.arange(300) * 0.5}
+    return blzarr.ctable(cols, rootdir=root, mode="w", format=fmt, chunklen=64), cols
+
+
+@pytest.mark.parametrize("fmt", ["bcolz", "blz"])
+def test_column_directory_by_path(tmp_path, fmt):
+    root = str(tmp_path / "t")
+    t, cols = _table(root, fmt)
+    assert sorted(os.listdir(root)) == ["__attrs__", "__rootdirs__", "a", "b"]
+    for n, v in cols.items():
+        c = blzarr.carray(rootdir=os.path.join(root, n), mode="r")
+        assert c.format == fmt
+        np.testing.assert_array_equal(c[:], v)
+    t.addcol(np.arange(300) % 7, name="c")
+    t.flush()
+    np.testing.assert_array_equal(blzarr.carray(rootdir=os.path.join(root, "c"), mode="r")[:],
+                                  np.arange(300) % 7)
+    t.delcol("a")
+    assert not os.path.exists(os.path.join(root, "a"))
+    t.addcol(np.ones(300), name="data")           # a column may be called 'data' in both layouts
+    t.flush()
+    del t
+    r = blzarr.ctable(rootdir=root, mode="r")
+    assert r.names == ["b", "c", "data"]
+    np.testing.assert_array_equal(r["data"][:], np.ones(300))
+    np.testing.assert_array_equal(blzarr.open(os.path.join(root, "data"), mode="r")[:], np.ones(300))
+    if fmt == "bcolz":
+        b = bcolz.ctable(rootdir=root, mode="r")
+        assert b.names == ["b", "c", "data"]
+        np.testing.assert_array_equal(bcolz.carray(rootdir=os.path.join(root, "c"), mode="r")[:],
+                                      np.arange(300) % 7)
+
+
+@pytest.mark.parametrize("fmt", ["bcolz", "blz"])
+def test_colliding_column_names_refused(tmp_path, fmt):
+    t, _ = _table(str(tmp_path / "t"), fmt)
+    for bad in ("__attrs__", "__rootdirs__"):
+        with pytest.raises(ValueError, match=bad):
+            t.addcol(np.zeros(300), name=bad)
+    assert t.names == ["a", "b"]
+
+
+def test_old_blz_ctable_with_columns_in_data_opens(tmp_path):
+    import shutil
+    import sys
+    sys.path.insert(0, os.path.dirname(__file__))
+    import make_fixtures
+    cols = make_fixtures.old_blz_ctable_columns()
+    src = make_fixtures.OLD_BLZ_CTABLE_DIR
+    assert os.path.isdir(os.path.join(src, "data", "i"))
+    r = blzarr.open(src, mode="r")
+    assert r.format == "blz" and r.names == list(cols) and r.attrs["fixture"] == make_fixtures.OLD_BLZ_CTABLE
+    for n, v in cols.items():
+        np.testing.assert_array_equal(r[n][:], v)
+    # appending, adding and removing columns keep the table in its own (earlier) layout
+    root = str(tmp_path / "old")
+    shutil.copytree(src, root)
+    t = blzarr.ctable(rootdir=root, mode="a")
+    t.append((1, 2.0, b"z"))
+    t.addcol(np.arange(101), name="n")
+    t.delcol("x")
+    t.flush()
+    del t
+    assert sorted(os.listdir(os.path.join(root, "data"))) == ["i", "n", "s"]
+    r = blzarr.open(root, mode="r")
+    assert r.names == ["i", "s", "n"] and len(r) == 101
+    np.testing.assert_array_equal(r["n"][:], np.arange(101))
+    np.testing.assert_array_equal(r["i"][:], np.append(cols["i"], 1))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# defaults.format (item 3)
+
+def test_defaults_format(tmp_path):
+    assert blzarr.defaults.format == "blz"
+    with pytest.raises(ValueError, match="format"):
+        blzarr.defaults.format = "zarr"
+    with blzarr.defaults_ctx(format="bcolz"):
+        a = blzarr.carray(np.arange(10), rootdir=str(tmp_path / "a"), mode="w")
+        z = blzarr.zeros(10, rootdir=str(tmp_path / "z"), mode="w")
+        t = blzarr.ctable({"x": np.arange(10)}, rootdir=str(tmp_path / "t"), mode="w")
+        k = blzarr.carray(np.arange(10), rootdir=str(tmp_path / "k"), mode="w", format="blz")
+    assert blzarr.defaults.format == "blz"
+    assert (a.format, z.format, t.format, k.format) == ("bcolz", "bcolz", "bcolz", "blz")
+    assert blzarr.carray(np.arange(3), rootdir=str(tmp_path / "d"), mode="w").format == "blz"
+    a.flush(); z.flush(); t.flush()
+    np.testing.assert_array_equal(bcolz.open(str(tmp_path / "a"))[:], np.arange(10))
+    np.testing.assert_array_equal(bcolz.open(str(tmp_path / "t"))["x"][:], np.arange(10))
+    # an existing directory keeps its layout whatever the default
+    blzarr.defaults.format = "bcolz"
+    try:
+        assert blzarr.open(str(tmp_path / "k")).format == "blz"
+    finally:
+        blzarr.defaults.format = "blz"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# iteration objects (item 4)
+
+def test_iter_objects_have_iter_like_bcolz():
+    data = np.arange(50)
+    ours, theirs = blzarr.carray(data, chunklen=8), bcolz.carray(data, chunklen=8)
+    for a in (ours, ours.view()):
+        it = iter(a)
+        assert hasattr(it, "iter") and next(it) == 0
+        assert list(it.iter(3, 9)) == list(iter(theirs).iter(3, 9)) == list(range(3, 9))
+        args = (2, 40, 3, 4, 1)                 # start, stop, step, limit, skip
+        assert list(a.iter(5, 10).iter(*args)) == list(theirs.iter(5, 10).iter(*args))
+        assert list(a.iter(*args)) == list(theirs.iter(*args))
+        chained = a.iter(0, 10)
+        assert next(chained) == 0 and list(chained) == list(range(1, 10))
+    assert list(ours) == list(theirs) == data.tolist()
+    assert type(next(iter(ours))) is int
