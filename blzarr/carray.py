@@ -1400,16 +1400,19 @@ class carray:
         self._chunks.free_cachemem()
 
     def purge(self):
-        """Reclaim disk space: what this does depends on the layout.
+        """Remove the on-disk data, the whole root directory, in either layout (bcolz's purge).
 
-        'blz': compact the superchunk files, dropping the holes that rewrites relocated elsewhere left
-        behind (the same as `compact()`); the data stays.  Returns the bytes freed.
-        'bcolz': remove the on-disk data, the whole root directory, as bcolz's purge does.
-        In memory: nothing.
+        In memory: nothing.  To reclaim the space rewrites left in BLZ files and keep the data,
+        use `compact`.
+
+        Raises
+        ------
+        blzarr.StorageError
+            The directory is already gone (an ``OSError``, as bcolz raises).
+        blzarr.ReadOnlyError
+            The carray was opened with mode 'r'.
         """
         self._check_writable()
-        if self._chunks.format == "blz":
-            return self.compact()
         if self._rootdir:
             if not os.path.isdir(self._rootdir):
                 raise StorageError(f"cannot purge '{self._rootdir}': it does not exist")

@@ -121,6 +121,16 @@ class chunk:
         return self.atom
 
     @property
+    def atomsize(self):
+        """The bytes of one atom (one row: the base itemsize times the atom's shape), as in bcolz."""
+        return self.atom.itemsize
+
+    @property
+    def itemsize(self):
+        """The element size Blosc shuffles with (1 for bytes, 4 for str, else the base itemsize), as in bcolz."""
+        return blosc_typesize(self.atom.base)
+
+    @property
     def typekind(self):
         return self.atom.base.kind
 

@@ -1176,8 +1176,9 @@ class ctable:
             yield arrays
 
     # ------------------------------------------------------------------ queries
-    def _operands(self, expression, user_dict, frame):
-        """The arrays and scalars `expression` names: user_dict, then columns, then the caller's names."""
+    def _operands(self, expression, user_dict, frame, optional=()):
+        """The arrays and scalars `expression` names: user_dict, then columns, then the caller's names
+        (a name in `optional` found nowhere is left to the evaluator: ``da`` for vm='dask')."""
         _, names = _ce._operand_names(expression)
         scopes = [user_dict or {}, self.cols._cols]
         if frame is not None:
@@ -1191,6 +1192,8 @@ class ctable:
                     found[name] = scope[name]
                     break
             else:
+                if name in optional:
+                    continue
                 raise NameError(f"name '{name}' in the expression {expression!r} is neither a column "
                                 f"of the ctable ({self.cols.names}) nor a defined variable")
         return found
@@ -1526,7 +1529,8 @@ class ctable:
         user_dict = kwargs.pop("user_dict", None) or {}
         if not isinstance(expression, str):
             raise ValueError(f"eval() needs a string expression, got {type(expression).__name__}")
-        ops = self._operands(expression, user_dict, sys._getframe(1))
+        vm = kwargs.get("vm") or defaults.vm
+        ops = self._operands(expression, user_dict, sys._getframe(1), ("da",) if vm == "dask" else ())
         if kwargs.get("blen") is None:
             kwargs["blen"] = self._query_blen(ops)
         return _ce.eval(expression, user_dict=ops, **kwargs)

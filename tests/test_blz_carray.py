@@ -481,8 +481,8 @@ def test_in_place_versus_relocated_rewrites_and_compact(tmp_path):
     assert results[8192] == (1, 0)
 
 
-def test_purge_compacts_blz_and_keeps_the_data(tmp_path):
-    """purge() on a BLZ carray compacts the holes (the issue's meaning); the bcolz layout's purge deletes."""
+def test_compact_blz_keeps_the_data(tmp_path):
+    """compact() on a BLZ carray drops the holes rewrites left; purge() (bcolz's name) deletes, see test_dropin."""
     p = str(tmp_path / "pg")
     arr = np.zeros(4000, dtype=np.int64)
     c = blzarr.carray(arr, rootdir=p, chunklen=500, superchunklen=4, format="blz", reserve=0)
@@ -492,7 +492,7 @@ def test_purge_compacts_blz_and_keeps_the_data(tmp_path):
     c.flush()
     assert c._store.holes() > 0
     before = sum(os.path.getsize(os.path.join(p, "data", f)) for f in os.listdir(os.path.join(p, "data")))
-    freed = c.purge()
+    freed = c.compact()
     after = sum(os.path.getsize(os.path.join(p, "data", f)) for f in os.listdir(os.path.join(p, "data")))
     assert freed > 0 and after == before - freed and c._store.holes() == 0
     assert os.path.isdir(p)

@@ -294,3 +294,80 @@ def test_iter_objects_have_iter_like_bcolz():
         assert next(chained) == 0 and list(chained) == list(range(1, 10))
     assert list(ours) == list(theirs) == data.tolist()
     assert type(next(iter(ours))) is int
+
+
+# ---------------------------------------------------------------------------------------------------------
+# eval with vm='dask' and da. names (item 5), ctable.copy(cparams=) (item 6), purge (item 7),
+# chunk.atomsize / itemsize (item 8)
+
+def test_eval_dask_with_da_names():
+    pytest.importorskip("dask")
+    f0, f1 = np.arange(1000) * 0.5, np.arange(1000) % 13 * 1.0
+    want = f0 * np.sin(f1)
+    c0, c1 = blzarr.carray(f0, chunklen=128), blzarr.carray(f1, chunklen=128)  # noqa: F841
+    got = blzarr.eval("c0 * da.sin(c1)", vm="dask")
+    np.testing.assert_allclose(got[:], want)
+    t = blzarr.ctable([f0, f1], names=["f0", "f1"], chunklen=128)
+    bt = bcolz.ctable([f0, f1], names=["f0", "f1"], chunklen=128)
+    np.testing.assert_allclose(t.eval("f0 * da.sin(f1)", vm="dask")[:], want)
+    np.testing.assert_allclose(t.eval("f0 * da.sin(f1)", vm="dask")[:],
+                               bt.eval("f0 * da.sin(f1)", vm="dask")[:])
+    with blzarr.defaults_ctx(vm="dask"):
+        np.testing.assert_allclose(t.eval("f0 * da.sin(f1)")[:], want)
+    with pytest.raises(NameError, match="nope"):
+        t.eval("f0 * nope", vm="dask")
+
+
+@pytest.mark.parametrize("rootdir", [False, True])
+def test_ctable_copy_applies_cparams(tmp_path, rootdir):
+    d = np.random.default_rng(0).integers(0, 1000, 100_000)
+    kw = {"rootdir": str(tmp_path / "c")} if rootdir else {}
+    for cp in (blzarr.cparams(clevel=9, cname="zstd"), {"clevel": 9, "cname": "zstd"}):
+        t = blzarr.ctable([d, d * 0.5], names=["a", "b"], cparams=blzarr.cparams(clevel=1))
+        c = t.copy(cparams=cp, **kw)
+        bt = bcolz.ctable([d, d * 0.5], names=["a", "b"], cparams=bcolz.cparams(clevel=1))
+        bc = bt.copy(cparams=bcolz.cparams(clevel=9, cname="zstd"))
+        assert c.cbytes < t.cbytes and bc.cbytes < bt.cbytes
+        for n in ("a", "b"):
+            assert (c[n].cparams.clevel, c[n].cparams.cname) == (bc[n].cparams.clevel, bc[n].cparams.cname) \
+                == (9, "zstd")
+            np.testing.assert_array_equal(c[n][:], bc[n][:])
+
+
+@pytest.mark.parametrize("fmt", ["bcolz", "blz"])
+def test_purge_deletes_in_both_layouts(tmp_path, fmt):
+    p, q = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    c = blzarr.carray(np.arange(100), rootdir=p, mode="w", format=fmt)
+    b = bcolz.carray(np.arange(100), rootdir=q, mode="w")
+    assert c.purge() is None and b.purge() is None
+    assert not os.path.exists(p) and not os.path.exists(q)
+    with pytest.raises(OSError):
+        b.purge()
+    with pytest.raises(OSError, match="ours"):
+        c.purge()
+    m = blzarr.carray(np.arange(3))
+    m.purge()                                       # in memory: nothing, as in bcolz
+    assert m[:].tolist() == [0, 1, 2]
+
+
+def test_compact_is_the_blz_space_reclaimer(tmp_path):
+    p = str(tmp_path / "c")
+    c = blzarr.carray(np.zeros(4000, dtype="i8"), rootdir=p, chunklen=500, format="blz")
+    c[500:1000] = 7
+    c.flush()
+    assert c.compact() >= 0 and os.path.isdir(p)
+    assert c[:].sum() == 3500
+    b = blzarr.carray(np.zeros(10), rootdir=str(tmp_path / "b"), format="bcolz")
+    with pytest.raises(AttributeError, match="blz"):
+        b.compact()
+
+
+@pytest.mark.parametrize("data", [np.arange(40), np.arange(120.).reshape(40, 3), np.array(["abc"] * 40),
+                                  np.array([b"xyz"] * 40), np.zeros(40, "i2,f8"),
+                                  np.zeros((40, 2, 2), "f4"), np.zeros(40, bool)],
+                         ids=["i8", "f8x3", "U3", "S3", "struct", "f4x2x2", "bool"])
+def test_chunk_atomsize_itemsize(data):
+    ours, theirs = blzarr.carray(data, chunklen=8).chunks[0], bcolz.carray(data, chunklen=8).chunks[0]
+    assert (ours.atomsize, ours.itemsize) == (theirs.atomsize, theirs.itemsize)
+    standalone = blzarr.chunk(data[:8], np.dtype((data.dtype, data.shape[1:])))
+    assert (standalone.atomsize, standalone.itemsize) == (theirs.atomsize, theirs.itemsize)
