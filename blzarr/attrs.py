@@ -8,7 +8,7 @@ import json
 import os
 
 from blzarr.errors import FormatError, ReadOnlyError
-from blzarr.files import ATTRS_FILE, META_DIR, STORAGE_FILE, read_json, write_json
+from blzarr.files import ATTRIBUTES_FILE, ATTRS_FILE, META_DIR, STORAGE_FILE, read_json, write_json
 
 # the name of the attributes file in the bcolz layout (bcolz.attrs.ATTRSDIR)
 ATTRSDIR = ATTRS_FILE
@@ -17,9 +17,10 @@ ATTRSDIR = ATTRS_FILE
 def attrs_path(rootdir):
     """Where the attributes of the carray or ctable directory `rootdir` are kept, in its layout."""
     rootdir = os.fspath(rootdir)
-    if os.path.isfile(os.path.join(rootdir, META_DIR, STORAGE_FILE)):
-        from blzarr.blz import ATTRIBUTES_FILE, detect_format
-        if detect_format(rootdir) == "blz":
+    storage = os.path.join(rootdir, META_DIR, STORAGE_FILE)
+    if os.path.isfile(storage):
+        meta = read_json(storage, "meta/storage")
+        if isinstance(meta, dict) and meta.get("format") == "blz":
             return os.path.join(rootdir, META_DIR, ATTRIBUTES_FILE)
     return os.path.join(rootdir, ATTRS_FILE)
 

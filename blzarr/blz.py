@@ -28,11 +28,10 @@ from blzarr.errors import BlzarrError, ChunkError, FormatError, ReadOnlyError, S
 from blzarr.params import get_nthreads
 from blzarr import files
 from blzarr.bcolz_layout import BcolzDir
-from blzarr.files import DATA_DIR, META_DIR, atomic_write, read_json, write_json
+from blzarr.files import ATTRIBUTES_FILE, DATA_DIR, META_DIR, atomic_write, read_json, write_json
 
 FORMAT = "blz"
 SUPERCHUNK_EXT = "__.bin"
-ATTRIBUTES_FILE = "attributes"
 VLMETA_FILE = "vlmeta"
 VLMETA_MAGIC = b"BLZV"
 DEFAULT_CHECKSUM = "crc32"

@@ -17,6 +17,7 @@ from blzarr import chunked_eval as _ce
 from blzarr import fused
 from blzarr import indexing as ix
 from blzarr import integrations
+from blzarr.arrayprint import array2string
 from blzarr.attrs import attrs as _attrs
 from blzarr.chunk import blosc_typesize, chunk, compress_array
 from blzarr.errors import FormatError, PickleNotAllowedError, ReadOnlyError, StorageError
@@ -1434,7 +1435,6 @@ class carray:
         return s + str(self)
 
     def __str__(self):
-        from blzarr.arrayprint import array2string
         return array2string(self)
 
     @property

@@ -17,6 +17,8 @@ META_DIR = "meta"
 SIZES_FILE = "sizes"
 STORAGE_FILE = "storage"
 ATTRS_FILE = "__attrs__"
+# the attributes file of the BLZ layout, in meta/
+ATTRIBUTES_FILE = "attributes"
 ROOTDIRS_FILE = "__rootdirs__"
 
 # The largest meta JSON file blzarr agrees to parse: real ones are a few hundred bytes.

@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from blzarr.carray import human_readable_size  # noqa: F401  (re-exported, bcolz's name)
+from blzarr.carray import carray, human_readable_size  # noqa: F401  (human_readable_size: bcolz's name)
 from blzarr.chunk import quantize as _quantize
 
 __all__ = ["build_carray", "calc_chunksize", "csformula", "get_len_of_range", "human_readable_size",
@@ -66,7 +66,6 @@ def to_ndarray(array, dtype, arrlen=None, safe=True):
 
 def build_carray(array, rootdir):
     """The carray at `rootdir` when given, else a new in-memory carray of `array` (unpickling)."""
-    from blzarr.carray import carray
     if rootdir:
         return carray(rootdir=rootdir)
     return carray(array)
