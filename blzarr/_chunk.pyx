@@ -352,6 +352,86 @@ def getitem_into(buf, Py_ssize_t start, Py_ssize_t nbytes, cnp.ndarray dest not 
     return ret
 
 
+def take_into(buf, const cnp.intp_t[::1] local, Py_ssize_t itemsize, cnp.ndarray dest not None,
+              const cnp.intp_t[::1] rows=None, Py_ssize_t first_row=0, bint check=True, where=None):
+    """Copy items `local` (ascending) of a chunk of `itemsize`-byte items into rows of `dest`.
+
+    Item k goes to row ``rows[k]`` of `dest` (or ``first_row + k`` without `rows`).  Each Blosc block
+    that holds a wanted item is decoded once, into a scratch block, and nothing else is decoded; the
+    loop runs without the GIL.  Returns the number of blocks decoded.
+    """
+    cdef const uint8_t[::1] v = _as_bytes_view(buf)
+    cdef header_t h
+    cdef Py_ssize_t n = local.shape[0], k, r, b0, j, cur = -1, bstart, blen, ndec = 0, nrows, ts, bs
+    cdef char *out
+    cdef char *scratch = NULL
+    cdef const uint8_t *src
+    cdef int ret = 0
+    cdef bint memcpyed, failed = False
+    _parse_header(&v[0] if v.shape[0] else NULL, v.shape[0], &h, where, False)
+    if itemsize <= 0:
+        raise ValueError(f"take_into: itemsize must be positive, got {itemsize}")
+    if rows is not None and rows.shape[0] != n:
+        raise ValueError("take_into: rows and local differ in length")
+    ts = h.typesize
+    bs = h.blocksize
+    if itemsize % ts or bs % ts or h.nbytes % ts:
+        raise ValueError(f"take_into: the chunk's typesize {ts} does not divide its items and blocks")
+    if not cnp.PyArray_IS_C_CONTIGUOUS(dest) or not cnp.PyArray_ISWRITEABLE(dest):
+        raise ValueError("take_into: the output array must be C-contiguous and writeable")
+    nrows = cnp.PyArray_NBYTES(dest) // itemsize
+    for k in range(n):
+        if local[k] < 0 or (local[k] + 1) * itemsize > h.nbytes or (k and local[k] < local[k - 1]):
+            raise IndexError(f"take_into: item {local[k]} out of order or outside the chunk's "
+                             f"{h.nbytes // itemsize}")
+        r = rows[k] if rows is not None else first_row + k
+        if r < 0 or r >= nrows:
+            raise IndexError(f"take_into: row {r} outside the output's {nrows}")
+    if n == 0:
+        return 0
+    memcpyed = (h.flags & FLAG_MEMCPYED) != 0
+    if check and not memcpyed:
+        _check_blocks(&v[0], &h, local[0] * itemsize // bs, ((local[n - 1] + 1) * itemsize - 1) // bs, where)
+    out = <char *>cnp.PyArray_DATA(dest)
+    src = &v[0]
+    if not memcpyed:
+        scratch = <char *>malloc(bs)
+        if scratch == NULL:
+            raise MemoryError()
+    try:
+        with nogil:
+            for k in range(n):
+                r = rows[k] if rows is not None else first_row + k
+                b0 = local[k] * itemsize
+                if memcpyed:
+                    memcpy(out + r * itemsize, src + 16 + b0, itemsize)
+                    continue
+                j = b0 // bs
+                if (b0 + itemsize - 1) // bs != j:
+                    # an item across two blocks: decode just its bytes
+                    ret = blosc_getitem(src, <int>(b0 // ts), <int>(itemsize // ts), out + r * itemsize)
+                    if ret != itemsize:
+                        failed = True
+                        break
+                    ndec += 2
+                    continue
+                if j != cur:
+                    bstart = j * bs
+                    blen = h.nbytes - bstart if h.nbytes - bstart < bs else bs
+                    ret = blosc_getitem(src, <int>(bstart // ts), <int>(blen // ts), scratch)
+                    if ret != blen:
+                        failed = True
+                        break
+                    cur = j
+                    ndec += 1
+                memcpy(out + r * itemsize, scratch + (b0 - j * bs), itemsize)
+    finally:
+        free(scratch)
+    if failed:
+        raise ChunkError(f"corrupted Blosc chunk{_where(where)}: block decoding failed (return code {ret})")
+    return ndec
+
+
 def block_ranges(buf, Py_ssize_t start, Py_ssize_t nbytes, where=None):
     """The byte ranges of the chunk that `getitem_into` needs for bytes [start, start+nbytes).
 

@@ -1096,18 +1096,23 @@ class carray:
                 out[k] = self._object_at(p)
             return out
         out = np.empty((len(pos),) + self._atom.shape, dtype=self._atom.base)
-        nfull = len(self._chunks)
-        for cid, sel, local in ix.group_by_chunk(pos, self._chunklen):
+        if len(pos) == 0:
+            return out
+        chunks, cl, nfull, last = self._chunks, self._chunklen, len(self._chunks), self._last
+        # ascending positions, each chunk's a contiguous run: every touched block is decoded once,
+        # the chunks on the pool's threads
+        order = np.argsort(pos, kind="stable") if (np.diff(pos) < 0).any() else None
+        spos = pos if order is None else pos[order]
+
+        def take(group):
+            cid, s, e = group
+            local = spos[s:e] - cid * cl
+            rows = None if order is None else order[s:e]
             if cid >= nfull:
-                out[sel] = self._last[local]
-                continue
-            lo, hi = int(local.min()), int(local.max()) + 1
-            if len(local) == 1:
-                out[sel] = self._getitem_scalar(cid * self._chunklen + lo)
-                continue
-            tmp = np.empty((hi - lo,) + self._atom.shape, dtype=self._atom.base)
-            self._chunks[cid].read_range(lo, hi, tmp)
-            out[sel] = tmp[local - lo]
+                out[slice(s, e) if rows is None else rows] = last[local]
+            else:
+                chunks[cid].take(local, out, rows, s)
+        run_all(take, ix.sorted_groups(spos, cl))
         return out
 
     def __iter__(self):

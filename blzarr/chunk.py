@@ -170,6 +170,26 @@ class chunk:
             out[...] = self.decompress()[start:stop]
         return out
 
+    def take(self, local, out, rows=None, first_row=0):
+        """Atoms at the ascending positions `local` (intp) into rows of the contiguous array `out`:
+        atom k to row ``rows[k]``, or ``first_row + k`` when `rows` is None.
+
+        Only the Blosc blocks that hold a wanted atom are decoded, each once, straight into `out`.
+        """
+        isz = self.atom.itemsize
+        ts = self.typesize
+        if (self._data is not None and ts and isz % ts == 0 and self.blocksize % ts == 0
+                and self.nbytes % ts == 0):
+            _chunk.take_into(self._data, local, isz, out, rows, first_row, False, self._where)
+            return out
+        lo, hi = int(local[0]), int(local[-1]) + 1
+        tmp = self.read_range(lo, hi, np.empty(hi - lo, dtype=self.atom))
+        if rows is None:
+            out[first_row:first_row + len(local)] = tmp[local - lo]
+        else:
+            out[rows] = tmp[local - lo]
+        return out
+
     def __len__(self):
         return self._len
 

@@ -75,3 +75,14 @@ def group_by_chunk(pos, chunklen):
         sel = order[s:e]
         cid = int(scids[s])
         yield cid, sel, pos[sel] - cid * chunklen
+
+
+def sorted_groups(spos, chunklen):
+    """(chunk number, start, stop): the runs of the ascending positions `spos` that share a chunk."""
+    if spos.size == 0:
+        return []
+    cids = spos // chunklen
+    bounds = (np.flatnonzero(np.diff(cids)) + 1).tolist()
+    starts = [0] + bounds
+    ends = bounds + [spos.size]
+    return [(int(cids[s]), s, e) for s, e in zip(starts, ends)]
