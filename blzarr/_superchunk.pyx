@@ -8,7 +8,15 @@ it reads (`io_stats`), so tests can check that lazy reads touch only what they n
 """
 
 import hashlib
-import zlib
+
+try:
+    # zlib-ng's CRC-32 and Adler-32 are the same functions as zlib's, bit for bit, at 7-9x the speed
+    # (SIMD folding); it is a dependency where wheels exist, and zlib is the fallback everywhere else.
+    from zlib_ng.zlib_ng import adler32 as _adler32, crc32 as _crc32
+    CHECKSUM_BACKEND = "zlib-ng"
+except ImportError:  # pragma: no cover - depends on the platform's wheels
+    from zlib import adler32 as _adler32, crc32 as _crc32
+    CHECKSUM_BACKEND = "zlib"
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.errno cimport errno, EINTR
@@ -107,14 +115,15 @@ def checksum_size(int cid):
 def checksum(int cid, buf):
     """The checksum of `buf` as stored after a chunk: adler32/crc32 as 4 little-endian bytes, hashes raw.
 
-    zlib and hashlib release the GIL themselves on large buffers.
+    The CRC-32 and Adler-32 are zlib's (computed by zlib-ng when installed: `CHECKSUM_BACKEND`); they and
+    hashlib release the GIL themselves on large buffers.
     """
     if cid == 0:
         return b""
-    if cid == 1:
-        return (zlib.adler32(buf) & 0xFFFFFFFF).to_bytes(4, "little")
     if cid == 2:
-        return (zlib.crc32(buf) & 0xFFFFFFFF).to_bytes(4, "little")
+        return (_crc32(buf) & 0xFFFFFFFF).to_bytes(4, "little")
+    if cid == 1:
+        return (_adler32(buf) & 0xFFFFFFFF).to_bytes(4, "little")
     if cid in CHECKSUMS:
         return hashlib.new(CHECKSUMS[cid][0], buf).digest()
     raise ValueError(f"unknown checksum id {cid}")

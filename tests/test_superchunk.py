@@ -8,6 +8,7 @@ import zlib
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from blzarr import _chunk
 from blzarr import _superchunk as sc
@@ -100,6 +101,27 @@ def test_every_checksum_id(cid):
         bad[100] ^= 1
         with pytest.raises(ChecksumError, match=f"{sc.CHECKSUMS[cid][0]} checksum mismatch in chunk 3"):
             sc.verify_checksum(cid, bytes(bad), got, "chunk 3")
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.binary(max_size=5000), start=st.integers(0, 64), cid=st.sampled_from([1, 2]))
+def test_crc32_and_adler32_equal_zlibs(data, start, cid):
+    # the fast backend (zlib-ng when installed) must give zlib's bytes on any length and alignment,
+    # including memoryviews, so files written with either verify with the other
+    buf = memoryview(b"\0" * start + data)[start:]
+    assert sc.checksum(cid, buf) == INDEPENDENT[cid](data)
+
+
+def test_checksum_backend_is_fast_where_installed():
+    try:
+        import zlib_ng  # noqa: F401
+    except ImportError:
+        assert sc.CHECKSUM_BACKEND == "zlib"
+    else:
+        assert sc.CHECKSUM_BACKEND == "zlib-ng"
+    big = np.random.default_rng(3).integers(0, 256, 3 << 20, dtype=np.uint8)
+    assert sc.checksum(2, big) == INDEPENDENT[2](big.tobytes())
+    assert sc.checksum(1, big) == INDEPENDENT[1](big.tobytes())
 
 
 def test_checksum_ids_by_name():
