@@ -25,7 +25,7 @@ from blzarr import _superchunk as sc
 from blzarr.chunk import chunk
 from blzarr.chunkstore import ChunkStore, auto_superchunklen
 from blzarr.errors import BlzarrError, ChunkError, FormatError, ReadOnlyError, StorageError
-from blzarr.params import get_nthreads
+from blzarr.parallel import codec_threads
 from blzarr import files
 from blzarr.bcolz_layout import BcolzDir
 from blzarr.files import ATTRIBUTES_FILE, DATA_DIR, META_DIR, atomic_write, read_json, write_json
@@ -574,19 +574,46 @@ class BlzDir:
             data = self._chunks.get(n, f.epoch)
             if data is not None:
                 return data
-            where = self._where(n)
-            h16 = sc.pread(fd, 16, off, where)
-            ctbytes = int.from_bytes(h16[12:16], "little", signed=True)
-            if ctbytes < 16 or off + ctbytes + self.cksize > f.fstate[1]:
-                raise FormatError(f"{where}: the chunk claims {ctbytes} bytes (+{self.cksize} of checksum), "
-                                  f"past the end of the file ({f.fstate[1]} bytes)")
-            data = sc.pread(fd, ctbytes + self.cksize, off, where)
-            with memoryview(data) as mv:
-                sc.verify_checksum(self.checksum_id, mv[:ctbytes], mv[ctbytes:], where)
-            del data[ctbytes:]                  # the checksum: in place, no copy of the chunk
-            _chunk.validate(data, expected_nbytes, where)
+            if self.mode != "r":
+                data = self._fetch_chunk(n, f, fd, off, expected_nbytes)
+                self._remember(n, data, f)
+                return data
+            fno = f.fno
+            self._inuse[fno] = self._inuse.get(fno, 0) + 1
+        # read-only (no writer in this process): the read, the checksum and the validation run outside
+        # the lock, so the threads of a long read overlap them (live bytes are never overwritten, and a
+        # chunk moved by another process's writer is retried by read_chunk)
+        try:
+            data = self._fetch_chunk(n, f, fd, off, expected_nbytes)
+        finally:
+            with self._lock:
+                self._release_fd(fno)
+        with self._lock:
             self._remember(n, data, f)
-            return data
+        return data
+
+    def _fetch_chunk(self, n, f, fd, off, expected_nbytes):
+        """Chunk n's bytes from the file at `off`, checksum verified and structure validated."""
+        where = self._where(n)
+        h16 = sc.pread(fd, 16, off, where)
+        ctbytes = int.from_bytes(h16[12:16], "little", signed=True)
+        if ctbytes < 16 or off + ctbytes + self.cksize > f.fstate[1]:
+            raise FormatError(f"{where}: the chunk claims {ctbytes} bytes (+{self.cksize} of checksum), "
+                              f"past the end of the file ({f.fstate[1]} bytes)")
+        data = sc.pread(fd, ctbytes + self.cksize, off, where)
+        with memoryview(data) as mv:
+            sc.verify_checksum(self.checksum_id, mv[:ctbytes], mv[ctbytes:], where)
+        del data[ctbytes:]                  # the checksum: in place, no copy of the chunk
+        _chunk.validate(data, expected_nbytes, where)
+        return data
+
+    def _release_fd(self, fno):
+        """One unlocked user of file fno's descriptor less (call with the lock held)."""
+        left = self._inuse[fno] - 1
+        if left:
+            self._inuse[fno] = left
+        else:
+            del self._inuse[fno]
 
     def _remember(self, n, data, f):
         f.verified.add(n)
@@ -634,11 +661,7 @@ class BlzDir:
             return sc.read_blocks_into(fd, off, head, start, nbytes, out, out_offset, where, self._scratch())
         finally:
             with self._lock:
-                left = self._inuse[fno] - 1
-                if left:
-                    self._inuse[fno] = left
-                else:
-                    del self._inuse[fno]
+                self._release_fd(fno)
 
     def _scratch(self):
         """A per-thread reusable buffer for lazy chunks."""
@@ -1231,7 +1254,7 @@ class LazyChunk(chunk):
     def decompress(self, out=None):
         if out is None:
             out = np.empty(self._len, dtype=self.atom)
-        _chunk.decompress_into(self.getdata(), out, get_nthreads(), False, self._where)
+        _chunk.decompress_into(self.getdata(), out, codec_threads(), False, self._where)
         return out
 
     def read_range(self, start, stop, out):

@@ -21,8 +21,8 @@ from blzarr.arrayprint import array2string
 from blzarr.attrs import attrs as _attrs
 from blzarr.chunk import blosc_typesize, chunk, compress_array
 from blzarr.errors import FormatError, PickleNotAllowedError, ReadOnlyError, StorageError
-from blzarr.params import cparams as _cparams, defaults
-from blzarr.parallel import run_all
+from blzarr.params import cparams as _cparams, defaults, get_nthreads
+from blzarr.parallel import run_all, run_each
 from blzarr.blockcache import disk_blocks, new_generation
 from blzarr.chunkstore import MemoryChunks
 from blzarr.stores import create_store, open_chunks, open_dir
@@ -146,6 +146,17 @@ class _UndoLog:
             self.__dict__["appended_from"] = n
             self.__dict__["leftover"] = self._c.stored_last(n)
         self._c.append(c)
+
+
+def _expand_ellipsis(key, ndim):
+    """`key` (a tuple) with its one Ellipsis replaced by full slices; NumPy's error for several."""
+    where = [k for k, v in enumerate(key) if v is Ellipsis]
+    if len(where) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    used = sum(v.ndim if isinstance(v, np.ndarray) and v.dtype == bool else 1
+               for v in key if v is not Ellipsis)
+    k = where[0]
+    return key[:k] + (slice(None),) * max(0, ndim - used) + key[k + 1:]
 
 
 class carray:
@@ -625,6 +636,28 @@ class carray:
             raise ReadOnlyError("cannot modify data: the carray was opened with mode 'r'"
                                 + (f" ('{self._rootdir}')" if self._rootdir else ""))
 
+    def _append_full_chunks(self, arr, pos):
+        """Append the full chunks of arr[pos:], in order; returns the position after the last one.
+
+        They are compressed a batch at a time on the thread pool (the codec releases the GIL), each
+        straight from `arr` into its own bytes, then written in order, so the store sees the same
+        sequence of appends as one thread would make."""
+        cl = self._chunklen
+        nfull = (len(arr) - pos) // cl
+        datas = [None] * nfull
+        ts, cp = self._typesize, self._cparams
+
+        def one(k):
+            datas[k] = compress_array(arr[pos + k * cl:pos + (k + 1) * cl], ts, cp)
+        batch = 8 * max(1, get_nthreads())
+        for b0 in range(0, nfull, batch):
+            ks = range(b0, min(nfull, b0 + batch))
+            run_each(one, ks)
+            for k in ks:
+                self._chunks.append(chunk(None, self._chunk_atom, _data=datas[k]))
+                datas[k] = None
+        return pos + nfull * cl
+
     def _new_chunk(self, arr):
         return chunk(None, self._chunk_atom, _data=compress_array(arr, self._typesize, self._cparams))
 
@@ -691,9 +724,8 @@ class carray:
                 self._nleft = 0
             else:
                 self._nleft += take
-        while n - pos >= cl:
-            self._chunks.append(self._new_chunk(arr[pos:pos + cl]))
-            pos += cl
+        if n - pos >= cl:
+            pos = self._append_full_chunks(arr, pos)
         if pos < n:
             rest = n - pos
             self._last[:rest] = arr[pos:]
@@ -1062,8 +1094,18 @@ class carray:
                 return self[:]
             if len(key) == 1:
                 return self[key[0]]
-            if key[0] is Ellipsis:
+            if any(k is None for k in key):
                 return self[:][key]
+            if any(k is Ellipsis for k in key):
+                key = _expand_ellipsis(key, 1 + len(self._atom.shape))
+                if len(key) == 1:
+                    return self[key[0]]
+            if isinstance(key[0], slice) and not self._isobj:
+                out = self._rows_then(key[0], key[1:])
+                if out is not None:
+                    return out
+            if not isinstance(key[0], (slice, int, np.integer)):
+                return self._rows_by_array(key[0], key[1:])
             first = self[key[0]]
             if isinstance(key[0], (int, np.integer)):
                 return first[key[1:]]
@@ -1086,6 +1128,44 @@ class carray:
             flat = self._take(ix.positions_from_array(arr.reshape(-1), self._len))
             return flat.reshape(arr.shape + flat.shape[1:])
         return self._take(ix.positions_from_array(arr, self._len))
+
+    def _rows_then(self, rows, rest):
+        """self[rows][:, *rest] for a slice `rows`, read a few chunks of rows at a time (never the whole
+        selection of full atoms), or None when `rest` would move the row axis (NumPy's rule for
+        advanced indices separated by a slice)."""
+        sub = (slice(None),) + tuple(rest)
+        atom, base = self._atom.shape, self._atom.base
+        p2 = np.empty((2,) + atom, dtype=base)[sub]
+        p3 = np.empty((3,) + atom, dtype=base)[sub]
+        if p2.ndim == 0 or p2.shape[0] != 2 or p3.shape[0] != 3 or p2.shape[1:] != p3.shape[1:]:
+            return None
+        start, stop, step = rows.indices(self._len)
+        n = ix.slice_length(start, stop, step)
+        out = np.empty((n,) + p2.shape[1:], dtype=p2.dtype)
+        # rows per step: enough chunks to keep every thread decoding, at most ~32 MB of full atoms
+        isz = max(1, self._atom.itemsize)
+        blen = max(1, self._chunklen) * 2 * max(1, get_nthreads())
+        blen = max(1, min(blen, max(self._chunklen, (32 << 20) // isz)))
+        for o in range(0, n, blen):
+            m = min(blen, n - o)
+            lo = start + o * step
+            hi = lo + m * step
+            block = self[lo:hi if hi >= 0 else None:step]
+            out[o:o + m] = block[sub]
+        return out
+
+    def _rows_by_array(self, k0, rest):
+        """self[(k0,) + rest] for an integer or boolean array k0 on the first axis, with NumPy's
+        broadcasting of k0 against the arrays in `rest`: only the distinct rows k0 names are read."""
+        if isinstance(k0, carray):
+            k0 = k0[:]
+        a0 = np.asarray(k0)
+        if a0.dtype == bool and a0.ndim != 1:
+            return self[:][(a0,) + tuple(rest)]
+        shape = (-1,) if a0.dtype == bool else a0.shape
+        pos = ix.positions_from_array(a0.reshape(-1), self._len).reshape(shape)
+        need, inv = np.unique(pos, return_inverse=True)
+        return self._take(need)[(inv.reshape(pos.shape),) + tuple(rest)]
 
     def _take(self, pos, check_len=None):
         if check_len is not None and check_len != self._len:

@@ -3,7 +3,8 @@
 import numpy as np
 
 from blzarr import _chunk
-from blzarr.params import DEFAULT_BLOCKSIZE, cparams as _cparams, get_nthreads
+from blzarr.parallel import codec_threads
+from blzarr.params import DEFAULT_BLOCKSIZE, cparams as _cparams
 
 
 def blosc_typesize(base):
@@ -31,7 +32,7 @@ def compress_array(arr, typesize, cparams, blocksize=DEFAULT_BLOCKSIZE):
     arr = np.ascontiguousarray(arr)
     return _chunk.compress(arr, typesize, cparams.clevel, cparams.shuffle, cparams.cname,
                            blosc_blocksize_request(blocksize, arr.nbytes),
-                           get_nthreads())
+                           codec_threads())
 
 
 def blosc_blocksize_request(target, nbytes):
@@ -154,14 +155,14 @@ class chunk:
         """All the atoms of the chunk, as a new array or into `out` (which must hold them all)."""
         if out is None:
             out = np.empty(self._len, dtype=self.atom)
-        _chunk.decompress_into(self._data, out, get_nthreads(), False, self._where)
+        _chunk.decompress_into(self._data, out, codec_threads(), False, self._where)
         return out
 
     def read_range(self, start, stop, out):
         """Atoms [start, stop) of the chunk into the contiguous array `out`."""
         isz = self.atom.itemsize
         if start == 0 and stop == self._len:
-            _chunk.decompress_into(self._data, out, get_nthreads(), False, self._where)
+            _chunk.decompress_into(self._data, out, codec_threads(), False, self._where)
         elif self.typesize and isz % self.typesize == 0:
             _chunk.getitem_into(self._data, start * isz, (stop - start) * isz, out, 0, False, self._where)
         else:

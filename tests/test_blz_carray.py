@@ -755,6 +755,39 @@ def test_concurrent_lazy_reads_from_threads(tmp_path):
         assert all(ex.map(work, range(4)))
 
 
+@pytest.mark.parametrize("checksum", ["crc32", "adler32", "sha256", None])
+def test_read_only_whole_chunks_from_threads(tmp_path, checksum):
+    # mode 'r' reads and verifies whole chunks outside the store's lock, from several threads at once
+    # (run_all's shares and user threads), with descriptors evicted meanwhile
+    from concurrent.futures import ThreadPoolExecutor
+    p, arr = _big(tmp_path, "ro", 1 << 12, checksum=checksum, superchunklen=1, nchunks=20)
+    old = blzarr.set_nthreads(2)
+    try:
+        def work(seed):
+            c = blzarr.open(p, mode="r") if seed % 2 else shared
+            rng = np.random.default_rng(seed)
+            for _ in range(5):
+                c.free_cachemem()
+                if not np.array_equal(c[:], arr):
+                    return False
+                a = int(rng.integers(0, len(arr)))
+                if not np.array_equal(c[a:a + 3 * (1 << 12)], arr[a:a + 3 * (1 << 12)]):
+                    return False
+            return True
+        shared = blzarr.open(p, mode="r")
+        with ThreadPoolExecutor(4) as ex:
+            assert all(ex.map(work, range(4)))
+        assert float(shared.sum()) == float(arr.sum())
+        if checksum:
+            # a damaged chunk is still caught on this path
+            f5 = os.path.join(p, "data", "__5__.bin")
+            flip_byte(f5, os.path.getsize(f5) - sc.checksum_size(sc.checksum_id(checksum)) - 3)
+            with pytest.raises(ChecksumError, match="chunk 4"):
+                blzarr.open(p, mode="r")[:]
+    finally:
+        blzarr.set_nthreads(old)
+
+
 def test_toplevel_constructors_and_ctable_in_blz(tmp_path):
     z = blzarr.zeros(1000, dtype="i4", rootdir=str(tmp_path / "z"), format="blz", chunklen=64)
     assert z.format == "blz" and blzarr.open(str(tmp_path / "z")).sum() == 0

@@ -965,3 +965,73 @@ def test_reshape_on_disk_replaces_the_directory_like_bcolz(bcolz, tmp_path):
     assert r.rootdir is None
     assert_same(r[:], np.arange(16))
     assert blzarr.open(p).shape == (2, 2, 4)
+
+
+def test_codec_threads_inside_and_outside_a_parallel_read():
+    # inside run_all's shares each Blosc call gets one thread (the chunks are already spread over the
+    # threads); outside, the configured number
+    from blzarr.parallel import codec_threads, run_all
+    import threading
+    old = blzarr.set_nthreads(2)
+    try:
+        seen, lock = [], threading.Lock()
+
+        def record(i):
+            with lock:
+                seen.append(codec_threads())
+        run_all(record, range(16))
+        assert seen == [1] * 16
+        assert codec_threads() == 2
+        seen.clear()
+        run_all(record, range(2))            # too few items: done in the calling thread, not a share
+        assert seen == [2, 2]
+    finally:
+        blzarr.set_nthreads(old)
+
+
+@pytest.mark.parametrize("ondisk", [False, True])
+def test_parallel_compression_writes_the_same_chunks_in_order(tmp_path, ondisk):
+    # full chunks of an append are compressed a batch at a time on the pool; the chunks written must
+    # be the ones one thread writes, in the same order
+    ref = np.cumsum(np.random.default_rng(5).standard_normal(101_003))
+    made = {}
+    for nthreads in (1, 2):
+        old = blzarr.set_nthreads(nthreads)
+        try:
+            kw = dict(rootdir=str(tmp_path / f"c{nthreads}"), mode="w") if ondisk else {}
+            c = blzarr.carray(ref[:7], chunklen=1000, **kw)
+            c.append(ref[7:50_000])
+            c.append(ref[50_000:])
+            c.flush()
+            made[nthreads] = c
+        finally:
+            blzarr.set_nthreads(old)
+    one, two = made[1], made[2]
+    assert one.nchunks == two.nchunks == 101
+    assert [bytes(one.chunks[i].getdata()) for i in range(101)] == \
+        [bytes(two.chunks[i].getdata()) for i in range(101)]
+    np.testing.assert_array_equal(two[:], ref)
+    if ondisk:
+        np.testing.assert_array_equal(blzarr.open(str(tmp_path / "c2"), mode="r")[:], ref)
+
+
+def test_run_each_calls_every_item_once_and_raises_the_first_error():
+    from blzarr.parallel import run_each
+    import threading
+    old = blzarr.set_nthreads(2)
+    try:
+        seen, lock = [], threading.Lock()
+
+        def record(i):
+            with lock:
+                seen.append(i)
+        run_each(record, range(100))
+        assert sorted(seen) == list(range(100))
+
+        def fail(i):
+            if i == 3:
+                raise ValueError("item 3")
+        with pytest.raises(ValueError, match="item 3"):
+            run_each(fail, range(50))
+    finally:
+        blzarr.set_nthreads(old)

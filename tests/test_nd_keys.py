@@ -1,0 +1,86 @@
+"""NumPy keys on multidimensional carrays (`a[:, 0]`, `a[..., 1:3]`, `a[idx, 2]`, `a[i:j, ::2]`): the
+same values, shape and dtype as NumPy, read a few chunks of rows at a time rather than through a[:]."""
+
+import tracemalloc
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import blzarr
+
+
+def sub_key(size):
+    """One index for an axis of `size`: int, slice, int list or boolean mask."""
+    ints = st.integers(-size, size - 1)
+    sl = st.builds(slice, st.none() | st.integers(-size - 2, size + 2), st.none() | st.integers(-size - 2, size + 2),
+                   st.none() | st.integers(-4, 4).filter(bool))
+    lists = st.lists(ints, min_size=1, max_size=4)
+    masks = st.lists(st.booleans(), min_size=size, max_size=size).map(np.array)
+    return ints | sl | lists | masks
+
+
+@st.composite
+def nd_key(draw, shape):
+    n = shape[0]
+    first = draw(st.sampled_from(["slice", "int", "list", "ellipsis"]))
+    if first == "slice":
+        k0 = draw(st.builds(slice, st.none() | st.integers(-n - 3, n + 3), st.none() | st.integers(-n - 3, n + 3),
+                            st.none() | st.integers(-9, 9).filter(bool)))
+    elif first == "int":
+        k0 = draw(st.integers(-n, n - 1))
+    elif first == "list":
+        k0 = draw(st.lists(st.integers(-n, n - 1), min_size=1, max_size=6))
+    else:
+        k0 = Ellipsis
+    rest = [draw(sub_key(s)) for s in shape[1:]]
+    rest = rest[:draw(st.integers(1, len(rest)))]
+    if first == "ellipsis":
+        return (Ellipsis,) + tuple(rest[-1:])
+    if draw(st.booleans()) and len(rest) < len(shape) - 1:
+        rest.append(Ellipsis)
+    return (k0,) + tuple(rest)
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data(), atom=st.sampled_from([(3,), (4, 2), (5,), (2, 3, 2)]), n=st.integers(1, 3000),
+       chunklen=st.sampled_from([7, 100, 1000]), dtype=st.sampled_from(["f8", "i2", "u1"]))
+def test_nd_keys_equal_numpy(layout, data, atom, n, chunklen, dtype):
+    ref = (np.arange(n * int(np.prod(atom))) % 251).astype(dtype).reshape((n,) + atom)
+    c = blzarr.carray(ref, chunklen=chunklen, mode="w", **layout)
+    if layout.on_disk:
+        c.flush()
+        c = blzarr.open(layout["rootdir"], mode="r")
+    key = data.draw(nd_key(ref.shape))
+    try:
+        expect = ref[key]
+    except IndexError:
+        with pytest.raises(IndexError):
+            c[key]
+        return
+    got = c[key]
+    assert np.shape(got) == expect.shape and np.asarray(got).dtype == expect.dtype
+    np.testing.assert_array_equal(got, expect)
+
+
+@pytest.mark.parametrize("key", [(slice(None), 0), (Ellipsis, 3), (slice(10, None, 3), slice(None, None, 5))])
+def test_column_of_an_on_disk_carray_reads_chunk_by_chunk(tmp_path, key):
+    # 16 MB of data; a column is 320 KB: the read must not hold anything near the whole
+    ref = np.arange(40_000 * 50, dtype="f8").reshape(40_000, 50)
+    blzarr.carray(ref, chunklen=500, rootdir=str(tmp_path / "c"), mode="w").flush()
+    c = blzarr.open(str(tmp_path / "c"), mode="r")
+    c.free_cachemem()
+    tracemalloc.start()
+    try:
+        got = c[key]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_array_equal(got, ref[key])
+    assert peak < ref.nbytes // 4, peak
+
+
+def test_two_ellipses_are_an_error():
+    c = blzarr.carray(np.zeros((10, 3)))
+    with pytest.raises(IndexError, match="single ellipsis"):
+        c[..., ...]
