@@ -4,7 +4,7 @@
     blzarr ls DIR [--json]           the carrays and ctables below a directory
     blzarr verify ROOT               check every header, offset, checksum and chunk; exit 1 on damage
     blzarr convert SRC DST --format blz|bcolz [--cname C] [--clevel N] [--shuffle S]
-    blzarr bench [ARGS...]           the benchmark harness's quick mode (from a source checkout)
+    blzarr bench [OPTIONS]           the benchmark harness (python -m bench in a checkout)
 
 Errors print one line on stderr and exit non-zero (1; 2 for a bad command line).  `main(argv)`
 returns the exit status instead of exiting.
@@ -23,6 +23,7 @@ import uuid
 import numpy as np
 
 import blzarr
+from blzarr.bench import command as bench_command
 from blzarr.carray import carray, human_readable_size
 from blzarr.ctable import check_name, ctable, legacy_columns_dir
 from blzarr.files import ROOTDIRS_FILE, detect, read_json
@@ -479,38 +480,12 @@ def cmd_convert(args, out):
     return 0
 
 
-def _find_bench():
-    """The repository's `bench` package (the harness's ``__main__``), or None and why not."""
-    import importlib
-    here = os.path.dirname(os.path.dirname(os.path.abspath(blzarr.__file__)))
-    reason = "no 'bench' package next to the installed blzarr or on sys.path"
-    for extra in (None, here):
-        if extra is not None:
-            if not os.path.isfile(os.path.join(extra, "bench", "harness.py")):
-                continue
-            if extra not in sys.path:
-                sys.path.insert(0, extra)
-        try:
-            mod = importlib.import_module("bench.__main__")
-        except ImportError as e:
-            if getattr(e, "name", None) not in ("bench", "bench.__main__"):
-                reason = f"importing it failed: {_message(e)}"   # the harness is there, a dependency is not
-            continue
-        if hasattr(mod, "main") and hasattr(mod, "harness"):
-            return mod, None
-        for name in [m for m in sys.modules if m == "bench" or m.startswith("bench.")]:
-            sys.modules.pop(name, None)   # another package called 'bench': not ours
-    return None, reason
-
-
-def cmd_bench(args, out):
-    mod, reason = _find_bench()
-    if mod is None:
-        print(f"{PROG} bench: error: the benchmark harness (the 'bench' package of blzarr's source "
-              f"repository) is not importable from this installation ({reason}); run "
-              "`python -m bench --quick` from a checkout of the repository", file=sys.stderr)
-        return 2
-    return int(mod.main(["--quick"] + [a for a in args.args if a not in ("--", "--quick")]) or 0)
+def cmd_bench(argv, out):
+    """``blzarr bench ARGS``: the benchmark harness (blzarr.bench), with the options of ``python -m bench``."""
+    try:
+        return int(bench_command.main(list(argv), prog=f"{PROG} bench") or 0)
+    except SystemExit as e:   # --help, or a bad option (argparse exits 2)
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
 
 
 # ---------------------------------------------------------------------------------------- main
@@ -561,9 +536,9 @@ def build_parser():
                    help="always show progress (default: only for long work)")
     g.add_argument("--no-progress", dest="progress", action="store_false")
     s.set_defaults(func=cmd_convert)
-    s = sub.add_parser("bench", help="the benchmark harness's quick mode (python -m bench --quick); "
-                                     "other options go to the harness")
-    s.set_defaults(func=cmd_bench)
+    sub.add_parser("bench", add_help=False,
+                   help="time blzarr against bcolz, blosc2, zarr and NumPy (python -m bench in a checkout; "
+                        "`blzarr bench --help` for its options, --quick for a one-minute run)")
     return p
 
 
@@ -612,12 +587,11 @@ def main(argv=None, out=None):
     """
     out = out or sys.stdout
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"]:   # every option after it is the harness's own (blzarr bench --help)
+        return cmd_bench(argv[1:], out)
     parser = build_parser()
     try:
-        args, extra = parser.parse_known_args(argv)
-        if extra and args.command != "bench":
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
-        args.args = extra
+        args = parser.parse_args(argv)
     except _UsageError as e:
         print(str(e), file=sys.stderr)
         return 2

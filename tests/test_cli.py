@@ -295,24 +295,29 @@ def test_convert_progress(store, monkeypatch, capsys):
     assert rc == 0 and "100%" in err and "|" in err   # tqdm's bar
 
 
-def test_bench_runs_the_quick_harness(monkeypatch):
+def test_bench_passes_its_options_to_the_harness(monkeypatch):
     calls = []
-    fake = types.SimpleNamespace(main=lambda argv: calls.append(argv) or 0, harness=object())
-    monkeypatch.setattr(cli, "_find_bench", lambda: (fake, None))
-    rc, _, _ = run("bench", "--peers", "numpy")
-    assert rc == 0 and calls == [["--quick", "--peers", "numpy"]]
+    monkeypatch.setattr(cli.bench_command, "main", lambda argv, prog: calls.append((argv, prog)) or 0)
+    rc, _, _ = run("bench", "--quick", "--peers", "numpy", "--json", "r.json")
+    assert rc == 0 and calls == [(["--quick", "--peers", "numpy", "--json", "r.json"], "blzarr bench")]
 
 
-def test_bench_missing_harness_exits_2(monkeypatch):
-    monkeypatch.setattr(cli, "_find_bench", lambda: (None, "no 'bench' package"))
-    rc, _, err = run("bench")
-    assert rc == 2 and "not importable" in one_error_line(err) and "no 'bench' package" in err
+def _options(help_text):
+    return {w.rstrip(",") for w in help_text.split() if w.startswith("--")}
 
 
-def test_bench_harness_found_from_a_checkout():
-    # in the source checkout the tests run from, the repository's bench package is found
-    mod, reason = cli._find_bench()
-    assert reason is None and hasattr(mod.harness, "run")
+def test_bench_help_lists_the_options_of_python_m_bench(capsys):
+    rc = cli.main(["bench", "--help"])
+    text = capsys.readouterr().out
+    assert rc == 0 and text.startswith("usage: blzarr bench")
+    with pytest.raises(SystemExit) as e:
+        cli.bench_command.parse(["--help"])
+    mine = capsys.readouterr().out
+    assert e.value.code == 0 and "usage: python -m bench" in mine
+    assert _options(text) == _options(mine) >= {"--quick", "--n", "--peers", "--ops", "--json", "--extra"}
+    # a bad option value is a bad command line: exit 2, the harness does not start
+    rc = cli.main(["bench", "--peers", "nosuchlib"])
+    assert rc == 2 and "invalid choice" in capsys.readouterr().err
 
 
 def test_console_script_entry_point():

@@ -1,18 +1,21 @@
-"""``python -m bench``: time blzarr against bcolz, python-blosc2, zarr and NumPy (run from the repo root)."""
+"""The harness's command line: ``python -m bench`` in a checkout, ``blzarr bench`` once installed.
+
+Times blzarr against bcolz, python-blosc2, zarr and NumPy (the same options either way).
+"""
 
 import argparse
 import os
 import subprocess
 import sys
 
-from bench import harness
+from blzarr.bench import harness
 
 EXTRA_SCRIPTS = ("bench_ctable.py", "bench_blz.py")
 
 
-def parse(argv):
+def parse(argv, prog="python -m bench"):
     ap = argparse.ArgumentParser(
-        prog="python -m bench",
+        prog=prog,
         description="Median times of blzarr and its peers (lz4, clevel 5, byte shuffle, 2 threads) on "
                     "a smooth series (arange*0.25) and a random walk; ratios are peer time / blzarr "
                     "time, so > 1 means blzarr is faster.")
@@ -75,7 +78,9 @@ def parse(argv):
 
 
 def run_extra(args):
-    here = os.path.dirname(os.path.abspath(__file__))
+    # the extra scripts live in the repository's bench/ (next to blzarr/), not in the package
+    here = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                        "bench")
     for name in EXTRA_SCRIPTS:
         path = os.path.join(here, name)
         if not os.path.exists(path):
@@ -95,11 +100,12 @@ def run_extra(args):
             print(f"note: bench/{name} exited with status {rc}")
 
 
-def main(argv=None):
-    args = parse(sys.argv[1:] if argv is None else argv)
+def main(argv=None, prog="python -m bench"):
+    args = parse(sys.argv[1:] if argv is None else argv, prog=prog)
     if args.memory_only:
         args.ops, args.datasets, args.memory = ["create"], (), True
     report = harness.run(args, log=lambda s: print(s, flush=True))
+    report["command"] = f"{prog} " + " ".join(args.argv)
     harness.print_report(report)
     if args.json:
         harness.write_json(report, args.json)

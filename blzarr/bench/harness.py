@@ -12,8 +12,9 @@ import traceback
 
 import numpy as np
 
-from bench import CLEVEL, CNAME, NTHREADS
-from bench import peers as P
+from blzarr.bench import CLEVEL, CNAME, NTHREADS
+from blzarr.bench import memory
+from blzarr.bench import peers as P
 
 N_SCALARS = 2000
 N_SLICES, SLICE_LEN = 300, 1000
@@ -526,7 +527,6 @@ def run(args, log=print):
         "memory": [],
     }
     if args.memory:
-        from bench import memory
         report["memory"] = memory.run(args, log=log)
     report["elapsed_s"] = time.time() - started
     report["machine"] = machine()  # again, so the load average covers the run
@@ -546,7 +546,6 @@ def print_report(report, out=sys.stdout):
     if report["results"]:
         print(format_table(report["results"], report["peers"], report.get("compressed_bytes")), file=out)
     if report.get("memory"):
-        from bench import memory
         print("\n" + memory.format_table(report["memory"]), file=out)
     tg = format_targets([(t["target"], t["ok"], t["ratio"]) for t in report["targets"]])
     if tg:

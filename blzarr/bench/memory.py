@@ -1,6 +1,6 @@
 """Peak resident memory of `sum`, `where`, `iter` and `eval` over an on-disk carray.
 
-Each measurement runs in its own fresh interpreter (``python -m bench.memory measure ...``), so the
+Each measurement runs in its own fresh interpreter (``python -m blzarr.bench.memory measure ...``), so the
 peak (VmHWM from /proc/self/status, or ru_maxrss where /proc is missing) belongs to that operation
 alone.  The array is written once, chunk by chunk (never whole in memory), in the bcolz 1.x layout
 that both blzarr and bcolz read, so both are measured over the very same directory.
@@ -15,7 +15,8 @@ import tempfile
 
 import numpy as np
 
-from bench import CLEVEL, CNAME, NTHREADS
+import blzarr
+from blzarr.bench import CLEVEL, CNAME, NTHREADS
 
 BIG_BYTES = 2 * 1024 ** 3
 OPS = ("sum", "where", "iter", "eval")
@@ -49,7 +50,6 @@ def rss_bytes():
 def create(root, n, seed=7):
     """Write a float64 random walk of `n` values and its `> 0` mask, block by block, with blzarr, in the
     bcolz layout so that bcolz reads the very same directory."""
-    import blzarr
     blzarr.set_nthreads(NTHREADS)
     cp = blzarr.cparams(clevel=CLEVEL, shuffle=1, cname=CNAME)
     a = blzarr.carray(np.empty(0), cparams=cp, rootdir=os.path.join(root, "a"), mode="w",
@@ -99,18 +99,18 @@ def run(args, log=print):
     n = BIG_BYTES // 8 if args.big else args.mem_n
     root = tempfile.mkdtemp(prefix="blzarr-mem-", dir=args.tmpdir)
     env = dict(os.environ)
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # holds blzarr/
     env["PYTHONPATH"] = here + os.pathsep + env.get("PYTHONPATH", "")
     out = []
     try:
         log(f"[memory] writing a {n * 8 / 2**20:.0f} MiB float64 carray to {root}")
-        subprocess.run([sys.executable, "-m", "bench.memory", "create", root, str(n)], check=True,
+        subprocess.run([sys.executable, "-m", "blzarr.bench.memory", "create", root, str(n)], check=True,
                        env=env)
         for lib in ("blzarr", "bcolz"):
             for op in OPS:
                 if args.memory_ops and op not in args.memory_ops:
                     continue
-                proc = subprocess.run([sys.executable, "-m", "bench.memory", "measure", lib, root, op],
+                proc = subprocess.run([sys.executable, "-m", "blzarr.bench.memory", "measure", lib, root, op],
                                       capture_output=True, text=True, env=env)
                 if proc.returncode != 0:
                     err = (proc.stderr.strip().splitlines() or ["?"])[-1]
@@ -148,4 +148,4 @@ if __name__ == "__main__":
     elif cmd == "measure" and len(sys.argv) == 5:
         measure(sys.argv[2], sys.argv[3], sys.argv[4])
     else:
-        sys.exit("usage: python -m bench.memory create ROOT N | measure LIB ROOT OP")
+        sys.exit("usage: python -m blzarr.bench.memory create ROOT N | measure LIB ROOT OP")

@@ -13,7 +13,8 @@ import shutil
 
 import numpy as np
 
-from bench import CLEVEL, CNAME, NTHREADS
+import blzarr
+from blzarr.bench import CLEVEL, CNAME, NTHREADS
 
 
 class Unavailable(Exception):
@@ -159,7 +160,6 @@ class Blzarr(_CarrayLike):
     name = "blzarr"
 
     def setup(self):
-        import blzarr
         self.mod = blzarr
         blzarr.set_nthreads(NTHREADS)
 
