@@ -1106,6 +1106,11 @@ class carray:
                     return out
             if not isinstance(key[0], (slice, int, np.integer)):
                 return self._rows_by_array(key[0], key[1:])
+            if not isinstance(key[0], slice) and any(
+                    not isinstance(k, (slice, int, np.integer)) for k in key[1:]):
+                # an integer beside index arrays is an advanced index too (it broadcasts with them and,
+                # when a slice separates them, NumPy puts the broadcast axes first)
+                return self._rows_by_array(np.asarray(key[0]), key[1:])
             first = self[key[0]]
             if isinstance(key[0], (int, np.integer)):
                 return first[key[1:]]

@@ -84,3 +84,18 @@ def test_two_ellipses_are_an_error():
     c = blzarr.carray(np.zeros((10, 3)))
     with pytest.raises(IndexError, match="single ellipsis"):
         c[..., ...]
+
+
+@pytest.mark.parametrize("key", [
+    (0, slice(None, None, 2), [0, 0]),            # hypothesis found: int and list separated by a slice
+    (0, slice(None), np.array([False, False])),   # hypothesis found: int and an all-False mask
+    (-1, slice(1, 3), [1]),
+    (2, [0, 3], 1),                                # adjacent advanced indices keep their place
+    (1, [1, 2], [0, 1]),
+])
+def test_integer_beside_index_arrays_broadcasts_as_numpy(key):
+    ref = np.arange(5 * 4 * 2, dtype="f8").reshape(5, 4, 2)
+    c = blzarr.carray(ref, chunklen=2)
+    got, expect = c[key], ref[key]
+    assert np.shape(got) == expect.shape
+    np.testing.assert_array_equal(got, expect)
