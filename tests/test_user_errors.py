@@ -15,7 +15,7 @@ import pytest
 
 import blzarr
 from helpers import tree as _tree
-import blzarr.blz as blzmod
+from blzarr import _superchunk as sc
 
 FORMATS = ["bcolz", "blz"]
 
@@ -71,19 +71,16 @@ def faults(monkeypatch):
         return FullFile(real_fdopen(fd, *args, **kwargs))
 
     monkeypatch.setattr(os, "fdopen", fdopen)
-    real_sc = blzmod.sc
+    real_pwrite_all = sc.pwrite_all
 
-    class FullSC:
-        def __getattr__(self, name):
-            return getattr(real_sc, name)
+    def pwrite_all(fd, data, pos, where=None):
+        if f.tick():
+            real_pwrite_all(fd, bytes(data)[:len(data) // 2], pos, where)
+            raise _enospc()
+        return real_pwrite_all(fd, data, pos, where)
 
-        def pwrite_all(self, fd, data, pos, where=None):
-            if f.tick():
-                real_sc.pwrite_all(fd, bytes(data)[:len(data) // 2], pos, where)
-                raise _enospc()
-            return real_sc.pwrite_all(fd, data, pos, where)
-
-    monkeypatch.setattr(blzmod, "sc", FullSC())
+    # the BLZ modules write through the _superchunk module's function
+    monkeypatch.setattr(sc, "pwrite_all", pwrite_all)
     return f
 
 
