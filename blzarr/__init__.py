@@ -21,6 +21,26 @@ Examples
 
 __version__ = "0.1.0"
 
+import importlib.machinery as _machinery  # noqa: E402
+import os as _os  # noqa: E402
+
+try:
+    from blzarr import _chunk as _chunk_ext, _superchunk as _superchunk_ext  # noqa: E402,F401
+except ImportError as _e:
+    _here = _os.path.dirname(_os.path.abspath(__file__))
+    _built = [f for f in _os.listdir(_here)
+              if f.startswith("_chunk.") and f.endswith(tuple(_machinery.EXTENSION_SUFFIXES))]
+    if _built:   # the extension is there but does not load (e.g. built for another Python or NumPy)
+        raise ImportError(f"blzarr's compiled extension in {_here} cannot be loaded ({_e}); rebuild it "
+                          f"with `pip install -e .` in the source tree, or reinstall blzarr",
+                          name="blzarr") from None
+    raise ImportError(
+        f"blzarr is imported from the source folder {_here}, whose compiled extensions are not built "
+        f"(and which hides any installed blzarr): build them there with `pip install -e .` in "
+        f"{_os.path.dirname(_here)}, or run Python from another directory", name="blzarr") from None
+
+del _machinery, _os, _chunk_ext, _superchunk_ext
+
 
 from blzarr.optional import have as _have  # noqa: E402
 

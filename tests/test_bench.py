@@ -176,3 +176,15 @@ def test_each_peer_is_timed_on_its_own_array_with_interleaved_repeats(tmp_path):
     assert len(order) == 9 and order[0] is order[3] is order[6] and order[1] is order[4]
     row = r.results[0]
     assert set(row["times"]) == {"blzarr", "taga", "tagb"} and all(len(v) == 3 for v in row["runs"].values())
+
+
+def test_readme_lists_the_misses_as_the_harness_prints_them():
+    # the README's list of missed targets uses the harness's own target names and line format
+    with open(os.path.join(ROOT, "README.rst"), encoding="utf-8") as f:
+        listed = [line.strip() for line in f if line.lstrip().startswith("[MISS]")]
+    assert listed
+    names = {name for name, _, _ in harness.check_targets([])}
+    for line in listed:
+        name, _, ratio = line[len("[MISS] "):].rpartition(" (ratio ")
+        assert name in names, line
+        assert harness.format_targets([(name, False, float(ratio.rstrip(")")))]).strip() == line

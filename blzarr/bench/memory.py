@@ -107,6 +107,8 @@ def run(args, log=print):
         subprocess.run([sys.executable, "-m", "blzarr.bench.memory", "create", root, str(n)], check=True,
                        env=env)
         for lib in ("blzarr", "bcolz"):
+            if lib != "blzarr" and getattr(args, "peers", None) and lib not in args.peers:
+                continue
             for op in OPS:
                 if args.memory_ops and op not in args.memory_ops:
                     continue

@@ -1,0 +1,96 @@
+"""What a new user meets in the first hour (issue 16): importing from the source folder, the benchmark
+harness from an installed wheel, `with` releasing the writer lock, views of on-disk carrays."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import blzarr
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _source_copy(dst):
+    """The package and bench/ as a fresh clone has them: sources only, no compiled extension."""
+    ignore = shutil.ignore_patterns("*.so", "*.pyd", "__pycache__", "*.c", "build")
+    shutil.copytree(os.path.join(ROOT, "blzarr"), os.path.join(dst, "blzarr"), ignore=ignore)
+    shutil.copytree(os.path.join(ROOT, "bench"), os.path.join(dst, "bench"), ignore=ignore)
+
+
+def _run_without_site(cwd, *args):
+    """`python -S ARGS` in `cwd`, NumPy importable: what `pip install .` then running from the source
+    folder gives (the folder comes first on sys.path; no editable-install hook can rescue it)."""
+    numpy_dir = os.path.dirname(os.path.dirname(np.__file__))
+    env = dict(os.environ, PYTHONPATH=numpy_dir)
+    return subprocess.run([sys.executable, "-S", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_import_from_the_source_folder_says_what_to_do(tmp_path):
+    _source_copy(tmp_path)
+    proc = _run_without_site(tmp_path, "-c", "import blzarr")
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 1
+    assert last.startswith("ImportError: blzarr is imported from the source folder " + str(tmp_path))
+    assert "pip install -e ." in last and "run Python from another directory" in last
+    assert "circular import" not in proc.stderr
+    # python -m blzarr: the same sentence on one line, no traceback
+    proc = _run_without_site(tmp_path, "-m", "blzarr", "info", "x")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "pip install -e ." in proc.stderr
+
+
+def test_python_m_bench_refuses_to_run_without_blzarr(tmp_path):
+    _source_copy(tmp_path)
+    proc = _run_without_site(tmp_path, "-m", "bench", "--quick", "--peers", "numpy")
+    assert proc.returncode != 0 and proc.stdout == ""          # no NumPy-only table
+    assert "Traceback" not in proc.stderr and "CalledProcessError" not in proc.stderr
+    line, = proc.stderr.strip().splitlines()
+    assert line.startswith("python -m bench: error: blzarr cannot be imported") and "pip install -e ." in line
+
+
+def test_the_harness_refuses_a_run_where_blzarr_cannot_be_set_up(monkeypatch, tmp_path):
+    from blzarr.bench import harness, peers
+
+    def broken(self):
+        raise RuntimeError("no codec")
+    monkeypatch.setattr(peers.Blzarr, "setup", broken)
+    with pytest.raises(RuntimeError, match="nothing to benchmark: no codec"):
+        harness.Runner(1000, 1, 0.1, str(tmp_path), set(), [peers.Blzarr, peers.Numpy], log=lambda s: None)
+
+
+@pytest.mark.slow
+def test_blzarr_bench_quick_from_an_installed_wheel(tmp_path):
+    # a regular (non-editable) install in a fresh virtual environment, run away from the checkout
+    wheels, venv, work = tmp_path / "wheels", tmp_path / "venv", tmp_path / "work"
+    work.mkdir()
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run(pip + ["wheel", "--no-deps", "-w", str(wheels), ROOT], check=True, timeout=900,
+                   capture_output=True)
+    wheel, = wheels.glob("blzarr-*.whl")
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    bindir = venv / ("Scripts" if os.name == "nt" else "bin")
+    subprocess.run([str(bindir / "python"), "-m", "pip", "--disable-pip-version-check", "-q", "install",
+                    str(wheel)], check=True, timeout=600, capture_output=True)
+    blz = str(bindir / "blzarr")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    help_ = subprocess.run([blz, "bench", "--help"], cwd=work, env=env, capture_output=True, text=True,
+                           timeout=120)
+    assert help_.returncode == 0 and help_.stdout.startswith("usage: blzarr bench")
+    for opt in ("--quick", "--n", "--peers", "--ops", "--json", "--memory-only", "--tmpdir"):
+        assert opt in help_.stdout
+    report = work / "report.json"
+    proc = subprocess.run([blz, "bench", "--quick", "--n", "20000", "--datasets", "walk", "--peers", "numpy",
+                           "--mem-n", "20000", "--memory-ops", "sum", "--json", str(report)],
+                          cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "numpy/blzarr" in proc.stdout and "Traceback" not in proc.stderr
+    rep = json.loads(report.read_text())
+    assert rep["command"].startswith("blzarr bench --quick") and rep["peers"] == ["blzarr", "numpy"]
+    assert any(m["lib"] == "blzarr" and "peak_rss" in m for m in rep["memory"])   # the RSS subprocess ran
+    assert os.listdir(work) == ["report.json"]
