@@ -7,8 +7,8 @@ mode)`` reads (and writes) the attributes of a carray or ctable directory withou
 import json
 import os
 
-from blzarr.errors import FormatError, ReadOnlyError
-from blzarr.files import ATTRIBUTES_FILE, ATTRS_FILE, META_DIR, STORAGE_FILE, read_json, write_json
+from blzarr.errors import FormatError, ReadOnlyError, StorageError
+from blzarr.files import ATTRIBUTES_FILE, ATTRS_FILE, META_DIR, STORAGE_FILE, ObjectPath, read_json, write_json
 
 # the name of the attributes file in the bcolz layout (bcolz.attrs.ATTRSDIR)
 ATTRSDIR = ATTRS_FILE
@@ -74,7 +74,17 @@ class attrs:
             path = attrs_path(rootdir)
         self._path = path
         self._data = {}
-        if path is not None and not _new and os.path.exists(path):
+        if isinstance(path, ObjectPath) and not _new:
+            try:
+                data = read_json(path, "attributes")
+            except StorageError as e:          # one GET, no existence probe first
+                if "does not exist" not in str(e):
+                    raise
+                data = {}
+            if not isinstance(data, dict):
+                raise FormatError(f"attributes file '{path}' does not hold a JSON object")
+            self._data = data
+        elif path is not None and not _new and os.path.exists(path):
             data = read_json(path, "attributes")
             if not isinstance(data, dict):
                 raise FormatError(f"attributes file '{path}' does not hold a JSON object")

@@ -59,6 +59,13 @@ class BcolzDir:
     def chunk_path(self, n):
         return os.path.join(self.datadir, f"__{n}{CHUNK_EXT}")
 
+    def chunk_file_size(self, n):
+        """The size of data/__n.blp, None when it cannot be told."""
+        try:
+            return os.path.getsize(self.chunk_path(n))
+        except OSError:
+            return None
+
     def read_chunk(self, n):
         """The Blosc chunk stored in data/__n.blp (the 'blpk' header checked, the chunk not decoded).
 
@@ -182,10 +189,8 @@ class BcolzChunks(ChunkStore):
         self._sizes = [self._file_cbytes(i) for i in range(nchunks)]
 
     def _file_cbytes(self, i):
-        try:
-            return max(os.path.getsize(self.store.chunk_path(i)) - 16, 0)
-        except OSError:
-            return 0
+        size = self.store.chunk_file_size(i)
+        return max(size - 16, 0) if size is not None else 0
 
     @property
     def cbytes(self):

@@ -130,7 +130,7 @@ class BlzDir(BlzMetalayers):
     # ------------------------------------------------------------------ creation / opening
     @classmethod
     def create(cls, rootdir, *, dtype, atom_shape, chunklen, typesize, chunk_nbytes, cparams,
-               checksum=DEFAULT_CHECKSUM, reserve=0, superchunklen=None, meta=None):
+               checksum=DEFAULT_CHECKSUM, reserve=0, superchunklen=None, meta=None, bytestore=None):
         """A new, empty BLZ directory (one superchunk file with no chunks)."""
         cid = sc.checksum_id(checksum)
         reserve = _coerce_reserve(reserve)
@@ -146,9 +146,8 @@ class BlzDir(BlzMetalayers):
             if not isinstance(k, str):
                 raise TypeError(f"metalayer names must be strings, got {k!r}")
             _encode(v)
-        self = cls(rootdir, "a")
-        os.makedirs(self.datadir)
-        os.makedirs(self.metadir)
+        self = cls(rootdir, "a") if bytestore is None else cls(rootdir, "a", bytestore)
+        self._make_dirs()
         self.checksum_id = cid
         self.cksize = sc.checksum_size(cid)
         self.reserve = reserve
@@ -166,25 +165,12 @@ class BlzDir(BlzMetalayers):
         return self
 
     @classmethod
-    def open(cls, rootdir, mode="a"):
-        self = cls(rootdir, mode)
+    def open(cls, rootdir, mode="a", bytestore=None):
+        self = cls(rootdir, mode) if bytestore is None else cls(rootdir, mode, bytestore)
         self.check_layout()
         storage = self.read_meta("storage")
         where = f"'{self.meta_path('storage')}'"
-        nums = []
-        for name in os.listdir(self.datadir):
-            if name.startswith("__") and name.endswith(SUPERCHUNK_EXT):
-                digits = name[2:-len(SUPERCHUNK_EXT)]
-                if digits.isdigit() and digits.isascii():
-                    nums.append(int(digits))
-        nums.sort()
-        real_root = os.path.realpath(self.rootdir)
-        for num in nums:
-            path = self._path(num)
-            real = os.path.realpath(path)
-            if os.path.commonpath([real, real_root]) != real_root or not os.path.isfile(real):
-                raise FormatError(f"superchunk file '{path}' resolves to '{real}', which is not a regular "
-                                  f"file inside '{self.rootdir}'")
+        nums = self._list_files()
         if not nums:
             raise FormatError(f"BLZ directory '{self.rootdir}' has no superchunk file data/__1__.bin")
         if nums != list(range(1, len(nums) + 1)):
@@ -222,14 +208,36 @@ class BlzDir(BlzMetalayers):
                               f"{fixed['chunkshape']} in '{f1.path}'")
         last = self._load_file(self.nfiles)
         self._nphys = (self.nfiles - 1) * K + last.nchunks
-        for fno in range(1, self.nfiles):
-            if self._load_file(fno).nchunks != K:
-                raise FormatError(f"superchunk file '{self._path(fno)}' holds "
-                                  f"{self._file(fno).nchunks} chunks, but it is not the last file "
-                                  f"and must be full ({K})")
+        self._check_full_files()
         if mode != "r":
             self._repair()
         return self
+
+    def _list_files(self):
+        """The numbers of the superchunk files in data/, sorted (each a regular file inside the root)."""
+        nums = []
+        for name in os.listdir(self.datadir):
+            if name.startswith("__") and name.endswith(SUPERCHUNK_EXT):
+                digits = name[2:-len(SUPERCHUNK_EXT)]
+                if digits.isdigit() and digits.isascii():
+                    nums.append(int(digits))
+        nums.sort()
+        real_root = os.path.realpath(self.rootdir)
+        for num in nums:
+            path = self._path(num)
+            real = os.path.realpath(path)
+            if os.path.commonpath([real, real_root]) != real_root or not os.path.isfile(real):
+                raise FormatError(f"superchunk file '{path}' resolves to '{real}', which is not a regular "
+                                  f"file inside '{self.rootdir}'")
+        return nums
+
+    def _check_full_files(self):
+        """Every file but the last holds `K` chunks."""
+        for fno in range(1, self.nfiles):
+            if self._load_file(fno).nchunks != self.K:
+                raise FormatError(f"superchunk file '{self._path(fno)}' holds "
+                                  f"{self._file(fno).nchunks} chunks, but it is not the last file "
+                                  f"and must be full ({self.K})")
 
     def _repair(self):
         """Finish what a writer killed mid-update left behind (a writer opening the directory does this;
@@ -332,6 +340,18 @@ class BlzDir(BlzMetalayers):
     def _path(self, fno):
         return os.path.join(self.datadir, superchunk_name(fno))
 
+    def _make_dirs(self):
+        os.makedirs(self.datadir)
+        os.makedirs(self.metadir)
+
+    def _file_path(self, fno):
+        """The local file holding superchunk `fno` (the same as `_path` here; a spool copy for object
+        storage, whose `_path` is the object's URL)."""
+        return self._path(fno)
+
+    def _remove_file(self, fno):
+        os.remove(self._file_path(fno))
+
     def _where(self, n):
         """Where chunk n is, for error messages (a cheap object, formatted only when shown)."""
         return _Where(self, n)
@@ -347,7 +367,7 @@ class BlzDir(BlzMetalayers):
             self._fds.move_to_end(fno)
             return fd
         flags = (os.O_RDONLY if self.mode == "r" else os.O_RDWR) | getattr(os, "O_BINARY", 0)
-        path = self._path(fno)
+        path = self._file_path(fno)
         try:
             fd = os.open(path, flags)
         except FileNotFoundError:
@@ -644,7 +664,7 @@ class BlzDir(BlzMetalayers):
         meta = self._meta_bytes(fno)
         head = sc.pack_header(self.checksum_id, self.typesize, self.chunk_nbytes, 0, 0, len(meta))
         table = sc.pack_offsets(np.full(self.K, -1, dtype=np.int64))
-        atomic_write(self._path(fno), head + meta + table, fsync=files.FSYNC)
+        atomic_write(self._file_path(fno), head + meta + table, fsync=files.FSYNC)
         self.nfiles = max(self.nfiles, fno)
         self._forget_file(fno)
         self._close(fno)
@@ -688,7 +708,7 @@ class BlzDir(BlzMetalayers):
             self._heads.clear()
             self._chunks.clear()
             self._ctbytes.clear()
-            while self.nfiles > 1 and not os.path.exists(self._path(self.nfiles)):
+            while self.nfiles > 1 and not os.path.exists(self._file_path(self.nfiles)):
                 self.nfiles -= 1
             try:
                 last = self._load_file(self.nfiles)
@@ -802,7 +822,7 @@ class BlzDir(BlzMetalayers):
             for fno in range(self.nfiles, keep_files, -1):
                 self._close(fno)
                 self._forget_file(fno)
-                os.remove(self._path(fno))
+                self._remove_file(fno)
             self.nfiles = keep_files
             fno = keep_files
             first = (fno - 1) * self.K
@@ -888,7 +908,7 @@ class BlzDir(BlzMetalayers):
                 meta = sc.pread(fd, f.meta_size, 32, f.path)
                 head = sc.pack_header(self.checksum_id, self.typesize, self.chunk_nbytes, f.last_chunk,
                                       f.nchunks, f.meta_size)
-                atomic_write(f.path, head + bytes(meta) + sc.pack_offsets(new_offsets) + b"".join(parts),
+                atomic_write(self._file_path(fno), head + bytes(meta) + sc.pack_offsets(new_offsets) + b"".join(parts),
                              fsync=files.FSYNC)
                 self._close(fno)
                 self._forget_file(fno)
@@ -1045,6 +1065,11 @@ class BlzChunks(ChunkStore):
     def free_cachemem(self):
         self._objs.clear()
         self.store.drop_caches()
+
+    def prefetch(self, ns):
+        fetch = getattr(self.store, "prefetch", None)
+        if fetch is not None:
+            fetch(ns)
 
     def forget_from(self, n):
         self._objs.clear()

@@ -80,7 +80,7 @@ class BlzMetalayers:
                 for fno in range(self.nfiles, 1, -1):
                     self._close(fno)
                     self._forget_file(fno)
-                    os.remove(self._path(fno))
+                    self._remove_file(fno)
                 self.nfiles = 1
                 self._new_file(1)
                 return
@@ -102,13 +102,9 @@ class BlzMetalayers:
 
     def _read_vlmeta(self):
         path = self.meta_path(VLMETA_FILE)
-        try:
-            with open(path, "rb") as fh:
-                raw = fh.read()
-        except FileNotFoundError:
+        raw = self._meta_bytes_or_none(VLMETA_FILE)
+        if raw is None:
             return {}
-        except OSError as e:
-            raise StorageError(f"cannot read '{path}': {e}") from None
         if len(raw) < 8 + 16 or raw[:4] != VLMETA_MAGIC or raw[4] != 1:
             raise FormatError(f"'{path}' is not a BLZ vlmeta file (magic 'BLZV', version 1)")
         cid = raw[5]
@@ -158,8 +154,21 @@ class BlzMetalayers:
         if not len(arr):
             data = _chunk.compress(np.zeros(0, dtype=np.uint8), 1, 0, 0, "blosclz", 0, 1)
         cid = self.checksum_id
-        atomic_write(self.meta_path(VLMETA_FILE),
-                     VLMETA_MAGIC + bytes([1, cid, 0, 0]) + data + sc.checksum(cid, data), fsync=files.FSYNC)
+        self._put_meta_bytes(VLMETA_FILE, VLMETA_MAGIC + bytes([1, cid, 0, 0]) + data + sc.checksum(cid, data))
+
+    def _meta_bytes_or_none(self, name):
+        """The bytes of meta/`name`, None when it does not exist."""
+        path = self.meta_path(name)
+        try:
+            with open(path, "rb") as fh:
+                return fh.read()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise StorageError(f"cannot read '{path}': {e}") from None
+
+    def _put_meta_bytes(self, name, data):
+        atomic_write(self.meta_path(name), data, fsync=files.FSYNC)
 
 
 class FixedMeta:

@@ -27,6 +27,11 @@ from blzarr.blockcache import disk_blocks, new_generation
 from blzarr.chunkstore import MemoryChunks
 from blzarr.stores import create_store, open_chunks, open_dir
 from blzarr.locking import lock_dir
+from blzarr.bytestore import is_url, local_path, open_bytestore
+from blzarr.files import META_DIR, STORAGE_FILE
+
+# uncompressed bytes of the chunks a slice of an object-storage carray fetches at once
+PREFETCH_BATCH_BYTES = 256 * 1024 * 1024
 
 _MB = 1024 * 1024
 _UNSET = object()
@@ -207,7 +212,7 @@ class carray:
 
     def __init__(self, array=None, cparams=None, dtype=None, dflt=None, expectedlen=None,
                  chunklen=None, rootdir=None, mode="a", format=None, allow_pickle=False, safe=True,
-                 checksum=_UNSET, reserve=0, superchunklen=None, meta=None, **kwargs):
+                 checksum=_UNSET, reserve=0, superchunklen=None, meta=None, storage_options=None, **kwargs):
         if kwargs:
             raise TypeError(f"carray() got unexpected keyword arguments {sorted(kwargs)}")
         if mode not in ("r", "w", "a"):
@@ -218,14 +223,21 @@ class carray:
                               superchunklen=superchunklen, meta=meta)
         self._format_arg = format
         self._mode = mode
-        self._rootdir = os.fspath(rootdir) if rootdir is not None else None
+        self._rootdir = local_path(os.fspath(rootdir)) if rootdir is not None else None
+        self._bytes = open_bytestore(self._rootdir, storage_options) \
+            if self._rootdir is not None and (is_url(self._rootdir) or storage_options) else None
+        if self._bytes is not None:
+            self._rootdir = self._bytes.root
         if self._rootdir is None and (meta or reserve or superchunklen or checksum is not _UNSET):
             raise ValueError("checksum=, reserve=, superchunklen= and meta= apply to on-disk carrays "
                              "in the 'blz' format (give a rootdir)")
         self._lock = threading.RLock()
         self._blockcache = None
         self.safe = safe
-        exists = self._rootdir is not None and os.path.exists(self._rootdir)
+        if self._bytes is not None:
+            exists = self._bytes.exists(f"{META_DIR}/{STORAGE_FILE}")
+        else:
+            exists = self._rootdir is not None and os.path.exists(self._rootdir)
         if array is None and exists and mode != "w":
             self._open(allow_pickle)
             return
@@ -335,7 +347,13 @@ class carray:
         self._setup(atom, cp, chunklen, d, expectedlen)
         self._ondisk = False
         self._chunks = MemoryChunks(chunk_nbytes=-1 if self._isobj else self._chunklen * self._chunk_atom.itemsize)
-        if self._rootdir is not None:
+        if self._bytes is not None:
+            # object storage: no lock (one writer at a time), what is there is replaced
+            self._bytes.remove_all()
+            self._chunks = self._create_store()
+            self._ondisk = True
+            self._write_storage()
+        elif self._rootdir is not None:
             old_lock = self.__dict__.get("_dirlock")
             if os.path.exists(self._rootdir):
                 if os.path.isdir(self._rootdir) and not os.path.islink(self._rootdir):
@@ -371,13 +389,14 @@ class carray:
         fmt = self._format_arg or defaults.format
         return create_store(self._rootdir, fmt, atom=self._chunk_atom, chunklen=self._chunklen,
                             objects=self._isobj, dtype=str(self._atom.base), atom_shape=self._atom.shape,
-                            typesize=self._typesize, cparams=self._cparams.to_dict(), opts=self._blz_opts)
+                            typesize=self._typesize, cparams=self._cparams.to_dict(), opts=self._blz_opts,
+                            bytestore=self._bytes)
 
     def _open(self, allow_pickle):
-        if self._mode != "r" and os.path.isdir(self._rootdir):
+        if self._mode != "r" and self._bytes is None and os.path.isdir(self._rootdir):
             # one writer process at a time (mode 'r' takes no lock); the lock is the directory's
             self._dirlock = lock_dir(self._rootdir)
-        store = open_dir(self._rootdir, self._mode)
+        store = open_dir(self._rootdir, self._mode, self._bytes)
         sizes = store.read_meta("sizes")
         storage = store.read_meta("storage")
         where_sz = f"'{store.meta_path('sizes')}'"
@@ -975,6 +994,14 @@ class carray:
                 out[off:off + hi - lo] = self._last[lo:hi]
             else:
                 pieces.append((n, lo, hi, out[off:off + hi - lo]))
+        if self._bytes is not None and len(pieces) > 1:
+            # object storage: the chunks of a batch fetched at once (coalesced, concurrent), then decoded
+            batch = max(1, PREFETCH_BATCH_BYTES // max(1, self._chunklen * self._atom.itemsize))
+            for k in range(0, len(pieces), batch):
+                part = pieces[k:k + batch]
+                chunks.prefetch([p[0] for p in part])
+                run_all(lambda p: chunks[p[0]].read_range(p[1], p[2], p[3]), part)
+            return out
         run_all(lambda p: chunks[p[0]].read_range(p[1], p[2], p[3]), pieces)
         return out
 
@@ -1392,7 +1419,10 @@ class carray:
         # on disk: pickled by its directory (flushed first, reopened read-only); in memory: by its data
         if self._rootdir is not None:
             self.flush()
-            return (_rebuild_carray, (None, self._rootdir, dict(mode="r", allow_pickle=self._isobj)))
+            kw = dict(mode="r", allow_pickle=self._isobj)
+            if self._bytes is not None and self._bytes.remote:
+                kw["storage_options"] = self._bytes.storage_options
+            return (_rebuild_carray, (None, self._rootdir, kw))
         return (_rebuild_carray, (self[:], None, dict(
             cparams=self._cparams.to_dict(), chunklen=self._chunklen, dflt=self._dflt[()],
             expectedlen=self.expectedlen, safe=self.safe)))

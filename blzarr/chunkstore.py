@@ -141,7 +141,14 @@ class ChunkStore:
 
     def config(self):
         """Plain values from which a worker process reopens this store to write chunks (dask)."""
-        return {"format": self.format, "rootdir": self.rootdir}
+        conf = {"format": self.format, "rootdir": self.rootdir}
+        if getattr(self.store, "remote", False):
+            conf["storage_options"] = self.store.bytes.config().get("storage_options", {})
+        return conf
+
+    def prefetch(self, ns):
+        """Fetch chunks `ns` ahead of reading them, where that pays (object storage: concurrently,
+        adjacent ones in one request); a no-op elsewhere."""
 
     def close(self):
         """Release open files (the store stays usable: they reopen on demand)."""

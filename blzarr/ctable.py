@@ -31,7 +31,8 @@ from blzarr.errors import FormatError, ReadOnlyError, StorageError
 from blzarr.locking import lock_dir
 from blzarr.optional import have
 from blzarr.params import cparams as _cparams, defaults
-from blzarr.files import ATTRS_FILE, ROOTDIRS_FILE, read_json, write_json
+from blzarr.files import ATTRS_FILE, ROOTDIRS_FILE, ObjectPath, read_json, write_json
+from blzarr.bytestore import is_url, join, local_path, open_bytestore
 
 from blzarr import utils  # noqa: E402,F401  (bcolz.ctable's module-level names)
 from blzarr.arrayprint import array2string  # noqa: E402,F401
@@ -226,12 +227,19 @@ class ctable:
         mode = kwargs.pop("mode", None)
         auto_flush = kwargs.pop("auto_flush", True)
         allow_pickle = kwargs.pop("allow_pickle", False)
+        storage_options = kwargs.pop("storage_options", None)
         cp = kwargs.get("cparams")
         unknown = set(kwargs) - set(_CARRAY_KW)
         if unknown:
             raise TypeError(f"ctable() got unexpected keyword arguments {sorted(unknown)}")
-        self._rootdir = os.fspath(rootdir) if rootdir is not None else None
-        exists = self._rootdir is not None and os.path.exists(self._rootdir)
+        self._rootdir = local_path(os.fspath(rootdir)) if rootdir is not None else None
+        self._bytes = open_bytestore(self._rootdir, storage_options) \
+            if self._rootdir is not None and (is_url(self._rootdir) or storage_options) else None
+        if self._bytes is not None:
+            self._rootdir = self._bytes.root
+            exists = self._bytes.exists(ROOTDIRS_FILE)
+        else:
+            exists = self._rootdir is not None and os.path.exists(self._rootdir)
         if mode is None:
             mode = "a" if exists else "w"
         if mode not in ("r", "a", "w"):
@@ -250,6 +258,8 @@ class ctable:
                 raise ValueError(f"format must be 'bcolz' or 'blz', got {self._format!r}")
         self._ckw = {k: v for k, v in kwargs.items() if v is not None}
         self._ckw.pop("cparams", None)
+        if self._bytes is not None:
+            self._ckw["storage_options"] = storage_options
         self.cols = cols(self)
         self._len = 0
         if columns is None:
@@ -275,9 +285,12 @@ class ctable:
     def _col_dir(self, name):
         if self._rootdir is None:
             return None
-        return os.path.join(self._columns_base, name)
+        return join(self._columns_base, name)
 
     def _make_rootdir(self):
+        if self._bytes is not None:
+            self._bytes.remove_all()     # object storage: no lock (one writer at a time)
+            return
         old_lock = None
         if os.path.exists(self._rootdir):
             if os.path.isdir(self._rootdir) and not os.path.islink(self._rootdir):
@@ -333,7 +346,9 @@ class ctable:
             lengths.add(len(col) if hasattr(col, "__len__") else -1)
         if len(lengths) > 1:
             raise ValueError(f"all `columns` must have the same length, got lengths {sorted(lengths)}")
-        if self._rootdir is not None:
+        if self._bytes is not None:
+            self._make_rootdir()
+        elif self._rootdir is not None:
             target = os.path.realpath(self._rootdir)
             for name, col in zip(names, data):
                 src = getattr(col, "rootdir", None) if isinstance(col, carray) else None
@@ -349,7 +364,9 @@ class ctable:
             self._write_rootdirs()
             self._attrs = _attrs(self._rootdir, self._mode, _new=True, path=self._attrs_path)
         except BaseException:
-            if self._rootdir is not None and os.path.isdir(self._rootdir):
+            if self._bytes is not None:
+                self._bytes.remove_all()
+            elif self._rootdir is not None and os.path.isdir(self._rootdir):
                 shutil.rmtree(self._rootdir, ignore_errors=True)
             raise
         self.flush()
@@ -395,6 +412,8 @@ class ctable:
 
     @property
     def _attrs_path(self):
+        if self._bytes is not None:
+            return ObjectPath(self._bytes, ATTRS_FILE)
         return os.path.join(self._rootdir, ATTRS_FILE) if self._rootdir is not None else None
 
     def _write_rootdirs(self):
@@ -402,13 +421,15 @@ class ctable:
             meta = {"names": list(self.cols.names)}
             if self._format == "blz":
                 meta["format"] = "blz"  # bcolz writes (and expects) only "names"
-            write_json(os.path.join(self._rootdir, ROOTDIRS_FILE), meta)
+            write_json(ObjectPath(self._bytes, ROOTDIRS_FILE) if self._bytes is not None
+                       else os.path.join(self._rootdir, ROOTDIRS_FILE), meta)
 
     def _open(self, allow_pickle):
         root = self._rootdir
-        if not os.path.isdir(root):
+        remote = self._bytes is not None
+        if not remote and not os.path.isdir(root):
             raise StorageError(f"'{root}' is not a directory")
-        path = os.path.join(root, ROOTDIRS_FILE)
+        path = ObjectPath(self._bytes, ROOTDIRS_FILE) if remote else os.path.join(root, ROOTDIRS_FILE)
         meta = read_json(path, "ctable column list")
         if not isinstance(meta, dict) or not isinstance(meta.get("names"), list):
             raise FormatError(f"'{path}' must hold a JSON object with a 'names' list")
@@ -424,11 +445,17 @@ class ctable:
         if fmt not in ("bcolz", "blz"):
             raise FormatError(f"'{path}': unknown format {fmt!r} (expected 'bcolz' or 'blz')")
         self._format = fmt
-        self._columns_base = legacy_columns_dir(root, fmt) or root
+        self._columns_base = (None if remote else legacy_columns_dir(root, fmt)) or root
         mode = self._mode
-        if mode != "r":
+        if remote:
+            for n in names:
+                self.cols.names.append(n)
+                self.cols._cols[n] = carray(rootdir=self._col_dir(n), mode=mode, allow_pickle=allow_pickle,
+                                            storage_options=self._bytes.storage_options)
+            names = []
+        elif mode != "r":
             self._dirlock = lock_dir(root)   # one writer process at a time; mode 'r' takes no lock
-        real_root = os.path.realpath(root)
+        real_root = None if remote else os.path.realpath(root)
         for n in names:
             d = self._col_dir(n)
             if not os.path.isdir(d):
@@ -1592,7 +1619,8 @@ class ctable:
         pickled = any(c.dtype.kind == "O" for c in self.cols.values())
         if self._rootdir is not None:
             self.flush()
-            return (_rebuild_ctable, (self._rootdir, None, None, None, pickled))
+            so = self._bytes.storage_options if self._bytes is not None and self._bytes.remote else None
+            return (_rebuild_ctable, (self._rootdir, None, None, None, pickled, so))
         return (_rebuild_ctable, (None, [self.cols[n] for n in self.cols.names], list(self.cols.names),
                                   self._attrs.getall(), pickled))
 
@@ -1750,9 +1778,9 @@ class ctable:
         return s + str(self)
 
 
-def _rebuild_ctable(rootdir, columns, names, attrs, allow_pickle):
+def _rebuild_ctable(rootdir, columns, names, attrs, allow_pickle, storage_options=None):
     if rootdir is not None:
-        return ctable(rootdir=rootdir, mode="r", allow_pickle=allow_pickle)
+        return ctable(rootdir=rootdir, mode="r", allow_pickle=allow_pickle, storage_options=storage_options)
     t = ctable(columns, names)
     for k, v in attrs.items():
         t.attrs[k] = v

@@ -88,8 +88,39 @@ def _fsync_dir(d):
         os.close(fd)
 
 
+class ObjectPath:
+    """A file of a byte store (`blzarr.bytestore`, e.g. object storage), accepted by `read_json`,
+    `write_json` and `exists` beside local paths; shown as its URL."""
+
+    __slots__ = ("store", "key")
+
+    def __init__(self, store, key):
+        self.store = store
+        self.key = key
+
+    def __str__(self):
+        return self.store.where(self.key)
+
+    __format__ = lambda self, spec: format(str(self), spec)
+
+
+def exists(path):
+    """Whether the file `path` (local, or an `ObjectPath`) exists."""
+    if isinstance(path, ObjectPath):
+        return path.store.exists(path.key)
+    return os.path.exists(path)
+
+
 def read_json(path, what="metadata"):
     """Parse a JSON file, raising FormatError / StorageError that name the file."""
+    if isinstance(path, ObjectPath):
+        try:
+            raw = path.store.get(path.key)
+        except StorageError as e:
+            if "does not exist" in str(e):
+                raise StorageError(f"{what} file '{path}' does not exist") from None
+            raise
+        return parse_json(raw, path, what)
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_JSON_BYTES + 1)
@@ -97,6 +128,11 @@ def read_json(path, what="metadata"):
         raise StorageError(f"{what} file '{path}' does not exist") from None
     except OSError as e:
         raise StorageError(f"cannot read {what} file '{path}': {e}") from None
+    return parse_json(raw, path, what)
+
+
+def parse_json(raw, path, what="metadata"):
+    """The JSON value in `raw` (the bytes of file `path`), FormatError naming the file otherwise."""
     if len(raw) > MAX_JSON_BYTES:
         raise FormatError(f"{what} file '{path}' is larger than {MAX_JSON_BYTES} bytes")
     try:
@@ -106,10 +142,22 @@ def read_json(path, what="metadata"):
 
 
 def write_json(path, obj, fsync=None):
+    if isinstance(path, ObjectPath):
+        path.store.put_atomic(path.key, json.dumps(obj, ensure_ascii=True).encode("ascii") + b"\n")
+        return
     atomic_write(path, json.dumps(obj, ensure_ascii=True).encode("ascii") + b"\n",
                  fsync=FSYNC if fsync is None else fsync)
 
 
+
+
+def detect_store(store):
+    """`detect` for a byte store (object storage): 'ctable', 'carray' or None."""
+    if store.exists(ROOTDIRS_FILE):
+        return "ctable"
+    if store.exists(f"{META_DIR}/{STORAGE_FILE}"):
+        return "carray"
+    return None
 
 
 def detect(path):

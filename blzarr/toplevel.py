@@ -16,15 +16,18 @@ import numpy as np
 from blzarr import _chunk
 from blzarr.carray import carray
 from blzarr.errors import StorageError
-from blzarr.files import ROOTDIRS_FILE as ROOTDIRS, detect
+from blzarr.files import ROOTDIRS_FILE as ROOTDIRS, detect, detect_store
+from blzarr.bytestore import is_url, local_path, open_bytestore
 from blzarr.ctable import ctable
 from blzarr.params import cparams, detect_number_of_cores, set_nthreads  # noqa: F401  (bcolz.toplevel's names)
 
 
-def open(rootdir, mode="a", allow_pickle=False):
-    """open(rootdir, mode='a', allow_pickle=False)
+def open(rootdir, mode="a", allow_pickle=False, storage_options=None):
+    """open(rootdir, mode='a', allow_pickle=False, storage_options=None)
 
     Open the carray or ctable stored in the directory `rootdir`, in either on-disk layout.
+    `rootdir` may be a URL (``s3://bucket/prices.blz``, ``http(s)://...``, anything fsspec reaches),
+    with the fsspec `storage_options` of its protocol (see the README's "Object storage").
 
     Parameters
     ----------
@@ -62,15 +65,22 @@ def open(rootdir, mode="a", allow_pickle=False):
     blzarr.errors.ReadOnlyError: cannot modify data: the carray was opened with mode 'r' (...)
     >>> import shutil; shutil.rmtree("open_example")
     """
-    rootdir = os.fspath(rootdir)
-    if not os.path.isdir(rootdir):
-        raise StorageError(f"'{rootdir}' does not exist or is not a directory")
-    kind = detect(rootdir)
+    rootdir = local_path(os.fspath(rootdir))
+    if is_url(rootdir) or storage_options:
+        store = open_bytestore(rootdir, storage_options)
+        kind = detect_store(store)
+        rootdir = store.root
+        kw = {"storage_options": storage_options}
+    else:
+        if not os.path.isdir(rootdir):
+            raise StorageError(f"'{rootdir}' does not exist or is not a directory")
+        kind = detect(rootdir)
+        kw = {}
     if kind == "ctable":
-        return ctable(rootdir=rootdir, mode=mode, allow_pickle=allow_pickle)
+        return ctable(rootdir=rootdir, mode=mode, allow_pickle=allow_pickle, **kw)
     if kind is None:
         raise StorageError(f"'{rootdir}' holds neither a carray nor a ctable")
-    return carray(rootdir=rootdir, mode=mode, allow_pickle=allow_pickle)
+    return carray(rootdir=rootdir, mode=mode, allow_pickle=allow_pickle, **kw)
 
 
 def _shape_of(shape):

@@ -42,3 +42,37 @@ def layout(request, tmp_path):
 def bcolz():
     """The real bcolz, for the tests that compare with it (skipped where it is not installed)."""
     return pytest.importorskip("bcolz")
+
+
+@pytest.fixture(scope="session")
+def moto_server():
+    """moto's S3 server in a subprocess, started once per test session (skipped without moto/s3fs)."""
+    pytest.importorskip("moto.server")
+    pytest.importorskip("s3fs")
+    from object_store import MotoServer
+    server = MotoServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3(moto_server):
+    """A new, empty bucket on the local S3 server: (its s3:// URL, storage_options)."""
+    import uuid
+    import s3fs
+    opts = moto_server.storage_options
+    bucket = "b" + uuid.uuid4().hex[:12]
+    s3fs.S3FileSystem(**opts).mkdir(bucket)
+    return f"s3://{bucket}", opts
+
+
+@pytest.fixture(scope="session")
+def http_root(tmp_path_factory):
+    """A plain HTTP server with Range support serving a directory: (its directory, its URL, server)."""
+    pytest.importorskip("fsspec")
+    pytest.importorskip("aiohttp")
+    from object_store import RangeServer
+    root = tmp_path_factory.mktemp("http")
+    server = RangeServer(str(root))
+    yield root, server.url, server.httpd
+    server.stop()

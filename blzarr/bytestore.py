@@ -1,0 +1,440 @@
+"""Byte stores: where the files of a carray or ctable live, local directory or object storage.
+
+A byte store holds named objects ("keys": relative paths with '/' such as ``meta/sizes`` or
+``data/__1__.bin``) under one root, with the operations every store can do:
+
+=====================  =======================================================================
+``get(key)``           the whole object
+``get_range(k, a, b)`` bytes [a, b) of it (one ranged GET on object storage)
+``get_ranges(reqs)``   several ranges, fetched concurrently where the store can
+``put(key, data)``     write an object whole
+``put_atomic(k, d)``   replace it so readers see the old or the new bytes, never a mix
+``delete(key)``        remove it
+``list(prefix)``       the objects directly under ``prefix/`` -> their sizes (None if unknown)
+``exists(key)``        whether it exists
+=====================  =======================================================================
+
+`LocalStore` keeps today's discipline of local directories (`files.atomic_write`: temporary file,
+fsync, rename, fsync of the directory).  The local layouts keep their positioned reads and
+in-place writes on open descriptors beneath this (they are what makes local reads fast); the byte
+store is what the object-storage code paths are written against, and `LocalStore` lets that code
+run, and be tested, on a local directory.
+
+`FsspecStore` reaches anything fsspec can (``s3://``, ``gs://``, ``az://``, ``http(s)://``,
+``memory://``...): fsspec and the package of the protocol (s3fs, gcsfs, adlfs, aiohttp) are optional
+dependencies.  Object stores have no rename and no partial write: ``put_atomic`` is a plain put,
+which object stores make atomic (a reader sees the old or the new object).  Transient failures
+(a dropped connection, a server error) are retried a few times; what still fails is a
+`StorageError` naming the URL.  Every store counts its requests and bytes in ``stats``.
+"""
+
+import inspect
+import os
+import re
+import shutil
+import threading
+import time
+
+from blzarr import files
+from blzarr.errors import StorageError
+from blzarr.optional import need
+
+__all__ = ["ByteStore", "LocalStore", "FsspecStore", "is_url", "open_bytestore", "join", "ConcurrentWriterError"]
+
+# attempts of one request on object storage before a StorageError (transient failures only)
+RETRIES = 3
+RETRY_WAIT = 0.05           # seconds before the first retry, doubled each time
+MAX_CONCURRENT = 16         # ranged GETs in flight for one get_ranges call
+
+
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+)://")
+
+
+class ConcurrentWriterError(StorageError):
+    """Another writer changed an object this writer last wrote or read (object storage has no lock:
+    one writer at a time; see the README)."""
+
+
+def is_url(path):
+    """True for 'proto://...' paths other than file:// (which are local directories)."""
+    if not isinstance(path, str):
+        return False
+    m = _URL.match(path)
+    return m is not None and m.group(1).lower() != "file"
+
+
+def join(root, *names):
+    """Path join that keeps '/' for URLs and os.path.join for local paths."""
+    if is_url(root):
+        out = root.rstrip("/")
+        for n in names:
+            out = out + "/" + n.strip("/")
+        return out
+    return os.path.join(root, *names)
+
+
+def local_path(path):
+    """A local path for 'file://...' (and the path itself otherwise)."""
+    if isinstance(path, str) and path.startswith("file://"):
+        return path[len("file://"):]
+    return path
+
+
+class ByteStore:
+    """The interface (see the module docstring); `root` is the directory or URL of the store."""
+
+    remote = False
+
+    def __init__(self, root):
+        self.root = root
+        self.stats = {"get": 0, "get_bytes": 0, "put": 0, "put_bytes": 0, "list": 0, "head": 0}
+        self._stats_lock = threading.Lock()
+        self._primed = {}
+
+    def prime(self, key, data, uses):
+        """Hand `data` (just read) to the next `uses` gets of `key` without asking the store again
+        (the layers of an open each read meta/storage)."""
+        self._primed[key] = [data, uses]
+
+    def _take_primed(self, key):
+        e = self._primed.get(key)
+        if e is None:
+            return None
+        e[1] -= 1
+        if e[1] <= 0:
+            del self._primed[key]
+        return e[0]
+
+    def _count(self, kind, nbytes=None):
+        with self._stats_lock:
+            self.stats[kind] += 1
+            if nbytes is not None:
+                self.stats[kind + "_bytes"] += nbytes
+
+    def where(self, key=""):
+        """The path or URL of `key`, for messages."""
+        return join(self.root, key) if key else self.root
+
+    def child(self, name):
+        """The store rooted at `name` under this one (a ctable's column)."""
+        raise NotImplementedError
+
+    def get_ranges(self, requests):
+        """[(key, start, end), ...] -> the bytes of each, in order (sequentially here)."""
+        return [self.get_range(k, a, b) for k, a, b in requests]
+
+    def size(self, key):
+        raise NotImplementedError
+
+    def config(self):
+        """Plain values from which `open_bytestore` rebuilds this store in another process."""
+        return {"root": self.root}
+
+
+class LocalStore(ByteStore):
+    """A local directory: files written through `files.atomic_write` (temporary file, fsync, rename)."""
+
+    def __init__(self, root):
+        super().__init__(os.fspath(root))
+
+    def _p(self, key):
+        return os.path.join(self.root, *key.split("/")) if key else self.root
+
+    def child(self, name):
+        return LocalStore(self._p(name))
+
+    def get(self, key):
+        path = self._p(key)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            raise StorageError(f"'{path}' does not exist") from None
+        except OSError as e:
+            raise StorageError(f"cannot read '{path}': {e}") from None
+        self._count("get", len(data))
+        return data
+
+    def get_range(self, key, start, end):
+        path = self._p(key)
+        try:
+            with open(path, "rb") as f:
+                f.seek(start)
+                data = f.read(max(0, end - start))
+        except FileNotFoundError:
+            raise StorageError(f"'{path}' does not exist") from None
+        except OSError as e:
+            raise StorageError(f"cannot read '{path}': {e}") from None
+        self._count("get", len(data))
+        return data
+
+    def put(self, key, data):
+        self.put_atomic(key, data)
+
+    def put_atomic(self, key, data):
+        path = self._p(key)
+        d = os.path.dirname(path)
+        if d and not os.path.isdir(d):
+            try:
+                os.makedirs(d, exist_ok=True)
+            except OSError as e:
+                raise StorageError(f"cannot create '{d}': {e}") from None
+        files.atomic_write(path, bytes(data), fsync=files.FSYNC)
+        self._count("put", len(data))
+
+    def delete(self, key):
+        path = self._p(key)
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise StorageError(f"cannot remove '{path}': {e}") from None
+
+    def list(self, prefix=""):
+        d = self._p(prefix)
+        try:
+            names = os.listdir(d)
+        except FileNotFoundError:
+            return {}
+        except OSError as e:
+            raise StorageError(f"cannot list '{d}': {e}") from None
+        self._count("list")
+        out = {}
+        for n in names:
+            p = os.path.join(d, n)
+            try:
+                out[n] = os.path.getsize(p) if os.path.isfile(p) else None
+            except OSError:
+                continue
+        return out
+
+    def exists(self, key):
+        return os.path.exists(self._p(key))
+
+    def isdir(self, key=""):
+        return os.path.isdir(self._p(key))
+
+    def size(self, key):
+        try:
+            return os.path.getsize(self._p(key))
+        except OSError as e:
+            raise StorageError(f"cannot stat '{self._p(key)}': {e}") from None
+
+    def etag(self, key):
+        try:
+            st = os.stat(self._p(key))
+        except FileNotFoundError:
+            return None
+        return f"{st.st_ino}-{st.st_size}-{st.st_mtime_ns}"
+
+    def remove_all(self):
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _transient(e):
+    """Whether an exception from fsspec is worth retrying (not a missing object, not a denial)."""
+    if isinstance(e, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)):
+        return False
+    if isinstance(e, (ValueError, TypeError, KeyError)):
+        return False
+    return True
+
+
+class FsspecStore(ByteStore):
+    """Objects under a URL, through fsspec (s3fs for s3://, aiohttp for http(s)://, ...)."""
+
+    remote = True
+
+    def __init__(self, url, storage_options=None, fs=None):
+        super().__init__(url.rstrip("/"))
+        self.storage_options = dict(storage_options or {})
+        if fs is None:
+            fsspec = need("fsspec", f"opening '{url}'")
+            try:
+                fs, path = fsspec.core.url_to_fs(self.root, **self.storage_options)
+            except ImportError as e:
+                raise ImportError(f"opening '{url}' needs the fsspec backend of its protocol: {e}") from e
+            except (ValueError, TypeError) as e:
+                raise StorageError(f"cannot open '{url}': {e}") from None
+        else:
+            path = fs._strip_protocol(self.root)
+        self.fs = fs
+        self.path = path.rstrip("/")
+        self.protocol = self.root.split("://", 1)[0]
+        self.http = self.protocol in ("http", "https")
+
+    def config(self):
+        return {"root": self.root, "storage_options": self.storage_options}
+
+    def __reduce__(self):
+        return (FsspecStore, (self.root, self.storage_options))
+
+    def _p(self, key):
+        if not key:
+            return self.root if self.http else self.path
+        return (self.root if self.http else self.path) + "/" + key
+
+    def child(self, name):
+        return FsspecStore(join(self.root, name), self.storage_options, fs=self.fs)
+
+    def _call(self, what, key, fn, *args, **kwargs):
+        """fn(*args) with retries of transient failures; StorageError naming the URL otherwise."""
+        wait = RETRY_WAIT
+        for attempt in range(RETRIES):
+            try:
+                return fn(*args, **kwargs)
+            except FileNotFoundError:
+                raise StorageError(f"'{self.where(key)}' does not exist") from None
+            except PermissionError as e:
+                raise StorageError(f"access to '{self.where(key)}' denied: {e}") from None
+            except Exception as e:        # fsspec backends raise many kinds (aiohttp, botocore...)
+                if isinstance(e, StorageError):
+                    raise
+                if not _transient(e) or attempt == RETRIES - 1:
+                    raise StorageError(f"cannot {what} '{self.where(key)}' "
+                                       f"(after {attempt + 1} attempt(s)): {type(e).__name__}: {e}") from None
+                time.sleep(wait)
+                wait *= 2
+
+    def get(self, key):
+        data = self._take_primed(key)
+        if data is not None:
+            return data
+        data = self._call("read", key, self.fs.cat_file, self._p(key))
+        self._count("get", len(data))
+        return data
+
+    def get_range(self, key, start, end):
+        if end <= start:
+            return b""
+
+        def fetch():
+            data = self.fs.cat_file(self._p(key), start=start, end=end)
+            if len(data) != end - start:
+                # a connection cut short: retried; a short object is the caller's to report
+                size = self.fs.size(self._p(key))
+                if size is not None and len(data) < min(end, size) - start:
+                    raise ConnectionError(f"short read: {len(data)} of {end - start} bytes")
+            return data
+        data = self._call("read", key, fetch)
+        self._count("get", len(data))
+        return data
+
+    def get_ranges(self, requests):
+        if len(requests) <= 1:
+            return [self.get_range(*r) for r in requests]
+        paths = [self._p(k) for k, _, _ in requests]
+        starts = [a for _, a, _ in requests]
+        ends = [b for _, _, b in requests]
+        try:
+            out = self.fs.cat_ranges(paths, starts, ends, max_gap=None, on_error="return",
+                                     batch_size=MAX_CONCURRENT) \
+                if _takes_max_gap(self.fs) else self.fs.cat_ranges(paths, starts, ends, on_error="return")
+        except Exception:
+            out = [None] * len(requests)
+        res = []
+        for r, data in zip(requests, out):
+            if isinstance(data, (bytes, bytearray)) and len(data) == r[2] - r[1]:
+                self._count("get", len(data))
+                res.append(data)
+            else:
+                res.append(self.get_range(*r))    # failed or short: alone, with retries and a clear error
+        return res
+
+    def put(self, key, data, **kwargs):
+        self._primed.pop(key, None)
+        self._call("write", key, self.fs.pipe_file, self._p(key), bytes(data), **kwargs)
+        self._count("put", len(data))
+
+    put_atomic = put          # object stores replace an object atomically
+
+    def delete(self, key):
+        try:
+            self._call("delete", key, self.fs.rm_file, self._p(key))
+        except StorageError as e:
+            if "does not exist" not in str(e):
+                raise
+
+    def list(self, prefix=""):
+        self._count("list")
+        try:
+            entries = self._call("list", prefix, self.fs.ls, self._p(prefix), detail=True)
+        except StorageError as e:
+            if "does not exist" in str(e):
+                return {}
+            raise
+        out = {}
+        for e in entries:
+            name = e["name"].rstrip("/").rsplit("/", 1)[-1]
+            if e.get("type") == "directory":
+                out[name] = None
+            else:
+                out[name] = e.get("size")
+        if not self.http:
+            self.fs.invalidate_cache(self._p(prefix))
+        return out
+
+    def info(self, key):
+        self._count("head")
+        if not self.http:
+            self.fs.invalidate_cache(self._p(key))
+        return self._call("stat", key, self.fs.info, self._p(key))
+
+    def exists(self, key):
+        try:
+            self.info(key)
+            return True
+        except StorageError as e:
+            if "does not exist" in str(e):
+                return False
+            raise
+
+    def isdir(self, key=""):
+        try:
+            return self.info(key).get("type") == "directory"
+        except StorageError as e:
+            if "does not exist" in str(e):
+                return False
+            raise
+
+    def size(self, key):
+        return self.info(key).get("size")
+
+    def etag(self, key):
+        """The object's version tag (ETag), None when it does not exist or the store gives none."""
+        try:
+            info = self.info(key)
+        except StorageError as e:
+            if "does not exist" in str(e):
+                return None
+            raise
+        tag = info.get("ETag") or info.get("etag")
+        return tag if tag is not None else f"size:{info.get('size')}"
+
+    def remove_all(self):
+        try:
+            self.fs.rm(self._p(""), recursive=True)
+        except FileNotFoundError:
+            pass
+        except Exception as e:
+            raise StorageError(f"cannot remove '{self.root}': {e}") from None
+
+
+def _takes_max_gap(fs):
+    try:
+        return "max_gap" in inspect.signature(fs.cat_ranges).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def open_bytestore(root, storage_options=None):
+    """The byte store of `root`: a URL (fsspec) or a local directory (file:// too)."""
+    if isinstance(root, ByteStore):
+        return root
+    root = local_path(os.fspath(root))
+    if is_url(root):
+        return FsspecStore(root, storage_options)
+    if storage_options:
+        raise ValueError(f"storage_options are for URLs; '{root}' is a local path")
+    return LocalStore(root)

@@ -1,0 +1,124 @@
+"""The bcolz 1.x layout on a byte store (object storage): one object per chunk.
+
+``data/__N.blp`` objects are read whole (one GET) and written whole (one PUT, which object stores
+make atomic); the meta JSON files are objects too.  The directory listing (one LIST) at open
+gives the chunks' sizes.  Writers upload each chunk object as it is appended, meta/sizes at flush:
+a reader never counts a chunk object that is not there.
+"""
+
+import json
+
+from blzarr.bcolz_layout import BLP_HEADER, BLP_HEADER_SIZE, BLP_MAGIC, CHUNK_EXT, BcolzDir
+from blzarr.bytestore import join
+from blzarr.errors import FormatError, StorageError
+from blzarr.files import ATTRS_FILE, DATA_DIR, META_DIR, SIZES_FILE, ObjectPath, parse_json
+
+
+class RemoteBcolzDir(BcolzDir):
+    """The objects of one carray in the bcolz layout on a byte store."""
+
+    remote = True
+
+    def __init__(self, rootdir, bytestore):
+        super().__init__(bytestore.root)
+        self.bytes = bytestore
+        self.datadir = join(self.rootdir, DATA_DIR)
+        self.metadir = join(self.rootdir, META_DIR)
+        self._listing = None
+
+    @classmethod
+    def create(cls, rootdir, bytestore):
+        return cls(rootdir, bytestore)
+
+    def check_layout(self):
+        pass
+
+    def _key(self, n):
+        return f"{DATA_DIR}/__{n}{CHUNK_EXT}"
+
+    def chunk_path(self, n):
+        return join(self.datadir, f"__{n}{CHUNK_EXT}")
+
+    def _list(self):
+        if self._listing is None:
+            self._listing = self.bytes.list(DATA_DIR)
+        return self._listing
+
+    def chunk_file_size(self, n):
+        return self._list().get(f"__{n}{CHUNK_EXT}")
+
+    def read_chunk(self, n):
+        path = self.chunk_path(n)
+        try:
+            raw = self.bytes.get(self._key(n))
+        except StorageError as e:
+            if "does not exist" in str(e):
+                raise StorageError(f"chunk file '{path}' is missing") from None
+            raise
+        if len(raw) < BLP_HEADER_SIZE + 16:
+            raise FormatError(f"chunk file '{path}' is truncated ({len(raw)} bytes)")
+        if raw[:4] != BLP_MAGIC:
+            raise FormatError(f"chunk file '{path}' does not start with 'blpk'")
+        ctbytes = int.from_bytes(raw[BLP_HEADER_SIZE + 12:BLP_HEADER_SIZE + 16], "little", signed=True)
+        avail = len(raw) - BLP_HEADER_SIZE
+        want = ctbytes if 16 <= ctbytes <= avail else avail
+        return raw[BLP_HEADER_SIZE:BLP_HEADER_SIZE + want]
+
+    def check_chunk_files(self, n):
+        if n <= 0:
+            return
+        names = self._list()
+        for k in range(min(n, len(names) + 1)):
+            if f"__{k}{CHUNK_EXT}" not in names:
+                raise StorageError(
+                    f"chunk file '{self.chunk_path(k)}' is missing (meta/sizes file "
+                    f"'{self.meta_path(SIZES_FILE)}' implies {n} full chunk files)")
+
+    def write_chunk(self, n, data):
+        payload = BLP_HEADER + bytes(data)
+        self.bytes.put(self._key(n), payload)
+        if self._listing is not None:
+            self._listing[f"__{n}{CHUNK_EXT}"] = len(payload)
+
+    def read_chunk_file(self, n):
+        try:
+            return self.bytes.get(self._key(n))
+        except StorageError:
+            return None
+
+    def restore_chunk_file(self, n, raw):
+        self.write_chunk(n, raw[BLP_HEADER_SIZE:])
+
+    def stray_files(self, expected):
+        self._listing = None
+        return sorted(f for f in self._list() if f.endswith(CHUNK_EXT) and f.startswith("__")
+                      and f[2:-len(CHUNK_EXT)].isdigit() and int(f[2:-len(CHUNK_EXT)]) >= expected)
+
+    def remove_chunks_from(self, n):
+        for name in self.stray_files(n):
+            self.bytes.delete(f"{DATA_DIR}/{name}")
+            self._listing.pop(name, None)
+
+    def meta_path(self, name):
+        return join(self.metadir, name)
+
+    def read_meta(self, name):
+        path = self.meta_path(name)
+        try:
+            raw = self.bytes.get(f"{META_DIR}/{name}")
+        except StorageError as e:
+            if "does not exist" in str(e):
+                raise StorageError(f"meta/{name} file '{path}' does not exist") from None
+            raise
+        obj = parse_json(raw, path, f"meta/{name}")
+        if not isinstance(obj, dict):
+            raise FormatError(f"meta/{name} file '{path}' must hold a JSON object, not {type(obj).__name__}")
+        return obj
+
+    def write_meta(self, name, obj):
+        self.bytes.put_atomic(f"{META_DIR}/{name}",
+                              json.dumps(obj, ensure_ascii=True).encode("ascii") + b"\n")
+
+    @property
+    def attrs_path(self):
+        return ObjectPath(self.bytes, ATTRS_FILE)

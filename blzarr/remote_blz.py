@@ -1,0 +1,594 @@
+"""The BLZ layout (docs/FORMAT.rst) on a byte store: object storage read lazily, written whole.
+
+`RemoteBlzDir` is a `blz.BlzDir` whose files are objects of a `bytestore.ByteStore`:
+
+Reading (any mode).  Opening reads meta/storage and lists data/ once (names and sizes).  A superchunk
+file's header, metadata and offsets table are read on its first use with one ranged GET (cached).
+A chunk's first read fetches its slot (the chunk, its checksum and reserve: from its offset to the
+next higher offset or the end of the object) with one ranged GET, verifies the checksum and keeps
+it in the chunk cache; later, once it is verified, a read of a few atoms fetches only the Blosc
+blocks holding them with one ranged GET (its header and block starts are cached).  `prefetch`
+fetches the slots of many chunks at once: adjacent slots coalesced into one range, the ranges of
+several files fetched concurrently.
+
+Writing (mode 'a'/'w').  Objects have no partial writes: a superchunk file that is to change is
+copied whole into a local spool directory, changed there by the `BlzDir` code (appends, rewrites,
+truncation), and uploaded whole when it is complete (the next file is started) or when meta/sizes
+is written (`flush`): the files first, meta/sizes last, so a reader never sees a chunk that is not
+there, and a writer that dies leaves the previously flushed state readable.  There is no lock on
+object storage: one writer at a time.  A writer remembers the ETag of meta/sizes as it last saw
+it and refuses to write meta/sizes when another writer changed it meanwhile
+(`bytestore.ConcurrentWriterError`).
+"""
+
+import json
+import os
+import shutil
+import tempfile
+
+import numpy as np
+
+from blzarr import _chunk
+from blzarr import _superchunk as sc
+from blzarr.blz import SUPERCHUNK_EXT, BlzDir, _File, _Where, superchunk_name
+from blzarr.bytestore import ConcurrentWriterError, join, open_bytestore
+from blzarr.errors import BlzarrError, ChunkError, FormatError, StorageError
+from blzarr.files import ATTRIBUTES_FILE, DATA_DIR, META_DIR, SIZES_FILE, ObjectPath, parse_json
+
+# bytes of the first GET of a superchunk file beyond its offsets table (covers its metadata section)
+META_GUESS = 4096
+# bytes of a first GET for a chunk's Blosc header and block starts (when the chunk is not read whole)
+HEAD_GUESS = 16 + 4 * 1024
+# compressed bytes one prefetch call keeps for the reads that follow it
+PREFETCH_BYTES = 256 * 1024 * 1024
+
+
+def head_of(data, where):
+    """The Blosc header and block starts at the start of `data` (a chunk or its first bytes), or None
+    when `data` is too short to hold them."""
+    if len(data) < 16:
+        return None
+    nbytes = int.from_bytes(data[4:8], "little", signed=True)
+    blocksize = int.from_bytes(data[8:12], "little", signed=True)
+    ctbytes = int.from_bytes(data[12:16], "little", signed=True)
+    if nbytes < 0 or ctbytes < 16:
+        raise ChunkError(f"bad Blosc chunk ({where}): nbytes {nbytes}, ctbytes {ctbytes}")
+    if data[2] & 0x02 or nbytes == 0:
+        return bytes(data[:16])
+    if blocksize <= 0:
+        raise ChunkError(f"bad Blosc chunk ({where}): blocksize {blocksize}")
+    hl = 16 + 4 * (-(-nbytes // blocksize))
+    if hl > ctbytes:
+        raise ChunkError(f"bad Blosc chunk ({where}): its block offsets do not fit in {ctbytes} bytes")
+    return bytes(data[:hl]) if len(data) >= hl else None
+
+
+class RemoteBlzDir(BlzDir):
+    """The files of one BLZ carray directory on a byte store (see the module docstring)."""
+
+    remote = True
+
+    def __init__(self, rootdir, mode="a", bytestore=None):
+        super().__init__(rootdir, mode)
+        self.bytes = bytestore if bytestore is not None else open_bytestore(rootdir)
+        self.rootdir = self.bytes.root
+        self.datadir = join(self.rootdir, DATA_DIR)
+        self.metadir = join(self.rootdir, META_DIR)
+        self._sizes = {}                # file number -> object size
+        self._ends = {}                 # file number -> sorted chunk offsets and the object size
+        self._spool_dir = None
+        self._spooled = set()           # files with a local copy (being written)
+        self._dirty = set()             # spooled files not uploaded since they changed
+        self._prefetched = {}           # chunk -> its slot's bytes, fetched ahead for the next reads
+        self._sizes_etag = False        # meta/sizes as this writer last saw it (False: not yet looked)
+        self._upload_on_close = False
+
+    # ------------------------------------------------------------------ names
+    def _key(self, fno):
+        return f"{DATA_DIR}/{superchunk_name(fno)}"
+
+    def _path(self, fno):
+        return join(self.datadir, superchunk_name(fno))
+
+    def _file_path(self, fno):
+        if self._spool_dir is None:
+            self._spool_dir = tempfile.mkdtemp(prefix="blzarr-spool-")
+        return os.path.join(self._spool_dir, superchunk_name(fno))
+
+    def _make_dirs(self):
+        """Object stores have no directories; a new dataset starts with nothing under its root."""
+        self._sizes_etag = None
+
+    def check_layout(self):
+        pass   # reading meta/storage (next) tells a missing dataset
+
+    def meta_path(self, name):
+        return join(self.metadir, name)
+
+    def read_meta(self, name):
+        return parse_json(self._get_meta(name), self.meta_path(name), f"meta/{name}")
+
+    def _get_meta(self, name):
+        try:
+            return self.bytes.get(f"{META_DIR}/{name}")
+        except StorageError as e:
+            if "does not exist" in str(e):
+                raise StorageError(f"meta/{name} file '{self.meta_path(name)}' does not exist") from None
+            raise
+
+    def write_meta(self, name, obj):
+        if name == "storage":
+            obj = dict(obj, **self.storage_extra())
+        raw = json.dumps(obj, ensure_ascii=True).encode("ascii") + b"\n"
+        key = f"{META_DIR}/{name}"
+        if name == SIZES_FILE:
+            self.flush_files()                  # the chunks first, the sizes that count them last
+            self.bytes.put_atomic(key, raw)
+            self._sizes_etag = self.bytes.etag(key)
+        else:
+            self.bytes.put_atomic(key, raw)
+
+    def _check_sole_writer(self):
+        if self._sizes_etag is False or self._upload_on_close:
+            return
+        now = self.bytes.etag(f"{META_DIR}/{SIZES_FILE}")
+        if now != self._sizes_etag:
+            raise ConcurrentWriterError(
+                f"'{self.meta_path(SIZES_FILE)}' was changed by another writer since this one last wrote or "
+                "read it: object storage has no lock, write a dataset from one writer at a time")
+
+    @property
+    def attrs_path(self):
+        return ObjectPath(self.bytes, f"{META_DIR}/{ATTRIBUTES_FILE}")
+
+    def _meta_bytes_or_none(self, name):
+        try:
+            return self.bytes.get(f"{META_DIR}/{name}")
+        except StorageError as e:
+            if "does not exist" in str(e):
+                return None
+            raise
+
+    def _put_meta_bytes(self, name, data):
+        self.bytes.put_atomic(f"{META_DIR}/{name}", data)
+
+    # ------------------------------------------------------------------ opening
+    def _list_files(self):
+        listing = self.bytes.list(DATA_DIR)
+        nums = []
+        for name, size in listing.items():
+            if name.startswith("__") and name.endswith(SUPERCHUNK_EXT):
+                digits = name[2:-len(SUPERCHUNK_EXT)]
+                if digits.isdigit() and digits.isascii():
+                    nums.append(int(digits))
+                    if size is not None:
+                        self._sizes[int(digits)] = int(size)
+        nums.sort()
+        if not nums and not self.bytes.exists(f"{META_DIR}/storage"):
+            raise StorageError(f"'{self.rootdir}' does not exist")
+        return nums
+
+    def _check_full_files(self):
+        pass   # lazily: each file is checked when its state is first read (`_load_remote`)
+
+    def _repair(self):
+        pass   # files are uploaded whole from a consistent state: nothing half-written to repair
+
+    def _after_open_for_write(self):
+        if self._sizes_etag is False:
+            self._sizes_etag = self.bytes.etag(f"{META_DIR}/{SIZES_FILE}")
+
+    # ------------------------------------------------------------------ the state of one file
+    def _size(self, fno):
+        size = self._sizes.get(fno)
+        if size is None:
+            size = self.bytes.size(self._key(fno))
+            if size is None:
+                raise StorageError(f"cannot tell the size of '{self._path(fno)}'")
+            self._sizes[fno] = size = int(size)
+        return size
+
+    def _file(self, fno):
+        if fno in self._spooled:
+            return super()._file(fno)
+        f = self._files.get(fno)
+        if f is None:
+            return self._load_remote(fno)
+        self._files.move_to_end(fno)
+        return f
+
+    def _load_file(self, fno):
+        if fno in self._spooled:
+            return super()._load_file(fno)
+        return self._load_remote(fno)
+
+    def _forget_file(self, fno):
+        super()._forget_file(fno)
+        self._ends.pop(fno, None)
+
+    def _load_remote(self, fno):
+        """Header, metadata and offsets table of file `fno`, in one ranged GET (two for a metadata
+        section larger than guessed)."""
+        path = self._path(fno)
+        key = self._key(fno)
+        size = self._size(fno)
+        K = getattr(self, "K", None)
+        want = min(size, 32 + META_GUESS + 8 * (K or 1024))
+        raw = self.bytes.get_range(key, 0, want) if want else b""
+        if len(raw) < 32:
+            raise FormatError(f"superchunk file '{path}' is truncated ({size} bytes)")
+        h = sc.unpack_header(raw[:32], path)
+        f = _File(fno, path)
+        f.header = h
+        f.meta_size = h["meta_size"]
+        if 32 + f.meta_size > size:
+            raise FormatError(f"superchunk file '{path}' is truncated inside its metadata section")
+        if 32 + f.meta_size > len(raw):
+            raw += self.bytes.get_range(key, len(raw), 32 + f.meta_size)
+        try:
+            mraw = bytes(raw[32:32 + f.meta_size])
+            meta = json.loads(mraw.decode("ascii")) if mraw.strip() else {}
+        except (UnicodeDecodeError, ValueError, RecursionError) as e:
+            raise FormatError(f"superchunk file '{path}': metadata section is not valid JSON: {e}") from None
+        if not isinstance(meta, dict):
+            raise FormatError(f"superchunk file '{path}': metadata section is not a JSON object")
+        f.meta_json = meta
+        K = meta.get("superchunklen", K)
+        if not isinstance(K, int) or isinstance(K, bool) or not 1 <= K <= 1 << 24:
+            raise FormatError(f"superchunk file '{path}': bad superchunklen {K!r}")
+        if hasattr(self, "K") and K != self.K:
+            raise FormatError(f"superchunk file '{path}': superchunklen {K}, the dataset uses {self.K}")
+        f.table_pos = 32 + f.meta_size
+        f.data_start = f.table_pos + 8 * K
+        if f.data_start > size:
+            raise FormatError(f"superchunk file '{path}' is truncated inside its offsets table")
+        if f.data_start > len(raw):
+            raw += self.bytes.get_range(key, len(raw), f.data_start)
+        if h["nchunks"] > K:
+            raise FormatError(f"superchunk file '{path}': nchunks {h['nchunks']} > its capacity {K}")
+        f.nchunks = h["nchunks"]
+        f.last_chunk = h["last_chunk"]
+        f.fstate = ("object", size, 0)
+        f.offsets = np.frombuffer(bytes(raw[f.table_pos:f.data_start]), dtype="<i8").astype(np.int64)
+        f.full_table = True
+        nfiles = getattr(self, "nfiles", None)
+        if nfiles and fno < nfiles and f.nchunks != K:
+            raise FormatError(f"superchunk file '{path}' holds {f.nchunks} chunks, but it is not the "
+                              f"last file and must be full ({K})")
+        live = f.offsets[:f.nchunks]
+        self._ends[fno] = np.append(np.sort(live[live >= 0]), size)
+        self._files[fno] = f
+        while len(self._files) > 256:
+            self._forget_file(next(iter(self._files)))
+        return f
+
+    def _slot_end(self, f, off):
+        """Where the slot at `off` ends: the next higher chunk offset, or the end of the object."""
+        ends = self._ends.get(f.fno)
+        if ends is None:
+            return f.fstate[1]
+        k = int(np.searchsorted(ends, off, side="right"))
+        return int(ends[k]) if k < len(ends) else f.fstate[1]
+
+    def _offset(self, n):
+        fno, slot = divmod(n, self.K)
+        fno += 1
+        if fno in self._spooled:
+            return super()._offset(n)
+        if not 0 <= n < self._nphys:
+            raise FormatError(f"'{self.rootdir}': chunk {n} is needed but the superchunk files hold "
+                              f"{self._nphys} chunks")
+        f = self._file(fno)
+        off = int(f.offsets[slot])
+        if slot >= f.nchunks or off == -1:
+            raise FormatError(f"{self._where(n)} has no offset (-1): the file holds {f.nchunks} chunks")
+        if off < f.data_start or off + 16 > f.fstate[1]:
+            raise FormatError(f"{self._where(n)}: offset {off} is outside the chunk area "
+                              f"[{f.data_start}, {f.fstate[1]})")
+        return f, None, off
+
+    def _full_table(self, f):
+        if f.fno in self._spooled:
+            return super()._full_table(f)
+        return f.offsets
+
+    # ------------------------------------------------------------------ reading
+    def _head_at(self, n, f, fd, off):
+        if fd is not None:
+            return super()._head_at(n, f, fd, off)
+        with self._lock:
+            h = self._heads.get(n, f.epoch)
+            if h is not None:
+                return h
+            where = self._where(n)
+            data = self._chunks.get(n, f.epoch)
+            if data is None:
+                data = self._prefetched.get(n)
+            end = self._slot_end(f, off)
+            if data is None and self.checksum_id != 0 and n not in f.verified:
+                # its first read will fetch and verify it whole anyway: do it now, one GET
+                data = self._fetch_chunk(n, f, None, off, -1)
+                self._remember(n, data, f)
+            if data is None:
+                data = self.bytes.get_range(self._key(f.fno), off, min(end, off + HEAD_GUESS))
+            h = head_of(data, where)
+            if h is None:
+                if len(data) < 16:
+                    raise ChunkError(f"bad Blosc chunk ({where}): truncated header ({len(data)} bytes)")
+                hl = 16 + 4 * (-(-int.from_bytes(data[4:8], "little") // int.from_bytes(data[8:12], "little")))
+                if off + hl > end:
+                    raise ChunkError(f"bad Blosc chunk ({where}): truncated block starts")
+                h = head_of(self.bytes.get_range(self._key(f.fno), off, off + hl), where)
+            ct = int.from_bytes(h[12:16], "little")
+            if off + ct > end:
+                raise ChunkError(f"bad Blosc chunk ({where}): it claims {ct} bytes, its slot in "
+                                 f"'{f.path}' holds {end - off} (a truncated object?)")
+            self._ctbytes[n] = ct
+            self._heads.put(n, f.epoch, h)
+            return h
+
+    def _fetch_chunk(self, n, f, fd, off, expected_nbytes):
+        if fd is not None:
+            return super()._fetch_chunk(n, f, fd, off, expected_nbytes)
+        where = self._where(n)
+        end = self._slot_end(f, off)
+        data = self._prefetched.pop(n, None)
+        if data is None:
+            data = self.bytes.get_range(self._key(f.fno), off, end)
+        return self._check_chunk(n, data, end - off, expected_nbytes, where)
+
+    def _check_chunk(self, n, data, slot_bytes, expected_nbytes, where):
+        if len(data) < 16:
+            raise ChunkError(f"bad Blosc chunk ({where}): {len(data)} bytes, a truncated object?")
+        ctbytes = int.from_bytes(data[12:16], "little", signed=True)
+        if ctbytes < 16 or ctbytes + self.cksize > len(data):
+            raise ChunkError(f"bad Blosc chunk ({where}): it claims {ctbytes} bytes (+{self.cksize} of "
+                             f"checksum), its slot holds {len(data)} (a truncated object?)")
+        data = bytearray(memoryview(data)[:ctbytes + self.cksize])
+        with memoryview(data) as mv:
+            sc.verify_checksum(self.checksum_id, mv[:ctbytes], mv[ctbytes:], where)
+        del data[ctbytes:]
+        _chunk.validate(data, expected_nbytes, where)
+        return data
+
+    def _remember(self, n, data, f):
+        super()._remember(n, data, f)
+        if self._heads.get(n, f.epoch) is None:
+            try:
+                h = head_of(data, self._where(n))
+            except ChunkError:
+                h = None
+            if h is not None:
+                self._heads.put(n, f.epoch, h)
+
+    def read_range(self, n, start, nbytes, out, out_offset=0):
+        fno = n // self.K + 1
+        if fno in self._spooled:
+            return super().read_range(n, start, nbytes, out, out_offset)
+        where = _Where(self, n)
+        with self._lock:
+            f, _, off = self._offset(n)
+            data = self._chunks.get(n, f.epoch)
+            lazy = data is None and n not in self._prefetched and (self.checksum_id == 0 or n in f.verified)
+            if lazy:
+                head = self._head_at(n, f, None, off)
+        if data is None and not lazy:
+            data = self.read_chunk(n)
+        if data is not None:
+            _chunk.getitem_into(data, start, nbytes, out, out_offset, False, where)
+            return 0
+        # only the blocks holding the wanted bytes: one ranged GET from the first to the last
+        ctbytes = int.from_bytes(head[12:16], "little")
+        hl = len(head)
+        ranges = [(max(b, hl), e) for b, e in _chunk.block_ranges(head, start, nbytes, where) if e > hl]
+        buf = bytearray(ctbytes)
+        buf[:hl] = head
+        got = 0
+        if ranges:
+            b0 = min(b for b, _ in ranges)
+            e1 = max(e for _, e in ranges)
+            if e1 > ctbytes or b0 < 0:
+                raise ChunkError(f"bad Blosc chunk ({where}): block bytes [{b0}, {e1}) outside its {ctbytes} bytes")
+            raw = self.bytes.get_range(self._key(fno), off + b0, off + e1)
+            if len(raw) != e1 - b0:
+                raise ChunkError(f"bad Blosc chunk ({where}): {len(raw)} of its bytes [{b0}, {e1}) could be "
+                                 "read (a truncated object?)")
+            buf[b0:e1] = raw
+            got = len(raw)
+        _chunk.getitem_into(buf, start, nbytes, out, out_offset, True, where)
+        return got
+
+    def chunk_cbytes(self, n):
+        c = self._ctbytes.get(n)
+        if c is not None:
+            return c
+        fno = n // self.K + 1
+        if fno in self._spooled or self.reserve:
+            return super().chunk_cbytes(n) if fno in self._spooled else self._cbytes_remote(n)
+        # the slot minus the checksum: exact for files written in order without reserve
+        with self._lock:
+            f, _, off = self._offset(n)
+            return self._slot_end(f, off) - off - self.cksize
+
+    def _cbytes_remote(self, n):
+        with self._lock:
+            f, _, off = self._offset(n)
+            return int.from_bytes(self._head_at(n, f, None, off)[12:16], "little")
+
+    def prefetch(self, ns):
+        """Fetch the slots of chunks `ns` that are not cached yet, adjacent slots of a file in one
+        range and the ranges concurrently; the following `read_chunk` calls use them."""
+        with self._lock:
+            self._prefetched.clear()
+            runs = []               # [key, start, end, [(n, off, end), ...]]
+            budget = PREFETCH_BYTES
+            for n in sorted(set(ns)):
+                fno = n // self.K + 1
+                if fno in self._spooled or not 0 <= n < self._nphys:
+                    continue
+                f, _, off = self._offset(n)
+                if self._chunks.get(n, f.epoch) is not None:
+                    continue
+                end = self._slot_end(f, off)
+                budget -= end - off
+                if budget < 0:
+                    break
+                key = self._key(fno)
+                if runs and runs[-1][0] == key and runs[-1][2] == off:
+                    runs[-1][2] = end
+                    runs[-1][3].append((n, off, end))
+                else:
+                    runs.append([key, off, end, [(n, off, end)]])
+        if not runs:
+            return 0
+        blobs = self.bytes.get_ranges([(k, a, b) for k, a, b, _ in runs])
+        with self._lock:
+            for (key, a, b, parts), blob in zip(runs, blobs):
+                mv = memoryview(blob)
+                for n, off, end in parts:
+                    self._prefetched[n] = mv[off - a:end - a]
+        return sum(b - a for _, a, b, _ in runs)
+
+    # ------------------------------------------------------------------ writing: a local spool
+    def _spool(self, fno):
+        """A local copy of file `fno` to change (downloaded whole the first time)."""
+        if fno in self._spooled or fno > self.nfiles:
+            return
+        data = self.bytes.get(self._key(fno))
+        path = self._file_path(fno)
+        with open(path, "wb") as fh:
+            fh.write(data)
+        self._forget_file(fno)
+        self._spooled.add(fno)
+
+    def _new_file(self, fno):
+        self._file_path(fno)
+        self._spooled.add(fno)
+        super()._new_file(fno)
+        self._dirty.add(fno)
+        # the files before it are complete: upload them now (meta/sizes still counts what it did)
+        self.flush_files(below=fno)
+
+    def _after_write(self, f, fd):
+        super()._after_write(f, fd)
+        self._dirty.add(f.fno)
+
+    def _remove_file(self, fno):
+        self._close(fno)
+        if fno in self._spooled:
+            try:
+                os.remove(self._file_path(fno))
+            except FileNotFoundError:
+                pass
+            self._spooled.discard(fno)
+        self._dirty.discard(fno)
+        self._sizes.pop(fno, None)
+        self.bytes.delete(self._key(fno))
+
+    def _write_chunk(self, n, data):
+        self._check_writable()
+        with self._lock:
+            self._spool(n // self.K + 1)
+        return super()._write_chunk(n, data)
+
+    def _remove_chunks_from(self, n):
+        with self._lock:
+            if n >= self._nphys:
+                return
+            self._spool(max(1, -(-max(n, 0) // self.K)))
+        return super()._remove_chunks_from(n)
+
+    def _rewrite_meta(self, new_fixed, same_size):
+        with self._lock:
+            for fno in range(1, self.nfiles + 1):
+                self._spool(fno)
+        super()._rewrite_meta(new_fixed, same_size)
+        self.flush_files()
+
+    def compact(self):
+        self._check_writable()
+        with self._lock:
+            for fno in range(1, self.nfiles + 1):
+                self._spool(fno)
+            freed = super().compact()
+            self._dirty.update(range(1, self.nfiles + 1))
+        self.flush_files()
+        return freed
+
+    def _resync(self):
+        with self._lock:
+            for fno in list(self._files):
+                self._forget_file(fno)
+            self._heads.clear()
+            self._chunks.clear()
+            self._ctbytes.clear()
+            while self.nfiles > 1 and not (
+                    (self.nfiles in self._spooled and os.path.exists(self._file_path(self.nfiles)))
+                    or self.nfiles in self._sizes):
+                self.nfiles -= 1
+            try:
+                last = self._file(self.nfiles)
+            except BlzarrError:
+                return
+            self._nphys = (self.nfiles - 1) * self.K + last.nchunks
+
+    def flush_files(self, below=None):
+        """Upload the changed files (those numbered below `below` only, when given); complete files
+        leave the spool afterwards (later reads of them are ranged GETs)."""
+        with self._lock:
+            if any(below is None or fno < below for fno in self._dirty):
+                self._check_sole_writer()       # before any upload: never interleave with another writer
+            for fno in sorted(self._dirty):
+                if below is not None and fno >= below:
+                    continue
+                with open(self._file_path(fno), "rb") as fh:
+                    data = fh.read()
+                self.bytes.put(self._key(fno), data)
+                self._sizes[fno] = len(data)
+                self._dirty.discard(fno)
+            for fno in sorted(self._spooled):
+                if fno < self.nfiles and fno not in self._dirty:
+                    self._close(fno)
+                    self._forget_file(fno)
+                    self._spooled.discard(fno)
+                    try:
+                        os.remove(self._file_path(fno))
+                    except FileNotFoundError:
+                        pass
+
+    # ------------------------------------------------------------------ dask workers
+    def config(self):
+        return dict(super().config(), storage_options=getattr(self.bytes, "storage_options", {}))
+
+    @classmethod
+    def partition_writer(cls, config, first_chunk, nchunks):
+        bs = open_bytestore(config["rootdir"], config.get("storage_options"))
+        self = cls(config["rootdir"], "a", bs)
+        for k in cls._CONFIG:
+            setattr(self, k, config[k])
+        K = self.K
+        if first_chunk % K or nchunks > K:
+            raise ValueError(f"chunks {first_chunk}..{first_chunk + nchunks - 1} do not fill exactly "
+                             "one superchunk file")
+        fno = first_chunk // K + 1
+        self.nfiles = max(fno - 1, 1)
+        self._nphys = first_chunk
+        self._upload_on_close = True
+        return self
+
+    def write_chunk(self, n, data):
+        return super().write_chunk(n, data)
+
+    def close(self):
+        if self._upload_on_close:
+            self.flush_files()
+        super().close()
+
+    def __del__(self):
+        try:
+            super().close()
+        except Exception:
+            pass
+        d = self.__dict__.get("_spool_dir")
+        if d:
+            shutil.rmtree(d, ignore_errors=True)

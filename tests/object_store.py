@@ -1,0 +1,119 @@
+"""Local servers for the object-storage tests: moto's S3 server in a subprocess, and a plain HTTP
+server with Range support (read-only access as over https://).  Both listen on 127.0.0.1 only."""
+
+import http.server
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class MotoServer:
+    """moto's S3 server on a free port (`python -m moto.server`), stopped by `stop()`."""
+
+    def __init__(self):
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        env = dict(os.environ, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
+        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(self.endpoint + "/moto-api/", timeout=2).read()
+                break
+            except Exception:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError("moto server did not start")
+                time.sleep(0.2)
+
+    @property
+    def storage_options(self):
+        return {"key": "testing", "secret": "testing", "skip_instance_cache": True,
+                "client_kwargs": {"endpoint_url": self.endpoint, "region_name": "us-west-2"}}
+
+    def reset(self):
+        req = urllib.request.Request(self.endpoint + "/moto-api/reset", method="POST")
+        urllib.request.urlopen(req, timeout=10).read()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class RangeHandler(http.server.SimpleHTTPRequestHandler):
+    """Serves files with Range support; the server's `fail_next` drops that many responses midway,
+    `deny` (a path prefix) answers 403, `requests` counts the GETs."""
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        srv = self.server
+        srv.requests += 1
+        path = self.translate_path(self.path)
+        if srv.deny and self.path.startswith(srv.deny):
+            self.send_error(403, "Forbidden")
+            return
+        if os.path.isdir(path) or "Range" not in self.headers:
+            return super().do_GET()
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError:
+            self.send_error(404, "Not found")
+            return
+        spec = self.headers["Range"].split("=", 1)[1]
+        a, _, b = spec.partition("-")
+        a = int(a) if a else max(0, len(data) - int(b))
+        b = min(int(b) if b and spec[0] != "-" else len(data) - 1, len(data) - 1)
+        body = data[a:b + 1]
+        self.send_response(206)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Range", f"bytes {a}-{b}/{len(data)}")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Accept-Ranges", "bytes")
+        self.end_headers()
+        if srv.fail_next > 0:
+            srv.fail_next -= 1
+            self.wfile.write(body[:len(body) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        self.wfile.write(body)
+
+
+class RangeServer:
+    def __init__(self, root):
+        self.root = root
+
+        def handler(*args, **kw):
+            return RangeHandler(*args, directory=root, **kw)
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd.daemon_threads = True
+        self.httpd.fail_next = 0
+        self.httpd.deny = None
+        self.httpd.requests = 0
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()

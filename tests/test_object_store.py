@@ -1,0 +1,193 @@
+"""carrays and ctables on object storage: moto's S3 server and a plain HTTP server with Range
+support, both local (fixtures in conftest.py, started once per session)."""
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import blzarr
+from blzarr.bytestore import ConcurrentWriterError
+from blzarr.errors import ChunkError, FormatError, StorageError
+
+N = 200_000
+
+
+def data(n=N):
+    return (np.arange(n, dtype="f8") * 0.5) ** 1.5
+
+
+def gets(obj):
+    b = obj._bytes if hasattr(obj, "_bytes") else obj
+    return b.stats["get"]
+
+
+@pytest.mark.parametrize("fmt", ["blz", "bcolz"])
+def test_s3_roundtrip_every_read(s3, fmt):
+    url, opts = s3
+    a = data()
+    c = blzarr.carray(a, rootdir=f"{url}/x.blz", mode="w", chunklen=5000, format=fmt,
+                      **({"superchunklen": 8} if fmt == "blz" else {}), storage_options=opts)
+    c.attrs["unit"] = "m"
+    r = blzarr.open(f"{url}/x.blz", mode="r", storage_options=opts)
+    assert isinstance(r, blzarr.carray) and len(r) == N and r.attrs["unit"] == "m"
+    np.testing.assert_array_equal(r[:], a)
+    np.testing.assert_array_equal(r[12345:67891:7], a[12345:67891:7])
+    idx = np.random.default_rng(1).integers(0, N, 300)
+    np.testing.assert_array_equal(r[idx], a[idx])
+    for i in (0, 1, 4999, 5000, N - 1, -1):
+        assert r[i] == a[i]
+    assert r.sum() == pytest.approx(a.sum())
+    with pytest.raises(blzarr.ReadOnlyError):
+        r[0] = 1
+
+
+def test_s3_scalar_reads_cost_one_get_after_first_touch(s3):
+    url, opts = s3
+    a = data()
+    blzarr.carray(a, rootdir=f"{url}/x.blz", mode="w", chunklen=5000, superchunklen=8, storage_options=opts)
+    r = blzarr.open(f"{url}/x.blz", mode="r", storage_options=opts)
+    g = gets(r)
+    assert r[12345] == a[12345]
+    assert gets(r) - g == 1            # the whole chunk, verified (its file's table came at open)
+    for i in (12346, 14999, 10000):
+        r._chunks.store._chunks.clear()    # the chunk leaves the cache; it stays verified (its head too)
+        r._blockcache = None
+        g = gets(r)
+        assert r[i] == a[i]
+        assert gets(r) - g == 1            # only the block that holds it
+    # a file not touched at open: its header + table, then the chunk
+    g = gets(r)
+    assert r[5000 * 8 * 2 + 3] == a[5000 * 8 * 2 + 3]
+    assert gets(r) - g == 2
+
+
+def test_s3_read_all_coalesces(s3):
+    url, opts = s3
+    a = data()
+    blzarr.carray(a, rootdir=f"{url}/x.blz", mode="w", chunklen=5000, superchunklen=8, storage_options=opts)
+    r = blzarr.open(f"{url}/x.blz", mode="r", storage_options=opts)
+    g = gets(r)
+    np.testing.assert_array_equal(r[:], a)
+    nfiles = -(-N // (5000 * 8))
+    # one GET per superchunk file for its chunks, plus the tables of the files open did not read
+    assert gets(r) - g <= 2 * nfiles - 2
+    assert r.verify()["chunks"] == -(-N // 5000)
+
+
+def test_s3_appends_flush_and_writer_crash(s3):
+    url, opts = s3
+    a = data()
+    c = blzarr.carray(a[:1000], rootdir=f"{url}/x.blz", mode="w", chunklen=500, superchunklen=4,
+                      storage_options=opts)
+    c.append(a[1000:30_000])
+    c.flush()
+    # the writer goes on, then dies without flushing: files may be uploaded, meta/sizes is not
+    c.append(a[30_000:60_000])
+    c._chunks.store.flush_files()
+    del c
+    r = blzarr.open(f"{url}/x.blz", mode="r", storage_options=opts)
+    assert len(r) == 30_000
+    np.testing.assert_array_equal(r[:], a[:30_000])
+    w = blzarr.open(f"{url}/x.blz", mode="a", storage_options=opts)
+    w.append(a[30_000:31_234])
+    w[5] = -1.0
+    w.flush()
+    exp = a[:31_234].copy()
+    exp[5] = -1.0
+    np.testing.assert_array_equal(blzarr.open(f"{url}/x.blz", mode="r", storage_options=opts)[:], exp)
+    w.resize(777)
+    w.flush()
+    np.testing.assert_array_equal(blzarr.open(f"{url}/x.blz", mode="r", storage_options=opts)[:], exp[:777])
+
+
+def test_s3_second_writer_is_detected(s3):
+    url, opts = s3
+    blzarr.carray(data(1000), rootdir=f"{url}/x.blz", mode="w", chunklen=100, storage_options=opts)
+    w1 = blzarr.open(f"{url}/x.blz", mode="a", storage_options=opts)
+    w2 = blzarr.open(f"{url}/x.blz", mode="a", storage_options=opts)
+    w1.append(np.ones(10))
+    w1.flush()
+    w2.append(np.zeros(10))
+    with pytest.raises(ConcurrentWriterError, match="another writer"):
+        w2.flush()
+    r = blzarr.open(f"{url}/x.blz", mode="r", storage_options=opts)
+    np.testing.assert_array_equal(r[1000:], np.ones(10))
+
+
+@pytest.mark.parametrize("fmt", ["blz", "bcolz"])
+def test_s3_ctable(s3, fmt):
+    url, opts = s3
+    n = 20_000
+    t = blzarr.ctable({"i": np.arange(n), "f": data(n)}, rootdir=f"{url}/t", mode="w", format=fmt,
+                      storage_options=opts)
+    t.append((np.arange(n, n + 10), np.zeros(10)))
+    t.flush()
+    r = blzarr.open(f"{url}/t", mode="r", storage_options=opts)
+    assert isinstance(r, blzarr.ctable) and len(r) == n + 10
+    np.testing.assert_array_equal(r["i"][:], np.arange(n + 10))
+    assert tuple(r[n - 1]) == (n - 1, data(n)[-1])
+    assert [tuple(x) for x in r.where("i > 19995")] == [(k, data(n)[k] if k < n else 0.0)
+                                                          for k in range(19996, n + 10)]
+
+
+def test_s3_errors(s3, moto_server):
+    url, opts = s3
+    with pytest.raises(StorageError, match="s3://no-such-bucket-xyz/x"):
+        blzarr.open("s3://no-such-bucket-xyz/x", mode="r", storage_options=opts)
+    with pytest.raises(StorageError, match=f"{url}/missing"):
+        blzarr.open(f"{url}/missing", mode="r", storage_options=opts)
+    with pytest.raises(StorageError, match="s3://no-such-bucket-xyz"):
+        blzarr.carray(np.arange(10), rootdir="s3://no-such-bucket-xyz/y", mode="w", storage_options=opts)
+
+
+@pytest.fixture
+def http_blz(http_root):
+    root, base, httpd = http_root
+    name = f"d{len(os.listdir(root))}"
+    a = data()
+    blzarr.carray(a, rootdir=str(root / name), mode="w", chunklen=5000, superchunklen=8)
+    yield f"{base}/{name}", root / name, a, httpd
+    httpd.fail_next = 0
+    httpd.deny = None
+
+
+def test_http_read_only(http_blz):
+    url, path, a, httpd = http_blz
+    r = blzarr.open(url, mode="r")
+    np.testing.assert_array_equal(r[:], a)
+    np.testing.assert_array_equal(r[100:200], a[100:200])
+    assert r[N - 1] == a[N - 1]
+    with pytest.raises(blzarr.ReadOnlyError):
+        r.append([1.0])
+
+
+def test_http_dropped_connection_retried_then_clear_error(http_blz):
+    url, path, a, httpd = http_blz
+    r = blzarr.open(url, mode="r")
+    httpd.fail_next = 1
+    assert r[77_777] == a[77_777]          # retried
+    httpd.fail_next = 100
+    with pytest.raises(StorageError, match=r"data/__4__\.bin"):
+        r[150_001]
+
+
+def test_http_denied(http_blz):
+    url, path, a, httpd = http_blz
+    httpd.deny = "/" + url.rsplit("/", 1)[1] + "/data"
+    with pytest.raises(StorageError, match="403|denied|Forbidden"):
+        blzarr.open(url, mode="r")[:]
+
+
+def test_http_truncated_object_is_a_chunk_error(http_blz):
+    url, path, a, httpd = http_blz
+    f = path / "data" / "__2__.bin"
+    raw = f.read_bytes()
+    f.write_bytes(raw[:len(raw) - 5000])
+    r = blzarr.open(url, mode="r")
+    assert r[3] == a[3]
+    with pytest.raises((ChunkError, FormatError)):
+        r[:]
+    with pytest.raises((ChunkError, FormatError)):
+        r[5000 * 16 - 1]
