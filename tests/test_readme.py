@@ -92,5 +92,10 @@ def test_readme_examples_run(tmp_path, monkeypatch, capsys):
                     status = main(argv)
                     err = capsys.readouterr().err
                     assert status == 0, f"README.rst:{line}: `blzarr {' '.join(argv)}` exits {status}: {err}"
+        # a directory named *.blz or *.bcolz holds that layout: a name never says the other one
+        for path in sorted(tmp_path.rglob("*")):
+            if path.is_dir() and path.suffix in (".blz", ".bcolz"):
+                layout = blzarr.open(str(path), mode="r", allow_pickle=True).format
+                assert layout == path.suffix[1:], f"README.rst writes {path.name} in the {layout} layout"
     if skipped:
         pytest.skip("; ".join(skipped))
