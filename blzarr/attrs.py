@@ -98,7 +98,8 @@ class attrs:
 
     def _check_writable(self):
         if self.mode == "r":
-            raise ReadOnlyError("cannot modify attributes: the object was opened with mode 'r'")
+            why = getattr(self, "_why_readonly", None)
+            raise ReadOnlyError("cannot modify attributes: " + (why or "the object was opened with mode 'r'"))
 
     @property
     def attrs(self):

@@ -652,6 +652,9 @@ class carray:
     # ---------------------------------------------------------------- writing
     def _check_writable(self):
         if self._mode == "r":
+            why = self.__dict__.get("_why_readonly")
+            if why is not None:
+                raise ReadOnlyError(f"cannot modify data: {why}")
             raise ReadOnlyError("cannot modify data: the carray was opened with mode 'r'"
                                 + (f" ('{self._rootdir}')" if self._rootdir else ""))
 
@@ -771,9 +774,18 @@ class carray:
 
     def close(self):
         """Flush, then give back the directory's write lock (``blzarr.locking``): the carray becomes
-        read-only.  Dropping the last reference does the same, without the flush."""
+        read-only.  Dropping the last reference does the same, without the flush.
+
+        Leaving a ``with`` block calls it: afterwards another process may write the directory, this
+        object still reads it, and a write raises `blzarr.ReadOnlyError` saying to reopen it with
+        ``blzarr.open(rootdir, mode='a')``.  In memory, closing changes nothing.
+        """
         if self._ondisk and self._mode != "r":
             self.flush()
+            self._why_readonly = (
+                f"the carray '{self._rootdir}' was closed (by close() or at the end of its `with` block), "
+                f"which gave back the directory's write lock; reopen it with "
+                f"blzarr.open({self._rootdir!r}, mode='a') to write again")
         lock = self.__dict__.pop("_dirlock", None)
         if lock is not None:
             lock.release()
@@ -781,6 +793,7 @@ class carray:
             self._mode = "r"
             self._chunks.mode = "r"
             self._attrs.mode = "r"
+            self._attrs._why_readonly = self.__dict__.get("_why_readonly")
 
     def resize(self, nitems):
         """Grow (filling with `dflt`) or shrink to `nitems` atoms."""
@@ -1428,7 +1441,10 @@ class carray:
             expectedlen=self.expectedlen, safe=self.safe)))
 
     def __exit__(self, *exc):
-        self.flush()
+        """Leaving a ``with`` block closes the carray, as leaving ``with open(...)`` closes a file:
+        on disk it is flushed, the directory's write lock is given back and later writes raise
+        `blzarr.ReadOnlyError` (reads go on working); see `close`."""
+        self.close()
         return False
 
     def to_dask(self, partition_chunks=None):
@@ -1475,6 +1491,11 @@ class carray:
             new._chunks = self._chunks.copy()
         else:
             new._mode = "r"
+            new._why_readonly = (
+                f"this carray is a view of the on-disk carray '{self._rootdir}', and views of on-disk "
+                "carrays are read-only: the view shares the directory's files with the original, so a "
+                "write through it would change the data under the original object (write through the "
+                "original, or make a writable copy with view.copy())")
         return new
 
     def reshape(self, newshape):

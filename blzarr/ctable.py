@@ -569,6 +569,9 @@ class ctable:
     # ------------------------------------------------------------------ writing
     def _check_writable(self):
         if self._mode == "r":
+            why = self.__dict__.get("_why_readonly")
+            if why is not None:
+                raise ReadOnlyError(f"cannot modify the ctable: {why}")
             raise ReadOnlyError("cannot modify the ctable: it was opened with mode 'r'"
                                 + (f" ('{self._rootdir}')" if self._rootdir else ""))
 
@@ -901,8 +904,8 @@ class ctable:
     def flush(self):
         """Write every column's buffered rows and sizes to disk (nothing to do in memory).
 
-        Appends to an on-disk table flush by themselves unless ``auto_flush`` is False; a ctable
-        used as a context manager flushes when the ``with`` block ends.
+        Appends to an on-disk table flush by themselves unless ``auto_flush`` is False; leaving a
+        ``with`` block flushes and closes the table (see `close`).
         """
         if self._mode == "r":
             return
@@ -912,7 +915,17 @@ class ctable:
 
     def close(self):
         """Flush, then give back the directory's write lock (``blzarr.locking``): the table and its
-        columns become read-only.  Dropping the last reference does the same, without the flush."""
+        columns become read-only.  Dropping the last reference does the same, without the flush.
+
+        Leaving a ``with`` block calls it: afterwards another process may write the directory, this
+        object still reads it, and a write raises `blzarr.ReadOnlyError` saying to reopen it with
+        ``blzarr.open(rootdir, mode='a')``.
+        """
+        if self._mode != "r" and self._rootdir is not None:
+            self._why_readonly = (
+                f"the ctable '{self._rootdir}' was closed (by close() or at the end of its `with` block), "
+                f"which gave back the directory's write lock; reopen it with "
+                f"blzarr.open({self._rootdir!r}, mode='a') to write again")
         if self._mode != "r":
             self.flush()
         for c in self.cols.values():
@@ -923,6 +936,7 @@ class ctable:
         self._mode = "r"
         if getattr(self, "_attrs", None) is not None:
             self._attrs.mode = "r"
+            self._attrs._why_readonly = self.__dict__.get("_why_readonly")
 
     def free_cachemem(self):
         """Drop the columns' caches of decompressed data."""
@@ -978,7 +992,13 @@ class ctable:
         return self
 
     def __exit__(self, *exc):
-        self.flush()
+        """Leaving a ``with`` block closes the table, as leaving ``with open(...)`` closes a file:
+        on disk it is flushed, the directory's write lock is given back and later writes raise
+        `blzarr.ReadOnlyError` (reads go on working); see `close`.  In memory it only flushes."""
+        if self._rootdir is None:
+            self.flush()
+        else:
+            self.close()
         return False
 
     # ------------------------------------------------------------------ reading rows
