@@ -37,9 +37,11 @@ import time
 
 from blzarr import files
 from blzarr.errors import StorageError
+from blzarr.files import detect_store
 from blzarr.optional import need
 
-__all__ = ["ByteStore", "LocalStore", "FsspecStore", "is_url", "open_bytestore", "join", "ConcurrentWriterError"]
+__all__ = ["ByteStore", "LocalStore", "FsspecStore", "is_url", "open_bytestore", "join", "ConcurrentWriterError",
+           "find_objects"]
 
 # attempts of one request on object storage before a StorageError (transient failures only)
 RETRIES = 3
@@ -291,6 +293,11 @@ class FsspecStore(ByteStore):
             except Exception as e:        # fsspec backends raise many kinds (aiohttp, botocore...)
                 if isinstance(e, StorageError):
                     raise
+                status = getattr(e, "status", None)       # aiohttp's answer of an HTTP server
+                if status in (401, 403):
+                    raise StorageError(f"access to '{self.where(key)}' denied (HTTP {status})") from None
+                if status == 404:
+                    raise StorageError(f"'{self.where(key)}' does not exist") from None
                 if not _transient(e) or attempt == RETRIES - 1:
                     raise StorageError(f"cannot {what} '{self.where(key)}' "
                                        f"(after {attempt + 1} attempt(s)): {type(e).__name__}: {e}") from None
@@ -438,3 +445,28 @@ def open_bytestore(root, storage_options=None):
     if storage_options:
         raise ValueError(f"storage_options are for URLs; '{root}' is a local path")
     return LocalStore(root)
+
+
+def find_objects(store):
+    """(root URL, kind) of every carray/ctable at or below the root of `store`, in name order,
+    not descending into them: the objects of a level before the levels below it (as `walk`)."""
+    kind = detect_store(store)
+    if kind is not None:
+        yield store.root, kind
+        return
+    yield from _below(store)
+
+
+def _below(store):
+    subs = []
+    for name, size in sorted(store.list("").items()):
+        if size is not None and not (store.remote and store.http and name.endswith("/")):
+            continue
+        child = store.child(name.rstrip("/"))
+        kind = detect_store(child)
+        if kind is not None:
+            yield child.root, kind
+        else:
+            subs.append(child)
+    for child in subs:
+        yield from _below(child)

@@ -1555,7 +1555,11 @@ class carray:
             The carray was opened with mode 'r'.
         """
         self._check_writable()
-        if self._rootdir:
+        if self._bytes is not None:
+            if not self._bytes.exists(f"{META_DIR}/{STORAGE_FILE}"):
+                raise StorageError(f"cannot purge '{self._rootdir}': it does not exist")
+            self._bytes.remove_all()
+        elif self._rootdir:
             if not os.path.isdir(self._rootdir):
                 raise StorageError(f"cannot purge '{self._rootdir}': it does not exist")
             shutil.rmtree(self._rootdir)

@@ -146,6 +146,12 @@ class ChunkStore:
             conf["storage_options"] = self.store.bytes.config().get("storage_options", {})
         return conf
 
+    @property
+    def bytes(self):
+        """The byte store beneath an object-storage carray (`blzarr.bytestore`: URL, request
+        counts in ``.stats``), None elsewhere."""
+        return getattr(self.store, "bytes", None)
+
     def prefetch(self, ns):
         """Fetch chunks `ns` ahead of reading them, where that pays (object storage: concurrently,
         adjacent ones in one request); a no-op elsewhere."""

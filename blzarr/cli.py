@@ -26,7 +26,8 @@ import blzarr
 from blzarr.bench import command as bench_command
 from blzarr.carray import carray, human_readable_size
 from blzarr.ctable import check_name, ctable, legacy_columns_dir
-from blzarr.files import ROOTDIRS_FILE, detect, read_json
+from blzarr.files import ROOTDIRS_FILE, ObjectPath, detect, detect_store, read_json
+from blzarr.bytestore import find_objects, is_url, join, open_bytestore
 
 PROG = "blzarr"
 # a conversion of more uncompressed bytes than this shows progress
@@ -50,20 +51,50 @@ class _UsageError(Exception):
 
 
 # ---------------------------------------------------------------------------------------- helpers
+# --storage-options of the command being run (fsspec options for URLs such as s3://bucket/x)
+_remote = {"storage_options": None}
+
+
+def _kw(path):
+    """The keyword arguments that open `path`: its storage options when it is a URL."""
+    return {"storage_options": _remote["storage_options"]} if is_url(path) else {}
+
+
+def _store(path):
+    return open_bytestore(path, _remote["storage_options"])
+
+
+def _exists(path):
+    if is_url(path):
+        store = _store(path)
+        return detect_store(store) is not None or bool(store.list(""))
+    return os.path.exists(path)
+
+
+def _detect(path):
+    return detect_store(_store(path)) if is_url(path) else detect(path)
+
+
 def _open(path, allow_pickle=True):
     path = os.fspath(path)
-    if not os.path.exists(path):
+    if not _exists(path):
         raise CLIError(f"'{path}' does not exist")
-    kind = detect(path)
+    kind = _detect(path)
     if kind is None:
         raise CLIError(f"'{path}' holds neither a carray nor a ctable")
     # opening reads metadata and chunk headers only: nothing is unpickled
     if kind == "ctable":
-        return ctable(rootdir=path, mode="r", allow_pickle=allow_pickle)
-    return carray(rootdir=path, mode="r", allow_pickle=allow_pickle)
+        return ctable(rootdir=path, mode="r", allow_pickle=allow_pickle, **_kw(path))
+    return carray(rootdir=path, mode="r", allow_pickle=allow_pickle, **_kw(path))
 
 
 def _disk_bytes(path):
+    if is_url(path):
+        store = _store(path)
+        try:
+            return int(store.fs.du(store.path, total=True))
+        except Exception:
+            return 0
     total = 0
     for dirpath, _, files in os.walk(path):
         for f in files:
@@ -207,6 +238,12 @@ def cmd_info(args, out):
 
 def _objects_below(root):
     """(path, kind) of every carray/ctable at or below `root`, not descending into them."""
+    if is_url(root):
+        try:
+            yield from find_objects(_store(root))
+        except OSError as e:
+            raise CLIError(f"cannot list '{root}': {e}") from None
+        return
     kind = detect(root)
     if kind is not None:
         yield root, kind
@@ -222,11 +259,18 @@ def _objects_below(root):
 
 def cmd_ls(args, out):
     root = args.dir
-    if not os.path.isdir(root):
+    if is_url(root):
+        root = root.rstrip("/")
+        if not _exists(root):
+            raise CLIError(f"'{root}' does not exist")
+    elif not os.path.isdir(root):
         raise CLIError(f"'{root}' is not a directory")
     rows, records, bad = [], [], 0
     for path, kind in _objects_below(root):
-        rel = os.path.relpath(path, root) if path != root else os.path.basename(os.path.normpath(root))
+        if is_url(root):
+            rel = path[len(root):].lstrip("/") or root.rsplit("/", 1)[-1]
+        else:
+            rel = os.path.relpath(path, root) if path != root else os.path.basename(os.path.normpath(root))
         try:
             obj = _open(path)
         except Exception as e:  # one damaged entry must not hide the others
@@ -255,7 +299,7 @@ def cmd_ls(args, out):
 
 def verify_carray(path):
     """Check one carray directory completely; return a summary line, raise on damage."""
-    c = carray(rootdir=path, mode="r", allow_pickle=True)   # metadata, layout and leftover chunk
+    c = carray(rootdir=path, mode="r", allow_pickle=True, **_kw(path))   # metadata, layout, leftover chunk
     summary = c.verify()    # BLZ: headers, metadata, offsets, checksums; bcolz: every chunk's structure
     for i in range(c.nchunks):
         try:
@@ -277,27 +321,28 @@ def verify_carray(path):
 
 def verify_ctable(path):
     """Check a ctable directory: its column list, every column completely, their lengths."""
-    meta = read_json(os.path.join(path, ROOTDIRS_FILE), "ctable column list")
+    where = ObjectPath(_store(path), ROOTDIRS_FILE) if is_url(path) else os.path.join(path, ROOTDIRS_FILE)
+    meta = read_json(where, "ctable column list")
     if not isinstance(meta, dict) or not isinstance(meta.get("names"), list):
-        raise CLIError(f"'{os.path.join(path, ROOTDIRS_FILE)}' must hold a JSON object with a 'names' list")
-    base = legacy_columns_dir(path, meta.get("format")) or path
+        raise CLIError(f"'{where}' must hold a JSON object with a 'names' list")
+    base = (None if is_url(path) else legacy_columns_dir(path, meta.get("format"))) or path
     notes = []
     for n in meta["names"]:
         try:
             n = check_name(n)
-            _, nn = verify_carray(os.path.join(base, n))
+            _, nn = verify_carray(join(base, n))
         except Exception as e:
             raise CLIError(f"column {n!r}: {_message(e)}") from None
         notes += [f"column {n!r}: {x}" for x in nn]
-    t = ctable(rootdir=path, mode="r", allow_pickle=True)   # equal lengths, attributes
+    t = ctable(rootdir=path, mode="r", allow_pickle=True, **_kw(path))   # equal lengths, attributes
     return f"ctable, {t.format}, {len(t)} rows, {len(t.names)} columns verified", notes
 
 
 def cmd_verify(args, out):
     root = args.root
-    if not os.path.exists(root):
+    if not _exists(root):
         raise CLIError(f"'{root}' does not exist")
-    targets = list(_objects_below(root)) if os.path.isdir(root) else []
+    targets = list(_objects_below(root)) if is_url(root) or os.path.isdir(root) else []
     if not targets:
         raise CLIError(f"'{root}' holds no carray or ctable")
     damaged = 0
@@ -399,7 +444,7 @@ def _convert_carray(src, dst, fmt, args, progress):
         kw.update(_blz_opts(args, src))
     elif args.checksum is not None or args.superchunklen is not None:
         raise CLIError("--checksum and --superchunklen need --format blz")
-    out = carray(np.empty((0,) + src.shape[1:], dtype=src.dtype), rootdir=dst, mode="w", **kw)
+    out = carray(np.empty((0,) + src.shape[1:], dtype=src.dtype), rootdir=dst, mode="w", **kw, **_kw(dst))
     _copy_rows([src], lambda parts: out.append(parts[0]), len(src), src.atomsize or 8, progress)
     out.flush()
     for k, v in src.attrs:
@@ -420,7 +465,7 @@ def _convert_ctable(src, dst, fmt, args, progress):
         if c.dtype.kind != "O":
             kw["dflt"] = c.dflt[()]
         cols.append(carray(np.empty((0,) + c.shape[1:], dtype=c.dtype), **kw))
-    out = ctable(cols, src.names, rootdir=dst, mode="w", format=fmt, auto_flush=False)
+    out = ctable(cols, src.names, rootdir=dst, mode="w", format=fmt, auto_flush=False, **_kw(dst))
     atombytes = sum(src.cols[n].atomsize or 8 for n in src.names)
     _copy_rows([src.cols[n] for n in src.names], out.append, len(src), atombytes, progress)
     out.flush()
@@ -434,26 +479,34 @@ def _convert_ctable(src, dst, fmt, args, progress):
 
 def cmd_convert(args, out):
     src_path, dst = os.fspath(args.src), os.fspath(args.dst)
-    if not os.path.exists(src_path):
+    if not _exists(src_path):
         raise CLIError(f"source '{src_path}' does not exist")
-    kind = detect(src_path)
+    kind = _detect(src_path)
     if kind is None:
         raise CLIError(f"source '{src_path}' holds neither a carray nor a ctable")
-    real_src, real_dst = os.path.realpath(src_path), os.path.realpath(dst)
-    if real_dst == real_src or real_dst.startswith(real_src + os.sep) or real_src.startswith(real_dst + os.sep):
-        raise CLIError(f"destination '{dst}' overlaps the source '{src_path}'")
-    if os.path.lexists(dst) and not args.overwrite:
+    if is_url(src_path) or is_url(dst):
+        a, b = src_path.rstrip("/"), dst.rstrip("/")
+        if a == b or b.startswith(a + "/") or a.startswith(b + "/"):
+            raise CLIError(f"destination '{dst}' overlaps the source '{src_path}'")
+    else:
+        real_src, real_dst = os.path.realpath(src_path), os.path.realpath(dst)
+        if real_dst == real_src or real_dst.startswith(real_src + os.sep) or real_src.startswith(real_dst + os.sep):
+            raise CLIError(f"destination '{dst}' overlaps the source '{src_path}'")
+    if (_exists(dst) if is_url(dst) else os.path.lexists(dst)) and not args.overwrite:
         raise CLIError(f"destination '{dst}' already exists (pass --overwrite to replace it)")
-    parent = os.path.dirname(os.path.abspath(dst))
-    if not os.path.isdir(parent):
+    parent = None if is_url(dst) else os.path.dirname(os.path.abspath(dst))
+    if parent is not None and not os.path.isdir(parent):
         raise CLIError(f"the directory of the destination, '{parent}', does not exist")
     try:
         src = (ctable if kind == "ctable" else carray)(rootdir=src_path, mode="r",
-                                                     allow_pickle=args.allow_pickle)
+                                                     allow_pickle=args.allow_pickle, **_kw(src_path))
     except blzarr.PickleNotAllowedError:
         raise CLIError(f"'{src_path}' holds pickled Python objects: converting them unpickles them, "
                        "which can run code; pass --allow-pickle if you trust the data") from None
     fmt = args.format or src.format
+    if parent is None:
+        # object storage has no rename: the copy is written in place (meta/sizes last, as always)
+        return _convert_to_url(src, src_path, dst, kind, fmt, args, out)
     tmp = os.path.join(parent, f".{os.path.basename(os.path.abspath(dst))}.converting-{uuid.uuid4().hex[:8]}")
     show = args.progress if args.progress is not None else src.nbytes > PROGRESS_BYTES
     progress = _Progress(int(src.nbytes), show, f"convert {os.path.basename(src_path)}")
@@ -480,6 +533,28 @@ def cmd_convert(args, out):
     return 0
 
 
+def _convert_to_url(src, src_path, dst, kind, fmt, args, out):
+    show = args.progress if args.progress is not None else src.nbytes > PROGRESS_BYTES
+    progress = _Progress(int(src.nbytes), show, f"convert {src_path.rstrip('/').rsplit('/', 1)[-1]}")
+    try:
+        res = (_convert_ctable if kind == "ctable" else _convert_carray)(src, dst, fmt, args, progress)
+        res.flush()
+        del res
+    except BaseException:
+        try:
+            _store(dst).remove_all()
+        except Exception:
+            pass
+        raise
+    finally:
+        progress.close()
+    new = _open(dst, allow_pickle=args.allow_pickle)
+    nb, disk = int(new.nbytes), _disk_bytes(dst)
+    print(f"converted {kind} '{src_path}' ({src.format}) -> '{dst}' ({fmt}): {len(new)} rows, "
+          f"{_size(nb)} -> {_size(disk)} stored (ratio {_fmt_value(_ratio(nb, disk))})", file=out)
+    return 0
+
+
 def cmd_bench(argv, out):
     """``blzarr bench ARGS``: the benchmark harness (blzarr.bench), with the options of ``python -m bench``."""
     try:
@@ -496,6 +571,22 @@ def _message(e):
     return text.splitlines()[0] if text.strip() else type(e).__name__
 
 
+def _storage_arg(s):
+    s.add_argument("--storage-options", metavar="JSON", type=_json_object,
+                   help="fsspec options for URL arguments (s3://..., http(s)://...), a JSON object, "
+                        "e.g. '{\"anon\": true}'; default: $BLZARR_STORAGE_OPTIONS")
+
+
+def _json_object(text):
+    try:
+        obj = json.loads(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"not JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return obj
+
+
 def build_parser():
     """The argparse parser of the command line: one subcommand (info, ls, verify, convert, bench) each."""
     p = _Parser(prog=PROG, description="Inspect, check and convert blzarr/bcolz carrays and ctables.")
@@ -503,12 +594,14 @@ def build_parser():
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     s = sub.add_parser("info", help="layout, dtype, shape, chunking, codec, ratio, attrs and metalayers")
-    s.add_argument("root", metavar="ROOT", help="a carray or ctable directory")
+    s.add_argument("root", metavar="ROOT", help="a carray or ctable directory (or URL)")
     s.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _storage_arg(s)
     s.set_defaults(func=cmd_info)
     s = sub.add_parser("ls", help="the carrays and ctables below a directory")
     s.add_argument("dir", metavar="DIR")
     s.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _storage_arg(s)
     s.set_defaults(func=cmd_ls)
     s = sub.add_parser("verify", help="check every header, offset, checksum and chunk (exit 1 on damage)",
                        description="Check a carray or ctable (or every one below a directory): metadata, "
@@ -517,6 +610,7 @@ def build_parser():
                                    "damage that still decodes cannot be seen there.  Exit status 1 names "
                                    "what is damaged.")
     s.add_argument("root", metavar="ROOT", help="a carray or ctable directory, or a directory of them")
+    _storage_arg(s)
     s.set_defaults(func=cmd_verify)
     s = sub.add_parser("convert", help="copy a carray or ctable chunk by chunk into another layout/codec")
     s.add_argument("src", metavar="SRC")
@@ -535,6 +629,7 @@ def build_parser():
     g.add_argument("--progress", dest="progress", action="store_true", default=None,
                    help="always show progress (default: only for long work)")
     g.add_argument("--no-progress", dest="progress", action="store_false")
+    _storage_arg(s)
     s.set_defaults(func=cmd_convert)
     sub.add_parser("bench", add_help=False,
                    help="time blzarr against bcolz, blosc2, zarr and NumPy (python -m bench in a checkout; "
@@ -597,6 +692,14 @@ def main(argv=None, out=None):
         return 2
     except SystemExit as e:  # --help, --version
         return int(e.code or 0)
+    so = getattr(args, "storage_options", None)
+    if so is None and os.environ.get("BLZARR_STORAGE_OPTIONS"):
+        try:
+            so = _json_object(os.environ["BLZARR_STORAGE_OPTIONS"])
+        except argparse.ArgumentTypeError as e:
+            print(f"{PROG}: error: BLZARR_STORAGE_OPTIONS is {e}", file=sys.stderr)
+            return 2
+    _remote["storage_options"] = so
     try:
         return args.func(args, out)
     except KeyboardInterrupt:

@@ -23,7 +23,8 @@ from blzarr.chunk import blosc_typesize, compress_array
 from blzarr.params import cparams
 from blzarr.stores import partition_writer
 from blzarr.carray import carray
-from blzarr.files import META_DIR, read_json, SIZES_FILE, write_json
+from blzarr.files import META_DIR, ObjectPath, read_json, SIZES_FILE, detect_store, write_json
+from blzarr.bytestore import is_url, open_bytestore
 from blzarr.ctable import check_name, ctable
 
 
@@ -185,17 +186,22 @@ def _part_tasks(x, c):
                          drop_axis=list(range(1, x.ndim)), meta=np.empty(0, dtype=np.int64))]
 
 
-def _finish(rootdir, length, mode, allow_pickle=False):
+def _finish(rootdir, length, mode, allow_pickle=False, storage_options=None):
     """Write meta/sizes of a carray whose chunk files are all written; return it opened."""
-    path = os.path.join(rootdir, META_DIR, SIZES_FILE)
+    kw = {}
+    if is_url(rootdir):
+        kw["storage_options"] = storage_options
+        path = ObjectPath(open_bytestore(rootdir, storage_options), f"{META_DIR}/{SIZES_FILE}")
+    else:
+        path = os.path.join(rootdir, META_DIR, SIZES_FILE)
     sizes = read_json(path, "meta/sizes")
     sizes["shape"] = [int(length)] + list(sizes["shape"][1:])
     write_json(path, sizes)
-    c = carray(rootdir=rootdir, mode="r", allow_pickle=allow_pickle)
+    c = carray(rootdir=rootdir, mode="r", allow_pickle=allow_pickle, **kw)
     sizes.update(nbytes=c.nbytes, cbytes=c.cbytes)
     write_json(path, sizes)
     if mode != "r":
-        c = carray(rootdir=rootdir, mode="a", allow_pickle=allow_pickle)
+        c = carray(rootdir=rootdir, mode="a", allow_pickle=allow_pickle, **kw)
     return c
 
 
@@ -206,8 +212,13 @@ def _check_target(rootdir, kwargs):
     mode = kwargs.pop("mode", "w")
     if mode not in ("w", "a", "r"):
         raise ValueError(f"mode must be 'w', 'a' or 'r', got {mode!r}")
-    if kwargs.pop("overwrite", True) is False and os.path.exists(rootdir):
-        raise StorageError(f"'{rootdir}' already exists (overwrite=False)")
+    if kwargs.pop("overwrite", True) is False:
+        if is_url(rootdir):
+            exists = detect_store(open_bytestore(rootdir, kwargs.get("storage_options"))) is not None
+        else:
+            exists = os.path.exists(rootdir)
+        if exists:
+            raise StorageError(f"'{rootdir}' already exists (overwrite=False)")
     return rootdir, mode
 
 
@@ -280,26 +291,33 @@ def from_dask(x, rootdir, **kwargs):
         x = x.compute_chunk_sizes()
     kwargs.setdefault("expectedlen", x.shape[0])
     c = carray(np.empty((0,) + x.shape[1:], dtype=x.dtype), rootdir=rootdir, mode="w", **kwargs)
-    with _removed_on_failure(rootdir):
+    with _removed_on_failure(rootdir, kwargs.get("storage_options")):
         tasks = _part_tasks(x, c)
         _release(c)
         dask.compute(*tasks)
-        return _finish(rootdir, x.shape[0], mode)
+        return _finish(rootdir, x.shape[0], mode, storage_options=kwargs.get("storage_options"))
 
 
 class _removed_on_failure:
     """Remove the half-written `rootdir` when the writing fails: no partial dataset is left."""
 
-    def __init__(self, rootdir):
+    def __init__(self, rootdir, storage_options=None):
         self.rootdir = rootdir
+        self.storage_options = storage_options
 
     def __enter__(self):
         return self
 
     def __exit__(self, exc_type, exc, tb):
         if exc_type is not None:
-            import shutil
-            shutil.rmtree(self.rootdir, ignore_errors=True)
+            if is_url(self.rootdir):
+                try:
+                    open_bytestore(self.rootdir, self.storage_options).remove_all()
+                except Exception:
+                    pass
+            else:
+                import shutil
+                shutil.rmtree(self.rootdir, ignore_errors=True)
         return False
 
 
@@ -382,11 +400,11 @@ def _frame_from_dask(df, rootdir, mode, kwargs):
     empty = [np.empty(0, dtype=dtypes[c]) for c in df.columns]
     t = ctable(empty, names, rootdir=rootdir, mode="w", **kwargs)
     t.flush()
-    with _removed_on_failure(rootdir):
-        return _write_frame(df, t, names, dtypes, lengths, n, rootdir, mode)
+    with _removed_on_failure(rootdir, kwargs.get("storage_options")):
+        return _write_frame(df, t, names, dtypes, lengths, n, rootdir, mode, kwargs.get("storage_options"))
 
 
-def _write_frame(df, t, names, dtypes, lengths, n, rootdir, mode):
+def _write_frame(df, t, names, dtypes, lengths, n, rootdir, mode, storage_options=None):
     import dask
     tasks = []
     for c, name in zip(df.columns, names):
@@ -398,9 +416,10 @@ def _write_frame(df, t, names, dtypes, lengths, n, rootdir, mode):
         tasks += _part_tasks(arr, col)
         _release(col)
     dask.compute(*tasks)
+    kw = {"storage_options": storage_options} if is_url(rootdir) else {}
     for name in names:
-        _finish(t.cols[name].rootdir, n, "r")
-    return ctable(rootdir=rootdir, mode="a" if mode == "w" else mode)
+        _finish(t.cols[name].rootdir, n, "r", **kw)
+    return ctable(rootdir=rootdir, mode="a" if mode == "w" else mode, **kw)
 
 
 def _series_block(block, name, dtype):

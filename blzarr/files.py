@@ -153,10 +153,10 @@ def write_json(path, obj, fsync=None):
 
 def detect_store(store):
     """`detect` for a byte store (object storage): 'ctable', 'carray' or None."""
+    if store.exists(f"{META_DIR}/{STORAGE_FILE}"):     # first: one request for a carray
+        return "carray"
     if store.exists(ROOTDIRS_FILE):
         return "ctable"
-    if store.exists(f"{META_DIR}/{STORAGE_FILE}"):
-        return "carray"
     return None
 
 

@@ -17,7 +17,7 @@ from blzarr import _chunk
 from blzarr.carray import carray
 from blzarr.errors import StorageError
 from blzarr.files import ROOTDIRS_FILE as ROOTDIRS, detect, detect_store
-from blzarr.bytestore import is_url, local_path, open_bytestore
+from blzarr.bytestore import find_objects, is_url, local_path, open_bytestore
 from blzarr.ctable import ctable
 from blzarr.params import cparams, detect_number_of_cores, set_nthreads  # noqa: F401  (bcolz.toplevel's names)
 
@@ -71,6 +71,8 @@ def open(rootdir, mode="a", allow_pickle=False, storage_options=None):
         kind = detect_store(store)
         rootdir = store.root
         kw = {"storage_options": storage_options}
+        if kind is None:
+            raise StorageError(f"'{rootdir}' does not exist (no carray or ctable is stored there)")
     else:
         if not os.path.isdir(rootdir):
             raise StorageError(f"'{rootdir}' does not exist or is not a directory")
@@ -430,8 +432,8 @@ def iterblocks(cobj, blen=None, start=0, stop=None):
         yield block
 
 
-def walk(dir, classname=None, mode="a", allow_pickle=False):
-    """walk(dir, classname=None, mode='a', allow_pickle=False)
+def walk(dir, classname=None, mode="a", allow_pickle=False, storage_options=None):
+    """walk(dir, classname=None, mode='a', allow_pickle=False, storage_options=None)
 
     Iterate over the carrays and ctables stored below a directory, recursively, in name order.
 
@@ -442,7 +444,7 @@ def walk(dir, classname=None, mode="a", allow_pickle=False):
     Parameters
     ----------
     dir : str
-        The directory to search.
+        The directory to search, or a URL (``s3://bucket/prefix``) with its fsspec `storage_options`.
     classname : {None, 'carray', 'ctable'}, optional
         Keep only the objects of this class.
     mode : {'a', 'r'}, optional
@@ -467,6 +469,14 @@ def walk(dir, classname=None, mode="a", allow_pickle=False):
     """
     if classname not in (None, "carray", "ctable"):
         raise ValueError(f"classname must be None, 'carray' or 'ctable', got {classname!r}")
+    if is_url(os.fspath(dir)) or storage_options:
+        store = open_bytestore(os.fspath(dir), storage_options)
+        for url, kind in find_objects(store):
+            if url == store.root:
+                continue        # as below: the objects inside `dir`, not `dir` itself
+            if classname is None or kind == classname:
+                yield open(url, mode=mode, allow_pickle=allow_pickle, storage_options=storage_options)
+        return
     dirs = []
     for name in sorted(os.listdir(dir)):
         node = os.path.join(dir, name)

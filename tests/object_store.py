@@ -39,7 +39,7 @@ class MotoServer:
 
     @property
     def storage_options(self):
-        return {"key": "testing", "secret": "testing", "skip_instance_cache": True,
+        return {"key": "testing", "secret": "testing",
                 "client_kwargs": {"endpoint_url": self.endpoint, "region_name": "us-west-2"}}
 
     def reset(self):

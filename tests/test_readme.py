@@ -11,7 +11,7 @@ import pytest
 
 README = Path(__file__).resolve().parent.parent / "README.rst"
 # imported by README examples but not by blzarr itself: a block that needs a missing one is skipped
-OPTIONAL = {"dask", "pandas", "pyarrow", "tables", "numexpr", "distributed"}
+OPTIONAL = {"dask", "pandas", "pyarrow", "tables", "numexpr", "distributed", "moto", "s3fs"}
 
 
 def code_blocks(text):
