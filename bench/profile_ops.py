@@ -20,14 +20,17 @@ from bench import CLEVEL, CNAME, NTHREADS
 from bench.harness import APPEND_BATCH, SLICE_LEN, datasets
 
 OPS = ("read_all", "scalars", "slices", "fancy", "sum", "iter", "where", "disk_scalars",
-       "disk_slices", "append", "create", "disk_create")
+       "disk_slices", "append", "create", "disk_create", "disk_open_read", "disk_sum", "eval_sum",
+       "col2d")
 
 
 def build(op, x, tmp):
     cp = blzarr.cparams(clevel=CLEVEL, shuffle=1, cname=CNAME)
     rng = np.random.default_rng(1)
     n = len(x)
-    if op.startswith("disk_") and op != "disk_create":
+    if op == "col2d":
+        x = np.ascontiguousarray(np.broadcast_to(x[:, None], (len(x), 8)) + np.arange(8))
+    if (op.startswith("disk_") and op != "disk_create") or op == "col2d":
         root = os.path.join(tmp, "a")
         blzarr.carray(x, cparams=cp, rootdir=root, mode="w").flush()
         a = blzarr.open(root, mode="r")
@@ -53,6 +56,14 @@ def build(op, x, tmp):
             b.append(x[s:s + APPEND_BATCH])
         b.flush()
 
+    def disk_open_read():
+        return blzarr.open(os.path.join(tmp, "a"), mode="r")[:]
+
+    def disk_sum():
+        return blzarr.open(os.path.join(tmp, "a"), mode="r").sum()
+
+    thr = float(np.quantile(x, 0.9)) if op == "eval_sum" else 0.0
+
     def disk_create():
         blzarr.carray(x, cparams=cp, rootdir=os.path.join(tmp, "dc"), mode="w").flush()
 
@@ -67,6 +78,10 @@ def build(op, x, tmp):
         "append": append,
         "create": lambda: blzarr.carray(x, cparams=cp),
         "disk_create": disk_create,
+        "disk_open_read": disk_open_read,
+        "disk_sum": disk_sum,
+        "eval_sum": lambda: blzarr.eval(f"a > {thr!r}", user_dict={"a": a}).sum(),
+        "col2d": lambda: a[:, 0],
     }[op]
 
 

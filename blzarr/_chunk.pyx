@@ -357,12 +357,15 @@ def take_into(buf, const cnp.intp_t[::1] local, Py_ssize_t itemsize, cnp.ndarray
     """Copy items `local` (ascending) of a chunk of `itemsize`-byte items into rows of `dest`.
 
     Item k goes to row ``rows[k]`` of `dest` (or ``first_row + k`` without `rows`).  Each Blosc block
-    that holds a wanted item is decoded once, into a scratch block, and nothing else is decoded; the
-    loop runs without the GIL.  Returns the number of blocks decoded.
+    that holds a wanted item is decoded once, into a scratch block, and nothing else is decoded; when
+    those blocks are two thirds of the chunk or more, the whole chunk is decoded at once instead (a
+    block read alone costs about 1.5x its share of a whole decode).  The loop runs without the GIL.
+    Returns the number of blocks decoded.
     """
     cdef const uint8_t[::1] v = _as_bytes_view(buf)
     cdef header_t h
     cdef Py_ssize_t n = local.shape[0], k, r, b0, j, cur = -1, bstart, blen, ndec = 0, nrows, ts, bs
+    cdef Py_ssize_t ntouched = 0
     cdef char *out
     cdef char *scratch = NULL
     cdef const uint8_t *src
@@ -395,6 +398,32 @@ def take_into(buf, const cnp.intp_t[::1] local, Py_ssize_t itemsize, cnp.ndarray
     out = <char *>cnp.PyArray_DATA(dest)
     src = &v[0]
     if not memcpyed:
+        # blocks holding a wanted item; when they are most of the chunk, one decode of the whole chunk
+        # is cheaper: blosc_getitem allocates its buffers and copies each block once more
+        for k in range(n):
+            j = local[k] * itemsize // bs
+            if j != cur:
+                ntouched += 1
+                cur = j
+        cur = -1
+        if ntouched * 3 >= h.nblocks * 2:
+            if check:
+                _check_blocks(&v[0], &h, 0, h.nblocks - 1, where)
+            scratch = <char *>malloc(h.nbytes)
+            if scratch == NULL:
+                raise MemoryError()
+            try:
+                with nogil:
+                    ret = blosc_decompress_ctx(src, scratch, h.nbytes, 1)
+                    if ret == h.nbytes:
+                        for k in range(n):
+                            r = rows[k] if rows is not None else first_row + k
+                            memcpy(out + r * itemsize, scratch + local[k] * itemsize, itemsize)
+            finally:
+                free(scratch)
+            if ret != h.nbytes:
+                raise ChunkError(f"corrupted Blosc chunk{_where(where)}: decompression failed (return code {ret})")
+            return h.nblocks
         scratch = <char *>malloc(bs)
         if scratch == NULL:
             raise MemoryError()

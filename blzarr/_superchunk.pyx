@@ -250,6 +250,13 @@ def pread_into(int fd, buf, int64_t pos, where=None):
     return n
 
 
+def empty_buffer(Py_ssize_t n):
+    """A bytearray of `n` bytes, not zeroed (for buffers that reads fill)."""
+    if n < 0:
+        raise ValueError(f"negative buffer size {n}")
+    return PyByteArray_FromStringAndSize(NULL, n)
+
+
 def pread(int fd, Py_ssize_t n, int64_t pos, where=None):
     """`n` bytes of file `fd` at `pos` as a bytearray (all or FormatError).
 

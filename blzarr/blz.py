@@ -567,6 +567,77 @@ class BlzDir(BlzMetalayers):
         _chunk.validate(data, expected_nbytes, where)
         return data
 
+    def decode_chunk_into(self, n, out, expected_nbytes=-1, nthreads=1):
+        """Decode chunk n whole into the contiguous array `out`, its checksum verified and its structure
+        validated first (as `read_chunk`), and return `out`.
+
+        A chunk found in the cache is decoded from there.  Any other is read into a buffer of the
+        calling thread, reused from chunk to chunk, and is not cached: a long read streams through one
+        warm buffer instead of allocating, faulting in and freeing a chunk-sized buffer per chunk (that
+        cost as much as the decoding), and leaves the cache to the random reads it serves.  The chunk is
+        remembered as verified, so later reads of a few of its blocks read only those blocks."""
+        try:
+            return self._decode_chunk_into(n, out, expected_nbytes, nthreads)
+        except (FormatError, ChunkError):
+            if self.mode != "r":
+                raise
+            with self._lock:
+                self._forget_file(n // self.K + 1)
+                self._drop_chunk(n)
+            return self._decode_chunk_into(n, out, expected_nbytes, nthreads)
+
+    def _decode_chunk_into(self, n, out, expected_nbytes, nthreads):
+        where = _Where(self, n)
+        with self._lock:
+            f, fd, off = self._offset(n)
+            data = self._chunks.get(n, f.epoch)
+            buf = None
+            if data is None:
+                ct = self._ctbytes.get(n)
+                if self.mode != "r":
+                    # beside a writer of this process: read under the lock, decode outside it
+                    buf, ct = self._fetch_into_scratch(n, f, fd, off, ct, expected_nbytes, where)
+                else:
+                    fno = f.fno
+                    self._inuse[fno] = self._inuse.get(fno, 0) + 1
+        if data is not None:
+            _chunk.decompress_into(data, out, nthreads, False, where)
+            return out
+        if buf is None:
+            try:
+                buf, ct = self._fetch_into_scratch(n, f, fd, off, ct, expected_nbytes, where)
+            finally:
+                with self._lock:
+                    self._release_fd(fno)
+        with memoryview(buf) as mv, mv[:ct] as view:
+            _chunk.decompress_into(view, out, nthreads, False, where)
+        with self._lock:
+            f.verified.add(n)
+            if len(f.verified) > VERIFIED_CACHE:
+                f.verified.clear()
+                f.verified.add(n)
+            self._ctbytes[n] = ct
+        return out
+
+    def _fetch_into_scratch(self, n, f, fd, off, ct, expected_nbytes, where):
+        """(this thread's chunk buffer, ctbytes) holding chunk n read from `off`, checksum verified
+        and structure validated."""
+        if ct is None:
+            ct = int.from_bytes(sc.pread(fd, 16, off, where)[12:16], "little", signed=True)
+        if ct < 16 or off + ct + self.cksize > f.fstate[1]:
+            raise FormatError(f"{where}: the chunk claims {ct} bytes (+{self.cksize} of checksum), "
+                              f"past the end of the file ({f.fstate[1]} bytes)")
+        total = ct + self.cksize
+        local = self._local
+        buf = getattr(local, "cbuf", None)
+        if buf is None or len(buf) < total:
+            buf = local.cbuf = sc.empty_buffer(total + total // 8)
+        with memoryview(buf) as mv, mv[:ct] as view, mv[ct:total] as stored:
+            sc.pread_into(fd, mv[:total], off, where)
+            sc.verify_checksum(self.checksum_id, view, stored, where)
+            _chunk.validate(view, expected_nbytes, where)
+        return buf, ct
+
     def _release_fd(self, fno):
         """One unlocked user of file fno's descriptor less (call with the lock held)."""
         left = self._inuse[fno] - 1
@@ -988,8 +1059,7 @@ class LazyChunk(chunk):
     def decompress(self, out=None):
         if out is None:
             out = np.empty(self._len, dtype=self.atom)
-        _chunk.decompress_into(self.getdata(), out, codec_threads(), False, self._where)
-        return out
+        return self._store.decode_chunk_into(self._n, out, self.nbytes, codec_threads())
 
     def read_range(self, start, stop, out):
         if start == 0 and stop == self._len:

@@ -309,6 +309,42 @@ def test_checksummed_chunks_are_verified_once_then_read_lazily(tmp_path):
     assert other >= c.chunks[2].cbytes
 
 
+@pytest.mark.parametrize("mode", ["r", "a"])
+def test_whole_chunk_reads_stream_through_a_reused_buffer(tmp_path, mode):
+    # a read of whole chunks verifies each chunk but caches none (a long read would only evict the
+    # chunks random reads use); the chunks count as verified, so a later scalar reads one block
+    chunklen = 1 << 14
+    p, arr = _big(tmp_path, "s" + mode, chunklen, checksum="crc32", nchunks=6)
+    c = blzarr.open(p, mode=mode)
+    store = c.store.store                   # the BlzDir under the carray's BlzChunks
+    c.free_cachemem()
+    sc.io_stats(reset=True)
+    assert_array_equal(c[:], arr)
+    assert sc.io_stats(reset=True)[0] >= sum(c.chunks[i].cbytes for i in range(c.nchunks))
+    assert len(store._chunks) == 0
+    assert float(c.sum()) == float(arr.sum())
+    assert len(store._chunks) == 0
+    nblocks, blk = _blocks(p, 2)
+    sc.io_stats(reset=True)
+    assert c[2 * chunklen + 77] == arr[2 * chunklen + 77]
+    assert sc.io_stats(reset=True)[0] <= 8 + 16 + 4 * nblocks + blk
+    # a chunk in the cache is decoded from there: no read at all
+    store.read_chunk(3)
+    sc.io_stats(reset=True)
+    assert_array_equal(c[3 * chunklen:4 * chunklen], arr[3 * chunklen:4 * chunklen])
+    assert sc.io_stats(reset=True)[0] == 0
+    # damage is still found on this path, and every later read finds it too
+    ct = c.chunks[4].cbytes
+    off = int(parse_superchunk(os.path.join(p, "data", "__1__.bin"))["offsets"][4])
+    if mode == "a":
+        c.close()
+    flip_byte(os.path.join(p, "data", "__1__.bin"), off + ct - 2, mask=0x40)
+    c = blzarr.open(p, mode=mode)
+    for _ in range(2):
+        with pytest.raises(ChecksumError, match="chunk 4"):
+            c[:]
+
+
 def test_verification_is_forgotten_when_the_file_changes(tmp_path):
     chunklen = 1 << 14
     p, arr = _big(tmp_path, "f", chunklen, checksum="crc32")

@@ -45,6 +45,21 @@ def test_take_into_decodes_only_touched_blocks_once():
     assert np.array_equal(out, values[local])
 
 
+def test_take_into_decodes_the_whole_chunk_when_most_blocks_are_touched():
+    values = np.random.default_rng(3).standard_normal(100_000)
+    c = _chunk_of(values)
+    nblocks = -(-c.nbytes // c.blocksize)
+    per = c.blocksize // 8
+    local = np.arange(0, 100_000, per, dtype=np.intp)[:-(nblocks // 4)] + 5     # 3/4 of the blocks
+    out = np.empty(len(local))
+    assert _chunk.take_into(c.getdata(), local, 8, out, check=True) == nblocks
+    assert np.array_equal(out, values[local])
+    data = bytearray(c.getdata())
+    data[-200:] = bytes(200)        # an untouched block is damaged: the whole decode checks it too
+    with pytest.raises(ChunkError):
+        _chunk.take_into(bytes(data), local, 8, out, check=True, where="t")
+
+
 def test_take_into_items_across_blocks():
     # 24-byte atoms do not divide the 16 KB blocks: some atoms straddle two blocks
     values = np.arange(30_000 * 3, dtype="f8").reshape(-1, 3)
