@@ -22,7 +22,7 @@ from blzarr.attrs import attrs as _attrs
 from blzarr.chunk import blosc_typesize, chunk, compress_array
 from blzarr.errors import FormatError, PickleNotAllowedError, ReadOnlyError, StorageError
 from blzarr.params import cparams as _cparams, defaults, get_nthreads
-from blzarr.parallel import run_all, run_each
+from blzarr.parallel import run_all, run_ordered
 from blzarr.blockcache import disk_blocks, new_generation
 from blzarr.chunkstore import MemoryChunks
 from blzarr.stores import create_store, open_chunks, open_dir
@@ -661,23 +661,15 @@ class carray:
     def _append_full_chunks(self, arr, pos):
         """Append the full chunks of arr[pos:], in order; returns the position after the last one.
 
-        They are compressed a batch at a time on the thread pool (the codec releases the GIL), each
-        straight from `arr` into its own bytes, then written in order, so the store sees the same
-        sequence of appends as one thread would make."""
+        Every thread compresses chunks (the codec releases the GIL), each straight from `arr` into its
+        own bytes, while this thread hands the finished ones to the store in order (on disk: writes
+        them), so the store sees the same sequence of appends as one thread would make and the writes
+        overlap the compression of the next chunks."""
         cl = self._chunklen
         nfull = (len(arr) - pos) // cl
-        datas = [None] * nfull
-        ts, cp = self._typesize, self._cparams
-
-        def one(k):
-            datas[k] = compress_array(arr[pos + k * cl:pos + (k + 1) * cl], ts, cp)
-        batch = 8 * max(1, get_nthreads())
-        for b0 in range(0, nfull, batch):
-            ks = range(b0, min(nfull, b0 + batch))
-            run_each(one, ks)
-            for k in ks:
-                self._chunks.append(chunk(None, self._chunk_atom, _data=datas[k]))
-                datas[k] = None
+        ts, cp, atom, store = self._typesize, self._cparams, self._chunk_atom, self._chunks
+        run_ordered(lambda k: compress_array(arr[pos + k * cl:pos + (k + 1) * cl], ts, cp),
+                    lambda k, data: store.append(chunk(None, atom, _data=data)), nfull)
         return pos + nfull * cl
 
     def _new_chunk(self, arr):

@@ -117,3 +117,88 @@ def run_each(fn, items):
 
 
 _DONE = object()
+
+
+def run_ordered(produce, consume, count, window=None):
+    """consume(k, produce(k)) for k = 0 .. count-1: `produce` on every thread (the calling one
+    included), `consume` on the calling thread, in order, as soon as item k is ready.
+
+    Producing the next items overlaps consuming the earlier ones (compressing chunks while the
+    calling thread writes the finished ones); at most `window` items (default 4 per thread) are
+    produced ahead of the consumer, which bounds the memory they hold.  The first exception of either
+    side stops the others and is raised."""
+    n = get_nthreads()
+    if n <= 1 or count < 2 or threading.current_thread().name.startswith("blzarr"):
+        for k in range(count):
+            consume(k, produce(k))
+        return
+    window = max(1, window or 4 * n)
+    cond = threading.Condition()
+    done = {}
+    st = {"next": 0, "consumed": 0, "error": None, "stop": False}
+
+    def claim():            # with cond held: the next item to produce, or None
+        k = st["next"]
+        if st["stop"] or k >= count or k >= st["consumed"] + window:
+            return None
+        st["next"] = k + 1
+        return k
+
+    def make(k):
+        try:
+            r = produce(k)
+        except BaseException as e:  # noqa: B902 - handed to the calling thread
+            with cond:
+                if st["error"] is None:
+                    st["error"] = e
+                st["stop"] = True
+                cond.notify_all()
+            return
+        with cond:
+            done[k] = r
+            cond.notify_all()
+
+    def worker():
+        outer = getattr(_local, "busy", False)
+        _local.busy = True
+        try:
+            while True:
+                with cond:
+                    k = claim()
+                    while k is None:
+                        if st["stop"] or st["next"] >= count:
+                            return
+                        cond.wait()
+                        k = claim()
+                make(k)
+        finally:
+            _local.busy = outer
+    futures = [_executor(n - 1).submit(worker) for _ in range(n - 1)]
+    outer = getattr(_local, "busy", False)
+    _local.busy = True
+    try:
+        for k in range(count):
+            while True:
+                with cond:
+                    if st["error"] is not None:
+                        raise st["error"]
+                    if k in done:
+                        r = done.pop(k)
+                        break
+                    j = claim()
+                    if j is None:
+                        cond.wait()
+                        continue
+                make(j)             # nothing ready: produce one more here
+            consume(k, r)
+            del r
+            with cond:
+                st["consumed"] = k + 1
+                cond.notify_all()
+    finally:
+        _local.busy = outer
+        with cond:
+            st["stop"] = True
+            cond.notify_all()
+        for f in futures:
+            f.result()

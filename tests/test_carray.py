@@ -1035,3 +1035,45 @@ def test_run_each_calls_every_item_once_and_raises_the_first_error():
             run_each(fail, range(50))
     finally:
         blzarr.set_nthreads(old)
+
+
+@pytest.mark.parametrize("nthreads", [1, 2, 3])
+def test_run_ordered_consumes_in_order_and_raises_the_first_error(nthreads):
+    from blzarr.parallel import run_ordered
+    import threading
+    import time
+    old = blzarr.set_nthreads(nthreads)
+    try:
+        made, got, lock = set(), [], threading.Lock()
+        ahead = []
+
+        def produce(k):
+            time.sleep(0.0005 * (k % 3))            # finish out of order
+            with lock:
+                made.add(k)
+                ahead.append(len(made) - len(got))
+            return k * k
+
+        def consume(k, v):
+            assert threading.current_thread() is threading.main_thread()
+            got.append((k, v))
+        run_ordered(produce, consume, 60, window=4)
+        assert got == [(k, k * k) for k in range(60)]
+        assert max(ahead) <= 4 + 1                  # never more than the window ahead of the consumer
+
+        def bad_produce(k):
+            if k == 7:
+                raise ValueError("made 7")
+            return k
+        got.clear()
+        with pytest.raises(ValueError, match="made 7"):
+            run_ordered(bad_produce, lambda k, v: got.append(k), 40)
+        assert got == list(range(len(got))) and len(got) <= 7
+
+        def bad_consume(k, v):
+            if k == 5:
+                raise KeyError("used 5")
+        with pytest.raises(KeyError, match="used 5"):
+            run_ordered(lambda k: k, bad_consume, 40)
+    finally:
+        blzarr.set_nthreads(old)
