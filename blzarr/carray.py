@@ -1179,6 +1179,14 @@ class carray:
         start, stop, step = rows.indices(self._len)
         n = ix.slice_length(start, stop, step)
         out = np.empty((n,) + p2.shape[1:], dtype=p2.dtype)
+        if step == 1 and n:
+            # chunk by chunk on every thread, each decoded into a buffer of its thread (no temporary
+            # array of full atoms), the key applied from there into the result
+            cl = max(1, self._chunklen)
+            edges = [start] + list(range((start // cl + 1) * cl, start + n, cl)) + [start + n]
+            fused.run_blocks(list(zip(edges[:-1], edges[1:])), fused.Decoder({"x": self}, cl),
+                             lambda s, e, b: out.__setitem__(slice(s - start, e - start), b["x"][sub]))
+            return out
         # rows per step: enough chunks to keep every thread decoding, at most ~32 MB of full atoms
         isz = max(1, self._atom.itemsize)
         blen = max(1, self._chunklen) * 2 * max(1, get_nthreads())
@@ -1382,6 +1390,12 @@ class carray:
         # every chunk reduced on its thread, from a buffer of that thread (blzarr.fused)
         blen = max(self._chunklen, 1)
         bounds = fused.block_bounds(self._len, blen)
+        if (op == "sum" and not kw and probe.dtype == bool and len(axes) == self.ndim and not keepdims
+                and out is None):
+            # a count: NumPy's sum of booleans would first cast every block to int
+            parts = fused.run_blocks(bounds, fused.Decoder({"x": self}, blen),
+                                     lambda s, e, b: np.count_nonzero(b["x"]))
+            return np.sum(np.array([0] + parts, dtype=np.int_))
         if 0 not in axes:
             parts = fused.run_blocks(bounds, fused.Decoder({"x": self}, blen),
                                      lambda s, e, b: f(b["x"], axis=axes, keepdims=keepdims, **kw))

@@ -13,7 +13,7 @@ import numpy as np
 from blzarr import fused
 from blzarr import integrations
 from blzarr.optional import have, need
-from blzarr.params import defaults
+from blzarr.params import defaults, get_nthreads
 
 _PY_NAMESPACE = {name: getattr(np, name) for name in (
     "abs", "sqrt", "exp", "log", "log10", "log1p", "expm1", "sin", "cos", "tan", "arcsin", "arccos",
@@ -358,6 +358,7 @@ def eval(expression, vm=None, out_flavor=None, user_dict=None, blen=None, depth=
         parts = list(blocks)
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
     out = None
+    pending, npending, batch = [], 0, 0
     for block in blocks:
         if block.ndim == 0:
             return block[()]
@@ -366,7 +367,16 @@ def eval(expression, vm=None, out_flavor=None, user_dict=None, blen=None, depth=
             kw.setdefault("expectedlen", max(len(v) for v in operands.values() if _is_array(v))
                           if any(_is_array(v) for v in operands.values()) else len(block))
             out = integrations.get("new_array")(block, **kw)
-        else:
-            out.append(block)
+            # blocks are appended a few chunks at a time, so that the result's chunks are compressed
+            # on every thread (an append of one block at a time compresses them one by one)
+            batch = 4 * max(1, get_nthreads()) * max(1, int(getattr(out, "chunklen", 1)))
+            continue
+        pending.append(block)
+        npending += len(block)
+        if npending >= batch:
+            out.append(pending[0] if len(pending) == 1 else np.concatenate(pending))
+            pending, npending = [], 0
+    if pending:
+        out.append(pending[0] if len(pending) == 1 else np.concatenate(pending))
     out.flush()
     return out

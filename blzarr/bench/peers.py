@@ -71,6 +71,14 @@ class Peer:
     def where(self, a, mask):
         raise Unsupported
 
+    def eval_sum(self, a, thr):
+        """How many values exceed `thr`, through the library's expression engine."""
+        raise Unsupported
+
+    def col0(self, a):
+        """The first column of a 2-D array, as a NumPy array."""
+        return a[:, 0]
+
     def nbytes_stored(self, a):
         return None
 
@@ -80,6 +88,9 @@ class Peer:
 
     def disk_open(self, path):
         raise Unsupported
+
+    def disk_sum(self, path):
+        return self.sum(self.disk_open(path))
 
     def append_open(self, path, dtype, total):
         raise Unsupported
@@ -123,6 +134,9 @@ class _CarrayLike(Peer):
 
     def where(self, a, mask):
         return np.fromiter(a.where(mask), dtype=a.dtype)
+
+    def eval_sum(self, a, thr):
+        return self.mod.eval(f"a > {thr!r}", user_dict={"a": a}).sum()
 
     def iterate(self, a, n):
         _consume(a.iter(0, n))
@@ -179,7 +193,8 @@ class Bcolz(_CarrayLike):
 class Blosc2(Peer):
     name = "blosc2"
     NOTES = ("blosc2: `where` is `a[mask]` with a compressed boolean NDArray; appends are "
-             "`resize` + slice assignment (NDArray has no append).",)
+             "`resize` + slice assignment (NDArray has no append); `eval_sum` is `(a > x)[:].sum()` "
+             "(faster here than the lazy `(a > x).sum()`).",)
 
     def setup(self):
         try:
@@ -203,6 +218,9 @@ class Blosc2(Peer):
 
     def where(self, a, mask):
         return a[mask]
+
+    def eval_sum(self, a, thr):
+        return (a > thr)[:].sum()       # faster here than the lazy (a > thr).sum()
 
     def nbytes_stored(self, a):
         return int(a.schunk.cbytes)
@@ -232,7 +250,8 @@ class Blosc2(Peer):
 class Zarr(Peer):
     name = "zarr"
     NOTES = ("zarr: has no iterator, `iterate` reads chunk by chunk and iterates each NumPy chunk; "
-             "`where` is `a.vindex[mask]` with an uncompressed NumPy mask; `sum` is `a[:].sum()`.",)
+             "`where` is `a.vindex[mask]` with an uncompressed NumPy mask; `sum` is `a[:].sum()`, "
+             "`eval_sum` `(a[:] > x).sum()`.",)
 
     def setup(self):
         try:
@@ -283,6 +302,9 @@ class Zarr(Peer):
     def where(self, a, mask):
         return a.vindex[mask]
 
+    def eval_sum(self, a, thr):
+        return (a[:] > thr).sum()
+
     def nbytes_stored(self, a):
         try:
             return int(a.nbytes_stored())
@@ -307,8 +329,8 @@ class Zarr(Peer):
 class Numpy(Peer):
     name = "numpy"
     NOTES = ("numpy: `create`/`read all` are `x.copy()`; on disk `np.save`/`np.load` (open+read) and "
-             "`np.load(mmap_mode='r')` for scalars and slices; appends write raw bytes to one file; "
-             "ctable peer is pandas.",)
+             "`np.load(mmap_mode='r')` for scalars, slices and a[:, 0] (copied); `disk_sum` is "
+             "`np.load(path).sum()`; appends write raw bytes to one file; ctable peer is pandas.",)
 
     def setup(self):
         self.pd = None
@@ -329,6 +351,15 @@ class Numpy(Peer):
 
     def where(self, a, mask):
         return a[mask]
+
+    def eval_sum(self, a, thr):
+        return (a > thr).sum()
+
+    def col0(self, a):
+        return np.ascontiguousarray(a[:, 0])    # a copy: the memory-mapped column is only a view
+
+    def disk_sum(self, path):
+        return np.load(path).sum()
 
     def nbytes_stored(self, a):
         return int(a.nbytes)
