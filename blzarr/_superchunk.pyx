@@ -8,6 +8,7 @@ it reads (`io_stats`), so tests can check that lazy reads touch only what they n
 """
 
 import hashlib
+import os
 
 try:
     # zlib-ng's CRC-32 and Adler-32 are the same functions as zlib's, bit for bit, at 7-9x the speed
@@ -232,7 +233,7 @@ cdef Py_ssize_t _pread_all(int fd, char *dest, Py_ssize_t n, int64_t pos) except
     _stat_calls += calls
     _stat_bytes += done
     if err:
-        raise OSError(err, f"pread of {n} bytes at {pos} failed")
+        raise StorageError(err, f"{os.strerror(err)} (reading {n} bytes at {pos})")
     return done
 
 
@@ -286,7 +287,7 @@ def pwrite_all(int fd, data, int64_t pos, where=None):
                 break
             done += r
     if err:
-        raise StorageError(err, f"cannot write {n} bytes at {pos} of {where or 'file'}")
+        raise StorageError(err, f"{os.strerror(err)} (writing {n} bytes at {pos} of {where or 'a file'})")
     return n
 
 

@@ -20,7 +20,7 @@ from blzarr import integrations
 from blzarr.arrayprint import array2string
 from blzarr.attrs import attrs as _attrs
 from blzarr.chunk import blosc_typesize, chunk, compress_array
-from blzarr.errors import FormatError, PickleNotAllowedError, ReadOnlyError, StorageError
+from blzarr.errors import FormatError, PickleNotAllowedError, ReadOnlyError, StorageError, storage_error, storage_op
 from blzarr.params import cparams as _cparams, defaults, get_nthreads
 from blzarr.parallel import run_all, run_ordered
 from blzarr.blockcache import disk_blocks, new_generation
@@ -164,6 +164,21 @@ def _expand_ellipsis(key, ndim):
     return key[:k] + (slice(None),) * max(0, ndim - used) + key[k + 1:]
 
 
+
+def _create_or_open(self, args, kwargs):
+    """The verb of a constructor's StorageError: data or mode 'w' create, otherwise open."""
+    data = args[0] if args else kwargs.get("array")
+    return "create" if data is not None or kwargs.get("mode") == "w" else "open"
+
+
+def _remove(path, how):
+    """Remove what mode 'w' replaces; a failure names the directory and keeps the OS's reason."""
+    try:
+        how(path)
+    except OSError as e:
+        raise storage_error(e, f"cannot replace '{path}' (mode 'w' removes what it holds first)") from e
+
+
 class carray:
     """carray(array=None, cparams=None, dtype=None, dflt=None, expectedlen=None, chunklen=None,
     rootdir=None, mode='a', format=None, allow_pickle=False, safe=True, checksum='crc32', reserve=0,
@@ -210,6 +225,7 @@ class carray:
     12
     """
 
+    @storage_op(_create_or_open)
     def __init__(self, array=None, cparams=None, dtype=None, dflt=None, expectedlen=None,
                  chunklen=None, rootdir=None, mode="a", format=None, allow_pickle=False, safe=True,
                  checksum=_UNSET, reserve=0, superchunklen=None, meta=None, storage_options=None, **kwargs):
@@ -359,9 +375,9 @@ class carray:
                 if os.path.isdir(self._rootdir) and not os.path.islink(self._rootdir):
                     if old_lock is None:
                         old_lock = lock_dir(self._rootdir)   # never remove what another process writes
-                    shutil.rmtree(self._rootdir)
+                    _remove(self._rootdir, shutil.rmtree)
                 else:
-                    os.remove(self._rootdir)
+                    _remove(self._rootdir, os.remove)
             self._chunks = self._create_store()
             self._ondisk = True
             self._dirlock = lock_dir(self._rootdir)
@@ -601,6 +617,7 @@ class carray:
         self.flush()
         return self._chunks.verify(len(self._chunks) + bool(self._nleft))
 
+    @storage_op("compact")
     def compact(self):
         """'blz' format: reclaim the space left by chunks rewritten elsewhere; returns the bytes freed."""
         self._check_writable()
@@ -702,6 +719,7 @@ class carray:
                         f"array of shape {np.shape(array)} does not fit atoms of shape {tail}") from None
         return np.ascontiguousarray(arr)
 
+    @storage_op("append to")
     def append(self, array):
         """Append the atoms of `array` (anything NumPy can convert) at the end."""
         self._check_writable()
@@ -746,6 +764,7 @@ class carray:
             self._nleft = rest
         self._len += n
 
+    @storage_op("flush")
     def flush(self):
         """Write the leftover atoms and the sizes to disk (no-op in memory, or when nothing changed)."""
         if not self._ondisk or self._mode == "r" or not self._dirty:
@@ -764,6 +783,7 @@ class carray:
             self._stale_chunks = False
             self._dirty = False
 
+    @storage_op("close")
     def close(self):
         """Flush, then give back the directory's write lock (``blzarr.locking``): the carray becomes
         read-only.  Dropping the last reference does the same, without the flush.
@@ -787,6 +807,7 @@ class carray:
             self._attrs.mode = "r"
             self._attrs._why_readonly = self.__dict__.get("_why_readonly")
 
+    @storage_op("resize")
     def resize(self, nitems):
         """Grow (filling with `dflt`) or shrink to `nitems` atoms."""
         self._check_writable()
@@ -811,6 +832,7 @@ class carray:
         elif nitems < self._len:
             self.trim(self._len - nitems)
 
+    @storage_op("trim")
     def trim(self, nitems):
         """Remove the last `nitems` atoms (a negative number grows, like resize)."""
         self._check_writable()
@@ -1547,6 +1569,7 @@ class carray:
         self._blockcache = None
         self._chunks.free_cachemem()
 
+    @storage_op("purge")
     def purge(self):
         """Remove the on-disk data, the whole root directory, in either layout (bcolz's purge).
 

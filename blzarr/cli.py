@@ -26,6 +26,7 @@ import blzarr
 from blzarr.bench import command as bench_command
 from blzarr.carray import carray, human_readable_size
 from blzarr.ctable import check_name, ctable, legacy_columns_dir
+from blzarr.errors import storage_error
 from blzarr.files import ROOTDIRS_FILE, ObjectPath, detect, detect_store, read_json
 from blzarr.bytestore import find_objects, is_url, join, open_bytestore
 
@@ -519,13 +520,16 @@ def cmd_convert(args, out):
         raise
     finally:
         progress.close()
-    if os.path.lexists(dst):
-        old = tmp + ".old"
-        os.replace(dst, old)
-        os.replace(tmp, dst)
-        shutil.rmtree(old, ignore_errors=True) if os.path.isdir(old) else os.remove(old)
-    else:
-        os.replace(tmp, dst)
+    try:
+        if os.path.lexists(dst):
+            old = tmp + ".old"
+            os.replace(dst, old)
+            os.replace(tmp, dst)
+            shutil.rmtree(old, ignore_errors=True) if os.path.isdir(old) else os.remove(old)
+        else:
+            os.replace(tmp, dst)
+    except OSError as e:
+        raise storage_error(e, f"cannot put the converted copy at '{dst}' (it is left at '{tmp}')") from e
     new = _open(dst, allow_pickle=args.allow_pickle)
     nb, disk = int(new.nbytes), _disk_bytes(dst)
     print(f"converted {kind} '{src_path}' ({src.format}) -> '{dst}' ({fmt}): {len(new)} rows, "

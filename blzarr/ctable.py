@@ -27,7 +27,7 @@ from blzarr import indexing as ix
 from blzarr import integrations
 from blzarr.attrs import attrs as _attrs
 from blzarr.carray import carray, human_readable_size, operator_index
-from blzarr.errors import FormatError, ReadOnlyError, StorageError
+from blzarr.errors import FormatError, ReadOnlyError, StorageError, storage_error, storage_op
 from blzarr.locking import lock_dir
 from blzarr.optional import have
 from blzarr.params import cparams as _cparams, defaults
@@ -161,6 +161,13 @@ class cols:
 
 
 # ------------------------------------------------------------------------------------------- ctable
+
+def _create_or_open(self, args, kwargs):
+    """The verb of the constructor's StorageError: columns or mode 'w' create, otherwise open."""
+    data = args[0] if args else kwargs.get("columns")
+    return "create" if data is not None or kwargs.get("mode") == "w" else "open"
+
+
 class ctable:
     """ctable(columns=None, names=None, rootdir=None, mode=None, cparams=None, expectedlen=None,
     chunklen=None, format=None, auto_flush=True, allow_pickle=False, **kwargs)
@@ -222,6 +229,7 @@ class ctable:
     >>> import shutil; shutil.rmtree("ctable_example")
     """
 
+    @storage_op(_create_or_open)
     def __init__(self, columns=None, names=None, **kwargs):
         rootdir = kwargs.pop("rootdir", None)
         mode = kwargs.pop("mode", None)
@@ -293,11 +301,17 @@ class ctable:
             return
         old_lock = None
         if os.path.exists(self._rootdir):
-            if os.path.isdir(self._rootdir) and not os.path.islink(self._rootdir):
-                old_lock = lock_dir(self._rootdir)   # never remove what another process writes
-                shutil.rmtree(self._rootdir)
-            else:
-                os.remove(self._rootdir)
+            try:
+                if os.path.isdir(self._rootdir) and not os.path.islink(self._rootdir):
+                    old_lock = lock_dir(self._rootdir)   # never remove what another process writes
+                    shutil.rmtree(self._rootdir)
+                else:
+                    os.remove(self._rootdir)
+            except StorageError:
+                raise
+            except OSError as e:
+                raise storage_error(e, f"cannot replace '{self._rootdir}' (mode 'w' removes what it "
+                                       "holds first)") from e
         os.makedirs(self._rootdir)
         self._dirlock = lock_dir(self._rootdir)
         if old_lock is not None:
@@ -634,6 +648,7 @@ class ctable:
         raise ValueError(f"cannot append an object of type {type(rows).__name__} to a ctable "
                          "(use a tuple for one row, a list of columns, a structured array or a ctable)")
 
+    @storage_op("append to")
     def append(self, rows):
         """Append rows at the end of the table.
 
@@ -695,6 +710,7 @@ class ctable:
             raise
         self._len = old + n
 
+    @storage_op("resize")
     def resize(self, nitems):
         """Grow the table to `nitems` rows (new rows take each column's `dflt`) or shrink it.
 
@@ -723,6 +739,7 @@ class ctable:
         if self.auto_flush:
             self.flush()
 
+    @storage_op("trim")
     def trim(self, nitems):
         """Remove the last `nitems` rows.
 
@@ -756,6 +773,7 @@ class ctable:
         if self.auto_flush:
             self.flush()
 
+    @storage_op("add a column to")
     def addcol(self, newcol, name=None, pos=None, move=False, **kwargs):
         """Add a column.
 
@@ -828,6 +846,7 @@ class ctable:
         if self.auto_flush:
             self.flush()
 
+    @storage_op("remove a column from")
     def delcol(self, name=None, pos=None, keep=False):
         """Remove a column, given by `name` or by position `pos`.
 
@@ -901,6 +920,7 @@ class ctable:
         old.append(arr)
         old.flush()
 
+    @storage_op("flush")
     def flush(self):
         """Write every column's buffered rows and sizes to disk (nothing to do in memory).
 
@@ -913,6 +933,7 @@ class ctable:
             c.flush()
 
 
+    @storage_op("close")
     def close(self):
         """Flush, then give back the directory's write lock (``blzarr.locking``): the table and its
         columns become read-only.  Dropping the last reference does the same, without the flush.

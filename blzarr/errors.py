@@ -16,6 +16,8 @@ Examples
 StorageError
 """
 
+import functools
+
 
 class BlzarrError(Exception):
     """Base class of every blzarr error."""
@@ -42,4 +44,54 @@ class PickleNotAllowedError(BlzarrError, ValueError):
 
 
 class StorageError(BlzarrError, OSError):
-    """A directory or file is missing or cannot be used as asked."""
+    """A directory or file is missing or cannot be used as asked.
+
+    Made from an OSError (`storage_error`), its text says what failed on which path, then the OS's
+    reason (``cannot create '/data/x': [Errno 28] No space left on device``), and it keeps the
+    OSError's ``errno``, ``strerror`` and ``filename``.
+    """
+
+    def __str__(self):
+        if len(self.args) == 1 and isinstance(self.args[0], str):
+            return self.args[0]      # the whole text, even with errno/strerror/filename set
+        return super().__str__()
+
+
+def os_reason(e):
+    """The operating system's reason in an OSError, as Python prints it: ``[Errno 28] No space left on
+    device`` (the text, not only the number), or the exception's own text when it has no errno."""
+    if getattr(e, "errno", None) is not None and getattr(e, "strerror", None):
+        return f"[Errno {e.errno}] {e.strerror}"
+    return str(e) or type(e).__name__
+
+
+def storage_error(e, doing):
+    """`e`, an OSError, as a `StorageError` whose text is `doing` (what failed, naming the path) then
+    the OS's reason and the file it names; errno, strerror and filename are kept.  A blzarr error is
+    returned unchanged."""
+    if isinstance(e, BlzarrError):
+        return e
+    text = f"{doing}: {os_reason(e)}"
+    if getattr(e, "filename", None) is not None and f"'{e.filename}'" not in doing:
+        text += f" ('{e.filename}')"
+    err = StorageError(text)
+    err.errno, err.strerror, err.filename = e.errno, e.strerror, e.filename
+    return err
+
+
+def storage_op(verb):
+    """Decorator of the methods that touch the filesystem: an OSError that is not already a blzarr error
+    leaves them as a `StorageError` "cannot <verb> '<rootdir>': [Errno N] reason"."""
+    def decorate(fn):
+        @functools.wraps(fn)
+        def wrapper(self, *args, **kwargs):
+            try:
+                return fn(self, *args, **kwargs)
+            except BlzarrError:
+                raise
+            except OSError as e:
+                root = self.__dict__.get("_rootdir") or kwargs.get("rootdir")
+                v = verb(self, args, kwargs) if callable(verb) else verb
+                raise storage_error(e, f"cannot {v} '{root}'" if root else f"cannot {v}") from e
+        return wrapper
+    return decorate

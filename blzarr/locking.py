@@ -19,11 +19,11 @@ try:
 except ImportError:  # pragma: no cover - Windows
     fcntl = None
 
-from blzarr.errors import BlzarrError
+from blzarr.errors import StorageError, storage_error
 
 
-class LockError(BlzarrError, OSError):
-    """Another process is writing the directory (it holds its advisory lock)."""
+class LockError(StorageError):
+    """Another process is writing the directory (it holds its advisory lock); a `StorageError`."""
 
 
 _lock = threading.Lock()
@@ -60,7 +60,7 @@ class DirLock:
         try:
             fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
         except OSError as e:
-            raise LockError(e.errno, f"cannot open '{self.path}' to lock it: {e.strerror}") from None
+            raise storage_error(e, f"cannot open '{self.path}' to lock it") from None
         try:
             st = os.fstat(fd)
             key = (st.st_dev, st.st_ino)
@@ -81,7 +81,7 @@ class DirLock:
                                 "directory's lock): open it with mode 'r' to read it, or close the "
                                 "other writer first") from None
                         if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
-                            raise LockError(e.errno, f"cannot lock '{self.path}': {e.strerror}") from None
+                            raise storage_error(e, f"cannot lock '{self.path}'") from None
                         # a filesystem without flock support: no locking rather than no writing
                     _held[key] = [fd, 1]
                     fd = None
