@@ -558,13 +558,21 @@ class carray:
 
     @property
     def nbytes(self):
+        """The size of the data uncompressed, in bytes: ``len(c) * c.atomsize``, NumPy's ``c[:].nbytes``
+        (for ``dtype=object``: the bytes of the pickles).  bcolz's meaning."""
         if self._isobj:
             return sum(c.nbytes for c in self._chunks)
         return self._len * self._atom.itemsize
 
     @property
     def cbytes(self):
-        """Compressed bytes: the chunks plus the uncompressed leftover buffer."""
+        """The size of the compressed data, in bytes, as bcolz counts it: the compressed chunks plus the
+        buffer of the last, partial chunk, which stays uncompressed and is counted whole
+        (``chunklen * atomsize``), so a carray shorter than one chunk has ``cbytes > nbytes``.
+
+        The compression ratio is ``nbytes / cbytes`` (`compression_ratio`), in the repr, `info` and
+        ``blzarr info``/``ls`` alike; the bytes a directory takes on disk (``blzarr info``'s "on
+        disk") also count metadata, attributes, checksums and file headers."""
         return self._chunks.cbytes + (0 if self._isobj else self._last.nbytes)
 
     @property
@@ -1596,7 +1604,7 @@ class carray:
     # ---------------------------------------------------------------- display
     def __repr__(self):
         nb, cb = self.nbytes, self.cbytes
-        ratio = nb / cb if cb else float("nan")
+        ratio = compression_ratio(nb, cb)
         blocksize = self._chunks[0].blocksize if len(self._chunks) else 0
         s = (f"carray({self.shape}, {self.dtype})\n"
              f"  nbytes := {human_readable_size(nb)}; cbytes := {human_readable_size(cb)}; "
@@ -1631,7 +1639,7 @@ class _Info:
         nb, cb = obj.nbytes, obj.cbytes
         rows = [("type", type(obj).__name__), ("shape", obj.shape), ("dtype", obj.dtype),
                 ("nbytes", human_readable_size(nb)), ("cbytes", human_readable_size(cb)),
-                ("ratio", f"{nb / cb:.2f}" if cb else "nan"), ("cparams", obj.cparams),
+                ("ratio", f"{compression_ratio(nb, cb):.2f}"), ("cparams", obj.cparams),
                 ("chunklen", obj.chunklen), ("nchunks", obj.nchunks), ("rootdir", obj.rootdir),
                 ("mode", obj.mode)]
         self.text = "\n".join(f"{k:10}: {v}" for k, v in rows)
@@ -1698,6 +1706,12 @@ def operator_index(value, name):
         return int(np.int64(value)) if isinstance(value, np.integer) else int(value.__index__())
     except (AttributeError, TypeError):
         raise TypeError(f"{name} must be an integer, got {value!r}") from None
+
+
+def compression_ratio(nbytes, cbytes):
+    """``nbytes / cbytes``: the compression ratio of a carray or ctable (bcolz's), NaN when `cbytes`
+    is 0.  The repr, ``info`` and the command line's ``info`` and ``ls`` all show this one."""
+    return nbytes / cbytes if cbytes else float("nan")
 
 
 def human_readable_size(n):

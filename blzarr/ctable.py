@@ -26,7 +26,7 @@ from blzarr import chunked_eval as _ce
 from blzarr import indexing as ix
 from blzarr import integrations
 from blzarr.attrs import attrs as _attrs
-from blzarr.carray import carray, human_readable_size, operator_index
+from blzarr.carray import carray, compression_ratio, human_readable_size, operator_index
 from blzarr.errors import FormatError, ReadOnlyError, StorageError, storage_error, storage_op
 from blzarr.locking import lock_dir
 from blzarr.optional import have
@@ -542,12 +542,14 @@ class ctable:
 
     @property
     def nbytes(self):
-        """Uncompressed bytes of all the columns."""
+        """The size of the data uncompressed, in bytes: the sum of the columns' `carray.nbytes`."""
         return sum(c.nbytes for c in self.cols.values())
 
     @property
     def cbytes(self):
-        """Compressed bytes of all the columns."""
+        """The size of the compressed data, in bytes: the sum of the columns' `carray.cbytes` (each
+        counts its compressed chunks plus the whole buffer of its last, partial chunk, as bcolz does).
+        The ratio shown everywhere is ``nbytes / cbytes``."""
         return sum(c.cbytes for c in self.cols.values())
 
     @property
@@ -1809,7 +1811,7 @@ class ctable:
 
     def __repr__(self):
         nb, cb = self.nbytes, self.cbytes
-        ratio = nb / cb if cb else float("nan")
+        ratio = compression_ratio(nb, cb)
         s = (f"ctable({self.shape}, {self.dtype})\n"
              f"  nbytes: {human_readable_size(nb)}; cbytes: {human_readable_size(cb)}; "
              f"ratio: {ratio:.2f}\n"
