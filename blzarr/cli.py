@@ -2,7 +2,7 @@
 
     blzarr info ROOT [--json]        what a carray or ctable directory holds
     blzarr ls DIR [--json]           the carrays and ctables below a directory
-    blzarr verify ROOT               check every header, offset, checksum and chunk; exit 1 on damage
+    blzarr verify ROOT...            check every header, offset, checksum and chunk; exit 1 on damage
     blzarr convert SRC DST --format blz|bcolz [--cname C] [--clevel N] [--shuffle S]
     blzarr bench [OPTIONS]           the benchmark harness (python -m bench in a checkout)
 
@@ -23,14 +23,16 @@ import uuid
 import numpy as np
 
 import blzarr
+from blzarr import _superchunk
 from blzarr.bench import command as bench_command
-from blzarr.carray import carray, human_readable_size
+from blzarr.carray import carray, compression_ratio, human_readable_size
 from blzarr.ctable import check_name, ctable, legacy_columns_dir
 from blzarr.errors import storage_error
 from blzarr.files import ROOTDIRS_FILE, ObjectPath, detect, detect_store, read_json
 from blzarr.bytestore import find_objects, is_url, join, open_bytestore
 
 PROG = "blzarr"
+CHECKSUM_NAMES = [name for _, (name, _) in sorted(_superchunk.CHECKSUMS.items())]
 # a conversion of more uncompressed bytes than this shows progress
 PROGRESS_BYTES = 256 * 1024 * 1024
 # rows are copied in blocks of about this many uncompressed bytes
@@ -107,7 +109,18 @@ def _disk_bytes(path):
 
 
 def _ratio(nbytes, cbytes):
-    return round(nbytes / cbytes, 2) if cbytes else None
+    """The compression ratio nbytes / cbytes (as the repr and ``info`` show it), rounded like them."""
+    return round(compression_ratio(nbytes, cbytes), 2) if cbytes else None
+
+
+def _n(count, word, plural=None):
+    """'1 chunk', '2 chunks', '0 rows': a count with its noun in the right number."""
+    return f"{count} {word if count == 1 else (plural or word + 's')}"
+
+
+def _fmt_ratio(r):
+    """A ratio as the repr and ``info`` print it: two decimals."""
+    return "-" if r is None else f"{r:.2f}"
 
 
 def _jsonable(v):
@@ -137,7 +150,7 @@ def carray_info(c):
          "cbytes": int(c.cbytes)}
     if c.rootdir:
         d["disk_bytes"] = _disk_bytes(c.rootdir)
-    d["ratio"] = _ratio(d["nbytes"], d.get("disk_bytes") or d["cbytes"])
+    d["ratio"] = _ratio(d["nbytes"], d["cbytes"])
     layout = c.store.describe()     # what the layout adds (superchunk files in BLZ)
     if layout:
         k = layout["superchunklen"]
@@ -157,7 +170,7 @@ def ctable_info(t):
          "ncols": len(t.names), "dtype": str(t.dtype), "nbytes": int(t.nbytes), "cbytes": int(t.cbytes)}
     if t.rootdir:
         d["disk_bytes"] = _disk_bytes(t.rootdir)
-    d["ratio"] = _ratio(d["nbytes"], d.get("disk_bytes") or d["cbytes"])
+    d["ratio"] = _ratio(d["nbytes"], d["cbytes"])
     d["attrs"] = _jsonable(t.attrs.getall())
     cols = []
     for n in t.names:
@@ -203,29 +216,30 @@ def render_info(d):
         pairs = [("path", d["path"]), ("type", "carray"), ("layout", layout), ("dtype", d["dtype"]),
                  ("shape", tuple(d["shape"])),
                  ("chunklen", f"{d['chunklen']} ({_size(d['chunk_bytes'])} a chunk)"),
-                 ("chunks", f"{d['nchunks']} full + {d['nleftover']} leftover rows")]
+                 ("chunks", f"{d['nchunks']} full + {_n(d['nleftover'], 'leftover row')}")]
         if d["format"] == "blz":
-            pairs += [("superchunklen", f"{d['superchunklen']} chunks ({_size(d['superchunk_bytes'])} "
-                                        f"a file), {d['files']} file(s)"),
+            pairs += [("superchunklen", f"{_n(d['superchunklen'], 'chunk')} ({_size(d['superchunk_bytes'])} "
+                                        f"a file), {_n(d['files'], 'file')}"),
                       ("checksum", d["checksum"]), ("reserve", d["reserve"])]
         pairs += [("codec", _codec_text(d["codec"])), ("nbytes", _size(d["nbytes"])),
                   ("cbytes", _size(d["cbytes"])), ("on disk", _size(d.get("disk_bytes"))),
-                  ("ratio", d["ratio"]), ("attrs", d["attrs"])]
+                  ("ratio", _fmt_ratio(d["ratio"])), ("attrs", d["attrs"])]
         if d["format"] == "blz":
             pairs += [("meta", d["meta"]), ("vlmeta", d["vlmeta"])]
         return _kv(pairs)
     pairs = [("path", d["path"]), ("type", "ctable"), ("layout", d["format"]),
              ("rows", d["nrows"]), ("columns", d["ncols"]), ("nbytes", _size(d["nbytes"])),
              ("cbytes", _size(d["cbytes"])), ("on disk", _size(d.get("disk_bytes"))),
-             ("ratio", d["ratio"]), ("attrs", d["attrs"])]
+             ("ratio", _fmt_ratio(d["ratio"])), ("attrs", d["attrs"])]
     rows = []
     for c in d["columns"]:
         sc = c.get("superchunklen")
         rows.append([c["name"], c["dtype"], tuple(c["shape"][1:]) or "", c["chunklen"],
                      "-" if sc is None else sc, _codec_text(c["codec"]), c.get("checksum") or "-",
-                     _size(c["nbytes"]), _size(c.get("disk_bytes")), _fmt_value(c["ratio"])])
+                     _size(c["nbytes"]), _size(c["cbytes"]), _size(c.get("disk_bytes")),
+                     _fmt_ratio(c["ratio"])])
     header = ["column", "dtype", "atom", "chunklen", "superchunk", "codec", "checksum", "nbytes",
-              "on disk", "ratio"]
+              "cbytes", "on disk", "ratio"]
     return _kv(pairs) + "\n\n" + _table(rows, header)
 
 
@@ -277,21 +291,22 @@ def cmd_ls(args, out):
         except Exception as e:  # one damaged entry must not hide the others
             bad += 1
             records.append({"path": rel, "type": kind, "error": _message(e)})
-            rows.append([rel, kind, "?", "?", "?", "?", "?", f"DAMAGED: {_message(e)}"])
+            rows.append([rel, kind, "?", "?", "?", "?", "?", "?", f"DAMAGED: {_message(e)}"])
             continue
         if isinstance(obj, carray):
             shape, dtype = list(obj.shape), str(obj.dtype)
         else:
-            shape, dtype = [len(obj), len(obj.names)], f"{len(obj.names)} columns"
-        nb, disk = int(obj.nbytes), _disk_bytes(path)
+            shape, dtype = [len(obj), len(obj.names)], _n(len(obj.names), "column")
+        nb, cb, disk = int(obj.nbytes), int(obj.cbytes), _disk_bytes(path)
         records.append({"path": rel, "type": kind, "format": obj.format, "shape": shape, "dtype": dtype,
-                        "nbytes": nb, "disk_bytes": disk, "ratio": _ratio(nb, disk)})
-        rows.append([rel, kind, obj.format, tuple(shape), dtype, _size(nb), _size(disk),
-                     _fmt_value(_ratio(nb, disk))])
+                        "nbytes": nb, "cbytes": cb, "disk_bytes": disk, "ratio": _ratio(nb, cb)})
+        rows.append([rel, kind, obj.format, tuple(shape), dtype, _size(nb), _size(cb), _size(disk),
+                     _fmt_ratio(_ratio(nb, cb))])
     if args.json:
         print(json.dumps(records, indent=2), file=out)
     elif rows:
-        print(_table(rows, ["path", "type", "layout", "shape", "dtype", "nbytes", "on disk", "ratio"]),
+        print(_table(rows, ["path", "type", "layout", "shape", "dtype", "nbytes", "cbytes", "on disk",
+                            "ratio"]),
               file=out)
     else:
         print(f"no carray or ctable below '{root}'", file=out)
@@ -312,10 +327,11 @@ def verify_carray(path):
     if c.format == "bcolz":
         extra = c.store.stray_files(c.nchunks + (1 if c.nleftover else 0))
         if extra:
-            notes.append(f"{len(extra)} stray chunk file(s) beyond the data ({extra[0]}...): ignored by readers")
-        what = f"{c.nchunks} chunks + {c.nleftover} leftover rows decoded"
+            notes.append(f"{_n(len(extra), 'stray chunk file')} beyond the data ({extra[0]}...): "
+                         "ignored by readers")
+        what = f"{_n(c.nchunks, 'chunk')} + {_n(c.nleftover, 'leftover row')} decoded"
     else:
-        what = (f"{summary['chunks']} chunks in {summary['files']} file(s), "
+        what = (f"{_n(summary['chunks'], 'chunk')} in {_n(summary['files'], 'file')}, "
                 f"{summary['checksum']} checksums verified, all decoded")
     return f"carray, {c.format}, {c.dtype}, shape {c.shape}: {what}", notes
 
@@ -336,18 +352,23 @@ def verify_ctable(path):
             raise CLIError(f"column {n!r}: {_message(e)}") from None
         notes += [f"column {n!r}: {x}" for x in nn]
     t = ctable(rootdir=path, mode="r", allow_pickle=True, **_kw(path))   # equal lengths, attributes
-    return f"ctable, {t.format}, {len(t)} rows, {len(t.names)} columns verified", notes
+    return f"ctable, {t.format}, {_n(len(t), 'row')}, {_n(len(t.names), 'column')} verified", notes
 
 
 def cmd_verify(args, out):
-    root = args.root
-    if not _exists(root):
-        raise CLIError(f"'{root}' does not exist")
-    targets = list(_objects_below(root)) if is_url(root) or os.path.isdir(root) else []
+    targets, problems = {}, []
+    for root in args.roots:
+        if not _exists(root):
+            problems.append(f"'{root}' does not exist")
+            continue
+        found = list(_objects_below(root)) if is_url(root) or os.path.isdir(root) else []
+        if not found:
+            problems.append(f"'{root}' holds no carray or ctable")
+        targets.update((path, kind) for path, kind in found if path not in targets)
     if not targets:
-        raise CLIError(f"'{root}' holds no carray or ctable")
+        raise CLIError("; ".join(problems))
     damaged = 0
-    for path, kind in targets:
+    for path, kind in targets.items():
         try:
             if kind == "carray":
                 line, notes = verify_carray(path)
@@ -360,9 +381,11 @@ def cmd_verify(args, out):
         print(f"OK       {path}: {line}", file=out)
         for note in notes:
             print(f"  note: {note}", file=out)
-    if damaged:
-        raise CLIError(f"{damaged} of {len(targets)} object(s) below '{root}' are damaged"
-                       if len(targets) > 1 else f"'{root}' is damaged")
+    n = len(targets)
+    summary = f"{_n(n, 'object')} verified: {n - damaged} OK" + (f", {damaged} damaged" if damaged else "")
+    print(summary, file=out)
+    if damaged or problems:
+        raise CLIError("; ".join(problems + ([f"{damaged} of {_n(n, 'object')} damaged"] if damaged else [])))
     return 0
 
 
@@ -531,9 +554,10 @@ def cmd_convert(args, out):
     except OSError as e:
         raise storage_error(e, f"cannot put the converted copy at '{dst}' (it is left at '{tmp}')") from e
     new = _open(dst, allow_pickle=args.allow_pickle)
-    nb, disk = int(new.nbytes), _disk_bytes(dst)
-    print(f"converted {kind} '{src_path}' ({src.format}) -> '{dst}' ({fmt}): {len(new)} rows, "
-          f"{_size(nb)} -> {_size(disk)} on disk (ratio {_fmt_value(_ratio(nb, disk))})", file=out)
+    nb, cb, disk = int(new.nbytes), int(new.cbytes), _disk_bytes(dst)
+    print(f"converted {kind} '{src_path}' ({src.format}) -> '{dst}' ({fmt}): {_n(len(new), 'row')}, "
+          f"{_size(nb)} -> {_size(cb)} compressed (ratio {_fmt_ratio(_ratio(nb, cb))}), {_size(disk)} on disk",
+          file=out)
     return 0
 
 
@@ -553,9 +577,10 @@ def _convert_to_url(src, src_path, dst, kind, fmt, args, out):
     finally:
         progress.close()
     new = _open(dst, allow_pickle=args.allow_pickle)
-    nb, disk = int(new.nbytes), _disk_bytes(dst)
-    print(f"converted {kind} '{src_path}' ({src.format}) -> '{dst}' ({fmt}): {len(new)} rows, "
-          f"{_size(nb)} -> {_size(disk)} stored (ratio {_fmt_value(_ratio(nb, disk))})", file=out)
+    nb, cb, disk = int(new.nbytes), int(new.cbytes), _disk_bytes(dst)
+    print(f"converted {kind} '{src_path}' ({src.format}) -> '{dst}' ({fmt}): {_n(len(new), 'row')}, "
+          f"{_size(nb)} -> {_size(cb)} compressed (ratio {_fmt_ratio(_ratio(nb, cb))}), {_size(disk)} stored",
+          file=out)
     return 0
 
 
@@ -591,6 +616,19 @@ def _json_object(text):
     return obj
 
 
+def _int_in(lo, hi=None):
+    """An argparse type: an integer from `lo` to `hi` (a bad one is a bad command line, exit 2)."""
+    def parse(text):
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if v < lo or (hi is not None and v > hi):
+            raise argparse.ArgumentTypeError(f"{v} is not in {lo}-{hi}" if hi is not None else f"{v} < {lo}")
+        return v
+    return parse
+
+
 def build_parser():
     """The argparse parser of the command line: one subcommand (info, ls, verify, convert, bench) each."""
     p = _Parser(prog=PROG, description="Inspect, check and convert blzarr/bcolz carrays and ctables.")
@@ -603,7 +641,7 @@ def build_parser():
     _storage_arg(s)
     s.set_defaults(func=cmd_info)
     s = sub.add_parser("ls", help="the carrays and ctables below a directory")
-    s.add_argument("dir", metavar="DIR")
+    s.add_argument("dir", metavar="DIR", help="a directory (or URL): every carray and ctable below it")
     s.add_argument("--json", action="store_true", help="print JSON instead of a table")
     _storage_arg(s)
     s.set_defaults(func=cmd_ls)
@@ -611,21 +649,25 @@ def build_parser():
                        description="Check a carray or ctable (or every one below a directory): metadata, "
                                    "and every chunk decoded; in the BLZ layout also every superchunk header, "
                                    "offsets table and chunk checksum.  The bcolz layout has no checksums: "
-                                   "damage that still decodes cannot be seen there.  Exit status 1 names "
-                                   "what is damaged.")
-    s.add_argument("root", metavar="ROOT", help="a carray or ctable directory, or a directory of them")
+                                   "damage that still decodes cannot be seen there.  Exit status 1 when any "
+                                   "is damaged (or a ROOT is missing), and the summary names how many.")
+    s.add_argument("roots", metavar="ROOT", nargs="+",
+                   help="carray or ctable directories (or URLs), or directories of them: every one found "
+                        "is verified, then a summary; exit 1 if any is damaged or missing")
     _storage_arg(s)
     s.set_defaults(func=cmd_verify)
     s = sub.add_parser("convert", help="copy a carray or ctable chunk by chunk into another layout/codec")
-    s.add_argument("src", metavar="SRC")
-    s.add_argument("dst", metavar="DST")
+    s.add_argument("src", metavar="SRC", help="the carray or ctable to copy (a directory or URL)")
+    s.add_argument("dst", metavar="DST", help="where the copy goes (must not exist, unless --overwrite)")
     s.add_argument("--format", choices=("blz", "bcolz"), help="layout of DST (default: the source's)")
-    s.add_argument("--cname", help="codec: " + ", ".join(blzarr.blosc_compressor_list()))
-    s.add_argument("--clevel", type=int, help="compression level 0-9")
+    s.add_argument("--cname", choices=blzarr.blosc_compressor_list(), metavar="CNAME",
+                   help="codec: " + ", ".join(blzarr.blosc_compressor_list()))
+    s.add_argument("--clevel", type=_int_in(0, 9), help="compression level 0-9")
     s.add_argument("--shuffle", choices=sorted(SHUFFLES), help="shuffle filter")
-    s.add_argument("--chunklen", type=int, help="rows per chunk (default: the source's)")
-    s.add_argument("--checksum", help="BLZ: checksum of each chunk (crc32, adler32, md5, sha256, none...)")
-    s.add_argument("--superchunklen", type=int, help="BLZ: chunks per superchunk file")
+    s.add_argument("--chunklen", type=_int_in(1), help="rows per chunk (default: the source's)")
+    s.add_argument("--checksum", choices=CHECKSUM_NAMES, metavar="CHECKSUM",
+                   help="BLZ: checksum of each chunk: " + ", ".join(CHECKSUM_NAMES))
+    s.add_argument("--superchunklen", type=_int_in(1), help="BLZ: chunks per superchunk file")
     s.add_argument("--overwrite", action="store_true", help="replace DST if it exists")
     s.add_argument("--allow-pickle", action="store_true",
                    help="allow converting data of Python objects (unpickling can run code)")
@@ -669,16 +711,17 @@ def main(argv=None, out=None):
     >>> a = blzarr.arange(1000, rootdir="cli_example/a", mode="w", chunklen=100)
     >>> t = blzarr.ctable([np.arange(3)], names=["x"], rootdir="cli_example/t", mode="w", format="bcolz")
     >>> main(["ls", "cli_example"])
-    path  type    layout  shape    dtype      nbytes   on disk   ratio
-    ----  ------  ------  -------  ---------  -------  --------  -----
-    a     carray  blz     (1000,)  int64      7.81 KB  ...
+    path  type    layout  shape    dtype     nbytes   cbytes    on disk   ratio
+    ----  ------  ------  -------  --------  -------  --------  --------  -----
+    a     carray  blz     (1000,)  int64     7.81 KB  ...
     t     ctable  bcolz   ...
     0
     >>> main(["verify", "cli_example/a"])
-    OK       cli_example/a: carray, blz, int64, shape (1000,): 10 chunks in 1 file(s), crc32 checksums verified, all decoded
+    OK       cli_example/a: carray, blz, int64, shape (1000,): 10 chunks in 1 file, crc32 checksums verified, all decoded
+    1 object verified: 1 OK
     0
     >>> main(["convert", "cli_example/a", "cli_example/b", "--format", "bcolz", "--cname", "zlib"])
-    converted carray 'cli_example/a' (blz) -> 'cli_example/b' (bcolz): 1000 rows, 7.81 KB -> ... on disk (ratio ...)
+    converted carray 'cli_example/a' (blz) -> 'cli_example/b' (bcolz): 1000 rows, 7.81 KB -> ... compressed (ratio ...), ... on disk
     0
     >>> blzarr.open("cli_example/b").cparams.cname
     'zlib'

@@ -68,7 +68,7 @@ def test_info_carray_text_and_json(store):
     assert d["dtype"] == "float64" and d["chunklen"] == 100 and d["chunk_bytes"] == 100 * 24
     assert d["superchunklen"] == 3 and d["superchunk_bytes"] == 3 * 100 * 24
     assert d["files"] == 7   # 20 chunks, 3 a file
-    assert d["nbytes"] == a.nbytes and d["ratio"] == round(a.nbytes / d["disk_bytes"], 2)
+    assert d["nbytes"] == a.nbytes and d["ratio"] == round(a.nbytes / d["cbytes"], 2)   # nbytes / cbytes
     assert d["codec"]["cname"] == blzarr.defaults.cparams["cname"]
     assert d["attrs"] == {"origin": "test"} and d["meta"] == {"units": "m"} and d["vlmeta"] == {"note": "hello"}
 
@@ -252,7 +252,7 @@ def test_convert_refusals(store):
     rc, _, err = run("convert", a, a)
     assert rc == 1 and "overlaps" in one_error_line(err)
     rc, _, err = run("convert", a, str(root / "x"), "--cname", "nosuchcodec")
-    assert rc == 1 and "nosuchcodec" in one_error_line(err)
+    assert rc == 2 and "nosuchcodec" in one_error_line(err)          # a bad command line
     assert not (root / "x").exists()
     assert not [p for p in os.listdir(root) if "converting" in p]   # no temporary left behind
     rc, _, err = run("convert", str(root / "sub" / "b"), str(root / "y"), "--format", "bcolz", "--checksum", "md5")
@@ -341,3 +341,75 @@ def test_subprocess_python_m_blzarr(store):
                        capture_output=True, text=True, env=env, timeout=120)
     assert p.returncode == 1 and p.stdout == ""
     assert "does not exist" in one_error_line(p.stderr)
+
+
+# ----------------------------------------------------------------------------- issue 16: the command line
+@pytest.mark.parametrize("argv, what", [
+    (["--cname", "foo"], "argument --cname: invalid choice: 'foo'"),
+    (["--clevel", "12"], "argument --clevel: 12 is not in 0-9"),
+    (["--clevel", "x"], "argument --clevel: 'x' is not an integer"),
+    (["--checksum", "crc64"], "argument --checksum: invalid choice: 'crc64'"),
+    (["--chunklen", "0"], "argument --chunklen: 0 < 1"),
+    (["--superchunklen", "-3"], "argument --superchunklen: -3 < 1"),
+    (["--shuffle", "sideways"], "argument --shuffle: invalid choice"),
+])
+def test_a_bad_option_value_is_a_bad_command_line(store, argv, what):
+    root, _ = store
+    dst = root / "never"
+    rc, out, err = run("convert", str(root / "a"), str(dst), *argv)
+    line = one_error_line(err)
+    assert rc == 2 and out == "" and line.startswith("blzarr convert: error: " + what), line
+    assert not dst.exists()
+
+
+def test_verify_several_paths_and_directories(store):
+    root, _ = store
+    b, t = root / "sub" / "b", root / "sub" / "deeper" / "t"
+    rc, out, err = run("verify", str(root / "a"), str(root / "sub"), str(b))   # b twice: verified once
+    assert rc == 0 and err == ""
+    lines = out.splitlines()
+    assert [ln.split()[0] for ln in lines[:-1]] == ["OK"] * 3
+    assert lines[-1] == "3 objects verified: 3 OK"
+    # one damaged, one missing: the others are still verified, exit 1, the summary says so
+    path = root / "a" / "data" / "__2__.bin"
+    flip_byte(path, os.path.getsize(path) - 40)
+    rc, out, err = run("verify", str(root / "a"), str(root / "nope"), str(t))
+    assert rc == 1
+    assert out.count("DAMAGED") == 1 and out.count("OK ") == 1
+    assert out.splitlines()[-1] == "2 objects verified: 1 OK, 1 damaged"
+    line = one_error_line(err)
+    assert f"'{root / 'nope'}' does not exist" in line and "1 of 2 objects damaged" in line
+
+
+def test_positional_arguments_have_help(capsys):
+    for command, names in [("info", ["ROOT"]), ("ls", ["DIR"]), ("verify", ["ROOT"]),
+                           ("convert", ["SRC", "DST"])]:
+        assert cli.main([command, "--help"]) == 0
+        text = capsys.readouterr().out
+        section = text.split("positional arguments:")[1].split("options:")[0]
+        for name in names:
+            helpline = [ln for ln in section.splitlines() if ln.strip().startswith(name)]
+            assert helpline and len(helpline[0].split()) > 1, (command, name, section)
+
+
+def test_counts_have_the_right_plural(tmp_path):
+    c = blzarr.carray(np.arange(10), rootdir=str(tmp_path / "one" / "c"), chunklen=10, format="blz")
+    c.close()
+    b = blzarr.carray(np.arange(11), rootdir=str(tmp_path / "one" / "b"), chunklen=10, format="bcolz")
+    b.close()
+    t = blzarr.ctable({"x": np.arange(1)}, rootdir=str(tmp_path / "one" / "t"))
+    t.close()
+    texts = []
+    for argv in (["info", str(tmp_path / "one" / "c")], ["ls", str(tmp_path / "one")],
+                 ["verify", str(tmp_path / "one")], ["verify", str(tmp_path / "one" / "t")],
+                 ["convert", str(tmp_path / "one" / "t"), str(tmp_path / "t2")]):
+        rc, out, err = run(*argv)
+        assert rc == 0, err
+        texts.append(out)
+    text = "\n".join(texts)
+    for wrong in ("1 chunks", "1 columns", "1 files", "1 rows", "1 objects", "file(s)", "object(s)",
+                  "1 leftover rows"):
+        assert wrong not in text, wrong
+    for right in ("1 chunk in 1 file", "1 column", "1 row", "1 chunk + 1 leftover row",
+                  "3 objects verified"):
+        assert right in text, right
