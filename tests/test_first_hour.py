@@ -162,3 +162,30 @@ def test_writing_through_a_view_of_an_on_disk_carray_says_why_it_is_read_only(tm
     m = blzarr.carray(np.arange(3)).view()              # in memory a view is writable
     m[0] = 7
     assert m[0] == 7
+
+
+def test_the_demo_explains_its_timings_and_leaves_its_data(tmp_path, capsys):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("demo", os.path.join(ROOT, "examples", "demo.py"))
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(demo, "REPEAT", 1)
+    try:
+        demo.main(["--dir", str(tmp_path / "d"), "--n", "50000"])
+    finally:
+        monkey.undo()
+    out = capsys.readouterr().out
+    root = str(tmp_path / "d")
+    assert f"writes its data to {root}" in out and f"The data are still in {root}" in out
+    assert f"blzarr info {os.path.join(root, 'series.blz')}" in out
+    timing = [ln for ln in out.splitlines() if " ms " in ln]
+    assert len(timing) == 6 and all(len(ln.split(" ms ")) == 3 and ln.split(" ms ")[2].strip()
+                                    for ln in timing)          # each: blzarr, NumPy, and what it shows
+    assert "whole query on both sides" in out and "what it shows" in out
+    # the data stay, in the layout their names say, and the command line reads them
+    assert blzarr.open(os.path.join(root, "series.blz"), mode="r").format == "blz"
+    assert len(blzarr.open(os.path.join(root, "trades.blz"), mode="r")) == 10_000
+    from blzarr import cli
+    assert cli.main(["verify", root]) == 0
+    assert "2 objects verified: 2 OK" in capsys.readouterr().out
