@@ -601,6 +601,9 @@ class BlzDir(BlzMetalayers):
                     fno = f.fno
                     self._inuse[fno] = self._inuse.get(fno, 0) + 1
         if data is not None:
+            if expected_nbytes >= 0 and int.from_bytes(data[4:8], "little") != expected_nbytes:
+                raise ChunkError(f"bad Blosc chunk ({where}): it holds {int.from_bytes(data[4:8], 'little')} "
+                                 f"bytes, {expected_nbytes} expected")
             _chunk.decompress_into(data, out, nthreads, False, where)
             return out
         if buf is None:
@@ -1033,9 +1036,10 @@ class BlzDir(BlzMetalayers):
 
 
 class LazyChunk(chunk):
-    """One chunk of a BLZ file: only its header and bstarts are read until data is asked for."""
+    """One chunk of a BLZ file, read on demand.  A full chunk (its size known from the carray) reads
+    nothing until used: a whole decode reads the chunk, a partial one its header, bstarts and blocks."""
 
-    __slots__ = ("_store", "_n")
+    __slots__ = ("_store", "_n", "_head")
 
     def __init__(self, store, n, atom, expected_nbytes=-1):
         self._store = store
@@ -1043,18 +1047,32 @@ class LazyChunk(chunk):
         self.atom = np.dtype(atom)
         self._where = store._where(n)
         self._data = None
-        h = store.head(n)
-        self.typesize = h[3]
-        self.nbytes = int.from_bytes(h[4:8], "little")
-        self.blocksize = int.from_bytes(h[8:12], "little")
-        self.cbytes = int.from_bytes(h[12:16], "little")
-        if expected_nbytes >= 0 and self.nbytes != expected_nbytes:
-            raise ChunkError(f"bad Blosc chunk ({self._where}): it holds {self.nbytes} bytes, "
-                             f"{expected_nbytes} expected")
+        self._head = None
+        if expected_nbytes >= 0:
+            self.nbytes = expected_nbytes
+        else:
+            self._load_head(-1)
         self._len = self.nbytes // self.atom.itemsize if self.atom.itemsize else 0
 
+    def _load_head(self, expected_nbytes):
+        h = self._store.head(self._n)
+        nbytes = int.from_bytes(h[4:8], "little")
+        if expected_nbytes >= 0 and nbytes != expected_nbytes:
+            raise ChunkError(f"bad Blosc chunk ({self._where}): it holds {nbytes} bytes, "
+                             f"{expected_nbytes} expected")
+        self.nbytes = nbytes
+        self._head = (h[3], int.from_bytes(h[8:12], "little"), int.from_bytes(h[12:16], "little"))
+        return self._head
+
+    def _fields(self):
+        return self._head or self._load_head(self.nbytes)
+
+    typesize = property(lambda self: self._fields()[0])
+    blocksize = property(lambda self: self._fields()[1])
+    cbytes = property(lambda self: self._fields()[2])
+
     def getdata(self):
-        return self._store.read_chunk(self._n)
+        return self._store.read_chunk(self._n, self.nbytes)
 
     def decompress(self, out=None):
         if out is None:
@@ -1065,6 +1083,7 @@ class LazyChunk(chunk):
         if start == 0 and stop == self._len:
             return self.decompress(out)
         if stop > start:
+            self._fields()                  # the header's size checked against the carray's
             isz = self.atom.itemsize
             self._store.read_range(self._n, start * isz, (stop - start) * isz, out)
         return out

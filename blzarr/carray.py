@@ -1338,6 +1338,22 @@ class carray:
         return itertools.chain.from_iterable(self._where(boolarr, limit, skip))
 
     def _where(self, boolarr, limit, skip):
+        if limit is None and not self._isobj and self.ndim == 1 and self._len:
+            # the mask and the values decoded and compacted a window of chunks at a time on every
+            # thread (blzarr.fused); this thread only hands out the selected values
+            cl = max(1, self._chunklen)
+            sel = fused.map_blocks(fused.block_bounds(self._len, cl), fused.Decoder({"m": boolarr, "x": self}, cl),
+                                   lambda s, e, b: b["x"][np.flatnonzero(b["m"])])
+            for vals in sel:
+                if skip:
+                    if skip >= len(vals):
+                        skip -= len(vals)
+                        continue
+                    vals = vals[skip:]
+                    skip = 0
+                if len(vals):
+                    yield _elements(vals)
+            return
         count = 0
         for s, mask in _iter_blocks(boolarr, self._chunklen):
             idx = np.flatnonzero(mask)
@@ -1651,9 +1667,15 @@ class _Info:
 _PY_KINDS = "biufcSU"
 
 
+# dtypes whose memoryview yields the same Python scalars as tolist(), without building the list
+_MV_CHARS = frozenset("?bBhHiIlLqQfd")
+
+
 def _elements(block):
     """The elements of a block, as iteration yields them: Python scalars for plain kinds (bcolz)."""
     if block.ndim == 1 and block.dtype.kind in _PY_KINDS:
+        if block.dtype.char in _MV_CHARS and block.dtype.isnative and block.flags.c_contiguous:
+            return iter(memoryview(block))      # a quarter faster than iterating tolist()
         return block.tolist()
     return iter(block)
 

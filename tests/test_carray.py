@@ -5,6 +5,7 @@ import pickle
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import blzarr
 from blzarr import carray
@@ -1077,3 +1078,25 @@ def test_run_ordered_consumes_in_order_and_raises_the_first_error(nthreads):
             run_ordered(lambda k: k, bad_consume, 40)
     finally:
         blzarr.set_nthreads(old)
+
+
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 30_000), p=st.sampled_from([0.0, 0.01, 0.5, 1.0]),
+       skip=st.integers(0, 40_000), dtype=st.sampled_from(["f8", "f4", "i8", "u2", "?", ">i4", "f2"]),
+       kind=st.sampled_from(["carray", "numpy", "list"]))
+@settings(max_examples=40, deadline=None)
+def test_where_equals_numpy_through_every_mask_kind(seed, n, p, skip, dtype, kind):
+    # the mask and the values are decoded on every thread a window of chunks at a time; the values
+    # come out as Python scalars in order, skip applied across blocks
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(n) * 100).astype(dtype)
+    m = rng.random(n) < p
+    a = blzarr.carray(x, chunklen=1000)
+    key = {"carray": lambda: blzarr.carray(m, chunklen=777), "numpy": lambda: m, "list": lambda: m.tolist()}[kind]()
+    old = blzarr.set_nthreads(2)
+    try:
+        got = list(a.where(key, skip=skip))
+    finally:
+        blzarr.set_nthreads(old)
+    ref = x[m][skip:].tolist()
+    assert got == ref
+    assert [type(v) for v in got[:3]] == [type(v) for v in ref[:3]]

@@ -26,7 +26,8 @@ CT_WHERE_QUANTILE = 0.99  # ctable `where`/`fetchwhere` keep the top 1% of the r
 
 COL_ATOM = 8              # disk_col0: the values as a 2-D array of N/8 rows of 8, then a[:, 0]
 
-MEMORY_OPS = ("create", "read_all", "scalars", "slices", "fancy", "sum", "iter", "where", "eval_sum")
+MEMORY_OPS = ("create", "read_all", "scalars", "slices", "fancy", "sum", "iter", "where", "select",
+              "eval_sum")
 DISK_OPS = ("disk_create", "disk_open_read", "disk_scalars_cold", "disk_scalars_warm",
             "disk_slices_cold", "disk_slices_warm", "disk_append", "disk_sum", "disk_col0")
 CTABLE_OPS = ("ct_create", "ct_where", "ct_fetchwhere", "ct_todataframe")
@@ -41,6 +42,7 @@ LABELS = {
     "sum": "sum()",
     "iter": "iterate 1M values",
     "where": "where(mask), 10% true",
+    "select": "a[mask] (bulk), 10% true",
     "eval_sum": "eval('a > x').sum(), 10% true",
     "disk_create": "disk: create + flush",
     "disk_open_read": "disk: open + read all",
@@ -236,7 +238,7 @@ class Runner:
         for p in self.peers:
             try:
                 objs[p.name] = p.create(x)
-                masks[p.name] = p.make_mask(mask) if "where" in self.ops else None
+                masks[p.name] = p.make_mask(mask) if {"where", "select"} & set(self.ops) else None
                 self.sizes[dname][p.name] = p.nbytes_stored(objs[p.name])
             except Exception as exc:
                 self.note(f"{p.name}: cannot create the in-memory array on {dname}: "
@@ -269,6 +271,7 @@ class Runner:
                     "sum": lambda p=p, a=a: p.sum(a),
                     "iter": lambda p=p, a=a: p.iterate(a, min(N_ITER, len(x))),
                     "where": lambda p=p, a=a: p.where(a, masks[p.name]),
+                    "select": lambda p=p, a=a: p.select(a, masks[p.name]),
                     "eval_sum": lambda p=p, a=a: p.eval_sum(a, thr),
                 }[op]
                 self.measure(row, p, op, fn)
@@ -289,8 +292,11 @@ class Runner:
                     if "where" in self.ops:
                         m = mask[: len(ref)]
                         ok = ok and np.array_equal(np.asarray(p.where(a, p.make_mask(m))), ref[m])
+                    if "select" in self.ops:
+                        m = mask[: len(ref)]
+                        ok = ok and np.array_equal(np.asarray(p.select(a, p.make_mask(m))), ref[m])
                 if not ok:
-                    self.note(f"{p.name}: WRONG RESULT on {dname} (read all, sum, a[i] or where "
+                    self.note(f"{p.name}: WRONG RESULT on {dname} (read all, sum, a[i], where or a[mask] "
                               f"differ from NumPy)")
             except P.Unsupported:
                 pass

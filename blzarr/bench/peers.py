@@ -71,6 +71,11 @@ class Peer:
     def where(self, a, mask):
         raise Unsupported
 
+    def select(self, a, mask):
+        """The values where `mask` (from make_mask) is true, as one array: the library's bulk form
+        of `where` (by default the same call as `where`)."""
+        return self.where(a, mask)
+
     def eval_sum(self, a, thr):
         """How many values exceed `thr`, through the library's expression engine."""
         raise Unsupported
@@ -134,6 +139,9 @@ class _CarrayLike(Peer):
 
     def where(self, a, mask):
         return np.fromiter(a.where(mask), dtype=a.dtype)
+
+    def select(self, a, mask):
+        return a[mask]          # a boolean carray as the key (bcolz too)
 
     def eval_sum(self, a, thr):
         return self.mod.eval(f"a > {thr!r}", user_dict={"a": a}).sum()
