@@ -567,7 +567,7 @@ class BlzDir(BlzMetalayers):
         _chunk.validate(data, expected_nbytes, where)
         return data
 
-    def decode_chunk_into(self, n, out, expected_nbytes=-1, nthreads=1):
+    def decode_chunk_into(self, n, out, expected_nbytes=-1, nthreads=1, part=None):
         """Decode chunk n whole into the contiguous array `out`, its checksum verified and its structure
         validated first (as `read_chunk`), and return `out`.
 
@@ -575,18 +575,27 @@ class BlzDir(BlzMetalayers):
         calling thread, reused from chunk to chunk, and is not cached: a long read streams through one
         warm buffer instead of allocating, faulting in and freeing a chunk-sized buffer per chunk (that
         cost as much as the decoding), and leaves the cache to the random reads it serves.  The chunk is
-        remembered as verified, so later reads of a few of its blocks read only those blocks."""
+        remembered as verified, so later reads of a few of its blocks read only those blocks.
+        With `part` = (start, nbytes, out_offset), only those bytes are decoded (into `out` at
+        out_offset), the whole chunk still read and verified."""
         try:
-            return self._decode_chunk_into(n, out, expected_nbytes, nthreads)
+            return self._decode_chunk_into(n, out, expected_nbytes, nthreads, part)
         except (FormatError, ChunkError):
             if self.mode != "r":
                 raise
             with self._lock:
                 self._forget_file(n // self.K + 1)
                 self._drop_chunk(n)
-            return self._decode_chunk_into(n, out, expected_nbytes, nthreads)
+            return self._decode_chunk_into(n, out, expected_nbytes, nthreads, part)
 
-    def _decode_chunk_into(self, n, out, expected_nbytes, nthreads):
+    @staticmethod
+    def _decode(data, out, nthreads, part, where):
+        if part is None:
+            _chunk.decompress_into(data, out, nthreads, False, where)
+        else:
+            _chunk.getitem_into(data, part[0], part[1], out, part[2], False, where)
+
+    def _decode_chunk_into(self, n, out, expected_nbytes, nthreads, part):
         where = _Where(self, n)
         with self._lock:
             f, fd, off = self._offset(n)
@@ -604,7 +613,7 @@ class BlzDir(BlzMetalayers):
             if expected_nbytes >= 0 and int.from_bytes(data[4:8], "little") != expected_nbytes:
                 raise ChunkError(f"bad Blosc chunk ({where}): it holds {int.from_bytes(data[4:8], 'little')} "
                                  f"bytes, {expected_nbytes} expected")
-            _chunk.decompress_into(data, out, nthreads, False, where)
+            self._decode(data, out, nthreads, part, where)
             return out
         if buf is None:
             try:
@@ -613,7 +622,7 @@ class BlzDir(BlzMetalayers):
                 with self._lock:
                     self._release_fd(fno)
         with memoryview(buf) as mv, mv[:ct] as view:
-            _chunk.decompress_into(view, out, nthreads, False, where)
+            self._decode(view, out, nthreads, part, where)
         with self._lock:
             f.verified.add(n)
             if len(f.verified) > VERIFIED_CACHE:
@@ -662,8 +671,9 @@ class BlzDir(BlzMetalayers):
 
         A chunk in the cache is decoded from memory.  Otherwise, once the chunk has been verified (or
         when the dataset has no checksums), only the needed blocks are read from the file; a chunk not
-        yet verified is read whole, verified and cached, and so is a chunk touched again soon after a
-        lazy read while the chunk cache has free room.  Returns the bytes read from the file."""
+        yet verified is read whole and verified, and cached while the chunk cache has room (else read
+        through a reused buffer), and so is a chunk touched again soon after a lazy read while the cache
+        has free room.  Returns the bytes read from the file."""
         where = _Where(self, n)
         with self._lock:
             f, fd, off = self._offset(n)
@@ -687,6 +697,12 @@ class BlzDir(BlzMetalayers):
                 fno = f.fno
                 self._inuse[fno] = self._inuse.get(fno, 0) + 1
         if data is None and not lazy:
+            ct = self._ctbytes.get(n)
+            if ct is not None and self._chunks.nbytes + ct > CHUNK_CACHE_BYTES:
+                # the first touch of a chunk when caching it would evict another: read and verify it
+                # through this thread's buffer, decode the part wanted, keep nothing but "verified"
+                self.decode_chunk_into(n, out, -1, 1, (start, nbytes, out_offset))
+                return ct + self.cksize
             data = self.read_chunk(n)
         if data is not None:
             _chunk.getitem_into(data, start, nbytes, out, out_offset, False, where)

@@ -337,10 +337,10 @@ class RemoteBlzDir(BlzDir):
             data = self.bytes.get_range(self._key(f.fno), off, end)
         return self._check_chunk(n, data, end - off, expected_nbytes, where)
 
-    def decode_chunk_into(self, n, out, expected_nbytes=-1, nthreads=1):
+    def decode_chunk_into(self, n, out, expected_nbytes=-1, nthreads=1, part=None):
         # a chunk comes whole from the byte store and stays cached (a request costs more than memory),
         # not streamed through a reused buffer as from a local file
-        _chunk.decompress_into(self.read_chunk(n, expected_nbytes), out, nthreads, False, self._where(n))
+        self._decode(self.read_chunk(n, expected_nbytes), out, nthreads, part, self._where(n))
         return out
 
     def _check_chunk(self, n, data, slot_bytes, expected_nbytes, where):
