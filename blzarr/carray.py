@@ -9,6 +9,7 @@ import pickle
 import shutil
 import tempfile
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -30,8 +31,9 @@ from blzarr.locking import lock_dir
 from blzarr.bytestore import is_url, local_path, open_bytestore
 from blzarr.files import META_DIR, STORAGE_FILE
 
-# uncompressed bytes of the chunks a slice of an object-storage carray fetches at once
-PREFETCH_BATCH_BYTES = 256 * 1024 * 1024
+# uncompressed bytes of the chunks a slice of an object-storage carray fetches at once (two batches
+# are in memory at a time: the one being decoded, the next one being fetched)
+PREFETCH_BATCH_BYTES = 64 * 1024 * 1024
 
 _MB = 1024 * 1024
 _UNSET = object()
@@ -1030,12 +1032,17 @@ class carray:
             else:
                 pieces.append((n, lo, hi, out[off:off + hi - lo]))
         if self._bytes is not None and len(pieces) > 1:
-            # object storage: the chunks of a batch fetched at once (coalesced, concurrent), then decoded
+            # object storage: the chunks of a batch fetched at once (coalesced, concurrent), the next
+            # batch fetched while this one is decoded
             batch = max(1, PREFETCH_BATCH_BYTES // max(1, self._chunklen * self._atom.itemsize))
-            for k in range(0, len(pieces), batch):
-                part = pieces[k:k + batch]
-                chunks.prefetch([p[0] for p in part])
-                run_all(lambda p: chunks[p[0]].read_range(p[1], p[2], p[3]), part)
+            parts = [pieces[k:k + batch] for k in range(0, len(pieces), batch)]
+            with ThreadPoolExecutor(1) as ahead:
+                fetching = ahead.submit(chunks.prefetch, [p[0] for p in parts[0]])
+                for k, part in enumerate(parts):
+                    fetching.result()
+                    if k + 1 < len(parts):
+                        fetching = ahead.submit(chunks.prefetch, [p[0] for p in parts[k + 1]])
+                    run_all(lambda p: chunks[p[0]].read_range(p[1], p[2], p[3]), part)
             return out
         run_all(lambda p: chunks[p[0]].read_range(p[1], p[2], p[3]), pieces)
         return out

@@ -9,7 +9,7 @@ a reader never counts a chunk object that is not there.
 import json
 
 from blzarr.bcolz_layout import BLP_HEADER, BLP_HEADER_SIZE, BLP_MAGIC, CHUNK_EXT, BcolzDir
-from blzarr.bytestore import join
+from blzarr.bytestore import ConcurrentWriterError, join
 from blzarr.errors import FormatError, StorageError
 from blzarr.files import ATTRS_FILE, DATA_DIR, META_DIR, SIZES_FILE, ObjectPath, parse_json
 
@@ -25,10 +25,28 @@ class RemoteBcolzDir(BcolzDir):
         self.datadir = join(self.rootdir, DATA_DIR)
         self.metadir = join(self.rootdir, META_DIR)
         self._listing = None
+        self._sizes_etag = False        # meta/sizes as this writer last saw it (False: not looked)
+        self._checked = False           # no other writer seen since the last flush
 
     @classmethod
     def create(cls, rootdir, bytestore):
-        return cls(rootdir, bytestore)
+        self = cls(rootdir, bytestore)
+        self._sizes_etag = None
+        return self
+
+    def _after_open_for_write(self):
+        if self._sizes_etag is False:
+            self._sizes_etag = self.bytes.etag(f"{META_DIR}/{SIZES_FILE}")
+
+    def _check_sole_writer(self):
+        """Before the first upload after a flush: meta/sizes must be as this writer left it."""
+        if self._checked or self._sizes_etag is False:
+            return
+        if self.bytes.etag(f"{META_DIR}/{SIZES_FILE}") != self._sizes_etag:
+            raise ConcurrentWriterError(
+                f"'{self.meta_path(SIZES_FILE)}' was changed by another writer since this one last wrote or "
+                "read it: object storage has no lock, write a dataset from one writer at a time")
+        self._checked = True
 
     def check_layout(self):
         pass
@@ -68,6 +86,8 @@ class RemoteBcolzDir(BcolzDir):
         if n <= 0:
             return
         names = self._list()
+        if not names and getattr(self.bytes, "http", False):
+            return      # a server that lists no directory: a missing chunk is reported when read
         for k in range(min(n, len(names) + 1)):
             if f"__{k}{CHUNK_EXT}" not in names:
                 raise StorageError(
@@ -75,6 +95,7 @@ class RemoteBcolzDir(BcolzDir):
                     f"'{self.meta_path(SIZES_FILE)}' implies {n} full chunk files)")
 
     def write_chunk(self, n, data):
+        self._check_sole_writer()
         payload = BLP_HEADER + bytes(data)
         self.bytes.put(self._key(n), payload)
         if self._listing is not None:
@@ -95,7 +116,10 @@ class RemoteBcolzDir(BcolzDir):
                       and f[2:-len(CHUNK_EXT)].isdigit() and int(f[2:-len(CHUNK_EXT)]) >= expected)
 
     def remove_chunks_from(self, n):
-        for name in self.stray_files(n):
+        names = self.stray_files(n)
+        if names:
+            self._check_sole_writer()
+        for name in names:
             self.bytes.delete(f"{DATA_DIR}/{name}")
             self._listing.pop(name, None)
 
@@ -116,8 +140,14 @@ class RemoteBcolzDir(BcolzDir):
         return obj
 
     def write_meta(self, name, obj):
-        self.bytes.put_atomic(f"{META_DIR}/{name}",
-                              json.dumps(obj, ensure_ascii=True).encode("ascii") + b"\n")
+        key = f"{META_DIR}/{name}"
+        if name == SIZES_FILE:
+            self._checked = False       # checked again at every flush, whatever the chunks saw
+            self._check_sole_writer()
+        self.bytes.put_atomic(key, json.dumps(obj, ensure_ascii=True).encode("ascii") + b"\n")
+        if name == SIZES_FILE:
+            self._sizes_etag = self.bytes.etag(key)
+            self._checked = False
 
     @property
     def attrs_path(self):

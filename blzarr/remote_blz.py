@@ -80,6 +80,7 @@ class RemoteBlzDir(BlzDir):
         self._spooled = set()           # files with a local copy (being written)
         self._dirty = set()             # spooled files not uploaded since they changed
         self._prefetched = {}           # chunk -> its slot's bytes, fetched ahead for the next reads
+        self._recent = (None, None, None)   # (chunk, epoch, bytes): the last chunk read whole, even uncached
         self._sizes_etag = False        # meta/sizes as this writer last saw it (False: not yet looked)
         self._upload_on_close = False
 
@@ -122,7 +123,8 @@ class RemoteBlzDir(BlzDir):
         raw = json.dumps(obj, ensure_ascii=True).encode("ascii") + b"\n"
         key = f"{META_DIR}/{name}"
         if name == SIZES_FILE:
-            self.flush_files()                  # the chunks first, the sizes that count them last
+            self._check_sole_writer()
+            self.flush_files(check=False)       # the chunks first, the sizes that count them last
             self.bytes.put_atomic(key, raw)
             self._sizes_etag = self.bytes.etag(key)
         else:
@@ -164,9 +166,27 @@ class RemoteBlzDir(BlzDir):
                     if size is not None:
                         self._sizes[int(digits)] = int(size)
         nums.sort()
+        if not nums and getattr(self.bytes, "http", False):
+            return self._files_from_sizes()
         if not nums and not self.bytes.exists(f"{META_DIR}/storage"):
             raise StorageError(f"'{self.rootdir}' does not exist")
         return nums
+
+    def _files_from_sizes(self):
+        """The superchunk files that meta/sizes needs, for servers that list no directory (plain
+        HTTP): their sizes are asked for (HEAD) when each is first used."""
+        storage = self.read_meta("storage")
+        sizes = self.read_meta("sizes")
+        try:
+            length = int(sizes["shape"][0])
+            chunklen = int(storage["chunklen"])
+            K = int(storage["superchunklen"])
+            objects = storage.get("dtype") == "object"
+        except (KeyError, TypeError, ValueError, IndexError) as e:
+            raise FormatError(f"'{self.meta_path('sizes')}' / meta/storage: cannot tell the superchunk files "
+                              f"of '{self.rootdir}' ({type(e).__name__}: {e})") from None
+        nstored = length if objects else -(-length // max(chunklen, 1))
+        return list(range(1, max(1, -(-nstored // max(K, 1))) + 1))
 
     def _check_full_files(self):
         pass   # lazily: each file is checked when its state is first read (`_load_remote`)
@@ -305,6 +325,8 @@ class RemoteBlzDir(BlzDir):
             if data is None:
                 data = self._prefetched.get(n)
             end = self._slot_end(f, off)
+            if data is None and self._recent[0] == n and self._recent[1] == f.epoch:
+                data = self._recent[2]
             if data is None and self.checksum_id != 0 and n not in f.verified:
                 # its first read will fetch and verify it whole anyway: do it now, one GET
                 data = self._fetch_chunk(n, f, None, off, -1)
@@ -331,6 +353,8 @@ class RemoteBlzDir(BlzDir):
         if fd is not None:
             return super()._fetch_chunk(n, f, fd, off, expected_nbytes)
         where = self._where(n)
+        if self._recent[0] == n and self._recent[1] == f.epoch:
+            return self._recent[2]
         end = self._slot_end(f, off)
         data = self._prefetched.pop(n, None)
         if data is None:
@@ -357,8 +381,15 @@ class RemoteBlzDir(BlzDir):
         _chunk.validate(data, expected_nbytes, where)
         return data
 
+    def _drop_chunk(self, n):
+        super()._drop_chunk(n)
+        if self._recent[0] == n:
+            self._recent = (None, None, None)
+
     def _remember(self, n, data, f):
         super()._remember(n, data, f)
+        if f.fno not in self._spooled:
+            self._recent = (n, f.epoch, data)
         if self._heads.get(n, f.epoch) is None:
             try:
                 h = head_of(data, self._where(n))
@@ -375,6 +406,8 @@ class RemoteBlzDir(BlzDir):
         with self._lock:
             f, _, off = self._offset(n)
             data = self._chunks.get(n, f.epoch)
+            if data is None and self._recent[0] == n and self._recent[1] == f.epoch:
+                data = self._recent[2]
             lazy = data is None and n not in self._prefetched and (self.checksum_id == 0 or n in f.verified)
             if lazy:
                 head = self._head_at(n, f, None, off)
@@ -425,7 +458,8 @@ class RemoteBlzDir(BlzDir):
         """Fetch the slots of chunks `ns` that are not cached yet, adjacent slots of a file in one
         range and the ranges concurrently; the following `read_chunk` calls use them."""
         with self._lock:
-            self._prefetched.clear()
+            if len(self._prefetched) > 4096:
+                self._prefetched.clear()
             runs = []               # [key, start, end, [(n, off, end), ...]]
             budget = PREFETCH_BYTES
             for n in sorted(set(ns)):
@@ -433,7 +467,7 @@ class RemoteBlzDir(BlzDir):
                 if fno in self._spooled or not 0 <= n < self._nphys:
                     continue
                 f, _, off = self._offset(n)
-                if self._chunks.get(n, f.epoch) is not None:
+                if self._chunks.get(n, f.epoch) is not None or n in self._prefetched:
                     continue
                 end = self._slot_end(f, off)
                 budget -= end - off
@@ -538,11 +572,11 @@ class RemoteBlzDir(BlzDir):
                 return
             self._nphys = (self.nfiles - 1) * self.K + last.nchunks
 
-    def flush_files(self, below=None):
+    def flush_files(self, below=None, check=True):
         """Upload the changed files (those numbered below `below` only, when given); complete files
         leave the spool afterwards (later reads of them are ranged GETs)."""
         with self._lock:
-            if any(below is None or fno < below for fno in self._dirty):
+            if check and any(below is None or fno < below for fno in self._dirty):
                 self._check_sole_writer()       # before any upload: never interleave with another writer
             for fno in sorted(self._dirty):
                 if below is not None and fno >= below:

@@ -57,7 +57,10 @@ def open_dir(rootdir, mode="a", bytestore=None):
         return d
     if fmt != "bcolz":
         raise FormatError(f"'{where}': unknown format {fmt!r} (this blzarr reads 'bcolz' and 'blz')")
-    return RemoteBcolzDir(rootdir, bytestore)
+    d = RemoteBcolzDir(rootdir, bytestore)
+    if mode != "r":
+        d._after_open_for_write()
+    return d
 
 
 def open_chunks(directory, rootdir, mode, atom, chunklen, nchunks, nstored, objects):

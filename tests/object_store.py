@@ -58,7 +58,8 @@ class MotoServer:
 
 class RangeHandler(http.server.SimpleHTTPRequestHandler):
     """Serves files with Range support; the server's `fail_next` drops that many responses midway,
-    `deny` (a path prefix) answers 403, `requests` counts the GETs."""
+    `deny` (a path prefix) answers 403, `no_listing` answers 404 for directories, `requests` counts
+    the GETs."""
 
     def log_message(self, *args):
         pass
@@ -67,6 +68,9 @@ class RangeHandler(http.server.SimpleHTTPRequestHandler):
         srv = self.server
         srv.requests += 1
         path = self.translate_path(self.path)
+        if srv.no_listing and os.path.isdir(path):
+            self.send_error(404, "Not found")       # as static hosting that lists no directory
+            return
         if srv.deny and self.path.startswith(srv.deny):
             self.send_error(403, "Forbidden")
             return
@@ -109,6 +113,7 @@ class RangeServer:
         self.httpd.daemon_threads = True
         self.httpd.fail_next = 0
         self.httpd.deny = None
+        self.httpd.no_listing = False
         self.httpd.requests = 0
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)

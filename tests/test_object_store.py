@@ -18,6 +18,14 @@ def data(n=N):
     return (np.arange(n, dtype="f8") * 0.5) ** 1.5
 
 
+def evict(r):
+    """Drop the compressed chunks an object-storage carray keeps (not what it knows of them)."""
+    st = r.store.store
+    st._chunks.clear()
+    st._recent = (None, None, None)
+    r._blockcache = None
+
+
 def gets(obj):
     b = obj._bytes if hasattr(obj, "_bytes") else obj
     return b.stats["get"]
@@ -52,8 +60,7 @@ def test_s3_scalar_reads_cost_one_get_after_first_touch(s3):
     assert r[12345] == a[12345]
     assert gets(r) - g == 1            # the whole chunk, verified (its file's table came at open)
     for i in (12346, 14999, 10000):
-        r._chunks.store._chunks.clear()    # the chunk leaves the cache; it stays verified (its head too)
-        r._blockcache = None
+        evict(r)                           # the chunk leaves the cache; it stays verified (its head too)
         g = gets(r)
         assert r[i] == a[i]
         assert gets(r) - g == 1            # only the block that holds it
@@ -154,6 +161,7 @@ def http_blz(http_root):
     yield f"{base}/{name}", root / name, a, httpd
     httpd.fail_next = 0
     httpd.deny = None
+    httpd.no_listing = False
 
 
 def test_http_read_only(http_blz):
@@ -301,3 +309,62 @@ def test_bytestore_interface(bytestore):
     with pytest.raises(StorageError, match="does not exist"):
         s.get("meta/x")
     assert s.stats["get"] >= 4 and s.stats["put"] == 3
+
+
+@pytest.mark.parametrize("fmt", ["blz", "bcolz"])
+def test_http_server_without_directory_listings(http_root, fmt):
+    """Static hosting lists no directory: the files come from meta/sizes, their sizes from HEAD."""
+    root, base, httpd = http_root
+    name = f"nolist-{fmt}"
+    a = data(50_003)
+    blzarr.carray(a, rootdir=str(root / name), mode="w", chunklen=3000, format=fmt,
+                  **({"superchunklen": 4} if fmt == "blz" else {}))
+    httpd.no_listing = True
+    try:
+        r = blzarr.open(f"{base}/{name}", mode="r")
+        np.testing.assert_array_equal(r[:], a)
+        assert r[50_002] == a[50_002] and r[7] == a[7]
+    finally:
+        httpd.no_listing = False
+
+
+def test_s3_bcolz_second_writer_is_detected(s3):
+    url, opts = s3
+    blzarr.carray(data(1000), rootdir=f"{url}/x", mode="w", chunklen=100, format="bcolz", storage_options=opts)
+    w1 = blzarr.open(f"{url}/x", mode="a", storage_options=opts)
+    w2 = blzarr.open(f"{url}/x", mode="a", storage_options=opts)
+    w1.append(np.ones(300))
+    w1.flush()
+    with pytest.raises(ConcurrentWriterError, match="another writer"):
+        w2.append(np.zeros(300))      # its first chunk upload checks meta/sizes: refused before any write
+    np.testing.assert_array_equal(blzarr.open(f"{url}/x", mode="r", storage_options=opts)[1000:], np.ones(300))
+
+
+def test_s3_read_all_in_batches_fetched_ahead(s3, monkeypatch):
+    import sys
+    carray_mod = sys.modules["blzarr.carray"]
+    url, opts = s3
+    a = data()
+    blzarr.carray(a, rootdir=f"{url}/x.blz", mode="w", chunklen=5000, superchunklen=8, storage_options=opts)
+    monkeypatch.setattr(carray_mod, "PREFETCH_BATCH_BYTES", 7 * 5000 * 8)     # 7 chunks a batch
+    r = blzarr.open(f"{url}/x.blz", mode="r", storage_options=opts)
+    g = gets(r)
+    np.testing.assert_array_equal(r[:], a)
+    np.testing.assert_array_equal(r[3:N - 3], a[3:N - 3])
+    assert gets(r) - g <= 2 * (-(-N // 5000 // 7)) + 8
+
+
+def test_s3_first_touch_is_one_get_without_chunk_cache(s3):
+    url, opts = s3
+    a = data()
+    blzarr.carray(a, rootdir=f"{url}/x.blz", mode="w", chunklen=5000, superchunklen=8, storage_options=opts)
+    r = blzarr.open(f"{url}/x.blz", mode="r", storage_options=opts)
+    r.store.store._chunks.limit = 0           # as when the data are much larger than the chunk cache
+    for i in (1, 12_345, 39_999):
+        g = gets(r)
+        assert r[i] == a[i]
+        assert gets(r) - g == 1               # the chunk whole, verified, the atom decoded from it
+    evict(r)
+    g = gets(r)
+    assert r[12_346 + 2000] == a[12_346 + 2000]
+    assert gets(r) - g == 1                   # verified before: only the block
