@@ -64,7 +64,8 @@ from blzarr.defaults import defaults, defaults_ctx  # noqa: E402
 filters = {NOSHUFFLE: "noshuffle", SHUFFLE: "shuffle", BITSHUFFLE: "bitshuffle"}
 
 from blzarr.errors import (  # noqa: E402
-    BlzarrError, ChecksumError, ChunkError, FormatError, PickleNotAllowedError, ReadOnlyError, StorageError,
+    BlzarrError, ChecksumError, ChunkError, ConcurrentWriterError, FormatError, MissingError, PickleNotAllowedError,
+    ReadOnlyError, StorageError,
 )
 import blzarr.attrs  # noqa: E402  (the module, as bcolz.attrs)
 from blzarr.chunk import chunk  # noqa: E402
@@ -92,7 +93,8 @@ from blzarr.locking import LockError  # noqa: E402
 from blzarr.blz import MetalayerError  # noqa: E402
 
 __all__ = [
-    "BITSHUFFLE", "NOSHUFFLE", "SHUFFLE", "BlzarrError", "ChecksumError", "ChunkError", "FormatError",
+    "BITSHUFFLE", "NOSHUFFLE", "SHUFFLE", "BlzarrError", "ChecksumError", "ChunkError", "ConcurrentWriterError",
+    "FormatError", "MissingError",
     "LockError", "MetalayerError", "PickleNotAllowedError", "ReadOnlyError", "StorageError", "arange",
     "array2string", "attrs", "blosc_compressor_list",
     "blosc_set_nthreads", "blosc_version", "carray", "chunk", "cparams", "ctable", "dask_here", "defaults",

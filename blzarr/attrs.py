@@ -7,7 +7,7 @@ mode)`` reads (and writes) the attributes of a carray or ctable directory withou
 import json
 import os
 
-from blzarr.errors import FormatError, ReadOnlyError, StorageError
+from blzarr.errors import FormatError, MissingError, ReadOnlyError
 from blzarr.files import ATTRIBUTES_FILE, ATTRS_FILE, META_DIR, STORAGE_FILE, ObjectPath, read_json, write_json
 
 # the name of the attributes file in the bcolz layout (bcolz.attrs.ATTRSDIR)
@@ -77,9 +77,7 @@ class attrs:
         if isinstance(path, ObjectPath) and not _new:
             try:
                 data = read_json(path, "attributes")
-            except StorageError as e:          # one GET, no existence probe first
-                if "does not exist" not in str(e):
-                    raise
+            except MissingError:               # one GET, no existence probe first
                 data = {}
             if not isinstance(data, dict):
                 raise FormatError(f"attributes file '{path}' does not hold a JSON object")

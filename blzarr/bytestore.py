@@ -36,7 +36,7 @@ import threading
 import time
 
 from blzarr import files
-from blzarr.errors import StorageError
+from blzarr.errors import ConcurrentWriterError, MissingError, StorageError
 from blzarr.files import detect_store
 from blzarr.optional import need
 
@@ -50,11 +50,6 @@ MAX_CONCURRENT = 16         # ranged GETs in flight for one get_ranges call
 
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+)://")
-
-
-class ConcurrentWriterError(StorageError):
-    """Another writer changed an object this writer last wrote or read (object storage has no lock:
-    one writer at a time; see the README)."""
 
 
 def is_url(path):
@@ -151,7 +146,7 @@ class LocalStore(ByteStore):
             with open(path, "rb") as f:
                 data = f.read()
         except FileNotFoundError:
-            raise StorageError(f"'{path}' does not exist") from None
+            raise MissingError(f"'{path}' does not exist") from None
         except OSError as e:
             raise StorageError(f"cannot read '{path}': {e}") from None
         self._count("get", len(data))
@@ -164,7 +159,7 @@ class LocalStore(ByteStore):
                 f.seek(start)
                 data = f.read(max(0, end - start))
         except FileNotFoundError:
-            raise StorageError(f"'{path}' does not exist") from None
+            raise MissingError(f"'{path}' does not exist") from None
         except OSError as e:
             raise StorageError(f"cannot read '{path}': {e}") from None
         self._count("get", len(data))
@@ -265,6 +260,8 @@ class FsspecStore(ByteStore):
         self.path = path.rstrip("/")
         self.protocol = self.root.split("://", 1)[0]
         self.http = self.protocol in ("http", "https")
+        # s3fs asks an object's size (one HEAD) before a whole GET unless told to read it in one go
+        self._whole = {"max_concurrency": 1} if _takes(getattr(fs, "_cat_file", None), "max_concurrency") else {}
 
     def config(self):
         return {"root": self.root, "storage_options": self.storage_options}
@@ -287,7 +284,7 @@ class FsspecStore(ByteStore):
             try:
                 return fn(*args, **kwargs)
             except FileNotFoundError:
-                raise StorageError(f"'{self.where(key)}' does not exist") from None
+                raise MissingError(f"'{self.where(key)}' does not exist") from None
             except PermissionError as e:
                 raise StorageError(f"access to '{self.where(key)}' denied: {e}") from None
             except Exception as e:        # fsspec backends raise many kinds (aiohttp, botocore...)
@@ -297,7 +294,7 @@ class FsspecStore(ByteStore):
                 if status in (401, 403):
                     raise StorageError(f"access to '{self.where(key)}' denied (HTTP {status})") from None
                 if status == 404:
-                    raise StorageError(f"'{self.where(key)}' does not exist") from None
+                    raise MissingError(f"'{self.where(key)}' does not exist") from None
                 if not _transient(e) or attempt == RETRIES - 1:
                     raise StorageError(f"cannot {what} '{self.where(key)}' "
                                        f"(after {attempt + 1} attempt(s)): {type(e).__name__}: {e}") from None
@@ -308,7 +305,7 @@ class FsspecStore(ByteStore):
         data = self._take_primed(key)
         if data is not None:
             return data
-        data = self._call("read", key, self.fs.cat_file, self._p(key))
+        data = self._call("read", key, self.fs.cat_file, self._p(key), **self._whole)
         self._count("get", len(data))
         return data
 
@@ -359,18 +356,15 @@ class FsspecStore(ByteStore):
     def delete(self, key):
         try:
             self._call("delete", key, self.fs.rm_file, self._p(key))
-        except StorageError as e:
-            if "does not exist" not in str(e):
-                raise
+        except MissingError:
+            pass
 
     def list(self, prefix=""):
         self._count("list")
         try:
             entries = self._call("list", prefix, self.fs.ls, self._p(prefix), detail=True)
-        except StorageError as e:
-            if "does not exist" in str(e):
-                return {}
-            raise
+        except MissingError:
+            return {}
         out = {}
         for e in entries:
             name = e["name"].rstrip("/").rsplit("/", 1)[-1]
@@ -392,18 +386,14 @@ class FsspecStore(ByteStore):
         try:
             self.info(key)
             return True
-        except StorageError as e:
-            if "does not exist" in str(e):
-                return False
-            raise
+        except MissingError:
+            return False
 
     def isdir(self, key=""):
         try:
             return self.info(key).get("type") == "directory"
-        except StorageError as e:
-            if "does not exist" in str(e):
-                return False
-            raise
+        except MissingError:
+            return False
 
     def size(self, key):
         return self.info(key).get("size")
@@ -412,10 +402,8 @@ class FsspecStore(ByteStore):
         """The object's version tag (ETag), None when it does not exist or the store gives none."""
         try:
             info = self.info(key)
-        except StorageError as e:
-            if "does not exist" in str(e):
-                return None
-            raise
+        except MissingError:
+            return None
         tag = info.get("ETag") or info.get("etag")
         return tag if tag is not None else f"size:{info.get('size')}"
 
@@ -429,8 +417,15 @@ class FsspecStore(ByteStore):
 
 
 def _takes_max_gap(fs):
+    return _takes(fs.cat_ranges, "max_gap")
+
+
+def _takes(fn, name):
+    """Whether callable `fn` has a parameter `name`."""
+    if fn is None:
+        return False
     try:
-        return "max_gap" in inspect.signature(fs.cat_ranges).parameters
+        return name in inspect.signature(fn).parameters
     except (TypeError, ValueError):
         return False
 

@@ -21,7 +21,8 @@ from blzarr import integrations
 from blzarr.arrayprint import array2string
 from blzarr.attrs import attrs as _attrs
 from blzarr.chunk import blosc_typesize, chunk, compress_array
-from blzarr.errors import FormatError, PickleNotAllowedError, ReadOnlyError, StorageError, storage_error, storage_op
+from blzarr.errors import (FormatError, MissingError, PickleNotAllowedError, ReadOnlyError, StorageError,
+                           storage_error, storage_op)
 from blzarr.params import cparams as _cparams, defaults, get_nthreads
 from blzarr.parallel import run_all, run_ordered
 from blzarr.blockcache import disk_blocks, new_generation
@@ -252,7 +253,16 @@ class carray:
         self._lock = threading.RLock()
         self._blockcache = None
         self.safe = safe
-        if self._bytes is not None:
+        if self._bytes is not None and array is None and mode != "w":
+            # object storage: opening tells whether it is there (no existence probe first)
+            try:
+                self._open(allow_pickle)
+                return
+            except MissingError:
+                if self._bytes.exists(f"{META_DIR}/{STORAGE_FILE}"):
+                    raise           # it is there, something else is missing: never replace it
+            exists = False
+        elif self._bytes is not None:
             exists = self._bytes.exists(f"{META_DIR}/{STORAGE_FILE}")
         else:
             exists = self._rootdir is not None and os.path.exists(self._rootdir)
@@ -276,7 +286,8 @@ class carray:
                     given, checksum=kept["checksum"] if checksum is _UNSET else given["checksum"],
                     reserve=reserve or kept["reserve"], superchunklen=superchunklen or kept["superchunklen"])
         if self._rootdir is not None and not exists and mode == "r" and array is None:
-            raise StorageError(f"cannot open '{self._rootdir}' with mode 'r': it does not exist")
+            raise (StorageError if self._bytes is None else MissingError)(
+                f"cannot open '{self._rootdir}' with mode 'r': it does not exist")
         if array is None:
             if self._rootdir is not None and dtype is None:
                 raise StorageError(f"'{self._rootdir}' does not exist (pass an array or a dtype to create it)")

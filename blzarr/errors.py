@@ -95,3 +95,12 @@ def storage_op(verb):
                 raise storage_error(e, f"cannot {v} '{root}'" if root else f"cannot {v}") from e
         return wrapper
     return decorate
+
+
+class MissingError(StorageError, FileNotFoundError):
+    """An object of object storage (or a file of a byte store) that was asked for does not exist."""
+
+
+class ConcurrentWriterError(StorageError):
+    """Another writer changed a dataset on object storage that this writer is writing (object storage
+    has no lock: one writer at a time, see the README's "Object storage")."""

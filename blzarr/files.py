@@ -10,7 +10,7 @@ import json
 import os
 import tempfile
 
-from blzarr.errors import FormatError, StorageError
+from blzarr.errors import FormatError, MissingError, StorageError
 
 DATA_DIR = "data"
 META_DIR = "meta"
@@ -116,10 +116,8 @@ def read_json(path, what="metadata"):
     if isinstance(path, ObjectPath):
         try:
             raw = path.store.get(path.key)
-        except StorageError as e:
-            if "does not exist" in str(e):
-                raise StorageError(f"{what} file '{path}' does not exist") from None
-            raise
+        except MissingError:
+            raise MissingError(f"{what} file '{path}' does not exist") from None
         return parse_json(raw, path, what)
     try:
         with open(path, "rb") as f:

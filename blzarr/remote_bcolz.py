@@ -9,8 +9,8 @@ a reader never counts a chunk object that is not there.
 import json
 
 from blzarr.bcolz_layout import BLP_HEADER, BLP_HEADER_SIZE, BLP_MAGIC, CHUNK_EXT, BcolzDir
-from blzarr.bytestore import ConcurrentWriterError, join
-from blzarr.errors import FormatError, StorageError
+from blzarr.bytestore import join
+from blzarr.errors import ConcurrentWriterError, FormatError, MissingError, StorageError
 from blzarr.files import ATTRS_FILE, DATA_DIR, META_DIR, SIZES_FILE, ObjectPath, parse_json
 
 
@@ -69,10 +69,8 @@ class RemoteBcolzDir(BcolzDir):
         path = self.chunk_path(n)
         try:
             raw = self.bytes.get(self._key(n))
-        except StorageError as e:
-            if "does not exist" in str(e):
-                raise StorageError(f"chunk file '{path}' is missing") from None
-            raise
+        except MissingError:
+            raise MissingError(f"chunk file '{path}' is missing") from None
         if len(raw) < BLP_HEADER_SIZE + 16:
             raise FormatError(f"chunk file '{path}' is truncated ({len(raw)} bytes)")
         if raw[:4] != BLP_MAGIC:
@@ -130,10 +128,8 @@ class RemoteBcolzDir(BcolzDir):
         path = self.meta_path(name)
         try:
             raw = self.bytes.get(f"{META_DIR}/{name}")
-        except StorageError as e:
-            if "does not exist" in str(e):
-                raise StorageError(f"meta/{name} file '{path}' does not exist") from None
-            raise
+        except MissingError:
+            raise MissingError(f"meta/{name} file '{path}' does not exist") from None
         obj = parse_json(raw, path, f"meta/{name}")
         if not isinstance(obj, dict):
             raise FormatError(f"meta/{name} file '{path}' must hold a JSON object, not {type(obj).__name__}")

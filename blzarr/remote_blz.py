@@ -31,8 +31,8 @@ import numpy as np
 from blzarr import _chunk
 from blzarr import _superchunk as sc
 from blzarr.blz import SUPERCHUNK_EXT, BlzDir, _File, _Where, superchunk_name
-from blzarr.bytestore import ConcurrentWriterError, join, open_bytestore
-from blzarr.errors import BlzarrError, ChunkError, FormatError, StorageError
+from blzarr.bytestore import join, open_bytestore
+from blzarr.errors import BlzarrError, ChunkError, ConcurrentWriterError, FormatError, MissingError, StorageError
 from blzarr.files import ATTRIBUTES_FILE, DATA_DIR, META_DIR, SIZES_FILE, ObjectPath, parse_json
 
 # bytes of the first GET of a superchunk file beyond its offsets table (covers its metadata section)
@@ -112,10 +112,8 @@ class RemoteBlzDir(BlzDir):
     def _get_meta(self, name):
         try:
             return self.bytes.get(f"{META_DIR}/{name}")
-        except StorageError as e:
-            if "does not exist" in str(e):
-                raise StorageError(f"meta/{name} file '{self.meta_path(name)}' does not exist") from None
-            raise
+        except MissingError:
+            raise MissingError(f"meta/{name} file '{self.meta_path(name)}' does not exist") from None
 
     def write_meta(self, name, obj):
         if name == "storage":
@@ -146,10 +144,8 @@ class RemoteBlzDir(BlzDir):
     def _meta_bytes_or_none(self, name):
         try:
             return self.bytes.get(f"{META_DIR}/{name}")
-        except StorageError as e:
-            if "does not exist" in str(e):
-                return None
-            raise
+        except MissingError:
+            return None
 
     def _put_meta_bytes(self, name, data):
         self.bytes.put_atomic(f"{META_DIR}/{name}", data)
@@ -226,15 +222,33 @@ class RemoteBlzDir(BlzDir):
         super()._forget_file(fno)
         self._ends.pop(fno, None)
 
-    def _load_remote(self, fno):
+    def _head_request(self, fno):
+        """The range that holds file `fno`'s header, metadata and (unless they are larger than
+        guessed) offsets table."""
+        K = getattr(self, "K", None)
+        return (self._key(fno), 0, min(self._size(fno), 32 + META_GUESS + 8 * (K or 1024)))
+
+    def _load_many(self, fnos):
+        """Read the states of the files `fnos` not known yet, their first bytes fetched concurrently."""
+        todo = sorted(f for f in set(fnos) if f not in self._files and f not in self._spooled
+                      and 1 <= f <= self.nfiles)
+        if len(todo) < 2:
+            return
+        blobs = self.bytes.get_ranges([self._head_request(f) for f in todo])
+        with self._lock:
+            for fno, raw in zip(todo, blobs):
+                if fno not in self._files:
+                    self._load_remote(fno, raw)
+
+    def _load_remote(self, fno, raw=None):
         """Header, metadata and offsets table of file `fno`, in one ranged GET (two for a metadata
-        section larger than guessed)."""
+        section larger than guessed); `raw`: the first bytes, already fetched."""
         path = self._path(fno)
         key = self._key(fno)
         size = self._size(fno)
-        K = getattr(self, "K", None)
-        want = min(size, 32 + META_GUESS + 8 * (K or 1024))
-        raw = self.bytes.get_range(key, 0, want) if want else b""
+        if raw is None:
+            _, a, b = self._head_request(fno)
+            raw = self.bytes.get_range(key, a, b) if b else b""
         if len(raw) < 32:
             raise FormatError(f"superchunk file '{path}' is truncated ({size} bytes)")
         h = sc.unpack_header(raw[:32], path)
@@ -253,7 +267,7 @@ class RemoteBlzDir(BlzDir):
         if not isinstance(meta, dict):
             raise FormatError(f"superchunk file '{path}': metadata section is not a JSON object")
         f.meta_json = meta
-        K = meta.get("superchunklen", K)
+        K = meta.get("superchunklen", getattr(self, "K", None))
         if not isinstance(K, int) or isinstance(K, bool) or not 1 <= K <= 1 << 24:
             raise FormatError(f"superchunk file '{path}': bad superchunklen {K!r}")
         if hasattr(self, "K") and K != self.K:
@@ -367,6 +381,12 @@ class RemoteBlzDir(BlzDir):
         self._decode(self.read_chunk(n, expected_nbytes), out, nthreads, part, self._where(n))
         return out
 
+    def _fetch_into_scratch(self, n, f, fd, off, ct, expected_nbytes, where):
+        if fd is not None:
+            return super()._fetch_into_scratch(n, f, fd, off, ct, expected_nbytes, where)
+        data = self._fetch_chunk(n, f, None, off, expected_nbytes)
+        return data, len(data)
+
     def _check_chunk(self, n, data, slot_bytes, expected_nbytes, where):
         if len(data) < 16:
             raise ChunkError(f"bad Blosc chunk ({where}): {len(data)} bytes, a truncated object?")
@@ -457,6 +477,7 @@ class RemoteBlzDir(BlzDir):
     def prefetch(self, ns):
         """Fetch the slots of chunks `ns` that are not cached yet, adjacent slots of a file in one
         range and the ranges concurrently; the following `read_chunk` calls use them."""
+        self._load_many(n // self.K + 1 for n in ns)      # the tables of the files: concurrently
         with self._lock:
             if len(self._prefetched) > 4096:
                 self._prefetched.clear()

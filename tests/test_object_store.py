@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import blzarr
-from blzarr.bytestore import ConcurrentWriterError
+from blzarr import ConcurrentWriterError, MissingError
 from blzarr.errors import ChunkError, FormatError, StorageError
 
 N = 200_000
@@ -144,10 +144,14 @@ def test_s3_ctable(s3, fmt):
 
 def test_s3_errors(s3, moto_server):
     url, opts = s3
+    assert issubclass(ConcurrentWriterError, blzarr.StorageError)
+    assert issubclass(MissingError, blzarr.StorageError) and issubclass(MissingError, FileNotFoundError)
     with pytest.raises(StorageError, match="s3://no-such-bucket-xyz/x"):
         blzarr.open("s3://no-such-bucket-xyz/x", mode="r", storage_options=opts)
     with pytest.raises(StorageError, match=f"{url}/missing"):
         blzarr.open(f"{url}/missing", mode="r", storage_options=opts)
+    with pytest.raises(MissingError, match=f"{url}/missing"):
+        blzarr.carray(rootdir=f"{url}/missing", mode="r", storage_options=opts)
     with pytest.raises(StorageError, match="s3://no-such-bucket-xyz"):
         blzarr.carray(np.arange(10), rootdir="s3://no-such-bucket-xyz/y", mode="w", storage_options=opts)
 
@@ -368,3 +372,18 @@ def test_s3_first_touch_is_one_get_without_chunk_cache(s3):
     g = gets(r)
     assert r[12_346 + 2000] == a[12_346 + 2000]
     assert gets(r) - g == 1                   # verified before: only the block
+
+
+@pytest.mark.parametrize("checksum", [None, "sha256"])
+def test_s3_checksums(s3, checksum):
+    url, opts = s3
+    a = data(50_000)
+    blzarr.carray(a, rootdir=f"{url}/x.blz", mode="w", chunklen=4000, superchunklen=4, checksum=checksum,
+                  storage_options=opts)
+    r = blzarr.open(f"{url}/x.blz", mode="r", storage_options=opts)
+    assert r[4001] == a[4001] and r[-1] == a[-1]
+    np.testing.assert_array_equal(r[:], a)
+    r = blzarr.open(f"{url}/x.blz", mode="r", storage_options=opts)
+    np.testing.assert_array_equal(r[8000:16000], a[8000:16000])      # whole chunks, no cache used
+    np.testing.assert_array_equal(r[::7], a[::7])
+    assert r.verify()["checksum"] == (checksum or "none")
