@@ -71,7 +71,7 @@ import blzarr.attrs  # noqa: E402  (the module, as bcolz.attrs)
 from blzarr.chunk import chunk  # noqa: E402
 from blzarr.carray import carray  # noqa: E402
 from blzarr.ctable import ctable  # noqa: E402
-from blzarr.chunked_eval import eval  # noqa: E402
+from blzarr.chunked_eval import eval, explain  # noqa: E402
 from blzarr.lazyexpr import LazyExpr, lazyexpr  # noqa: E402
 from blzarr.dask_io import from_dask  # noqa: E402
 from blzarr import ctable_io  # noqa: E402,F401  (registers ctable's pandas and HDF5 methods)

@@ -293,6 +293,15 @@ class BcolzChunks(ChunkStore):
     def attrs_path(self):
         return self.store.attrs_path
 
+    def fingerprint(self, i):
+        """(inode, size, modification time) of data/__i.blp: bcolz rewrites a chunk file in place,
+        blzarr replaces it (a new inode)."""
+        try:
+            st = os.stat(self.store.chunk_path(i))
+        except OSError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
+
     def verify(self, expected_chunks):
         for i in range(self.nchunks):
             self.load(i, self.chunk_nbytes)

@@ -735,6 +735,19 @@ class BlzDir(BlzMetalayers):
                 self._ctbytes[n] = c
         return c
 
+    def chunk_fingerprint(self, n):
+        """(offset, ctbytes, first bytes of the stored checksum) of chunk n: a rewrite never reuses
+        the live bytes of a chunk, so its offset changes (and its checksum, where there is one)."""
+        with self._lock:
+            f, fd, off = self._offset(n)
+            raw = sc.pread(fd, 16, off, self._where(n))
+            ct = int.from_bytes(raw[12:16], "little", signed=True)
+            ck = 0
+            if self.cksize and ct >= 16 and off + ct + self.cksize <= f.fstate[1]:
+                raw = bytes(sc.pread(fd, min(8, self.cksize), off + ct, self._where(n)))
+                ck = int.from_bytes(raw.ljust(8, b"\0"), "little", signed=True)
+            return (off, ct, ck)
+
     def drop_caches(self):
         with self._lock:
             self._heads.clear()
@@ -1216,6 +1229,12 @@ class BlzChunks(ChunkStore):
     @property
     def attrs_path(self):
         return self.store.attrs_path
+
+    def fingerprint(self, i):
+        try:
+            return self.store.chunk_fingerprint(i)
+        except (BlzarrError, OSError):
+            return None
 
     def storage_options(self):
         return {"checksum": self.store.checksum_name, "reserve": self.store.reserve,

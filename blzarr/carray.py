@@ -18,6 +18,7 @@ from blzarr import chunked_eval as _ce
 from blzarr import fused
 from blzarr import indexing as ix
 from blzarr import integrations
+from blzarr import stats as _stats
 from blzarr.arrayprint import array2string
 from blzarr.attrs import attrs as _attrs
 from blzarr.chunk import blosc_typesize, chunk, compress_array
@@ -323,6 +324,9 @@ class carray:
         self._len = 0
         self._dirty = True     # something flush() must write (the leftover or the sizes)
         self._blockcache = None
+        # per-chunk min/max/NaN of the full chunks (blzarr.stats), for the query planner
+        self._stats = (_stats.ChunkStats(atom, self._chunklen)
+                       if not self._isobj and _stats.supported(atom) else None)
 
     def _create(self, array, cparams, dtype, dflt, expectedlen, chunklen):
         cp = _cparams.coerce(cparams)
@@ -478,6 +482,12 @@ class carray:
         self._nleft = nleft
         if nleft:
             self._load_leftover(nchunks, nleft)
+        if self._stats is not None:
+            raw = self._chunks.read_stats()
+            st = _stats.decode(raw, self._atom, chunklen) if raw is not None else None
+            if st is not None:
+                st.truncate(nchunks)
+                self._stats = st
         self._attrs = _attrs(self._rootdir, self._mode, path=self._chunks.attrs_path)
         self._dirty = False
         if self._mode == "w":
@@ -519,6 +529,8 @@ class carray:
             if newleft:
                 self._last[:newleft] = self._chunks[keep_full].decompress()[:newleft]
             self._chunks.set_nchunks(keep_full)
+            if self._stats is not None:
+                self._stats.truncate(keep_full)
         self._nleft = newleft
         self._len = n
 
@@ -705,13 +717,32 @@ class carray:
         overlap the compression of the next chunks."""
         cl = self._chunklen
         nfull = (len(arr) - pos) // cl
-        ts, cp, atom, store = self._typesize, self._cparams, self._chunk_atom, self._chunks
-        run_ordered(lambda k: compress_array(arr[pos + k * cl:pos + (k + 1) * cl], ts, cp),
-                    lambda k, data: store.append(chunk(None, atom, _data=data)), nfull)
+        ts, cp, atom, store, st = self._typesize, self._cparams, self._chunk_atom, self._chunks, self._stats
+
+        def compress(k):
+            piece = arr[pos + k * cl:pos + (k + 1) * cl]
+            # the statistics while the chunk is in this core's cache
+            return compress_array(piece, ts, cp), (_stats.block_stats(piece) if st is not None else None)
+
+        def put(k, done):
+            store.append(chunk(None, atom, _data=done[0]))
+            if st is not None:
+                st.put(len(store) - 1, done[1])
+        run_ordered(compress, put, nfull)
         return pos + nfull * cl
 
     def _new_chunk(self, arr):
         return chunk(None, self._chunk_atom, _data=compress_array(arr, self._typesize, self._cparams))
+
+    def _put_chunk(self, n, arr):
+        """Store `arr` (a full chunk of atoms) as chunk n (n == nchunks appends), with its statistics."""
+        c = self._new_chunk(arr)
+        if n == len(self._chunks):
+            self._chunks.append(c)
+        else:
+            self._chunks[n] = c
+        if self._stats is not None:
+            self._stats.put(n, _stats.block_stats(arr))
 
     def _coerce_input(self, array):
         """`array` as a contiguous array of atoms, or a clear error; never modifies self."""
@@ -773,7 +804,7 @@ class carray:
             self._last[self._nleft:self._nleft + take] = arr[:take]
             pos = take
             if self._nleft + take == cl:
-                self._chunks.append(self._new_chunk(self._last))
+                self._put_chunk(len(self._chunks), self._last)
                 self._nleft = 0
             else:
                 self._nleft += take
@@ -803,6 +834,17 @@ class carray:
                 self._chunks.remove_from(nch + (1 if self._nleft else 0))
             self._stale_chunks = False
             self._dirty = False
+            self._store_stats()
+
+    def _store_stats(self):
+        """Write meta/stats when the statistics changed (after the chunks and meta/sizes: a file
+        older than the chunks is found stale by the chunks' fingerprints, never trusted)."""
+        st = self._stats
+        if st is None or not st.dirty or not self._ondisk or self._mode == "r":
+            return
+        st.take_fingerprints(self._chunks)
+        self._chunks.write_stats(_stats.encode(st, len(self._chunks)))
+        st.dirty = False
 
     @storage_op("close")
     def close(self):
@@ -880,6 +922,8 @@ class carray:
                         tail = self._chunks[keep_full].decompress()
                         self._last[:newleft] = tail[:newleft]
                     self._chunks.truncate(keep_full)
+                    if self._stats is not None:
+                        self._stats.truncate(keep_full)
                 self._nleft = newleft
                 self._last[newleft:] = np.zeros((), dtype=self._last.dtype)  # void dtypes take no 0
                 self._len = newlen
@@ -984,6 +1028,10 @@ class carray:
         for i, data in reversed(log.replaced):
             if i < len(chunks):
                 chunks[i] = chunk(None, self._chunk_atom, _data=data)
+            if self._stats is not None:
+                self._stats.invalidate(i)   # computed again from the chunk when a query needs it
+        if self._stats is not None:
+            self._stats.truncate(len(chunks))
         length, nleft, last, dirty = saved
         self._len, self._nleft = length, nleft
         if last is not None:
@@ -1014,11 +1062,11 @@ class carray:
             if n == nfull:
                 self._last[lo:hi] = piece
             elif lo == 0 and hi == cl:
-                self._chunks[n] = self._new_chunk(np.ascontiguousarray(piece))
+                self._put_chunk(n, np.ascontiguousarray(piece))
             else:
                 data = self._chunks[n].decompress()
                 data[lo:hi] = piece
-                self._chunks[n] = self._new_chunk(data)
+                self._put_chunk(n, data)
 
     def _assign_positions(self, pos, vals):
         self._dirty = True
@@ -1029,7 +1077,7 @@ class carray:
             else:
                 data = self._chunks[cid].decompress()
                 data[local] = vals[sel]
-                self._chunks[cid] = self._new_chunk(data)
+                self._put_chunk(cid, data)
 
     # ---------------------------------------------------------------- reading
     def _read_range(self, start, stop, out):
@@ -1066,6 +1114,106 @@ class carray:
             out[...] = self[start:stop]
             return out
         return self._read_range(start, stop, out)
+
+    def chunk_stats(self):
+        """Per-chunk statistics for the query planner: ``(mins, maxs, flags, chunklen)``, one entry
+        per full chunk and one more for the leftover atoms when there are any; None for dtypes
+        without statistics (see `blzarr.stats`: flags KNOWN, HAS_NAN, NO_VALUE).
+
+        Entries read from meta/stats are first checked against the chunks' fingerprints; those
+        missing or stale are computed from their chunks (and stored, when the carray is writable)."""
+        st = self._stats
+        if st is None:
+            return None
+        with self._lock:
+            nch = len(self._chunks)
+            if not st.checked:
+                st.check(self._chunks, nch)
+            missing = st.unknown(nch)
+            if missing:
+                self._rebuild_stats(missing)
+            mins, maxs, flags = st.view(nch)
+            if self._nleft:
+                last = _stats.ChunkStats(self._atom, self._chunklen)
+                last.put(0, _stats.block_stats(self._last[:self._nleft]))
+                mins = np.concatenate([mins, last.mins[:1]])
+                maxs = np.concatenate([maxs, last.maxs[:1]])
+                flags = np.concatenate([flags, last.flags[:1]])
+            return mins, maxs, flags, self._chunklen
+
+    def _rebuild_stats(self, missing):
+        found = {}
+
+        def one(i):
+            found[i] = _stats.block_stats(self._chunks[i].decompress())
+        run_all(one, missing)
+        for i in missing:
+            self._stats.put(i, found[i])
+        self._store_stats()
+
+    def searchsorted(self, v, side="left"):
+        """Where `v` would go in this sorted one-dimensional carray, as ``numpy.searchsorted`` says
+        (NaN and NaT sort last): an int for a scalar `v`, an array of them for an array.
+
+        Each chunk's largest value (its statistics) finds the one chunk to look in, which alone is
+        decoded, so a value lookup in a sorted column reads one chunk.  As in NumPy, the result is
+        meaningless when the carray is not sorted.
+
+        Examples
+        --------
+        >>> import numpy as np, blzarr
+        >>> ts = blzarr.carray(np.arange(0, 1_000_000, 10), chunklen=4096)
+        >>> ts.searchsorted(12_345), ts.searchsorted([0, 20, 20], side="right").tolist()
+        (1235, [1, 3, 3])
+        """
+        if side not in ("left", "right"):
+            raise ValueError(f"side must be 'left' or 'right', got {side!r}")
+        if self._isobj or self.ndim != 1:
+            raise TypeError("searchsorted() needs a one-dimensional carray of a non-object dtype")
+        vals = np.asarray(v)
+        scalar = vals.ndim == 0
+        vals = vals.reshape(-1)
+        out = np.zeros(len(vals), dtype=np.intp)
+        cl, n = self._chunklen, self._len
+        if n and len(vals):
+            st = self.chunk_stats()
+            if st is not None:
+                mins, maxs, flags, _ = st
+                keys = maxs.copy()
+                nan = (flags & _stats.HAS_NAN) != 0
+                if nan.any():       # a chunk holding NaN/NaT ends with them (sorted): its last value
+                    keys[nan] = np.datetime64("NaT") if keys.dtype.kind in "mM" else np.nan
+            else:
+                keys = np.array([self[min((i + 1) * cl, n) - 1] for i in range(-(-n // cl))],
+                                dtype=self.dtype)
+            try:
+                where = np.searchsorted(keys, vals, side=side)
+            except TypeError as e:
+                raise TypeError(f"cannot search values of dtype {vals.dtype} in a carray of {self.dtype}: {e}") from None
+            for c in np.unique(where):
+                sel = where == c
+                if c >= len(keys):
+                    out[sel] = n
+                    continue
+                s = int(c) * cl
+                out[sel] = s + np.searchsorted(self[s:min(s + cl, n)], vals[sel], side=side)
+        return int(out[0]) if scalar else out
+
+    def stats_state(self, check=True):
+        """How the per-chunk statistics stand, without computing any: a dict with 'chunks' (full
+        chunks), 'known' (entries present, and checked against the chunks' fingerprints when `check`),
+        'unchecked' (read from meta/stats, not yet checked), or None for dtypes without statistics."""
+        st = self._stats
+        if st is None:
+            return None
+        nch = len(self._chunks)
+        if check and not st.checked:
+            with self._lock:
+                st.check(self._chunks, nch)
+        k = min(st.n, nch)
+        known = int(np.count_nonzero(st.flags[:k] & _stats.KNOWN))
+        return {"chunks": nch, "known": known if st.checked else 0,
+                "unchecked": 0 if st.checked else known}
 
     # The last decoded block is kept for the next scalar read; on-disk carrays also keep recent blocks
     # in the process-wide blockcache.disk_blocks.  Setting _blockcache to None (every change does)
@@ -1556,6 +1704,8 @@ class carray:
         new._blockcache = None
         new._next_iter = None
         new._last = self._last.copy()
+        if self._stats is not None:
+            new._stats = self._stats.copy()
         new.__dict__.pop("_dirlock", None)      # a view of an on-disk carray is read-only
         if not self._ondisk:
             new._chunks = self._chunks.copy()

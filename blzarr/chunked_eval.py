@@ -12,6 +12,7 @@ import numpy as np
 
 from blzarr import fused
 from blzarr import integrations
+from blzarr import planner
 from blzarr.optional import have, need
 from blzarr.params import defaults, get_nthreads
 
@@ -131,11 +132,47 @@ def evaluate_blocks(expression, operands, vm=None, blen=None):
         blen = default_blen(arrays)
     kernel, ne, _ = make_kernel(expression, code, arrays, scalars, vm)
     decoder = fused.Decoder(arrays, blen)
+    bounds = fused.block_bounds(n, blen)
+    classes = _classes(expression, operands, bounds)
+    if classes is not None:
+        k_of = {b[0]: k for k, b in enumerate(bounds)}
 
     def block(s, e, local):
+        if local is None:       # the planner knows every row's value: no operand is decoded
+            return np.full(e - s, classes[k_of[s]] == planner.WHOLE)
         r = np.asarray(kernel(local))
         return r.copy() if decoder.owns(r) else r
-    yield from fused.map_blocks(fused.block_bounds(n, blen), decoder, block, serial=ne)
+    yield from fused.map_blocks(bounds, decoder, block, serial=ne,
+                                decode=None if classes is None else classes == planner.SCAN)
+
+
+def _classes(expression, operands, bounds):
+    """The planner's class of every block (SKIP, WHOLE, SCAN), or None when it knows nothing."""
+    p = planner.plan(expression, operands, bounds)
+    return p.classes if p.useful else None
+
+
+def explain(expression, user_dict=None, blen=None, depth=2):
+    """explain(expression, user_dict=None, blen=None)
+
+    What evaluating the boolean `expression` (as in `blzarr.eval`, or a query) reads, from the
+    per-chunk statistics of its carray operands: a `blzarr.planner.Plan` whose ``str()`` says how
+    many blocks are skipped, taken whole (all rows match, the predicate is not decoded) and scanned.
+
+    Examples
+    --------
+    >>> import numpy as np, blzarr
+    >>> ts = blzarr.carray(np.arange(100_000), chunklen=10_000)
+    >>> print(blzarr.explain("(ts >= 15_000) & (ts < 30_000)"))
+    10 blocks: 8 skipped, 1 taken whole, 1 scanned (10000 of 100000 rows evaluated); statistics of ts
+    """
+    code, names = _operand_names(expression)
+    operands = _lookup(names, user_dict, depth)
+    arrays = {k: v for k, v in operands.items() if _is_array(v)}
+    n = common_length(arrays) if arrays else 0
+    if blen is None:
+        blen = default_blen(arrays) if arrays else 1
+    return planner.plan(expression, operands, fused.block_bounds(n, blen))
 
 
 def common_length(arrays):
@@ -194,12 +231,20 @@ def evaluate_into(expression, operands, vm, blen, n):
         return None
     out = np.empty((n,) + probe.shape[1:], dtype=probe.dtype)
     decoder = fused.Decoder(arrays, blen)
+    bounds = fused.block_bounds(n, blen)
+    classes = _classes(expression, operands, bounds) if probe.dtype == bool else None
+    if classes is not None:
+        k_of = {b[0]: k for k, b in enumerate(bounds)}
 
     def block(s, e, local):
+        if local is None:
+            out[s:e] = classes[k_of[s]] == planner.WHOLE
+            return
         r = kernel(local, out=out[s:e])
         if r is not out[s:e] and not np.may_share_memory(r, out):
             out[s:e] = r
-    fused.run_blocks(fused.block_bounds(n, blen), decoder, block, serial=ne)
+    fused.run_blocks(bounds, decoder, block, serial=ne,
+                     decode=None if classes is None else classes == planner.SCAN)
     return out
 
 
@@ -221,8 +266,27 @@ def select_blocks(expression, operands, vm, blen, outputs):
         return
     kernel, ne, _ = make_kernel(expression, code, arrays, scalars, vm)
     decoder = fused.Decoder(arrays, blen)
+    bounds = fused.block_bounds(n, blen)
+    classes = _classes(expression, operands, bounds)
+    decode = None
+    if classes is not None:
+        # blocks that cannot match are not read; those that match whole are read for the outputs only
+        keep = classes != planner.SKIP
+        bounds = [b for b, k in zip(bounds, keep) if k]
+        decode = classes[keep] == planner.SCAN
+
+    def whole(s, e):
+        out = []
+        for kind, x in outputs:
+            if kind == "positions":
+                out.append(np.arange(s, e, dtype=np.int_))
+            else:
+                out.append((arrays[x] if kind == "operand" else x)[s:e])
+        return s, np.arange(e - s), out
 
     def block(s, e, local):
+        if local is None:
+            return whole(s, e)
         mask = np.asarray(kernel(local))
         if mask.dtype != bool:
             raise ValueError(f"the expression {expression!r} does not give booleans (it gives {mask.dtype})")
@@ -246,7 +310,7 @@ def select_blocks(expression, operands, vm, blen, outputs):
             else:
                 out.append(x[idx + s])
         return s, idx, out
-    for r in fused.map_blocks(fused.block_bounds(n, blen), decoder, block, serial=ne):
+    for r in fused.map_blocks(bounds, decoder, block, serial=ne, decode=decode):
         if r is not None:
             yield r
 

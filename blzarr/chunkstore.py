@@ -12,6 +12,8 @@ The carray, and everything above it, uses only the methods below: no layout bran
 files, object storage) would go beneath the two on-disk layouts without changing this interface.
 """
 
+from blzarr.files import atomic_write
+
 SUPERCHUNK_TARGET_BYTES = 64 * 1024 * 1024
 MAX_SUPERCHUNKLEN = 1024
 
@@ -106,6 +108,28 @@ class ChunkStore:
     @property
     def attrs_path(self):
         return None
+
+    # ------------------------------------------------------------------ chunk statistics (blzarr.stats)
+    def fingerprint(self, i):
+        """A tuple of 3 ints that changes whenever stored chunk i is rewritten (None: not stored)."""
+        return None
+
+    def read_stats(self):
+        """The bytes of the statistics file (meta/stats), or None when there is none."""
+        path = self.meta_path("stats")
+        if path is None:
+            return None
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except OSError:
+            return None
+
+    def write_stats(self, raw):
+        """Replace the statistics file (no fsync: a lost or stale file is only rebuilt)."""
+        path = self.meta_path("stats")
+        if path is not None and self.mode != "r":
+            atomic_write(path, raw)
 
     def storage_options(self):
         """The layout's own options (checksum, superchunklen, reserve for BLZ), to make a copy alike."""

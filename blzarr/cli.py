@@ -162,7 +162,19 @@ def carray_info(c):
         d["meta"] = _jsonable(dict(c.meta.items()))
         d["vlmeta"] = _jsonable(dict(c.vlmeta.items()))
     d["attrs"] = _jsonable(c.attrs.getall())
+    d["statistics"] = c.stats_state()
     return d
+
+
+def _stats_text(st):
+    if st is None:
+        return "none (not kept for this dtype)"
+    if not st["chunks"]:
+        return "no full chunk yet"
+    text = f"min/max/NaN of {st['known']} of {st['chunks']} chunks"
+    if st["known"] < st["chunks"]:
+        text += " (the others, missing or stale, are computed at the first query)"
+    return text
 
 
 def ctable_info(t):
@@ -209,6 +221,10 @@ def _kv(pairs):
     return "\n".join(f"{k.ljust(w)}  {_fmt_value(v)}" for k, v in pairs)
 
 
+def _stats_short(st):
+    return "-" if st is None else f"{st['known']}/{st['chunks']}"
+
+
 def render_info(d):
     if d["type"] == "carray":
         layout = {"blz": "blz (superchunk files)", "bcolz": "bcolz 1.x (one file a chunk)"}.get(
@@ -223,30 +239,47 @@ def render_info(d):
                       ("checksum", d["checksum"]), ("reserve", d["reserve"])]
         pairs += [("codec", _codec_text(d["codec"])), ("nbytes", _size(d["nbytes"])),
                   ("cbytes", _size(d["cbytes"])), ("on disk", _size(d.get("disk_bytes"))),
-                  ("ratio", _fmt_ratio(d["ratio"])), ("attrs", d["attrs"])]
+                  ("ratio", _fmt_ratio(d["ratio"])), ("statistics", _stats_text(d["statistics"])),
+                  ("attrs", d["attrs"])]
         if d["format"] == "blz":
             pairs += [("meta", d["meta"]), ("vlmeta", d["vlmeta"])]
+        if "query" in d:
+            pairs.append(("query", d["query"]))
         return _kv(pairs)
     pairs = [("path", d["path"]), ("type", "ctable"), ("layout", d["format"]),
              ("rows", d["nrows"]), ("columns", d["ncols"]), ("nbytes", _size(d["nbytes"])),
              ("cbytes", _size(d["cbytes"])), ("on disk", _size(d.get("disk_bytes"))),
              ("ratio", _fmt_ratio(d["ratio"])), ("attrs", d["attrs"])]
+    if "query" in d:
+        pairs.append(("query", d["query"]))
     rows = []
     for c in d["columns"]:
         sc = c.get("superchunklen")
         rows.append([c["name"], c["dtype"], tuple(c["shape"][1:]) or "", c["chunklen"],
                      "-" if sc is None else sc, _codec_text(c["codec"]), c.get("checksum") or "-",
                      _size(c["nbytes"]), _size(c["cbytes"]), _size(c.get("disk_bytes")),
-                     _fmt_ratio(c["ratio"])])
+                     _fmt_ratio(c["ratio"]), _stats_short(c["statistics"])])
     header = ["column", "dtype", "atom", "chunklen", "superchunk", "codec", "checksum", "nbytes",
-              "cbytes", "on disk", "ratio"]
+              "cbytes", "on disk", "ratio", "statistics"]
     return _kv(pairs) + "\n\n" + _table(rows, header)
+
+
+def _explain(obj, expression):
+    """The plan line of `expression` (a ctable's columns, or a carray named x) over `obj`."""
+    try:
+        if isinstance(obj, carray):
+            return str(blzarr.explain(expression, user_dict={"x": obj}))
+        return str(obj.explain(expression))
+    except (NameError, ValueError, TypeError, SyntaxError) as e:
+        raise CLIError(f"cannot plan the query {expression!r}: {e}") from None
 
 
 # ---------------------------------------------------------------------------------------- commands
 def cmd_info(args, out):
     obj = _open(args.root)
     d = carray_info(obj) if isinstance(obj, carray) else ctable_info(obj)
+    if args.where:
+        d["query"] = _explain(obj, args.where)
     print(json.dumps(d, indent=2) if args.json else render_info(d), file=out)
     return 0
 
@@ -639,6 +672,9 @@ def build_parser():
     s.add_argument("root", metavar="ROOT", help="a carray or ctable directory (or URL)")
     s.add_argument("--json", action="store_true", help="print JSON instead of a table")
     _storage_arg(s)
+    s.add_argument("--where", metavar="EXPR",
+                   help="also tell what the query EXPR reads (its columns by name; a carray is x): "
+                        "blocks skipped, taken whole and scanned, from the per-chunk statistics")
     s.set_defaults(func=cmd_info)
     s = sub.add_parser("ls", help="the carrays and ctables below a directory")
     s.add_argument("dir", metavar="DIR", help="a directory (or URL): every carray and ctable below it")

@@ -25,6 +25,8 @@ import numpy as np
 from blzarr import chunked_eval as _ce
 from blzarr import indexing as ix
 from blzarr import integrations
+from blzarr import planner
+from blzarr.lazyexpr import LazyExpr
 from blzarr.attrs import attrs as _attrs
 from blzarr.carray import carray, compression_ratio, human_readable_size, operator_index
 from blzarr.errors import FormatError, ReadOnlyError, StorageError, storage_error, storage_op
@@ -1447,7 +1449,52 @@ class ctable:
         frame = sys._getframe(1)
         self._check_expression(expression, user_dict, frame, vm)  # errors now, not at the first next()
         blocks = self._where_blocks(expression, names, limit, skip, user_dict, vm, frame)
-        return self._emit_rows(blocks, names, out_flavor)
+        return Query(self._emit_rows(blocks, names, out_flavor),
+                     lambda: self._count(expression, limit, skip, user_dict, vm, frame),
+                     lambda: self._explain(expression, user_dict, vm, frame))
+
+    def _count(self, expression, limit, skip, user_dict, vm, frame):
+        total = None
+        if isinstance(expression, str) and (vm or defaults.vm) != "dask":
+            ops = self._operands(expression, user_dict, frame)
+            if self._len and any(_ce._is_array(v) for v in ops.values()):
+                e = LazyExpr(expression, ops, vm or defaults.vm, self._query_blen(ops))
+                if e.dtype != bool or e.ndim != 1:
+                    raise ValueError(f"the expression {expression!r} does not give one boolean per row "
+                                     f"(it gives {e.dtype}, shape {e.shape})")
+                total = e.count_nonzero()
+        if total is None:
+            total = sum(int(np.count_nonzero(m)) for _, m in self._mask_blocks(expression, user_dict, vm, frame))
+        total = max(0, total - max(int(skip or 0), 0))
+        return total if limit is None else min(total, max(int(limit), 0))
+
+    def _explain(self, expression, user_dict, vm, frame):
+        if not isinstance(expression, str):
+            bounds = [(s, min(s + self.chunklen, self._len)) for s in range(0, self._len, max(self.chunklen, 1))]
+            return planner.Plan("<mask>", bounds, None, reason="the query is a mask, not an expression")
+        ops = self._operands(expression, user_dict, frame)
+        blen = self._query_blen(ops)
+        return planner.plan(expression, ops, [(s, min(s + blen, self._len)) for s in range(0, self._len, blen)])
+
+    def explain(self, expression, user_dict={}, vm=None):
+        """What a query with `expression` reads, from the columns' per-chunk statistics.
+
+        Returns a `blzarr.planner.Plan`: ``str(plan)`` gives the blocks the query skips (no row can
+        match: not read), takes whole (every row matches: the predicate is not decoded) and scans;
+        ``plan.summary()`` the same as a dict.
+
+        Examples
+        --------
+        >>> import numpy as np, blzarr
+        >>> t = blzarr.ctable([np.arange(100_000), np.ones(100_000)], names=["ts", "px"], chunklen=10_000)
+        >>> print(t.explain("(ts >= 25_000) & (ts < 50_000) & (px > 0)"))
+        10 blocks: 7 skipped, 2 taken whole, 1 scanned (10000 of 100000 rows evaluated); statistics of px, ts
+        >>> t.where("ts < 25_000").count()
+        25000
+        """
+        frame = sys._getframe(1)
+        self._check_expression(expression, user_dict, frame, vm)
+        return self._explain(expression, user_dict, vm, frame)
 
     def whereblocks(self, expression, blen=None, outcols=None, limit=None, skip=0, user_dict={}, vm=None):
         """Iterate over the rows where `expression` is true, in structured arrays of `blen` rows.
@@ -1819,6 +1866,29 @@ class ctable:
         if self._rootdir:
             s += f"  rootdir := '{self._rootdir}'\n  mode    := '{self._mode}'\n"
         return s + str(self)
+
+
+class Query:
+    """The iterator `ctable.where` returns: the matching rows one by one, and
+
+    - ``count()``: how many rows the query gives in all (its `limit` and `skip` applied), counted
+      in one pass without building them;
+    - ``explain()``: its `blzarr.planner.Plan` (blocks skipped, taken whole, scanned)."""
+
+    def __init__(self, rows, count, explain):
+        self._rows, self._count_fn, self._explain_fn = rows, count, explain
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return next(self._rows)
+
+    def count(self):
+        return self._count_fn()
+
+    def explain(self):
+        return self._explain_fn()
 
 
 def _rebuild_ctable(rootdir, columns, names, attrs, allow_pickle, storage_options=None):

@@ -98,21 +98,23 @@ class Decoder:
         return any(np.may_share_memory(result, b) for b in self.buffers().values())
 
 
-def run_blocks(bounds, decoder, fn, serial=None):
+def run_blocks(bounds, decoder, fn, serial=None, decode=None):
     """[fn(s, e, local) for every block], computed on all threads (contiguous runs per thread).
 
-    `serial`: the numexpr module when `fn` calls it (kept on one thread meanwhile), or None."""
+    `serial`: the numexpr module when `fn` calls it (kept on one thread meanwhile), or None.
+    `decode`: per block, whether to decode the operands; where False, `local` is None (a block the
+    query planner takes whole reads none of the predicate's operands)."""
     results = [None] * len(bounds)
 
     def one(k):
         s, e = bounds[k]
-        results[k] = fn(s, e, decoder.read(s, e))
+        results[k] = fn(s, e, decoder.read(s, e) if decode is None or decode[k] else None)
     with numexpr_serial(serial):
         run_all(one, range(len(bounds)))
     return results
 
 
-def map_blocks(bounds, decoder, fn, serial=None, window=None):
+def map_blocks(bounds, decoder, fn, serial=None, window=None, decode=None):
     """Yield fn(s, e, local) for every block, in order, computed a window of blocks at a time on all
     threads: memory holds one window's results, and a consumer that stops early wastes one window."""
     if window is None:
@@ -121,4 +123,5 @@ def map_blocks(bounds, decoder, fn, serial=None, window=None):
     # joins and starts a time; the windows' own switches then only count users)
     with numexpr_serial(serial if len(bounds) > window else None):
         for w in range(0, len(bounds), window):
-            yield from run_blocks(bounds[w:w + window], decoder, fn, serial)
+            yield from run_blocks(bounds[w:w + window], decoder, fn, serial,
+                                  None if decode is None else decode[w:w + window])

@@ -11,6 +11,7 @@ import numpy as np
 
 from blzarr import chunked_eval as _ce
 from blzarr import fused
+from blzarr import planner
 from blzarr.optional import need
 from blzarr.params import defaults
 
@@ -56,17 +57,37 @@ class LazyExpr:
         stop = self._n if stop is None else stop
         return [(s, min(s + self._blen, stop)) for s in range(start, stop, self._blen)]
 
+    def _classes(self, bounds):
+        """The planner's classes of the blocks (a boolean expression over carrays with statistics:
+        blocks of known value are not decoded), or None."""
+        if self.dtype != bool or len(self.shape) != 1:
+            return None
+        p = planner.plan(self.expression, dict(self._arrays, **self._scalars), bounds)
+        return p.classes if p.useful else None
+
+    def explain(self):
+        """The `blzarr.planner.Plan` of this (boolean) expression: blocks skipped, taken whole, scanned."""
+        return planner.plan(self.expression, dict(self._arrays, **self._scalars), self._blocks())
+
     def _run(self, reduce_block, start=0, stop=None):
         """[reduce_block(value of the block)] over the blocks in order, the value evaluated into a
         per-thread buffer (valid only during the call)."""
         decoder = fused.Decoder(self._arrays, self._blen)
         decoder.scratch("__value__", (self._blen,) + self.shape[1:], self.dtype)
+        bounds = self._blocks(start, stop)
+        classes = self._classes(bounds)
+        if classes is not None:
+            k_of = {b[0]: k for k, b in enumerate(bounds)}
 
         def block(s, e, local):
             out = decoder.buffers()["__value__"][: e - s]
+            if local is None:
+                out[...] = classes[k_of[s]] == planner.WHOLE
+                return reduce_block(out)
             value = self._kernel(local, out=out)
             return reduce_block(value)
-        return fused.run_blocks(self._blocks(start, stop), decoder, block, serial=self._ne)
+        return fused.run_blocks(bounds, decoder, block, serial=self._ne,
+                                decode=None if classes is None else classes == planner.SCAN)
 
     def _check_numeric(self, op):
         if self.dtype.kind not in "biufcmM" or self.dtype.names:

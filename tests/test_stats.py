@@ -1,0 +1,497 @@
+"""Per-chunk statistics (blzarr.stats) and the query planner (blzarr.planner).
+
+Every query result must equal NumPy's on the same data whatever the statistics say: present, missing
+(no meta/stats), stale (chunks rewritten behind the file's back, by blzarr killed before it wrote the
+file or by the real bcolz), in memory and in both on-disk layouts.  The planner's classes are also
+checked directly against the true mask: a block it skips holds no match, a block it takes whole
+holds nothing but matches."""
+
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import zlib
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from helpers import assert_same
+
+import blzarr
+from blzarr import planner, stats
+
+ctable_module = sys.modules["blzarr.ctable"]
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "blz")
+
+COLS = {"ts": "i8", "px": "f8", "q": "u2", "f": "f4", "d": "M8[s]", "g": "?"}
+NUMERIC = ["ts", "px", "q", "f"]
+CHUNKLEN = 16
+
+
+def make_data(n, seed):
+    """Columns with order in them (what statistics are for), NaN/NaT in runs and scattered."""
+    rng = np.random.default_rng(seed)
+    ra = np.empty(n, dtype=list(COLS.items()))
+    ra["ts"] = np.cumsum(rng.integers(0, 3, n)) - 20                      # sorted, with repeats
+    runs = np.repeat(rng.uniform(-50, 150, n // 8 + 1).round(), 8)[:n]   # constant runs of 8
+    ra["px"] = runs
+    ra["px"][rng.random(n) < 0.03] = np.nan
+    if n > 40:
+        ra["px"][16:32] = np.nan                                          # a chunk of NaN only
+    ra["q"] = rng.integers(0, 100, n) if rng.random() < 0.5 else np.sort(rng.integers(0, 100, n))
+    ra["f"] = (runs / 3).astype("f4")
+    ra["f"][rng.random(n) < 0.05] = np.nan
+    ra["d"] = np.datetime64("2020-01-01", "s") + np.sort(rng.integers(0, 10 ** 6, n))
+    ra["d"][rng.random(n) < 0.03] = np.datetime64("NaT")
+    ra["g"] = (np.arange(n) // 24) % 3 == 0                               # runs of True and False
+    return ra
+
+
+@st.composite
+def comparisons(draw):
+    name = draw(st.sampled_from(NUMERIC + ["d"]))
+    op = draw(st.sampled_from(["<", "<=", ">", ">=", "==", "!="]))
+    if name == "d":
+        value = draw(st.sampled_from(["lo_d", "hi_d", "nat"]))
+        return f"(d {op} {value})" if draw(st.booleans()) else f"({value} {op} d)"
+    kind = draw(st.integers(0, 9))
+    if kind == 0:
+        other = draw(st.sampled_from(NUMERIC))
+        return f"({name} {op} {other})"
+    if kind == 1:
+        return f"({name} {op} nan)"
+    value = draw(st.sampled_from([-100, -20, 0, 1, 5, 17, 33, 50, 99, 100, 149, 500, 2.5, -0.5]))
+    return f"({name} {op} {value})" if draw(st.booleans()) else f"({value} {op} {name})"
+
+
+def leaves():
+    return st.one_of(comparisons(), comparisons(), st.just("g"), st.just("isnan(px)"), st.just("isnan(f)"),
+                     st.just("((ts - 3) > 10)"))
+
+
+def predicates():
+    return st.recursive(
+        leaves(),
+        lambda inner: st.one_of(
+            st.tuples(inner, st.sampled_from(["&", "|"]), inner).map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
+            inner.map(lambda e: f"(~{e})")),
+        max_leaves=5)
+
+
+SCALARS = {"nan": np.nan, "lo_d": np.datetime64("2020-01-03", "s"), "hi_d": np.datetime64("2020-01-09", "s"),
+           "nat": np.datetime64("NaT", "s")}
+
+
+def numpy_mask(expression, ra):
+    env = dict(SCALARS, isnan=np.isnan, **{n: ra[n] for n in COLS})
+    with np.errstate(all="ignore"):
+        return np.asarray(eval(expression, {"__builtins__": {}}, env))
+
+
+def check_plan(p, mask):
+    """SKIP blocks hold no match, WHOLE blocks nothing else."""
+    if p.classes is None:
+        return
+    for (s, e), c in zip(p.bounds, p.classes):
+        if c == planner.SKIP:
+            assert not mask[s:e].any(), (p, s, e)
+        elif c == planner.WHOLE:
+            assert mask[s:e].all(), (p, s, e)
+
+
+# ------------------------------------------------------------------------------------------ statistics
+@settings(max_examples=80)
+@given(n=st.integers(0, 40), seed=st.integers(0, 2 ** 32 - 1), name=st.sampled_from(list(COLS)))
+def test_block_stats_equal_numpy(n, seed, name):
+    a = make_data(n, seed)[name]
+    mn, mx, fl = stats.block_stats(a)
+    valid = a[~np.isnat(a)] if a.dtype.kind == "M" else a[~np.isnan(a)] if a.dtype.kind == "f" else a
+    assert bool(fl & stats.KNOWN)
+    assert bool(fl & stats.NO_VALUE) == (valid.size == 0)
+    assert bool(fl & stats.HAS_NAN) == (0 < n != valid.size)
+    if valid.size:
+        if a.dtype.kind == "M":
+            valid = valid.view("i8")
+        assert mn == valid.min() and mx == valid.max()
+
+
+def expected_stats(x, chunklen):
+    """(mins, maxs, flags) of every chunk of x, the leftover as a last one, from NumPy."""
+    out = [stats.block_stats(x[s:s + chunklen]) for s in range(0, len(x), chunklen)]
+    c = stats.ChunkStats(x.dtype, chunklen)
+    for i, v in enumerate(out):
+        c.put(i, v)
+    return c.view(len(out))
+
+
+def assert_stats_equal(a, x):
+    got = a.chunk_stats()
+    want = expected_stats(x, a.chunklen)
+    assert got[3] == a.chunklen
+    for g, w in zip(got[:3], want):
+        assert_same(g, w)
+
+
+WRITES = st.lists(st.one_of(
+    st.tuples(st.just("append"), st.integers(0, 70)),
+    st.tuples(st.just("set"), st.integers(0, 200), st.integers(1, 40)),
+    st.tuples(st.just("setpos"), st.integers(0, 200)),
+    st.tuples(st.just("resize"), st.integers(0, 150)),
+    st.tuples(st.just("trim"), st.integers(0, 60)),
+    st.tuples(st.just("reopen"),)), max_size=8)
+
+
+@settings(max_examples=40)
+@given(seed=st.integers(0, 2 ** 32 - 1), name=st.sampled_from(["ts", "px", "g", "d"]), writes=WRITES)
+def test_writes_keep_statistics(layout, seed, name, writes):
+    """append, __setitem__, resize, trim (and reopening) keep each chunk's statistics exact."""
+    rng = np.random.default_rng(seed)
+    pool = make_data(400, seed)[name]
+    dflt = pool[3]
+    x = pool[:30].copy()
+    kw = dict(layout)
+    if layout.on_disk:
+        kw["mode"] = "w"
+    a = blzarr.carray(x, chunklen=8, dflt=dflt, **kw)
+    for w in writes:
+        if w[0] == "append":
+            new = pool[rng.integers(0, 400, w[1])]
+            a.append(new)
+            x = np.concatenate([x, new])
+        elif w[0] == "set" and len(x):
+            i = w[1] % len(x)
+            new = pool[rng.integers(0, 400, min(w[2], len(x) - i))]
+            a[i:i + len(new)] = new
+            x[i:i + len(new)] = new
+        elif w[0] == "setpos" and len(x):
+            pos = rng.integers(0, len(x), 5)
+            new = pool[rng.integers(0, 400, 5)]
+            a[pos] = new
+            x[pos] = new
+        elif w[0] == "resize":
+            a.resize(w[1])
+            x = np.concatenate([x, np.full(max(0, w[1] - len(x)), dflt, x.dtype)])[:w[1]]
+        elif w[0] == "trim":
+            k = min(w[1], len(x))
+            a.trim(k)
+            x = x[:len(x) - k]
+        elif w[0] == "reopen" and layout.on_disk:
+            a.close()
+            a = blzarr.open(layout["rootdir"], mode="a")
+    assert_same(a[:], x)
+    assert_stats_equal(a, x)
+    if layout.on_disk:
+        a.close()
+        b = blzarr.open(layout["rootdir"], mode="r")
+        state = b.stats_state()
+        assert state["known"] == state["chunks"] == len(x) // 8     # the stored file is fresh
+        assert_stats_equal(b, x)
+
+
+def test_failed_write_leaves_statistics_exact(layout, monkeypatch):
+    """A write that fails half-way is undone: the statistics follow (recomputed where needed)."""
+    x = np.arange(100, dtype="f8")
+    a = blzarr.carray(x, chunklen=10, **layout)
+    calls = {"n": 0}
+    real = blzarr.carray._new_chunk
+
+    def failing(self, arr):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError("disk full (simulated)")
+        return real(self, arr)
+    monkeypatch.setattr(blzarr.carray, "_new_chunk", failing)
+    with pytest.raises(OSError):
+        a[5:25] = -1.0          # rewrites chunks 0 and 1: the second fails
+    monkeypatch.undo()
+    assert_same(a[:], x)
+    assert_stats_equal(a, x)
+    assert blzarr.lazyexpr("a < 0", user_dict={"a": a}).count_nonzero() == 0
+
+
+def test_unsupported_dtypes_have_none():
+    for arr in (np.array([b"ab"] * 40), np.arange(40.0).reshape(20, 2), np.array([1j] * 40),
+                np.zeros(40, dtype=[("a", "i4")])):
+        a = blzarr.carray(arr, chunklen=8)
+        assert a.chunk_stats() is None and a.stats_state() is None
+    o = blzarr.carray(np.array([1, "a", None] * 5, dtype=object))
+    assert o.chunk_stats() is None
+
+
+# ------------------------------------------------------------------------------------------ the file
+def parse_stats_file(raw):
+    """An independent reader of meta/stats, written from docs/FORMAT.rst."""
+    assert raw[:4] == b"BLZS" and raw[4] == 1 and raw[5] == 0
+    assert struct.unpack("<I", raw[-4:])[0] == zlib.crc32(raw[:-4])
+    dlen, chunklen, n = struct.unpack_from("<HQQ", raw, 6)
+    dtype = np.dtype(raw[24:24 + dlen].decode("ascii"))
+    pos = 24 + dlen
+    pos += -pos % 8
+    mins = np.frombuffer(raw, dtype, n, pos)
+    maxs = np.frombuffer(raw, dtype, n, pos + n * dtype.itemsize)
+    pos += 2 * n * dtype.itemsize
+    flags = np.frombuffer(raw, "u1", n, pos)
+    pos += n + (-n % 8)
+    fps = np.frombuffer(raw, "<i8", 3 * n, pos).reshape(n, 3)
+    assert pos + 24 * n + 4 == len(raw)
+    return chunklen, mins, maxs, flags, fps
+
+
+def test_committed_fixture_stats_file():
+    """tests/fixtures/blz/int32_crc32 (100 int32, chunks of 16): its meta/stats read by the spec."""
+    root = os.path.join(FIXTURES, "int32_crc32")
+    chunklen, mins, maxs, flags, fps = parse_stats_file(open(os.path.join(root, "meta", "stats"), "rb").read())
+    x = np.arange(-50, 50, dtype=np.int32) * 3
+    assert chunklen == 16 and len(mins) == 6 and mins.dtype == np.dtype("<i4")
+    assert_same(mins, x[:96].reshape(6, 16).min(axis=1))
+    assert_same(maxs, x[:96].reshape(6, 16).max(axis=1))
+    assert (flags == stats.KNOWN).all()
+    # the fingerprints: offset, compressed size and stored crc32 of each chunk (superchunks of 3)
+    for i in range(6):
+        data = open(os.path.join(root, "data", f"__{i // 3 + 1}__.bin"), "rb").read()
+        off, ct, ck = (int(v) for v in fps[i])
+        assert struct.unpack_from("<i", data, off + 12)[0] == ct
+        assert ck == struct.unpack_from("<I", data, off + ct)[0] == zlib.crc32(data[off:off + ct])
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "crc", "other_dtype", "other_chunklen"])
+def test_bad_stats_file_is_no_statistics(tmp_path, damage):
+    x = np.arange(1000, dtype="i8")
+    p = str(tmp_path / "a")
+    a = blzarr.carray(x, rootdir=p, chunklen=100)
+    a.close()
+    path = os.path.join(p, "meta", "stats")
+    raw = open(path, "rb").read()
+    if damage == "garbage":
+        raw = b"not a stats file"
+    elif damage == "truncated":
+        raw = raw[:len(raw) // 2]
+    elif damage == "crc":
+        raw = raw[:40] + bytes([raw[40] ^ 1]) + raw[41:]
+    elif damage == "other_dtype":
+        raw = stats.encode(stats.decode(raw, "i8", 100), 10).replace(b"<i8", b"<u8")
+        raw = raw[:-4] + struct.pack("<I", zlib.crc32(raw[:-4]))
+    else:
+        st = stats.decode(raw, "i8", 100)
+        st.chunklen = 50
+        raw = stats.encode(st, 10)
+    open(path, "wb").write(raw)
+    b = blzarr.open(p, mode="r")
+    assert b.stats_state()["known"] == 0
+    assert blzarr.lazyexpr("b >= 950", user_dict={"b": b}).count_nonzero() == 50
+    assert b.stats_state()["known"] == 10   # computed from the chunks (not stored: mode 'r')
+    c = blzarr.open(p, mode="a")
+    assert c.searchsorted(950) == 950
+    c.close()
+    assert blzarr.open(p, mode="r").stats_state()["known"] == 10   # stored by the writable one
+
+
+# ------------------------------------------------------------------------------------------ queries
+def make_table(ra, layout, state):
+    kw = dict(layout, mode="w") if layout.on_disk else {}
+    t = blzarr.ctable([blzarr.carray(ra[k], chunklen=CHUNKLEN) for k in COLS], names=list(COLS), **kw)
+    if not layout.on_disk:
+        return t
+    root = layout["rootdir"]
+    if state == "stale":
+        # the statistics of an earlier state, stored again after the data changed (blzarr killed
+        # between a chunk write and the statistics', or a program that does not know them)
+        saved = {k: open(os.path.join(root, k, "meta", "stats"), "rb").read()
+                 for k in COLS if os.path.exists(os.path.join(root, k, "meta", "stats"))}
+        n = len(ra)
+        if n:
+            rng = np.random.default_rng(n)
+            pos = rng.integers(0, n, 6)
+            for k in COLS:
+                vals = ra[k][rng.integers(0, n, 6)]
+                t.cols[k][pos] = vals
+                ra[k][pos] = vals
+        t.flush()
+        for k, raw in saved.items():
+            open(os.path.join(root, k, "meta", "stats"), "wb").write(raw)
+    t.close()
+    if state == "missing":
+        for k in COLS:
+            p = os.path.join(root, k, "meta", "stats")
+            if os.path.exists(p):
+                os.remove(p)
+    return blzarr.open(root, mode="r")
+
+
+@settings(max_examples=60)
+@given(n=st.sampled_from([0, 1, 2, 15, 16, 17, 64, 200, 777]), seed=st.integers(0, 2 ** 32 - 1),
+       expression=predicates(), vm=st.sampled_from(["numexpr", "python"]),
+       state=st.sampled_from(["present", "missing", "stale"]), blen=st.sampled_from([1, 7, 16, 40]))
+def test_queries_with_statistics_equal_numpy(layout, monkeypatch, n, seed, expression, vm, state, blen):
+    monkeypatch.setattr(ctable_module, "MIN_QUERY_BLEN", blen)
+    ra = make_data(n, seed)
+    t = make_table(ra, layout, state)
+    mask = numpy_mask(expression, ra)
+    assert mask.dtype == bool and mask.shape == (n,)
+    pos = np.flatnonzero(mask)
+    user = dict(SCALARS)
+    got = t.fetchwhere(expression, out_flavor="numpy", vm=vm, user_dict=user)
+    assert_same(got, ra[pos])
+    q = t.where(expression, outcols=["nrow__", "ts"], vm=vm, user_dict=user, skip=1, limit=50)
+    assert q.count() == min(50, max(0, len(pos) - 1))
+    assert_same(np.array([r.nrow__ for r in q], dtype=int), pos[1:51])
+    assert_same(t.eval(expression, vm=vm, out_flavor="numpy", user_dict=user), mask)
+    p = t.explain(expression, user_dict=user)
+    check_plan(p, mask)
+    assert p.skipped + p.whole + p.scanned == len(p.bounds)
+    if n:
+        cols = {k: t.cols[k] for k in COLS}
+        e = blzarr.lazyexpr(expression, user_dict=dict(user, **cols), vm=vm, blen=blen)
+        assert e.count_nonzero() == len(pos)
+        assert e.any() == bool(len(pos)) and e.all() == (len(pos) == n)
+        assert_same(e[:], mask)
+        check_plan(e.explain(), mask)
+        ev = blzarr.eval(expression, user_dict=dict(user, **cols), vm=vm, blen=blen)
+        assert_same(ev[:], mask)
+
+
+@settings(max_examples=60)
+@given(n=st.integers(1, 300), seed=st.integers(0, 2 ** 32 - 1), expression=predicates(),
+       blen=st.integers(1, 50), chunklen=st.sampled_from([1, 3, 16, 50]))
+def test_plans_are_sound(n, seed, expression, blen, chunklen):
+    """Blocks of any length over chunks of any length: skipped blocks hold no match, whole ones only."""
+    ra = make_data(n, seed)
+    ops = dict(SCALARS, **{k: blzarr.carray(ra[k], chunklen=chunklen) for k in COLS})
+    mask = numpy_mask(expression, ra)
+    p = planner.plan(expression, ops, [(s, min(s + blen, n)) for s in range(0, n, blen)])
+    check_plan(p, mask)
+
+
+def test_plan_takes_and_skips_what_it_should():
+    n = 100_000
+    ts = blzarr.carray(np.arange(n), chunklen=1000)
+    g = blzarr.carray(np.arange(n) < 50_000, chunklen=1000)
+    px = blzarr.carray(np.where(np.arange(n) % 2000 < 1000, np.nan, 1.0), chunklen=1000)
+    p = blzarr.explain("(ts >= 10_000) & (ts < 12_500)", blen=1000)
+    assert (p.skipped, p.whole, p.scanned) == (97, 2, 1)
+    assert p.summary()["rows_scanned"] == 1000 and p.used == ["ts"]
+    assert str(p) == ("100 blocks: 97 skipped, 2 taken whole, 1 scanned (1000 of 100000 rows "
+                      "evaluated); statistics of ts")
+    p = blzarr.explain("~g | (ts == 3)", blen=1000)
+    assert (p.skipped, p.whole, p.scanned) == (49, 50, 1)
+    p = blzarr.explain("isnan(px)", blen=1000)
+    assert (p.skipped, p.whole) == (50, 50)
+    p = blzarr.explain("px > 0", blen=1000)      # NaN compares false: the NaN chunks are skipped
+    assert (p.skipped, p.whole) == (50, 50)
+    p = blzarr.explain("px != 1", blen=1000)     # and NaN != 1 is true
+    assert (p.skipped, p.whole) == (50, 50)
+    p = blzarr.explain("(ts * 2 > 5) | (ts >= 99_000)", blen=1000)   # arithmetic: scanned, unless...
+    assert (p.skipped, p.whole, p.scanned) == (0, 1, 99)
+    p = blzarr.explain("ts + 1")
+    assert p.classes is None and "not a comparison" in str(p)
+    a = np.arange(n)
+    p = blzarr.explain("a > 5")
+    assert p.classes is None and "no operand compared has statistics" in str(p)
+
+
+def test_count_does_not_build_rows(monkeypatch):
+    t = blzarr.ctable([np.arange(200_000), np.arange(200_000) % 7], names=["ts", "k"])
+    def no_rows(*args):
+        raise AssertionError("rows built")
+        yield
+    monkeypatch.setattr(ctable_module.ctable, "_where_blocks", no_rows)
+    q = t.where("(ts >= 1000) & (k == 3)")
+    assert q.count() == np.count_nonzero((np.arange(1000, 200_000) % 7) == 3)
+    assert q.explain().used == ["k", "ts"]
+
+
+# ------------------------------------------------------------------------------------------ bcolz behind
+@pytest.mark.parametrize("chunklen", [16, 1000])
+def test_bcolz_writes_behind_blzarr(tmp_path, bcolz, chunklen):
+    """The real bcolz appends to and assigns into a carray blzarr wrote (with its meta/stats):
+    blzarr finds the statistics of the rewritten and the new chunks stale or missing, and every
+    query still equals NumPy."""
+    p = str(tmp_path / "a")
+    x = np.arange(5000, dtype="f8")
+    a = blzarr.carray(x, rootdir=p, chunklen=chunklen, format="bcolz")
+    a.close()
+    before = open(os.path.join(p, "meta", "stats"), "rb").read()
+    b = bcolz.open(p, mode="a")
+    b[chunklen + 3] = -1e9              # a full chunk rewritten in place by bcolz
+    b.append(np.full(3 * chunklen + 5, 1e9))
+    b.flush()
+    del b
+    x = np.concatenate([x, np.full(3 * chunklen + 5, 1e9)])
+    x[chunklen + 3] = -1e9
+    assert open(os.path.join(p, "meta", "stats"), "rb").read() == before     # bcolz left it
+    c = blzarr.open(p, mode="r")
+    state = c.stats_state()
+    assert state["chunks"] == len(x) // chunklen and state["known"] == 5000 // chunklen - 1
+    for expr in ("c < 0", "c > 4990", "(c >= 1000) & (c < 2000)", "c == 1e9", "~(c < 1e9)"):
+        want = eval(expr, {"__builtins__": {}}, {"c": x})
+        assert blzarr.lazyexpr(expr, user_dict={"c": c}).count_nonzero() == want.sum(), expr
+        check_plan(blzarr.explain(expr, user_dict={"c": c}, blen=chunklen), want)
+    assert c.searchsorted(1e9) == 5000
+    # a writable blzarr stores the statistics again, fresh, and bcolz still reads the directory
+    d = blzarr.open(p, mode="a")
+    d.chunk_stats()
+    d.close()
+    e = blzarr.open(p, mode="r")
+    assert e.stats_state()["known"] == len(x) // chunklen
+    assert_same(bcolz.open(p, mode="r")[:], x)
+
+
+# ------------------------------------------------------------------------------------------ searchsorted
+@settings(max_examples=60)
+@given(n=st.integers(0, 300), seed=st.integers(0, 2 ** 32 - 1), chunklen=st.sampled_from([1, 4, 32, 1000]),
+       kind=st.sampled_from(["i8", "f8", "M8[s]", "S2", "?"]), side=st.sampled_from(["left", "right"]))
+def test_searchsorted_equals_numpy(n, seed, chunklen, kind, side):
+    rng = np.random.default_rng(seed)
+    if kind == "f8":
+        x = rng.integers(-20, 20, n).astype("f8")
+        x[rng.random(n) < 0.1] = np.nan
+        probes = np.array([-30, -20, -1.5, 0, 7, 19, 25, np.nan])
+    elif kind == "M8[s]":
+        x = np.datetime64("2021-01-01", "s") + rng.integers(0, 50, n)
+        x[rng.random(n) < 0.1] = np.datetime64("NaT")
+        probes = np.datetime64("2021-01-01", "s") + np.array([-1, 0, 3, 49, 60])
+        probes = np.concatenate([probes, [np.datetime64("NaT")]])
+    elif kind == "S2":
+        x = np.array([b"%02d" % v for v in rng.integers(0, 30, n)], dtype="S2")
+        probes = np.array([b"", b"00", b"15", b"29", b"99"])
+    elif kind == "?":
+        x = rng.random(n) < 0.5
+        probes = np.array([False, True])
+    else:
+        x = rng.integers(-20, 20, n)
+        probes = np.array([-30, -20, 0, 5, 19, 40])
+    x = np.sort(x)
+    a = blzarr.carray(x, chunklen=chunklen)
+    assert_same(a.searchsorted(probes, side=side), np.searchsorted(x, probes, side=side))
+    for v in probes[:3]:
+        assert a.searchsorted(v, side) == np.searchsorted(x, v, side)
+
+
+def test_searchsorted_errors():
+    with pytest.raises(ValueError, match="side"):
+        blzarr.carray(np.arange(3)).searchsorted(1, side="middle")
+    with pytest.raises(TypeError, match="one-dimensional"):
+        blzarr.carray(np.zeros((4, 2))).searchsorted(1)
+
+
+# ------------------------------------------------------------------------------------------ CLI
+def test_cli_info_statistics_and_plan(tmp_path):
+    root = str(tmp_path / "t")
+    t = blzarr.ctable([np.arange(100_000), np.ones(100_000), np.array(["x"] * 100_000)],
+                      names=["ts", "px", "s"], chunklen=10_000, rootdir=root)
+    t.close()
+    os.remove(os.path.join(root, "px", "meta", "stats"))
+    run = [sys.executable, "-m", "blzarr", "info", root, "--where", "(ts >= 25_000) & (ts < 50_000)"]
+    out = subprocess.run(run, capture_output=True, text=True, check=True).stdout
+    assert ("query    10 blocks: 7 skipped, 2 taken whole, 1 scanned (10000 of 100000 rows evaluated); "
+            "statistics of ts") in out
+    lines = {ln.split()[0]: ln.split()[-1] for ln in out.splitlines()[-3:]}
+    assert lines == {"ts": "10/10", "px": "0/10", "s": "-"}
+    col = subprocess.run([sys.executable, "-m", "blzarr", "info", os.path.join(root, "ts"), "--where", "x < 5"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "statistics     min/max/NaN of 10 of 10 chunks" in col and "1 scanned" in col
+    bad = subprocess.run([sys.executable, "-m", "blzarr", "info", root, "--where", "nope > 1"],
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and "nope" in bad.stderr
+    shutil.rmtree(root)
