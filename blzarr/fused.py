@@ -19,7 +19,7 @@ import threading
 import numpy as np
 
 from blzarr.params import get_nthreads
-from blzarr.parallel import run_all
+from blzarr.parallel import MIN_TASKS, run_all
 
 # blocks per thread handed out at once by `map_blocks` (results of one window are held in memory)
 WINDOW_PER_THREAD = 8
@@ -109,6 +109,9 @@ def run_blocks(bounds, decoder, fn, serial=None, decode=None):
     def one(k):
         s, e = bounds[k]
         results[k] = fn(s, e, decoder.read(s, e) if decode is None or decode[k] else None)
+    busy = len(bounds) if decode is None else int(sum(1 for d in decode if d))
+    if busy < MIN_TASKS:
+        serial = None       # run_all keeps so few blocks in this thread: numexpr may use its own
     with numexpr_serial(serial):
         run_all(one, range(len(bounds)))
     return results

@@ -27,6 +27,8 @@ import numpy as np
 from blzarr.stats import HAS_NAN, KNOWN, NO_VALUE
 
 SKIP, WHOLE, SCAN = 0, 1, 2
+# False: every block is scanned, as without statistics (for measurements: the harness compares both)
+ENABLED = True
 
 _OPS = {ast.Gt: ">", ast.GtE: ">=", ast.Lt: "<", ast.LtE: "<=", ast.Eq: "==", ast.NotEq: "!="}
 _FLIP = {">": "<", ">=": "<=", "<": ">", "<=": ">=", "==": "==", "!=": "!="}
@@ -313,6 +315,8 @@ class Plan:
 def plan(expression, operands, bounds):
     """The `Plan` of the boolean `expression` over the blocks `bounds` ((start, stop) pairs), its
     names bound by `operands` (arrays and scalars)."""
+    if not ENABLED:
+        return Plan(expression, bounds, None, reason="the planner is off (blzarr.planner.ENABLED)")
     try:
         tree = ast.parse(expression, mode="eval").body
     except SyntaxError:

@@ -30,6 +30,9 @@ KNOWN = 1       # the entry holds the chunk's statistics (else: unknown, the chu
 HAS_NAN = 2     # the chunk holds NaN (floats) or NaT (datetime64, timedelta64)
 NO_VALUE = 4    # the chunk holds nothing but NaN/NaT: min and max mean nothing
 
+# False: new and opened carrays keep no statistics (for measurements of what they cost)
+ENABLED = True
+
 _HEAD = struct.Struct("<4sBBHQQ")    # magic, version, reserved, dtype length, chunklen, entries
 _NAT = np.iinfo(np.int64).min
 
@@ -37,7 +40,7 @@ _NAT = np.iinfo(np.int64).min
 def supported(atom):
     """Whether chunks of atoms of dtype `atom` get statistics (scalar bool, int, float, datetime)."""
     atom = np.dtype(atom)
-    return atom.shape == () and atom.names is None and atom.kind in "biufmM"
+    return ENABLED and atom.shape == () and atom.names is None and atom.kind in "biufmM"
 
 
 def _store_dtype(dtype):
