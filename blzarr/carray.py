@@ -18,6 +18,7 @@ from blzarr import chunked_eval as _ce
 from blzarr import fused
 from blzarr import indexing as ix
 from blzarr import integrations
+from blzarr import planner
 from blzarr import stats as _stats
 from blzarr.arrayprint import array2string
 from blzarr.attrs import attrs as _attrs
@@ -1134,8 +1135,14 @@ class carray:
                 self._rebuild_stats(missing)
             mins, maxs, flags = st.view(nch)
             if self._nleft:
-                last = _stats.ChunkStats(self._atom, self._chunklen)
-                last.put(0, _stats.block_stats(self._last[:self._nleft]))
+                # the leftover's, computed again only after a write (every write renews _gen)
+                key = (self._gen, self._nleft)
+                last = self.__dict__.get("_last_stats")
+                if last is None or last[0] != key:
+                    one = _stats.ChunkStats(self._atom, self._chunklen)
+                    one.put(0, _stats.block_stats(self._last[:self._nleft]))
+                    last = self._last_stats = (key, one)
+                last = last[1]
                 mins = np.concatenate([mins, last.mins[:1]])
                 maxs = np.concatenate([maxs, last.maxs[:1]])
                 flags = np.concatenate([flags, last.flags[:1]])
@@ -1521,8 +1528,7 @@ class carray:
                     yield _elements(vals)
             return
         count = 0
-        for s, mask in _iter_blocks(boolarr, self._chunklen):
-            idx = np.flatnonzero(mask)
+        for s, idx in _true_positions(boolarr, self._chunklen):
             if idx.size == 0:
                 continue
             if skip:
@@ -1531,7 +1537,8 @@ class carray:
                     continue
                 idx = idx[skip:]
                 skip = 0
-            vals = self[s:s + len(mask)][idx]
+            a = int(idx[0])
+            vals = self[s + a:s + int(idx[-1]) + 1][idx - a]
             if limit is not None:
                 vals = vals[:limit - count]
             yield _elements(vals)
@@ -1550,8 +1557,7 @@ class carray:
 
     def _wheretrue(self, limit, skip):
         count = 0
-        for s, mask in _iter_blocks(self, self._chunklen):
-            idx = np.flatnonzero(mask)
+        for s, idx in _true_positions(self, self._chunklen):
             if skip:
                 if skip >= idx.size:
                     skip -= idx.size
@@ -1878,6 +1884,28 @@ def _check_limit_skip(limit, skip):
 
 def _rebuild_carray(array, rootdir, kwargs):
     return carray(array, rootdir=rootdir, **kwargs)
+
+
+def _true_positions(mask, blen):
+    """(start, positions of the true rows from start) over the 1-d boolean `mask` in blocks of `blen`;
+    a carray's statistics tell the blocks all false (not read) and all true (not decoded)."""
+    n = len(mask)
+    bounds = [(s, min(s + blen, n)) for s in range(0, n, blen)]
+    known = None
+    get = getattr(mask, "chunk_stats", None)
+    if get is not None and bounds and getattr(mask, "ndim", 1) == 1:
+        st = get()
+        if st is not None and len(st[0]):
+            r = planner.block_ranges(st, bounds)
+            known, all_true, any_true = r.known, np.asarray(r.lo, bool), np.asarray(r.hi, bool)
+    for k, (s, e) in enumerate(bounds):
+        if known is not None and known[k]:
+            if not any_true[k]:
+                continue
+            if all_true[k]:
+                yield s, np.arange(e - s)
+                continue
+        yield s, np.flatnonzero(mask[s:e])
 
 
 def _iter_blocks(obj, blen=None):

@@ -114,10 +114,15 @@ class ChunkStore:
         """A tuple of 3 ints that changes whenever stored chunk i is rewritten (None: not stored)."""
         return None
 
+    def _local_stats(self):
+        """Statistics files are kept beside local directories only (a byte store, object storage,
+        keeps none: the statistics are computed in memory when a query needs them)."""
+        return self.store is not None and not getattr(self.store, "remote", False)
+
     def read_stats(self):
         """The bytes of the statistics file (meta/stats), or None when there is none."""
         path = self.meta_path("stats")
-        if path is None:
+        if path is None or not self._local_stats():
             return None
         try:
             with open(path, "rb") as f:
@@ -128,7 +133,7 @@ class ChunkStore:
     def write_stats(self, raw):
         """Replace the statistics file (no fsync: a lost or stale file is only rebuilt)."""
         path = self.meta_path("stats")
-        if path is not None and self.mode != "r":
+        if path is not None and self.mode != "r" and self._local_stats():
             atomic_write(path, raw)
 
     def storage_options(self):

@@ -171,10 +171,7 @@ class ChunkStats:
         for i in sorted(self.fresh):
             if i < self.n:
                 fp = store.fingerprint(i)
-                if fp is None:
-                    self.flags[i] = 0
-                else:
-                    self.fps[i] = fp
+                self.fps[i] = (0, 0, 0) if fp is None else fp    # None: a reader will not trust it
         self.fresh = set()
 
     def view(self, nchunks):
