@@ -171,7 +171,7 @@ def _stats_text(st):
         return "none (not kept for this dtype)"
     if not st["chunks"]:
         return "no full chunk yet"
-    text = f"min/max/NaN of {st['known']} of {st['chunks']} chunks"
+    text = f"min/max/NaN of {st['known']} of {_n(st['chunks'], 'chunk')}"
     if st["known"] < st["chunks"]:
         text += " (the others, missing or stale, are computed at the first query)"
     return text

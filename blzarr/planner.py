@@ -300,7 +300,7 @@ class Plan:
     def __str__(self):
         s = self.summary()
         rows = sum(s[k] for k in ("rows_skipped", "rows_whole", "rows_scanned"))
-        text = (f"{s['blocks']} blocks: {s['skipped']} skipped, {s['whole']} taken whole, "
+        text = (f"{s['blocks']} block{'' if s['blocks'] == 1 else 's'}: {s['skipped']} skipped, {s['whole']} taken whole, "
                 f"{s['scanned']} scanned ({s['rows_scanned']} of {rows} rows evaluated)")
         if self.used:
             text += "; statistics of " + ", ".join(self.used)
