@@ -364,7 +364,8 @@ def verify_carray(path):
                          "ignored by readers")
         what = f"{_n(c.nchunks, 'chunk')} + {_n(c.nleftover, 'leftover row')} decoded"
     else:
-        what = (f"{_n(summary['chunks'], 'chunk')} in {_n(summary['files'], 'file')}, "
+        partial = " (the last one partial)" if c.nleftover and summary["chunks"] > c.nchunks else ""
+        what = (f"{_n(summary['chunks'], 'chunk')}{partial} in {_n(summary['files'], 'file')}, "
                 f"{summary['checksum']} checksums verified, all decoded")
     return f"carray, {c.format}, {c.dtype}, shape {c.shape}: {what}", notes
 
