@@ -9,6 +9,8 @@ import sys
 import numpy as np
 import pytest
 
+import blzarr
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
@@ -188,3 +190,17 @@ def test_readme_lists_the_misses_as_the_harness_prints_them():
         name, _, ratio = line[len("[MISS] "):].rpartition(" (ratio ")
         assert name in names, line
         assert harness.format_targets([(name, False, float(ratio.rstrip(")")))]).strip() == line
+
+
+def test_peak_rss_of_bcolz_is_measured_without_blzarr(tmp_path):
+    # the child of each peak-RSS measurement imports only the library it measures
+    pytest.importorskip("bcolz")
+    from blzarr.bench import memory, rss_child
+    memory.create(str(tmp_path), 5000)
+    for lib in ("bcolz", "blzarr"):
+        proc = subprocess.run([sys.executable, rss_child.__file__, lib, str(tmp_path), "sum", "2"],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        rec = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert rec["lib"] == lib and rec["blzarr_imported"] == (lib == "blzarr")
+        assert rec["result"] == pytest.approx(float(blzarr.open(os.path.join(str(tmp_path), "a"))[:].sum()))

@@ -1,8 +1,8 @@
 """Peak resident memory of `sum`, `where`, `iter` and `eval` over an on-disk carray.
 
-Each measurement runs in its own fresh interpreter (``python -m blzarr.bench.memory measure ...``), so the
-peak (VmHWM from /proc/self/status, or ru_maxrss where /proc is missing) belongs to that operation
-alone.  The array is written once, chunk by chunk (never whole in memory), in the bcolz 1.x layout
+Each measurement runs in its own fresh interpreter (``python .../blzarr/bench/rss_child.py LIB ROOT OP``,
+by path, so that measuring bcolz does not import blzarr), so the peak (VmHWM from /proc/self/status,
+or ru_maxrss where /proc is missing) belongs to that library and operation alone.  The array is written once, chunk by chunk (never whole in memory), in the bcolz 1.x layout
 that both blzarr and bcolz read, so both are measured over the very same directory.
 """
 
@@ -16,35 +16,12 @@ import tempfile
 import numpy as np
 
 import blzarr
-from blzarr.bench import CLEVEL, CNAME, NTHREADS
+from blzarr.bench import CLEVEL, CNAME, NTHREADS, rss_child
+from blzarr.bench.rss_child import peak_rss_bytes, rss_bytes  # noqa: F401  (their home before)
 
 BIG_BYTES = 2 * 1024 ** 3
 OPS = ("sum", "where", "iter", "eval")
 WRITE_BLOCK = 1 << 20
-
-
-def peak_rss_bytes():
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    import resource
-    ru = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return ru if sys.platform == "darwin" else ru * 1024
-
-
-def rss_bytes():
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return peak_rss_bytes()
 
 
 def create(root, n, seed=7):
@@ -67,33 +44,6 @@ def create(root, n, seed=7):
     m.flush()
 
 
-def measure(lib, root, op):
-    """Run `op` with `lib` over the carray in `root`; print a JSON line with the peaks."""
-    mod = __import__(lib)
-    mod.set_nthreads(NTHREADS)
-    a = mod.open(os.path.join(root, "a"), mode="r")
-    mask = mod.open(os.path.join(root, "mask"), mode="r") if op == "where" else None
-    base = rss_bytes()
-    base_peak = peak_rss_bytes()
-    if op == "sum":
-        res = float(a.sum())
-    elif op == "where":
-        res = 0
-        for _ in a.where(mask):
-            res += 1
-    elif op == "iter":
-        res = 0
-        for _ in a.iter():
-            res += 1
-    elif op == "eval":
-        out = mod.eval("a > 0", user_dict={"a": a})
-        res = int(out.sum())
-    else:
-        raise ValueError(f"unknown memory op {op!r}")
-    print(json.dumps({"lib": lib, "op": op, "peak_rss": peak_rss_bytes(), "rss_before": base,
-                      "peak_before": base_peak, "result": res}))
-
-
 def run(args, log=print):
     """Measure every (lib, op) in a fresh subprocess; return a list of result dicts."""
     n = BIG_BYTES // 8 if args.big else args.mem_n
@@ -112,7 +62,7 @@ def run(args, log=print):
             for op in OPS:
                 if args.memory_ops and op not in args.memory_ops:
                     continue
-                proc = subprocess.run([sys.executable, "-m", "blzarr.bench.memory", "measure", lib, root, op],
+                proc = subprocess.run([sys.executable, rss_child.__file__, lib, root, op, str(NTHREADS)],
                                       capture_output=True, text=True, env=env)
                 if proc.returncode != 0:
                     err = (proc.stderr.strip().splitlines() or ["?"])[-1]
@@ -148,6 +98,6 @@ if __name__ == "__main__":
     if cmd == "create" and len(sys.argv) == 4:
         create(sys.argv[2], int(sys.argv[3]))
     elif cmd == "measure" and len(sys.argv) == 5:
-        measure(sys.argv[2], sys.argv[3], sys.argv[4])
+        rss_child.measure(sys.argv[2], sys.argv[3], sys.argv[4], NTHREADS)
     else:
         sys.exit("usage: python -m blzarr.bench.memory create ROOT N | measure LIB ROOT OP")
