@@ -30,6 +30,8 @@ from blzarr.blz_format import (FORMAT, SUPERCHUNK_EXT, _coerce_reserve, _encode,
                                superchunk_name)
 from blzarr.blz_meta import (VLMETA_FILE, VLMETA_MAGIC, BlzMetalayers, FixedMeta, MetalayerError,  # noqa: F401
                              VLMeta)
+from blzarr.blz_repair import BlzMaintenance
+from blzarr.blz_write import BlzWrites
 from blzarr.files import ATTRIBUTES_FILE, DATA_DIR, META_DIR, atomic_write, read_json, write_json
 
 DEFAULT_CHECKSUM = "crc32"
@@ -106,7 +108,7 @@ class _LRU:
         return len(self._d)
 
 
-class BlzDir(BlzMetalayers):
+class BlzDir(BlzWrites, BlzMaintenance, BlzMetalayers):
     """The files of one carray directory in the BLZ layout."""
 
     format = FORMAT
@@ -238,39 +240,6 @@ class BlzDir(BlzMetalayers):
                 raise FormatError(f"superchunk file '{self._path(fno)}' holds "
                                   f"{self._file(fno).nchunks} chunks, but it is not the last file "
                                   f"and must be full ({self.K})")
-
-    def _repair(self):
-        """Finish what a writer killed mid-update left behind (a writer opening the directory does this;
-        readers ignore it): metadata sections that disagree with file 1 (a metalayer update writes file 1
-        last, so file 1 holds the committed value), offsets entries set past a file's chunks by an append
-        whose header was not written, and a header last-chunk that its last chunk no longer has."""
-        with self._lock:
-            for fno in range(1, self.nfiles + 1):
-                f = self._file(fno)
-                fd = None
-                if fno > 1:
-                    mine = {k: v for k, v in f.meta_json.items() if k not in ("superchunk", "first_chunk")}
-                    if mine != {k: v for k, v in self._fixed.items() if k not in ("superchunk", "first_chunk")}:
-                        raw = self._meta_bytes(fno)
-                        if len(raw) != f.meta_size:
-                            raise FormatError(f"superchunk file '{f.path}': its metadata section disagrees "
-                                              f"with file 1 and cannot be rewritten in place")
-                        fd = self._fd(fno)
-                        sc.pwrite_all(fd, raw, 32, f.path)
-                        f.meta_json = json.loads(raw.decode("ascii"))
-                offsets = self._full_table(f)
-                if (offsets[f.nchunks:] != -1).any():
-                    fd = self._fd(fno)
-                    offsets[f.nchunks:] = -1
-                    sc.pwrite_all(fd, sc.pack_offsets(offsets[f.nchunks:]), f.table_pos + 8 * f.nchunks, f.path)
-                if f.nchunks:
-                    last = self._nbytes_at(self._fd(fno), offsets[f.nchunks - 1], f)
-                    if last != f.last_chunk:
-                        fd = self._fd(fno)
-                        f.last_chunk = last
-                        self._write_header(f, fd)
-                if fd is not None:
-                    self._after_write(f, fd)
 
     # ------------------------------------------------------------------ the bcolz-like store interface
     # the fields that opening or creating sets: a worker rebuilds the store from them (config)
@@ -772,21 +741,6 @@ class BlzDir(BlzMetalayers):
         self._forget_file(fno)
         self._close(fno)
 
-    def _reserve_for(self, ctbytes):
-        """Reserved bytes after a chunk of `ctbytes` compressed bytes."""
-        return int(ctbytes * self.reserve) if isinstance(self.reserve, float) else self.reserve
-
-    def _slot_blob(self, data):
-        return bytes(data) + self._slot_tail(data)
-
-    def _slot_tail(self, data):
-        """What follows a chunk in its slot: its checksum, then the reserve."""
-        return sc.checksum(self.checksum_id, data) + bytes(self._reserve_for(len(data)))
-
-    def _write_slot(self, fd, pos, data, tail, path):
-        sc.pwrite_all(fd, data, pos, path)
-        sc.pwrite_all(fd, tail, pos + len(data), path)
-
     def _write_header(self, f, fd):
         head = sc.pack_header(self.checksum_id, self.typesize, self.chunk_nbytes, f.last_chunk, f.nchunks,
                               f.meta_size)
@@ -795,110 +749,6 @@ class BlzDir(BlzMetalayers):
     def _after_write(self, f, fd):
         f.fstate = self._state(fd)
 
-    def write_chunk(self, n, data):
-        """Write chunk n (see `_write_chunk`); if a write fails midway (a full disk), what the store knows
-        of its files is read again from them, so that it never counts what is not on disk."""
-        try:
-            return self._write_chunk(n, data)
-        except BaseException:
-            self._resync()
-            raise
-
-    def _resync(self):
-        with self._lock:
-            for fno in list(self._files):
-                self._forget_file(fno)
-            self._heads.clear()
-            self._chunks.clear()
-            self._ctbytes.clear()
-            while self.nfiles > 1 and not os.path.exists(self._file_path(self.nfiles)):
-                self.nfiles -= 1
-            try:
-                last = self._load_file(self.nfiles)
-            except BlzarrError:
-                return
-            self._nphys = (self.nfiles - 1) * self.K + last.nchunks
-
-    def _write_chunk(self, n, data):
-        """Write chunk n: append it (n == nchunks), or rewrite it in place when the new bytes fit its slot
-        (the chunk, its checksum and reserve), else at the end of its file with the offset updated.
-        Returns 'appended', 'inplace' or 'relocated'."""
-        self._check_writable()
-        data = bytes(data)
-        nbytes = _chunk.header(data)["nbytes"]
-        tail = self._slot_tail(data)          # the checksum, outside the lock (zlib/hashlib release the GIL)
-        size = len(data) + len(tail)
-        with self._lock:
-            if not 0 <= n <= self._nphys:
-                raise StorageError(f"cannot write chunk {n} of '{self.rootdir}': it holds {self._nphys} chunks")
-            fno, slot = divmod(n, self.K)
-            fno += 1
-            if fno > self.nfiles:
-                self._new_file(fno)
-            f = self._file(fno)
-            fd = self._fd(fno)
-            offsets = self._full_table(f)
-            eof = f.fstate[1]
-            self._drop_chunk(n)
-            if n < self._nphys:
-                # never over the live bytes of the chunk (a crash or a reader would see it torn): the
-                # new bytes go to free space in its slot (after the old chunk, or in the hole before
-                # it), else to the end of the file; only then does its offsets entry point to them
-                old = int(offsets[slot])
-                old_end = old + self._ctbytes_at(fd, old, f) + self.cksize
-                live = offsets[:f.nchunks]
-                later = live[live > old]
-                slot_end = int(later.min()) if later.size else eof
-                earlier = live[(live >= 0) & (live < old)]
-                if earlier.size:
-                    p = int(earlier.max())
-                    pct = self._ctbytes_at(fd, p, f)
-                    prev_end = min(p + pct + self.cksize + self._reserve_for(pct), old)
-                else:
-                    prev_end = f.data_start
-                used = len(data) + self.cksize
-                cut = None
-                if slot_end == eof:
-                    # the physically last chunk: before it if it fits, else right after its live bytes;
-                    # the file is cut after the new bytes once they are in use
-                    pos = prev_end if prev_end + size <= old else old_end
-                    self._write_slot(fd, pos, data, tail, f.path)
-                    cut = pos + size
-                    kind = "inplace"
-                elif old_end + used <= slot_end:
-                    pos = old_end
-                    self._write_slot(fd, pos, data, tail[:self.cksize], f.path)
-                    kind = "inplace"
-                elif prev_end + used <= old:
-                    pos = prev_end
-                    self._write_slot(fd, pos, data, tail[:self.cksize], f.path)
-                    kind = "inplace"
-                else:
-                    pos = eof
-                    self._write_slot(fd, pos, data, tail, f.path)
-                    kind = "relocated"
-                sc.pwrite_all(fd, sc.pack_i64(pos), f.table_pos + 8 * slot, f.path)
-                offsets[slot] = pos
-                if slot == f.nchunks - 1:
-                    f.last_chunk = nbytes
-                self._write_header(f, fd)
-                if cut is not None:
-                    os.ftruncate(fd, cut)
-            else:
-                self._write_slot(fd, eof, data, tail, f.path)
-                sc.pwrite_all(fd, sc.pack_i64(eof), f.table_pos + 8 * slot, f.path)
-                offsets[slot] = eof
-                f.nchunks = slot + 1
-                self._nphys += 1
-                kind = "appended"
-            if slot == f.nchunks - 1:
-                f.last_chunk = nbytes
-            self._write_header(f, fd)
-            self._after_write(f, fd)
-            self._remember(n, data, f)
-            self.stats[kind] += 1
-            return kind
-
     def _drop_chunk(self, n):
         self._heads.pop(n)
         self._chunks.pop(n)
@@ -906,52 +756,6 @@ class BlzDir(BlzMetalayers):
         f = self._files.get(n // self.K + 1)
         if f is not None:
             f.verified.discard(n)
-
-    def remove_chunks_from(self, n):
-        """Drop every chunk >= n: whole superchunk files are deleted, the file holding n is cut."""
-        try:
-            self._remove_chunks_from(n)
-        except BaseException:
-            self._resync()
-            raise
-
-    def _remove_chunks_from(self, n):
-        with self._lock:
-            if n >= self._nphys:
-                return
-            self._check_writable()
-            n = max(n, 0)
-            keep_files = max(1, -(-n // self.K))
-            for fno in range(self.nfiles, keep_files, -1):
-                self._close(fno)
-                self._forget_file(fno)
-                self._remove_file(fno)
-            self.nfiles = keep_files
-            fno = keep_files
-            first = (fno - 1) * self.K
-            slot = n - first
-            f = self._file(fno)
-            fd = self._fd(fno)
-            offsets = self._full_table(f)
-            for k in range(slot, f.nchunks):
-                self._drop_chunk(first + k)
-            removed = offsets[slot:f.nchunks]
-            kept = offsets[:slot]
-            cut = int(removed.min()) if removed.size else f.fstate[1]
-            offsets[slot:] = -1
-            sc.pwrite_all(fd, sc.pack_offsets(offsets[slot:]), f.table_pos + 8 * slot, f.path)
-            f.nchunks = slot
-            if slot:
-                f.last_chunk = self._nbytes_at(fd, offsets[slot - 1], f)
-            else:
-                f.last_chunk = 0
-            self._write_header(f, fd)
-            if slot == 0:
-                os.ftruncate(fd, f.data_start)
-            elif not kept.size or int(kept.max()) < cut:
-                os.ftruncate(fd, cut)
-            self._after_write(f, fd)
-            self._nphys = first + slot
 
     def _ctbytes_at(self, fd, off, f):
         """The compressed size of the chunk stored at `off` (its Blosc header's ctbytes)."""
@@ -965,103 +769,6 @@ class BlzDir(BlzMetalayers):
     def _nbytes_at(fd, off, f):
         h = sc.pread(fd, 16, int(off), f.path)
         return int.from_bytes(h[4:8], "little", signed=True)
-
-    # ------------------------------------------------------------------ maintenance
-    def holes(self):
-        """Bytes in the chunk areas that no chunk uses (left by relocated rewrites)."""
-        total = 0
-        with self._lock:
-            for fno in range(1, self.nfiles + 1):
-                total += self._file_holes(fno)[0]
-        return total
-
-    def _file_holes(self, fno):
-        f = self._file(fno)
-        fd = self._fd(fno)
-        offsets = self._full_table(f)
-        used = 0
-        for slot in range(f.nchunks):
-            n = (fno - 1) * self.K + slot
-            ct = self.chunk_cbytes(n)
-            used += ct + self.cksize + self._reserve_for(ct)
-        return max(0, f.fstate[1] - f.data_start - used), f, fd, offsets
-
-    def compact(self):
-        """Compact the superchunk files that hold holes: every chunk is rewritten in order, checksums
-        verified on the way, into a new file that replaces the old one atomically.
-        Returns the number of bytes reclaimed."""
-        self._check_writable()
-        reclaimed = 0
-        with self._lock:
-            for fno in range(1, self.nfiles + 1):
-                hole, f, fd, offsets = self._file_holes(fno)
-                if not hole:
-                    continue
-                before = f.fstate[1]
-                first = (fno - 1) * self.K
-                parts = []
-                pos = f.data_start
-                new_offsets = np.full(self.K, -1, dtype=np.int64)
-                for slot in range(f.nchunks):
-                    data = self.read_chunk(first + slot)
-                    blob = self._slot_blob(data)
-                    new_offsets[slot] = pos
-                    parts.append(blob)
-                    pos += len(blob)
-                meta = sc.pread(fd, f.meta_size, 32, f.path)
-                head = sc.pack_header(self.checksum_id, self.typesize, self.chunk_nbytes, f.last_chunk,
-                                      f.nchunks, f.meta_size)
-                atomic_write(self._file_path(fno), head + bytes(meta) + sc.pack_offsets(new_offsets) + b"".join(parts),
-                             fsync=files.FSYNC)
-                self._close(fno)
-                self._forget_file(fno)
-                reclaimed += before - pos
-        return reclaimed
-
-    def verify(self, expected_chunks=None):
-        """Check every file and chunk: headers, metadata, offsets, checksums and chunk structure.
-        Raises FormatError / ChecksumError / ChunkError naming the file and chunk; returns a summary."""
-        nchunks = 0
-        nbytes = 0
-        with self._lock:
-            self._chunks.clear()
-            for fno in range(1, self.nfiles + 1):
-                self._forget_file(fno)
-                f = self._file(fno)
-                meta = f.meta_json
-                for key in ("dtype", "chunkshape", "cparams", "superchunklen", "checksum", "meta"):
-                    if meta.get(key) != self._fixed.get(key):
-                        raise FormatError(f"superchunk file '{f.path}': metadata {key!r} is {meta.get(key)!r}, "
-                                          f"file 1 says {self._fixed.get(key)!r}")
-                if f.header["checksum"] != self.checksum_id or f.header["typesize"] != self.typesize:
-                    raise FormatError(f"superchunk file '{f.path}': header disagrees with file 1")
-                offsets = self._full_table(f)
-                if (offsets[f.nchunks:] != -1).any():
-                    raise FormatError(f"superchunk file '{f.path}': offsets after its {f.nchunks} chunks "
-                                      "are not -1")
-                extents = []
-                for slot in range(f.nchunks):
-                    n = (fno - 1) * self.K + slot
-                    data = self.read_chunk(n)
-                    cn = _chunk.header(data)["nbytes"]
-                    is_last = n == self._nphys - 1
-                    if self.chunk_nbytes > 0 and (cn > self.chunk_nbytes or (cn != self.chunk_nbytes
-                                                                             and not is_last)):
-                        raise FormatError(f"{self._where(n)} holds {cn} bytes, chunks hold {self.chunk_nbytes}")
-                    if slot == f.nchunks - 1 and cn != f.last_chunk:
-                        raise FormatError(f"superchunk file '{f.path}': header last-chunk {f.last_chunk}, "
-                                          f"the last chunk holds {cn}")
-                    extents.append((int(offsets[slot]), int(offsets[slot]) + len(data) + self.cksize, n))
-                    nbytes += cn
-                    nchunks += 1
-                extents.sort()
-                for (a0, a1, an), (b0, b1, bn) in zip(extents, extents[1:]):
-                    if b0 < a1:
-                        raise FormatError(f"superchunk file '{f.path}': chunks {an} and {bn} overlap")
-        if expected_chunks is not None and nchunks != expected_chunks:
-            raise FormatError(f"'{self.rootdir}' holds {nchunks} chunks, {expected_chunks} expected "
-                              "from meta/sizes")
-        return {"files": self.nfiles, "chunks": nchunks, "nbytes": nbytes, "checksum": self._fixed["checksum"]}
 
 
 class LazyChunk(chunk):

@@ -1,0 +1,178 @@
+"""BLZ write placement: where a chunk's bytes go (appended, rewritten in place in its slot, or relocated
+to the end of its file), the reserve after each chunk, removing chunks (`BlzWrites`, a part of
+`BlzDir`)."""
+
+import os
+
+from blzarr import _chunk
+from blzarr import _superchunk as sc
+from blzarr.errors import BlzarrError, StorageError
+
+
+class BlzWrites:
+    """Writing and removing the chunks of a `BlzDir`."""
+
+    def _reserve_for(self, ctbytes):
+        """Reserved bytes after a chunk of `ctbytes` compressed bytes."""
+        return int(ctbytes * self.reserve) if isinstance(self.reserve, float) else self.reserve
+
+    def _slot_blob(self, data):
+        return bytes(data) + self._slot_tail(data)
+
+    def _slot_tail(self, data):
+        """What follows a chunk in its slot: its checksum, then the reserve."""
+        return sc.checksum(self.checksum_id, data) + bytes(self._reserve_for(len(data)))
+
+    def _write_slot(self, fd, pos, data, tail, path):
+        sc.pwrite_all(fd, data, pos, path)
+        sc.pwrite_all(fd, tail, pos + len(data), path)
+
+    def write_chunk(self, n, data):
+        """Write chunk n (see `_write_chunk`); if a write fails midway (a full disk), what the store knows
+        of its files is read again from them, so that it never counts what is not on disk."""
+        try:
+            return self._write_chunk(n, data)
+        except BaseException:
+            self._resync()
+            raise
+
+    def _resync(self):
+        with self._lock:
+            for fno in list(self._files):
+                self._forget_file(fno)
+            self._heads.clear()
+            self._chunks.clear()
+            self._ctbytes.clear()
+            while self.nfiles > 1 and not os.path.exists(self._file_path(self.nfiles)):
+                self.nfiles -= 1
+            try:
+                last = self._load_file(self.nfiles)
+            except BlzarrError:
+                return
+            self._nphys = (self.nfiles - 1) * self.K + last.nchunks
+
+    def _write_chunk(self, n, data):
+        """Write chunk n: append it (n == nchunks), or rewrite it in place when the new bytes fit its slot
+        (the chunk, its checksum and reserve), else at the end of its file with the offset updated.
+        Returns 'appended', 'inplace' or 'relocated'."""
+        self._check_writable()
+        data = bytes(data)
+        nbytes = _chunk.header(data)["nbytes"]
+        tail = self._slot_tail(data)          # the checksum, outside the lock (zlib/hashlib release the GIL)
+        size = len(data) + len(tail)
+        with self._lock:
+            if not 0 <= n <= self._nphys:
+                raise StorageError(f"cannot write chunk {n} of '{self.rootdir}': it holds {self._nphys} chunks")
+            fno, slot = divmod(n, self.K)
+            fno += 1
+            if fno > self.nfiles:
+                self._new_file(fno)
+            f = self._file(fno)
+            fd = self._fd(fno)
+            offsets = self._full_table(f)
+            eof = f.fstate[1]
+            self._drop_chunk(n)
+            if n < self._nphys:
+                # never over the live bytes of the chunk (a crash or a reader would see it torn): the
+                # new bytes go to free space in its slot (after the old chunk, or in the hole before
+                # it), else to the end of the file; only then does its offsets entry point to them
+                old = int(offsets[slot])
+                old_end = old + self._ctbytes_at(fd, old, f) + self.cksize
+                live = offsets[:f.nchunks]
+                later = live[live > old]
+                slot_end = int(later.min()) if later.size else eof
+                earlier = live[(live >= 0) & (live < old)]
+                if earlier.size:
+                    p = int(earlier.max())
+                    pct = self._ctbytes_at(fd, p, f)
+                    prev_end = min(p + pct + self.cksize + self._reserve_for(pct), old)
+                else:
+                    prev_end = f.data_start
+                used = len(data) + self.cksize
+                cut = None
+                if slot_end == eof:
+                    # the physically last chunk: before it if it fits, else right after its live bytes;
+                    # the file is cut after the new bytes once they are in use
+                    pos = prev_end if prev_end + size <= old else old_end
+                    self._write_slot(fd, pos, data, tail, f.path)
+                    cut = pos + size
+                    kind = "inplace"
+                elif old_end + used <= slot_end:
+                    pos = old_end
+                    self._write_slot(fd, pos, data, tail[:self.cksize], f.path)
+                    kind = "inplace"
+                elif prev_end + used <= old:
+                    pos = prev_end
+                    self._write_slot(fd, pos, data, tail[:self.cksize], f.path)
+                    kind = "inplace"
+                else:
+                    pos = eof
+                    self._write_slot(fd, pos, data, tail, f.path)
+                    kind = "relocated"
+                sc.pwrite_all(fd, sc.pack_i64(pos), f.table_pos + 8 * slot, f.path)
+                offsets[slot] = pos
+                if slot == f.nchunks - 1:
+                    f.last_chunk = nbytes
+                self._write_header(f, fd)
+                if cut is not None:
+                    os.ftruncate(fd, cut)
+            else:
+                self._write_slot(fd, eof, data, tail, f.path)
+                sc.pwrite_all(fd, sc.pack_i64(eof), f.table_pos + 8 * slot, f.path)
+                offsets[slot] = eof
+                f.nchunks = slot + 1
+                self._nphys += 1
+                kind = "appended"
+            if slot == f.nchunks - 1:
+                f.last_chunk = nbytes
+            self._write_header(f, fd)
+            self._after_write(f, fd)
+            self._remember(n, data, f)
+            self.stats[kind] += 1
+            return kind
+
+    def remove_chunks_from(self, n):
+        """Drop every chunk >= n: whole superchunk files are deleted, the file holding n is cut."""
+        try:
+            self._remove_chunks_from(n)
+        except BaseException:
+            self._resync()
+            raise
+
+    def _remove_chunks_from(self, n):
+        with self._lock:
+            if n >= self._nphys:
+                return
+            self._check_writable()
+            n = max(n, 0)
+            keep_files = max(1, -(-n // self.K))
+            for fno in range(self.nfiles, keep_files, -1):
+                self._close(fno)
+                self._forget_file(fno)
+                self._remove_file(fno)
+            self.nfiles = keep_files
+            fno = keep_files
+            first = (fno - 1) * self.K
+            slot = n - first
+            f = self._file(fno)
+            fd = self._fd(fno)
+            offsets = self._full_table(f)
+            for k in range(slot, f.nchunks):
+                self._drop_chunk(first + k)
+            removed = offsets[slot:f.nchunks]
+            kept = offsets[:slot]
+            cut = int(removed.min()) if removed.size else f.fstate[1]
+            offsets[slot:] = -1
+            sc.pwrite_all(fd, sc.pack_offsets(offsets[slot:]), f.table_pos + 8 * slot, f.path)
+            f.nchunks = slot
+            if slot:
+                f.last_chunk = self._nbytes_at(fd, offsets[slot - 1], f)
+            else:
+                f.last_chunk = 0
+            self._write_header(f, fd)
+            if slot == 0:
+                os.ftruncate(fd, f.data_start)
+            elif not kept.size or int(kept.max()) < cut:
+                os.ftruncate(fd, cut)
+            self._after_write(f, fd)
+            self._nphys = first + slot
