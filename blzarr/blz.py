@@ -7,43 +7,45 @@
     root/meta/attributes                 JSON: user attributes
     root/meta/vlmeta                     variable-length metalayers (compressed; rewritten on update)
 
-`BlzDir` is the store (files, caches, metalayers); `BlzChunks` is the sequence of a carray's full chunks
-over it, with the interface of the bcolz-layout `BcolzChunks`; `LazyChunk` is one chunk read on demand.
+`BlzDir` is the store of one directory, made of one part per job, each in its own module:
+
+    blz_format.py   the file format: names, a file's header, metadata section and offsets table
+    blz_cache.py    the caches (descriptors, file states, chunk headers, chunks) and their bounds
+    blz_read.py     reads: whole chunks verified and cached, ranges of blocks read lazily
+    blz_write.py    write placement: append, rewrite in place or relocate; removing chunks
+    blz_repair.py   repair after a killed writer, holes, compaction, verification
+    blz_meta.py     fixed-length and variable-length metalayers
+
+Here: creating and opening a directory, its paths, the metadata files, the picklable config; `BlzChunks`,
+the sequence of a carray's full chunks over a `BlzDir` (a `ChunkStore`); `LazyChunk`, one chunk read on
+demand.  (`remote_blz.RemoteBlzDir` is a `BlzDir` over a byte store.)
 """
 
-import json
 import os
 import threading
 from collections import OrderedDict
 
 import numpy as np
 
-from blzarr import _chunk
 from blzarr import _superchunk as sc
+from blzarr.bcolz_layout import BcolzDir
 from blzarr.chunk import chunk
 from blzarr.chunkstore import ChunkStore, auto_superchunklen
 from blzarr.errors import BlzarrError, ChunkError, FormatError, ReadOnlyError, StorageError
+from blzarr.files import ATTRIBUTES_FILE, DATA_DIR, META_DIR, read_json, write_json
 from blzarr.parallel import codec_threads
-from blzarr import files
-from blzarr.bcolz_layout import BcolzDir
-from blzarr.blz_format import (FORMAT, SUPERCHUNK_EXT, _coerce_reserve, _encode, _File, _Where,  # noqa: F401
-                               superchunk_name)
+# the parts of BlzDir; the names other modules and tests import from blzarr.blz stay importable here
+from blzarr.blz_cache import (CHUNK_CACHE_BYTES, FD_CACHE, FILE_STATE_CACHE, HEAD_CACHE_BYTES,  # noqa: F401
+                              TOUCHED_CACHE, VERIFIED_CACHE, BlzCaches, _LRU)
+from blzarr.blz_format import (FORMAT, SUPERCHUNK_EXT, BlzFileFormat, _coerce_reserve, _encode,  # noqa: F401
+                               _File, _Where, superchunk_name)
 from blzarr.blz_meta import (VLMETA_FILE, VLMETA_MAGIC, BlzMetalayers, FixedMeta, MetalayerError,  # noqa: F401
                              VLMeta)
+from blzarr.blz_read import BlzReads
 from blzarr.blz_repair import BlzMaintenance
 from blzarr.blz_write import BlzWrites
-from blzarr.files import ATTRIBUTES_FILE, DATA_DIR, META_DIR, atomic_write, read_json, write_json
 
 DEFAULT_CHECKSUM = "crc32"
-
-_MB = 1024 * 1024
-# bounds of the store's caches
-FD_CACHE = 8                      # open file descriptors
-FILE_STATE_CACHE = 256            # parsed headers + offsets tables
-HEAD_CACHE_BYTES = 4 * _MB        # chunk headers + bstarts
-CHUNK_CACHE_BYTES = 32 * _MB      # verified compressed chunks
-VERIFIED_CACHE = 1 << 16          # chunks remembered as verified
-TOUCHED_CACHE = 64                # chunks read lazily lately (a second touch reads and caches them whole)
 
 
 def detect_format(rootdir):
@@ -67,48 +69,7 @@ def open_store(rootdir, mode="a"):
     return base
 
 
-class _LRU:
-    """A byte-bounded LRU of chunk index -> bytes, each entry tagged with the epoch of its file's state:
-    an entry whose file was reloaded since (changed, or evicted and read again) is a miss."""
-
-    def __init__(self, limit):
-        self.limit = limit
-        self.nbytes = 0
-        self._d = OrderedDict()
-
-    def get(self, n, epoch):
-        e = self._d.get(n)
-        if e is None:
-            return None
-        if e[0] != epoch:
-            self.pop(n)
-            return None
-        self._d.move_to_end(n)
-        return e[1]
-
-    def put(self, n, epoch, data):
-        self.pop(n)
-        if len(data) > self.limit // 2:
-            return
-        self._d[n] = (epoch, data)
-        self.nbytes += len(data)
-        while self.nbytes > self.limit and len(self._d) > 1:
-            self.nbytes -= len(self._d.popitem(last=False)[1][1])
-
-    def pop(self, n):
-        e = self._d.pop(n, None)
-        if e is not None:
-            self.nbytes -= len(e[1])
-
-    def clear(self):
-        self._d.clear()
-        self.nbytes = 0
-
-    def __len__(self):
-        return len(self._d)
-
-
-class BlzDir(BlzWrites, BlzMaintenance, BlzMetalayers):
+class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, BlzCaches):
     """The files of one carray directory in the BLZ layout."""
 
     format = FORMAT
@@ -328,447 +289,6 @@ class BlzDir(BlzWrites, BlzMaintenance, BlzMetalayers):
     def _check_writable(self):
         if self.mode == "r":
             raise ReadOnlyError(f"cannot modify '{self.rootdir}': it was opened with mode 'r'")
-
-    # ------------------------------------------------------------------ files and their state
-    def _fd(self, fno):
-        fd = self._fds.get(fno)
-        if fd is not None:
-            self._fds.move_to_end(fno)
-            return fd
-        flags = (os.O_RDONLY if self.mode == "r" else os.O_RDWR) | getattr(os, "O_BINARY", 0)
-        path = self._file_path(fno)
-        try:
-            fd = os.open(path, flags)
-        except FileNotFoundError:
-            raise StorageError(f"superchunk file '{path}' is missing") from None
-        except OSError as e:
-            raise StorageError(f"cannot open superchunk file '{path}': {e}") from None
-        self._fds[fno] = fd
-        if len(self._fds) > FD_CACHE:
-            # close the least recently used descriptors no lazy read is using outside the lock
-            for k in [k for k in self._fds if not self._inuse.get(k)][:len(self._fds) - FD_CACHE]:
-                os.close(self._fds.pop(k))
-        return fd
-
-    def _close(self, fno):
-        fd = self._fds.pop(fno, None)
-        if fd is not None:
-            os.close(fd)
-
-    def close(self):
-        with self._lock:
-            while self._fds:
-                os.close(self._fds.popitem()[1])
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    @staticmethod
-    def _state(fd):
-        st = os.fstat(fd)
-        return (st.st_ino, st.st_size, st.st_mtime_ns)
-
-    def _file(self, fno):
-        """The state of file `fno`, reloaded when the file changed behind our back."""
-        f = self._files.get(fno)
-        if f is None:
-            return self._load_file(fno)
-        self._files.move_to_end(fno)
-        if self._state(self._fd(fno)) != f.fstate:
-            self._forget_file(fno)
-            return self._load_file(fno)
-        return f
-
-    def _forget_file(self, fno):
-        """Drop what is known of file `fno` (its cached chunks become misses: their epoch is gone)."""
-        self._files.pop(fno, None)
-        lo, hi = (fno - 1) * self.K, fno * self.K
-        for n in [n for n in self._ctbytes if lo <= n < hi]:
-            del self._ctbytes[n]
-
-    def _load_file(self, fno):
-        fd = self._fd(fno)
-        f = _File(fno, self._path(fno))
-        f.fstate = self._state(fd)
-        h = sc.unpack_header(sc.pread(fd, 32, 0, f.path), f.path)
-        f.header = h
-        f.meta_size = h["meta_size"]
-        if 32 + f.meta_size > f.fstate[1]:
-            raise FormatError(f"superchunk file '{f.path}' is truncated inside its metadata section")
-        raw = bytes(sc.pread(fd, f.meta_size, 32, f.path))
-        try:
-            meta = json.loads(raw.decode("ascii")) if raw.strip() else {}
-        except (UnicodeDecodeError, ValueError, RecursionError) as e:
-            raise FormatError(f"superchunk file '{f.path}': metadata section is not valid JSON: {e}") from None
-        if not isinstance(meta, dict):
-            raise FormatError(f"superchunk file '{f.path}': metadata section is not a JSON object")
-        f.meta_json = meta
-        K = meta.get("superchunklen", getattr(self, "K", None))
-        if not isinstance(K, int) or isinstance(K, bool) or K < 1:
-            raise FormatError(f"superchunk file '{f.path}': bad superchunklen {K!r}")
-        if hasattr(self, "K") and K != self.K:
-            raise FormatError(f"superchunk file '{f.path}': superchunklen {K}, the dataset uses {self.K}")
-        f.table_pos = 32 + f.meta_size
-        f.data_start = f.table_pos + 8 * K
-        if f.data_start > f.fstate[1]:
-            raise FormatError(f"superchunk file '{f.path}' is truncated inside its offsets table")
-        if h["nchunks"] > K:
-            raise FormatError(f"superchunk file '{f.path}': nchunks {h['nchunks']} > its capacity {K}")
-        f.nchunks = h["nchunks"]
-        f.last_chunk = h["last_chunk"]
-        f.offsets = np.full(K, -2, dtype=np.int64)     # -2: not read yet
-        f.full_table = False
-        self._files[fno] = f
-        while len(self._files) > FILE_STATE_CACHE:
-            self._forget_file(next(iter(self._files)))
-        return f
-
-    def _offset(self, n):
-        """(file state, fd, offset) of chunk n, reading only its offsets entry."""
-        fno, slot = divmod(n, self.K)
-        fno += 1
-        if not 0 <= n < self._nphys:
-            raise FormatError(f"'{self.rootdir}': chunk {n} is needed but the superchunk files hold "
-                              f"{self._nphys} chunks")
-        f = self._file(fno)
-        fd = self._fd(fno)
-        off = int(f.offsets[slot])
-        if off == -2:
-            off = sc.read_offset(fd, f.table_pos, slot, f.path)
-            f.offsets[slot] = off
-        if (slot >= f.nchunks or off == -1 or off + 16 > f.fstate[1]) and self._state(fd) != f.fstate:
-            # a writer changed the file since its state was read (a reader beside a writer): reload
-            self._forget_file(fno)
-            f = self._load_file(fno)
-            off = sc.read_offset(fd, f.table_pos, slot, f.path)
-            f.offsets[slot] = off
-        if slot >= f.nchunks or off == -1:
-            raise FormatError(f"{self._where(n)} has no offset (-1): the file holds {f.nchunks} chunks")
-        if off < f.data_start or off + 16 > f.fstate[1]:
-            raise FormatError(f"{self._where(n)}: offset {off} is outside the chunk area "
-                              f"[{f.data_start}, {f.fstate[1]})")
-        return f, fd, off
-
-    def _full_table(self, f):
-        if not f.full_table:
-            f.offsets = sc.read_offsets(self._fd(f.fno), f.table_pos, self.K, f.path)
-            f.full_table = True
-        return f.offsets
-
-    # ------------------------------------------------------------------ reading
-    def head(self, n):
-        """The Blosc header + bstarts of chunk n (cached)."""
-        with self._lock:
-            f, fd, off = self._offset(n)
-            return self._head_at(n, f, fd, off)
-
-    def _head_at(self, n, f, fd, off):
-        with self._lock:
-            h = self._heads.get(n, f.epoch)
-            if h is not None:
-                return h
-            try:
-                h = sc.read_head(fd, off, f.fstate[1], self._where(n))
-            except ValueError as e:
-                if isinstance(e, BlzarrError):
-                    raise
-                # e.g. an nbytes near 2**31 overflowing the block count (a hostile header)
-                raise ChunkError(f"bad Blosc chunk ({self._where(n)}): {e}") from None
-            self._ctbytes[n] = int.from_bytes(h[12:16], "little")
-            self._heads.put(n, f.epoch, h)
-            return h
-
-    def read_chunk(self, n, expected_nbytes=-1):
-        """The compressed bytes of chunk n, checksum verified and structure validated (cached).
-
-        A reader (mode 'r') beside a writer may catch a rewritten chunk between the moment it took
-        its offset and the read: it then reads the file's state again and retries once."""
-        try:
-            return self._read_chunk(n, expected_nbytes)
-        except (FormatError, ChunkError):
-            if self.mode != "r":
-                raise
-            with self._lock:
-                fno = n // self.K + 1
-                self._forget_file(fno)
-                self._drop_chunk(n)
-            return self._read_chunk(n, expected_nbytes)
-
-    def _read_chunk(self, n, expected_nbytes=-1):
-        with self._lock:
-            f, fd, off = self._offset(n)
-            data = self._chunks.get(n, f.epoch)
-            if data is not None:
-                return data
-            if self.mode != "r":
-                data = self._fetch_chunk(n, f, fd, off, expected_nbytes)
-                self._remember(n, data, f)
-                return data
-            fno = f.fno
-            self._inuse[fno] = self._inuse.get(fno, 0) + 1
-        # read-only (no writer in this process): the read, the checksum and the validation run outside
-        # the lock, so the threads of a long read overlap them (live bytes are never overwritten, and a
-        # chunk moved by another process's writer is retried by read_chunk)
-        try:
-            data = self._fetch_chunk(n, f, fd, off, expected_nbytes)
-        finally:
-            with self._lock:
-                self._release_fd(fno)
-        with self._lock:
-            self._remember(n, data, f)
-        return data
-
-    def _fetch_chunk(self, n, f, fd, off, expected_nbytes):
-        """Chunk n's bytes from the file at `off`, checksum verified and structure validated."""
-        where = self._where(n)
-        h16 = sc.pread(fd, 16, off, where)
-        ctbytes = int.from_bytes(h16[12:16], "little", signed=True)
-        if ctbytes < 16 or off + ctbytes + self.cksize > f.fstate[1]:
-            raise FormatError(f"{where}: the chunk claims {ctbytes} bytes (+{self.cksize} of checksum), "
-                              f"past the end of the file ({f.fstate[1]} bytes)")
-        data = sc.pread(fd, ctbytes + self.cksize, off, where)
-        with memoryview(data) as mv:
-            sc.verify_checksum(self.checksum_id, mv[:ctbytes], mv[ctbytes:], where)
-        del data[ctbytes:]                  # the checksum: in place, no copy of the chunk
-        _chunk.validate(data, expected_nbytes, where)
-        return data
-
-    def decode_chunk_into(self, n, out, expected_nbytes=-1, nthreads=1, part=None):
-        """Decode chunk n whole into the contiguous array `out`, its checksum verified and its structure
-        validated first (as `read_chunk`), and return `out`.
-
-        A chunk found in the cache is decoded from there.  Any other is read into a buffer of the
-        calling thread, reused from chunk to chunk, and is not cached: a long read streams through one
-        warm buffer instead of allocating, faulting in and freeing a chunk-sized buffer per chunk (that
-        cost as much as the decoding), and leaves the cache to the random reads it serves.  The chunk is
-        remembered as verified, so later reads of a few of its blocks read only those blocks.
-        With `part` = (start, nbytes, out_offset), only those bytes are decoded (into `out` at
-        out_offset), the whole chunk still read and verified."""
-        try:
-            return self._decode_chunk_into(n, out, expected_nbytes, nthreads, part)
-        except (FormatError, ChunkError):
-            if self.mode != "r":
-                raise
-            with self._lock:
-                self._forget_file(n // self.K + 1)
-                self._drop_chunk(n)
-            return self._decode_chunk_into(n, out, expected_nbytes, nthreads, part)
-
-    @staticmethod
-    def _decode(data, out, nthreads, part, where):
-        if part is None:
-            _chunk.decompress_into(data, out, nthreads, False, where)
-        else:
-            _chunk.getitem_into(data, part[0], part[1], out, part[2], False, where)
-
-    def _decode_chunk_into(self, n, out, expected_nbytes, nthreads, part):
-        where = _Where(self, n)
-        with self._lock:
-            f, fd, off = self._offset(n)
-            data = self._chunks.get(n, f.epoch)
-            buf = None
-            if data is None:
-                ct = self._ctbytes.get(n)
-                if self.mode != "r":
-                    # beside a writer of this process: read under the lock, decode outside it
-                    buf, ct = self._fetch_into_scratch(n, f, fd, off, ct, expected_nbytes, where)
-                else:
-                    fno = f.fno
-                    self._inuse[fno] = self._inuse.get(fno, 0) + 1
-        if data is not None:
-            if expected_nbytes >= 0 and int.from_bytes(data[4:8], "little") != expected_nbytes:
-                raise ChunkError(f"bad Blosc chunk ({where}): it holds {int.from_bytes(data[4:8], 'little')} "
-                                 f"bytes, {expected_nbytes} expected")
-            self._decode(data, out, nthreads, part, where)
-            return out
-        if buf is None:
-            try:
-                buf, ct = self._fetch_into_scratch(n, f, fd, off, ct, expected_nbytes, where)
-            finally:
-                with self._lock:
-                    self._release_fd(fno)
-        with memoryview(buf) as mv, mv[:ct] as view:
-            self._decode(view, out, nthreads, part, where)
-        with self._lock:
-            f.verified.add(n)
-            if len(f.verified) > VERIFIED_CACHE:
-                f.verified.clear()
-                f.verified.add(n)
-            self._ctbytes[n] = ct
-        return out
-
-    def _fetch_into_scratch(self, n, f, fd, off, ct, expected_nbytes, where):
-        """(this thread's chunk buffer, ctbytes) holding chunk n read from `off`, checksum verified
-        and structure validated."""
-        if ct is None:
-            ct = int.from_bytes(sc.pread(fd, 16, off, where)[12:16], "little", signed=True)
-        if ct < 16 or off + ct + self.cksize > f.fstate[1]:
-            raise FormatError(f"{where}: the chunk claims {ct} bytes (+{self.cksize} of checksum), "
-                              f"past the end of the file ({f.fstate[1]} bytes)")
-        total = ct + self.cksize
-        local = self._local
-        buf = getattr(local, "cbuf", None)
-        if buf is None or len(buf) < total:
-            buf = local.cbuf = sc.empty_buffer(total + total // 8)
-        with memoryview(buf) as mv, mv[:ct] as view, mv[ct:total] as stored:
-            sc.pread_into(fd, mv[:total], off, where)
-            sc.verify_checksum(self.checksum_id, view, stored, where)
-            _chunk.validate(view, expected_nbytes, where)
-        return buf, ct
-
-    def _release_fd(self, fno):
-        """One unlocked user of file fno's descriptor less (call with the lock held)."""
-        left = self._inuse[fno] - 1
-        if left:
-            self._inuse[fno] = left
-        else:
-            del self._inuse[fno]
-
-    def _remember(self, n, data, f):
-        f.verified.add(n)
-        if len(f.verified) > VERIFIED_CACHE:
-            f.verified.clear()
-            f.verified.add(n)
-        self._ctbytes[n] = len(data)
-        self._chunks.put(n, f.epoch, data)
-
-    def read_range(self, n, start, nbytes, out, out_offset=0):
-        """Decode bytes [start, start+nbytes) of chunk n into `out`.
-
-        A chunk in the cache is decoded from memory.  Otherwise, once the chunk has been verified (or
-        when the dataset has no checksums), only the needed blocks are read from the file; a chunk not
-        yet verified is read whole and verified, and cached while the chunk cache has room (else read
-        through a reused buffer), and so is a chunk touched again soon after a lazy read while the cache
-        has free room.  Returns the bytes read from the file."""
-        where = _Where(self, n)
-        with self._lock:
-            f, fd, off = self._offset(n)
-            data = self._chunks.get(n, f.epoch)
-            if data is not None:
-                lazy = False
-            else:
-                lazy = self.checksum_id == 0 or n in f.verified
-                if lazy and n in self._touched:
-                    # a second touch: cache the whole chunk, but only while the cache has free room
-                    # (evicting chunks for a random workload larger than the cache would read whole
-                    # chunks where a few blocks do)
-                    ct = self._ctbytes.get(n)
-                    lazy = ct is None or self._chunks.nbytes + ct > CHUNK_CACHE_BYTES
-                elif lazy:
-                    self._touched[n] = None
-                    if len(self._touched) > TOUCHED_CACHE:
-                        self._touched.popitem(last=False)
-            if lazy:
-                head = self._head_at(n, f, fd, off)
-                fno = f.fno
-                self._inuse[fno] = self._inuse.get(fno, 0) + 1
-        if data is None and not lazy:
-            ct = self._ctbytes.get(n)
-            if ct is not None and self._chunks.nbytes + ct > CHUNK_CACHE_BYTES:
-                # the first touch of a chunk when caching it would evict another: read and verify it
-                # through this thread's buffer, decode the part wanted, keep nothing but "verified"
-                self.decode_chunk_into(n, out, -1, 1, (start, nbytes, out_offset))
-                return ct + self.cksize
-            data = self.read_chunk(n)
-        if data is not None:
-            _chunk.getitem_into(data, start, nbytes, out, out_offset, False, where)
-            return 0
-        try:
-            return sc.read_blocks_into(fd, off, head, start, nbytes, out, out_offset, where, self._scratch())
-        finally:
-            with self._lock:
-                self._release_fd(fno)
-
-    def _scratch(self):
-        """A per-thread reusable buffer for lazy chunks."""
-        local = self._local
-        buf = getattr(local, "buf", None)
-        if buf is None:
-            buf = local.buf = bytearray(0)
-        return buf
-
-    def chunk_cbytes(self, n):
-        """The compressed size of chunk n (its 16-byte header is read once)."""
-        c = self._ctbytes.get(n)
-        if c is None:
-            with self._lock:
-                f, fd, off = self._offset(n)
-                h = self._heads.get(n, f.epoch)
-                raw = h[:16] if h is not None else sc.pread(fd, 16, off, self._where(n))
-                c = int.from_bytes(raw[12:16], "little", signed=True)
-                if c < 16:
-                    raise ChunkError(f"bad Blosc chunk ({self._where(n)}): ctbytes {c}")
-                self._ctbytes[n] = c
-        return c
-
-    def chunk_fingerprint(self, n):
-        """(offset, ctbytes, first bytes of the stored checksum) of chunk n: a rewrite never reuses
-        the live bytes of a chunk, so its offset changes (and its checksum, where there is one)."""
-        with self._lock:
-            f, fd, off = self._offset(n)
-            raw = sc.pread(fd, 16, off, self._where(n))
-            ct = int.from_bytes(raw[12:16], "little", signed=True)
-            ck = 0
-            if self.cksize and ct >= 16 and off + ct + self.cksize <= f.fstate[1]:
-                raw = bytes(sc.pread(fd, min(8, self.cksize), off + ct, self._where(n)))
-                ck = int.from_bytes(raw.ljust(8, b"\0"), "little", signed=True)
-            return (off, ct, ck)
-
-    def drop_caches(self):
-        with self._lock:
-            self._heads.clear()
-            self._chunks.clear()
-            self._touched.clear()
-            self._local = threading.local()
-
-    # ------------------------------------------------------------------ writing
-    def _meta_bytes(self, fno):
-        d = dict(self._fixed, superchunk=fno, first_chunk=(fno - 1) * self.K)
-        raw = _encode(d)
-        pad = (-(32 + len(raw))) % 8
-        return raw + b" " * pad
-
-    def _new_file(self, fno):
-        """Create an empty superchunk file `fno` (header, metadata, offsets all -1)."""
-        meta = self._meta_bytes(fno)
-        head = sc.pack_header(self.checksum_id, self.typesize, self.chunk_nbytes, 0, 0, len(meta))
-        table = sc.pack_offsets(np.full(self.K, -1, dtype=np.int64))
-        atomic_write(self._file_path(fno), head + meta + table, fsync=files.FSYNC)
-        self.nfiles = max(self.nfiles, fno)
-        self._forget_file(fno)
-        self._close(fno)
-
-    def _write_header(self, f, fd):
-        head = sc.pack_header(self.checksum_id, self.typesize, self.chunk_nbytes, f.last_chunk, f.nchunks,
-                              f.meta_size)
-        sc.pwrite_all(fd, head, 0, f.path)
-
-    def _after_write(self, f, fd):
-        f.fstate = self._state(fd)
-
-    def _drop_chunk(self, n):
-        self._heads.pop(n)
-        self._chunks.pop(n)
-        self._ctbytes.pop(n, None)
-        f = self._files.get(n // self.K + 1)
-        if f is not None:
-            f.verified.discard(n)
-
-    def _ctbytes_at(self, fd, off, f):
-        """The compressed size of the chunk stored at `off` (its Blosc header's ctbytes)."""
-        h = sc.pread(fd, 16, int(off), f.path)
-        ct = int.from_bytes(h[12:16], "little", signed=True)
-        if ct < 16 or off + ct > f.fstate[1]:
-            raise FormatError(f"superchunk file '{f.path}': the chunk at offset {off} claims {ct} bytes")
-        return ct
-
-    @staticmethod
-    def _nbytes_at(fd, off, f):
-        h = sc.pread(fd, 16, int(off), f.path)
-        return int.from_bytes(h[4:8], "little", signed=True)
 
 
 class LazyChunk(chunk):

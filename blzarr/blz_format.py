@@ -1,8 +1,18 @@
 """The BLZ file format's small pieces (docs/FORMAT.rst): file names, the canonical JSON of the metadata
-section, the reserve rule, and what the store knows of one superchunk file (`_File`)."""
+section, the reserve rule, what the store knows of one superchunk file (`_File`), and the part of
+`BlzDir` that parses and writes a file's header, metadata section and offsets table (`BlzFileFormat`)."""
 
 import itertools
 import json
+import os
+
+import numpy as np
+
+from blzarr import _superchunk as sc
+from blzarr import files
+from blzarr.blz_cache import FILE_STATE_CACHE
+from blzarr.errors import FormatError
+from blzarr.files import atomic_write
 
 FORMAT = "blz"
 SUPERCHUNK_EXT = "__.bin"
@@ -60,3 +70,119 @@ class _File:
         self.path = path
         self.verified = set()
         self.epoch = next(_epochs)
+
+
+class BlzFileFormat:
+    """Parsing and writing the header, metadata section and offsets table of a `BlzDir`'s superchunk files."""
+
+    @staticmethod
+    def _state(fd):
+        st = os.fstat(fd)
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def _load_file(self, fno):
+        fd = self._fd(fno)
+        f = _File(fno, self._path(fno))
+        f.fstate = self._state(fd)
+        h = sc.unpack_header(sc.pread(fd, 32, 0, f.path), f.path)
+        f.header = h
+        f.meta_size = h["meta_size"]
+        if 32 + f.meta_size > f.fstate[1]:
+            raise FormatError(f"superchunk file '{f.path}' is truncated inside its metadata section")
+        raw = bytes(sc.pread(fd, f.meta_size, 32, f.path))
+        try:
+            meta = json.loads(raw.decode("ascii")) if raw.strip() else {}
+        except (UnicodeDecodeError, ValueError, RecursionError) as e:
+            raise FormatError(f"superchunk file '{f.path}': metadata section is not valid JSON: {e}") from None
+        if not isinstance(meta, dict):
+            raise FormatError(f"superchunk file '{f.path}': metadata section is not a JSON object")
+        f.meta_json = meta
+        K = meta.get("superchunklen", getattr(self, "K", None))
+        if not isinstance(K, int) or isinstance(K, bool) or K < 1:
+            raise FormatError(f"superchunk file '{f.path}': bad superchunklen {K!r}")
+        if hasattr(self, "K") and K != self.K:
+            raise FormatError(f"superchunk file '{f.path}': superchunklen {K}, the dataset uses {self.K}")
+        f.table_pos = 32 + f.meta_size
+        f.data_start = f.table_pos + 8 * K
+        if f.data_start > f.fstate[1]:
+            raise FormatError(f"superchunk file '{f.path}' is truncated inside its offsets table")
+        if h["nchunks"] > K:
+            raise FormatError(f"superchunk file '{f.path}': nchunks {h['nchunks']} > its capacity {K}")
+        f.nchunks = h["nchunks"]
+        f.last_chunk = h["last_chunk"]
+        f.offsets = np.full(K, -2, dtype=np.int64)     # -2: not read yet
+        f.full_table = False
+        self._files[fno] = f
+        while len(self._files) > FILE_STATE_CACHE:
+            self._forget_file(next(iter(self._files)))
+        return f
+
+    def _offset(self, n):
+        """(file state, fd, offset) of chunk n, reading only its offsets entry."""
+        fno, slot = divmod(n, self.K)
+        fno += 1
+        if not 0 <= n < self._nphys:
+            raise FormatError(f"'{self.rootdir}': chunk {n} is needed but the superchunk files hold "
+                              f"{self._nphys} chunks")
+        f = self._file(fno)
+        fd = self._fd(fno)
+        off = int(f.offsets[slot])
+        if off == -2:
+            off = sc.read_offset(fd, f.table_pos, slot, f.path)
+            f.offsets[slot] = off
+        if (slot >= f.nchunks or off == -1 or off + 16 > f.fstate[1]) and self._state(fd) != f.fstate:
+            # a writer changed the file since its state was read (a reader beside a writer): reload
+            self._forget_file(fno)
+            f = self._load_file(fno)
+            off = sc.read_offset(fd, f.table_pos, slot, f.path)
+            f.offsets[slot] = off
+        if slot >= f.nchunks or off == -1:
+            raise FormatError(f"{self._where(n)} has no offset (-1): the file holds {f.nchunks} chunks")
+        if off < f.data_start or off + 16 > f.fstate[1]:
+            raise FormatError(f"{self._where(n)}: offset {off} is outside the chunk area "
+                              f"[{f.data_start}, {f.fstate[1]})")
+        return f, fd, off
+
+    def _full_table(self, f):
+        if not f.full_table:
+            f.offsets = sc.read_offsets(self._fd(f.fno), f.table_pos, self.K, f.path)
+            f.full_table = True
+        return f.offsets
+
+    # ------------------------------------------------------------------ writing
+    def _meta_bytes(self, fno):
+        d = dict(self._fixed, superchunk=fno, first_chunk=(fno - 1) * self.K)
+        raw = _encode(d)
+        pad = (-(32 + len(raw))) % 8
+        return raw + b" " * pad
+
+    def _new_file(self, fno):
+        """Create an empty superchunk file `fno` (header, metadata, offsets all -1)."""
+        meta = self._meta_bytes(fno)
+        head = sc.pack_header(self.checksum_id, self.typesize, self.chunk_nbytes, 0, 0, len(meta))
+        table = sc.pack_offsets(np.full(self.K, -1, dtype=np.int64))
+        atomic_write(self._file_path(fno), head + meta + table, fsync=files.FSYNC)
+        self.nfiles = max(self.nfiles, fno)
+        self._forget_file(fno)
+        self._close(fno)
+
+    def _write_header(self, f, fd):
+        head = sc.pack_header(self.checksum_id, self.typesize, self.chunk_nbytes, f.last_chunk, f.nchunks,
+                              f.meta_size)
+        sc.pwrite_all(fd, head, 0, f.path)
+
+    def _after_write(self, f, fd):
+        f.fstate = self._state(fd)
+
+    def _ctbytes_at(self, fd, off, f):
+        """The compressed size of the chunk stored at `off` (its Blosc header's ctbytes)."""
+        h = sc.pread(fd, 16, int(off), f.path)
+        ct = int.from_bytes(h[12:16], "little", signed=True)
+        if ct < 16 or off + ct > f.fstate[1]:
+            raise FormatError(f"superchunk file '{f.path}': the chunk at offset {off} claims {ct} bytes")
+        return ct
+
+    @staticmethod
+    def _nbytes_at(fd, off, f):
+        h = sc.pread(fd, 16, int(off), f.path)
+        return int.from_bytes(h[4:8], "little", signed=True)

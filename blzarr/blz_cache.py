@@ -1,0 +1,157 @@
+"""What a BLZ store keeps in memory, and its bounds: open file descriptors, the parsed state of the
+superchunk files, chunk headers, verified chunks, chunks remembered as verified or touched lately
+(`BlzCaches`, a part of `BlzDir`; `_LRU`, the byte-bounded cache of chunk headers and chunks)."""
+
+import os
+import threading
+from collections import OrderedDict
+
+from blzarr.errors import StorageError
+
+_MB = 1024 * 1024
+# bounds of the store's caches
+FD_CACHE = 8                      # open file descriptors
+FILE_STATE_CACHE = 256            # parsed headers + offsets tables
+HEAD_CACHE_BYTES = 4 * _MB        # chunk headers + bstarts
+CHUNK_CACHE_BYTES = 32 * _MB      # verified compressed chunks
+VERIFIED_CACHE = 1 << 16          # chunks remembered as verified
+TOUCHED_CACHE = 64                # chunks read lazily lately (a second touch reads and caches them whole)
+
+
+class _LRU:
+    """A byte-bounded LRU of chunk index -> bytes, each entry tagged with the epoch of its file's state:
+    an entry whose file was reloaded since (changed, or evicted and read again) is a miss."""
+
+    def __init__(self, limit):
+        self.limit = limit
+        self.nbytes = 0
+        self._d = OrderedDict()
+
+    def get(self, n, epoch):
+        e = self._d.get(n)
+        if e is None:
+            return None
+        if e[0] != epoch:
+            self.pop(n)
+            return None
+        self._d.move_to_end(n)
+        return e[1]
+
+    def put(self, n, epoch, data):
+        self.pop(n)
+        if len(data) > self.limit // 2:
+            return
+        self._d[n] = (epoch, data)
+        self.nbytes += len(data)
+        while self.nbytes > self.limit and len(self._d) > 1:
+            self.nbytes -= len(self._d.popitem(last=False)[1][1])
+
+    def pop(self, n):
+        e = self._d.pop(n, None)
+        if e is not None:
+            self.nbytes -= len(e[1])
+
+    def clear(self):
+        self._d.clear()
+        self.nbytes = 0
+
+    def __len__(self):
+        return len(self._d)
+
+
+class BlzCaches:
+    """The caches of a `BlzDir` (descriptors, file states, chunks) and what drops them."""
+
+    # ------------------------------------------------------------------ files and their state
+    def _fd(self, fno):
+        fd = self._fds.get(fno)
+        if fd is not None:
+            self._fds.move_to_end(fno)
+            return fd
+        flags = (os.O_RDONLY if self.mode == "r" else os.O_RDWR) | getattr(os, "O_BINARY", 0)
+        path = self._file_path(fno)
+        try:
+            fd = os.open(path, flags)
+        except FileNotFoundError:
+            raise StorageError(f"superchunk file '{path}' is missing") from None
+        except OSError as e:
+            raise StorageError(f"cannot open superchunk file '{path}': {e}") from None
+        self._fds[fno] = fd
+        if len(self._fds) > FD_CACHE:
+            # close the least recently used descriptors no lazy read is using outside the lock
+            for k in [k for k in self._fds if not self._inuse.get(k)][:len(self._fds) - FD_CACHE]:
+                os.close(self._fds.pop(k))
+        return fd
+
+    def _close(self, fno):
+        fd = self._fds.pop(fno, None)
+        if fd is not None:
+            os.close(fd)
+
+    def close(self):
+        with self._lock:
+            while self._fds:
+                os.close(self._fds.popitem()[1])
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _file(self, fno):
+        """The state of file `fno`, reloaded when the file changed behind our back."""
+        f = self._files.get(fno)
+        if f is None:
+            return self._load_file(fno)
+        self._files.move_to_end(fno)
+        if self._state(self._fd(fno)) != f.fstate:
+            self._forget_file(fno)
+            return self._load_file(fno)
+        return f
+
+    def _forget_file(self, fno):
+        """Drop what is known of file `fno` (its cached chunks become misses: their epoch is gone)."""
+        self._files.pop(fno, None)
+        lo, hi = (fno - 1) * self.K, fno * self.K
+        for n in [n for n in self._ctbytes if lo <= n < hi]:
+            del self._ctbytes[n]
+
+    def _release_fd(self, fno):
+        """One unlocked user of file fno's descriptor less (call with the lock held)."""
+        left = self._inuse[fno] - 1
+        if left:
+            self._inuse[fno] = left
+        else:
+            del self._inuse[fno]
+
+    def _remember(self, n, data, f):
+        f.verified.add(n)
+        if len(f.verified) > VERIFIED_CACHE:
+            f.verified.clear()
+            f.verified.add(n)
+        self._ctbytes[n] = len(data)
+        self._chunks.put(n, f.epoch, data)
+
+    def _scratch(self):
+        """A per-thread reusable buffer for lazy chunks."""
+        local = self._local
+        buf = getattr(local, "buf", None)
+        if buf is None:
+            buf = local.buf = bytearray(0)
+        return buf
+
+    def drop_caches(self):
+        with self._lock:
+            self._heads.clear()
+            self._chunks.clear()
+            self._touched.clear()
+            self._local = threading.local()
+
+    def _drop_chunk(self, n):
+        self._heads.pop(n)
+        self._chunks.pop(n)
+        self._ctbytes.pop(n, None)
+        f = self._files.get(n // self.K + 1)
+        if f is not None:
+            f.verified.discard(n)
