@@ -2,46 +2,38 @@
 
 import ast
 import contextlib
-import itertools
 import math
 import os
 import pickle
 import shutil
 import tempfile
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from blzarr import _chunk
-from blzarr import chunked_eval as _ce
 from blzarr import fused
 from blzarr import indexing as ix
 from blzarr import integrations
-from blzarr import planner
 from blzarr import stats as _stats
 from blzarr.arrayprint import array2string
 from blzarr.attrs import attrs as _attrs
 from blzarr.chunk import blosc_typesize, chunk, compress_array
 from blzarr.errors import (FormatError, MissingError, PickleNotAllowedError, ReadOnlyError, StorageError,
                            storage_error, storage_op)
-from blzarr.params import cparams as _cparams, defaults, get_nthreads
+from blzarr.params import cparams as _cparams, defaults
 from blzarr.parallel import run_all, run_ordered
-from blzarr.blockcache import disk_blocks, new_generation
 from blzarr.chunkstore import MemoryChunks
 from blzarr.stores import create_store, open_chunks, open_dir
 from blzarr.locking import lock_dir
 from blzarr.bytestore import is_url, local_path, open_bytestore
 from blzarr.files import META_DIR, STORAGE_FILE
-
-# uncompressed bytes of the chunks a slice of an object-storage carray fetches at once (two batches
-# are in memory at a time: the one being decoded, the next one being fetched)
-PREFETCH_BATCH_BYTES = 64 * 1024 * 1024
+# the parts of carray, one module each (the moved names stay importable from here)
+from blzarr.carray_read import (BLOCK_CACHE_BYTES, PREFETCH_BATCH_BYTES, _PY_KINDS, CarrayBase,  # noqa: F401
+                                CarrayReads, _iter_blocks, operator_index)
 
 _MB = 1024 * 1024
 _UNSET = object()
-# atoms per block-cache entry are chosen so one entry is about this many bytes
-BLOCK_CACHE_BYTES = 32 * 1024
 
 
 def calc_chunklen(expectedlen, atomsize):
@@ -158,18 +150,6 @@ class _UndoLog:
         self._c.append(c)
 
 
-def _expand_ellipsis(key, ndim):
-    """`key` (a tuple) with its one Ellipsis replaced by full slices; NumPy's error for several."""
-    where = [k for k, v in enumerate(key) if v is Ellipsis]
-    if len(where) > 1:
-        raise IndexError("an index can only have a single ellipsis ('...')")
-    used = sum(v.ndim if isinstance(v, np.ndarray) and v.dtype == bool else 1
-               for v in key if v is not Ellipsis)
-    k = where[0]
-    return key[:k] + (slice(None),) * max(0, ndim - used) + key[k + 1:]
-
-
-
 def _create_or_open(self, args, kwargs):
     """The verb of a constructor's StorageError: data or mode 'w' create, otherwise open."""
     data = args[0] if args else kwargs.get("array")
@@ -184,7 +164,7 @@ def _remove(path, how):
         raise storage_error(e, f"cannot replace '{path}' (mode 'w' removes what it holds first)") from e
 
 
-class carray:
+class carray(CarrayReads, CarrayBase):
     """carray(array=None, cparams=None, dtype=None, dflt=None, expectedlen=None, chunklen=None,
     rootdir=None, mode='a', format=None, allow_pickle=False, safe=True, checksum='crc32', reserve=0,
     superchunklen=None, meta=None)
@@ -1080,42 +1060,6 @@ class carray:
                 data[local] = vals[sel]
                 self._put_chunk(cid, data)
 
-    # ---------------------------------------------------------------- reading
-    def _read_range(self, start, stop, out):
-        """Atoms [start, stop) into the contiguous array `out`, several chunks at once."""
-        nfull = len(self._chunks)
-        chunks = self._chunks
-        pieces = []
-        for n, lo, hi, off in ix.chunk_pieces(start, stop, self._chunklen):
-            if n >= nfull:
-                out[off:off + hi - lo] = self._last[lo:hi]
-            else:
-                pieces.append((n, lo, hi, out[off:off + hi - lo]))
-        if self._bytes is not None and len(pieces) > 1:
-            # object storage: the chunks of a batch fetched at once (coalesced, concurrent), the next
-            # batch fetched while this one is decoded
-            batch = max(1, PREFETCH_BATCH_BYTES // max(1, self._chunklen * self._atom.itemsize))
-            parts = [pieces[k:k + batch] for k in range(0, len(pieces), batch)]
-            with ThreadPoolExecutor(1) as ahead:
-                fetching = ahead.submit(chunks.prefetch, [p[0] for p in parts[0]])
-                for k, part in enumerate(parts):
-                    fetching.result()
-                    if k + 1 < len(parts):
-                        fetching = ahead.submit(chunks.prefetch, [p[0] for p in parts[k + 1]])
-                    run_all(lambda p: chunks[p[0]].read_range(p[1], p[2], p[3]), part)
-            return out
-        run_all(lambda p: chunks[p[0]].read_range(p[1], p[2], p[3]), pieces)
-        return out
-
-    def read_into(self, start, stop, out):
-        """Decode atoms [start, stop) into the contiguous array `out` (of that length) and return it.
-
-        The primitive of the query engine (`blzarr.fused`): no new array is allocated."""
-        if self._isobj:
-            out[...] = self[start:stop]
-            return out
-        return self._read_range(start, stop, out)
-
     def chunk_stats(self):
         """Per-chunk statistics for the query planner: ``(mins, maxs, flags, chunklen)``, one entry
         per full chunk and one more for the leftover atoms when there are any; None for dtypes
@@ -1221,355 +1165,6 @@ class carray:
         known = int(np.count_nonzero(st.flags[:k] & _stats.KNOWN))
         return {"chunks": nch, "known": known if st.checked else 0,
                 "unchecked": 0 if st.checked else known}
-
-    # The last decoded block is kept for the next scalar read; on-disk carrays also keep recent blocks
-    # in the process-wide blockcache.disk_blocks.  Setting _blockcache to None (every change does)
-    # renews the generation in the keys of both, so no stale block is ever found again.
-    @property
-    def _blockcache(self):
-        return self._bc
-
-    @_blockcache.setter
-    def _blockcache(self, value):
-        if value is None:
-            self._gen = new_generation()
-            self._per = {}      # atoms per Blosc block of the on-disk chunks read so far
-        self._bc = value
-
-    def _getitem_scalar(self, i):
-        """Atom `i` (0 <= i < len), decoding at most the one Blosc block that holds it."""
-        bc = self._bc
-        if bc is not None and bc[0] <= i < bc[1]:
-            v = bc[2][i - bc[0]]
-        else:
-            if self._isobj:
-                return self._object_at(i)
-            cid, local = divmod(i, self._chunklen)
-            if cid >= len(self._chunks):
-                v = self._last[local]
-            else:
-                base = cid * self._chunklen
-                per = self._per.get(cid) if self._ondisk else None
-                buf = None
-                if per is not None:
-                    lo = local // per * per
-                    key = (self._gen, cid, lo)
-                    buf = disk_blocks.get(key)
-                if buf is None:
-                    ch = self._chunks[cid]
-                    isz = self._atom.itemsize
-                    bs = ch.blocksize
-                    # exactly the Blosc block that holds the atom, so one block is decoded
-                    per = bs // isz if bs >= isz and bs % isz == 0 else max(1, BLOCK_CACHE_BYTES // isz)
-                    lo = local // per * per
-                    hi = min(lo + per, self._chunklen)
-                    buf = np.empty((hi - lo,) + self._atom.shape, dtype=self._atom.base)
-                    ch.read_range(lo, hi, buf)
-                    if self._ondisk:
-                        self._per[cid] = per
-                        disk_blocks.put((self._gen, cid, lo), buf)
-                self._bc = (base + lo, base + lo + len(buf), buf)
-                v = buf[local - lo]
-        if self._pyscalars:
-            return v.item()  # Python scalars, as bcolz gives them
-        # rows of multidimensional carrays and structured scalars are views: never hand out a buffer
-        return v.copy() if isinstance(v, (np.ndarray, np.void)) else v
-
-    def _object_at(self, i):
-        c = self._chunks[i]
-        raw = c.decompress(np.empty(c.nbytes, dtype="u1"))
-        try:
-            return pickle.loads(raw.tobytes())
-        except Exception as e:  # a damaged pickle can fail in many ways, none of them the caller's
-            where = getattr(c, "_where", None) or f"object {i}"
-            raise FormatError(f"cannot unpickle {where}: {type(e).__name__}: {e}") from None
-
-    def _eval_key(self, key, depth=4):
-        return _ce.eval(key, out_flavor="numpy", depth=depth)
-
-    def __getitem__(self, key):
-        if type(key) is int:
-            i = key + self._len if key < 0 else key
-            if 0 <= i < self._len:
-                return self._getitem_scalar(i)
-            raise IndexError(f"index {key} is out of bounds for axis 0 with size {self._len}")
-        if isinstance(key, (int, np.integer)):
-            return self._getitem_scalar(ix.normalize_int(key, self._len))
-        if isinstance(key, slice):
-            start, stop, step = key.indices(self._len)
-            n = ix.slice_length(start, stop, step)
-            if self._isobj:
-                return self._take(np.arange(start, stop, step)) if n else np.empty(0, dtype=object)
-            out = np.empty((n,) + self._atom.shape, dtype=self._atom.base)
-            if n == 0:
-                return out
-            if step == 1:
-                return self._read_range(start, start + n, out)
-            if step < 0:
-                lo = start + (n - 1) * step
-                return self[lo:start + 1:-step][::-1].copy()
-            # strided: read chunk by chunk, keep every step-th atom
-            stop = start + (n - 1) * step + 1
-            off = 0
-            for cn, lo, hi, _ in ix.chunk_pieces(start, stop, self._chunklen):
-                first = lo + (-(cn * self._chunklen + lo - start)) % step
-                if first >= hi:
-                    continue
-                tmp = np.empty((hi - first,) + self._atom.shape, dtype=self._atom.base)
-                base = cn * self._chunklen
-                self._read_range(base + first, base + hi, tmp)
-                sel = tmp[::step]
-                out[off:off + len(sel)] = sel
-                off += len(sel)
-            return out
-        if isinstance(key, str):
-            return self[self._eval_key(key)]
-        if isinstance(key, tuple):
-            if len(key) == 0:
-                return self[:]
-            if len(key) == 1:
-                return self[key[0]]
-            if any(k is None for k in key):
-                return self[:][key]
-            if any(k is Ellipsis for k in key):
-                key = _expand_ellipsis(key, 1 + len(self._atom.shape))
-                if len(key) == 1:
-                    return self[key[0]]
-            if isinstance(key[0], slice) and not self._isobj:
-                out = self._rows_then(key[0], key[1:])
-                if out is not None:
-                    return out
-            if not isinstance(key[0], (slice, int, np.integer)):
-                return self._rows_by_array(key[0], key[1:])
-            if not isinstance(key[0], slice) and any(
-                    not isinstance(k, (slice, int, np.integer)) for k in key[1:]):
-                # an integer beside index arrays is an advanced index too (it broadcasts with them and,
-                # when a slice separates them, NumPy puts the broadcast axes first)
-                return self._rows_by_array(np.asarray(key[0]), key[1:])
-            first = self[key[0]]
-            if isinstance(key[0], (int, np.integer)):
-                return first[key[1:]]
-            return first[(slice(None),) + key[1:]]
-        if key is Ellipsis:
-            return self[:]
-        if isinstance(key, carray):
-            if key.dtype == bool:
-                return self._take(np.concatenate([np.flatnonzero(b) + s for s, b in
-                                                  _iter_blocks(key)]) if len(key) else np.empty(0, np.intp),
-                                  check_len=len(key))
-            key = key[:]
-        if key is None:
-            return self[:][None]
-        arr = np.asarray(key)
-        if arr.dtype.kind in "iu" and arr.ndim != 1:
-            if arr.ndim == 0:
-                return self[int(arr)]
-            # an n-d integer index: NumPy's result shape, key shape then atom shape
-            flat = self._take(ix.positions_from_array(arr.reshape(-1), self._len))
-            return flat.reshape(arr.shape + flat.shape[1:])
-        return self._take(ix.positions_from_array(arr, self._len))
-
-    def _rows_then(self, rows, rest):
-        """self[rows][:, *rest] for a slice `rows`, read a few chunks of rows at a time (never the whole
-        selection of full atoms), or None when `rest` would move the row axis (NumPy's rule for
-        advanced indices separated by a slice)."""
-        sub = (slice(None),) + tuple(rest)
-        atom, base = self._atom.shape, self._atom.base
-        p2 = np.empty((2,) + atom, dtype=base)[sub]
-        p3 = np.empty((3,) + atom, dtype=base)[sub]
-        if p2.ndim == 0 or p2.shape[0] != 2 or p3.shape[0] != 3 or p2.shape[1:] != p3.shape[1:]:
-            return None
-        start, stop, step = rows.indices(self._len)
-        n = ix.slice_length(start, stop, step)
-        out = np.empty((n,) + p2.shape[1:], dtype=p2.dtype)
-        if step == 1 and n:
-            # chunk by chunk on every thread, each decoded into a buffer of its thread (no temporary
-            # array of full atoms), the key applied from there into the result
-            cl = max(1, self._chunklen)
-            edges = [start] + list(range((start // cl + 1) * cl, start + n, cl)) + [start + n]
-            fused.run_blocks(list(zip(edges[:-1], edges[1:])), fused.Decoder({"x": self}, cl),
-                             lambda s, e, b: out.__setitem__(slice(s - start, e - start), b["x"][sub]))
-            return out
-        # rows per step: enough chunks to keep every thread decoding, at most ~32 MB of full atoms
-        isz = max(1, self._atom.itemsize)
-        blen = max(1, self._chunklen) * 2 * max(1, get_nthreads())
-        blen = max(1, min(blen, max(self._chunklen, (32 << 20) // isz)))
-        for o in range(0, n, blen):
-            m = min(blen, n - o)
-            lo = start + o * step
-            hi = lo + m * step
-            block = self[lo:hi if hi >= 0 else None:step]
-            out[o:o + m] = block[sub]
-        return out
-
-    def _rows_by_array(self, k0, rest):
-        """self[(k0,) + rest] for an integer or boolean array k0 on the first axis, with NumPy's
-        broadcasting of k0 against the arrays in `rest`: only the distinct rows k0 names are read."""
-        if isinstance(k0, carray):
-            k0 = k0[:]
-        a0 = np.asarray(k0)
-        if a0.dtype == bool and a0.ndim != 1:
-            return self[:][(a0,) + tuple(rest)]
-        shape = (-1,) if a0.dtype == bool else a0.shape
-        pos = ix.positions_from_array(a0.reshape(-1), self._len).reshape(shape)
-        need, inv = np.unique(pos, return_inverse=True)
-        return self._take(need)[(inv.reshape(pos.shape),) + tuple(rest)]
-
-    def _take(self, pos, check_len=None):
-        if check_len is not None and check_len != self._len:
-            raise IndexError(f"boolean index has length {check_len}, the carray has {self._len}")
-        if self._isobj:
-            out = np.empty(len(pos), dtype=object)
-            for k, p in enumerate(pos.tolist()):
-                out[k] = self._object_at(p)
-            return out
-        out = np.empty((len(pos),) + self._atom.shape, dtype=self._atom.base)
-        if len(pos) == 0:
-            return out
-        chunks, cl, nfull, last = self._chunks, self._chunklen, len(self._chunks), self._last
-        # ascending positions, each chunk's a contiguous run: every touched block is decoded once,
-        # the chunks on the pool's threads
-        order = np.argsort(pos, kind="stable") if (np.diff(pos) < 0).any() else None
-        spos = pos if order is None else pos[order]
-
-        def take(group):
-            cid, s, e = group
-            local = spos[s:e] - cid * cl
-            rows = None if order is None else order[s:e]
-            if cid >= nfull:
-                out[slice(s, e) if rows is None else rows] = last[local]
-            else:
-                chunks[cid].take(local, out, rows, s)
-        run_all(take, ix.sorted_groups(spos, cl))
-        return out
-
-    def __iter__(self):
-        return self.iter()
-
-    def __next__(self):
-        # bcolz carrays are their own iterators: next(c) walks one default iteration
-        it = self.__dict__.get("_next_iter")
-        if it is None:
-            it = self._next_iter = self.iter()
-        try:
-            return next(it)
-        except StopIteration:
-            self._next_iter = None
-            raise
-
-    def iter(self, start=0, stop=None, step=1, limit=None, skip=0, dtype=None):
-        """Iterate over the atoms of [start:stop:step], skipping `skip` and yielding at most `limit`."""
-        if step is not None and step <= 0:
-            raise NotImplementedError("iter() supports only positive steps")
-        start, stop, step = slice(start, stop, step).indices(self._len)
-        limit, skip = _check_limit_skip(limit, skip)
-        # the generator works per block; chain hands out the elements at C speed
-        it = _CarrayIter.from_iterable(self._iter(start, stop, step, limit, skip, dtype))
-        it._carray = self
-        return it
-
-    def _iter(self, start, stop, step, limit, skip, dtype):
-        count = 0
-        blen = max(self._chunklen, 1)
-        if step > 1:
-            blen = blen * step
-        pending_skip = skip or 0
-        pos = start
-        while pos < stop:
-            end = min(pos + blen, stop)
-            block = self[pos:end:step]
-            pos = pos + ((end - pos + step - 1) // step) * step
-            if dtype is not None:
-                block = block.astype(dtype)
-            if pending_skip:
-                if pending_skip >= len(block):
-                    pending_skip -= len(block)
-                    continue
-                block = block[pending_skip:]
-                pending_skip = 0
-            if limit is not None:
-                block = block[:max(0, limit - count)]
-            yield _elements(block)
-            count += len(block)
-            if limit is not None and count >= limit:
-                return
-
-    def where(self, boolarr, limit=None, skip=0):
-        """Iterate over the values where `boolarr` (a bool carray, array or expression) is true."""
-        if isinstance(boolarr, str):
-            boolarr = self._eval_key(boolarr)
-        if isinstance(boolarr, np.ndarray) and boolarr.dtype != bool or (
-                isinstance(boolarr, carray) and boolarr.dtype != bool):
-            raise ValueError("`boolarr` must be of boolean type")
-        if not hasattr(boolarr, "dtype"):
-            boolarr = np.asarray(boolarr)
-            if boolarr.dtype != bool:
-                raise ValueError("`boolarr` must be of boolean type")
-        if len(boolarr) != self._len:
-            raise ValueError(f"`boolarr` has length {len(boolarr)}, the carray has {self._len}")
-        limit, skip = _check_limit_skip(limit, skip)
-        return itertools.chain.from_iterable(self._where(boolarr, limit, skip))
-
-    def _where(self, boolarr, limit, skip):
-        if limit is None and not self._isobj and self.ndim == 1 and self._len:
-            # the mask and the values decoded and compacted a window of chunks at a time on every
-            # thread (blzarr.fused); this thread only hands out the selected values
-            cl = max(1, self._chunklen)
-            sel = fused.map_blocks(fused.block_bounds(self._len, cl), fused.Decoder({"m": boolarr, "x": self}, cl),
-                                   lambda s, e, b: b["x"][np.flatnonzero(b["m"])])
-            for vals in sel:
-                if skip:
-                    if skip >= len(vals):
-                        skip -= len(vals)
-                        continue
-                    vals = vals[skip:]
-                    skip = 0
-                if len(vals):
-                    yield _elements(vals)
-            return
-        count = 0
-        for s, idx in _true_positions(boolarr, self._chunklen):
-            if idx.size == 0:
-                continue
-            if skip:
-                if skip >= idx.size:
-                    skip -= idx.size
-                    continue
-                idx = idx[skip:]
-                skip = 0
-            a = int(idx[0])
-            vals = self[s + a:s + int(idx[-1]) + 1][idx - a]
-            if limit is not None:
-                vals = vals[:limit - count]
-            yield _elements(vals)
-            count += len(vals)
-            if limit is not None and count >= limit:
-                return
-
-    def wheretrue(self, limit=None, skip=0):
-        """Iterate over the positions where this boolean carray is true."""
-        if self.dtype != bool:
-            raise ValueError("wheretrue() needs a carray of boolean type")
-        if self.ndim > 1:
-            raise NotImplementedError("wheretrue() needs a one-dimensional carray")
-        limit, skip = _check_limit_skip(limit, skip)
-        return itertools.chain.from_iterable(self._wheretrue(limit, skip))
-
-    def _wheretrue(self, limit, skip):
-        count = 0
-        for s, idx in _true_positions(self, self._chunklen):
-            if skip:
-                if skip >= idx.size:
-                    skip -= idx.size
-                    continue
-                idx = idx[skip:]
-                skip = 0
-            if limit is not None:
-                idx = idx[:limit - count]
-            yield (idx + s).tolist()
-            count += len(idx)
-            if limit is not None and count >= limit:
-                return
 
     def sum(self, dtype=None, axis=None, out=None, keepdims=False, **kwargs):
         """The sum of all elements (or along `axis`), chunk by chunk, with NumPy's result type.
@@ -1815,15 +1410,6 @@ class carray:
         return _Info(self)
 
 
-class _CarrayIter(itertools.chain):
-    """What ``iter(c)`` and ``c.iter(...)`` return: an iterator over the elements (at C speed, it is an
-    `itertools.chain`) that, like bcolz's, has ``.iter(start, stop, step, limit, skip)`` itself, to
-    iterate the whole carray again over another range."""
-
-    def iter(self, start=0, stop=None, step=1, limit=None, skip=0, dtype=None):
-        return self._carray.iter(start, stop, step, limit, skip, dtype)
-
-
 class _Info:
     def __init__(self, obj):
         nb, cb = obj.nbytes, obj.cbytes
@@ -1836,22 +1422,6 @@ class _Info:
 
     def __repr__(self):
         return self.text
-
-
-_PY_KINDS = "biufcSU"
-
-
-# dtypes whose memoryview yields the same Python scalars as tolist(), without building the list
-_MV_CHARS = frozenset("?bBhHiIlLqQfd")
-
-
-def _elements(block):
-    """The elements of a block, as iteration yields them: Python scalars for plain kinds (bcolz)."""
-    if block.ndim == 1 and block.dtype.kind in _PY_KINDS:
-        if block.dtype.char in _MV_CHARS and block.dtype.isnative and block.flags.c_contiguous:
-            return iter(memoryview(block))      # a quarter faster than iterating tolist()
-        return block.tolist()
-    return iter(block)
 
 
 def _normalize_axes(axis, ndim):
@@ -1871,59 +1441,8 @@ def _normalize_axes(axis, ndim):
     return tuple(sorted(axes))
 
 
-def _check_limit_skip(limit, skip):
-    if limit is not None:
-        limit = operator_index(limit, "limit")
-        if limit < 0:
-            raise ValueError(f"limit must be None or >= 0, got {limit}")
-    skip = operator_index(skip or 0, "skip")
-    if skip < 0:
-        raise ValueError(f"skip must be >= 0, got {skip}")
-    return limit, skip
-
-
 def _rebuild_carray(array, rootdir, kwargs):
     return carray(array, rootdir=rootdir, **kwargs)
-
-
-def _true_positions(mask, blen):
-    """(start, positions of the true rows from start) over the 1-d boolean `mask` in blocks of `blen`;
-    a carray's statistics tell the blocks all false (not read) and all true (not decoded)."""
-    n = len(mask)
-    bounds = [(s, min(s + blen, n)) for s in range(0, n, blen)]
-    known = None
-    get = getattr(mask, "chunk_stats", None)
-    if get is not None and bounds and getattr(mask, "ndim", 1) == 1:
-        st = get()
-        if st is not None and len(st[0]):
-            r = planner.block_ranges(st, bounds)
-            known, all_true, any_true = r.known, np.asarray(r.lo, bool), np.asarray(r.hi, bool)
-    for k, (s, e) in enumerate(bounds):
-        if known is not None and known[k]:
-            if not any_true[k]:
-                continue
-            if all_true[k]:
-                yield s, np.arange(e - s)
-                continue
-        yield s, np.flatnonzero(mask[s:e])
-
-
-def _iter_blocks(obj, blen=None):
-    """(start, block) over a carray or array-like in blocks of `blen` atoms."""
-    n = len(obj)
-    if blen is None:
-        blen = obj.chunklen if isinstance(obj, carray) else 65536
-    for s in range(0, n, blen):
-        yield s, obj[s:min(s + blen, n)]
-
-
-def operator_index(value, name):
-    if isinstance(value, float) and value.is_integer():
-        return int(value)  # bcolz accepts integral floats for lengths
-    try:
-        return int(np.int64(value)) if isinstance(value, np.integer) else int(value.__index__())
-    except (AttributeError, TypeError):
-        raise TypeError(f"{name} must be an integer, got {value!r}") from None
 
 
 def compression_ratio(nbytes, cbytes):

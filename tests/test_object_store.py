@@ -346,7 +346,7 @@ def test_s3_bcolz_second_writer_is_detected(s3):
 
 def test_s3_read_all_in_batches_fetched_ahead(s3, monkeypatch):
     import sys
-    carray_mod = sys.modules["blzarr.carray"]
+    carray_mod = sys.modules["blzarr.carray_read"]      # where the read path takes its batch size
     url, opts = s3
     a = data()
     blzarr.carray(a, rootdir=f"{url}/x.blz", mode="w", chunklen=5000, superchunklen=8, storage_options=opts)
