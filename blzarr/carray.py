@@ -10,7 +10,6 @@ import threading
 import numpy as np
 
 from blzarr import _chunk
-from blzarr import fused
 from blzarr import integrations
 from blzarr import stats as _stats
 from blzarr.arrayprint import array2string
@@ -28,6 +27,7 @@ from blzarr.files import META_DIR, STORAGE_FILE
 # the parts of carray, one module each (the moved names stay importable from here)
 from blzarr.carray_read import (BLOCK_CACHE_BYTES, PREFETCH_BATCH_BYTES, _PY_KINDS, CarrayBase,  # noqa: F401
                                 CarrayReads, _iter_blocks, operator_index)
+from blzarr.carray_reduce import CarrayReductions
 from blzarr.carray_write import CarrayWrites, _UndoLog  # noqa: F401
 
 _MB = 1024 * 1024
@@ -128,7 +128,7 @@ def _remove(path, how):
         raise storage_error(e, f"cannot replace '{path}' (mode 'w' removes what it holds first)") from e
 
 
-class carray(CarrayWrites, CarrayReads, CarrayBase):
+class carray(CarrayReductions, CarrayWrites, CarrayReads, CarrayBase):
     """carray(array=None, cparams=None, dtype=None, dflt=None, expectedlen=None, chunklen=None,
     rootdir=None, mode='a', format=None, allow_pickle=False, safe=True, checksum='crc32', reserve=0,
     superchunklen=None, meta=None)
@@ -750,75 +750,6 @@ class carray(CarrayWrites, CarrayReads, CarrayBase):
         return {"chunks": nch, "known": known if st.checked else 0,
                 "unchecked": 0 if st.checked else known}
 
-    def sum(self, dtype=None, axis=None, out=None, keepdims=False, **kwargs):
-        """The sum of all elements (or along `axis`), chunk by chunk, with NumPy's result type.
-
-        The extra NumPy arguments (`out`, `keepdims`) make ``np.sum(carray)`` work.
-        """
-        return self._reduce("sum", axis, dtype, out, keepdims, kwargs)
-
-    def mean(self, axis=None, dtype=None, out=None, keepdims=False, **kwargs):
-        """The mean of all elements (or along `axis`), chunk by chunk, as ``np.mean`` computes it."""
-        return self._reduce("mean", axis, dtype, out, keepdims, kwargs)
-
-    def min(self, axis=None, out=None, keepdims=False, **kwargs):
-        """The smallest element (or along `axis`), chunk by chunk."""
-        return self._reduce("min", axis, None, out, keepdims, kwargs)
-
-    def max(self, axis=None, out=None, keepdims=False, **kwargs):
-        """The largest element (or along `axis`), chunk by chunk."""
-        return self._reduce("max", axis, None, out, keepdims, kwargs)
-
-    def _reduce(self, op, axis, dtype, out, keepdims, kwargs):
-        # reductions over axis 0 combine the per-block results; over other axes they concatenate them
-        if self._isobj:
-            raise TypeError(f"{op}() is not supported on object carrays")
-        if kwargs:
-            raise TypeError(f"{op}() got unexpected keyword arguments {sorted(kwargs)}")
-        probe = np.zeros((0,) + self._atom.shape, dtype=self._atom.base)
-        if probe.dtype.kind in "SUV" or probe.dtype.names:
-            raise TypeError(f"cannot {op} a carray of dtype {probe.dtype}")
-        axes = _normalize_axes(axis, self.ndim)
-        red = "sum" if op == "mean" else op
-        kw = {"dtype": np.dtype(dtype)} if dtype is not None else {}
-        if op == "mean" and dtype is None and probe.dtype.kind in "biu":
-            kw = {"dtype": np.dtype("f8")}
-        f = getattr(np, red)
-        # every chunk reduced on its thread, from a buffer of that thread (blzarr.fused)
-        blen = max(self._chunklen, 1)
-        bounds = fused.block_bounds(self._len, blen)
-        if (op == "sum" and not kw and probe.dtype == bool and len(axes) == self.ndim and not keepdims
-                and out is None):
-            # a count: NumPy's sum of booleans would first cast every block to int
-            parts = fused.run_blocks(bounds, fused.Decoder({"x": self}, blen),
-                                     lambda s, e, b: np.count_nonzero(b["x"]))
-            return np.sum(np.array([0] + parts, dtype=np.int_))
-        if 0 not in axes:
-            parts = fused.run_blocks(bounds, fused.Decoder({"x": self}, blen),
-                                     lambda s, e, b: f(b["x"], axis=axes, keepdims=keepdims, **kw))
-            res = np.concatenate(parts) if parts else f(probe, axis=axes, keepdims=keepdims, **kw)
-            if op == "mean":
-                res = np.true_divide(res, math.prod(self.shape[a] for a in axes), **(
-                    {"dtype": res.dtype} if res.dtype.kind in "fc" else {}))
-        else:
-            combine = {"sum": np.add, "min": np.minimum, "max": np.maximum}[red]
-            res = None
-            for part in fused.run_blocks(bounds, fused.Decoder({"x": self}, blen),
-                                         lambda s, e, b: f(b["x"], axis=axes, keepdims=True, **kw)):
-                res = part if res is None else combine(res, part)
-            if res is None:
-                res = f(probe, axis=axes, keepdims=True, **kw)  # min/max raise NumPy's ValueError
-            if op == "mean":
-                count = math.prod(self.shape[a] for a in axes)
-                with np.errstate(invalid="ignore" if count else "warn", divide="ignore"):
-                    res = np.true_divide(res, count, **({"dtype": res.dtype} if res.dtype.kind in "fc" else {}))
-            if not keepdims:
-                res = res.reshape([d for i, d in enumerate(res.shape) if i not in axes])
-        if out is not None:
-            out[...] = res
-            return out
-        return res[()] if isinstance(res, np.ndarray) and res.ndim == 0 else res
-
     def __array__(self, dtype=None, copy=None):
         if copy is False:
             raise ValueError("a carray cannot be viewed as a NumPy array without a copy")
@@ -1006,23 +937,6 @@ class _Info:
 
     def __repr__(self):
         return self.text
-
-
-def _normalize_axes(axis, ndim):
-    """`axis` (None, an int or a tuple of ints) as a sorted tuple of non-negative axes."""
-    if axis is None:
-        return tuple(range(ndim))
-    items = axis if isinstance(axis, tuple) else (axis,)
-    axes = []
-    for a in items:
-        if isinstance(a, bool) or not isinstance(a, (int, np.integer)):
-            raise TypeError(f"axis must be None, an int or a tuple of ints, got {axis!r}")
-        if not -ndim <= a < ndim:
-            raise getattr(np, "exceptions", np).AxisError(int(a), ndim)
-        axes.append(int(a) % ndim)
-    if len(set(axes)) != len(axes):
-        raise ValueError(f"repeated axis in {axis!r}")
-    return tuple(sorted(axes))
 
 
 def _rebuild_carray(array, rootdir, kwargs):
