@@ -1,6 +1,5 @@
 """`carray`: a compressed, chunked, enlargeable array, in memory or on disk (bcolz-compatible API)."""
 
-import ast
 import math
 import os
 import shutil
@@ -15,8 +14,7 @@ from blzarr import stats as _stats
 from blzarr.arrayprint import array2string
 from blzarr.attrs import attrs as _attrs
 from blzarr.chunk import blosc_typesize
-from blzarr.errors import (FormatError, MissingError, PickleNotAllowedError, ReadOnlyError, StorageError,
-                           storage_error, storage_op)
+from blzarr.errors import FormatError, MissingError, StorageError, storage_error, storage_op
 from blzarr.params import cparams as _cparams, defaults
 from blzarr.parallel import run_all
 from blzarr.chunkstore import MemoryChunks
@@ -24,6 +22,7 @@ from blzarr.stores import create_store, open_chunks, open_dir
 from blzarr.locking import lock_dir
 from blzarr.bytestore import is_url, local_path, open_bytestore
 from blzarr.files import META_DIR, STORAGE_FILE
+from blzarr.arraymeta import ArrayMeta, dflt_from_json, dflt_to_json, parse_dtype  # noqa: F401
 # the parts of carray, one module each (the moved names stay importable from here)
 from blzarr.carray_read import (BLOCK_CACHE_BYTES, PREFETCH_BATCH_BYTES, _PY_KINDS, CarrayBase,  # noqa: F401
                                 CarrayReads, _iter_blocks, operator_index)
@@ -41,77 +40,6 @@ def calc_chunklen(expectedlen, atomsize):
     chunksize = 4 * 1024 * int(2 ** (math.log10(10 ** zone) + 6))
     chunksize = chunksize // atomsize * atomsize
     return max(chunksize // atomsize, 1)
-
-
-def parse_dtype(text, where):
-    """A dtype from the string bcolz writes in meta/storage (structured ones included, no eval)."""
-    if not isinstance(text, str):
-        raise FormatError(f"{where}: 'dtype' must be a string, got {type(text).__name__}")
-    try:
-        return np.dtype(text)
-    except (TypeError, ValueError, SyntaxError):   # NumPy's parser raises SyntaxError on some strings
-        pass  # e.g. the str() of a structured dtype, "[('a', '<i4')]" or "{'names': ...}"
-    try:
-        return np.dtype(ast.literal_eval(text))
-    except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError):
-        raise FormatError(f"{where}: cannot understand dtype {text!r}") from None
-
-
-def dflt_to_json(dflt):
-    """A JSON-friendly form of a 0-d default value."""
-    if dflt.dtype.kind in "mM":
-        return int(dflt.view("i8"))
-    if dflt.dtype.kind == "c":
-        # a string such as "(1+2j)": bcolz fills new items with `chunk[:] = dflt`, which NumPy
-        # parses from it (a [re, im] list would not broadcast); blzarr reads both forms
-        return str(complex(dflt[()]))
-    if dflt.dtype.kind == "O":
-        # a plain JSON scalar as bcolz writes it (its default 0 included), anything else as null
-        v = dflt[()]
-        ok = v is None or isinstance(v, (bool, int, str)) or (isinstance(v, float) and math.isfinite(v))
-        return v if ok else None
-
-    def fix(v):
-        if isinstance(v, np.ndarray):
-            return fix(v.tolist())
-        if isinstance(v, bytes):
-            return v.decode("latin-1")
-        if isinstance(v, (list, tuple)):
-            return [fix(x) for x in v]
-        if isinstance(v, complex):
-            return [v.real, v.imag]
-        if isinstance(v, float) and not math.isfinite(v):
-            return str(v)
-        return v
-
-    return fix(dflt.tolist())
-
-
-def _struct_value(value, dt):
-    """JSON lists back to the (nested) tuples NumPy wants for structured values."""
-    if dt.names is not None and isinstance(value, list) and len(value) == len(dt.names):
-        return tuple(_struct_value(v, dt.fields[n][0]) for v, n in zip(value, dt.names))
-    return value
-
-
-def dflt_from_json(value, base, where):
-    out = np.zeros((), dtype=base)
-    if value is None or base.kind == "O":
-        return out
-    try:
-        if base.kind in "mM":
-            out.view("i8")[()] = int(value)
-        elif base.kind == "c" and isinstance(value, list):
-            out[()] = complex(value[0], value[1])
-        elif base.names is not None and isinstance(value, list):
-            out[()] = _struct_value(value, base)
-        elif base.kind in "SV" and isinstance(value, str):
-            out[()] = value.encode("latin-1")
-        else:
-            out[()] = value
-    except (TypeError, ValueError, OverflowError, IndexError):
-        raise FormatError(f"{where}: default value {value!r} does not fit dtype {base}") from None
-    return out
 
 
 def _create_or_open(self, args, kwargs):
@@ -375,47 +303,13 @@ class carray(CarrayReductions, CarrayWrites, CarrayReads, CarrayBase):
             # one writer process at a time (mode 'r' takes no lock); the lock is the directory's
             self._dirlock = lock_dir(self._rootdir)
         store = open_dir(self._rootdir, self._mode, self._bytes)
-        sizes = store.read_meta("sizes")
-        storage = store.read_meta("storage")
-        where_sz = f"'{store.meta_path('sizes')}'"
-        where_st = f"'{store.meta_path('storage')}'"
-        if not isinstance(sizes, dict) or not isinstance(storage, dict):
-            raise FormatError(f"meta files of '{self._rootdir}' must hold JSON objects")
-        shape = sizes.get("shape")
-        if (not isinstance(shape, list) or not shape
-                or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape)):
-            raise FormatError(f"{where_sz}: 'shape' must be a non-empty list of non-negative ints, got {shape!r}")
-        base = parse_dtype(storage.get("dtype"), where_st)
-        chunklen = storage.get("chunklen")
-        if not isinstance(chunklen, int) or isinstance(chunklen, bool) or chunklen < 1:
-            raise FormatError(f"{where_st}: 'chunklen' must be a positive int, got {chunklen!r}")
-        cpd = storage.get("cparams")
-        if not isinstance(cpd, dict):
-            raise FormatError(f"{where_st}: 'cparams' must be a JSON object")
+        meta = ArrayMeta.read(store, self._rootdir, allow_pickle)
+        atom, chunklen = meta.atom, meta.chunklen
         try:
-            cp = _cparams(clevel=cpd.get("clevel", 5), shuffle=int(cpd.get("shuffle", 1)),
-                          cname=cpd.get("cname", "blosclz"), quantize=cpd.get("quantize") or 0)
-        except (ValueError, TypeError) as e:
-            raise FormatError(f"{where_st}: bad cparams: {e}") from None
-        expectedlen = storage.get("expectedlen", shape[0])
-        if not isinstance(expectedlen, int) or isinstance(expectedlen, bool):
-            expectedlen = shape[0]
-        try:
-            atom = np.dtype((base, tuple(shape[1:]))) if len(shape) > 1 else base
-        except (TypeError, ValueError, OverflowError) as e:
-            raise FormatError(f"{where_sz}: shape {shape} does not fit dtype {base}: {e}") from None
-        if atom.base.kind == "O" and not allow_pickle:
-            raise PickleNotAllowedError(
-                f"'{self._rootdir}' holds pickled Python objects, and unpickling untrusted files can run "
-                "arbitrary code; if you trust it, open it with allow_pickle=True")
-        if chunklen * atom.itemsize > _chunk.MAX_BUFFERSIZE:
-            raise FormatError(f"{where_st}: chunklen {chunklen} makes chunks larger than Blosc allows")
-        dflt = dflt_from_json(storage.get("dflt"), atom.base, where_st)
-        try:
-            self._setup(atom, cp, chunklen, dflt, expectedlen)
+            self._setup(atom, meta.cparams, chunklen, meta.dflt, meta.expectedlen)
         except (TypeError, ValueError) as e:
-            raise FormatError(f"{where_st} (with {where_sz}): {e}") from None
-        length = shape[0]
+            raise FormatError(f"{meta.where_storage} (with {meta.where_sizes}): {e}") from None
+        length = meta.length
         if self._isobj:
             nchunks, nleft = length, 0
         else:
@@ -481,17 +375,11 @@ class carray(CarrayReductions, CarrayWrites, CarrayReads, CarrayBase):
 
     # ---------------------------------------------------------------- metadata
     def _write_storage(self):
-        self._chunks.write_meta("storage", {
-            "dtype": str(self._atom.base),
-            "cparams": self._cparams.to_dict(),
-            "chunklen": self._chunklen,
-            "expectedlen": self.expectedlen,
-            "dflt": dflt_to_json(self._dflt),
-        })
+        ArrayMeta(self._atom, self._cparams, self._chunklen, self.expectedlen, self._dflt).write_storage(
+            self._chunks)
 
     def _write_sizes(self):
-        self._chunks.write_meta("sizes", {"shape": list(self.shape), "nbytes": self.nbytes,
-                                          "cbytes": self.cbytes})
+        ArrayMeta.write_sizes(self._chunks, self.shape, self.nbytes, self.cbytes)
 
     # ---------------------------------------------------------------- properties
     @property
