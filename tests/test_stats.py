@@ -324,7 +324,7 @@ def make_table(ra, layout, state):
        expression=predicates(), vm=st.sampled_from(["numexpr", "python"]),
        state=st.sampled_from(["present", "missing", "stale"]), blen=st.sampled_from([1, 7, 16, 40]))
 def test_queries_with_statistics_equal_numpy(layout, monkeypatch, n, seed, expression, vm, state, blen):
-    monkeypatch.setattr(ctable_module, "MIN_QUERY_BLEN", blen)
+    monkeypatch.setattr(sys.modules["blzarr.ctable_query"], "MIN_QUERY_BLEN", blen)   # where queries read it
     ra = make_data(n, seed)
     t = make_table(ra, layout, state)
     mask = numpy_mask(expression, ra)
