@@ -12,27 +12,26 @@ evaluate the expression block by block (`blzarr.chunked_eval.evaluate_blocks`) a
 of each block they need, so no column is ever decompressed whole to answer one.
 """
 
-import keyword
 import os
-import re
 import shutil
 import sys
 import warnings
-from collections import namedtuple
 
 import numpy as np
 
 from blzarr import indexing as ix
 from blzarr import integrations
 from blzarr.attrs import attrs as _attrs
-from blzarr.carray import carray, compression_ratio, human_readable_size, operator_index
-from blzarr.errors import FormatError, ReadOnlyError, StorageError, storage_error, storage_op
+from blzarr.carray import carray, compression_ratio, human_readable_size
+from blzarr.errors import FormatError, StorageError, storage_error, storage_op
 from blzarr.locking import lock_dir
 from blzarr.params import cparams as _cparams, defaults
 from blzarr.files import ATTRS_FILE, ROOTDIRS_FILE, ObjectPath, read_json, write_json
 from blzarr.bytestore import is_url, join, local_path, open_bytestore
 # the parts of ctable, one module each (the moved names stay importable from here)
-from blzarr.ctable_query import MIN_QUERY_BLEN, NROW, CtableQueries  # noqa: F401
+from blzarr.ctable_read import NROW, CtableBase, CtableReads, _split_outcols  # noqa: F401
+from blzarr.ctable_write import _CARRAY_KW, CtableWrites, check_name
+from blzarr.ctable_query import MIN_QUERY_BLEN, CtableQueries  # noqa: F401
 
 from blzarr import utils  # noqa: E402,F401  (bcolz.ctable's module-level names)
 from blzarr.arrayprint import array2string  # noqa: E402,F401
@@ -43,7 +42,6 @@ attrs = _attrs
 # rows per block when a query has no column to take a chunk length from
 DEFAULT_BLEN = 65536
 
-_RESERVED = {ROOTDIRS_FILE, ATTRS_FILE}
 # the columns of a ctable live at root/<name> in both layouts; BLZ ctables written by earlier blzarr
 # versions keep theirs at root/data/<name> and still open
 BLZ_COLUMNS_DIR = "data"
@@ -57,39 +55,6 @@ def legacy_columns_dir(root, fmt):
     if fmt == "blz" and os.path.isdir(d) and not os.path.exists(os.path.join(d, "meta", "storage")):
         return d
     return None
-_SPLIT = re.compile(r"[\s,]+")
-# keyword arguments a ctable forwards to the carrays it creates
-_CARRAY_KW = ("cparams", "expectedlen", "chunklen", "dflt", "format", "safe")
-
-
-# ------------------------------------------------------------------------------------------- names
-def check_name(name, what="column name"):
-    """`name` as a str if it is usable as a column name (and directory name), else a ValueError."""
-    if isinstance(name, bytes):
-        try:
-            name = name.decode("ascii")
-        except UnicodeDecodeError:
-            raise ValueError(f"{what} {name!r} is not ASCII") from None
-    if not isinstance(name, str):
-        raise ValueError(f"{what} must be a string, got {type(name).__name__} {name!r}")
-    if (not name or name in (".", "..") or "/" in name or "\\" in name or "\x00" in name
-            or os.sep in name or (os.altsep and os.altsep in name) or os.path.isabs(name)
-            or name in _RESERVED):
-        raise ValueError(f"{what} {name!r} is not a safe file name for a column directory "
-                         "(empty, '.', '..', path separators, absolute paths and "
-                         f"{sorted(_RESERVED)} are refused)")
-    if not name.isidentifier() or keyword.iskeyword(name):
-        raise ValueError(f"{what} {name!r} must be a valid Python identifier (and not a keyword), "
-                         "so that expressions can use it")
-    return name
-
-
-def _split_outcols(outcols):
-    if isinstance(outcols, str):
-        return [s for s in _SPLIT.split(outcols.strip()) if s]
-    if isinstance(outcols, (list, tuple)):
-        return list(outcols)
-    raise ValueError(f"outcols must be a list, a tuple or a string of names, got {type(outcols).__name__}")
 
 
 # ------------------------------------------------------------------------------------------- cols
@@ -165,7 +130,7 @@ def _create_or_open(self, args, kwargs):
     return "create" if data is not None or kwargs.get("mode") == "w" else "open"
 
 
-class ctable(CtableQueries):
+class ctable(CtableQueries, CtableWrites, CtableReads, CtableBase):
     """ctable(columns=None, names=None, rootdir=None, mode=None, cparams=None, expectedlen=None,
     chunklen=None, format=None, auto_flush=True, allow_pickle=False, **kwargs)
 
@@ -579,384 +544,6 @@ class ctable(CtableQueries):
     def __sizeof__(self):
         return self.cbytes
 
-    # ------------------------------------------------------------------ writing
-    def _check_writable(self):
-        if self._mode == "r":
-            why = self.__dict__.get("_why_readonly")
-            if why is not None:
-                raise ReadOnlyError(f"cannot modify the ctable: {why}")
-            raise ReadOnlyError("cannot modify the ctable: it was opened with mode 'r'"
-                                + (f" ('{self._rootdir}')" if self._rootdir else ""))
-
-    def _coerce_column_values(self, name, value):
-        """`value` as an array of rows for column `name` (a single value becomes one row)."""
-        col = self.cols._cols[name]
-        if isinstance(value, carray):
-            return value
-        arr = np.asarray(value)
-        atom = col.shape[1:]
-        if col.dtype.kind == "S" and arr.dtype.kind == "U":
-            try:  # text for a bytes column, as bcolz accepts: ASCII only
-                arr = arr.astype(col.dtype)
-            except UnicodeEncodeError as e:
-                raise ValueError(f"column {name!r} holds bytes and {value!r} is not ASCII text: {e}") from None
-        if col.dtype.kind == "O":
-            if arr.ndim == 0 or isinstance(value, (str, bytes)):
-                out = np.empty(1, dtype=object)
-                out[0] = value
-                return out
-            return arr
-        if arr.shape == atom:
-            return arr.reshape((1,) + atom)
-        if arr.shape[1:] == atom:
-            return arr
-        raise ValueError(f"column {name!r}: values of shape {arr.shape} do not fit atoms of shape {atom}")
-
-    def _columns_of(self, rows):
-        """Split `rows` (structured array, void, ctable, dict, list of columns, or one row) by column."""
-        names = self.cols.names
-        if isinstance(rows, ctable):
-            missing = set(names) - set(rows.names)
-            if missing:
-                raise ValueError(f"the ctable to append lacks columns {sorted(missing)}")
-            return [rows.cols[n] for n in names]
-        if isinstance(rows, (np.ndarray, np.void)) and rows.dtype.names is not None:
-            missing = set(names) - set(rows.dtype.names)
-            if missing:
-                raise ValueError(f"the structured array to append lacks fields {sorted(missing)}")
-            return [rows[n] for n in names]
-        if isinstance(rows, dict):
-            missing = set(names) - set(rows)
-            if missing:
-                raise ValueError(f"the dict to append lacks columns {sorted(missing)}")
-            return [rows[n] for n in names]
-        if isinstance(rows, list) and rows and all(
-                isinstance(r, (tuple, np.void)) and len(r) == len(names) for r in rows):
-            # a list of row tuples (NumPy's convention for structured data)
-            try:
-                arr = np.array([tuple(r) for r in rows], dtype=self.dtype)
-            except (TypeError, ValueError) as e:
-                raise ValueError(f"cannot convert the rows to append into dtype {self.dtype}: {e}") from None
-            return [arr[n] for n in names]
-        if isinstance(rows, (list, tuple)):
-            if len(rows) != len(names):
-                raise ValueError(f"append() needs one item per column ({len(names)}), got {len(rows)}")
-            return list(rows)
-        if isinstance(rows, np.ndarray) and rows.ndim >= 1 and len(rows) == len(names):
-            return list(rows)
-        raise ValueError(f"cannot append an object of type {type(rows).__name__} to a ctable "
-                         "(use a tuple for one row, a list of columns, a structured array or a ctable)")
-
-    @storage_op("append to")
-    def append(self, rows):
-        """Append rows at the end of the table.
-
-        Parameters
-        ----------
-        rows : tuple, list, structured array, dict or ctable
-            A tuple is one row; a list holds one array (or sequence) per column, in column order;
-            a structured array or record gives rows by field; a dict maps column names to arrays.
-            Values are converted to each column's dtype.
-
-        Raises
-        ------
-        ValueError
-            The columns have different lengths, or a value does not convert.  No column keeps part
-            of the rows that failed.
-        blzarr.ReadOnlyError
-            The table was opened with mode 'r'.
-
-        Examples
-        --------
-        >>> import numpy as np, blzarr
-        >>> t = blzarr.ctable([np.arange(2), np.array([0.5, 1.5])], names=["a", "b"])
-        >>> t.append((2, 2.5))
-        >>> t.append([[3, 4], [3.5, 4.5]])
-        >>> t.append({"a": [5], "b": [5.5]})
-        >>> len(t), t[-1].tolist()
-        (6, (5, 5.5))
-        """
-        self._check_writable()
-        if not self.cols.names:
-            raise ValueError("cannot append rows to a ctable without columns")
-        parts = [self._coerce_column_values(n, v) for n, v in zip(self.cols.names, self._columns_of(rows))]
-        lengths = {len(p) for p in parts}
-        if len(lengths) != 1:
-            raise ValueError(f"all the columns to append must have the same length, got {sorted(lengths)}")
-        n = lengths.pop()
-        if n == 0:
-            return
-        # every conversion before the first column changes: a value that does not fit touches nothing
-        parts = [p if isinstance(p, carray) else self.cols._cols[name]._coerce_input(p)
-                 for name, p in zip(self.cols.names, parts)]
-        old = self._len
-        done = []
-        try:
-            for name, part in zip(self.cols.names, parts):
-                col = self.cols._cols[name]
-                if isinstance(part, carray):
-                    for s in range(0, len(part), max(part.chunklen, 1)):
-                        col.append(part[s:s + part.chunklen])
-                else:
-                    col.append(part)
-                done.append(col)
-            if self.auto_flush:
-                self.flush()     # a flush that fails (a full disk) undoes the append too
-        except BaseException:
-            for col in self.cols.values():  # roll back: no column keeps part of the rows
-                if len(col) > old:
-                    col.trim(len(col) - old)
-            raise
-        self._len = old + n
-
-    @storage_op("resize")
-    def resize(self, nitems):
-        """Grow the table to `nitems` rows (new rows take each column's `dflt`) or shrink it.
-
-        Parameters
-        ----------
-        nitems : int
-            The new number of rows (non-negative).
-
-        Examples
-        --------
-        >>> import numpy as np, blzarr
-        >>> t = blzarr.ctable([np.arange(3), np.ones(3)], names=["a", "b"])
-        >>> t.resize(5)
-        >>> t[:].tolist()
-        [(0, 1.0), (1, 1.0), (2, 1.0), (0, 0.0), (0, 0.0)]
-        >>> t.resize(1); len(t)
-        1
-        """
-        self._check_writable()
-        nitems = operator_index(nitems, "nitems")
-        if nitems < 0:
-            raise ValueError(f"nitems must be >= 0, got {nitems}")
-        for c in self.cols.values():
-            c.resize(nitems)
-        self._len = nitems
-        if self.auto_flush:
-            self.flush()
-
-    @storage_op("trim")
-    def trim(self, nitems):
-        """Remove the last `nitems` rows.
-
-        Parameters
-        ----------
-        nitems : int
-            How many rows to remove (a negative number grows the table, as `resize` does).
-
-        Raises
-        ------
-        ValueError
-            `nitems` is larger than the number of rows.
-
-        Examples
-        --------
-        >>> import numpy as np, blzarr
-        >>> t = blzarr.ctable([np.arange(5)], names=["a"])
-        >>> t.trim(2)
-        >>> t["a"][:].tolist()
-        [0, 1, 2]
-        """
-        self._check_writable()
-        nitems = operator_index(nitems, "nitems")
-        if nitems > self._len:
-            raise ValueError(f"cannot trim {nitems} rows from a ctable of {self._len}")
-        if nitems < 0:
-            return self.resize(self._len - nitems)
-        for c in self.cols.values():
-            c.trim(nitems)
-        self._len -= nitems
-        if self.auto_flush:
-            self.flush()
-
-    @storage_op("add a column to")
-    def addcol(self, newcol, name=None, pos=None, move=False, **kwargs):
-        """Add a column.
-
-        Parameters
-        ----------
-        newcol : carray, array or list
-            The data, as long as the table.
-        name : str, optional
-            The column name (default ``'f<pos>'``): a Python identifier, not already used.
-        pos : int, optional
-            The position among the columns (default: last).
-        move : bool, optional
-            An on-disk carray added to an on-disk table is copied into the table's directory, or,
-            with True, moved there (the carray object passed must not be used afterwards).
-        **kwargs
-            Passed to `blzarr.carray` when a column is built (``cparams``, ``chunklen``, ...).
-
-        Raises
-        ------
-        ValueError
-            A bad or repeated name, a bad position, or a length that differs from the table's.
-
-        Examples
-        --------
-        >>> import numpy as np, blzarr
-        >>> t = blzarr.ctable([np.arange(3)], names=["a"])
-        >>> t.addcol(np.arange(3) * 10, name="b")
-        >>> t.addcol(["x", "y", "z"], name="s", pos=0)
-        >>> t.names, t[2].tolist()
-        (['s', 'a', 'b'], ('z', 2, 20))
-        """
-        self._check_writable()
-        if pos is None:
-            pos = len(self.cols.names)
-        else:
-            if isinstance(pos, bool) or not isinstance(pos, (int, np.integer)):
-                raise ValueError(f"`pos` must be an int, got {pos!r}")
-            pos = int(pos)
-            if not 0 <= pos <= len(self.cols.names):
-                raise ValueError(f"`pos` must be between 0 and {len(self.cols.names)}, got {pos}")
-        if name is None:
-            name = f"f{pos}"
-        name = check_name(name)
-        if name in self.cols._cols:
-            raise ValueError(f"column {name!r} already exists")
-        if isinstance(newcol, (str, bytes)) or not hasattr(newcol, "__len__"):
-            raise ValueError(f"`newcol` must be a carray, an array or a list, got {type(newcol).__name__}")
-        if self.cols.names and len(newcol) != self._len:
-            raise ValueError(f"`newcol` has length {len(newcol)}, the ctable has {self._len} rows")
-        unknown = set(kwargs) - set(_CARRAY_KW)
-        if unknown:
-            raise TypeError(f"addcol() got unexpected keyword arguments {sorted(unknown)}")
-        rd = self._col_dir(name)
-        if rd is not None and os.path.lexists(rd):
-            raise StorageError(f"cannot add column {name!r}: '{rd}' already exists")
-        if isinstance(newcol, carray) and rd is not None and newcol.rootdir is not None and move:
-            newcol.flush()
-            shutil.move(newcol.rootdir, rd)  # the old carray object must not be used afterwards
-            col = carray(rootdir=rd, mode="a" if self._mode == "w" else self._mode, allow_pickle=True)
-        elif isinstance(newcol, carray):
-            col = self._new_column(newcol, name, **kwargs) if rd is not None else newcol
-        else:
-            col = self._new_column(newcol if isinstance(newcol, np.ndarray) else np.asarray(newcol),
-                                   name, **kwargs)
-        self.cols.names.insert(pos, name)
-        self.cols._cols[name] = col
-        if len(self.cols.names) == 1:
-            self._len = len(col)
-        self._write_rootdirs()
-        if self.auto_flush:
-            self.flush()
-
-    @storage_op("remove a column from")
-    def delcol(self, name=None, pos=None, keep=False):
-        """Remove a column, given by `name` or by position `pos`.
-
-        Parameters
-        ----------
-        name : str, optional
-            The column to remove.
-        pos : int, optional
-            Its position instead (negative counts from the end).
-        keep : bool, optional
-            Keep the column's data: on disk its directory is left in place, and the column's
-            carray is returned.
-
-        Returns
-        -------
-        carray or None
-            The removed column when `keep` is True.
-
-        Examples
-        --------
-        >>> import numpy as np, blzarr
-        >>> t = blzarr.ctable([np.arange(3), np.zeros(3), np.ones(3)], names=["a", "b", "c"])
-        >>> t.delcol("b")
-        >>> c = t.delcol(pos=-1, keep=True)
-        >>> t.names, c[:].tolist()
-        (['a'], [1.0, 1.0, 1.0])
-        """
-        self._check_writable()
-        if name is None and pos is None:
-            raise ValueError("delcol() needs a `name` or a `pos`")
-        if name is not None and pos is not None:
-            raise ValueError("delcol() takes a `name` or a `pos`, not both")
-        if name is not None:
-            if not isinstance(name, str):
-                raise ValueError(f"`name` must be a string, got {name!r}")
-            if name not in self.cols._cols:
-                raise ValueError(f"no column named {name!r} (columns: {self.cols.names})")
-        else:
-            if isinstance(pos, bool) or not isinstance(pos, (int, np.integer)):
-                raise ValueError(f"`pos` must be an int, got {pos!r}")
-            n = len(self.cols.names)
-            if not -n <= pos < n:
-                raise ValueError(f"`pos` {pos} is out of range for {n} columns")
-            name = self.cols.names[pos]
-        self.cols.names.remove(name)
-        col = self.cols._cols.pop(name)
-        self._write_rootdirs()
-        if not self.cols.names:
-            self._len = 0
-        if not keep and col.rootdir is not None:
-            col.flush()
-            shutil.rmtree(col.rootdir, ignore_errors=True)
-        if self.auto_flush:
-            self.flush()
-        return col if keep else None
-
-    def _replace_col(self, name, data):
-        self._check_writable()
-        old = self.cols._cols[name]
-        if len(data) != self._len:
-            raise ValueError(f"new data for column {name!r} has length {len(data)}, the ctable has {self._len}")
-        try:
-            arr = data[:] if isinstance(data, carray) else np.asarray(data)
-            if arr.dtype != old.dtype:
-                arr = arr.astype(old.dtype)
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"cannot convert the new data of column {name!r} to {old.dtype}: {e}") from None
-        if arr.shape != old.shape:
-            raise ValueError(f"new data for column {name!r} has shape {arr.shape}, the column {old.shape}")
-        old.trim(len(old))
-        old.append(arr)
-        old.flush()
-
-    @storage_op("flush")
-    def flush(self):
-        """Write every column's buffered rows and sizes to disk (nothing to do in memory).
-
-        Appends to an on-disk table flush by themselves unless ``auto_flush`` is False; leaving a
-        ``with`` block flushes and closes the table (see `close`).
-        """
-        if self._mode == "r":
-            return
-        for c in self.cols.values():
-            c.flush()
-
-    @storage_op("close")
-    def close(self):
-        """Flush, then give back the directory's write lock (``blzarr.locking``): the table and its
-        columns become read-only.  Dropping the last reference does the same, without the flush.
-
-        Leaving a ``with`` block calls it: afterwards another process may write the directory, this
-        object still reads it, and a write raises `blzarr.ReadOnlyError` saying to reopen it with
-        ``blzarr.open(rootdir, mode='a')``.
-        """
-        if self._mode != "r" and self._rootdir is not None:
-            self._why_readonly = (
-                f"the ctable '{self._rootdir}' was closed (by close() or at the end of its `with` block), "
-                f"which gave back the directory's write lock; reopen it with "
-                f"blzarr.open({self._rootdir!r}, mode='a') to write again")
-        if self._mode != "r":
-            self.flush()
-        for c in self.cols.values():
-            c.close()
-        lock = self.__dict__.pop("_dirlock", None)
-        if lock is not None:
-            lock.release()
-        self._mode = "r"
-        if getattr(self, "_attrs", None) is not None:
-            self._attrs.mode = "r"
-            self._attrs._why_readonly = self.__dict__.get("_why_readonly")
-
     def free_cachemem(self):
         """Drop the columns' caches of decompressed data."""
         for c in self.cols.values():
@@ -1020,29 +607,6 @@ class ctable(CtableQueries):
             self.close()
         return False
 
-    # ------------------------------------------------------------------ reading rows
-    def _empty_rows(self, n, names=None):
-        if names is None:
-            return np.empty(n, dtype=self.dtype)
-        return np.empty(n, dtype=self._dtype_of(names))
-
-    def _dtype_of(self, names):
-        fields = []
-        for n in names:
-            if n == NROW:
-                fields.append((n, np.int_))
-                continue
-            c = self.cols._cols[n]
-            fields.append((n, c.dtype) if c.ndim == 1 else (n, c.dtype, c.shape[1:]))
-        return np.dtype(fields)
-
-    def _rows_at(self, pos, names=None):
-        names = self.cols.names if names is None else names
-        out = self._empty_rows(len(pos), names)
-        for n in names:
-            out[n] = self.cols._cols[n][pos] if len(pos) else out[n]
-        return out
-
     def __getitem__(self, key):
         if isinstance(key, str):
             if key in self.cols._cols:
@@ -1086,160 +650,11 @@ class ctable(CtableQueries):
                              f"or expressions; got {key!r}")
         return self._rows_at(ix.positions_from_array(arr.astype(np.intp, copy=False), self._len))
 
-    def _mask_positions(self, mask):
-        if len(mask) != self._len:
-            raise IndexError(f"boolean index has length {len(mask)}, the ctable has {self._len} rows")
-        parts = [np.flatnonzero(mask[s:s + mask.chunklen]) + s
-                 for s in range(0, len(mask), max(mask.chunklen, 1))]
-        return np.concatenate(parts) if parts else np.empty(0, np.intp)
-
-    def _rows_value(self, value):
-        """`value` as a (broadcastable) structured array of this table's dtype."""
-        dt = self.dtype
-        if isinstance(value, ctable):
-            value = value[:]
-        if isinstance(value, (np.ndarray, np.void)) and value.dtype.names is not None:
-            missing = set(dt.names) - set(value.dtype.names)
-            if missing:
-                raise ValueError(f"the value lacks fields {sorted(missing)}")
-            out = np.empty(np.shape(value), dtype=dt)
-            for n in dt.names:
-                out[n] = value[n]
-            return out
-        try:
-            if isinstance(value, list) and value and not isinstance(value[0], (tuple, list, np.void)):
-                value = tuple(value)
-            if isinstance(value, list):
-                value = [tuple(v) if isinstance(v, list) else v for v in value]
-            return np.array(value, dtype=dt)
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"cannot convert the value into rows of dtype {dt}: {e}") from None
-
-    def __setitem__(self, key, value):
-        self._check_writable()
-        if not self.cols.names:
-            raise KeyError("cannot assign to a ctable with no columns")
-        if isinstance(key, str):
-            if key in self.cols._cols:
-                self._replace_col(key, value)
-                return
-            key = self._positions_where(key, {}, None, sys._getframe(1))
-        elif isinstance(key, tuple):
-            if len(key) != 1:
-                raise IndexError("multidimensional keys are not supported by ctable")
-            key = key[0]
-        vals = self._rows_value(value)
-        if isinstance(key, carray):
-            key = self._mask_positions(key) if key.dtype == bool else key[:]
-        if isinstance(key, (list, np.ndarray)):
-            key = np.asarray(key)
-            if key.dtype == bool and len(key) != self._len:
-                raise IndexError(f"boolean index has length {len(key)}, the ctable has {self._len} rows")
-        for n in self.cols.names:
-            self.cols._cols[n][key] = vals[n]
-        if self.auto_flush:
-            self.flush()
-
-    def __iter__(self):
-        return self.iter()
-
     def __array__(self, dtype=None, copy=None):
         if copy is False:
             raise ValueError("a ctable cannot be viewed as a NumPy array without a copy")
         a = self[:]
         return a if dtype is None else a.astype(dtype)
-
-    # ------------------------------------------------------------------ iteration
-    def _check_outcols(self, outcols):
-        if outcols is None:
-            return list(self.cols.names)
-        names = _split_outcols(outcols)
-        bad = [n for n in names if n != NROW and n not in self.cols._cols]
-        if bad:
-            raise ValueError(f"outcols {bad} are not columns of the ctable (columns: {self.cols.names})")
-        if not names:
-            raise ValueError("outcols is empty")
-        return names
-
-    @staticmethod
-    def _row_maker(names, out_flavor):
-        if out_flavor is namedtuple or out_flavor == "namedtuple" or out_flavor is None:
-            row = namedtuple("row", names)
-            return lambda arrays: map(row._make, zip(*arrays))
-        if out_flavor is tuple or out_flavor == "tuple":
-            return lambda arrays: zip(*arrays)
-        if out_flavor is np.ndarray or out_flavor in ("ndarray", "numpy"):
-            return None
-        raise ValueError(f"out_flavor must be namedtuple, tuple or ndarray, got {out_flavor!r}")
-
-    def _emit_rows(self, blocks, names, out_flavor):
-        make = self._row_maker(names, out_flavor)
-        dt = self._dtype_of(names)
-        for arrays in blocks:
-            if make is None:
-                for k in range(len(arrays[0])):
-                    r = np.empty(1, dtype=dt)
-                    for n, a in zip(names, arrays):
-                        r[n][0] = a[k]
-                    yield r
-            else:
-                yield from make(arrays)
-
-    def iter(self, start=0, stop=None, step=1, outcols=None, limit=None, skip=0, out_flavor=namedtuple):
-        """Iterate over the rows ``[start:stop:step]``, reading the columns block by block.
-
-        Parameters
-        ----------
-        start, stop, step : int, optional
-            The rows to visit, as in a slice (`step` must be positive).
-        outcols : list of str or str, optional
-            The columns to give (a list, or names separated by commas or spaces); the pseudo-column
-            ``'nrow__'`` is the row number.  Default: all the columns.
-        limit : int, optional
-            Give at most this many rows.
-        skip : int, optional
-            Skip this many rows first.
-        out_flavor : namedtuple, tuple or numpy.ndarray, optional
-            The type of each row: a namedtuple (default), a tuple, or a 1-row structured array.
-
-        Yields
-        ------
-        namedtuple, tuple or numpy.ndarray
-
-        Examples
-        --------
-        >>> import numpy as np, blzarr
-        >>> t = blzarr.ctable([np.arange(6), np.arange(6) * 0.5], names=["a", "b"])
-        >>> [(int(r.a), float(r.b)) for r in t.iter(1, 6, 2)]
-        [(1, 0.5), (3, 1.5), (5, 2.5)]
-        >>> [tuple(map(int, r)) for r in t.iter(outcols="nrow__, a", skip=2, limit=2, out_flavor=tuple)]
-        [(2, 2), (3, 3)]
-        """
-        names = self._check_outcols(outcols)
-        step = 1 if step is None else step
-        if step <= 0:
-            raise NotImplementedError("ctable.iter() supports only positive steps")
-        start, stop, step = slice(start, stop, step).indices(self._len)
-        self._row_maker(names, out_flavor)  # checks out_flavor now
-        return self._emit_rows(self._iter_blocks(start, stop, step, names, limit, skip), names, out_flavor)
-
-    def _iter_blocks(self, start, stop, step, names, limit, skip):
-        positions = range(start, stop, step)
-        skip = skip or 0
-        lo = skip
-        hi = len(positions) if limit is None else min(len(positions), skip + max(limit, 0))
-        blen = max(self.chunklen // step, 1) if step < self.chunklen else 1
-        blen = max(blen, 1024 if step == 1 else 1)
-        for k in range(lo, hi, blen):
-            e = min(k + blen, hi)
-            a, b = positions[k], positions[e - 1] + 1
-            arrays = []
-            for n in names:
-                if n == NROW:
-                    arrays.append(np.arange(a, b, step, dtype=np.int_))
-                else:
-                    arrays.append(self.cols._cols[n][a:b:step])
-            yield arrays
 
     def fetchwhere(self, expression, outcols=None, limit=None, skip=0, out_flavor=None, user_dict={},
                    vm=None, **kwargs):

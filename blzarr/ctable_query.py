@@ -10,11 +10,10 @@ import numpy as np
 from blzarr import chunked_eval as _ce
 from blzarr import planner
 from blzarr.carray import carray, operator_index
+from blzarr.ctable_read import NROW
 from blzarr.lazyexpr import LazyExpr
 from blzarr.optional import have
 from blzarr.params import defaults
-
-NROW = "nrow__"
 
 # the block length used for queries is at least this (tiny chunklens would make Python overhead dominate)
 MIN_QUERY_BLEN = 4096
