@@ -5,10 +5,10 @@ import importlib
 
 import pytest
 
-MODULES = ["blzarr", "blzarr.carray", "blzarr.ctable", "blzarr.ctable_read", "blzarr.ctable_write",
-           "blzarr.ctable_query", "blzarr.toplevel", "blzarr.chunked_eval", "blzarr.params", "blzarr.attrs",
-           "blzarr.chunk", "blzarr.dask_io", "blzarr.cli", "blzarr.ctable_io", "blzarr.errors",
-           "blzarr.arrayprint"]
+MODULES = ["blzarr", "blzarr.carray", "blzarr.carray_stats", "blzarr.ctable", "blzarr.ctable_read",
+           "blzarr.ctable_write", "blzarr.ctable_query", "blzarr.toplevel", "blzarr.chunked_eval",
+           "blzarr.params", "blzarr.attrs", "blzarr.chunk", "blzarr.dask_io", "blzarr.cli", "blzarr.ctable_io",
+           "blzarr.errors", "blzarr.arrayprint"]
 
 # the optional packages some modules' examples need (the test extra installs them all)
 NEEDS = {"blzarr.ctable": ("pandas", "pyarrow", "dask"), "blzarr.ctable_io": ("pandas",),
