@@ -69,13 +69,25 @@ class LazyExpr:
         """The `blzarr.planner.Plan` of this (boolean) expression: blocks skipped, taken whole, scanned."""
         return planner.plan(self.expression, dict(self._arrays, **self._scalars), self._blocks())
 
-    def _run(self, reduce_block, start=0, stop=None):
+    def _run(self, reduce_block, start=0, stop=None, known=None):
         """[reduce_block(value of the block)] over the blocks in order, the value evaluated into a
-        per-thread buffer (valid only during the call)."""
+        per-thread buffer (valid only during the call).  `known(value, n)`: the result for a block
+        of n rows the planner knows all equal to `value` (True or False), which is then not
+        visited at all."""
         decoder = fused.Decoder(self._arrays, self._blen)
         decoder.scratch("__value__", (self._blen,) + self.shape[1:], self.dtype)
         bounds = self._blocks(start, stop)
         classes = self._classes(bounds)
+        if classes is not None and known is not None:
+            results = [known(c == planner.WHOLE, e - s) if c != planner.SCAN else None
+                       for c, (s, e) in zip(classes, bounds)]
+            scan = [k for k, c in enumerate(classes) if c == planner.SCAN]
+
+            def one(s, e, local):
+                return reduce_block(self._kernel(local, out=decoder.buffers()["__value__"][: e - s]))
+            for k, r in zip(scan, fused.run_blocks([bounds[k] for k in scan], decoder, one, serial=self._ne)):
+                results[k] = r
+            return results
         if classes is not None:
             k_of = {b[0]: k for k, b in enumerate(bounds)}
 
@@ -139,13 +151,13 @@ class LazyExpr:
 
     def count_nonzero(self):
         """How many elements are nonzero (true, for a condition): an int."""
-        return int(sum(self._run(np.count_nonzero)))
+        return int(sum(self._run(np.count_nonzero, known=lambda v, n: n if v else 0)))
 
     def any(self):
-        return any(self._run(lambda v: bool(np.any(v))))
+        return any(self._run(lambda v: bool(np.any(v)), known=lambda v, n: v))
 
     def all(self):
-        return all(self._run(lambda v: bool(np.all(v))))
+        return all(self._run(lambda v: bool(np.all(v)), known=lambda v, n: v))
 
     # ------------------------------------------------------------ values
     def __getitem__(self, key):
