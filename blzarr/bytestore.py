@@ -291,6 +291,8 @@ class FsspecStore(ByteStore):
                 if isinstance(e, StorageError):
                     raise
                 status = getattr(e, "status", None)       # aiohttp's answer of an HTTP server
+                if "Credentials" in type(e).__name__:      # botocore's NoCredentialsError and kin
+                    raise StorageError(f"access to '{self.where(key)}' denied: {type(e).__name__}: {e}") from None
                 if status in (401, 403):
                     raise StorageError(f"access to '{self.where(key)}' denied (HTTP {status})") from None
                 if status == 404:

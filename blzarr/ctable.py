@@ -354,7 +354,7 @@ class ctable(CtableQueries, CtableWrites, CtableReads, CtableBase):
         if isinstance(col, carray):
             if rd is None:
                 return col
-            keep = {k: v for k, v in kwargs.items() if k in ("chunklen", "dflt", "format")}
+            keep = {k: v for k, v in kwargs.items() if k in ("chunklen", "dflt", "format", "storage_options")}
             if "cparams" in kw or self._cparams_given:
                 keep["cparams"] = kwargs["cparams"]
             return self._copy_carray(col, rd, keep)

@@ -264,8 +264,11 @@ class CtableWrites(CtableBase):
         if unknown:
             raise TypeError(f"addcol() got unexpected keyword arguments {sorted(unknown)}")
         rd = self._col_dir(name)
-        if rd is not None and os.path.lexists(rd):
+        if rd is not None and (self._bytes.child(name).list("") if self._bytes is not None
+                               else os.path.lexists(rd)):
             raise StorageError(f"cannot add column {name!r}: '{rd}' already exists")
+        if self._bytes is not None:
+            move = False        # object storage has no rename: the column is copied
         if isinstance(newcol, carray) and rd is not None and newcol.rootdir is not None and move:
             newcol.flush()
             shutil.move(newcol.rootdir, rd)  # the old carray object must not be used afterwards
@@ -335,7 +338,10 @@ class CtableWrites(CtableBase):
             self._len = 0
         if not keep and col.rootdir is not None:
             col.flush()
-            shutil.rmtree(col.rootdir, ignore_errors=True)
+            if self._bytes is not None:
+                self._bytes.child(name).remove_all()    # its objects on object storage
+            else:
+                shutil.rmtree(col.rootdir, ignore_errors=True)
         if self.auto_flush:
             self.flush()
         return col if keep else None

@@ -387,3 +387,31 @@ def test_s3_checksums(s3, checksum):
     np.testing.assert_array_equal(r[8000:16000], a[8000:16000])      # whole chunks, no cache used
     np.testing.assert_array_equal(r[::7], a[::7])
     assert r.verify()["checksum"] == (checksum or "none")
+
+
+def test_s3_ctable_add_and_remove_columns(s3):
+    url, opts = s3
+    t = blzarr.ctable({"a": np.arange(1000)}, rootdir=f"{url}/t", mode="w", storage_options=opts)
+    t.addcol(np.arange(1000) * 2.0, "b")
+    t.addcol(blzarr.carray(np.arange(1000) % 3), "c", move=True)
+    t.delcol("a")
+    t.flush()
+    r = blzarr.open(f"{url}/t", mode="r", storage_options=opts)
+    assert r.names == ["b", "c"]
+    np.testing.assert_array_equal(r["b"][:], np.arange(1000) * 2.0)
+    np.testing.assert_array_equal(r["c"][:], np.arange(1000) % 3)
+    from blzarr.bytestore import open_bytestore
+    assert open_bytestore(f"{url}/t", opts).child("a").list("") == {}     # its objects are gone
+
+
+def test_s3_without_credentials_is_denied_at_once(s3, monkeypatch):
+    url, opts = s3
+    blzarr.carray(np.arange(10), rootdir=f"{url}/x", mode="w", storage_options=opts)
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    bare = {"client_kwargs": opts["client_kwargs"], "skip_instance_cache": True}
+    with pytest.raises(StorageError, match=f"access to '{url}/x.*' denied"):
+        blzarr.open(f"{url}/x", mode="r", storage_options=bare)
