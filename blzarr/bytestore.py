@@ -120,6 +120,17 @@ class ByteStore:
         """[(key, start, end), ...] -> the bytes of each, in order (sequentially here)."""
         return [self.get_range(k, a, b) for k, a, b in requests]
 
+    def get_many(self, keys):
+        """{key: its bytes, or None when it does not exist} for whole objects (concurrently where
+        the store can)."""
+        out = {}
+        for k in keys:
+            try:
+                out[k] = self.get(k)
+            except MissingError:
+                out[k] = None
+        return out
+
     def size(self, key):
         raise NotImplementedError
 
@@ -326,6 +337,27 @@ class FsspecStore(ByteStore):
         data = self._call("read", key, fetch)
         self._count("get", len(data))
         return data
+
+    def get_many(self, keys):
+        if len(keys) <= 1 or self.http:
+            return super().get_many(keys)
+        paths = {self._p(k): k for k in keys}
+        try:
+            got = self.fs.cat(list(paths), on_error="return", **self._whole)
+        except Exception:
+            got = {}
+        out = {}
+        for p, k in paths.items():
+            data = got.get(p)
+            if isinstance(data, (bytes, bytearray)):
+                self._count("get", len(data))
+                out[k] = data
+            else:
+                try:                      # failed, missing or not answered: alone, with retries
+                    out[k] = self.get(k)
+                except MissingError:
+                    out[k] = None
+        return out
 
     def get_ranges(self, requests):
         if len(requests) <= 1:

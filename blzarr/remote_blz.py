@@ -25,6 +25,7 @@ import json
 import os
 import shutil
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -83,6 +84,7 @@ class RemoteBlzDir(BlzDir):
         self._recent = (None, None, None)   # (chunk, epoch, bytes): the last chunk read whole, even uncached
         self._sizes_etag = False        # meta/sizes as this writer last saw it (False: not yet looked)
         self._upload_on_close = False
+        self._K_hint = None             # superchunklen as meta/storage says, before file 1 is read
 
     # ------------------------------------------------------------------ names
     def _key(self, fno):
@@ -152,7 +154,14 @@ class RemoteBlzDir(BlzDir):
 
     # ------------------------------------------------------------------ opening
     def _list_files(self):
-        listing = self.bytes.list(DATA_DIR)
+        # the listing, and meta/sizes and meta/attributes that the carray reads next: concurrently
+        metas = [f"{META_DIR}/{SIZES_FILE}", f"{META_DIR}/{ATTRIBUTES_FILE}"]
+        with ThreadPoolExecutor(1) as ex:
+            got = ex.submit(self.bytes.get_many, metas)
+            listing = self.bytes.list(DATA_DIR)
+            for key, data in got.result().items():
+                if data is not None:
+                    self.bytes.prime(key, data, 1)
         nums = []
         for name, size in listing.items():
             if name.startswith("__") and name.endswith(SUPERCHUNK_EXT):
@@ -166,6 +175,19 @@ class RemoteBlzDir(BlzDir):
             return self._files_from_sizes()
         if not nums and not self.bytes.exists(f"{META_DIR}/storage"):
             raise StorageError(f"'{self.rootdir}' does not exist")
+        if nums == list(range(1, len(nums) + 1)):
+            # the states of the first and the last file, which opening reads: concurrently
+            self.nfiles = len(nums)
+            try:
+                K = self.read_meta("storage").get("superchunklen")
+            except (BlzarrError, AttributeError):
+                K = None
+            if isinstance(K, int) and not isinstance(K, bool) and 1 <= K <= 1 << 24:
+                self._K_hint = K
+            try:
+                self._load_many([1, len(nums)])
+            except BlzarrError:
+                pass    # each is read (and its error reported) again by the checks of opening
         return nums
 
     def _files_from_sizes(self):
@@ -216,7 +238,8 @@ class RemoteBlzDir(BlzDir):
     def _load_file(self, fno):
         if fno in self._spooled:
             return super()._load_file(fno)
-        return self._load_remote(fno)
+        f = self._files.get(fno)
+        return f if f is not None else self._load_remote(fno)
 
     def _forget_file(self, fno):
         super()._forget_file(fno)
@@ -225,7 +248,7 @@ class RemoteBlzDir(BlzDir):
     def _head_request(self, fno):
         """The range that holds file `fno`'s header, metadata and (unless they are larger than
         guessed) offsets table."""
-        K = getattr(self, "K", None)
+        K = getattr(self, "K", None) or self._K_hint
         return (self._key(fno), 0, min(self._size(fno), 32 + META_GUESS + 8 * (K or 1024)))
 
     def _load_many(self, fnos):

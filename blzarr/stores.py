@@ -49,7 +49,7 @@ def open_dir(rootdir, mode="a", bytestore=None):
     if not isinstance(storage, dict):
         raise FormatError(f"meta file '{where}' must hold a JSON object")
     fmt = storage.get("format", "bcolz")
-    bytestore.prime(key, raw, 2 if fmt == BLZ_FORMAT else 1)   # the layout's open and the carray's
+    bytestore.prime(key, raw, 3 if fmt == BLZ_FORMAT else 1)   # the layout's open (twice) and the carray's
     if fmt == BLZ_FORMAT:
         d = RemoteBlzDir.open(rootdir, mode, bytestore)
         if mode != "r":
