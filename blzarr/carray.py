@@ -488,7 +488,16 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
         """'blz' format: reclaim the space left by chunks rewritten elsewhere; returns the bytes freed."""
         self._check_writable()
         self.flush()
-        return self._chunks.compact()
+        st = self._stats
+        if st is not None and not st.checked:
+            st.check(self._chunks, len(self._chunks))   # drop stale entries before the chunks move
+        freed = self._chunks.compact()
+        if st is not None:
+            # the chunks moved, their values did not: the entries stay, with the new fingerprints
+            st.fresh.update(range(min(st.n, len(self._chunks))))
+            st.dirty = True
+            self._store_stats()
+        return freed
 
     @property
     def nchunks(self):

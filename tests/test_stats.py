@@ -287,6 +287,23 @@ def test_bad_stats_file_is_no_statistics(tmp_path, damage):
     assert blzarr.open(p, mode="r").stats_state()["known"] == 10   # stored by the writable one
 
 
+def test_compaction_keeps_statistics(tmp_path):
+    """compact() moves chunks (their fingerprints change, not their values): the statistics stay known."""
+    p = str(tmp_path / "a")
+    x = np.arange(10_000, dtype="f8")
+    a = blzarr.carray(x, rootdir=p, chunklen=100, format="blz", superchunklen=10)
+    for i in range(0, 10_000, 700):
+        a[i:i + 50] = -x[i:i + 50]      # chunks rewritten: relocated, leaving holes
+        x[i:i + 50] = -x[i:i + 50]
+    a.flush()
+    assert a.compact() > 0
+    a.close()
+    b = blzarr.open(p, mode="r")
+    assert b.stats_state() == {"chunks": 100, "known": 100, "unchecked": 0}
+    assert_stats_equal(b, x)
+    assert blzarr.lazyexpr("b < 0", user_dict={"b": b}).count_nonzero() == np.count_nonzero(x < 0)
+
+
 # ------------------------------------------------------------------------------------------ queries
 def make_table(ra, layout, state):
     kw = dict(layout, mode="w") if layout.on_disk else {}
