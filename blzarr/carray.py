@@ -252,6 +252,8 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
                 raise ValueError(f"dflt {dflt!r} does not fit dtype {atom.base}: {e}") from None
         self._setup(atom, cp, chunklen, d, expectedlen)
         self._ondisk = False
+        if self._stats is not None:
+            self._stats.persist = self._bytes is not None or self._rootdir is not None
         self._chunks = MemoryChunks(chunk_nbytes=-1 if self._isobj else self._chunklen * self._chunk_atom.itemsize)
         if self._bytes is not None:
             # object storage: no lock (one writer at a time), what is there is replaced

@@ -88,6 +88,7 @@ class ChunkStats:
         self.n = 0
         self._alloc(16)
         self.fresh = set()
+        self.persist = True         # False (in memory): no file, so no fingerprints to take
         self.checked = True
         self.dirty = False          # changed since stored
 
@@ -122,7 +123,8 @@ class ChunkStats:
         self._set_value(self.mins, i, mn)
         self._set_value(self.maxs, i, mx)
         self.flags[i] = fl
-        self.fresh.add(i)
+        if self.persist:
+            self.fresh.add(i)
         self.dirty = True
 
     def invalidate(self, i):
@@ -143,6 +145,7 @@ class ChunkStats:
         k = self.n
         new.mins[:k], new.maxs[:k], new.flags[:k], new.fps[:k] = self.mins[:k], self.maxs[:k], self.flags[:k], self.fps[:k]
         new.fresh, new.checked, new.dirty = set(self.fresh), self.checked, self.dirty
+        new.persist = self.persist
         return new
 
     def unknown(self, nchunks):
