@@ -406,7 +406,8 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
 
     @property
     def size(self):
-        return int(np.prod(self.shape))
+        # a NumPy integer, as bcolz's np.prod(shape)
+        return np.prod(self.shape, dtype=np.int64)
 
     @property
     def itemsize(self):

@@ -500,7 +500,8 @@ class ctable(CtableQueries, CtableWrites, CtableReads, CtableBase):
 
     @property
     def size(self):
-        return self._len
+        # a NumPy integer, as bcolz's np.prod(shape)
+        return np.int64(self._len)
 
     @property
     def nbytes(self):
@@ -695,6 +696,8 @@ class ctable(CtableQueries, CtableWrites, CtableReads, CtableBase):
         names = self._check_outcols(outcols)
         self._check_expression(expression, user_dict, frame, vm)
         dt = self._dtype_of(names)
+        # the chunk lengths of bcolz's result (its fromiter(count=-1) expects an unknown length)
+        kwargs.setdefault("expectedlen", -1)
         out = None
         for arrays in self._where_blocks(expression, names, limit, skip, user_dict, vm, frame):
             if out is None:

@@ -6,6 +6,8 @@ from collections import namedtuple
 
 import numpy as np
 
+from blzarr.carray import _elements
+
 # the name of the row-number pseudo-column in outcols
 NROW = "nrow__"
 
@@ -85,7 +87,8 @@ class CtableReads(CtableBase):
                         r[n][0] = a[k]
                     yield r
             else:
-                yield from make(arrays)
+                # fields as a column's iteration gives them: NumPy's .item() values, as in bcolz
+                yield from make([_elements(a) for a in arrays])
 
     def iter(self, start=0, stop=None, step=1, outcols=None, limit=None, skip=0, out_flavor=namedtuple):
         """Iterate over the rows ``[start:stop:step]``, reading the columns block by block.
