@@ -103,10 +103,13 @@ __all__ = [
 ]
 
 
-def test(*args):
+def test(*args, verbose=False, heavy=False):
     """Run blzarr's test suite (from a source checkout) with pytest; return pytest's exit code.
 
-    Extra arguments go to pytest, e.g. ``blzarr.test("-q", "-k", "carray")``.
+    As bcolz's ``test(verbose=False, heavy=False)``: `verbose` shows every test, and the slow
+    tests (process kills, concurrency) run only with `heavy`.  Extra string arguments go to pytest,
+    e.g. ``blzarr.test("-q", "-k", "carray")``.  Unlike bcolz's, it returns the exit code instead of
+    leaving the interpreter.
 
     Raises
     ------
@@ -114,6 +117,11 @@ def test(*args):
         The tests are not beside the package (an installed wheel), or pytest is missing.
     """
     import os
+    flags = [a for a in args if isinstance(a, bool)]   # bcolz's positional test(verbose, heavy)
+    if flags:
+        verbose = flags[0]
+        heavy = flags[1] if len(flags) > 1 else heavy
+    args = [a for a in args if not isinstance(a, bool)]
     here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
     if not os.path.isdir(here):
         raise RuntimeError(f"blzarr's tests are not installed (no '{here}'): run them from a source "
@@ -122,4 +130,8 @@ def test(*args):
         import pytest
     except ImportError:
         raise RuntimeError("blzarr.test() needs pytest: pip install 'blzarr[test]'") from None
+    if verbose:
+        args.insert(0, "-v")
+    if not heavy and "-m" not in args:
+        args += ["-m", "not slow"]
     return int(pytest.main([here, *args]))

@@ -23,7 +23,7 @@ PREFETCH_BATCH_BYTES = 64 * 1024 * 1024
 # atoms per block-cache entry are chosen so one entry is about this many bytes
 BLOCK_CACHE_BYTES = 32 * 1024
 # kinds whose elements come out as Python scalars (as in bcolz)
-_PY_KINDS = "biufcSU"
+_PY_KINDS = "biufcSUMmV"
 # dtypes whose memoryview yields the same Python scalars as tolist(), without building the list
 _MV_CHARS = frozenset("?bBhHiIlLqQfd")
 

@@ -6,7 +6,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from blzarr.carray import _elements
+from blzarr.carray_read import _elements
 
 # the name of the row-number pseudo-column in outcols
 NROW = "nrow__"

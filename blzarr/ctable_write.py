@@ -86,12 +86,13 @@ class CtableWrites(CtableBase):
                          "(use a tuple for one row, a list of columns, a structured array or a ctable)")
 
     @storage_op("append to")
-    def append(self, rows):
+    def append(self, cols):
         """Append rows at the end of the table.
 
         Parameters
         ----------
-        rows : tuple, list, structured array, dict or ctable
+        cols : tuple, list, structured array, dict or ctable
+            (bcolz's name for the argument, kept for ``append(cols=...)``.)
             A tuple is one row; a list holds one array (or sequence) per column, in column order;
             a structured array or record gives rows by field; a dict maps column names to arrays.
             Values are converted to each column's dtype.
@@ -117,7 +118,7 @@ class CtableWrites(CtableBase):
         self._check_writable()
         if not self.cols.names:
             raise ValueError("cannot append rows to a ctable without columns")
-        parts = [self._coerce_column_values(n, v) for n, v in zip(self.cols.names, self._columns_of(rows))]
+        parts = [self._coerce_column_values(n, v) for n, v in zip(self.cols.names, self._columns_of(cols))]
         lengths = {len(p) for p in parts}
         if len(lengths) != 1:
             raise ValueError(f"all the columns to append must have the same length, got {sorted(lengths)}")

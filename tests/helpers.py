@@ -1,6 +1,7 @@
 """Helpers shared by the test modules (pytest puts this folder on sys.path).
 
 - `assert_same`: exact equality of an array with the expected one, dtype and shape included;
+- `assert_item`: an element is the one NumPy's ``.item()`` (and bcolz) gives;
 - `make_ra`, `make_typed_ra`: structured arrays of every column kind for the ctable tests;
 - `tree`, `flip_byte`: the bytes of a directory, and damaging one byte of a file;
 - `fork_child`, `read_line`, `read_all`, `wait_for`: the fork/pipe loop of the kill and
@@ -29,6 +30,14 @@ def assert_same(got, expected):
             assert_same(got[name], expected[name])
     else:
         assert got.tobytes() == expected.tobytes()
+
+
+def assert_item(value, expected):
+    """`value` is the element NumPy's ``.item()`` gives for the scalar `expected` (what bcolz gives:
+    Python numbers, bytes, str, datetime objects or ints, tuples for records), and holds its bytes."""
+    expected = np.asarray(expected)
+    assert type(value) is type(expected.item()), (type(value), type(expected.item()))
+    assert np.asarray(value, dtype=expected.dtype).tobytes() == expected.tobytes()
 
 
 def make_ra(n=10_000):

@@ -136,7 +136,7 @@ def test_round_trip_and_layout(tmp_path, arr):
     assert o.format == "blz"
     assert_array_equal(o[:], arr)
     assert_array_equal(o[5:40:3], arr[5:40:3])
-    assert o[len(arr) - 1] == arr[-1] if arr.ndim == 1 else (o[len(arr) - 1] == arr[-1]).all()
+    assert o[len(arr) - 1] == arr[-1].item() if arr.ndim == 1 else (o[len(arr) - 1] == arr[-1]).all()
     # appends keep the format and land in the superchunks
     o.append(arr[:20])
     o.flush()

@@ -371,3 +371,179 @@ def test_chunk_atomsize_itemsize(data):
     assert (ours.atomsize, ours.itemsize) == (theirs.atomsize, theirs.itemsize)
     standalone = blzarr.chunk(data[:8], np.dtype((data.dtype, data.shape[1:])))
     assert (standalone.atomsize, standalone.itemsize) == (theirs.atomsize, theirs.itemsize)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# what single elements, iteration and rows give: bcolz's NumPy .item() values, for every kind of dtype
+
+def _described(v):
+    """A value with the Python type of every part, to compare blzarr's and bcolz's exactly."""
+    if hasattr(v, "_fields"):
+        return ("row", v._fields, [_described(x) for x in v])
+    if isinstance(v, (list, tuple)):
+        return (type(v).__name__, [_described(x) for x in v])
+    if isinstance(v, np.ndarray):
+        return ("ndarray", v.dtype.str, v.tolist())
+    return (type(v).__name__, repr(v))
+
+
+@pytest.mark.parametrize("dtype", ["i4", "u8", "f4", "?", "c16", "S3", "U3", "M8[s]", "M8[ns]", "M8[D]",
+                                   "m8[s]", "m8[ns]", "i4,f8", "(2,)f8"])
+# (records with subarray fields are left out: bcolz's tuples hold views of a buffer it reuses, so
+# its c[0] changes under the caller)
+def test_elements_and_rows_like_bcolz(dtype):
+    dt = np.dtype(dtype)
+    data = np.arange(6).astype(dt) if dt.kind in "MmSUiufcb" else np.ones(6, dtype=dt)
+    if dt.kind == "V" and dt.names:
+        data = np.array([tuple(np.full(dt[n].shape, i) if dt[n].shape else i for n in dt.names)
+                         for i in range(6)], dtype=dt)
+    mask = np.array([0, 1, 0, 1, 1, 0], bool)
+    got = {}
+    for m in (bcolz, blzarr):
+        c = m.carray(data, chunklen=4)
+        r = {"c[0]": c[0], "c[-1]": c[-1], "next": next(iter(c)), "iter": list(c.iter(1, 6, 2)),
+             "limit": list(c.iter(0, 6, 1, 2, 1))}
+        if data.ndim == 1:
+            r["where"] = list(c.where(mask))
+        if not dt.names and not dt.shape:
+            t = m.ctable([data, np.arange(6)], names=["x", "n"], chunklen=4)
+            r.update({"t[0]": t[0], "row": next(iter(t)), "t.where": list(t.where("n > 3")),
+                      "nrow": list(t.where("n > 3", outcols=["nrow__", "x"])), "col": t["x"][1],
+                      "t.iter": list(t.iter(0, 6, 2, outcols="n, x"))})
+        got[m.__name__] = {k: _described(v) for k, v in r.items()}
+    assert got["blzarr"] == got["bcolz"]
+    c = blzarr.carray(data)
+    assert (type(c.size), c.size) == (type(bcolz.carray(data).size), bcolz.carray(data).size)
+
+
+@pytest.mark.parametrize("fmt", ["memory", "bcolz", "blz"])
+def test_iter_objects_on_views_in_every_layout(tmp_path, fmt):
+    data = np.arange(200) * 3
+    kw = {} if fmt == "memory" else {"rootdir": str(tmp_path / "a"), "format": fmt}
+    ours, theirs = blzarr.carray(data, chunklen=16, **kw).view(), bcolz.carray(data, chunklen=16).view()
+    for args in ((0, 200, 1, None, 0), (3, 190, 7, 11, 2), (150, None, 2, 5, 20), (0, 50, 4, 100, 0)):
+        assert list(ours.iter(*args)) == list(theirs.iter(*args))
+        assert list(iter(ours).iter(*args)) == list(iter(theirs).iter(*args))
+        assert list(ours.iter(10, 20).iter(*args)) == list(theirs.iter(10, 20).iter(*args))
+
+
+def test_eval_dask_on_carrays_like_bcolz():
+    pytest.importorskip("dask")
+    f0, f1 = np.arange(1000) * 0.5, np.arange(1000) % 13 * 1.0
+    c0, c1 = blzarr.carray(f0, chunklen=128), blzarr.carray(f1, chunklen=128)
+    b0, b1 = bcolz.carray(f0, chunklen=128), bcolz.carray(f1, chunklen=128)
+    ours = blzarr.eval("c0 * da.sin(c1) + da.exp(c0 / 1000)", vm="dask", user_dict={"c0": c0, "c1": c1})
+    theirs = bcolz.eval("c0 * da.sin(c1) + da.exp(c0 / 1000)", vm="dask", user_dict={"c0": b0, "c1": b1})
+    assert type(ours).__name__ == type(theirs).__name__ == "carray"
+    np.testing.assert_array_equal(ours[:], theirs[:])
+
+
+def test_ctable_copy_cparams_into_bcolz_layout(tmp_path):
+    d = np.random.default_rng(1).integers(0, 1000, 50_000)
+    t = blzarr.ctable([d, d * 0.5], names=["a", "b"], cparams=blzarr.cparams(clevel=1))
+    c = t.copy(rootdir=str(tmp_path / "c"), format="bcolz", cparams=blzarr.cparams(clevel=9, cname="zstd"))
+    c.flush()
+    assert c.cbytes < t.cbytes
+    b = bcolz.ctable(rootdir=str(tmp_path / "c"), mode="r")
+    for n in ("a", "b"):
+        assert (b[n].cparams.clevel, b[n].cparams.cname) == (9, "zstd")
+        np.testing.assert_array_equal(b[n][:], t[n][:])
+
+
+def test_ctable_append_takes_bcolz_keyword():
+    t, b = blzarr.ctable({"a": np.arange(3)}), bcolz.ctable([np.arange(3)], names=["a"])
+    t.append(cols=[[7, 8]])
+    b.append(cols=[[7, 8]])
+    assert t["a"][:].tolist() == b["a"][:].tolist() == [0, 1, 2, 7, 8]
+
+
+def test_test_function_takes_bcolz_arguments(monkeypatch):
+    import pytest as pt
+    seen = []
+    monkeypatch.setattr(pt, "main", lambda args: seen.append(args) or 0)
+    assert blzarr.test() == 0 and blzarr.test(True) == 0 and blzarr.test(verbose=False, heavy=True) == 0
+    assert blzarr.test(False, True, "-k", "x") == 0
+    plain, verbose, heavy, both = seen
+    assert plain[-2:] == ["-m", "not slow"] and "-v" not in plain
+    assert "-v" in verbose and verbose[-2:] == ["-m", "not slow"]
+    assert "-m" not in heavy and "-v" not in heavy
+    assert both[1:] == ["-k", "x"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# each difference the README's "Migrating from bcolz" lists, against the real bcolz (so the list stays true)
+
+def test_listed_indexing_differences():
+    b, z = bcolz.arange(10), blzarr.arange(10)
+    with pytest.raises(NotImplementedError):
+        b[::-1]
+    assert z[::-1].tolist() == list(range(9, -1, -1))
+    with pytest.raises(NotImplementedError):
+        b[2.0]
+    with pytest.raises(IndexError):
+        z[2.0]
+    assert b[[1.0, 2.0]].tolist() == [1, 2]
+    with pytest.raises(IndexError):
+        z[[1.0, 2.0]]
+    assert b[[True] * 10].tolist() == [1] * 10                # positions 1, 1, ...
+    assert z[[True] * 10].tolist() == list(range(10))         # a mask
+    assert b[-11] == 0
+    with pytest.raises(IndexError):
+        z[-11]
+    with pytest.raises(NotImplementedError):
+        list(bcolz.carray(np.zeros((3, 2))).where([True, False, True]))
+    assert len(list(blzarr.carray(np.zeros((3, 2))).where([True, False, True]))) == 2
+
+
+def test_listed_error_differences(tmp_path):
+    missing = str(tmp_path / "missing")
+    with pytest.raises(FileNotFoundError):
+        bcolz.open(missing)
+    with pytest.raises(KeyError):
+        bcolz.ctable(rootdir=missing, mode="r")
+    for f in (lambda: blzarr.open(missing), lambda: blzarr.ctable(rootdir=missing, mode="r")):
+        with pytest.raises(blzarr.StorageError) as e:
+            f()
+        assert isinstance(e.value, OSError)
+    assert bcolz.cparams(clevel=10).clevel == 10
+    with pytest.raises(ValueError, match="clevel"):
+        blzarr.cparams(clevel=10)
+
+
+def test_listed_attrs_differences(tmp_path):
+    b = bcolz.carray([1], rootdir=str(tmp_path / "b"), mode="w")
+    z = blzarr.carray([1], rootdir=str(tmp_path / "z"), mode="w", format="bcolz")
+    for c in (b, z):
+        c.attrs["ok"] = 1
+        with pytest.raises(TypeError):
+            c.attrs["when"] = np.datetime64("2020-01-01")
+    with pytest.raises(OSError, match="not readable"):
+        bcolz.open(str(tmp_path / "b")).attrs
+    assert blzarr.open(str(tmp_path / "z")).attrs.getall() == {"ok": 1} == z.attrs.getall()
+    os.makedirs(str(tmp_path / "bare"))
+    with pytest.raises(FileNotFoundError):
+        bcolz.attrs.attrs(str(tmp_path / "bare"), "r")
+    assert blzarr.attrs.attrs(str(tmp_path / "bare"), "r").attrs == {}
+
+
+def test_listed_storage_differences(tmp_path):
+    when = np.arange(5).astype("M8[s]")
+    with pytest.raises(TypeError):
+        bcolz.carray(when, rootdir=str(tmp_path / "b"), mode="w")
+    z = blzarr.carray(when, rootdir=str(tmp_path / "z"), mode="w", format="bcolz")
+    z.flush()
+    assert blzarr.open(str(tmp_path / "z"))[:].tolist() == when.tolist()
+    with pytest.raises(FileNotFoundError):
+        bcolz.carray([1], rootdir=str(tmp_path / "p" / "q"), mode="w")
+    assert blzarr.carray([1], rootdir=str(tmp_path / "p2" / "q"), mode="w")[0] == 1
+
+
+def test_listed_pandas3_strings():
+    pd = pytest.importorskip("pandas")
+    df = pd.DataFrame({"s": pd.Series(["ab", "c"], dtype="str"), "o": pd.Series(["ab", "c"], dtype=object)})
+    ours, theirs = blzarr.ctable.fromdataframe(df), bcolz.ctable.fromdataframe(df)
+    assert ours["o"].dtype == theirs["o"].dtype == np.dtype("U2")
+    assert ours["s"].dtype == np.dtype("U2")
+    if pd.api.types.is_string_dtype(df["s"].dtype) and df["s"].dtype != object:
+        assert theirs["s"].dtype == np.dtype(object)
+    assert ours.todataframe()["s"].tolist() == ["ab", "c"]
