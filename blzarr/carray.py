@@ -226,7 +226,7 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
                 dtype.shape and dtype.base == array.dtype):
             array = array.astype(dtype.base if dtype.shape else dtype)
         if array.ndim == 0:
-            raise NotImplementedError("creating carrays from scalar objects is not supported")
+            array = array.reshape(1)     # a scalar makes a one-element carray, as in bcolz
         if dtype is not None and dtype.shape:
             array = np.ascontiguousarray(array, dtype=dtype.base).reshape((-1,) + dtype.shape)
         atom = np.dtype((array.dtype, array.shape[1:])) if array.ndim > 1 else array.dtype

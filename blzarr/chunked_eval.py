@@ -403,6 +403,10 @@ def eval(expression, vm=None, out_flavor=None, user_dict=None, blen=None, depth=
         if result is not NotImplemented:
             return result
         vm = "python"  # what dask cannot build, NumPy evaluates block by block, with the same results
+    if not any(_is_array(v) for v in operands.values()):
+        # no array operand: the evaluator's own value, as bcolz gives it (numexpr's 0-d array, or
+        # the Python object for vm='python')
+        return _run(expression, code, dict(operands), vm)
     plan = _reduction_plan(expression)
     if plan == "whole":
         lengths = [len(v) for v in operands.values() if _is_array(v)]

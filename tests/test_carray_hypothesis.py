@@ -98,8 +98,8 @@ def run_ops(draw, c, a):
             key = any_key(draw, n)
             note(f"get {key!r}")
             got, exp = c[key], a[numpy_key(key)]
-            if np.ndim(exp) == 0:  # an element: a Python scalar for plain dtypes, as bcolz gives
-                assert got == exp
+            if np.ndim(exp) == 0:  # an element: NumPy's .item(), as bcolz gives
+                assert type(got) is type(exp.item())
             assert np.asarray(got, dtype=a.dtype).tobytes() == np.asarray(exp, dtype=a.dtype).tobytes()
             assert np.shape(got) == np.shape(exp)
         elif op == "getmulti":

@@ -547,3 +547,29 @@ def test_listed_pandas3_strings():
     if pd.api.types.is_string_dtype(df["s"].dtype) and df["s"].dtype != object:
         assert theirs["s"].dtype == np.dtype(object)
     assert ours.todataframe()["s"].tolist() == ["ab", "c"]
+
+
+@pytest.mark.parametrize("value", [5, 2.5, np.float32(3), "ab", b"x", True])
+def test_carray_of_a_scalar_like_bcolz(value):
+    ours, theirs = blzarr.carray(value), bcolz.carray(value)
+    assert ours.dtype == theirs.dtype and ours.shape == theirs.shape == (1,)
+    assert ours[:].tolist() == theirs[:].tolist()
+
+
+@pytest.mark.parametrize("vm", ["numexpr", "python"])
+@pytest.mark.parametrize("expr,ud", [("2 + 3", {}), ("x * 2", {"x": 2.5}), ("x > 1", {"x": np.float32(3)})])
+def test_eval_without_arrays_like_bcolz(vm, expr, ud):
+    pytest.importorskip("numexpr")
+    ours, theirs = blzarr.eval(expr, vm=vm, user_dict=ud), bcolz.eval(expr, vm=vm, user_dict=ud)
+    assert type(ours) is type(theirs) and np.asarray(ours).dtype == np.asarray(theirs).dtype
+    assert np.asarray(ours).tolist() == np.asarray(theirs).tolist()
+
+
+def test_listed_arange_and_compressed_size_differences():
+    assert bcolz.arange(0, 1, 0.25)[:].tolist() == [0, 0, 0, 0]          # bcolz: an int arange
+    assert blzarr.arange(0, 1, 0.25)[:].tolist() == [0.0, 0.25, 0.5, 0.75]
+    data = np.arange(100_000)
+    ours, theirs = blzarr.carray(data, chunklen=1000), bcolz.carray(data, chunklen=1000)
+    assert ours.chunks[0].blocksize == theirs.chunks[0].blocksize
+    assert ours.cbytes != theirs.cbytes                                  # blocks are never split
+    np.testing.assert_array_equal(ours[:], theirs[:])
