@@ -573,3 +573,17 @@ def test_listed_arange_and_compressed_size_differences():
     assert ours.chunks[0].blocksize == theirs.chunks[0].blocksize
     assert ours.cbytes != theirs.cbytes                                  # blocks are never split
     np.testing.assert_array_equal(ours[:], theirs[:])
+
+
+def test_listed_default_mode_takes_the_writer_lock(tmp_path):
+    import subprocess
+    import sys
+    p = str(tmp_path / "a")
+    w = blzarr.carray(np.arange(10), rootdir=p, mode="w")     # this process writes
+    w.flush()
+    code = ("import sys, blzarr\n"
+            "try:\n    blzarr.open(sys.argv[1])\nexcept blzarr.LockError:\n    print('locked')\n"
+            "print(blzarr.open(sys.argv[1], mode='r')[:].tolist())\n")
+    out = subprocess.run([sys.executable, "-c", code, p], capture_output=True, text=True, timeout=120)
+    assert out.stdout.split("\n")[:2] == ["locked", str(list(range(10)))], out.stderr
+    w.close()
