@@ -88,6 +88,20 @@ class Report:
         self.targets.append((text, ok, ratio))
 
 
+def interleaved(fn, module, repeats):
+    """Times of fn with module.ENABLED True and False, alternating which runs first (a fixed order
+    showed a bias of several percent either way on this shared machine)."""
+    on, off = [], []
+    for k in range(repeats):
+        for flag in ((True, False) if k % 2 == 0 else (False, True)):
+            module.ENABLED = flag
+            try:
+                (on if flag else off).append(timeit(fn, 1))
+            finally:
+                module.ENABLED = True
+    return on, off
+
+
 # ---------------------------------------------------------------------------------------- range
 def make_range_data(n, seed=1):
     rng = np.random.default_rng(seed)
@@ -178,14 +192,7 @@ def run_range(args, rep, tmp):
         return t.fetchwhere(RANDOM_EXPR, out_flavor="numpy", outcols=["r"])
     assert np.array_equal(rnd()["r"], r[(r > 0.5) & (r < 0.51)])
     rep.notes.append(f"random plan: {t.explain(RANDOM_EXPR)}")
-    on, off = [], []
-    for _ in range(max(3, args.repeats)):       # interleaved, so drifts of the machine hit both
-        on.append(timeit(rnd, 1))
-        planner.ENABLED = False
-        try:
-            off.append(timeit(rnd, 1))
-        finally:
-            planner.ENABLED = True
+    on, off = interleaved(rnd, planner, max(4, args.repeats))
     times = {"blzarr": statistics.median(on), "planner off": statistics.median(off)}
     rep.row("random", f"(r > 0.5) & (r < 0.51), {n:,} rows on disk", times)
     rep.target("random: planner overhead < 5% (off / on >= 0.95)", times["planner off"] / times["blzarr"], 0.95)
@@ -208,14 +215,7 @@ def run_stats_cost(args, rep, tmp):
                 a.append(x[s:s + 10_000])
             a.close()
         for label, fn in (("create on disk", create), ("append 10,000 at a time on disk", append)):
-            on, off = [], []
-            for _ in range(max(3, args.repeats)):
-                on.append(timeit(fn, 1))
-                stats.ENABLED = False
-                try:
-                    off.append(timeit(fn, 1))
-                finally:
-                    stats.ENABLED = True
+            on, off = interleaved(fn, stats, max(4, args.repeats))
             times = {"blzarr": statistics.median(on), "no statistics": statistics.median(off)}
             rep.row("stats", f"{dname}: {label}, {len(x):,} float64", times)
             rep.target(f"stats: {dname} {label} costs <= 5%", times["no statistics"] / times["blzarr"], 0.95)
