@@ -14,6 +14,7 @@ import struct
 import threading
 from collections import OrderedDict
 
+from blzarr import fileio
 from blzarr.chunk import chunk
 from blzarr.chunkstore import ChunkStore
 from blzarr.errors import FormatError, ReadOnlyError, StorageError
@@ -42,8 +43,8 @@ class BcolzDir:
     @classmethod
     def create(cls, rootdir):
         self = cls(rootdir)
-        os.makedirs(self.datadir)
-        os.makedirs(self.metadir)
+        fileio.makedirs(self.datadir)
+        fileio.makedirs(self.metadir)
         return self
 
     def check_layout(self):
@@ -53,7 +54,7 @@ class BcolzDir:
         for d, what in ((self.rootdir, "root"), (self.metadir, "meta")):
             if not os.path.isdir(d):
                 raise StorageError(f"{what} directory '{d}' does not exist")
-        if os.path.exists(self.datadir) and not os.path.isdir(self.datadir):
+        if fileio.exists(self.datadir) and not os.path.isdir(self.datadir):
             raise StorageError(f"data directory '{self.datadir}' is not a directory")
 
     def chunk_path(self, n):
@@ -62,7 +63,7 @@ class BcolzDir:
     def chunk_file_size(self, n):
         """The size of data/__n.blp, None when it cannot be told."""
         try:
-            return os.path.getsize(self.chunk_path(n))
+            return fileio.getsize(self.chunk_path(n))
         except OSError:
             return None
 
@@ -75,20 +76,26 @@ class BcolzDir:
         """
         path = self.chunk_path(n)
         try:
-            with open(path, "rb") as f:
-                head = f.read(BLP_HEADER_SIZE + 16)
-                if len(head) < BLP_HEADER_SIZE + 16:
-                    raise FormatError(f"chunk file '{path}' is truncated ({len(head)} bytes)")
-                if head[:4] != BLP_MAGIC:
-                    raise FormatError(f"chunk file '{path}' does not start with 'blpk'")
-                ctbytes = int.from_bytes(head[BLP_HEADER_SIZE + 12:], "little", signed=True)
-                avail = os.fstat(f.fileno()).st_size - BLP_HEADER_SIZE
-                want = ctbytes if 16 <= ctbytes <= avail else avail
-                body = head[BLP_HEADER_SIZE:] + f.read(want - 16)
+            fd = fileio.open(path, "r")
         except FileNotFoundError:
             raise StorageError(f"chunk file '{path}' is missing") from None
         except OSError as e:
             raise StorageError(f"cannot read chunk file '{path}': {e}") from None
+        try:
+            size = fileio.fstat(fd).st_size
+            if size < BLP_HEADER_SIZE + 16:
+                raise FormatError(f"chunk file '{path}' is truncated ({size} bytes)")
+            head = fileio.pread(fd, BLP_HEADER_SIZE + 16, 0, path)
+            if head[:4] != BLP_MAGIC:
+                raise FormatError(f"chunk file '{path}' does not start with 'blpk'")
+            ctbytes = int.from_bytes(head[BLP_HEADER_SIZE + 12:], "little", signed=True)
+            avail = size - BLP_HEADER_SIZE
+            want = ctbytes if 16 <= ctbytes <= avail else avail
+            body = bytes(head[BLP_HEADER_SIZE:]) + bytes(fileio.pread(fd, want - 16, BLP_HEADER_SIZE + 16, path))
+        except OSError as e:
+            raise StorageError(f"cannot read chunk file '{path}': {e}") from None
+        finally:
+            fileio.close(fd)
         return body
 
     def check_chunk_files(self, n):
@@ -100,7 +107,7 @@ class BcolzDir:
         if n <= 0:
             return
         try:
-            names = set(os.listdir(self.datadir))
+            names = set(fileio.listdir(self.datadir))
         except OSError as e:
             raise StorageError(f"cannot list data directory '{self.datadir}': {e}") from None
         for k in range(min(n, len(names) + 1)):
@@ -115,9 +122,9 @@ class BcolzDir:
             atomic_write(self.chunk_path(n), payload)
         except StorageError:
             # the first chunk of a directory whose empty data/ was lost: make it again
-            if n != 0 or os.path.exists(self.datadir) or not os.path.isdir(self.metadir):
+            if n != 0 or fileio.exists(self.datadir) or not os.path.isdir(self.metadir):
                 raise
-            os.makedirs(self.datadir, exist_ok=True)
+            fileio.makedirs(self.datadir, exist_ok=True)
             atomic_write(self.chunk_path(n), payload)
 
     def close(self):
@@ -126,8 +133,7 @@ class BcolzDir:
     def read_chunk_file(self, n):
         """The whole file data/__n.blp (header included), or None when there is none."""
         try:
-            with open(self.chunk_path(n), "rb") as f:
-                return f.read()
+            return fileio.read_file(self.chunk_path(n))
         except OSError:
             return None
 
@@ -137,21 +143,21 @@ class BcolzDir:
 
     def stray_files(self, expected):
         """Names of the chunk files data/__k.blp with k >= `expected`, sorted as text."""
-        return sorted(f for f in os.listdir(self.datadir) if f.endswith(CHUNK_EXT) and f.startswith("__")
+        return sorted(f for f in fileio.listdir(self.datadir) if f.endswith(CHUNK_EXT) and f.startswith("__")
                       and f[2:-len(CHUNK_EXT)].isdigit() and int(f[2:-len(CHUNK_EXT)]) >= expected)
 
     def remove_chunks_from(self, n):
         """Remove data/__k.blp for every k >= n."""
         if not os.path.isdir(self.datadir):
             return
-        for name in os.listdir(self.datadir):
+        for name in fileio.listdir(self.datadir):
             if name.startswith("__") and name.endswith(CHUNK_EXT):
                 try:
                     k = int(name[2:-len(CHUNK_EXT)])
                 except ValueError:
                     continue
                 if k >= n:
-                    os.remove(os.path.join(self.datadir, name))
+                    fileio.unlink(os.path.join(self.datadir, name))
 
     def meta_path(self, name):
         return os.path.join(self.metadir, name)

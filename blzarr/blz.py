@@ -27,6 +27,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from blzarr import fileio
 from blzarr import _superchunk as sc
 from blzarr.bcolz_layout import BcolzDir
 from blzarr.chunk import chunk
@@ -179,7 +180,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
     def _list_files(self):
         """The numbers of the superchunk files in data/, sorted (each a regular file inside the root)."""
         nums = []
-        for name in os.listdir(self.datadir):
+        for name in fileio.listdir(self.datadir):
             if name.startswith("__") and name.endswith(SUPERCHUNK_EXT):
                 digits = name[2:-len(SUPERCHUNK_EXT)]
                 if digits.isdigit() and digits.isascii():
@@ -228,7 +229,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
 
     def check_layout(self):
         for d, what in ((self.rootdir, "root"), (self.datadir, "data"), (self.metadir, "meta")):
-            if not os.path.isdir(d):
+            if not fileio.isdir(d):
                 raise StorageError(f"{what} directory '{d}' does not exist")
 
     def meta_path(self, name):
@@ -271,8 +272,8 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         return os.path.join(self.datadir, superchunk_name(fno))
 
     def _make_dirs(self):
-        os.makedirs(self.datadir)
-        os.makedirs(self.metadir)
+        fileio.makedirs(self.datadir)
+        fileio.makedirs(self.metadir)
 
     def _file_path(self, fno):
         """The local file holding superchunk `fno` (the same as `_path` here; a spool copy for object
@@ -280,7 +281,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         return self._path(fno)
 
     def _remove_file(self, fno):
-        os.remove(self._file_path(fno))
+        fileio.unlink(self._file_path(fno))
 
     def _where(self, n):
         """Where chunk n is, for error messages (a cheap object, formatted only when shown)."""

@@ -6,6 +6,7 @@ import os
 import threading
 from collections import OrderedDict
 
+from blzarr import fileio
 from blzarr.errors import StorageError
 
 _MB = 1024 * 1024
@@ -68,10 +69,9 @@ class BlzCaches:
         if fd is not None:
             self._fds.move_to_end(fno)
             return fd
-        flags = (os.O_RDONLY if self.mode == "r" else os.O_RDWR) | getattr(os, "O_BINARY", 0)
         path = self._file_path(fno)
         try:
-            fd = os.open(path, flags)
+            fd = fileio.open(path, "r" if self.mode == "r" else "rw")
         except FileNotFoundError:
             raise StorageError(f"superchunk file '{path}' is missing") from None
         except OSError as e:
@@ -80,18 +80,18 @@ class BlzCaches:
         if len(self._fds) > FD_CACHE:
             # close the least recently used descriptors no lazy read is using outside the lock
             for k in [k for k in self._fds if not self._inuse.get(k)][:len(self._fds) - FD_CACHE]:
-                os.close(self._fds.pop(k))
+                fileio.close(self._fds.pop(k))
         return fd
 
     def _close(self, fno):
         fd = self._fds.pop(fno, None)
         if fd is not None:
-            os.close(fd)
+            fileio.close(fd)
 
     def close(self):
         with self._lock:
             while self._fds:
-                os.close(self._fds.popitem()[1])
+                fileio.close(self._fds.popitem()[1])
 
     def __del__(self):
         try:

@@ -8,6 +8,7 @@ import os
 
 import numpy as np
 
+from blzarr import fileio
 from blzarr import _superchunk as sc
 from blzarr import files
 from blzarr.blz_cache import FILE_STATE_CACHE
@@ -77,7 +78,7 @@ class BlzFileFormat:
 
     @staticmethod
     def _state(fd):
-        st = os.fstat(fd)
+        st = fileio.fstat(fd)
         return (st.st_ino, st.st_size, st.st_mtime_ns)
 
     def _load_file(self, fno):
@@ -161,7 +162,7 @@ class BlzFileFormat:
         meta = self._meta_bytes(fno)
         head = sc.pack_header(self.checksum_id, self.typesize, self.chunk_nbytes, 0, 0, len(meta))
         table = sc.pack_offsets(np.full(self.K, -1, dtype=np.int64))
-        atomic_write(self._file_path(fno), head + meta + table, fsync=files.FSYNC)
+        atomic_write(self._file_path(fno), head + meta + table, fsync=fileio.sync_enabled())
         self.nfiles = max(self.nfiles, fno)
         self._forget_file(fno)
         self._close(fno)
@@ -169,7 +170,7 @@ class BlzFileFormat:
     def _write_header(self, f, fd):
         head = sc.pack_header(self.checksum_id, self.typesize, self.chunk_nbytes, f.last_chunk, f.nchunks,
                               f.meta_size)
-        sc.pwrite_all(fd, head, 0, f.path)
+        fileio.pwrite(fd, head, 0, f.path)
 
     def _after_write(self, f, fd):
         f.fstate = self._state(fd)

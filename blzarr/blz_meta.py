@@ -10,7 +10,7 @@ import numpy as np
 
 from blzarr import _chunk
 from blzarr import _superchunk as sc
-from blzarr import files
+from blzarr import fileio
 from blzarr.blz_format import _encode
 from blzarr.errors import BlzarrError, FormatError, StorageError
 from blzarr.files import atomic_write
@@ -93,7 +93,7 @@ class BlzMetalayers:
                 if len(raw) != f.meta_size:
                     raise MetalayerError(f"superchunk file '{f.path}': its metadata section holds "
                                          f"{f.meta_size} bytes, the update needs {len(raw)}")
-                sc.pwrite_all(fd, raw, 32, f.path)
+                fileio.pwrite(fd, raw, 32, f.path)
                 f.meta_json = json.loads(raw.decode("ascii"))
                 self._after_write(f, fd)
         except BaseException:
@@ -160,15 +160,14 @@ class BlzMetalayers:
         """The bytes of meta/`name`, None when it does not exist."""
         path = self.meta_path(name)
         try:
-            with open(path, "rb") as fh:
-                return fh.read()
+            return fileio.read_file(path)
         except FileNotFoundError:
             return None
         except OSError as e:
             raise StorageError(f"cannot read '{path}': {e}") from None
 
     def _put_meta_bytes(self, name, data):
-        atomic_write(self.meta_path(name), data, fsync=files.FSYNC)
+        atomic_write(self.meta_path(name), data, fsync=fileio.sync_enabled())
 
 
 class FixedMeta:

@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 
+from blzarr import fileio
 from blzarr import _chunk
 from blzarr import _superchunk as sc
 from blzarr import files
@@ -32,13 +33,13 @@ class BlzMaintenance:
                             raise FormatError(f"superchunk file '{f.path}': its metadata section disagrees "
                                               f"with file 1 and cannot be rewritten in place")
                         fd = self._fd(fno)
-                        sc.pwrite_all(fd, raw, 32, f.path)
+                        fileio.pwrite(fd, raw, 32, f.path)
                         f.meta_json = json.loads(raw.decode("ascii"))
                 offsets = self._full_table(f)
                 if (offsets[f.nchunks:] != -1).any():
                     fd = self._fd(fno)
                     offsets[f.nchunks:] = -1
-                    sc.pwrite_all(fd, sc.pack_offsets(offsets[f.nchunks:]), f.table_pos + 8 * f.nchunks, f.path)
+                    fileio.pwrite(fd, sc.pack_offsets(offsets[f.nchunks:]), f.table_pos + 8 * f.nchunks, f.path)
                 if f.nchunks:
                     last = self._nbytes_at(self._fd(fno), offsets[f.nchunks - 1], f)
                     if last != f.last_chunk:
@@ -94,7 +95,7 @@ class BlzMaintenance:
                 head = sc.pack_header(self.checksum_id, self.typesize, self.chunk_nbytes, f.last_chunk,
                                       f.nchunks, f.meta_size)
                 atomic_write(self._file_path(fno), head + bytes(meta) + sc.pack_offsets(new_offsets) + b"".join(parts),
-                             fsync=files.FSYNC)
+                             fsync=fileio.sync_enabled())
                 self._close(fno)
                 self._forget_file(fno)
                 reclaimed += before - pos

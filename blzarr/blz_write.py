@@ -4,6 +4,7 @@ to the end of its file), the reserve after each chunk, removing chunks (`BlzWrit
 
 import os
 
+from blzarr import fileio
 from blzarr import _chunk
 from blzarr import _superchunk as sc
 from blzarr.errors import BlzarrError, StorageError
@@ -24,8 +25,8 @@ class BlzWrites:
         return sc.checksum(self.checksum_id, data) + bytes(self._reserve_for(len(data)))
 
     def _write_slot(self, fd, pos, data, tail, path):
-        sc.pwrite_all(fd, data, pos, path)
-        sc.pwrite_all(fd, tail, pos + len(data), path)
+        fileio.pwrite(fd, data, pos, path)
+        fileio.pwrite(fd, tail, pos + len(data), path)
 
     def write_chunk(self, n, data):
         """Write chunk n (see `_write_chunk`); if a write fails midway (a full disk), what the store knows
@@ -109,16 +110,16 @@ class BlzWrites:
                     pos = eof
                     self._write_slot(fd, pos, data, tail, f.path)
                     kind = "relocated"
-                sc.pwrite_all(fd, sc.pack_i64(pos), f.table_pos + 8 * slot, f.path)
+                fileio.pwrite(fd, sc.pack_i64(pos), f.table_pos + 8 * slot, f.path)
                 offsets[slot] = pos
                 if slot == f.nchunks - 1:
                     f.last_chunk = nbytes
                 self._write_header(f, fd)
                 if cut is not None:
-                    os.ftruncate(fd, cut)
+                    fileio.truncate(fd, cut)
             else:
                 self._write_slot(fd, eof, data, tail, f.path)
-                sc.pwrite_all(fd, sc.pack_i64(eof), f.table_pos + 8 * slot, f.path)
+                fileio.pwrite(fd, sc.pack_i64(eof), f.table_pos + 8 * slot, f.path)
                 offsets[slot] = eof
                 f.nchunks = slot + 1
                 self._nphys += 1
@@ -163,7 +164,7 @@ class BlzWrites:
             kept = offsets[:slot]
             cut = int(removed.min()) if removed.size else f.fstate[1]
             offsets[slot:] = -1
-            sc.pwrite_all(fd, sc.pack_offsets(offsets[slot:]), f.table_pos + 8 * slot, f.path)
+            fileio.pwrite(fd, sc.pack_offsets(offsets[slot:]), f.table_pos + 8 * slot, f.path)
             f.nchunks = slot
             if slot:
                 f.last_chunk = self._nbytes_at(fd, offsets[slot - 1], f)
@@ -171,8 +172,8 @@ class BlzWrites:
                 f.last_chunk = 0
             self._write_header(f, fd)
             if slot == 0:
-                os.ftruncate(fd, f.data_start)
+                fileio.truncate(fd, f.data_start)
             elif not kept.size or int(kept.max()) < cut:
-                os.ftruncate(fd, cut)
+                fileio.truncate(fd, cut)
             self._after_write(f, fd)
             self._nphys = first + slot

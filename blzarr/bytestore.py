@@ -35,7 +35,7 @@ import shutil
 import threading
 import time
 
-from blzarr import files
+from blzarr import fileio, files
 from blzarr.errors import ConcurrentWriterError, MissingError, StorageError
 from blzarr.files import detect_store
 from blzarr.optional import need
@@ -187,7 +187,7 @@ class LocalStore(ByteStore):
                 os.makedirs(d, exist_ok=True)
             except OSError as e:
                 raise StorageError(f"cannot create '{d}': {e}") from None
-        files.atomic_write(path, bytes(data), fsync=files.FSYNC)
+        files.atomic_write(path, bytes(data), fsync=fileio.sync_enabled())
         self._count("put", len(data))
 
     def delete(self, key):

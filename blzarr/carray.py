@@ -2,12 +2,12 @@
 
 import math
 import os
-import shutil
-import tempfile
+import secrets
 import threading
 
 import numpy as np
 
+from blzarr import fileio
 from blzarr import _chunk
 from blzarr import integrations
 from blzarr import stats as _stats
@@ -267,9 +267,9 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
                 if os.path.isdir(self._rootdir) and not os.path.islink(self._rootdir):
                     if old_lock is None:
                         old_lock = lock_dir(self._rootdir)   # never remove what another process writes
-                    _remove(self._rootdir, shutil.rmtree)
+                    _remove(self._rootdir, fileio.rmtree)
                 else:
-                    _remove(self._rootdir, os.remove)
+                    _remove(self._rootdir, fileio.unlink)
             self._chunks = self._create_store()
             self._ondisk = True
             self._dirlock = lock_dir(self._rootdir)
@@ -653,16 +653,19 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
         # on disk, as bcolz does: the reshaped data replaces this carray's directory (this object
         # must not be used afterwards); written beside it first, then swapped in
         parent = os.path.dirname(os.path.abspath(self._rootdir))
-        tmp = tempfile.mkdtemp(prefix=".reshape-", dir=parent)
+        tmp = os.path.join(parent, f".reshape-{secrets.token_hex(6)}")
         try:
             out = carray(data, cparams=self._cparams, dflt=self._dflt[()], rootdir=tmp, mode="w",
                          format=self.format)
             out.flush()
             del out
-            shutil.rmtree(self._rootdir)
-            os.rename(tmp, self._rootdir)
+            fileio.rmtree(self._rootdir)
+            fileio.rename(tmp, self._rootdir)
+            if fileio.sync_enabled():
+                fileio.fsync_dir(parent)
         except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
+            if fileio.exists(tmp):
+                fileio.rmtree(tmp, ignore_errors=True)
             raise
         return carray(rootdir=self._rootdir, mode=self._mode if self._mode != "w" else "a")
 
@@ -693,7 +696,7 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
         elif self._rootdir:
             if not os.path.isdir(self._rootdir):
                 raise StorageError(f"cannot purge '{self._rootdir}': it does not exist")
-            shutil.rmtree(self._rootdir)
+            fileio.rmtree(self._rootdir)
 
     # ---------------------------------------------------------------- display
     def __repr__(self):

@@ -16,7 +16,6 @@ for it without ``allow_pickle``; converting them needs ``--allow-pickle``.
 import argparse
 import json
 import os
-import shutil
 import sys
 import uuid
 
@@ -25,6 +24,7 @@ import numpy as np
 import blzarr
 from blzarr import _superchunk
 from blzarr.bench import command as bench_command
+from blzarr import fileio
 from blzarr.carray import carray, compression_ratio, human_readable_size
 from blzarr.ctable import check_name, ctable, legacy_columns_dir
 from blzarr.errors import storage_error
@@ -573,18 +573,23 @@ def cmd_convert(args, out):
         res.flush()
         del res
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if os.path.lexists(tmp):
+            fileio.rmtree(tmp, ignore_errors=True)
         raise
     finally:
         progress.close()
     try:
         if os.path.lexists(dst):
             old = tmp + ".old"
-            os.replace(dst, old)
-            os.replace(tmp, dst)
-            shutil.rmtree(old, ignore_errors=True) if os.path.isdir(old) else os.remove(old)
+            fileio.replace(dst, old)
+            fileio.replace(tmp, dst)
+            if fileio.sync_enabled():
+                fileio.fsync_dir(parent)
+            fileio.rmtree(old, ignore_errors=True) if os.path.isdir(old) else fileio.unlink(old)
         else:
-            os.replace(tmp, dst)
+            fileio.replace(tmp, dst)
+            if fileio.sync_enabled():
+                fileio.fsync_dir(parent)
     except OSError as e:
         raise storage_error(e, f"cannot put the converted copy at '{dst}' (it is left at '{tmp}')") from e
     new = _open(dst, allow_pickle=args.allow_pickle)

@@ -13,12 +13,12 @@ of each block they need, so no column is ever decompressed whole to answer one.
 """
 
 import os
-import shutil
 import sys
 import warnings
 
 import numpy as np
 
+from blzarr import fileio
 from blzarr import indexing as ix
 from blzarr import integrations
 from blzarr.attrs import attrs as _attrs
@@ -266,15 +266,17 @@ class ctable(CtableQueries, CtableWrites, CtableReads, CtableBase):
             try:
                 if os.path.isdir(self._rootdir) and not os.path.islink(self._rootdir):
                     old_lock = lock_dir(self._rootdir)   # never remove what another process writes
-                    shutil.rmtree(self._rootdir)
+                    fileio.rmtree(self._rootdir)
                 else:
-                    os.remove(self._rootdir)
+                    fileio.unlink(self._rootdir)
             except StorageError:
                 raise
             except OSError as e:
                 raise storage_error(e, f"cannot replace '{self._rootdir}' (mode 'w' removes what it "
                                        "holds first)") from e
-        os.makedirs(self._rootdir)
+        fileio.makedirs(self._rootdir)
+        if fileio.sync_enabled():
+            fileio.fsync_dir(os.path.dirname(os.path.abspath(self._rootdir)))
         self._dirlock = lock_dir(self._rootdir)
         if old_lock is not None:
             old_lock.release()
@@ -343,7 +345,7 @@ class ctable(CtableQueries, CtableWrites, CtableReads, CtableBase):
             if self._bytes is not None:
                 self._bytes.remove_all()
             elif self._rootdir is not None and os.path.isdir(self._rootdir):
-                shutil.rmtree(self._rootdir, ignore_errors=True)
+                fileio.rmtree(self._rootdir, ignore_errors=True)
             raise
         self.flush()
 

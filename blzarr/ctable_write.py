@@ -2,17 +2,34 @@
 columns, assign rows, flush and close."""
 
 import keyword
+import errno
 import os
 import shutil
 import sys
 
 import numpy as np
 
+from blzarr import fileio
 from blzarr.carray import carray, operator_index
 from blzarr.ctable_read import CtableBase
 from blzarr.errors import ReadOnlyError, StorageError, storage_op
 from blzarr.files import ATTRS_FILE, ROOTDIRS_FILE
 
+
+
+def _move(src, dst):
+    """Move directory `src` to `dst`: a rename (through the I/O layer, made durable) on one file
+    system, a copy otherwise."""
+    try:
+        fileio.rename(src, dst)
+    except OSError as e:
+        if e.errno != errno.EXDEV:
+            raise
+        shutil.move(src, dst)
+        return
+    if fileio.sync_enabled():
+        fileio.fsync_dir(os.path.dirname(os.path.abspath(dst)))
+        fileio.fsync_dir(os.path.dirname(os.path.abspath(src)))
 
 class CtableWrites(CtableBase):
     """Writing a `ctable`."""
@@ -272,7 +289,7 @@ class CtableWrites(CtableBase):
             move = False        # object storage has no rename: the column is copied
         if isinstance(newcol, carray) and rd is not None and newcol.rootdir is not None and move:
             newcol.flush()
-            shutil.move(newcol.rootdir, rd)  # the old carray object must not be used afterwards
+            _move(newcol.rootdir, rd)  # the old carray object must not be used afterwards
             col = carray(rootdir=rd, mode="a" if self._mode == "w" else self._mode, allow_pickle=True)
         elif isinstance(newcol, carray):
             col = self._new_column(newcol, name, **kwargs) if rd is not None else newcol
@@ -342,7 +359,7 @@ class CtableWrites(CtableBase):
             if self._bytes is not None:
                 self._bytes.child(name).remove_all()    # its objects on object storage
             else:
-                shutil.rmtree(col.rootdir, ignore_errors=True)
+                fileio.rmtree(col.rootdir, ignore_errors=True)
         if self.auto_flush:
             self.flush()
         return col if keep else None

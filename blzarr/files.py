@@ -3,13 +3,15 @@
 Metadata files (meta/sizes, meta/storage, attributes, __rootdirs__) are written to a temporary file,
 fsync'ed, renamed over the old one, and their directory fsync'ed: after a crash or a power loss a
 reader finds the old or the new content, never an empty or partial file.  BLZARR_FSYNC=0 in the
-environment (or FSYNC = False) skips the two fsyncs, for scratch data.
+environment (or blzarr.defaults.fsync = False) skips the two fsyncs, for scratch data.  Every file
+operation goes through `blzarr.fileio`, the I/O layer.
 """
 
 import json
 import os
-import tempfile
+import secrets
 
+from blzarr import fileio
 from blzarr.errors import FormatError, MissingError, StorageError
 
 DATA_DIR = "data"
@@ -24,8 +26,6 @@ ROOTDIRS_FILE = "__rootdirs__"
 # The largest meta JSON file blzarr agrees to parse: real ones are a few hundred bytes.
 MAX_JSON_BYTES = 16 * 1024 * 1024
 
-# BLZARR_FSYNC=0 skips the fsyncs of metadata replacement (see the module docstring).
-FSYNC = os.environ.get("BLZARR_FSYNC", "1") != "0"
 
 
 def _process_umask():
@@ -47,28 +47,37 @@ def _new_file_mode(path):
 
 
 def atomic_write(path, data, fsync=False):
-    """Replace `path` with `data` so that readers see either the old or the new content."""
+    """Replace `path` with `data` so that readers see either the old or the new content; with
+    `fsync`, the content is durable before the rename, and the rename before this returns."""
     d = os.path.dirname(path) or "."
+    mode = _new_file_mode(path)
+    tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
-    except OSError as e:
-        raise StorageError(f"cannot write '{path}': {e}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            if hasattr(os, "fchmod"):
-                os.fchmod(f.fileno(), _new_file_mode(path))
-            f.write(data)
-            if fsync:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-        if fsync:
-            _fsync_dir(d)
-    except BaseException as e:
+        for _ in range(100):
+            tmp = os.path.join(d, f".tmp-{secrets.token_hex(6)}")
+            try:
+                fd = fileio.open(tmp, "new", 0o600)
+                break
+            except FileExistsError:
+                tmp = None
+        else:
+            raise FileExistsError(f"no free temporary name in '{d}'")
         try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+            fileio.fchmod(fd, mode)
+            fileio.write(fd, data)
+            if fsync:
+                fileio.fsync(fd)
+        finally:
+            fileio.close(fd)
+        fileio.replace(tmp, path)
+        if fsync:
+            fileio.fsync_dir(d)
+    except BaseException as e:
+        if tmp is not None:
+            try:
+                fileio.unlink(tmp)
+            except OSError:
+                pass
         if isinstance(e, OSError) and not isinstance(e, StorageError):
             raise StorageError(f"cannot write '{path}': {e}") from None
         raise
@@ -76,16 +85,7 @@ def atomic_write(path, data, fsync=False):
 
 def _fsync_dir(d):
     """Make a rename in directory `d` durable (best effort: not every platform can open a directory)."""
-    try:
-        fd = os.open(d, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    fileio.fsync_dir(d)
 
 
 class ObjectPath:
@@ -120,8 +120,7 @@ def read_json(path, what="metadata"):
             raise MissingError(f"{what} file '{path}' does not exist") from None
         return parse_json(raw, path, what)
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_JSON_BYTES + 1)
+        raw = fileio.read_file(path, MAX_JSON_BYTES + 1)
     except FileNotFoundError:
         raise StorageError(f"{what} file '{path}' does not exist") from None
     except OSError as e:
@@ -144,7 +143,7 @@ def write_json(path, obj, fsync=None):
         path.store.put_atomic(path.key, json.dumps(obj, ensure_ascii=True).encode("ascii") + b"\n")
         return
     atomic_write(path, json.dumps(obj, ensure_ascii=True).encode("ascii") + b"\n",
-                 fsync=FSYNC if fsync is None else fsync)
+                 fsync=fileio.sync_enabled() if fsync is None else fsync)
 
 
 
@@ -166,10 +165,10 @@ def detect(path):
     naming it.
     """
     path = os.fspath(path)
-    if not os.path.isdir(path):
+    if not fileio.isdir(path):
         return None
-    if os.path.exists(os.path.join(path, ROOTDIRS_FILE)):
+    if fileio.exists(os.path.join(path, ROOTDIRS_FILE)):
         return "ctable"
-    if os.path.exists(os.path.join(path, META_DIR, STORAGE_FILE)):
+    if fileio.exists(os.path.join(path, META_DIR, STORAGE_FILE)):
         return "carray"
     return None

@@ -4,6 +4,7 @@ import os
 from contextlib import contextmanager
 
 from blzarr import _chunk
+from blzarr import fileio
 from blzarr.optional import have
 
 NOSHUFFLE = 0
@@ -263,6 +264,11 @@ class Defaults:
         (the default; checksummed superchunk files) or 'bcolz' (the bcolz 1.x layout, which bcolz
         itself opens: set it where bcolz processes read what blzarr writes).  Existing
         directories keep their own layout.
+    fsync : bool
+        Whether writers make what they publish durable (fsync/fdatasync before the metadata that
+        makes it visible, directories too): True at start, unless the environment has
+        ``BLZARR_FSYNC=0``.  False trades power-loss durability for speed (a process kill still
+        loses nothing flushed); see the README's Guarantees.
 
     Examples
     --------
@@ -296,6 +302,16 @@ class Defaults:
         if value not in self._formats:
             raise ValueError(f"'{value}' is incorrect value for 'format' default; choose one of {self._formats}")
         self._format = value
+
+    @property
+    def fsync(self):
+        return fileio.FSYNC
+
+    @fsync.setter
+    def fsync(self, value):
+        if not isinstance(value, (bool, int)) or value not in (0, 1):
+            raise ValueError(f"'{value}' is incorrect value for 'fsync' default; choose True or False")
+        fileio.FSYNC = bool(value)
 
     @property
     def vm(self):
@@ -346,8 +362,8 @@ defaults = Defaults()
 
 
 @contextmanager
-def defaults_ctx(cparams=None, vm=None, out_flavor=None, format=None):
-    """defaults_ctx(cparams=None, vm=None, out_flavor=None, format=None)
+def defaults_ctx(cparams=None, vm=None, out_flavor=None, format=None, fsync=None):
+    """defaults_ctx(cparams=None, vm=None, out_flavor=None, format=None, fsync=None)
 
     A context manager that changes `blzarr.defaults` inside a ``with`` block and restores all of
     them when the block ends (also on an exception).
@@ -362,6 +378,8 @@ def defaults_ctx(cparams=None, vm=None, out_flavor=None, format=None):
         The default result type of `blzarr.eval`.
     format : {'blz', 'bcolz'}, optional
         The layout of new directories inside the block.
+    fsync : bool, optional
+        Whether writers sync what they flush inside the block (`Defaults.fsync`).
 
     Yields
     ------
@@ -378,8 +396,10 @@ def defaults_ctx(cparams=None, vm=None, out_flavor=None, format=None):
     >>> blzarr.defaults.cparams["clevel"], blzarr.defaults.out_flavor
     (5, 'bcolz')
     """
-    saved = (defaults.cparams, defaults._vm, defaults.out_flavor, defaults.format)
+    saved = (defaults.cparams, defaults._vm, defaults.out_flavor, defaults.format, defaults.fsync)
     try:
+        if fsync is not None:
+            defaults.fsync = fsync
         if format is not None:
             defaults.format = format
         if cparams is not None:
@@ -390,4 +410,4 @@ def defaults_ctx(cparams=None, vm=None, out_flavor=None, format=None):
             defaults.out_flavor = out_flavor
         yield defaults
     finally:
-        defaults._cparams, defaults._vm, defaults._out_flavor, defaults._format = saved
+        defaults._cparams, defaults._vm, defaults._out_flavor, defaults._format, fileio.FSYNC = saved

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import blzarr
+from blzarr import fileio
 from helpers import fork_child, kill_child, wait_for
 
 pytestmark = [pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork"), pytest.mark.slow]
@@ -279,33 +280,32 @@ def test_write_order_and_fsync_of_metadata(tmp_path, monkeypatch, fmt):
     c = blzarr.carray(np.arange(250, dtype=np.int64), rootdir=root, chunklen=100, format=fmt)
     c.flush()
     events = []
-    real_fsync, real_replace, real_remove = os.fsync, os.replace, os.remove
 
-    def fsync(fd):
-        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
-        real_fsync(fd)
+    class Recorder(fileio.OsIO):
+        def fsync(self, fd):
+            events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+            super().fsync(fd)
 
-    def replace(a, b):
-        events.append(("replace", os.path.realpath(a), os.path.realpath(b)))
-        real_replace(a, b)
+        fdatasync = fsync
 
-    def remove(p):
-        events.append(("remove", os.path.realpath(p)))
-        real_remove(p)
+        def fsync_dir(self, path):
+            events.append(("fsync", os.path.realpath(path)))
+            super().fsync_dir(path)
 
-    monkeypatch.setattr(os, "fsync", fsync)
-    monkeypatch.setattr(os, "replace", replace)
-    monkeypatch.setattr(os, "remove", remove)
-    if fmt == "blz":
-        import blzarr._superchunk as scmod
-        real_pwrite_all = scmod.pwrite_all
+        def replace(self, a, b):
+            events.append(("replace", os.path.realpath(a), os.path.realpath(b)))
+            super().replace(a, b)
 
-        def pwrite_all(fd, data, pos, where=None):
+        def unlink(self, p):
+            events.append(("remove", os.path.realpath(p)))
+            super().unlink(p)
+
+        def pwrite(self, fd, data, pos, where=None):
             events.append(("pwrite", os.readlink(f"/proc/self/fd/{fd}")))
-            return real_pwrite_all(fd, data, pos, where)
+            super().pwrite(fd, data, pos, where)
 
-        # the BLZ modules write through the _superchunk module's function
-        monkeypatch.setattr(scmod, "pwrite_all", pwrite_all)
+    # every file operation of both layouts goes through the I/O layer: record there
+    monkeypatch.setattr(fileio, "_impl", Recorder())
     sizes = os.path.realpath(os.path.join(root, "meta", "sizes"))
     meta_dir = os.path.dirname(sizes)
 

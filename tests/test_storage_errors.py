@@ -2,7 +2,8 @@
 operating system's reason ("[Errno 28] No space left on device"), on every path: create, replace with
 mode 'w', append, flush, compact, convert, purge, ctable create/append/addcol (issue 16).
 
-The failures are injected by patching the os functions each path calls (a counter checks the patched
+The failures are injected by patching the os functions each path calls (through the I/O layer,
+`blzarr.fileio`, whose makedirs and rmtree are patched themselves) (a counter checks the patched
 function was reached, so no test passes for want of a failure), and, where the tests do not run as
 root, made real with a directory the user may not write."""
 
@@ -15,7 +16,7 @@ import numpy as np
 import pytest
 
 import blzarr
-from blzarr import _superchunk, cli
+from blzarr import _superchunk, cli, fileio
 
 FORMATS = ["bcolz", "blz"]
 ENOSPC_TEXT = f"[Errno {errno.ENOSPC}] {os.strerror(errno.ENOSPC)}"
@@ -51,7 +52,7 @@ def _check(excinfo, fail, path, doing):
 def test_create(tmp_path, monkeypatch, fmt):
     root = str(tmp_path / "c")
     fail = _Fail()
-    monkeypatch.setattr(os, "makedirs", fail)
+    monkeypatch.setattr(fileio, "makedirs", fail)
     with pytest.raises(OSError) as ei:
         blzarr.carray(np.arange(10), rootdir=root, mode="w", format=fmt)
     _check(ei, fail, root, "cannot create")
@@ -62,7 +63,7 @@ def test_replace_with_mode_w(tmp_path, monkeypatch, fmt):
     root = str(tmp_path / "c")
     blzarr.carray(np.arange(10), rootdir=root, mode="w", format=fmt).close()
     fail = _Fail()
-    monkeypatch.setattr(shutil, "rmtree", fail)
+    monkeypatch.setattr(fileio, "rmtree", fail)
     with pytest.raises(OSError) as ei:
         blzarr.carray(np.arange(5), rootdir=root, mode="w", format=fmt)
     _check(ei, fail, root, "cannot replace")
@@ -136,7 +137,7 @@ def test_purge(tmp_path, monkeypatch, fmt):
     root = str(tmp_path / "c")
     c = blzarr.carray(np.arange(10), rootdir=root, mode="w", format=fmt)
     fail = _Fail()
-    monkeypatch.setattr(shutil, "rmtree", fail)
+    monkeypatch.setattr(fileio, "rmtree", fail)
     with pytest.raises(OSError) as ei:
         c.purge()
     _check(ei, fail, root, "cannot purge")
@@ -147,7 +148,7 @@ def test_ctable_create_replace_append_addcol(tmp_path, monkeypatch, fmt):
     root = str(tmp_path / "t")
     with monkeypatch.context() as m:
         fail = _Fail()
-        m.setattr(os, "makedirs", fail)
+        m.setattr(fileio, "makedirs", fail)
         with pytest.raises(OSError) as ei:
             blzarr.ctable({"x": np.arange(3)}, rootdir=root, mode="w", format=fmt)
         _check(ei, fail, root, "cannot create")
@@ -162,7 +163,7 @@ def test_ctable_create_replace_append_addcol(tmp_path, monkeypatch, fmt):
         assert ENOSPC_TEXT in str(ei.value) and root in str(ei.value)
     with monkeypatch.context() as m:
         fail = _Fail()
-        m.setattr(os, "makedirs", fail)
+        m.setattr(fileio, "makedirs", fail)
         with pytest.raises(OSError) as ei:
             t.addcol(np.arange(len(t)), name="y")
         assert fail.calls and isinstance(ei.value, blzarr.StorageError)
@@ -170,7 +171,7 @@ def test_ctable_create_replace_append_addcol(tmp_path, monkeypatch, fmt):
     t.close()
     with monkeypatch.context() as m:
         fail = _Fail()
-        m.setattr(shutil, "rmtree", fail)
+        m.setattr(fileio, "rmtree", fail)
         with pytest.raises(OSError) as ei:
             blzarr.ctable({"x": np.arange(3)}, rootdir=root, mode="w", format=fmt)
         _check(ei, fail, root, "cannot replace")
@@ -180,7 +181,7 @@ def test_convert(tmp_path, monkeypatch, capsys):
     src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
     blzarr.carray(np.arange(100), rootdir=src, mode="w").close()
     fail = _Fail()
-    monkeypatch.setattr(os, "makedirs", fail)
+    monkeypatch.setattr(fileio, "makedirs", fail)
     assert cli.main(["convert", src, dst, "--format", "bcolz"]) == 1
     err = capsys.readouterr().err.strip()
     assert fail.calls and "\n" not in err

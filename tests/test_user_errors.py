@@ -15,7 +15,7 @@ import pytest
 
 import blzarr
 from helpers import tree as _tree
-from blzarr import _superchunk as sc
+from blzarr import fileio
 
 FORMATS = ["bcolz", "blz"]
 
@@ -45,42 +45,24 @@ def _enospc():
 @pytest.fixture
 def faults(monkeypatch):
     f = _Faults()
-    real_fdopen = os.fdopen
 
-    class FullFile:
-        def __init__(self, fh):
-            self._fh = fh
+    class FullDisk(fileio.OsIO):
+        """Every write of the I/O layer counts; the one the budget runs out at writes half, then
+        fails as a full disk does."""
 
-        def write(self, data):
+        def write(self, fd, data):
             if f.tick():
-                self._fh.write(bytes(data)[:len(data) // 2])
-                self._fh.flush()
+                super().write(fd, bytes(data)[:len(data) // 2])
                 raise _enospc()
-            return self._fh.write(data)
+            super().write(fd, data)
 
-        def __getattr__(self, name):
-            return getattr(self._fh, name)
+        def pwrite(self, fd, data, pos, where=None):
+            if f.tick():
+                super().pwrite(fd, bytes(data)[:len(data) // 2], pos, where)
+                raise _enospc()
+            super().pwrite(fd, data, pos, where)
 
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return self._fh.__exit__(*exc)
-
-    def fdopen(fd, *args, **kwargs):
-        return FullFile(real_fdopen(fd, *args, **kwargs))
-
-    monkeypatch.setattr(os, "fdopen", fdopen)
-    real_pwrite_all = sc.pwrite_all
-
-    def pwrite_all(fd, data, pos, where=None):
-        if f.tick():
-            real_pwrite_all(fd, bytes(data)[:len(data) // 2], pos, where)
-            raise _enospc()
-        return real_pwrite_all(fd, data, pos, where)
-
-    # the BLZ modules write through the _superchunk module's function
-    monkeypatch.setattr(sc, "pwrite_all", pwrite_all)
+    monkeypatch.setattr(fileio, "_impl", FullDisk())
     return f
 
 
