@@ -39,12 +39,16 @@ class BcolzDir:
         self.rootdir = os.fspath(rootdir)
         self.datadir = os.path.join(self.rootdir, DATA_DIR)
         self.metadir = os.path.join(self.rootdir, META_DIR)
+        self._dir_unsynced = False       # chunk files renamed or removed since the last sync()
 
     @classmethod
     def create(cls, rootdir):
         self = cls(rootdir)
         fileio.makedirs(self.datadir)
         fileio.makedirs(self.metadir)
+        if fileio.sync_enabled():
+            fileio.fsync_dir(self.rootdir)
+            fileio.fsync_dir(os.path.dirname(os.path.abspath(self.rootdir)))
         return self
 
     def check_layout(self):
@@ -117,15 +121,28 @@ class BcolzDir:
                     f"'{self.meta_path(SIZES_FILE)}' implies {n} full chunk files)")
 
     def write_chunk(self, n, data):
+        # durable: the file's bytes reach the disk before its name does (fsync before the rename);
+        # the name itself is made durable by sync(), before meta/sizes counts the chunk
         payload = BLP_HEADER + bytes(data)
+        sync = fileio.sync_enabled()
+        self._dir_unsynced = True
         try:
-            atomic_write(self.chunk_path(n), payload)
+            atomic_write(self.chunk_path(n), payload, fsync=sync, sync_dir=False)
         except StorageError:
             # the first chunk of a directory whose empty data/ was lost: make it again
-            if n != 0 or fileio.exists(self.datadir) or not os.path.isdir(self.metadir):
+            if n != 0 or fileio.exists(self.datadir) or not fileio.isdir(self.metadir):
                 raise
             fileio.makedirs(self.datadir, exist_ok=True)
-            atomic_write(self.chunk_path(n), payload)
+            if sync:
+                fileio.fsync_dir(self.rootdir)
+            atomic_write(self.chunk_path(n), payload, fsync=sync, sync_dir=False)
+
+    def sync(self):
+        """Make the chunk files written or removed since the last sync durable (their directory; their
+        bytes were synced before their rename).  A flush calls it before replacing meta/sizes."""
+        if self._dir_unsynced and fileio.sync_enabled() and fileio.isdir(self.datadir):
+            fileio.fsync_dir(self.datadir)
+        self._dir_unsynced = False
 
     def close(self):
         """Nothing to release: chunk files are opened per read."""
@@ -139,7 +156,8 @@ class BcolzDir:
 
     def restore_chunk_file(self, n, raw):
         """Put back data/__n.blp as `read_chunk_file` gave it."""
-        atomic_write(self.chunk_path(n), raw)
+        self._dir_unsynced = True
+        atomic_write(self.chunk_path(n), raw, fsync=fileio.sync_enabled(), sync_dir=False)
 
     def stray_files(self, expected):
         """Names of the chunk files data/__k.blp with k >= `expected`, sorted as text."""
@@ -158,6 +176,7 @@ class BcolzDir:
                     continue
                 if k >= n:
                     fileio.unlink(os.path.join(self.datadir, name))
+                    self._dir_unsynced = True
 
     def meta_path(self, name):
         return os.path.join(self.metadir, name)
@@ -309,6 +328,9 @@ class BcolzChunks(ChunkStore):
         except OSError:
             return None
         return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def sync(self):
+        self.store.sync()
 
     def verify(self, expected_chunks):
         for i in range(self.nchunks):

@@ -90,6 +90,10 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         self._inuse = {}                    # file number -> lazy reads using its descriptor unlocked
         self._local = threading.local()
         self.stats = {"appended": 0, "inplace": 0, "relocated": 0}
+        self._unsynced = set()              # superchunk files appended to since the last sync()
+        self._dir_unsynced = False          # superchunk files removed since the last sync()
+        self._damaged = {}                  # file number -> why its chunks cannot be read
+        self._counted = 0                   # chunks meta/sizes counts (a repair never drops them)
 
     # ------------------------------------------------------------------ creation / opening
     @classmethod
@@ -274,6 +278,29 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
     def _make_dirs(self):
         fileio.makedirs(self.datadir)
         fileio.makedirs(self.metadir)
+        if fileio.sync_enabled():
+            fileio.fsync_dir(self.rootdir)
+            fileio.fsync_dir(os.path.dirname(os.path.abspath(self.rootdir)))
+
+    @staticmethod
+    def _barrier(fd):
+        """Make what was written to `fd` durable (when writers sync: `fileio.sync_enabled()`)."""
+        if fileio.sync_enabled():
+            fileio.fdatasync(fd)
+
+    def sync(self):
+        """Make every chunk appended (and every file cut or removed) since the last sync durable: one
+        fdatasync per superchunk file written, and the data directory when files were removed.  A
+        flush calls it before meta/sizes, which makes the chunks visible, is replaced."""
+        with self._lock:
+            if fileio.sync_enabled():
+                for fno in sorted(self._unsynced):
+                    if fno <= self.nfiles and fno not in self._damaged:
+                        fileio.fdatasync(self._fd(fno))
+                if self._dir_unsynced:
+                    fileio.fsync_dir(self.datadir)
+            self._unsynced.clear()
+            self._dir_unsynced = False
 
     def _file_path(self, fno):
         """The local file holding superchunk `fno` (the same as `_path` here; a spool copy for object
@@ -444,6 +471,9 @@ class BlzChunks(ChunkStore):
         self.store.remove_chunks_from(n + (1 if last is not None else 0))
         if last is not None and self.store.nchunks > n:
             self.store.write_chunk(n, last)
+
+    def sync(self):
+        self.store.sync()
 
     def read_meta(self, name):
         return self.store.read_meta(name)

@@ -17,6 +17,7 @@ HEAD_CACHE_BYTES = 4 * _MB        # chunk headers + bstarts
 CHUNK_CACHE_BYTES = 32 * _MB      # verified compressed chunks
 VERIFIED_CACHE = 1 << 16          # chunks remembered as verified
 TOUCHED_CACHE = 64                # chunks read lazily lately (a second touch reads and caches them whole)
+READ_RETRIES = 8                  # reads by a reader (mode 'r') that saw a chunk change under it
 
 
 class _LRU:

@@ -94,6 +94,7 @@ class BlzMetalayers:
                     raise MetalayerError(f"superchunk file '{f.path}': its metadata section holds "
                                          f"{f.meta_size} bytes, the update needs {len(raw)}")
                 fileio.pwrite(fd, raw, 32, f.path)
+                self._barrier(fd)
                 f.meta_json = json.loads(raw.decode("ascii"))
                 self._after_write(f, fd)
         except BaseException:

@@ -2,9 +2,11 @@
 range of a chunk decoded from the cache or from only the blocks it needs (`BlzReads`, a part of
 `BlzDir`)."""
 
+import time
+
 from blzarr import _chunk
 from blzarr import _superchunk as sc
-from blzarr.blz_cache import CHUNK_CACHE_BYTES, TOUCHED_CACHE, VERIFIED_CACHE
+from blzarr.blz_cache import CHUNK_CACHE_BYTES, READ_RETRIES, TOUCHED_CACHE, VERIFIED_CACHE
 from blzarr.blz_format import _Where
 from blzarr.errors import BlzarrError, ChunkError, FormatError
 
@@ -14,10 +16,17 @@ class BlzReads:
 
     # ------------------------------------------------------------------ reading
     def head(self, n):
-        """The Blosc header + bstarts of chunk n (cached)."""
-        with self._lock:
-            f, fd, off = self._offset(n)
-            return self._head_at(n, f, fd, off)
+        """The Blosc header + bstarts of chunk n (cached; a reader retries as `read_chunk` does)."""
+        for attempt in range(READ_RETRIES):
+            try:
+                with self._lock:
+                    f, fd, off = self._offset(n)
+                    return self._head_at(n, f, fd, off)
+            except (FormatError, ChunkError):
+                if self.mode != "r" or attempt == READ_RETRIES - 1:
+                    raise
+                self._reload(n // self.K + 1, n)
+                time.sleep(0.001 * attempt)
 
     def _head_at(self, n, f, fd, off):
         with self._lock:
@@ -39,17 +48,27 @@ class BlzReads:
         """The compressed bytes of chunk n, checksum verified and structure validated (cached).
 
         A reader (mode 'r') beside a writer may catch a rewritten chunk between the moment it took
-        its offset and the read: it then reads the file's state again and retries once."""
-        try:
-            return self._read_chunk(n, expected_nbytes)
-        except (FormatError, ChunkError):
-            if self.mode != "r":
-                raise
-            with self._lock:
-                fno = n // self.K + 1
-                self._forget_file(fno)
+        its offset and the read (its old bytes reused by a later rewrite, its file replaced by a
+        compaction): it then reopens the file, reads its state again and retries, a bounded number of
+        times (`READ_RETRIES`, a short growing pause between them); only damage that persists raises."""
+        for attempt in range(READ_RETRIES):
+            try:
+                return self._read_chunk(n, expected_nbytes)
+            except (FormatError, ChunkError):
+                if self.mode != "r" or attempt == READ_RETRIES - 1:
+                    raise
+                self._reload(n // self.K + 1, n)
+                time.sleep(0.001 * attempt)
+
+    def _reload(self, fno, n=None):
+        """Forget what is known of file `fno` (and chunk n) and reopen it when no unlocked read uses
+        its descriptor (a compaction may have replaced the file: the old descriptor reads the old one)."""
+        with self._lock:
+            self._forget_file(fno)
+            if n is not None:
                 self._drop_chunk(n)
-            return self._read_chunk(n, expected_nbytes)
+            if not self._inuse.get(fno):
+                self._close(fno)
 
     def _read_chunk(self, n, expected_nbytes=-1):
         with self._lock:
@@ -214,11 +233,22 @@ class BlzReads:
         if data is not None:
             _chunk.getitem_into(data, start, nbytes, out, out_offset, False, where)
             return 0
+        retry = False
         try:
             return sc.read_blocks_into(fd, off, head, start, nbytes, out, out_offset, where, self._scratch())
+        except (FormatError, ChunkError):
+            if self.mode != "r":
+                raise
+            # a writer moved the chunk under this lazy read: read it whole (verified, with retries)
+            retry = True
         finally:
             with self._lock:
                 self._release_fd(fno)
+        if retry:
+            self._reload(fno, n)
+            data = self.read_chunk(n)
+            _chunk.getitem_into(data, start, nbytes, out, out_offset, False, where)
+            return 0
 
     def chunk_cbytes(self, n):
         """The compressed size of chunk n (its 16-byte header is read once)."""

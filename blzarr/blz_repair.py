@@ -9,7 +9,7 @@ from blzarr import fileio
 from blzarr import _chunk
 from blzarr import _superchunk as sc
 from blzarr import files
-from blzarr.errors import FormatError
+from blzarr.errors import ChunkError, FormatError, StorageError
 from blzarr.files import atomic_write
 
 
@@ -20,34 +20,77 @@ class BlzMaintenance:
         """Finish what a writer killed mid-update left behind (a writer opening the directory does this;
         readers ignore it): metadata sections that disagree with file 1 (a metalayer update writes file 1
         last, so file 1 holds the committed value), offsets entries set past a file's chunks by an append
-        whose header was not written, and a header last-chunk that its last chunk no longer has."""
+        whose header was not written, a header that counts chunks whose offsets or bytes never reached
+        the disk (a power loss: the header's sector was written, not theirs), and a header last-chunk
+        that its last chunk no longer has."""
         with self._lock:
             for fno in range(1, self.nfiles + 1):
-                f = self._file(fno)
-                fd = None
-                if fno > 1:
-                    mine = {k: v for k, v in f.meta_json.items() if k not in ("superchunk", "first_chunk")}
-                    if mine != {k: v for k, v in self._fixed.items() if k not in ("superchunk", "first_chunk")}:
-                        raw = self._meta_bytes(fno)
-                        if len(raw) != f.meta_size:
-                            raise FormatError(f"superchunk file '{f.path}': its metadata section disagrees "
-                                              f"with file 1 and cannot be rewritten in place")
-                        fd = self._fd(fno)
-                        fileio.pwrite(fd, raw, 32, f.path)
-                        f.meta_json = json.loads(raw.decode("ascii"))
-                offsets = self._full_table(f)
-                if (offsets[f.nchunks:] != -1).any():
-                    fd = self._fd(fno)
-                    offsets[f.nchunks:] = -1
-                    fileio.pwrite(fd, sc.pack_offsets(offsets[f.nchunks:]), f.table_pos + 8 * f.nchunks, f.path)
-                if f.nchunks:
-                    last = self._nbytes_at(self._fd(fno), offsets[f.nchunks - 1], f)
-                    if last != f.last_chunk:
-                        fd = self._fd(fno)
-                        f.last_chunk = last
-                        self._write_header(f, fd)
-                if fd is not None:
-                    self._after_write(f, fd)
+                if fno in self._damaged:
+                    continue            # nothing is written to a damaged file
+                try:
+                    self._repair_file(fno)
+                except (FormatError, ChunkError, StorageError):
+                    if fno == self.nfiles:
+                        raise           # the file appends go to must be sound
+                    # a damaged full file is left as it is: reads report its damaged chunks
+            self._nphys = (self.nfiles - 1) * self.K + self._file(self.nfiles).nchunks
+
+    def _repair_file(self, fno):
+        """Repair superchunk file `fno` (see `_repair`)."""
+        f = self._file(fno)
+        fd = None
+        # only the last file is appended to (a full file is synced before the next exists)
+        valid = self._valid_prefix(f) if fno == self.nfiles else f.nchunks
+        # never below what meta/sizes counts: those chunks are damage, reported when read
+        valid = max(valid, min(f.nchunks, self._counted - (fno - 1) * self.K))
+        if valid < f.nchunks:
+            fd = self._fd(fno)
+            f.nchunks = valid
+        if fno > 1:
+            mine = {k: v for k, v in f.meta_json.items() if k not in ("superchunk", "first_chunk")}
+            if mine != {k: v for k, v in self._fixed.items() if k not in ("superchunk", "first_chunk")}:
+                raw = self._meta_bytes(fno)
+                if len(raw) != f.meta_size:
+                    raise FormatError(f"superchunk file '{f.path}': its metadata section disagrees "
+                                      f"with file 1 and cannot be rewritten in place")
+                fd = self._fd(fno)
+                fileio.pwrite(fd, raw, 32, f.path)
+                f.meta_json = json.loads(raw.decode("ascii"))
+        offsets = self._full_table(f)
+        if (offsets[f.nchunks:] != -1).any():
+            fd = self._fd(fno)
+            offsets[f.nchunks:] = -1
+            fileio.pwrite(fd, sc.pack_offsets(offsets[f.nchunks:]), f.table_pos + 8 * f.nchunks, f.path)
+        if f.nchunks:
+            try:
+                last = self._nbytes_at(self._fd(fno), offsets[f.nchunks - 1], f)
+            except FormatError:
+                last = f.last_chunk     # a damaged last chunk: reads of it raise, naming it
+            if last != f.last_chunk:
+                fd = self._fd(fno)
+                f.last_chunk = last
+                self._write_header(f, fd)
+        elif fd is not None:
+            f.last_chunk = 0
+            self._write_header(f, fd)
+        if fd is not None:
+            self._barrier(fd)
+            self._after_write(f, fd)
+
+    def _valid_prefix(self, f):
+        """How many of the chunks file `f`'s header counts have an offset inside the chunk area and a
+        Blosc header whose size fits the file (the others are past what any meta/sizes counted)."""
+        offsets = self._full_table(f)
+        fd = self._fd(f.fno)
+        size = f.fstate[1]
+        for slot in range(f.nchunks):
+            off = int(offsets[slot])
+            if off < f.data_start or off + 16 > size:
+                return slot
+            ct = int.from_bytes(fileio.pread(fd, 16, off, f.path)[12:16], "little", signed=True)
+            if ct < 16 or off + ct + self.cksize > size:
+                return slot
+        return f.nchunks
 
     # ------------------------------------------------------------------ maintenance
     def holes(self):

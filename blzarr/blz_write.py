@@ -67,6 +67,12 @@ class BlzWrites:
             fno, slot = divmod(n, self.K)
             fno += 1
             if fno > self.nfiles:
+                if fno - 1 in self._unsynced:
+                    # the full file is durable before the next one exists: a file that is not the
+                    # last is always full, also after a power loss
+                    if fileio.sync_enabled():
+                        fileio.fdatasync(self._fd(fno - 1))
+                    self._unsynced.discard(fno - 1)
                 self._new_file(fno)
             f = self._file(fno)
             fd = self._fd(fno)
@@ -110,12 +116,15 @@ class BlzWrites:
                     pos = eof
                     self._write_slot(fd, pos, data, tail, f.path)
                     kind = "relocated"
+                # durable: the new bytes reach the disk before the offsets entry that points to them
+                self._barrier(fd)
                 fileio.pwrite(fd, sc.pack_i64(pos), f.table_pos + 8 * slot, f.path)
                 offsets[slot] = pos
                 if slot == f.nchunks - 1:
                     f.last_chunk = nbytes
                 self._write_header(f, fd)
                 if cut is not None:
+                    self._barrier(fd)
                     fileio.truncate(fd, cut)
             else:
                 self._write_slot(fd, eof, data, tail, f.path)
@@ -127,6 +136,12 @@ class BlzWrites:
             if slot == f.nchunks - 1:
                 f.last_chunk = nbytes
             self._write_header(f, fd)
+            if kind == "appended":
+                self._unsynced.add(fno)       # made durable by sync(), before meta/sizes counts it
+            else:
+                # the new offset is durable before this returns: the space the old bytes held may be
+                # written by the next rewrite
+                self._barrier(fd)
             self._after_write(f, fd)
             self._remember(n, data, f)
             self.stats[kind] += 1
@@ -147,10 +162,16 @@ class BlzWrites:
             self._check_writable()
             n = max(n, 0)
             keep_files = max(1, -(-n // self.K))
+            old_nfiles = self.nfiles
             for fno in range(self.nfiles, keep_files, -1):
                 self._close(fno)
                 self._forget_file(fno)
                 self._remove_file(fno)
+                self._unsynced.discard(fno)
+            if keep_files < old_nfiles and fileio.sync_enabled():
+                # the later files are gone for good before the file kept is cut: a file that is not
+                # the last is always full, also after a power loss
+                fileio.fsync_dir(self.datadir)
             self.nfiles = keep_files
             fno = keep_files
             first = (fno - 1) * self.K
@@ -176,4 +197,5 @@ class BlzWrites:
             elif not kept.size or int(kept.max()) < cut:
                 fileio.truncate(fd, cut)
             self._after_write(f, fd)
+            self._unsynced.add(fno)
             self._nphys = first + slot

@@ -172,6 +172,7 @@ class CarrayWrites(CarrayBase):
             if self._nleft:
                 c = self._new_chunk(self._last[:self._nleft])
                 self._chunks.put_last(nch, c.getdata())
+            self._chunks.sync()         # the chunks are durable before the sizes that count them
             self._write_sizes()
             if not self._nleft or self.__dict__.get("_stale_chunks", True):
                 self._chunks.remove_from(nch + (1 if self._nleft else 0))

@@ -95,6 +95,9 @@ class ChunkStore:
         """Names of chunk files past the `expected` stored chunks, which readers ignore."""
         return []
 
+    def sync(self):
+        """Make every chunk written since the last sync durable (a flush calls it before meta/sizes)."""
+
     # ------------------------------------------------------------------ metadata and maintenance
     def read_meta(self, name):
         raise NotImplementedError

@@ -46,9 +46,10 @@ def _new_file_mode(path):
         return 0o666 & ~_UMASK
 
 
-def atomic_write(path, data, fsync=False):
+def atomic_write(path, data, fsync=False, sync_dir=None):
     """Replace `path` with `data` so that readers see either the old or the new content; with
-    `fsync`, the content is durable before the rename, and the rename before this returns."""
+    `fsync`, the content is durable before the rename, and (unless `sync_dir` is False: the caller
+    syncs the directory later, once for many files) the rename before this returns."""
     d = os.path.dirname(path) or "."
     mode = _new_file_mode(path)
     tmp = None
@@ -70,7 +71,7 @@ def atomic_write(path, data, fsync=False):
         finally:
             fileio.close(fd)
         fileio.replace(tmp, path)
-        if fsync:
+        if fsync if sync_dir is None else sync_dir:
             fileio.fsync_dir(d)
     except BaseException as e:
         if tmp is not None:

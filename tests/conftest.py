@@ -76,3 +76,10 @@ def http_root(tmp_path_factory):
     server = RangeServer(str(root))
     yield root, server.url, server.httpd
     server.stop()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The crash simulator's count of states checked per workload (tests/test_crashsim.py)."""
+    import crashsim
+    for line in crashsim.REPORT:
+        terminalreporter.write_line(line)

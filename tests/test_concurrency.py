@@ -338,3 +338,77 @@ def test_threads_reading_beside_appends_in_the_same_ctable(tmp_path, where):
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+# ------------------------------------------------------------------- readers beside rewrites + compaction
+BIG = 10 ** 7      # a value is position + generation * BIG: a reader can tell one never written
+
+
+def _rewriter(root, seconds, w):
+    """Rewrites random slices with values that compress worse than the ones they replace (rewrites
+    relocate), flushes, and in BLZ compacts now and then."""
+    c = blzarr.open(root, mode="a")
+    rng = np.random.default_rng(11)
+    n = len(c)
+    os.write(w, b"go\n")
+    end = time.monotonic() + seconds
+    rounds = compactions = 0
+    while time.monotonic() < end:
+        a = int(rng.integers(0, n - 500))
+        k = int(rng.integers(1, 500))
+        c[a:a + k] = np.arange(a, a + k) + rng.integers(1, 1 << 30, k) * BIG
+        c.flush()
+        rounds += 1
+        if c.format == "blz" and rounds % 5 == 0:
+            c.compact()
+            compactions += 1
+    c.close()
+    os.write(w, b"%d %d\n" % (rounds, compactions))
+
+
+def _checking_reader(root, seconds, w):
+    rng = np.random.default_rng(os.getpid())
+    end = time.monotonic() + seconds
+    reads = 0
+    while time.monotonic() < end:
+        c = blzarr.open(root, mode="r")
+        n = len(c)
+        parts = [(np.arange(n), c[:])]
+        for _ in range(5):          # lazy scalar and short slice reads too
+            i = int(rng.integers(0, n - 100))
+            parts.append((np.arange(i, i + 1), np.asarray([c[i]])))
+            parts.append((np.arange(i, i + 100), c[i:i + 100]))
+        for pos, got in parts:
+            if (got % BIG != pos).any() or (got < 0).any():
+                bad = np.flatnonzero((got % BIG != pos) | (got < 0))
+                raise AssertionError(f"never-written values at {pos[bad[:5]].tolist()}: {got[bad[:5]].tolist()}")
+        reads += 1
+    os.write(w, b"ok %d\n" % reads)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_readers_beside_rewrites_and_compaction_never_fail(tmp_path, fmt):
+    """Several reader processes beside a writer that rewrites chunks (relocating them) and, in BLZ,
+    compacts the files: zero errors, zero values never written (a reader that sees a chunk move under
+    it reads again)."""
+    root = str(tmp_path / "d")
+    c = blzarr.carray(np.arange(20_000, dtype=np.int64), rootdir=root, mode="w", chunklen=500, format=fmt,
+                      **({"superchunklen": 8} if fmt == "blz" else {}))
+    c.close()
+    del c
+    gc.collect()
+    seconds = 4.0
+    wpid, wr = fork_child(_rewriter, root, seconds)
+    assert read_line(wr) == "go"
+    readers = [fork_child(_checking_reader, root, seconds) for _ in range(3)]
+    results = [read_all(r) for _, r in readers]
+    final = read_all(wr)
+    for pid, _ in readers + [(wpid, None)]:
+        os.waitpid(pid, 0)
+    rounds, compactions = map(int, final.split())
+    assert rounds >= 10 and (fmt == "bcolz" or compactions >= 2), final
+    for res in results:
+        assert res.startswith("ok "), res
+        assert int(res.split()[1]) >= 5, res
+    got = blzarr.open(root, mode="r")[:]
+    assert (got % BIG == np.arange(20_000)).all()
