@@ -9,6 +9,7 @@ import sys
 import tempfile
 import time
 import traceback
+from contextlib import nullcontext as _nothing
 
 import numpy as np
 
@@ -21,6 +22,8 @@ N_SLICES, SLICE_LEN = 300, 1000
 N_FANCY = 20_000
 N_ITER = 1_000_000
 APPEND_BATCH = 10_000
+FLUSH_BATCH = 10_000      # disk_flushes: the first FLUSH_VALUES values appended by FLUSH_BATCH, flush() each
+FLUSH_VALUES = 1_000_000
 WHERE_QUANTILE = 0.9      # `where` keeps the top 10% of the values
 CT_WHERE_QUANTILE = 0.99  # ctable `where`/`fetchwhere` keep the top 1% of the rows
 
@@ -29,7 +32,7 @@ COL_ATOM = 8              # disk_col0: the values as a 2-D array of N/8 rows of 
 MEMORY_OPS = ("create", "read_all", "scalars", "slices", "fancy", "sum", "iter", "where", "select",
               "eval_sum")
 DISK_OPS = ("disk_create", "disk_open_read", "disk_scalars_cold", "disk_scalars_warm",
-            "disk_slices_cold", "disk_slices_warm", "disk_append", "disk_sum", "disk_col0")
+            "disk_slices_cold", "disk_slices_warm", "disk_append", "disk_sum", "disk_col0", "disk_flushes", "disk_flushes_nosync")
 CTABLE_OPS = ("ct_create", "ct_where", "ct_fetchwhere", "ct_todataframe")
 ALL_OPS = MEMORY_OPS + DISK_OPS + CTABLE_OPS
 
@@ -53,6 +56,8 @@ LABELS = {
     "disk_append": f"disk: append by {APPEND_BATCH} + flush",
     "disk_sum": "disk: open + sum()",
     "disk_col0": f"disk: open + a[:, 0] of (N/{COL_ATOM}, {COL_ATOM})",
+    "disk_flushes": f"disk: {FLUSH_VALUES // FLUSH_BATCH} x (append {FLUSH_BATCH} + flush)",
+    "disk_flushes_nosync": f"disk: {FLUSH_VALUES // FLUSH_BATCH} x (append + flush), fsync off",
     "ct_create": "ctable: create",
     "ct_where": "ctable: where (1%)",
     "ct_fetchwhere": "ctable: fetchwhere (1%)",
@@ -333,6 +338,25 @@ class Runner:
                         p.append_close(h)
                         return path
                     self.measure(row, p, op, fn, lambda p=p: (self.path(p, "append"),),
+                                 teardown=P._rmtree)
+                    continue
+                if op in ("disk_flushes", "disk_flushes_nosync"):
+                    part = x[:FLUSH_VALUES]
+                    fbatches = [part[s:s + FLUSH_BATCH] for s in range(0, len(part), FLUSH_BATCH)]
+
+                    def fn(path, p=p, fbatches=fbatches, nosync=op == "disk_flushes_nosync"):
+                        # what durability costs: a flush after every batch, with the syncs of a
+                        # durable flush (the default) and without them (blzarr only)
+                        if nosync and not hasattr(p, "without_fsync"):
+                            raise P.Unsupported
+                        with p.without_fsync() if nosync else _nothing():
+                            h = p.append_open(path, x.dtype, len(fbatches) * FLUSH_BATCH)
+                            for b in fbatches:
+                                p.append(h, b)
+                                p.flush(h)
+                            p.append_close(h)
+                        return path
+                    self.measure(row, p, op, fn, lambda p=p: (self.path(p, "flushes"),),
                                  teardown=P._rmtree)
                     continue
                 if op == "disk_col0":

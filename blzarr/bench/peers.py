@@ -106,6 +106,10 @@ class Peer:
     def append_close(self, a):
         a.flush()
 
+    def flush(self, a):
+        """Make what was appended so far durable on disk (a library without a flush: Unsupported)."""
+        raise Unsupported
+
     # ctable (columns: a dict name -> 1-d array)
     def ct_create(self, cols):
         raise Unsupported
@@ -164,6 +168,9 @@ class _CarrayLike(Peer):
         return self.mod.carray(np.empty(0, dtype=dtype), cparams=self._cparams(), rootdir=path,
                                mode="w", expectedlen=total)
 
+    def flush(self, a):
+        a.flush()
+
     def ct_create(self, cols):
         return self.mod.ctable(columns=list(cols.values()), names=list(cols.keys()),
                                cparams=self._cparams())
@@ -184,6 +191,11 @@ class Blzarr(_CarrayLike):
     def setup(self):
         self.mod = blzarr
         blzarr.set_nthreads(NTHREADS)
+
+    def without_fsync(self):
+        """blzarr with its syncs off (BLZARR_FSYNC=0): a completed flush survives a process crash,
+        not a power loss."""
+        return blzarr.defaults_ctx(fsync=False)
 
 
 class Bcolz(_CarrayLike):
