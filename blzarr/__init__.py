@@ -77,7 +77,7 @@ from blzarr.dask_io import from_dask  # noqa: E402
 from blzarr import ctable_io  # noqa: E402,F401  (registers ctable's pandas and HDF5 methods)
 from blzarr.toplevel import (  # noqa: E402
     arange, blosc_compressor_list, blosc_version, fill, fromiter, iterblocks, ones, open, print_versions,
-    walk, zeros,
+    salvage, walk, zeros,
 )
 from blzarr.arrayprint import array2string, get_printoptions, set_printoptions  # noqa: E402
 import blzarr.carray_ext  # noqa: E402,F401
@@ -99,7 +99,7 @@ __all__ = [
     "array2string", "attrs", "blosc_compressor_list",
     "blosc_set_nthreads", "blosc_version", "carray", "chunk", "cparams", "ctable", "dask_here", "defaults",
     "defaults_ctx", "detect_number_of_cores", "eval", "fill", "filters", "from_dask", "fromiter", "iterblocks", "LazyExpr", "lazyexpr", "numexpr_here",
-    "ones", "open", "pandas_here", "print_versions", "set_nthreads", "set_printoptions", "tables_here", "test", "walk", "zeros",
+    "ones", "open", "pandas_here", "print_versions", "salvage", "set_nthreads", "set_printoptions", "tables_here", "test", "walk", "zeros",
 ]
 
 

@@ -91,6 +91,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         self._local = threading.local()
         self.stats = {"appended": 0, "inplace": 0, "relocated": 0}
         self._unsynced = set()              # superchunk files appended to since the last sync()
+        self._damaged = {}                  # file number -> why its chunks cannot be read
         self._dir_unsynced = False          # superchunk files removed since the last sync()
         self._damaged = {}                  # file number -> why its chunks cannot be read
         self._counted = 0                   # chunks meta/sizes counts (a repair never drops them)
@@ -144,9 +145,14 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         if nums != list(range(1, len(nums) + 1)):
             have = set(nums)   # a hostile name such as __99999999999__.bin must not make a huge range
             missing = [k for k in range(1, len(nums) + 2) if k not in have]
-            raise FormatError(f"BLZ directory '{self.rootdir}': superchunk files {missing[:5]} are missing")
-        self.nfiles = len(nums)
-        f1 = self._load_file(1)
+            if nums[-1] > 2 * len(nums) + 16:
+                raise FormatError(f"BLZ directory '{self.rootdir}': superchunk files {missing[:5]} are missing")
+            # damage stays where it is: the chunks of a missing file are unreadable, the others not
+            for k in range(1, nums[-1]):
+                if k not in have:
+                    self._damaged[k] = f"superchunk file '{self._path(k)}' is missing"
+        self.nfiles = nums[-1]
+        f1 = self._first_file(nums)
         fixed = f1.meta_json
         for key in ("dtype", "chunkshape", "cparams", "superchunklen", "checksum", "meta"):
             if key not in fixed:
@@ -178,8 +184,53 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         self._nphys = (self.nfiles - 1) * K + last.nchunks
         self._check_full_files()
         if mode != "r":
+            self._counted = self._sizes_chunks(storage)
             self._repair()
         return self
+
+    def _sizes_chunks(self, storage):
+        """How many chunks meta/sizes counts (the short last one included); 0 when it cannot tell."""
+        try:
+            shape = self.read_meta("sizes").get("shape")
+            chunklen = storage.get("chunklen")
+            n = int(shape[0])
+            return n if self.chunk_nbytes <= 0 else -(-n // int(chunklen))
+        except (BlzarrError, OSError, AttributeError, TypeError, ValueError, IndexError):
+            return 0
+
+    def _first_file(self, nums):
+        """The state of the first superchunk file whose header and metadata read (every file carries
+        the dataset's metadata: a damaged or missing file 1 does not make the others unreadable)."""
+        err = None
+        for fno in [1] + [k for k in nums if k != 1]:
+            if fno in self._damaged:
+                continue
+            try:
+                return self._load_file(fno)
+            except (FormatError, StorageError) as e:
+                if fno == self.nfiles:
+                    raise
+                err = err or e
+                self._damaged[fno] = str(e)
+        raise err
+
+    def missing_tail(self, nchunks):
+        """meta/sizes counts `nchunks` full chunks but the last superchunk files are gone: count them
+        as missing (their chunks raise when read, the others stay readable)."""
+        with self._lock:
+            want = -(-nchunks // self.K)
+            if want <= self.nfiles or want > self.nfiles + 1024:
+                return
+            if self._file(self.nfiles).nchunks != self.K:
+                return          # the last file present is not full: that is not a lost tail
+            for k in range(self.nfiles + 1, want + 1):
+                self._damaged[k] = f"superchunk file '{self._path(k)}' is missing"
+            self.nfiles = want
+            self._nphys = nchunks
+
+    def damaged_files(self):
+        """{file number: why its chunks cannot be read} of the missing or unreadable superchunk files."""
+        return dict(self._damaged)
 
     def _list_files(self):
         """The numbers of the superchunk files in data/, sorted (each a regular file inside the root)."""
@@ -200,12 +251,19 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         return nums
 
     def _check_full_files(self):
-        """Every file but the last holds `K` chunks."""
+        """Every file but the last holds `K` chunks; one that cannot be read or does not is damaged
+        (its chunks raise when read, the other files' chunks stay readable)."""
         for fno in range(1, self.nfiles):
-            if self._load_file(fno).nchunks != self.K:
-                raise FormatError(f"superchunk file '{self._path(fno)}' holds "
-                                  f"{self._file(fno).nchunks} chunks, but it is not the last file "
-                                  f"and must be full ({self.K})")
+            if fno in self._damaged:
+                continue
+            try:
+                f = self._load_file(fno)
+            except (FormatError, StorageError) as e:
+                self._damaged[fno] = str(e)
+                continue
+            if f.nchunks != self.K:
+                self._damaged[fno] = (f"superchunk file '{self._path(fno)}' holds {f.nchunks} chunks, but "
+                                      f"it is not the last file and must be full ({self.K})")
 
     # ------------------------------------------------------------------ the bcolz-like store interface
     # the fields that opening or creating sets: a worker rebuilds the store from them (config)
@@ -385,6 +443,8 @@ class BlzChunks(ChunkStore):
         self._objs = OrderedDict()          # recently handed-out LazyChunk objects
         store.mode = mode
         if nchunks > store.nchunks:
+            store.missing_tail(nchunks)
+        if nchunks > store.nchunks:
             raise FormatError(f"'{store.rootdir}': meta/sizes needs {nchunks} full chunks, the superchunk "
                               f"files hold {store.nchunks}")
 
@@ -403,7 +463,13 @@ class BlzChunks(ChunkStore):
 
     @property
     def cbytes(self):
-        return sum(self.store.chunk_cbytes(i) for i in range(self.nchunks))
+        return sum(self._cbytes_or_0(i) for i in range(self.nchunks))
+
+    def _cbytes_or_0(self, i):
+        try:
+            return self.store.chunk_cbytes(i)
+        except (FormatError, ChunkError, StorageError):
+            return 0        # a damaged chunk (reads of it raise, naming it) counts no bytes
 
     def _get(self, i):
         c = self._objs.get(i)

@@ -52,7 +52,11 @@ class _Where:
 
     def __str__(self):
         fno, slot = divmod(self.n, self.store.K)
-        return f"chunk {self.n} (slot {slot}) of superchunk file '{self.store._path(fno + 1)}'"
+        rows = ""
+        chunklen = self.store._fixed.get("chunkshape", [0])[0] if hasattr(self.store, "_fixed") else 0
+        if self.store.chunk_nbytes > 0 and isinstance(chunklen, int) and chunklen > 0:
+            rows = f", rows {self.n * chunklen}-{(self.n + 1) * chunklen - 1}"
+        return f"chunk {self.n} (slot {slot}{rows}) of superchunk file '{self.store._path(fno + 1)}'"
 
     __format__ = lambda self, spec: format(str(self), spec)
 
@@ -125,6 +129,8 @@ class BlzFileFormat:
         if not 0 <= n < self._nphys:
             raise FormatError(f"'{self.rootdir}': chunk {n} is needed but the superchunk files hold "
                               f"{self._nphys} chunks")
+        if fno in self._damaged:
+            raise FormatError(f"{self._where(n)} cannot be read: {self._damaged[fno]}")
         f = self._file(fno)
         fd = self._fd(fno)
         off = int(f.offsets[slot])

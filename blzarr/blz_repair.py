@@ -13,6 +13,13 @@ from blzarr.errors import ChunkError, FormatError, StorageError
 from blzarr.files import atomic_write
 
 
+def _rows(store, a, b):
+    chunklen = store._fixed.get("chunkshape", [0])[0]
+    if store.chunk_nbytes > 0 and isinstance(chunklen, int) and chunklen > 0:
+        return f" (rows {a * chunklen}-{(b + 1) * chunklen - 1})"
+    return ""
+
+
 class BlzMaintenance:
     """Repair, holes, compaction and verification of a `BlzDir`'s superchunk files."""
 
@@ -146,45 +153,82 @@ class BlzMaintenance:
 
     def verify(self, expected_chunks=None):
         """Check every file and chunk: headers, metadata, offsets, checksums and chunk structure.
-        Raises FormatError / ChecksumError / ChunkError naming the file and chunk; returns a summary."""
+        Every damaged range is found (a damaged file or chunk does not stop the check): one raises its
+        own error (FormatError / ChecksumError / ChunkError naming the file, chunk and rows), several a
+        FormatError listing them all; either has `.damaged`, a list of (first chunk, last chunk,
+        reason).  Returns a summary."""
         nchunks = 0
         nbytes = 0
+        damage = []
         with self._lock:
             self._chunks.clear()
             for fno in range(1, self.nfiles + 1):
-                self._forget_file(fno)
-                f = self._file(fno)
-                meta = f.meta_json
-                for key in ("dtype", "chunkshape", "cparams", "superchunklen", "checksum", "meta"):
-                    if meta.get(key) != self._fixed.get(key):
-                        raise FormatError(f"superchunk file '{f.path}': metadata {key!r} is {meta.get(key)!r}, "
-                                          f"file 1 says {self._fixed.get(key)!r}")
-                if f.header["checksum"] != self.checksum_id or f.header["typesize"] != self.typesize:
-                    raise FormatError(f"superchunk file '{f.path}': header disagrees with file 1")
+                first = (fno - 1) * self.K
+                end = min(fno * self.K, max(self._nphys, first + 1)) if fno == self.nfiles else fno * self.K
+                if fno in self._damaged:
+                    damage.append((first, end - 1, FormatError(self._damaged[fno])))
+                    continue
+                try:
+                    f = self._verify_file(fno)
+                except (FormatError, ChunkError, StorageError) as e:
+                    damage.append((first, end - 1, e))
+                    continue
                 offsets = self._full_table(f)
-                if (offsets[f.nchunks:] != -1).any():
-                    raise FormatError(f"superchunk file '{f.path}': offsets after its {f.nchunks} chunks "
-                                      "are not -1")
                 extents = []
                 for slot in range(f.nchunks):
-                    n = (fno - 1) * self.K + slot
-                    data = self.read_chunk(n)
-                    cn = _chunk.header(data)["nbytes"]
-                    is_last = n == self._nphys - 1
-                    if self.chunk_nbytes > 0 and (cn > self.chunk_nbytes or (cn != self.chunk_nbytes
-                                                                             and not is_last)):
-                        raise FormatError(f"{self._where(n)} holds {cn} bytes, chunks hold {self.chunk_nbytes}")
-                    if slot == f.nchunks - 1 and cn != f.last_chunk:
-                        raise FormatError(f"superchunk file '{f.path}': header last-chunk {f.last_chunk}, "
-                                          f"the last chunk holds {cn}")
+                    n = first + slot
+                    try:
+                        data = self.read_chunk(n)
+                        cn = _chunk.header(data)["nbytes"]
+                        is_last = n == self._nphys - 1
+                        if self.chunk_nbytes > 0 and (cn > self.chunk_nbytes or (cn != self.chunk_nbytes
+                                                                                 and not is_last)):
+                            raise FormatError(f"{self._where(n)} holds {cn} bytes, chunks hold {self.chunk_nbytes}")
+                        if slot == f.nchunks - 1 and cn != f.last_chunk:
+                            raise FormatError(f"superchunk file '{f.path}': header last-chunk {f.last_chunk}, "
+                                              f"the last chunk holds {cn}")
+                    except (FormatError, ChunkError, StorageError) as e:
+                        damage.append((n, n, e))
+                        continue
                     extents.append((int(offsets[slot]), int(offsets[slot]) + len(data) + self.cksize, n))
                     nbytes += cn
                     nchunks += 1
                 extents.sort()
                 for (a0, a1, an), (b0, b1, bn) in zip(extents, extents[1:]):
                     if b0 < a1:
-                        raise FormatError(f"superchunk file '{f.path}': chunks {an} and {bn} overlap")
+                        damage.append((an, bn, FormatError(f"superchunk file '{f.path}': chunks {an} and {bn} "
+                                                           "overlap")))
+        if damage:
+            raise self._damage_error(damage)
         if expected_chunks is not None and nchunks != expected_chunks:
             raise FormatError(f"'{self.rootdir}' holds {nchunks} chunks, {expected_chunks} expected "
                               "from meta/sizes")
         return {"files": self.nfiles, "chunks": nchunks, "nbytes": nbytes, "checksum": self._fixed["checksum"]}
+
+    def _verify_file(self, fno):
+        """The state of file `fno`, read again, with its header, metadata and offsets checked."""
+        self._forget_file(fno)
+        f = self._file(fno)
+        meta = f.meta_json
+        for key in ("dtype", "chunkshape", "cparams", "superchunklen", "checksum", "meta"):
+            if meta.get(key) != self._fixed.get(key):
+                raise FormatError(f"superchunk file '{f.path}': metadata {key!r} is {meta.get(key)!r}, "
+                                  f"file 1 says {self._fixed.get(key)!r}")
+        if f.header["checksum"] != self.checksum_id or f.header["typesize"] != self.typesize:
+            raise FormatError(f"superchunk file '{f.path}': header disagrees with file 1")
+        offsets = self._full_table(f)
+        if (offsets[f.nchunks:] != -1).any():
+            raise FormatError(f"superchunk file '{f.path}': offsets after its {f.nchunks} chunks are not -1")
+        return f
+
+    def _damage_error(self, damage):
+        """One error for the damaged ranges `damage` [(first chunk, last chunk, exception)]."""
+        ranges = [(a, b, str(e)) for a, b, e in damage]
+        if len(damage) == 1:
+            err = damage[0][2]
+        else:
+            lines = [f"chunks {a}-{b}{_rows(self, a, b)}: {why}" if a != b else f"chunk {a}{_rows(self, a, b)}: {why}"
+                     for a, b, why in ranges]
+            err = FormatError(f"'{self.rootdir}' has {len(damage)} damaged ranges:\n  " + "\n  ".join(lines))
+        err.damaged = ranges
+        return err

@@ -411,6 +411,9 @@ def cmd_verify(args, out):
         except Exception as e:
             damaged += 1
             print(f"DAMAGED  {path}: {_message(e)}", file=out)
+            for first, last, why in getattr(e, "damaged", None) or []:
+                if len(e.damaged) > 1:      # every damaged range, one a line
+                    print(f"  chunks {first}-{last}: {why}", file=out)
             continue
         print(f"OK       {path}: {line}", file=out)
         for note in notes:
@@ -568,10 +571,15 @@ def cmd_convert(args, out):
     tmp = os.path.join(parent, f".{os.path.basename(os.path.abspath(dst))}.converting-{uuid.uuid4().hex[:8]}")
     show = args.progress if args.progress is not None else src.nbytes > PROGRESS_BYTES
     progress = _Progress(int(src.nbytes), show, f"convert {os.path.basename(src_path)}")
+    report = None
     try:
-        res = (_convert_ctable if kind == "ctable" else _convert_carray)(src, tmp, fmt, args, progress)
-        res.flush()
-        del res
+        if args.salvage:
+            # everything readable is copied; what is not is reported below
+            report = blzarr.salvage(src_path, tmp, format=fmt)
+        else:
+            res = (_convert_ctable if kind == "ctable" else _convert_carray)(src, tmp, fmt, args, progress)
+            res.flush()
+            del res
     except BaseException:
         if os.path.lexists(tmp):
             fileio.rmtree(tmp, ignore_errors=True)
@@ -597,6 +605,12 @@ def cmd_convert(args, out):
     print(f"converted {kind} '{src_path}' ({src.format}) -> '{dst}' ({fmt}): {_n(len(new), 'row')}, "
           f"{_size(nb)} -> {_size(cb)} compressed (ratio {_fmt_ratio(_ratio(nb, cb))}), {_size(disk)} on disk",
           file=out)
+    if report is not None:
+        for first, end, col, why in report["lost"]:
+            print(f"LOST rows {first}-{end - 1}{f' of column {col!r}' if col else ''}: {why}", file=out)
+        print(f"salvaged: {_n(report['rows'] - report['lost_rows'], 'row')} copied, "
+              f"{_n(report['lost_rows'], 'row')} lost (written as the default value)", file=out)
+        return 1 if report["lost"] else 0
     return 0
 
 
@@ -713,6 +727,9 @@ def build_parser():
     s.add_argument("--overwrite", action="store_true", help="replace DST if it exists")
     s.add_argument("--allow-pickle", action="store_true",
                    help="allow converting data of Python objects (unpickling can run code)")
+    s.add_argument("--salvage", action="store_true",
+                   help="copy everything readable of a damaged SRC (unreadable chunks become the default "
+                        "value) and list the rows lost; exits 1 when some were")
     g = s.add_mutually_exclusive_group()
     g.add_argument("--progress", dest="progress", action="store_true", default=None,
                    help="always show progress (default: only for long work)")

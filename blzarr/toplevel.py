@@ -15,7 +15,7 @@ import numpy as np
 
 from blzarr import _chunk
 from blzarr.carray import carray
-from blzarr.errors import StorageError
+from blzarr.errors import BlzarrError, StorageError
 from blzarr.files import ROOTDIRS_FILE as ROOTDIRS, detect, detect_store
 from blzarr.bytestore import find_objects, is_url, local_path, open_bytestore
 from blzarr.ctable import ctable
@@ -490,6 +490,83 @@ def walk(dir, classname=None, mode="a", allow_pickle=False, storage_options=None
             dirs.append(node)
     for d in dirs:
         yield from walk(d, classname, mode, allow_pickle)
+
+
+def _salvaged_rows(col, a, b, lost, name=None):
+    """col[a:b], chunk by chunk when that fails: the chunks that cannot be read are filled with the
+    default value and noted in `lost` as (first row, end row, column name or None, reason)."""
+    try:
+        return col[a:b]
+    except (BlzarrError, OSError) as e:
+        if b - a <= col.chunklen:
+            lost.append((a, b, name, str(e).splitlines()[0]))
+            out = np.empty((b - a,) + col.shape[1:], dtype=col.dtype)
+            out[...] = col.dflt
+            return out
+    cl = col.chunklen
+    edges = [a] + list(range((a // cl + 1) * cl, b, cl)) + [b]
+    return np.concatenate([_salvaged_rows(col, s, e, lost, name) for s, e in zip(edges, edges[1:])])
+
+
+def salvage(src, dst, format=None, overwrite=False):
+    """Copy everything readable of the carray or ctable `src` into a new directory `dst` (in `format`,
+    the source's by default) and report what was lost.
+
+    The source is opened read-only and copied chunk by chunk: the rows of a chunk that cannot be read
+    (a missing, truncated or garbled superchunk or chunk file, a checksum error) are written with the
+    default value (``dflt``) and listed in the report; everything else is copied as it is.
+
+    Returns
+    -------
+    dict
+        ``{"rows": rows copied, "lost": [(first row, end row, column or None, reason), ...],
+        "lost_rows": rows lost (counted once per column)}``.
+
+    Examples
+    --------
+    >>> import numpy as np, blzarr, os, shutil
+    >>> a = blzarr.carray(np.arange(4000), rootdir="salvage_src", mode="w", chunklen=500, superchunklen=2)
+    >>> a.close()
+    >>> os.remove("salvage_src/data/__2__.bin")          # chunks 2 and 3: rows 1000-1999
+    >>> report = blzarr.salvage("salvage_src", "salvage_dst")
+    >>> report["lost_rows"], [(r[0], r[1]) for r in report["lost"]]
+    (1000, [(1000, 1500), (1500, 2000)])
+    >>> b = blzarr.open("salvage_dst", mode="r")
+    >>> b[999], b[2000], len(b)
+    (999, 2000, 4000)
+    >>> shutil.rmtree("salvage_src"); shutil.rmtree("salvage_dst")
+    """
+    src = os.fspath(src)
+    dst = os.fspath(dst)
+    if os.path.lexists(dst) and not overwrite:
+        raise StorageError(f"cannot salvage into '{dst}': it exists (pass overwrite=True to replace it)")
+    obj = open(src, mode="r", allow_pickle=True)
+    fmt = format or obj.format
+    lost = []
+    if isinstance(obj, ctable):
+        cols = [obj.cols[n] for n in obj.names]
+        out = ctable([np.empty((0,) + c.shape[1:], dtype=c.dtype) for c in cols], names=list(obj.names),
+                     rootdir=dst, mode="w", format=fmt, chunklen=cols[0].chunklen if cols else None)
+        cl = cols[0].chunklen if cols else 1
+        for a in range(0, len(obj), cl * 16):
+            b = min(a + cl * 16, len(obj))
+            out.append([_salvaged_rows(c, a, b, lost, n) for c, n in zip(cols, obj.names)])
+    else:
+        out = carray(np.empty((0,) + obj.shape[1:], dtype=obj.dtype), rootdir=dst, mode="w", format=fmt,
+                     chunklen=obj.chunklen, cparams=obj.cparams, expectedlen=len(obj),
+                     **({"dflt": obj.dflt[()]} if obj.dtype.kind != "O" else {}))
+        cl = obj.chunklen
+        for a in range(0, len(obj), cl * 16):
+            out.append(_salvaged_rows(obj, a, min(a + cl * 16, len(obj)), lost))
+    try:
+        for k, v in obj.attrs:
+            out.attrs[k] = v
+    except (BlzarrError, OSError) as e:
+        lost.append((0, 0, None, f"attributes: {str(e).splitlines()[0]}"))
+    out.flush()
+    rows = len(out)
+    out.close()
+    return {"rows": rows, "lost": lost, "lost_rows": sum(b - a for a, b, _, _ in lost)}
 
 
 def blosc_version():
