@@ -334,3 +334,83 @@ def test_write_order_and_fsync_of_metadata(tmp_path, monkeypatch, fmt):
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def _kill_after_cut_of(rootdir, new_len):
+    """In a forked child: resize a BLZ carray to new_len and die at the superchunk-file write that
+    follows the first header write of the cut (the header and the offsets table are two writes)."""
+    from blzarr import _superchunk as sc
+    pid = os.fork()
+    if pid == 0:
+        orig, seen = sc.pwrite_all, []
+
+        def pwrite_all(fd, data, pos, path):
+            if seen:
+                os._exit(7)
+            if pos == 0:
+                seen.append(pos)
+            return orig(fd, data, pos, path)
+        sc.pwrite_all = pwrite_all
+        try:
+            w = blzarr.open(rootdir, mode="a")
+            w.resize(new_len)
+            w.flush()
+        finally:
+            os._exit(0)
+    return os.waitpid(pid, 0)[1]
+
+
+def test_kill_between_the_two_writes_of_a_blz_cut(tmp_path):
+    # a resize that shrinks a superchunk file rewrites its header and clears its offsets table; a
+    # kill between the two left a state that made the next writer's open fail (seen in the random
+    # kill test above)
+    rootdir = str(tmp_path / "c")
+    a = np.arange(500, dtype=np.int64)
+    c = blzarr.carray(a[:50], rootdir=rootdir, mode="w", chunklen=10, format="blz")
+    c.flush()
+    c.close()
+    assert _kill_after_cut_of(rootdir, 25) >> 8 == 7
+    r = blzarr.open(rootdir, mode="r")
+    np.testing.assert_array_equal(r[:], a[:len(r)])
+    w = blzarr.open(rootdir, mode="a")
+    n = len(w)
+    assert n in (25, 50)
+    w.append(a[n:n + 30])
+    w.flush()
+    w.close()
+    np.testing.assert_array_equal(blzarr.open(rootdir, mode="r")[:], a[:n + 30])
+
+
+def test_blz_table_cleared_under_the_header_count_is_repaired(tmp_path):
+    # what an earlier cut order left after a kill: the offsets table cleared from chunk 2 on while the
+    # file's header still counts 5 chunks (and meta/sizes already says 20 rows)
+    from blzarr import _superchunk as sc
+    rootdir = str(tmp_path / "c")
+    a = np.arange(500, dtype=np.int64)
+    c = blzarr.carray(a[:50], rootdir=rootdir, mode="w", chunklen=10, format="blz")
+    c.flush()
+    c.close()
+    path = os.path.join(rootdir, "data", "__1__.bin")
+    with open(path, "rb") as fh:
+        head = sc.unpack_header(fh.read(32))
+    assert head["nchunks"] == 5
+    table = 32 + head["meta_size"]
+    fd = os.open(path, os.O_RDWR)
+    try:
+        os.pwrite(fd, sc.pack_offsets(np.full(3, -1, dtype=np.int64)), table + 8 * 2)
+    finally:
+        os.close(fd)
+    sizes = os.path.join(rootdir, "meta", "sizes")
+    with open(sizes) as fh:
+        text = fh.read()
+    with open(sizes, "w") as fh:
+        fh.write(text.replace('"shape": [50]', '"shape": [20]').replace('"nbytes": 400', '"nbytes": 160'))
+    w = blzarr.open(rootdir, mode="a")
+    assert len(w) == 20
+    np.testing.assert_array_equal(w[:], a[:20])
+    w.append(a[20:35])
+    w.flush()
+    w.close()
+    r = blzarr.open(rootdir, mode="r")
+    np.testing.assert_array_equal(r[:], a[:35])
+    r.verify()
