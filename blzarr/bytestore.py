@@ -14,8 +14,8 @@ A byte store holds named objects ("keys": relative paths with '/' such as ``meta
 ``exists(key)``        whether it exists
 =====================  =======================================================================
 
-`LocalStore` keeps today's discipline of local directories (`files.atomic_write`: temporary file,
-fsync, rename, fsync of the directory).  The local layouts keep their positioned reads and
+`LocalStore` keeps today's discipline of local directories, through `blzarr.fileio` like every local
+file operation (`files.atomic_write`: temporary file, fsync, rename, fsync of the directory).  The local layouts keep their positioned reads and
 in-place writes on open descriptors beneath this (they are what makes local reads fast); the byte
 store is what the object-storage code paths are written against, and `LocalStore` lets that code
 run, and be tested, on a local directory.
@@ -31,7 +31,6 @@ which object stores make atomic (a reader sees the old or the new object).  Tran
 import inspect
 import os
 import re
-import shutil
 import threading
 import time
 
@@ -140,7 +139,9 @@ class ByteStore:
 
 
 class LocalStore(ByteStore):
-    """A local directory: files written through `files.atomic_write` (temporary file, fsync, rename)."""
+    """A local directory, every operation through `blzarr.fileio` (the layer the crash simulator
+    records): replacement by `files.atomic_write` (temporary file, fsync, rename, fsync of the
+    directory, as `fileio.sync_enabled()` says)."""
 
     def __init__(self, root):
         super().__init__(os.fspath(root))
@@ -154,8 +155,7 @@ class LocalStore(ByteStore):
     def get(self, key):
         path = self._p(key)
         try:
-            with open(path, "rb") as f:
-                data = f.read()
+            data = fileio.read_file(path)
         except FileNotFoundError:
             raise MissingError(f"'{path}' does not exist") from None
         except OSError as e:
@@ -166,13 +166,15 @@ class LocalStore(ByteStore):
     def get_range(self, key, start, end):
         path = self._p(key)
         try:
-            with open(path, "rb") as f:
-                f.seek(start)
-                data = f.read(max(0, end - start))
+            fd = fileio.open(path, "r")
         except FileNotFoundError:
             raise MissingError(f"'{path}' does not exist") from None
         except OSError as e:
             raise StorageError(f"cannot read '{path}': {e}") from None
+        try:
+            data = bytes(fileio.pread(fd, max(0, end - start), start, path))
+        finally:
+            fileio.close(fd)
         self._count("get", len(data))
         return data
 
@@ -182,9 +184,9 @@ class LocalStore(ByteStore):
     def put_atomic(self, key, data):
         path = self._p(key)
         d = os.path.dirname(path)
-        if d and not os.path.isdir(d):
+        if d and not fileio.isdir(d):
             try:
-                os.makedirs(d, exist_ok=True)
+                fileio.makedirs(d, exist_ok=True)
             except OSError as e:
                 raise StorageError(f"cannot create '{d}': {e}") from None
         files.atomic_write(path, bytes(data), fsync=fileio.sync_enabled())
@@ -193,7 +195,7 @@ class LocalStore(ByteStore):
     def delete(self, key):
         path = self._p(key)
         try:
-            os.remove(path)
+            fileio.unlink(path)
         except FileNotFoundError:
             pass
         except OSError as e:
@@ -202,7 +204,7 @@ class LocalStore(ByteStore):
     def list(self, prefix=""):
         d = self._p(prefix)
         try:
-            names = os.listdir(d)
+            names = fileio.listdir(d)
         except FileNotFoundError:
             return {}
         except OSError as e:
@@ -212,20 +214,20 @@ class LocalStore(ByteStore):
         for n in names:
             p = os.path.join(d, n)
             try:
-                out[n] = os.path.getsize(p) if os.path.isfile(p) else None
+                out[n] = fileio.getsize(p) if fileio.isfile(p) else None
             except OSError:
                 continue
         return out
 
     def exists(self, key):
-        return os.path.exists(self._p(key))
+        return fileio.exists(self._p(key))
 
     def isdir(self, key=""):
-        return os.path.isdir(self._p(key))
+        return fileio.isdir(self._p(key))
 
     def size(self, key):
         try:
-            return os.path.getsize(self._p(key))
+            return fileio.getsize(self._p(key))
         except OSError as e:
             raise StorageError(f"cannot stat '{self._p(key)}': {e}") from None
 
@@ -237,7 +239,7 @@ class LocalStore(ByteStore):
         return f"{st.st_ino}-{st.st_size}-{st.st_mtime_ns}"
 
     def remove_all(self):
-        shutil.rmtree(self.root, ignore_errors=True)
+        fileio.rmtree(self.root, ignore_errors=True)
 
 
 def _transient(e):

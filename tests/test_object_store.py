@@ -415,3 +415,31 @@ def test_s3_without_credentials_is_denied_at_once(s3, monkeypatch):
     bare = {"client_kwargs": opts["client_kwargs"], "skip_instance_cache": True}
     with pytest.raises(StorageError, match=f"access to '{url}/x.*' denied"):
         blzarr.open(f"{url}/x", mode="r", storage_options=bare)
+
+
+def test_local_bytestore_goes_through_fileio(tmp_path):
+    """The local byte store does its file operations through blzarr.fileio (what the crash
+    simulator records), as the local layouts do."""
+    from blzarr import fileio
+    from blzarr.bytestore import open_bytestore
+    seen = []
+
+    class Recorder(fileio.OsIO):
+        def open(self, path, how="r", mode=0o666):
+            seen.append(("open", how))
+            return super().open(path, how, mode)
+
+        def replace(self, src, dst):
+            seen.append(("replace", os.path.basename(dst)))
+            return super().replace(src, dst)
+
+        def unlink(self, path):
+            seen.append(("unlink", os.path.basename(path)))
+            return super().unlink(path)
+
+    s = open_bytestore(str(tmp_path / "root"))
+    with fileio.use(Recorder()):
+        s.put_atomic("meta/sizes", b"{}")
+        assert s.get_range("meta/sizes", 0, 1) == b"{"
+        s.delete("meta/sizes")
+    assert ("replace", "sizes") in seen and ("open", "r") in seen and ("unlink", "sizes") in seen
