@@ -35,6 +35,7 @@ from blzarr.blz import SUPERCHUNK_EXT, BlzDir, _File, _Where, superchunk_name
 from blzarr.bytestore import join, open_bytestore
 from blzarr.errors import BlzarrError, ChunkError, ConcurrentWriterError, FormatError, MissingError, StorageError
 from blzarr.files import ATTRIBUTES_FILE, DATA_DIR, META_DIR, SIZES_FILE, ObjectPath, parse_json
+from blzarr.remote_blz_write import RemoteBlzWrites
 
 # bytes of the first GET of a superchunk file beyond its offsets table (covers its metadata section)
 META_GUESS = 4096
@@ -64,7 +65,7 @@ def head_of(data, where):
     return bytes(data[:hl]) if len(data) >= hl else None
 
 
-class RemoteBlzDir(BlzDir):
+class RemoteBlzDir(RemoteBlzWrites, BlzDir):
     """The files of one BLZ carray directory on a byte store (see the module docstring)."""
 
     remote = True
@@ -532,113 +533,6 @@ class RemoteBlzDir(BlzDir):
                 for n, off, end in parts:
                     self._prefetched[n] = mv[off - a:end - a]
         return sum(b - a for _, a, b, _ in runs)
-
-    # ------------------------------------------------------------------ writing: a local spool
-    def _spool(self, fno):
-        """A local copy of file `fno` to change (downloaded whole the first time)."""
-        if fno in self._spooled or fno > self.nfiles:
-            return
-        data = self.bytes.get(self._key(fno))
-        path = self._file_path(fno)
-        with open(path, "wb") as fh:
-            fh.write(data)
-        self._forget_file(fno)
-        self._spooled.add(fno)
-
-    def _new_file(self, fno):
-        self._file_path(fno)
-        self._spooled.add(fno)
-        super()._new_file(fno)
-        self._dirty.add(fno)
-        # the files before it are complete: upload them now (meta/sizes still counts what it did)
-        self.flush_files(below=fno)
-
-    def _after_write(self, f, fd):
-        super()._after_write(f, fd)
-        self._dirty.add(f.fno)
-
-    def _remove_file(self, fno):
-        self._close(fno)
-        if fno in self._spooled:
-            try:
-                os.remove(self._file_path(fno))
-            except FileNotFoundError:
-                pass
-            self._spooled.discard(fno)
-        self._dirty.discard(fno)
-        self._sizes.pop(fno, None)
-        self.bytes.delete(self._key(fno))
-
-    def _write_chunk(self, n, data):
-        self._check_writable()
-        with self._lock:
-            self._spool(n // self.K + 1)
-        return super()._write_chunk(n, data)
-
-    def _remove_chunks_from(self, n):
-        with self._lock:
-            if n >= self._nphys:
-                return
-            self._spool(max(1, -(-max(n, 0) // self.K)))
-        return super()._remove_chunks_from(n)
-
-    def _rewrite_meta(self, new_fixed, same_size):
-        with self._lock:
-            for fno in range(1, self.nfiles + 1):
-                self._spool(fno)
-        super()._rewrite_meta(new_fixed, same_size)
-        self.flush_files()
-
-    def compact(self):
-        self._check_writable()
-        with self._lock:
-            for fno in range(1, self.nfiles + 1):
-                self._spool(fno)
-            freed = super().compact()
-            self._dirty.update(range(1, self.nfiles + 1))
-        self.flush_files()
-        return freed
-
-    def _resync(self):
-        with self._lock:
-            for fno in list(self._files):
-                self._forget_file(fno)
-            self._heads.clear()
-            self._chunks.clear()
-            self._ctbytes.clear()
-            while self.nfiles > 1 and not (
-                    (self.nfiles in self._spooled and os.path.exists(self._file_path(self.nfiles)))
-                    or self.nfiles in self._sizes):
-                self.nfiles -= 1
-            try:
-                last = self._file(self.nfiles)
-            except BlzarrError:
-                return
-            self._nphys = (self.nfiles - 1) * self.K + last.nchunks
-
-    def flush_files(self, below=None, check=True):
-        """Upload the changed files (those numbered below `below` only, when given); complete files
-        leave the spool afterwards (later reads of them are ranged GETs)."""
-        with self._lock:
-            if check and any(below is None or fno < below for fno in self._dirty):
-                self._check_sole_writer()       # before any upload: never interleave with another writer
-            for fno in sorted(self._dirty):
-                if below is not None and fno >= below:
-                    continue
-                with open(self._file_path(fno), "rb") as fh:
-                    data = fh.read()
-                self.bytes.put(self._key(fno), data)
-                self._sizes[fno] = len(data)
-                self._dirty.discard(fno)
-            for fno in sorted(self._spooled):
-                if fno < self.nfiles and fno not in self._dirty:
-                    self._close(fno)
-                    self._forget_file(fno)
-                    self._spooled.discard(fno)
-                    try:
-                        os.remove(self._file_path(fno))
-                    except FileNotFoundError:
-                        pass
 
     # ------------------------------------------------------------------ dask workers
     def config(self):
