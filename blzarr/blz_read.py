@@ -70,6 +70,13 @@ class BlzReads:
             if not self._inuse.get(fno):
                 self._close(fno)
 
+    def _check_still_at(self, n, f, fd, off, where):
+        """A reader (mode 'r'), after reading chunk n's bytes from `off`: its offsets entry in the file
+        must still say `off`.  A writer in another process may have moved the chunk meanwhile and reused
+        its old bytes for another chunk, whose checksum is valid: only the entry tells."""
+        if self.mode == "r" and sc.read_offset(fd, f.table_pos, n - (f.fno - 1) * self.K, where) != off:
+            raise FormatError(f"{where}: the chunk moved while it was read (a writer rewrote it)")
+
     def _read_chunk(self, n, expected_nbytes=-1):
         with self._lock:
             f, fd, off = self._offset(n)
@@ -107,6 +114,7 @@ class BlzReads:
             sc.verify_checksum(self.checksum_id, mv[:ctbytes], mv[ctbytes:], where)
         del data[ctbytes:]                  # the checksum: in place, no copy of the chunk
         _chunk.validate(data, expected_nbytes, where)
+        self._check_still_at(n, f, fd, off, where)
         return data
 
     def decode_chunk_into(self, n, out, expected_nbytes=-1, nthreads=1, part=None):
@@ -120,15 +128,14 @@ class BlzReads:
         remembered as verified, so later reads of a few of its blocks read only those blocks.
         With `part` = (start, nbytes, out_offset), only those bytes are decoded (into `out` at
         out_offset), the whole chunk still read and verified."""
-        try:
-            return self._decode_chunk_into(n, out, expected_nbytes, nthreads, part)
-        except (FormatError, ChunkError):
-            if self.mode != "r":
-                raise
-            with self._lock:
-                self._forget_file(n // self.K + 1)
-                self._drop_chunk(n)
-            return self._decode_chunk_into(n, out, expected_nbytes, nthreads, part)
+        for attempt in range(READ_RETRIES):
+            try:
+                return self._decode_chunk_into(n, out, expected_nbytes, nthreads, part)
+            except (FormatError, ChunkError):
+                if self.mode != "r" or attempt == READ_RETRIES - 1:
+                    raise
+                self._reload(n // self.K + 1, n)
+                time.sleep(0.001 * attempt)
 
     @staticmethod
     def _decode(data, out, nthreads, part, where):
@@ -190,6 +197,7 @@ class BlzReads:
             sc.pread_into(fd, mv[:total], off, where)
             sc.verify_checksum(self.checksum_id, view, stored, where)
             _chunk.validate(view, expected_nbytes, where)
+        self._check_still_at(n, f, fd, off, where)
         return buf, ct
 
     def read_range(self, n, start, nbytes, out, out_offset=0):
@@ -235,7 +243,9 @@ class BlzReads:
             return 0
         retry = False
         try:
-            return sc.read_blocks_into(fd, off, head, start, nbytes, out, out_offset, where, self._scratch())
+            got = sc.read_blocks_into(fd, off, head, start, nbytes, out, out_offset, where, self._scratch())
+            self._check_still_at(n, f, fd, off, where)
+            return got
         except (FormatError, ChunkError):
             if self.mode != "r":
                 raise
