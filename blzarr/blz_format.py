@@ -143,12 +143,16 @@ class BlzFileFormat:
             f = self._load_file(fno)
             off = sc.read_offset(fd, f.table_pos, slot, f.path)
             f.offsets[slot] = off
+        self._check_offset(n, f, slot, off)
+        return f, fd, off
+
+    def _check_offset(self, n, f, slot, off):
+        """FormatError unless `off`, chunk n's entry in file `f`, names a chunk inside the chunk area."""
         if slot >= f.nchunks or off == -1:
             raise FormatError(f"{self._where(n)} has no offset (-1): the file holds {f.nchunks} chunks")
         if off < f.data_start or off + 16 > f.fstate[1]:
             raise FormatError(f"{self._where(n)}: offset {off} is outside the chunk area "
                               f"[{f.data_start}, {f.fstate[1]})")
-        return f, fd, off
 
     def _full_table(self, f):
         if not f.full_table:

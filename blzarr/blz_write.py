@@ -37,6 +37,10 @@ class BlzWrites:
             self._resync()
             raise
 
+    def _file_exists(self, fno):
+        """Whether superchunk file `fno` is there (a killed write may have left fewer files)."""
+        return os.path.exists(self._file_path(fno))
+
     def _resync(self):
         with self._lock:
             for fno in list(self._files):
@@ -44,7 +48,7 @@ class BlzWrites:
             self._heads.clear()
             self._chunks.clear()
             self._ctbytes.clear()
-            while self.nfiles > 1 and not os.path.exists(self._file_path(self.nfiles)):
+            while self.nfiles > 1 and not self._file_exists(self.nfiles):
                 self.nfiles -= 1
             try:
                 last = self._load_file(self.nfiles)

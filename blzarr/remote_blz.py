@@ -338,11 +338,7 @@ class RemoteBlzDir(RemoteBlzWrites, BlzDir):
                               f"{self._nphys} chunks")
         f = self._file(fno)
         off = int(f.offsets[slot])
-        if slot >= f.nchunks or off == -1:
-            raise FormatError(f"{self._where(n)} has no offset (-1): the file holds {f.nchunks} chunks")
-        if off < f.data_start or off + 16 > f.fstate[1]:
-            raise FormatError(f"{self._where(n)}: offset {off} is outside the chunk area "
-                              f"[{f.data_start}, {f.fstate[1]})")
+        self._check_offset(n, f, slot, off)
         return f, None, off
 
     def _full_table(self, f):

@@ -4,8 +4,6 @@ flushed; meta/sizes is written after the files it counts."""
 
 import os
 
-from blzarr.errors import BlzarrError
-
 
 class RemoteBlzWrites:
     """The write side of `remote_blz.RemoteBlzDir` (a part of that class, as the blz_* modules are
@@ -77,22 +75,8 @@ class RemoteBlzWrites:
         self.flush_files()
         return freed
 
-    def _resync(self):
-        with self._lock:
-            for fno in list(self._files):
-                self._forget_file(fno)
-            self._heads.clear()
-            self._chunks.clear()
-            self._ctbytes.clear()
-            while self.nfiles > 1 and not (
-                    (self.nfiles in self._spooled and os.path.exists(self._file_path(self.nfiles)))
-                    or self.nfiles in self._sizes):
-                self.nfiles -= 1
-            try:
-                last = self._file(self.nfiles)
-            except BlzarrError:
-                return
-            self._nphys = (self.nfiles - 1) * self.K + last.nchunks
+    def _file_exists(self, fno):
+        return (fno in self._spooled and os.path.exists(self._file_path(fno))) or fno in self._sizes
 
     def flush_files(self, below=None, check=True):
         """Upload the changed files (those numbered below `below` only, when given); complete files
