@@ -9,6 +9,10 @@ A byte store holds named objects ("keys": relative paths with '/' such as ``meta
 ``get_ranges(reqs)``   several ranges, fetched concurrently where the store can
 ``put(key, data)``     write an object whole
 ``put_atomic(k, d)``   replace it so readers see the old or the new bytes, never a mix
+``put(k, d, if_match=etag | if_none_match=True)``
+                       a conditional put, where the store can (``conditional``): it replaces the
+                       object only if its ETag is still ``etag`` (creates it only if absent), else
+                       `ConcurrentWriterError`; returns the new ETag (None if the store gives none)
 ``delete(key)``        remove it
 ``list(prefix)``       the objects directly under ``prefix/`` -> their sizes (None if unknown)
 ``exists(key)``        whether it exists
@@ -26,6 +30,11 @@ dependencies.  Object stores have no rename and no partial write: ``put_atomic``
 which object stores make atomic (a reader sees the old or the new object).  Transient failures
 (a dropped connection, a server error) are retried a few times; what still fails is a
 `StorageError` naming the URL.  Every store counts its requests and bytes in ``stats``.
+
+Conditional puts (``conditional`` is True): S3 through s3fs (PutObject ``If-Match`` /
+``If-None-Match: *``, which AWS S3 and moto's server honour).  A store that answers them with "not
+implemented" (some S3 compatibles) is used without them from then on (``conditional`` turns False);
+the writers then rely on their check of the ETag before they write (see remote_blz).
 """
 
 import inspect
@@ -46,6 +55,7 @@ __all__ = ["ByteStore", "LocalStore", "FsspecStore", "is_url", "open_bytestore",
 RETRIES = 3
 RETRY_WAIT = 0.05           # seconds before the first retry, doubled each time
 MAX_CONCURRENT = 16         # ranged GETs in flight for one get_ranges call
+CONDITIONAL_MAX = 5 << 30   # a conditional put is one PutObject: at most 5 GiB (S3's limit)
 
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+)://")
@@ -80,6 +90,7 @@ class ByteStore:
     """The interface (see the module docstring); `root` is the directory or URL of the store."""
 
     remote = False
+    conditional = False     # whether put() honours if_match / if_none_match
 
     def __init__(self, root):
         self.root = root
@@ -178,7 +189,8 @@ class LocalStore(ByteStore):
         self._count("get", len(data))
         return data
 
-    def put(self, key, data):
+    def put(self, key, data, if_match=None, if_none_match=False):
+        """(The conditions are not honoured here: local writers hold the directory's lock.)"""
         self.put_atomic(key, data)
 
     def put_atomic(self, key, data):
@@ -201,7 +213,7 @@ class LocalStore(ByteStore):
         except OSError as e:
             raise StorageError(f"cannot remove '{path}': {e}") from None
 
-    def list(self, prefix=""):
+    def list(self, prefix="", etags=None):
         d = self._p(prefix)
         try:
             names = fileio.listdir(d)
@@ -275,6 +287,9 @@ class FsspecStore(ByteStore):
         self.http = self.protocol in ("http", "https")
         # s3fs asks an object's size (one HEAD) before a whole GET unless told to read it in one go
         self._whole = {"max_concurrency": 1} if _takes(getattr(fs, "_cat_file", None), "max_concurrency") else {}
+        # conditional PutObject: s3fs passes IfMatch/IfNoneMatch through to botocore (the s3fs that
+        # knows mode='create' is new enough for a botocore that has them)
+        self.conditional = self.protocol in ("s3", "s3a") and _takes(getattr(fs, "_pipe_file", None), "mode")
 
     def config(self):
         return {"root": self.root, "storage_options": self.storage_options}
@@ -293,16 +308,26 @@ class FsspecStore(ByteStore):
     def _call(self, what, key, fn, *args, **kwargs):
         """fn(*args) with retries of transient failures; StorageError naming the URL otherwise."""
         wait = RETRY_WAIT
+        conditional = bool(kwargs.keys() & {"IfMatch", "IfNoneMatch"})
         for attempt in range(RETRIES):
             try:
                 return fn(*args, **kwargs)
-            except FileNotFoundError:
-                raise MissingError(f"'{self.where(key)}' does not exist") from None
-            except PermissionError as e:
-                raise StorageError(f"access to '{self.where(key)}' denied: {e}") from None
             except Exception as e:        # fsspec backends raise many kinds (aiohttp, botocore...)
                 if isinstance(e, StorageError):
                     raise
+                if conditional:
+                    # If-Match on an object another writer removed: refused as well (404)
+                    if _precondition_failed(e) or (isinstance(e, FileNotFoundError) and "IfMatch" in kwargs):
+                        raise ConcurrentWriterError(
+                            f"'{self.where(key)}' was changed by another writer (the store refused a "
+                            "conditional write): object storage has no lock, write a dataset from one "
+                            "writer at a time") from None
+                    if _not_implemented(e):
+                        raise _NoConditions() from None
+                if isinstance(e, FileNotFoundError):
+                    raise MissingError(f"'{self.where(key)}' does not exist") from None
+                if isinstance(e, PermissionError):
+                    raise StorageError(f"access to '{self.where(key)}' denied: {e}") from None
                 status = getattr(e, "status", None)       # aiohttp's answer of an HTTP server
                 if "Credentials" in type(e).__name__:      # botocore's NoCredentialsError and kin
                     raise StorageError(f"access to '{self.where(key)}' denied: {type(e).__name__}: {e}") from None
@@ -382,10 +407,28 @@ class FsspecStore(ByteStore):
                 res.append(self.get_range(*r))    # failed or short: alone, with retries and a clear error
         return res
 
-    def put(self, key, data, **kwargs):
+    def put(self, key, data, if_match=None, if_none_match=False):
+        """Write `key` whole; with `if_match` (an ETag) or `if_none_match`, only if the object is still
+        that version (still absent), else `ConcurrentWriterError`, where the store can
+        (``conditional``; elsewhere the conditions are left to the caller's checks).  Returns the
+        new ETag, or None when the store does not tell it."""
         self._primed.pop(key, None)
-        self._call("write", key, self.fs.pipe_file, self._p(key), bytes(data), **kwargs)
+        cond = {}
+        if self.conditional and len(data) < CONDITIONAL_MAX:
+            if if_match is not None:
+                cond["IfMatch"] = if_match
+            elif if_none_match:
+                cond["IfNoneMatch"] = "*"
+        if cond:   # one PutObject, not a multipart upload (which takes no If-Match in s3fs)
+            cond["chunksize"] = CONDITIONAL_MAX
+        try:
+            out = self._call("write", key, self.fs.pipe_file, self._p(key), bytes(data), **cond)
+        except _NoConditions:
+            self.conditional = False      # an S3 compatible without conditional writes: checks only
+            out = self._call("write", key, self.fs.pipe_file, self._p(key), bytes(data))
         self._count("put", len(data))
+        tag = out.get("ETag") if isinstance(out, dict) else None
+        return tag if isinstance(tag, str) else None
 
     put_atomic = put          # object stores replace an object atomically
 
@@ -395,7 +438,9 @@ class FsspecStore(ByteStore):
         except MissingError:
             pass
 
-    def list(self, prefix=""):
+    def list(self, prefix="", etags=None):
+        """{name: size} of the objects under `prefix`; `etags`, a dict, receives {name: ETag} of the
+        objects whose listing tells it."""
         self._count("list")
         try:
             entries = self._call("list", prefix, self.fs.ls, self._p(prefix), detail=True)
@@ -408,6 +453,9 @@ class FsspecStore(ByteStore):
                 out[name] = None
             else:
                 out[name] = e.get("size")
+                tag = e.get("ETag") or e.get("etag")
+                if etags is not None and isinstance(tag, str):
+                    etags[name] = tag
         if not self.http:
             self.fs.invalidate_cache(self._p(prefix))
         return out
@@ -450,6 +498,48 @@ class FsspecStore(ByteStore):
             pass
         except Exception as e:
             raise StorageError(f"cannot remove '{self.root}': {e}") from None
+
+
+class _NoConditions(Exception):
+    """The store answered a conditional put with 'not implemented'."""
+
+
+def _errors_of(e):
+    """`e` and the exceptions it was raised from (s3fs wraps botocore's ClientError)."""
+    seen = []
+    while e is not None and len(seen) < 8:
+        seen.append(e)
+        e = e.__cause__ or e.__context__
+    return seen
+
+
+def _s3_error(e):
+    """(error code, HTTP status) of a botocore ClientError, else (None, None)."""
+    resp = getattr(e, "response", None)
+    if not isinstance(resp, dict):
+        return None, None
+    code = (resp.get("Error") or {}).get("Code")
+    status = (resp.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+    return code, status
+
+
+def _precondition_failed(e):
+    """Whether the store refused a conditional write (412; 409 when conditional writes collide)."""
+    for x in _errors_of(e):
+        code, status = _s3_error(x)
+        if code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412):
+            return True
+        if getattr(x, "status", None) == 412:
+            return True
+    return False
+
+
+def _not_implemented(e):
+    for x in _errors_of(e):
+        code, status = _s3_error(x)
+        if code == "NotImplemented" or status == 501:
+            return True
+    return False
 
 
 def _takes_max_gap(fs):

@@ -27,12 +27,33 @@ class RemoteBcolzDir(BcolzDir):
         self._listing = None
         self._sizes_etag = False        # meta/sizes as this writer last saw it (False: not looked)
         self._checked = False           # no other writer seen since the last flush
+        self._etags = {}                # chunk object name -> its ETag as this writer last saw it
+        self._created = False           # made by this writer: no object existed before
 
     @classmethod
     def create(cls, rootdir, bytestore):
         self = cls(rootdir, bytestore)
         self._sizes_etag = None
+        self._created = True
         return self
+
+    def _conditions(self, seen):
+        """The conditions of a put over an object last seen with ETag `seen` (None: absent, False:
+        cannot tell): none for a writer that does not track what it saw (a dask partition writer)."""
+        if self._sizes_etag is False or seen is False or not self.bytes.conditional:
+            return {}
+        if isinstance(seen, str) and not seen.startswith("size:"):
+            return {"if_match": seen}
+        return {"if_none_match": seen is None}
+
+    def _seen(self, name):
+        if name in self._etags:
+            return self._etags[name]
+        if self._listing is None and not self._created and self._sizes_etag is not False:
+            self._list()
+        if name in self._etags:
+            return self._etags[name]
+        return False if self._listing is not None and name in self._listing else None
 
     def _after_open_for_write(self):
         if self._sizes_etag is False:
@@ -59,7 +80,10 @@ class RemoteBcolzDir(BcolzDir):
 
     def _list(self):
         if self._listing is None:
-            self._listing = self.bytes.list(DATA_DIR)
+            etags = {}
+            self._listing = self.bytes.list(DATA_DIR, etags=etags)
+            for name, tag in etags.items():
+                self._etags.setdefault(name, tag)
         return self._listing
 
     def chunk_file_size(self, n):
@@ -95,7 +119,10 @@ class RemoteBcolzDir(BcolzDir):
     def write_chunk(self, n, data):
         self._check_sole_writer()
         payload = BLP_HEADER + bytes(data)
-        self.bytes.put(self._key(n), payload)
+        name = f"__{n}{CHUNK_EXT}"
+        # conditional where the store can: refused when another writer replaced or created it
+        tag = self.bytes.put(self._key(n), payload, **self._conditions(self._seen(name)))
+        self._etags[name] = tag if tag is not None else False
         if self._listing is not None:
             self._listing[f"__{n}{CHUNK_EXT}"] = len(payload)
 
@@ -120,6 +147,7 @@ class RemoteBcolzDir(BcolzDir):
         for name in names:
             self.bytes.delete(f"{DATA_DIR}/{name}")
             self._listing.pop(name, None)
+            self._etags.pop(name, None)
 
     def meta_path(self, name):
         return join(self.metadir, name)
@@ -137,13 +165,16 @@ class RemoteBcolzDir(BcolzDir):
 
     def write_meta(self, name, obj):
         key = f"{META_DIR}/{name}"
-        if name == SIZES_FILE:
-            self._checked = False       # checked again at every flush, whatever the chunks saw
-            self._check_sole_writer()
-        self.bytes.put_atomic(key, json.dumps(obj, ensure_ascii=True).encode("ascii") + b"\n")
-        if name == SIZES_FILE:
-            self._sizes_etag = self.bytes.etag(key)
-            self._checked = False
+        raw = json.dumps(obj, ensure_ascii=True).encode("ascii") + b"\n"
+        if name != SIZES_FILE:
+            self.bytes.put_atomic(key, raw)
+            return
+        self._checked = False           # checked again at every flush, whatever the chunks saw
+        self._check_sole_writer()
+        # the commit point: conditional where the store can, so two writers never both commit
+        tag = self.bytes.put(key, raw, **self._conditions(self._sizes_etag))
+        self._sizes_etag = tag if tag is not None else self.bytes.etag(key)
+        self._checked = False
 
     @property
     def attrs_path(self):

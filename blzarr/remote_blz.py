@@ -16,9 +16,11 @@ copied whole into a local spool directory, changed there by the `BlzDir` code (a
 truncation), and uploaded whole when it is complete (the next file is started) or when meta/sizes
 is written (`flush`): the files first, meta/sizes last, so a reader never sees a chunk that is not
 there, and a writer that dies leaves the previously flushed state readable.  There is no lock on
-object storage: one writer at a time.  A writer remembers the ETag of meta/sizes as it last saw
-it and refuses to write meta/sizes when another writer changed it meanwhile
-(`bytestore.ConcurrentWriterError`).
+object storage: one writer at a time.  A writer remembers the ETag of meta/sizes (taken before it
+reads it) and of each superchunk file as it last saw them; before uploading it checks meta/sizes,
+and where the store has conditional puts (S3) every upload is one: a file only if still the version
+seen (or still absent), meta/sizes, the commit point, only if no other writer committed since.  A
+refusal is a `ConcurrentWriterError` naming the object.
 """
 
 import json
@@ -84,6 +86,7 @@ class RemoteBlzDir(RemoteBlzWrites, BlzDir):
         self._prefetched = {}           # chunk -> its slot's bytes, fetched ahead for the next reads
         self._recent = (None, None, None)   # (chunk, epoch, bytes): the last chunk read whole, even uncached
         self._sizes_etag = False        # meta/sizes as this writer last saw it (False: not yet looked)
+        self._etags = {}                # file number -> its object's ETag as this writer last saw it
         self._upload_on_close = False
         self._K_hint = None             # superchunklen as meta/storage says, before file 1 is read
 
@@ -126,10 +129,22 @@ class RemoteBlzDir(RemoteBlzWrites, BlzDir):
         if name == SIZES_FILE:
             self._check_sole_writer()
             self.flush_files(check=False)       # the chunks first, the sizes that count them last
-            self.bytes.put_atomic(key, raw)
-            self._sizes_etag = self.bytes.etag(key)
+            # the commit point: a conditional put where the store can (refused if another writer
+            # committed since this one last saw meta/sizes), so that two writers never both commit
+            tag = self.bytes.put(key, raw, **self._conditions(self._sizes_etag))
+            self._sizes_etag = tag if tag is not None else self.bytes.etag(key)
         else:
             self.bytes.put_atomic(key, raw)
+
+    def _conditions(self, seen):
+        """The conditions of a put over an object this writer last saw with ETag `seen` (None: it
+        saw none, False: it cannot tell): none for a writer that does not track what it saw (a dask
+        partition writer)."""
+        if self._upload_on_close or self._sizes_etag is False or seen is False or not self.bytes.conditional:
+            return {}
+        if isinstance(seen, str) and not seen.startswith("size:"):
+            return {"if_match": seen}
+        return {"if_none_match": seen is None}
 
     def _check_sole_writer(self):
         if self._sizes_etag is False or self._upload_on_close:
@@ -157,9 +172,14 @@ class RemoteBlzDir(RemoteBlzWrites, BlzDir):
     def _list_files(self):
         # the listing, and meta/sizes and meta/attributes that the carray reads next: concurrently
         metas = [f"{META_DIR}/{SIZES_FILE}", f"{META_DIR}/{ATTRIBUTES_FILE}"]
+        if self.mode != "r" and self._sizes_etag is False:
+            # a writer: the version of meta/sizes before its bytes are read (a commit in between
+            # then fails this writer's conditional put instead of going unnoticed)
+            self._sizes_etag = self.bytes.etag(metas[0])
+        etags = {}
         with ThreadPoolExecutor(1) as ex:
             got = ex.submit(self.bytes.get_many, metas)
-            listing = self.bytes.list(DATA_DIR)
+            listing = self.bytes.list(DATA_DIR, etags=etags)
             for key, data in got.result().items():
                 if data is not None:
                     self.bytes.prime(key, data, 1)
@@ -171,6 +191,8 @@ class RemoteBlzDir(RemoteBlzWrites, BlzDir):
                     nums.append(int(digits))
                     if size is not None:
                         self._sizes[int(digits)] = int(size)
+                    if name in etags:
+                        self._etags[int(digits)] = etags[name]
         nums.sort()
         if not nums and getattr(self.bytes, "http", False):
             return self._files_from_sizes()

@@ -43,6 +43,7 @@ class RemoteBlzWrites:
             self._spooled.discard(fno)
         self._dirty.discard(fno)
         self._sizes.pop(fno, None)
+        self._etags.pop(fno, None)
         self.bytes.delete(self._key(fno))
 
     def _write_chunk(self, n, data):
@@ -89,7 +90,11 @@ class RemoteBlzWrites:
                     continue
                 with open(self._file_path(fno), "rb") as fh:
                     data = fh.read()
-                self.bytes.put(self._key(fno), data)
+                # conditional where the store can: refused when another writer replaced (or created)
+                # the file since this writer saw it
+                seen = self._etags.get(fno, False if fno in self._sizes else None)
+                tag = self.bytes.put(self._key(fno), data, **self._conditions(seen))
+                self._etags[fno] = tag if tag is not None else False
                 self._sizes[fno] = len(data)
                 self._dirty.discard(fno)
             for fno in sorted(self._spooled):

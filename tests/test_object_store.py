@@ -443,3 +443,165 @@ def test_local_bytestore_goes_through_fileio(tmp_path):
         assert s.get_range("meta/sizes", 0, 1) == b"{"
         s.delete("meta/sizes")
     assert ("replace", "sizes") in seen and ("open", "r") in seen and ("unlink", "sizes") in seen
+
+
+# ---------------------------------------------------------------------- conditional puts (S3)
+def _dir(c):
+    return c._chunks.store
+
+
+def test_s3_conditional_put_refuses_a_stale_or_existing_object(s3):
+    from blzarr.bytestore import open_bytestore
+    url, opts = s3
+    s = open_bytestore(f"{url}/c", opts)
+    assert s.conditional
+    t0 = s.put("meta/sizes", b"0", if_none_match=True)
+    assert t0 and t0 == s.etag("meta/sizes")
+    with pytest.raises(ConcurrentWriterError, match=f"'{url}/c/meta/sizes' was changed by another writer"):
+        s.put("meta/sizes", b"1", if_none_match=True)
+    t1 = s.put("meta/sizes", b"1", if_match=t0)
+    with pytest.raises(ConcurrentWriterError, match=f"{url}/c/meta/sizes"):
+        s.put("meta/sizes", b"2", if_match=t0)          # stale: another writer put t1 meanwhile
+    s.delete("meta/sizes")
+    with pytest.raises(ConcurrentWriterError, match=f"{url}/c/meta/sizes"):
+        s.put("meta/sizes", b"3", if_match=t1)          # gone: removed by another writer
+    assert not s.exists("meta/sizes")
+    assert s.put("x", b"no conditions") == s.etag("x")
+
+
+def test_s3_store_without_conditional_writes_falls_back(s3, monkeypatch):
+    """An S3 compatible that answers conditional puts with NotImplemented: plain puts from then on."""
+    from botocore.exceptions import ClientError
+    from blzarr.bytestore import open_bytestore
+    url, opts = s3
+    s = open_bytestore(f"{url}/c", opts)
+    real = s.fs.pipe_file
+    seen = []
+
+    def pipe_file(path, data, **kw):
+        seen.append(sorted(kw))
+        if "IfMatch" in kw or "IfNoneMatch" in kw:
+            raise OSError("not implemented") from ClientError(
+                {"Error": {"Code": "NotImplemented", "Message": "A header you provided implies "
+                           "functionality that is not implemented"},
+                 "ResponseMetadata": {"HTTPStatusCode": 501}}, "PutObject")
+        return real(path, data, **kw)
+    monkeypatch.setattr(s.fs, "pipe_file", pipe_file)
+    s.put("meta/sizes", b"0", if_none_match=True)
+    assert s.get("meta/sizes") == b"0" and not s.conditional
+    s.put("meta/sizes", b"1", if_match='"stale"')        # no longer conditional: the caller's checks only
+    assert s.get("meta/sizes") == b"1"
+    assert seen == [["IfNoneMatch", "chunksize"], [], []]
+
+
+def _race(monkeypatch, loser, winner):
+    """Make `loser`'s next flush pass its check of meta/sizes, then let `winner` flush in the gap
+    before the loser's uploads (the race the check alone cannot see)."""
+    d = _dir(loser)
+    real = d._check_sole_writer
+
+    def check():
+        real()
+        monkeypatch.setattr(d, "_check_sole_writer", real)
+        winner.flush()
+    monkeypatch.setattr(d, "_check_sole_writer", check)
+
+
+@pytest.mark.parametrize("fmt", ["blz", "bcolz"])
+def test_s3_racing_writers_the_second_is_refused_nothing_interleaved(s3, monkeypatch, fmt):
+    url, opts = s3
+    a = data(1000)
+    blzarr.carray(a, rootdir=f"{url}/x", mode="w", chunklen=100, format=fmt, storage_options=opts)
+    w1 = blzarr.open(f"{url}/x", mode="a", storage_options=opts)
+    w2 = blzarr.open(f"{url}/x", mode="a", storage_options=opts)
+    w1.append(np.ones(50))
+    w2.append(np.full(50, 2.0))
+    _race(monkeypatch, w2, w1)          # w2 checked meta/sizes, then w1 committed before w2 uploads
+    with pytest.raises(ConcurrentWriterError, match=f"'{url}/x/(data|meta)/.*' was changed by another writer"):
+        w2.flush()
+    r = blzarr.open(f"{url}/x", mode="r", storage_options=opts)
+    np.testing.assert_array_equal(r[:], np.concatenate([a, np.ones(50)]))      # w1's state, all of it
+    # the refused writer stays refused (it never saw w1's commit); a new writer goes on
+    with pytest.raises(ConcurrentWriterError):
+        w2.flush()
+    w3 = blzarr.open(f"{url}/x", mode="a", storage_options=opts)
+    w3.append(np.full(5, 3.0))
+    w3.flush()
+    np.testing.assert_array_equal(blzarr.open(f"{url}/x", mode="r", storage_options=opts)[1045:],
+                                  [1.0] * 5 + [3.0] * 5)
+
+
+def test_s3_bcolz_chunk_objects_of_two_writers_never_mix(s3):
+    """The bcolz layout uploads a chunk object as soon as it fills: the second writer's upload of
+    the same chunk is refused before anything of it lands (the check of meta/sizes saw no commit)."""
+    url, opts = s3
+    a = data(1000)
+    blzarr.carray(a, rootdir=f"{url}/x", mode="w", chunklen=100, format="bcolz", storage_options=opts)
+    w1 = blzarr.open(f"{url}/x", mode="a", storage_options=opts)
+    w2 = blzarr.open(f"{url}/x", mode="a", storage_options=opts)
+    w1.append(np.ones(250))
+    with pytest.raises(ConcurrentWriterError, match=rf"'{url}/x/data/__10\.blp' was changed by another writer"):
+        w2.append(np.full(250, 2.0))
+    w1.flush()
+    np.testing.assert_array_equal(blzarr.open(f"{url}/x", mode="r", storage_options=opts)[:],
+                                  np.concatenate([a, np.ones(250)]))
+
+
+def test_s3_blz_race_at_the_commit_point(s3, monkeypatch):
+    """The loser uploaded its files first: the winner's upload of the same file is refused, so the
+    first to upload a shared file wins and the other commits nothing."""
+    url, opts = s3
+    a = data(1000)
+    blzarr.carray(a, rootdir=f"{url}/x", mode="w", chunklen=100, storage_options=opts)
+    w1 = blzarr.open(f"{url}/x", mode="a", storage_options=opts)
+    w2 = blzarr.open(f"{url}/x", mode="a", storage_options=opts)
+    w1.append(np.ones(30))
+    w2.append(np.full(30, 2.0))
+    d2 = _dir(w2)
+    real = d2.flush_files
+    raised = []
+
+    def flush_files(*args, **kw):
+        real(*args, **kw)                # w2's files are up; w1 flushes before w2's meta/sizes
+        if kw.get("check") is False and not raised:
+            with pytest.raises(ConcurrentWriterError, match=r"data/__1__\.bin' was changed by another writer"):
+                w1.flush()
+            raised.append(1)
+    monkeypatch.setattr(d2, "flush_files", flush_files)
+    w2.flush()
+    assert raised
+    np.testing.assert_array_equal(blzarr.open(f"{url}/x", mode="r", storage_options=opts)[:],
+                                  np.concatenate([a, np.full(30, 2.0)]))
+
+
+@pytest.mark.parametrize("conditional", [True, False])
+def test_s3_writer_checks_meta_sizes_before_reading_it(s3, monkeypatch, conditional):
+    """A writer takes the version of meta/sizes before it reads it: a commit between the two makes
+    its own commit fail rather than overwrite what it never saw (also where the store has no
+    conditional puts and only the writer's check of the ETag can tell)."""
+    url, opts = s3
+    blzarr.carray(data(1000), rootdir=f"{url}/x", mode="w", chunklen=100, storage_options=opts)
+    from blzarr.bytestore import FsspecStore
+    real = FsspecStore.get_many
+    if not conditional:
+        init = FsspecStore.__init__
+
+        def plain(self, *args, **kw):
+            init(self, *args, **kw)
+            self.conditional = False
+        monkeypatch.setattr(FsspecStore, "__init__", plain)
+    w1 = blzarr.open(f"{url}/x", mode="a", storage_options=opts)
+
+    def get_many(self, keys):
+        if not getattr(get_many, "done", False):
+            get_many.done = True
+            w1.append(np.ones(100))
+            w1.flush()                         # committed after w2 took meta/sizes's version
+        return real(self, keys)
+    monkeypatch.setattr(FsspecStore, "get_many", get_many)
+    w2 = blzarr.open(f"{url}/x", mode="a", storage_options=opts)
+    assert getattr(get_many, "done", False)
+    assert len(w2) == 1100                     # it read the new sizes...
+    w2.append(np.zeros(10))
+    with pytest.raises(ConcurrentWriterError):
+        w2.flush()                             # ...but commits only over the version it took first
