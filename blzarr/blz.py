@@ -91,9 +91,9 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         self._local = threading.local()
         self.stats = {"appended": 0, "inplace": 0, "relocated": 0}
         self._unsynced = set()              # superchunk files appended to since the last sync()
-        self._damaged = {}                  # file number -> why its chunks cannot be read
         self._dir_unsynced = False          # superchunk files removed since the last sync()
         self._damaged = {}                  # file number -> why its chunks cannot be read
+        self._no_writes = {}                # file number -> why nothing may be written to it
         self._counted = 0                   # chunks meta/sizes counts (a repair never drops them)
 
     # ------------------------------------------------------------------ creation / opening
@@ -180,11 +180,20 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         if chunklen is not None and fixed["chunkshape"][:1] != [chunklen]:
             raise FormatError(f"{where}: chunklen {chunklen} disagrees with the chunk shape "
                               f"{fixed['chunkshape']} in '{f1.path}'")
-        last = self._load_file(self.nfiles)
-        self._nphys = (self.nfiles - 1) * K + last.nchunks
+        self._counted = self._sizes_chunks(storage)
+        last = None
+        if self.nfiles not in self._damaged:
+            try:
+                last = self._load_file(self.nfiles)
+            except (FormatError, StorageError) as e:
+                self._damaged[self.nfiles] = str(e)
+        if last is not None:
+            self._nphys = (self.nfiles - 1) * K + last.nchunks
+        else:
+            # the last file cannot be read: it holds what meta/sizes counts there (those chunks raise)
+            self._nphys = min(max(self._counted, (self.nfiles - 1) * K), self.nfiles * K)
         self._check_full_files()
         if mode != "r":
-            self._counted = self._sizes_chunks(storage)
             self._repair()
         return self
 
@@ -208,14 +217,12 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
             try:
                 return self._load_file(fno)
             except (FormatError, StorageError) as e:
-                if fno == self.nfiles:
-                    raise
                 err = err or e
                 self._damaged[fno] = str(e)
-        raise err
+        raise err           # no file can tell what the dataset is
 
     def missing_tail(self, nchunks):
-        """meta/sizes counts `nchunks` full chunks but the last superchunk files are gone: count them
+        """meta/sizes counts `nchunks` chunks but the last superchunk files are gone: count them
         as missing (their chunks raise when read, the others stay readable)."""
         with self._lock:
             want = -(-nchunks // self.K)
@@ -231,6 +238,18 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
     def damaged_files(self):
         """{file number: why its chunks cannot be read} of the missing or unreadable superchunk files."""
         return dict(self._damaged)
+
+    def _check_write_to(self, n, fno):
+        """Refuse to write chunk `n` (to file `fno`) where damage is: to a missing or unreadable file,
+        to a file whose counted chunks run past its end, and to a new file after a damaged last one
+        (appending there would leave a hole of unreadable rows in the middle of the array)."""
+        for k in (fno,) if fno <= self.nfiles else (self.nfiles, fno):
+            why = self._damaged.get(k) or self._no_writes.get(k)
+            if why:
+                raise FormatError(
+                    f"cannot write chunk {n} of '{self.rootdir}': {why}; nothing was written.  Copy what "
+                    f"is readable to a new directory with blzarr.salvage(src, dst) (or `blzarr convert "
+                    f"--salvage SRC DST`) and write there")
 
     def _list_files(self):
         """The numbers of the superchunk files in data/, sorted (each a regular file inside the root)."""

@@ -127,7 +127,7 @@ class BlzFileFormat:
         fno, slot = divmod(n, self.K)
         fno += 1
         if not 0 <= n < self._nphys:
-            raise FormatError(f"'{self.rootdir}': chunk {n} is needed but the superchunk files hold "
+            raise FormatError(f"'{self.rootdir}': {self._where(n)} is needed but the superchunk files hold "
                               f"{self._nphys} chunks")
         if fno in self._damaged:
             raise FormatError(f"{self._where(n)} cannot be read: {self._damaged[fno]}")

@@ -36,20 +36,26 @@ class BlzMaintenance:
                     continue            # nothing is written to a damaged file
                 try:
                     self._repair_file(fno)
-                except (FormatError, ChunkError, StorageError):
-                    if fno == self.nfiles:
-                        raise           # the file appends go to must be sound
-                    # a damaged full file is left as it is: reads report its damaged chunks
-            self._nphys = (self.nfiles - 1) * self.K + self._file(self.nfiles).nchunks
+                except (FormatError, ChunkError, StorageError) as e:
+                    # a damaged file is left as it is: reads report its damaged chunks, writes to it
+                    # are refused
+                    self._no_writes[fno] = str(e)
+            if self.nfiles not in self._damaged and self.nfiles not in self._no_writes:
+                self._nphys = (self.nfiles - 1) * self.K + self._file(self.nfiles).nchunks
 
     def _repair_file(self, fno):
         """Repair superchunk file `fno` (see `_repair`)."""
         f = self._file(fno)
         fd = None
         # only the last file is appended to (a full file is synced before the next exists)
-        valid = self._valid_prefix(f) if fno == self.nfiles else f.nchunks
+        whole = self._valid_prefix(f) if fno == self.nfiles else f.nchunks
         # never below what meta/sizes counts: those chunks are damage, reported when read
-        valid = max(valid, min(f.nchunks, self._counted - (fno - 1) * self.K))
+        valid = max(whole, min(f.nchunks, self._counted - (fno - 1) * self.K))
+        if whole < valid:
+            a, b = (fno - 1) * self.K + whole, (fno - 1) * self.K + valid - 1
+            self._no_writes[fno] = (f"superchunk file '{f.path}' is damaged: chunk{'s' if b > a else ''} "
+                                    f"{a}{'-%d' % b if b > a else ''}{_rows(self, a, b)}, which meta/sizes "
+                                    f"counts, run{'' if b > a else 's'} past its end")
         if valid < f.nchunks:
             fd = self._fd(fno)
             f.nchunks = valid

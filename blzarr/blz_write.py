@@ -70,6 +70,7 @@ class BlzWrites:
                 raise StorageError(f"cannot write chunk {n} of '{self.rootdir}': it holds {self._nphys} chunks")
             fno, slot = divmod(n, self.K)
             fno += 1
+            self._check_write_to(n, fno)
             if fno > self.nfiles:
                 if fno - 1 in self._unsynced:
                     # the full file is durable before the next one exists: a file that is not the

@@ -14,7 +14,7 @@ from blzarr import stats as _stats
 from blzarr.arrayprint import array2string
 from blzarr.attrs import attrs as _attrs
 from blzarr.chunk import blosc_typesize
-from blzarr.errors import FormatError, MissingError, StorageError, storage_error, storage_op
+from blzarr.errors import BlzarrError, FormatError, MissingError, StorageError, storage_error, storage_op
 from blzarr.params import cparams as _cparams, defaults
 from blzarr.chunkstore import MemoryChunks
 from blzarr.stores import create_store, open_chunks, open_dir
@@ -40,6 +40,33 @@ def calc_chunklen(expectedlen, atomsize):
     chunksize = 4 * 1024 * int(2 ** (math.log10(10 ** zone) + 6))
     chunksize = chunksize // atomsize * atomsize
     return max(chunksize // atomsize, 1)
+
+
+class _DamagedLast(np.ndarray):
+    """The leftover buffer of a carray whose stored short last chunk cannot be read: indexing it (every
+    read of those rows, every write that would change them) raises the read's error again."""
+
+    def __new__(cls, buf, error):
+        self = np.asarray(buf).view(cls)
+        self._error = error
+        return self
+
+    def __array_finalize__(self, obj):
+        self._error = getattr(obj, "_error", None)
+
+    def _fail(self):
+        e = self._error
+        try:
+            err = type(e)(*e.args)
+        except Exception:
+            err = FormatError(str(e))
+        raise err
+
+    def __getitem__(self, key):
+        self._fail()
+
+    def __setitem__(self, key, value):
+        self._fail()
 
 
 def _create_or_open(self, args, kwargs):
@@ -346,15 +373,21 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
         writes) the chunk can be ahead of meta/sizes.  The first `nleft` atoms are the ones counted.
         """
         isz = self._atom.itemsize
-        c = self._chunks.load(nchunks, -1)
-        if c.nbytes == nleft * isz:
-            c.decompress(self._last[:nleft])
-            return
-        if c.nbytes % isz or not nleft * isz < c.nbytes <= self._chunklen * isz:
-            where = getattr(c, "_where", None) or f"chunk {nchunks}"
-            raise FormatError(f"the last chunk ({where}) holds {c.nbytes} bytes, but meta/sizes "
-                              f"'{self._chunks.meta_path('sizes')}' counts {nleft} atoms of {isz} bytes there")
-        self._last[:nleft] = c.decompress()[:nleft]
+        try:
+            c = self._chunks.load(nchunks, -1)
+            if c.nbytes == nleft * isz:
+                c.decompress(self._last[:nleft])
+                return
+            if c.nbytes % isz or not nleft * isz < c.nbytes <= self._chunklen * isz:
+                where = getattr(c, "_where", None) or f"chunk {nchunks}"
+                raise FormatError(f"the last chunk ({where}) holds {c.nbytes} bytes, but meta/sizes "
+                                  f"'{self._chunks.meta_path('sizes')}' counts {nleft} atoms of {isz} "
+                                  "bytes there")
+            self._last[:nleft] = c.decompress()[:nleft]
+        except (BlzarrError, OSError) as e:
+            # damage stays where it is: the array opens, its other rows read, and every read (or
+            # write) of these rows raises this error, which names the file, the chunk and its rows
+            self._last = _DamagedLast(self._last, e)
 
     def _truncate_view(self, n):
         """Show only the first `n` atoms without touching the files (a ctable opened after a crash

@@ -11,7 +11,7 @@ from blzarr import indexing as ix
 from blzarr import stats as _stats
 from blzarr.carray_read import CarrayBase, operator_index
 from blzarr.chunk import chunk, compress_array
-from blzarr.errors import ReadOnlyError, storage_op
+from blzarr.errors import FormatError, ReadOnlyError, storage_op
 from blzarr.parallel import run_ordered
 
 
@@ -60,6 +60,11 @@ class CarrayWrites(CarrayBase):
                 raise ReadOnlyError(f"cannot modify data: {why}")
             raise ReadOnlyError("cannot modify data: the carray was opened with mode 'r'"
                                 + (f" ('{self._rootdir}')" if self._rootdir else ""))
+        err = getattr(self._last, "_error", None)
+        if err is not None:
+            raise FormatError(f"cannot modify '{self._rootdir}': its short last chunk cannot be read ({err}); "
+                              f"nothing was written.  Copy what is readable to a new directory with "
+                              f"blzarr.salvage(src, dst) (or `blzarr convert --salvage SRC DST`) and write there")
 
     def _append_full_chunks(self, arr, pos):
         """Append the full chunks of arr[pos:], in order; returns the position after the last one.

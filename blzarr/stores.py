@@ -70,6 +70,8 @@ def open_chunks(directory, rootdir, mode, atom, chunklen, nchunks, nstored, obje
         # the files were read before meta/sizes, and a writer beside us has added chunks since
         # (it writes them before the sizes): read their state again, now newer than meta/sizes
         directory = open_dir(rootdir, mode, getattr(directory, "bytes", None))
+    if directory.format == "blz" and directory.nchunks < nstored:
+        directory.missing_tail(nstored)     # the last superchunk files are gone: their chunks raise
     chunks = LAYOUTS[directory.format][1](directory, atom, chunklen, nchunks, mode, objects)
     if mode == "a":
         chunks.remove_stray(nstored)   # what a writer killed mid-append or mid-trim left

@@ -945,5 +945,11 @@ def test_missing_short_last_chunk_is_a_format_error(tmp_path):
     sz = json.load(open(os.path.join(p, "meta", "sizes")))
     sz["shape"] = [105]                 # claims a short chunk the files do not hold
     json.dump(sz, open(os.path.join(p, "meta", "sizes"), "w"))
-    with pytest.raises(FormatError, match="superchunk files hold 10 chunks"):
-        blzarr.open(p)
+    # damage stays where it is: the array opens, its 100 rows read, the 5 missing ones raise
+    a = blzarr.open(p, mode="r")
+    assert len(a) == 105 and a[:100].tolist() == list(range(100))
+    for key in (100, slice(95, 105), -1):
+        with pytest.raises(FormatError, match=r"chunk 10 \(slot 10, rows 100-109\).*superchunk files hold 10 chunks"):
+            a[key]
+    with pytest.raises(FormatError, match="holds 10 chunks, 11 expected"):
+        a.verify()
