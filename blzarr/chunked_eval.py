@@ -6,12 +6,15 @@ results are appended to the output (or, for a top-level ``sum``/``prod``, combin
 
 import ast
 import builtins
+import functools
 import sys
+import threading
 
 import numpy as np
 
 from blzarr import fused
 from blzarr import integrations
+from blzarr import parallel
 from blzarr import planner
 from blzarr.optional import have, need
 from blzarr.params import defaults, get_nthreads
@@ -69,6 +72,14 @@ def _reduction_plan(expression):
 
 
 def _operand_names(expression):
+    """(code, names): `expression` compiled, and the variables it names in order (cached: every
+    query asks again)."""
+    if type(expression) is str:
+        return _operand_names_cached(expression)
+    return _operand_names_of(expression)
+
+
+def _operand_names_of(expression):
     try:
         code = compile(expression, "<expression>", "eval")
     except SyntaxError as e:
@@ -79,6 +90,9 @@ def _operand_names(expression):
         if isinstance(node, ast.Name) and node.id not in names:
             names.append(node.id)
     return code, tuple(names)
+
+
+_operand_names_cached = functools.lru_cache(maxsize=256)(_operand_names_of)
 
 
 def _lookup(names, user_dict, depth):
@@ -248,6 +262,48 @@ def evaluate_into(expression, operands, vm, blen, n):
     return out
 
 
+def _compact(expression, kernel, outputs, arrays, defer=False):
+    """fn(s, e, local): the mask of `expression` over the decoded block `local` of rows [s, e) and
+    (positions in the block, [each of `outputs` at those rows]), or None when no row matches.
+    With `defer`, when the rows are one run (a range of a sorted column) the ``"read"`` outputs are
+    left None: the caller reads rows ``s + positions[0]`` to ``s + positions[-1] + 1`` itself."""
+    def block(s, e, local):
+        mask = np.asarray(kernel(local))
+        if mask.dtype != bool:
+            raise ValueError(f"the expression {expression!r} does not give booleans (it gives {mask.dtype})")
+        if mask.ndim != 1:
+            raise ValueError(f"the expression {expression!r} gives shape {mask.shape}, not one boolean per row")
+        if len(mask) != e - s:
+            raise ValueError(f"the expression {expression!r} gives {len(mask)} values for {e - s} rows")
+        idx = np.flatnonzero(mask)
+        if idx.size == 0:
+            return None
+        a, b = int(idx[0]), int(idx[-1]) + 1
+        run = idx.size == b - a         # one run of rows (a range of a sorted column): slices, no gather
+        dense = idx.size * 4 >= b - a
+        out = []
+        for kind, x in outputs:
+            if kind == "positions":
+                out.append(np.arange(s + a, s + b, dtype=np.int_) if run else (idx + s).astype(np.int_))
+            elif kind == "operand":
+                out.append(local[x][a:b].copy() if run else local[x][idx])
+            elif run:
+                out.append(None if defer else x[s + a:s + b])
+            elif dense:
+                out.append(x[s + a:s + b][idx - a])
+            else:
+                out.append(x[idx + s])
+        return idx, out
+    return block
+
+
+def _split_operands(expression, operands):
+    code, _ = _operand_names(expression)
+    arrays = {k: v for k, v in operands.items() if _is_array(v)}
+    scalars = {k: v for k, v in operands.items() if k not in arrays}
+    return code, arrays, scalars
+
+
 def select_blocks(expression, operands, vm, blen, outputs):
     """Yield (start, positions, arrays) for the blocks where the boolean `expression` holds rows:
     the positions (from the block's start) of its true rows and, for each of `outputs`, those rows:
@@ -258,9 +314,7 @@ def select_blocks(expression, operands, vm, blen, outputs):
 
     Mask and compaction run together on every thread (`blzarr.fused`), a window of blocks at a time.
     """
-    code, _ = _operand_names(expression)
-    arrays = {k: v for k, v in operands.items() if _is_array(v)}
-    scalars = {k: v for k, v in operands.items() if k not in arrays}
+    code, arrays, scalars = _split_operands(expression, operands)
     n = common_length(arrays)
     if n == 0:
         return
@@ -283,36 +337,105 @@ def select_blocks(expression, operands, vm, blen, outputs):
             else:
                 out.append((arrays[x] if kind == "operand" else x)[s:e])
         return s, np.arange(e - s), out
+    compact = _compact(expression, kernel, outputs, arrays)
 
     def block(s, e, local):
         if local is None:
             return whole(s, e)
-        mask = np.asarray(kernel(local))
-        if mask.dtype != bool:
-            raise ValueError(f"the expression {expression!r} does not give booleans (it gives {mask.dtype})")
-        if mask.ndim != 1:
-            raise ValueError(f"the expression {expression!r} gives shape {mask.shape}, not one boolean per row")
-        if len(mask) != e - s:
-            raise ValueError(f"the expression {expression!r} gives {len(mask)} values for {e - s} rows")
-        idx = np.flatnonzero(mask)
-        if idx.size == 0:
-            return None
-        a, b = int(idx[0]), int(idx[-1]) + 1
-        dense = idx.size * 4 >= b - a
-        out = []
-        for kind, x in outputs:
-            if kind == "positions":
-                out.append((idx + s).astype(np.int_))
-            elif kind == "operand":
-                out.append(local[x][idx])
-            elif dense:
-                out.append(x[s + a:s + b][idx - a])
-            else:
-                out.append(x[idx + s])
-        return s, idx, out
+        r = compact(s, e, local)
+        return None if r is None else (s,) + r
     for r in fused.map_blocks(bounds, decoder, block, serial=ne, decode=decode):
         if r is not None:
             yield r
+
+
+def select_into(expression, operands, vm, blen, outputs, dtype):
+    """All the rows where the boolean `expression` holds, as one structured array of `dtype`, whose
+    fields are `outputs` (as in `select_blocks`) in order.
+
+    Two passes over the blocks, both on every thread: the blocks to scan are evaluated and their
+    matching rows compacted (as `select_blocks` does); then, the result's length known, every
+    piece is copied to its place, and the blocks the planner takes whole are decoded column by
+    column into a buffer of the thread and copied straight into the result (no array per block)."""
+    dtype = np.dtype(dtype)
+    code, arrays, scalars = _split_operands(expression, operands)
+    n = common_length(arrays)
+    if n == 0:
+        return np.empty(0, dtype)
+    kernel, ne, _ = make_kernel(expression, code, arrays, scalars, vm)
+    decoder = fused.Decoder(arrays, blen)
+    bounds = fused.block_bounds(n, blen)
+    classes = _classes(expression, operands, bounds)
+    if classes is None:
+        scan = bounds
+    else:
+        scan = [bounds[k] for k in np.flatnonzero(classes == planner.SCAN)]
+    compact = _compact(expression, kernel, outputs, arrays, defer=True)
+    found = {}
+
+    def scan_one(b):
+        found[b[0]] = compact(b[0], b[1], decoder.read(b[0], b[1]))
+    if len(scan) < fused.MIN_TASKS:
+        # a few blocks (the ends of a range): in this thread, numexpr with its own threads (switching
+        # them off and on costs more than these blocks take)
+        for b in scan:
+            scan_one(b)
+    else:
+        with fused.numexpr_serial(ne):
+            parallel.run_each(scan_one, scan)
+    # the pieces of the result in order: (first row, rows, [compacted output or None: read rows
+    # [first, first + rows) of that output])
+    pieces, total = [], 0
+    kept = range(len(bounds)) if classes is None else np.flatnonzero(classes != planner.SKIP)
+    for k in kept:
+        s, e = bounds[k]
+        if classes is None or classes[k] == planner.SCAN:
+            r = found[s]
+            if r is None:
+                continue
+            idx, parts = r
+            if parts and any(p is None for p in parts):
+                s = s + int(idx[0])
+            pieces.append((s, len(idx), total, parts))
+            total += len(idx)
+        elif classes[k] == planner.WHOLE:
+            pieces.append((s, e - s, total, [None] * len(outputs)))
+            total += e - s
+    del found
+    out = np.empty(total, dtype)
+    if not total:
+        return out
+    fields = [out[name] for name in dtype.names]
+    sources = [arrays[x] if kind == "operand" else x for kind, x in outputs]
+    positions = [kind == "positions" for kind, _ in outputs]
+    tls = threading.local()
+
+    def buffer(src):
+        bufs = getattr(tls, "bufs", None)
+        if bufs is None:
+            bufs = tls.bufs = {}
+        key = (src.dtype, src.shape[1:])
+        b = bufs.get(key)
+        if b is None:
+            b = bufs[key] = np.empty((blen,) + tuple(src.shape[1:]), src.dtype)
+        return b
+
+    def place(task):
+        (s, m, o, parts), k = task
+        dst = fields[k][o:o + m]
+        if parts[k] is not None:
+            dst[...] = parts[k]
+        elif positions[k]:
+            dst[...] = np.arange(s, s + m, dtype=np.int_)
+        else:
+            src = sources[k]
+            if hasattr(src, "read_into") and src.dtype != object:
+                dst[...] = src.read_into(s, s + m, buffer(src)[:m])
+            else:
+                dst[...] = src[s:s + m]
+    # one task per piece and output, taken by the threads as they become free
+    parallel.run_each(place, [(p, k) for p in pieces for k in range(len(outputs))])
+    return out
 
 
 def _run(expression, code, local, vm):

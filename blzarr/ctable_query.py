@@ -160,16 +160,19 @@ class CtableQueries:
             if limit is not None and count >= limit:
                 return
 
+    def _outputs(self, names, ops):
+        """The engine's outputs (`blzarr.chunked_eval.select_blocks`) for the columns `names`."""
+        cols = self.cols._cols
+        return [("positions", None) if n == NROW else
+                ("operand", n) if ops.get(n) is cols[n] else ("read", cols[n]) for n in names]
+
     def _selected_blocks(self, expression, names, user_dict, vm, frame):
         """(start, positions in the block, column arrays) of the blocks holding matching rows."""
         if isinstance(expression, str):
             ops = self._operands(expression, user_dict, frame)
             if (vm or defaults.vm) != "dask" and any(_ce._is_array(v) for v in ops.values()):
-                cols = self.cols._cols
-                outputs = [("positions", None) if n == NROW else
-                           ("operand", n) if ops.get(n) is cols[n] else ("read", cols[n]) for n in names]
                 yield from _ce.select_blocks(expression, ops, vm or defaults.vm, self._query_blen(ops),
-                                             outputs)
+                                             self._outputs(names, ops))
                 return
         for s, mask in self._mask_blocks(expression, user_dict, vm, frame):
             idx = np.flatnonzero(mask)
@@ -309,6 +312,12 @@ class CtableQueries:
     def _fetch(self, expression, names, limit, skip, user_dict, vm, frame):
         names = self._check_outcols(names)
         self._check_expression(expression, user_dict, frame, vm)
+        if isinstance(expression, str) and limit is None and not skip and (vm or defaults.vm) != "dask":
+            ops = self._operands(expression, user_dict, frame)
+            if any(_ce._is_array(v) for v in ops.values()):
+                # all the rows at once: the engine writes them into the result itself
+                return _ce.select_into(expression, ops, vm or defaults.vm, self._query_blen(ops),
+                                       self._outputs(names, ops), self._dtype_of(names))
         parts = list(self._where_blocks(expression, names, limit, skip, user_dict, vm, frame))
         total = sum(len(p[0]) for p in parts)
         out = np.empty(total, dtype=self._dtype_of(names))

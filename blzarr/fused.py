@@ -14,6 +14,7 @@ buffer: a carray), or anything else with ``len()`` and slicing.
 """
 
 import contextlib
+import functools
 import threading
 
 import numpy as np
@@ -49,8 +50,13 @@ def numexpr_serial(numexpr):
 
 
 def block_bounds(n, blen):
-    """The (start, stop) of consecutive blocks of `blen` rows over ``[0, n)``."""
-    return [(s, min(s + blen, n)) for s in range(0, n, blen)]
+    """The (start, stop) of consecutive blocks of `blen` rows over ``[0, n)`` (a new list)."""
+    return list(_block_bounds(int(n), int(blen)))
+
+
+@functools.lru_cache(maxsize=64)
+def _block_bounds(n, blen):
+    return tuple((s, min(s + blen, n)) for s in range(0, n, blen))
 
 
 class Decoder:
@@ -109,8 +115,7 @@ def run_blocks(bounds, decoder, fn, serial=None, decode=None):
     def one(k):
         s, e = bounds[k]
         results[k] = fn(s, e, decoder.read(s, e) if decode is None or decode[k] else None)
-    busy = len(bounds) if decode is None else int(sum(1 for d in decode if d))
-    if busy < MIN_TASKS:
+    if len(bounds) < MIN_TASKS:
         serial = None       # run_all keeps so few blocks in this thread: numexpr may use its own
     with numexpr_serial(serial):
         run_all(one, range(len(bounds)))

@@ -21,6 +21,9 @@ class.  `plan` returns a `Plan`, which `explain` outputs show.
 
 import ast
 import builtins
+import functools
+import itertools
+import weakref
 
 import numpy as np
 
@@ -71,7 +74,7 @@ def block_ranges(stats, bounds):
     if novalue.any():
         mins = np.where(novalue, fmin, mins).astype(mins.dtype)
         maxs = np.where(novalue, fmax, maxs).astype(maxs.dtype)
-    b = np.asarray(bounds, dtype=np.int64).reshape(-1, 2)
+    b = np.fromiter(itertools.chain.from_iterable(bounds), np.int64, 2 * len(bounds)).reshape(-1, 2)
     first = b[:, 0] // cl
     last = (b[:, 1] - 1) // cl
     if np.array_equal(first, last):
@@ -146,6 +149,24 @@ def _not(a):
     return np.where(a == SCAN, SCAN, 1 - a).astype(np.int8)
 
 
+@functools.lru_cache(maxsize=256)
+def _parse(expression):
+    """The tree of `expression` (cached: a query plans on every call; the trees are never changed)."""
+    return ast.parse(expression, mode="eval").body
+
+
+_SUBTREES = weakref.WeakKeyDictionary()
+
+
+def _subtree(node):
+    """(names, code) of a subtree of a cached tree: the names it uses and its code compiled."""
+    found = _SUBTREES.get(node)
+    if found is None:
+        names = frozenset(n.id for n in ast.walk(node) if isinstance(n, ast.Name))
+        found = _SUBTREES[node] = (names, compile(ast.Expression(node), "<planner>", "eval"))
+    return found
+
+
 class _Classifier:
     def __init__(self, operands, bounds, scalars_ns):
         self.operands = operands
@@ -159,15 +180,13 @@ class _Classifier:
         v = self.operands.get(name)
         return v is not None and (isinstance(v, np.ndarray) and v.ndim > 0 or hasattr(v, "chunklen"))
 
-    def names(self, node):
-        return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
-
     def constant(self, node):
         """The value of a subtree that names no array, else None (not a constant)."""
-        if any(self.is_array(n) for n in self.names(node)):
+        names, code = _subtree(node)
+        if any(self.is_array(n) for n in names):
             return None
         try:
-            v = builtins.eval(compile(ast.Expression(node), "<planner>", "eval"), dict(_CONST_NS), dict(self.ns))
+            v = builtins.eval(code, dict(_CONST_NS), dict(self.ns))
         except Exception:     # anything the engine would reject, it reports itself
             return None
         if np.ndim(v) != 0 or isinstance(v, (str, bytes)):
@@ -318,8 +337,8 @@ def plan(expression, operands, bounds):
     if not ENABLED:
         return Plan(expression, bounds, None, reason="the planner is off (blzarr.planner.ENABLED)")
     try:
-        tree = ast.parse(expression, mode="eval").body
-    except SyntaxError:
+        tree = _parse(expression)
+    except (SyntaxError, ValueError, TypeError):
         return Plan(expression, bounds, None, reason="invalid expression")
     scalars = {k: v for k, v in operands.items()
                if not (isinstance(v, np.ndarray) and v.ndim > 0 or hasattr(v, "chunklen"))}

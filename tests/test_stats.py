@@ -407,6 +407,43 @@ def test_plan_takes_and_skips_what_it_should():
     assert p.classes is None and "no operand compared has statistics" in str(p)
 
 
+@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
+def nthreads(request):
+    old = blzarr.set_nthreads(request.param)
+    yield request.param
+    blzarr.set_nthreads(old)
+
+
+@settings(max_examples=40)
+@given(n=st.sampled_from([0, 1, 3, 64, 300, 1000]), seed=st.integers(0, 2 ** 32 - 1),
+       lo=st.floats(-0.1, 1.1), width=st.floats(0, 0.7), extra=st.sampled_from(["", " & (v > 0.3)", " | (v > 0.95)"]),
+       outcols=st.sampled_from([None, ["nrow__", "v"], ["s", "ts"], ["m"], ["v", "nrow__", "s"]]),
+       blen=st.sampled_from([1, 16, 50]), vm=st.sampled_from(["numexpr", "python"]))
+def test_fetch_of_ranges_equals_numpy(nthreads, layout, monkeypatch, n, seed, lo, width, extra, outcols, blen, vm):
+    """fetchwhere of everything at once (the engine writes the result itself: blocks taken whole decoded
+    column by column into it, the run of rows of a scanned block read as a range) on a sorted column,
+    every column kind (bytes, 2-d, row numbers, columns the predicate does not name)."""
+    monkeypatch.setattr(sys.modules["blzarr.ctable_query"], "MIN_QUERY_BLEN", blen)
+    rng = np.random.default_rng(seed)
+    ts = np.sort(rng.integers(0, max(n, 1) * 3, n))
+    v = rng.random(n)
+    s = rng.integers(0, 1000, n).astype("S3")
+    m = rng.random((n, 2))
+    kw = dict(layout, mode="w") if layout.on_disk else {}
+    t = blzarr.ctable([blzarr.carray(ts, chunklen=16), blzarr.carray(v, chunklen=16), blzarr.carray(s, chunklen=16),
+                       blzarr.carray(m, chunklen=16)], names=["ts", "v", "s", "m"], **kw)
+    a, b = int(lo * 3 * n), int((lo + width) * 3 * n)
+    expression = f"((ts >= {a}) & (ts < {b})){extra}"
+    mask = eval(expression, {}, {"ts": ts, "v": v})
+    pos = np.flatnonzero(mask)
+    names = ["ts", "v", "s", "m"] if outcols is None else outcols
+    got = t.fetchwhere(expression, outcols=outcols, vm=vm, out_flavor="numpy")
+    assert got.dtype.names == tuple(names) and len(got) == len(pos)
+    for k in names:
+        want = pos if k == "nrow__" else {"ts": ts, "v": v, "s": s, "m": m}[k][pos]
+        assert_same(got[k], want)
+
+
 def test_count_does_not_build_rows(monkeypatch):
     t = blzarr.ctable([np.arange(200_000), np.arange(200_000) % 7], names=["ts", "k"])
     def no_rows(*args):
