@@ -204,3 +204,61 @@ def test_peak_rss_of_bcolz_is_measured_without_blzarr(tmp_path):
         rec = json.loads(proc.stdout.strip().splitlines()[-1])
         assert rec["lib"] == lib and rec["blzarr_imported"] == (lib == "blzarr")
         assert rec["result"] == pytest.approx(float(blzarr.open(os.path.join(str(tmp_path), "a"))[:].sum()))
+
+
+def _s3_args(tmp_path, *extra):
+    from bench.__main__ import parse
+    return parse(["--n", "20000", "--ops", "s3_read_all", "s3_scalars", "s3_slices", "--datasets", "walk",
+                  "--repeats", "2", "--scalars", "40", "--slices", "6", "--no-memory", "--tmpdir", str(tmp_path),
+                  *extra])
+
+
+def test_s3_rows_count_requests_beside_zarr_and_stop_their_server(tmp_path, monkeypatch):
+    pytest.importorskip("moto.server")
+    s3fs = pytest.importorskip("s3fs")
+    from blzarr.bench import s3 as S3
+    started = []
+
+    class Recorded(S3.MotoS3):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            started.append(self)
+    monkeypatch.setattr(S3, "MotoS3", Recorded)
+    call_s3 = s3fs.S3FileSystem._call_s3
+    have_zarr = S3._find("zarr.storage") is not None
+    rep = harness.run(_s3_args(tmp_path, "--peers", "zarr"), log=lambda s: None)
+    assert len(started) == 1 and started[0].proc.poll() is not None      # stopped at the end
+    assert s3fs.S3FileSystem._call_s3 is call_s3                           # the counter is gone too
+    rows = {r["op"]: r for r in rep["results"]}
+    assert set(rows) == set(S3.S3_OPS)
+    assert not [n for n in rep["notes"] if "WRONG RESULT" in n or "cannot write" in n]
+    libs = ["blzarr", "zarr"] if have_zarr else ["blzarr"]
+    for op, row in rows.items():
+        assert sorted(row["times"]) == sorted(libs) and sorted(row["requests"]) == sorted(libs)
+        for lib in libs:
+            q = row["requests"][lib]
+            assert q["get"] >= 1 and q["get_bytes"] > 0 and q["ops"] == {"s3_read_all": 1, "s3_scalars": 40,
+                                                                          "s3_slices": 6}[op]
+            assert q["get_per_op"] == q["get"] / q["ops"] and len(row["runs"][lib]) == 2
+    blz = rows["s3_scalars"]["requests"]["blzarr"]
+    assert blz["get_per_op"] <= 1              # one chunk, read once and kept
+    x = harness.datasets(20000, ("walk",))["walk"]
+    assert rows["s3_read_all"]["requests"]["blzarr"]["get_bytes"] < x.nbytes    # compressed bytes
+    if have_zarr:
+        z = rows["s3_scalars"]["requests"]["zarr"]
+        assert z["get_per_op"] >= 1 and z["bytes_per_op"] > blz["bytes_per_op"]
+        assert rows["s3_read_all"]["ratios"]["zarr"] == pytest.approx(
+            rows["s3_read_all"]["times"]["zarr"] / rows["s3_read_all"]["times"]["blzarr"])
+    targets = {t["target"]: t["ok"] for t in rep["targets"]}
+    assert targets["walk: s3_scalars at most one GET per a[i] (GETs per a[i])"] is True
+    text = S3.format_requests(rep["results"])
+    assert "GETs/op" in text and text.count("S3: open + 40 a[i]") == len(libs)
+
+
+def test_s3_rows_skipped_with_a_note_without_moto(tmp_path, monkeypatch):
+    from blzarr.bench import s3 as S3
+    monkeypatch.setattr(S3, "missing_modules", lambda: ["moto[server]"])
+    monkeypatch.setattr(S3, "MotoS3", None)              # never started
+    rep = harness.run(_s3_args(tmp_path, "--peers", "numpy"), log=lambda s: None)
+    assert rep["results"] == []
+    assert any("s3_* rows skipped: the S3 rows need moto[server]" in n for n in rep["notes"])

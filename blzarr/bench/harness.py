@@ -16,6 +16,7 @@ import numpy as np
 from blzarr.bench import CLEVEL, CNAME, NTHREADS
 from blzarr.bench import memory
 from blzarr.bench import peers as P
+from blzarr.bench import s3 as S3
 
 N_SCALARS = 2000
 N_SLICES, SLICE_LEN = 300, 1000
@@ -34,7 +35,8 @@ MEMORY_OPS = ("create", "read_all", "scalars", "slices", "fancy", "sum", "iter",
 DISK_OPS = ("disk_create", "disk_open_read", "disk_scalars_cold", "disk_scalars_warm",
             "disk_slices_cold", "disk_slices_warm", "disk_append", "disk_sum", "disk_col0", "disk_flushes", "disk_flushes_nosync")
 CTABLE_OPS = ("ct_create", "ct_where", "ct_fetchwhere", "ct_todataframe")
-ALL_OPS = MEMORY_OPS + DISK_OPS + CTABLE_OPS
+S3_OPS = S3.S3_OPS        # on a local S3 server (moto), blzarr and zarr only
+ALL_OPS = MEMORY_OPS + DISK_OPS + CTABLE_OPS + S3_OPS
 
 LABELS = {
     "create": "create from NumPy",
@@ -58,6 +60,9 @@ LABELS = {
     "disk_col0": f"disk: open + a[:, 0] of (N/{COL_ATOM}, {COL_ATOM})",
     "disk_flushes": f"disk: {FLUSH_VALUES // FLUSH_BATCH} x (append {FLUSH_BATCH} + flush)",
     "disk_flushes_nosync": f"disk: {FLUSH_VALUES // FLUSH_BATCH} x (append + flush), fsync off",
+    "s3_read_all": "S3: open + read all",
+    "s3_scalars": "S3: open + {scalars} a[i]",
+    "s3_slices": "S3: open + {slices} slices",
     "ct_create": "ctable: create",
     "ct_where": "ctable: where (1%)",
     "ct_fetchwhere": "ctable: fetchwhere (1%)",
@@ -546,6 +551,20 @@ def check_targets(results):
             out.append((f"{d}: {op} at least as fast as bcolz", None if q is None else q >= 1, q))
         q = ratio(d, "sum", "numpy")
         out.append((f"{d}: sum within 1.5x of NumPy", None if q is None else q >= 1 / 1.5, q))
+    # issue 15, on the local S3 server: at most one GET per random a[i] after warm-up, fewer bytes
+    # than zarr per scalar read, read-all throughput at least zarr's
+    for d in ("smooth", "walk"):
+        row = next((r for r in results if r["dataset"] == d and r["op"] == "s3_scalars"), None)
+        req = (row or {}).get("requests", {})
+        g = req["blzarr"]["get_per_op"] if "blzarr" in req else None
+        out.append((f"{d}: s3_scalars at most one GET per a[i] (GETs per a[i])", None if g is None else g <= 1, g))
+        q = (req["zarr"]["bytes_per_op"] / req["blzarr"]["bytes_per_op"]
+             if "zarr" in req and "blzarr" in req and req["blzarr"]["bytes_per_op"] else None)
+        out.append((f"{d}: s3_scalars fewer GET bytes per a[i] than zarr (zarr/blzarr bytes)",
+                    None if q is None else q > 1, q))
+        for op in S3_OPS:
+            q = ratio(d, op, "zarr")
+            out.append((f"{d}: {op} at least as fast as zarr", None if q is None else q >= 1, q))
     for op in CTABLE_OPS:
         q = ratio("table", op, "bcolz")
         out.append((f"table: {op} at least as fast as bcolz", None if q is None else q >= 1, q))
@@ -570,10 +589,15 @@ def run(args, log=print):
         runner = Runner(args.n, args.repeats, args.budget, tmp, ops, peer_classes, log=log,
                         n_scalars=args.scalars, n_slices=args.slices)
         data = datasets(args.n, args.datasets)
-        for dname, x in data.items():
-            log(f"[{dname}] n={len(x):,} float64")
-            runner.run_array(dname, x)
-            runner.run_disk(dname, x)
+        s3rows = S3.S3Rows(runner, SLICE_LEN)
+        try:
+            for dname, x in data.items():
+                log(f"[{dname}] n={len(x):,} float64")
+                runner.run_array(dname, x)
+                runner.run_disk(dname, x)
+                s3rows.run(dname, x)
+        finally:
+            s3rows.close()          # the S3 server stops with the run
         if ops & set(CTABLE_OPS):
             log("[table] smooth, walk, id columns")
             runner.run_ctable(data)
@@ -589,7 +613,8 @@ def run(args, log=print):
                      "clevel": CLEVEL, "shuffle": "byte", "nthreads": NTHREADS,
                      "quick": bool(args.quick), "scalars": args.scalars, "slices": args.slices,
                      "slice_len": SLICE_LEN, "fancy": N_FANCY, "iter": N_ITER,
-                     "append_batch": APPEND_BATCH, "datasets": list(data)},
+                     "append_batch": APPEND_BATCH, "datasets": list(data),
+                     "s3_chunk": S3.S3_CHUNK, "s3_shard": S3.S3_SHARD},
         "peers": names,
         "ratio_definition": "peer median time / blzarr median time (> 1: blzarr is faster)",
         "results": runner.results,
@@ -617,6 +642,10 @@ def print_report(report, out=sys.stdout):
           f"ratio = {report['ratio_definition']}\n", file=out)
     if report["results"]:
         print(format_table(report["results"], report["peers"], report.get("compressed_bytes")), file=out)
+    req = S3.format_requests(report["results"])
+    if req:
+        print(f"\nS3 requests (moto's S3 server on this machine; chunks of {S3.S3_CHUNK:,} values, "
+              f"{S3.S3_SHARD} chunks per superchunk file / zarr shard; medians over the runs):\n" + req, file=out)
     if report.get("memory"):
         print("\n" + memory.format_table(report["memory"]), file=out)
     tg = format_targets([(t["target"], t["ok"], t["ratio"]) for t in report["targets"]])
