@@ -5,20 +5,22 @@
     root/meta/storage   JSON: dtype, cparams, chunklen, expectedlen, dflt
     root/__attrs__      JSON: user attributes
 
-`BcolzDir` reads and writes the files of one directory; `BcolzChunks` is the sequence of a carray's
-full chunks over it, a few kept cached.  Metadata files are replaced atomically (`files.atomic_write`).
+`BcolzDir` reads and writes the files of one directory through a byte store (`blzarr.bytestore`: a
+local directory, or object storage where each file is an object, a chunk file uploaded as it is
+appended and meta/sizes at flush, so that a reader never counts a chunk object that is not there);
+`BcolzChunks` is the sequence of a carray's full chunks over it, a few kept cached.  Metadata files
+are replaced atomically.
 """
 
-import os
 import struct
 import threading
 from collections import OrderedDict
 
-from blzarr import fileio
+from blzarr.bytestore import LocalStore
 from blzarr.chunk import chunk
 from blzarr.chunkstore import ChunkStore
-from blzarr.errors import FormatError, ReadOnlyError, StorageError
-from blzarr.files import ATTRS_FILE, DATA_DIR, META_DIR, SIZES_FILE, atomic_write, read_json, write_json
+from blzarr.errors import FormatError, MissingError, ReadOnlyError, StorageError
+from blzarr.files import ATTRS_FILE, DATA_DIR, META_DIR, SIZES_FILE
 
 CHUNK_EXT = ".blp"
 
@@ -31,45 +33,92 @@ DISK_CACHE_BYTES = 32 * 1024 * 1024
 
 
 class BcolzDir:
-    """Files of one carray directory in the bcolz 1.x layout."""
+    """Files of one carray directory in the bcolz 1.x layout, on a byte store (`blzarr.bytestore`: a
+    local directory by default, or object storage, where each file is an object written whole)."""
 
     format = "bcolz"
 
-    def __init__(self, rootdir):
-        self.rootdir = os.fspath(rootdir)
-        self.datadir = os.path.join(self.rootdir, DATA_DIR)
-        self.metadir = os.path.join(self.rootdir, META_DIR)
+    def __init__(self, rootdir, bytestore=None):
+        self.bytes = bytestore if bytestore is not None else LocalStore(rootdir)
+        self.rootdir = self.bytes.root
+        self.datadir = self.bytes.where(DATA_DIR)
+        self.metadir = self.bytes.where(META_DIR)
         self._dir_unsynced = False       # chunk files renamed or removed since the last sync()
+        self._listing = None             # {name: size} of data/, listed once
+        self._guard = self.bytes.writer_guard(f"{META_DIR}/{SIZES_FILE}")
+        self._checked = False            # no other writer seen since the last flush
+        self._created = False            # made by this writer: no object existed before
+
+    @property
+    def remote(self):
+        return self.bytes.remote
 
     @classmethod
-    def create(cls, rootdir):
-        self = cls(rootdir)
-        fileio.makedirs(self.datadir)
-        fileio.makedirs(self.metadir)
-        if fileio.sync_enabled():
-            fileio.fsync_dir(self.rootdir)
-            fileio.fsync_dir(os.path.dirname(os.path.abspath(self.rootdir)))
+    def create(cls, rootdir, bytestore=None):
+        self = cls(rootdir, bytestore)
+        self.bytes.create_dirs([DATA_DIR, META_DIR])
+        self._guard.created()
+        self._created = True
         return self
+
+    def _after_open_for_write(self):
+        self._guard.opened()
+
+    def _check_sole_writer(self):
+        """Before the first upload after a flush (where there is no lock): meta/sizes must be as this
+        writer left it."""
+        if self._checked or not self._guard.active():
+            return
+        self._guard.check()
+        self._checked = True
 
     def check_layout(self):
         # data/ is not required here: a carray without chunks has it empty, and copies that drop
         # empty directories (git, some archivers) lose it. A missing chunk file is reported when
         # the length needs it (check_chunk_files, read_chunk), and data/ is made again on write.
-        for d, what in ((self.rootdir, "root"), (self.metadir, "meta")):
-            if not os.path.isdir(d):
-                raise StorageError(f"{what} directory '{d}' does not exist")
-        if fileio.exists(self.datadir) and not os.path.isdir(self.datadir):
+        if not self.bytes.has_dirs:
+            return      # object stores have no directories: reading meta/storage tells a missing dataset
+        for key, what in (("", "root"), (META_DIR, "meta")):
+            if not self.bytes.isdir(key):
+                raise StorageError(f"{what} directory '{self.bytes.where(key)}' does not exist")
+        if self.bytes.exists(DATA_DIR) and not self.bytes.isdir(DATA_DIR):
             raise StorageError(f"data directory '{self.datadir}' is not a directory")
 
+    @staticmethod
+    def _key(n):
+        return f"{DATA_DIR}/__{n}{CHUNK_EXT}"
+
     def chunk_path(self, n):
-        return os.path.join(self.datadir, f"__{n}{CHUNK_EXT}")
+        return self.bytes.where(self._key(n))
+
+    def _list(self):
+        """{name: size} of the files in data/ (listed once, kept up to date by this writer)."""
+        if self._listing is None:
+            etags = {}
+            try:
+                self._listing = self.bytes.sizes(DATA_DIR, etags=etags)
+                self._guard.listed(DATA_DIR, etags)
+            except StorageError:
+                raise
+            except OSError as e:
+                raise StorageError(f"cannot list data directory '{self.datadir}': {e}") from None
+        return self._listing
+
+    def _seen(self, name):
+        """The ETag of chunk object `name` as this writer last saw it (None: absent, False: cannot
+        tell), for a conditional put where there is no lock (a writer that did not create the
+        dataset lists data/ once first)."""
+        key = f"{DATA_DIR}/{name}"
+        seen = self._guard.seen
+        if key not in seen and self._listing is None and not self._created and self._guard.active():
+            self._list()
+        if key in seen:
+            return seen[key]
+        return False if self._listing is not None and name in self._listing else None
 
     def chunk_file_size(self, n):
         """The size of data/__n.blp, None when it cannot be told."""
-        try:
-            return fileio.getsize(self.chunk_path(n))
-        except OSError:
-            return None
+        return self._list().get(f"__{n}{CHUNK_EXT}")
 
     def read_chunk(self, n):
         """The Blosc chunk stored in data/__n.blp (the 'blpk' header checked, the chunk not decoded).
@@ -80,26 +129,28 @@ class BcolzDir:
         """
         path = self.chunk_path(n)
         try:
-            fd = fileio.open(path, "r")
+            h = self.bytes.open(self._key(n), "r")
         except FileNotFoundError:
-            raise StorageError(f"chunk file '{path}' is missing") from None
+            raise MissingError(f"chunk file '{path}' is missing") from None
+        except StorageError:
+            raise
         except OSError as e:
             raise StorageError(f"cannot read chunk file '{path}': {e}") from None
         try:
-            size = fileio.fstat(fd).st_size
+            size = self.bytes.state(h)[1]
             if size < BLP_HEADER_SIZE + 16:
                 raise FormatError(f"chunk file '{path}' is truncated ({size} bytes)")
-            head = fileio.pread(fd, BLP_HEADER_SIZE + 16, 0, path)
+            head = self.bytes.pread(h, BLP_HEADER_SIZE + 16, 0, path)
             if head[:4] != BLP_MAGIC:
                 raise FormatError(f"chunk file '{path}' does not start with 'blpk'")
             ctbytes = int.from_bytes(head[BLP_HEADER_SIZE + 12:], "little", signed=True)
             avail = size - BLP_HEADER_SIZE
             want = ctbytes if 16 <= ctbytes <= avail else avail
-            body = bytes(head[BLP_HEADER_SIZE:]) + bytes(fileio.pread(fd, want - 16, BLP_HEADER_SIZE + 16, path))
+            body = bytes(head[BLP_HEADER_SIZE:]) + bytes(self.bytes.pread(h, want - 16, BLP_HEADER_SIZE + 16, path))
         except OSError as e:
             raise StorageError(f"cannot read chunk file '{path}': {e}") from None
         finally:
-            fileio.close(fd)
+            self.bytes.close(h)
         return body
 
     def check_chunk_files(self, n):
@@ -110,10 +161,9 @@ class BcolzDir:
         """
         if n <= 0:
             return
-        try:
-            names = set(fileio.listdir(self.datadir))
-        except OSError as e:
-            raise StorageError(f"cannot list data directory '{self.datadir}': {e}") from None
+        names = self._list()
+        if not names and self.bytes.http:
+            return      # a server that lists no directory: a missing chunk is reported when read
         for k in range(min(n, len(names) + 1)):
             if f"__{k}{CHUNK_EXT}" not in names:
                 raise StorageError(
@@ -123,25 +173,29 @@ class BcolzDir:
     def write_chunk(self, n, data):
         # durable: the file's bytes reach the disk before its name does (fsync before the rename);
         # the name itself is made durable by sync(), before meta/sizes counts the chunk
+        self._check_sole_writer()
         payload = BLP_HEADER + bytes(data)
-        sync = fileio.sync_enabled()
+        name = f"__{n}{CHUNK_EXT}"
         self._dir_unsynced = True
         try:
-            atomic_write(self.chunk_path(n), payload, fsync=sync, sync_dir=False)
+            # where there is no lock, a conditional put: refused when another writer replaced or created it
+            self._guard.put(self._key(n), payload, self._seen(name), parents=False, sync_dir=False)
         except StorageError:
             # the first chunk of a directory whose empty data/ was lost: make it again
-            if n != 0 or fileio.exists(self.datadir) or not fileio.isdir(self.metadir):
+            if n != 0 or not self.bytes.has_dirs or self.bytes.exists(DATA_DIR) or not self.bytes.isdir(META_DIR):
                 raise
-            fileio.makedirs(self.datadir, exist_ok=True)
-            if sync:
-                fileio.fsync_dir(self.rootdir)
-            atomic_write(self.chunk_path(n), payload, fsync=sync, sync_dir=False)
+            self.bytes.makedirs(DATA_DIR, exist_ok=True)
+            if self.bytes.syncs():
+                self.bytes.sync_dir("")
+            self._guard.put(self._key(n), payload, self._seen(name), parents=False, sync_dir=False)
+        if self._listing is not None:
+            self._listing[name] = len(payload)
 
     def sync(self):
         """Make the chunk files written or removed since the last sync durable (their directory; their
         bytes were synced before their rename).  A flush calls it before replacing meta/sizes."""
-        if self._dir_unsynced and fileio.sync_enabled() and fileio.isdir(self.datadir):
-            fileio.fsync_dir(self.datadir)
+        if self._dir_unsynced and self.bytes.syncs() and self.bytes.isdir(DATA_DIR):
+            self.bytes.sync_dir(DATA_DIR)
         self._dir_unsynced = False
 
     def close(self):
@@ -150,51 +204,75 @@ class BcolzDir:
     def read_chunk_file(self, n):
         """The whole file data/__n.blp (header included), or None when there is none."""
         try:
-            return fileio.read_file(self.chunk_path(n))
+            return self.bytes.get(self._key(n))
         except OSError:
             return None
 
     def restore_chunk_file(self, n, raw):
         """Put back data/__n.blp as `read_chunk_file` gave it."""
+        self._check_sole_writer()
+        name = f"__{n}{CHUNK_EXT}"
         self._dir_unsynced = True
-        atomic_write(self.chunk_path(n), raw, fsync=fileio.sync_enabled(), sync_dir=False)
+        self._guard.put(self._key(n), raw, self._seen(name), parents=False, sync_dir=False)
+        if self._listing is not None:
+            self._listing[name] = len(raw)
 
     def stray_files(self, expected):
         """Names of the chunk files data/__k.blp with k >= `expected`, sorted as text."""
-        return sorted(f for f in fileio.listdir(self.datadir) if f.endswith(CHUNK_EXT) and f.startswith("__")
+        self._listing = None
+        return sorted(f for f in self._list() if f.endswith(CHUNK_EXT) and f.startswith("__")
                       and f[2:-len(CHUNK_EXT)].isdigit() and int(f[2:-len(CHUNK_EXT)]) >= expected)
 
     def remove_chunks_from(self, n):
         """Remove data/__k.blp for every k >= n."""
-        if not os.path.isdir(self.datadir):
+        if self.bytes.has_dirs and not self.bytes.isdir(DATA_DIR):
             return
-        for name in fileio.listdir(self.datadir):
+        names = []
+        for name in self.bytes.names(DATA_DIR):
             if name.startswith("__") and name.endswith(CHUNK_EXT):
                 try:
                     k = int(name[2:-len(CHUNK_EXT)])
                 except ValueError:
                     continue
                 if k >= n:
-                    fileio.unlink(os.path.join(self.datadir, name))
-                    self._dir_unsynced = True
+                    names.append(name)
+        if names:
+            self._check_sole_writer()
+        for name in names:
+            self.bytes.remove(f"{DATA_DIR}/{name}")
+            self._guard.forget(f"{DATA_DIR}/{name}")
+            self._dir_unsynced = True
+            if self._listing is not None:
+                self._listing.pop(name, None)
 
     def meta_path(self, name):
-        return os.path.join(self.metadir, name)
+        return self.bytes.where(f"{META_DIR}/{name}")
 
     def read_meta(self, name):
         """The JSON object in meta/`name` (a FormatError naming the file if it holds anything else)."""
         path = self.meta_path(name)
-        obj = read_json(path, f"meta/{name}")
+        obj = self.bytes.read_json(f"{META_DIR}/{name}", f"meta/{name}")
         if not isinstance(obj, dict):
             raise FormatError(f"meta/{name} file '{path}' must hold a JSON object, not {type(obj).__name__}")
         return obj
 
     def write_meta(self, name, obj):
-        write_json(self.meta_path(name), obj)
+        if name != SIZES_FILE:
+            self.bytes.write_json(f"{META_DIR}/{name}", obj)
+            return
+        self._checked = False           # checked again at every flush, whatever the chunks saw
+        self._check_sole_writer()
+        # the commit point: where there is no lock, a conditional put (two writers never both commit)
+        self._guard.commit(obj)
+        self._checked = False
 
     @property
     def attrs_path(self):
-        return os.path.join(self.rootdir, ATTRS_FILE)
+        return self.bytes.ref(ATTRS_FILE)
+
+    def chunk_fingerprint(self, n):
+        """(inode, size, modification time) of data/__n.blp, None where the store cannot tell."""
+        return self.bytes.fingerprint(self._key(n))
 
 
 class BcolzChunks(ChunkStore):
@@ -321,13 +399,7 @@ class BcolzChunks(ChunkStore):
     def fingerprint(self, i):
         """(inode, size, modification time) of data/__i.blp: bcolz rewrites a chunk file in place,
         blzarr replaces it (a new inode)."""
-        if getattr(self.store, "remote", False):
-            return None
-        try:
-            st = os.stat(self.store.chunk_path(i))
-        except OSError:
-            return None
-        return (st.st_ino, st.st_size, st.st_mtime_ns)
+        return self.store.chunk_fingerprint(i)
 
     def sync(self):
         self.store.sync()

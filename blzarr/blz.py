@@ -74,6 +74,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
     """The files of one carray directory in the BLZ layout."""
 
     format = FORMAT
+    remote = False
 
     def __init__(self, rootdir, mode="a"):
         self.rootdir = os.fspath(rootdir)

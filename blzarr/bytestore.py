@@ -18,11 +18,17 @@ A byte store holds named objects ("keys": relative paths with '/' such as ``meta
 ``exists(key)``        whether it exists
 =====================  =======================================================================
 
+and, for the layouts' positioned reads and writes, handle operations: ``open(key, how)`` gives a
+handle ('r', 'rw', 'new', 'trunc' as `blzarr.fileio`), used with ``pread``, ``pwrite``, ``truncate``,
+``datasync``, ``state`` and ``close``.  `LocalStore`'s handle is the OS descriptor itself (the Cython
+readers of `_superchunk` take it directly: the hot paths pay nothing for the interface);
+`FsspecStore`'s read handle holds the object fetched whole (one GET).  What a medium can or cannot
+do is said by the store's capabilities (`has_dirs`: real directories, made, checked and synced;
+`remote`; `writer_guard`: how a writer detects another one where there is no lock).
+
 `LocalStore` keeps today's discipline of local directories, through `blzarr.fileio` like every local
-file operation (`files.atomic_write`: temporary file, fsync, rename, fsync of the directory).  The local layouts keep their positioned reads and
-in-place writes on open descriptors beneath this (they are what makes local reads fast); the byte
-store is what the object-storage code paths are written against, and `LocalStore` lets that code
-run, and be tested, on a local directory.
+file operation (`files.atomic_write`: temporary file, fsync, rename, fsync of the directory).  The
+layouts (`bcolz_layout`, `blz`) do every read and write through a byte store, whichever the medium.
 
 `FsspecStore` reaches anything fsspec can (``s3://``, ``gs://``, ``az://``, ``http(s)://``,
 ``memory://``...): fsspec and the package of the protocol (s3fs, gcsfs, adlfs, aiohttp) are optional
@@ -38,6 +44,7 @@ the writers then rely on their check of the ETag before they write (see remote_b
 """
 
 import inspect
+import json
 import os
 import re
 import threading
@@ -48,8 +55,8 @@ from blzarr.errors import ConcurrentWriterError, MissingError, StorageError
 from blzarr.files import detect_store
 from blzarr.optional import need
 
-__all__ = ["ByteStore", "LocalStore", "FsspecStore", "is_url", "open_bytestore", "join", "ConcurrentWriterError",
-           "find_objects"]
+__all__ = ["ByteStore", "LocalStore", "FsspecStore", "WriterGuard", "is_url", "open_bytestore", "join",
+           "ConcurrentWriterError", "find_objects"]
 
 # attempts of one request on object storage before a StorageError (transient failures only)
 RETRIES = 3
@@ -91,6 +98,8 @@ class ByteStore:
 
     remote = False
     conditional = False     # whether put() honours if_match / if_none_match
+    has_dirs = False        # real directories: made, checked and synced (object stores have none)
+    http = False            # a plain HTTP server: listings may be empty
 
     def __init__(self, root):
         self.root = root
@@ -144,15 +153,55 @@ class ByteStore:
     def size(self, key):
         raise NotImplementedError
 
+    def fingerprint(self, key):
+        """A tuple of 3 ints that changes when file `key` is replaced; None where the store cannot
+        tell cheaply (object storage)."""
+        return None
+
+    def sizes(self, prefix="", etags=None):
+        """{name: size} of the objects directly under `prefix/` (what a listing tells); `etags`, a
+        dict, receives {name: ETag} where the listing tells them."""
+        return {k: v for k, v in self.list(prefix, etags=etags).items() if v is not None}
+
     def config(self):
         """Plain values from which `open_bytestore` rebuilds this store in another process."""
         return {"root": self.root}
+
+    def syncs(self):
+        """Whether writers make what they publish durable with syncs (`fileio.sync_enabled()` for local
+        directories; object stores make each object durable when it is put)."""
+        return False
+
+    def create_dirs(self, names):
+        """Make the root and the directories `names` under it, where the medium has directories."""
+
+    def sync_dir(self, prefix=""):
+        """Make the names under `prefix` durable, where the medium has directories."""
+
+    def read_json(self, key, what):
+        """The JSON value of object `key` (errors name it as `what`)."""
+        return files.read_json(files.ObjectPath(self, key), what)
+
+    def write_json(self, key, obj):
+        """Replace object `key` with the JSON of `obj`, atomically."""
+        files.write_json(files.ObjectPath(self, key), obj)
+
+    def ref(self, key):
+        """What `files.read_json`/`write_json`/`exists` and `attrs` take for the file `key`."""
+        return files.ObjectPath(self, key)
+
+    def writer_guard(self, key):
+        """How a writer detects another writer of this store (see `WriterGuard`); a no-op where a lock
+        keeps writers apart (local directories: `blzarr.locking`)."""
+        return WriterGuard(self, key) if self.remote else LockedGuard(self, key)
 
 
 class LocalStore(ByteStore):
     """A local directory, every operation through `blzarr.fileio` (the layer the crash simulator
     records): replacement by `files.atomic_write` (temporary file, fsync, rename, fsync of the
     directory, as `fileio.sync_enabled()` says)."""
+
+    has_dirs = True
 
     def __init__(self, root):
         super().__init__(os.fspath(root))
@@ -193,16 +242,98 @@ class LocalStore(ByteStore):
         """(The conditions are not honoured here: local writers hold the directory's lock.)"""
         self.put_atomic(key, data)
 
-    def put_atomic(self, key, data):
+    def put_atomic(self, key, data, parents=True, sync_dir=None):
+        """Replace `key` (`files.atomic_write`: temporary file, fsync, rename, fsync of the directory
+        unless `sync_dir` is False); `parents`: make missing directories first."""
         path = self._p(key)
         d = os.path.dirname(path)
-        if d and not fileio.isdir(d):
+        if parents and d and not fileio.isdir(d):
             try:
                 fileio.makedirs(d, exist_ok=True)
             except OSError as e:
                 raise StorageError(f"cannot create '{d}': {e}") from None
-        files.atomic_write(path, bytes(data), fsync=fileio.sync_enabled())
+        files.atomic_write(path, bytes(data), fsync=fileio.sync_enabled(), sync_dir=sync_dir)
         self._count("put", len(data))
+
+    # ---- handles: OS descriptors, through fileio (the Cython readers take them directly)
+    def open(self, key, how="r"):
+        """A descriptor of `key` (FileNotFoundError/OSError as `fileio.open`)."""
+        return fileio.open(self._p(key), how)
+
+    def close(self, h):
+        fileio.close(h)
+
+    def pread(self, h, n, pos, where=None):
+        return fileio.pread(h, n, pos, where)
+
+    def pwrite(self, h, data, pos, where=None):
+        fileio.pwrite(h, data, pos, where)
+
+    def truncate(self, h, size):
+        fileio.truncate(h, size)
+
+    def datasync(self, h):
+        fileio.fdatasync(h)
+
+    def state(self, h):
+        """(inode, size, modification time) of the file behind handle `h`: it changes when the file does."""
+        st = fileio.fstat(h)
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def syncs(self):
+        return fileio.sync_enabled()
+
+    def create_dirs(self, names):
+        """Make the directories `names` under the root (the root too, if needed), each new; synced
+        (the root and its parent) when writers sync."""
+        for name in names:
+            fileio.makedirs(self._p(name))
+        if fileio.sync_enabled():
+            fileio.fsync_dir(self.root)
+            fileio.fsync_dir(os.path.dirname(os.path.abspath(self.root)))
+
+    def makedirs(self, key, exist_ok=False):
+        fileio.makedirs(self._p(key), exist_ok=exist_ok)
+
+    def sync_dir(self, prefix=""):
+        fileio.fsync_dir(self._p(prefix))
+
+    def names(self, prefix=""):
+        """The names directly under `prefix` (OSError as `os.listdir`)."""
+        return fileio.listdir(self._p(prefix))
+
+    def sizes(self, prefix="", etags=None):
+        """{name: size} of the entries directly under `prefix` (OSError when it cannot be listed)."""
+        d = self._p(prefix)
+        out = {}
+        for n in fileio.listdir(d):
+            try:
+                out[n] = fileio.getsize(os.path.join(d, n))
+            except OSError:
+                continue
+        return out
+
+    def remove(self, key):
+        """Remove file `key` (OSError, FileNotFoundError included, as `os.remove`)."""
+        fileio.unlink(self._p(key))
+
+    def escapes(self, key):
+        """The real path of `key` when it is not a regular file inside the root (a symlink out of it,
+        a directory...), else None."""
+        real = os.path.realpath(self._p(key))
+        real_root = os.path.realpath(self.root)
+        if os.path.commonpath([real, real_root]) != real_root or not os.path.isfile(real):
+            return real
+        return None
+
+    def read_json(self, key, what):
+        return files.read_json(self._p(key), what)
+
+    def write_json(self, key, obj):
+        files.write_json(self._p(key), obj)
+
+    def ref(self, key):
+        return self._p(key)
 
     def delete(self, key):
         path = self._p(key)
@@ -249,6 +380,14 @@ class LocalStore(ByteStore):
         except FileNotFoundError:
             return None
         return f"{st.st_ino}-{st.st_size}-{st.st_mtime_ns}"
+
+    def fingerprint(self, key):
+        """(inode, size, modification time) of file `key`, None when it cannot be told."""
+        try:
+            st = os.stat(self._p(key))
+        except OSError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
 
     def remove_all(self):
         fileio.rmtree(self.root, ignore_errors=True)
@@ -430,7 +569,30 @@ class FsspecStore(ByteStore):
         tag = out.get("ETag") if isinstance(out, dict) else None
         return tag if isinstance(tag, str) else None
 
-    put_atomic = put          # object stores replace an object atomically
+    def put_atomic(self, key, data, parents=True, sync_dir=None, **kwargs):
+        """A put: object stores replace an object atomically (and have no directories to make or sync)."""
+        return self.put(key, data, **kwargs)
+
+    # ---- handles: an object read whole at open (one GET); the layouts write objects whole (put)
+    def open(self, key, how="r"):
+        if how != "r":
+            raise StorageError(f"cannot open '{self.where(key)}' for writing: objects are written whole")
+        return _Fetched(self.get(key))
+
+    def close(self, h):
+        pass
+
+    def pread(self, h, n, pos, where=None):
+        return bytearray(h.data[pos:pos + n])
+
+    def state(self, h):
+        return ("object", len(h.data), 0)
+
+    def remove(self, key):
+        self.delete(key)
+
+    def names(self, prefix=""):
+        return list(self.list(prefix))
 
     def delete(self, key):
         try:
@@ -540,6 +702,117 @@ def _not_implemented(e):
         if code == "NotImplemented" or status == 501:
             return True
     return False
+
+
+class _Fetched:
+    """The handle of an object read whole (`FsspecStore.open`)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data):
+        self.data = data
+
+
+class LockedGuard:
+    """The writer guard of a store whose writers hold a lock (a local directory, `blzarr.locking`):
+    nothing to check, puts plain."""
+
+    def __init__(self, store, key):
+        self.store = store
+        self.key = key
+        self.seen = {}
+
+    def created(self):
+        pass
+
+    def opened(self):
+        pass
+
+    def check(self):
+        pass
+
+    def active(self):
+        return False
+
+    def listed(self, prefix, etags):
+        pass
+
+    def forget(self, key):
+        pass
+
+    def put(self, key, data, seen, **kwargs):
+        """Write data object `key` (`put_atomic` with `kwargs`)."""
+        self.store.put_atomic(key, data, **kwargs)
+
+    def commit(self, obj):
+        """Write meta/sizes, the commit point."""
+        self.store.write_json(self.key, obj)
+
+
+class WriterGuard:
+    """How a writer detects another writer where there is no lock (object storage).
+
+    It remembers the version tag (ETag) of `key` (meta/sizes, the commit point) as it last wrote or
+    read it (taken before reading it), and of each data object as it last saw it (`seen`).  `check`
+    (before uploads) refuses when meta/sizes changed meanwhile; where the store has conditional puts
+    (``conditional``), every put is one: a data object only over the version seen (or only while
+    absent), meta/sizes only if no other writer committed since (`commit`).  A refusal is a
+    `ConcurrentWriterError` naming the object: two writers never silently interleave.  A writer that
+    does not track what it saw (a dask partition writer: never `opened`) puts without conditions."""
+
+    def __init__(self, store, key):
+        self.store = store
+        self.key = key
+        self.etag = False           # False: not looked at (a reader, or not yet); None: no object
+        self.seen = {}              # data object key -> its ETag as last seen (False: cannot tell)
+
+    def active(self):
+        return self.etag is not False
+
+    def created(self):
+        """A new dataset: there is no `key` yet."""
+        self.etag = None
+
+    def opened(self):
+        """Opened to write: remember `key` as it is now (before reading it)."""
+        if self.etag is False:
+            self.etag = self.store.etag(self.key)
+
+    def check(self):
+        if self.etag is False:
+            return
+        if self.store.etag(self.key) != self.etag:
+            raise ConcurrentWriterError(
+                f"'{self.store.where(self.key)}' was changed by another writer since this one last wrote or "
+                "read it: object storage has no lock, write a dataset from one writer at a time")
+
+    def listed(self, prefix, etags):
+        """ETags of the objects under `prefix` from a listing (what this writer saw)."""
+        for name, tag in etags.items():
+            self.seen.setdefault(f"{prefix}/{name}", tag)
+
+    def forget(self, key):
+        self.seen.pop(key, None)
+
+    def conditions(self, seen):
+        """The conditions of a put over an object last seen with ETag `seen` (None: absent, False:
+        cannot tell)."""
+        if self.etag is False or seen is False or not self.store.conditional:
+            return {}
+        if isinstance(seen, str) and not seen.startswith("size:"):
+            return {"if_match": seen}
+        return {"if_none_match": seen is None}
+
+    def put(self, key, data, seen, **kwargs):
+        """Upload data object `key` over the version `seen` (conditional where the store can)."""
+        tag = self.store.put(key, data, **self.conditions(seen))
+        self.seen[key] = tag if tag is not None else False
+
+    def commit(self, obj):
+        """Write meta/sizes, the commit point (conditional where the store can)."""
+        raw = json.dumps(obj, ensure_ascii=True).encode("ascii") + b"\n"
+        tag = self.store.put(self.key, raw, **self.conditions(self.etag))
+        self.etag = tag if tag is not None else self.store.etag(self.key)
 
 
 def _takes_max_gap(fs):

@@ -182,7 +182,7 @@ class ChunkStore:
     def bytes(self):
         """The byte store beneath an object-storage carray (`blzarr.bytestore`: URL, request
         counts in ``.stats``), None elsewhere."""
-        return getattr(self.store, "bytes", None)
+        return self.store.bytes if getattr(self.store, "remote", False) else None
 
     def prefetch(self, ns):
         """Fetch chunks `ns` ahead of reading them, where that pays (object storage: concurrently,

@@ -11,7 +11,6 @@ from blzarr.blz import BlzChunks, BlzDir, FORMAT as BLZ_FORMAT, open_store as _o
 from blzarr.bytestore import open_bytestore
 from blzarr.errors import FormatError
 from blzarr.files import META_DIR, STORAGE_FILE, parse_json
-from blzarr.remote_bcolz import RemoteBcolzDir
 from blzarr.remote_blz import RemoteBlzDir
 
 LAYOUTS = {"bcolz": (BcolzDir, BcolzChunks), "blz": (BlzDir, BlzChunks)}
@@ -29,7 +28,7 @@ def create_store(rootdir, fmt, *, atom, chunklen, objects, dtype, atom_shape, ty
     if fmt == "bcolz":
         if opts["checksum"] != "crc32" or opts["reserve"] or opts["superchunklen"] or opts["meta"]:
             raise ValueError("checksum=, reserve=, superchunklen= and meta= need format='blz'")
-        d = BcolzDir.create(rootdir) if bytestore is None else RemoteBcolzDir.create(rootdir, bytestore)
+        d = BcolzDir.create(rootdir, bytestore)
         return BcolzChunks(d, atom, chunklen, 0, "a", objects=objects)
     cls = BlzDir if bytestore is None else RemoteBlzDir
     store = cls.create(rootdir, dtype=dtype, atom_shape=atom_shape, chunklen=chunklen, typesize=typesize,
@@ -57,7 +56,7 @@ def open_dir(rootdir, mode="a", bytestore=None):
         return d
     if fmt != "bcolz":
         raise FormatError(f"'{where}': unknown format {fmt!r} (this blzarr reads 'bcolz' and 'blz')")
-    d = RemoteBcolzDir(rootdir, bytestore)
+    d = BcolzDir(rootdir, bytestore)
     if mode != "r":
         d._after_open_for_write()
     return d
@@ -69,7 +68,7 @@ def open_chunks(directory, rootdir, mode, atom, chunklen, nchunks, nstored, obje
     if directory.format == "blz" and directory.nchunks < nstored:
         # the files were read before meta/sizes, and a writer beside us has added chunks since
         # (it writes them before the sizes): read their state again, now newer than meta/sizes
-        directory = open_dir(rootdir, mode, getattr(directory, "bytes", None))
+        directory = open_dir(rootdir, mode, directory.bytes if directory.remote else None)
     if directory.format == "blz" and directory.nchunks < nstored:
         directory.missing_tail(nstored)     # the last superchunk files are gone: their chunks raise
     chunks = LAYOUTS[directory.format][1](directory, atom, chunklen, nchunks, mode, objects)
@@ -85,5 +84,5 @@ def partition_writer(config, first_chunk, nchunks):
     if config["format"] == "blz":
         return (RemoteBlzDir if remote else BlzDir).partition_writer(config, first_chunk, nchunks)
     if remote:
-        return RemoteBcolzDir(config["rootdir"], open_bytestore(config["rootdir"], config["storage_options"]))
+        return BcolzDir(config["rootdir"], open_bytestore(config["rootdir"], config["storage_options"]))
     return BcolzDir(config["rootdir"])
