@@ -22,6 +22,8 @@ import zlib
 
 import numpy as np
 
+from blzarr import _chunk
+
 STATS_FILE = "stats"
 MAGIC = b"BLZS"
 VERSION = 1
@@ -50,10 +52,27 @@ def _store_dtype(dtype):
 
 
 def block_stats(a):
-    """(min, max, flags) of the 1-d array `a` (NaN/NaT left out of min and max)."""
+    """(min, max, flags) of the 1-d array `a` (NaN/NaT left out of min and max).
+
+    One pass in C (`blzarr._chunk.minmax`, the GIL released) for native-endian bool, integer, float32
+    and float64, datetime64 and timedelta64; NumPy's passes for anything else (float16, a non-native
+    byte order, a strided view)."""
     if a.size == 0:
         return 0, 0, KNOWN | NO_VALUE
     k = a.dtype.kind
+    if a.ndim == 1 and a.dtype.isnative and a.flags.c_contiguous and (
+            k in "biu" or (k == "f" and a.itemsize in (4, 8)) or (k in "mM" and a.itemsize == 8)):
+        if k in "mM":
+            a = a.view(np.int64)
+        mm = np.empty(2, a.dtype)
+        nan = _chunk.minmax(a, mm, k in "mM")
+        if nan == len(a):
+            return 0, 0, KNOWN | HAS_NAN | NO_VALUE
+        if k == "b":
+            return bool(mm[0]), bool(mm[1]), KNOWN
+        if k in "mM":
+            return int(mm[0]), int(mm[1]), KNOWN | (HAS_NAN if nan else 0)
+        return mm[0], mm[1], KNOWN | (HAS_NAN if nan else 0)
     if k == "b":
         return bool(a.all()), bool(a.any()), KNOWN
     if k in "mM":

@@ -549,3 +549,70 @@ def test_cli_info_statistics_and_plan(tmp_path):
                          capture_output=True, text=True)
     assert bad.returncode != 0 and "nope" in bad.stderr
     shutil.rmtree(root)
+
+
+# ------------------------------------------------------------------------------------------ one-pass min/max
+MINMAX_DTYPES = ["f8", "f4", "i8", "i4", "i2", "i1", "u8", "u4", "u2", "u1", "?", "M8[s]", "m8[ns]"]
+
+
+@settings(max_examples=150)
+@given(dt=st.sampled_from(MINMAX_DTYPES), n=st.integers(1, 300), seed=st.integers(0, 2 ** 32 - 1),
+       special=st.sampled_from(["none", "nan", "all-nan", "inf", "zeros", "extremes"]))
+def test_minmax_equals_numpy(dt, n, seed, special):
+    """The C pass of the statistics (blzarr._chunk.minmax, vectorized, with a scalar tail) against
+    NumPy: every dtype it takes, lengths around the vector widths, NaN/NaT anywhere or everywhere,
+    infinities, signed zeros, the dtype's extreme values."""
+    from blzarr import _chunk
+    rng = np.random.default_rng(seed)
+    x = np.dtype(dt)
+    if x.kind == "f":
+        a = (rng.standard_normal(n) * 1e3).astype(dt)
+    elif x.kind in "iu":
+        info = np.iinfo(dt)
+        a = rng.integers(info.min, info.max, n, dtype=dt, endpoint=True)
+    elif x.kind == "b":
+        a = rng.random(n) < rng.random()
+    else:
+        a = rng.integers(-10 ** 9, 10 ** 9, n).astype(dt)
+    if special in ("nan", "all-nan") and x.kind in "fmM":
+        hole = np.array("NaT", dt) if x.kind in "mM" else np.nan
+        a[rng.random(n) < (1.0 if special == "all-nan" else 0.3)] = hole
+    elif special == "inf" and x.kind == "f":
+        a[rng.integers(0, n, 2)] = [np.inf, -np.inf]
+    elif special == "zeros" and x.kind == "f":
+        a[rng.random(n) < 0.5] = -0.0
+        a[rng.random(n) < 0.5] = 0.0
+    elif special == "extremes" and x.kind in "iu":
+        a[rng.integers(0, n, 2)] = [np.iinfo(dt).min, np.iinfo(dt).max]
+    nat = x.kind in "mM"
+    v = a.view("i8") if nat else a
+    out = np.empty(2, v.dtype)
+    count = _chunk.minmax(v, out, nat)
+    valid = a[~np.isnan(a)] if x.kind in "fmM" else a
+    assert count == n - valid.size
+    if valid.size:
+        want = valid.view("i8") if nat else valid
+        assert out[0] == want.min() and out[1] == want.max(), (out, want.min(), want.max())
+        assert out.dtype == v.dtype
+    mn, mx, fl = stats.block_stats(a)
+    assert bool(fl & stats.NO_VALUE) == (valid.size == 0)
+    assert bool(fl & stats.HAS_NAN) == (valid.size != n)
+    if valid.size:
+        assert mn == want.min() and mx == want.max()
+        assert type(mn) is (int if nat else bool if x.kind == "b" else np.dtype(dt).type)
+
+
+def test_minmax_refuses_what_it_cannot_do():
+    from blzarr import _chunk
+    out = np.empty(2, "f8")
+    for bad in (np.empty(0), np.arange(10.0)[::2], np.arange(4.0).reshape(2, 2), np.arange(3.0).astype(">f8"),
+                np.arange(3, dtype="f2"), np.array(["a"])):
+        with pytest.raises(ValueError):
+            _chunk.minmax(bad, np.empty(2, bad.dtype) if bad.dtype != ">f8" else out)
+    with pytest.raises(ValueError):
+        _chunk.minmax(np.arange(3.0), np.empty(1))
+    with pytest.raises(ValueError):
+        _chunk.minmax(np.arange(3.0), np.empty(2, "f4"))
+    # what it does not take, block_stats gives from NumPy
+    assert stats.block_stats(np.array([3, np.nan, 1], ">f8")) == (1.0, 3.0, stats.KNOWN | stats.HAS_NAN)
+    assert stats.block_stats(np.arange(5, dtype="f2")[::2]) == (0.0, 4.0, stats.KNOWN)
