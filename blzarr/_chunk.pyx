@@ -6,10 +6,11 @@ real length (header fields, bstarts and the split streams of the blocks about to
 C library sees it, because the C decoders trust the sizes written in the header.
 """
 
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport malloc, free, qsort
 from libc.string cimport memcpy
 from cpython.ref cimport PyObject, Py_XDECREF
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
 
 cimport numpy as cnp
 
@@ -23,6 +24,13 @@ from blzarr._blosc cimport (
 from blzarr.errors import ChunkError
 
 cnp.import_array()
+
+from numpy import dtype as np_dtype, zeros as np_zeros
+
+np_f8 = np_dtype("f8")
+np_f4 = np_dtype("f4")
+np_i8 = np_dtype("i8")
+np_u8 = np_dtype("u8")
 
 # Blocks are compressed whole, never split into typesize streams.  In split mode C-Blosc 1.x
 # multiplies a requested blocksize by the typesize and never makes blocks under 64 KB, so a random
@@ -57,6 +65,7 @@ cdef Py_ssize_t _PARALLEL_MIN = 16 * 1024 * 1024
 PARALLEL_MIN_BYTES = _PARALLEL_MIN
 
 cdef enum:
+    C_MEMCPYED = 0x02          # FLAG_MEMCPYED, for code without the GIL
     MIN_SPLIT_ITEMS = 128      # blocksize / typesize from which a block is split into typesize streams
     MAX_SPLITS = 16
 
@@ -674,3 +683,399 @@ def minmax(cnp.ndarray a not None, cnp.ndarray out not None, bint nat=False):
     else:
         raise ValueError(f"minmax does not support dtype {a.dtype}")
     return nan
+
+
+# ---------------------------------------------------------------------------------------------------
+# Work over many in-memory chunks, one call per thread
+#
+# A `_ChunkWork` holds the chunks' pointers and headers (read with the GIL once), and `run()` does the
+# work with the GIL released.  Several threads call `run()` on the same object: the items are cut into
+# one contiguous share per thread; a thread does its own share first (so threads that fault in a fresh
+# output touch separate pages), then helps with the others' (a thread that gets no core holds up only
+# the item it has).  Items are claimed with an atomic counter per share.
+
+cdef extern from *:
+    """
+    #if defined(_MSC_VER)
+    #include <intrin.h>
+    #if defined(_WIN64)
+    #define BLZ_FETCH_ADD(p, v) ((Py_ssize_t)_InterlockedExchangeAdd64((volatile __int64 *)(p), (__int64)(v)))
+    #define BLZ_CAS(p, o, n) (_InterlockedCompareExchange64((volatile __int64 *)(p), (__int64)(n), (__int64)(o)) == (__int64)(o))
+    #else
+    #define BLZ_FETCH_ADD(p, v) ((Py_ssize_t)_InterlockedExchangeAdd((volatile long *)(p), (long)(v)))
+    #define BLZ_CAS(p, o, n) (_InterlockedCompareExchange((volatile long *)(p), (long)(n), (long)(o)) == (long)(o))
+    #endif
+    #define BLZ_LOAD(p) (*(volatile Py_ssize_t *)(p))
+    #else
+    #define BLZ_FETCH_ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_RELAXED)
+    #define BLZ_CAS(p, o, n) __atomic_compare_exchange_n((p), &(o), (n), 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)
+    #define BLZ_LOAD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+    #endif
+    """
+    Py_ssize_t BLZ_FETCH_ADD(Py_ssize_t *p, Py_ssize_t v) noexcept nogil
+    bint BLZ_CAS(Py_ssize_t *p, Py_ssize_t o, Py_ssize_t n) noexcept nogil
+    Py_ssize_t BLZ_LOAD(Py_ssize_t *p) noexcept nogil
+
+
+# Scratch buffers of the threads (a decoded chunk each), kept for the next call: a fresh buffer of a
+# chunk's size comes from mmap and costs its page faults and zeroing every time.  The pool is taken
+# from and given back to with the GIL held.
+cdef list _scratch_pool = []
+cdef Py_ssize_t SCRATCH_KEEP_BYTES = 16 * 1024 * 1024    # larger buffers are not kept
+cdef Py_ssize_t SCRATCH_KEEP_COUNT = 8
+
+
+cdef bytearray _take_scratch(Py_ssize_t n):
+    cdef Py_ssize_t i
+    cdef bytearray b
+    for i in range(len(_scratch_pool)):
+        b = _scratch_pool[i]
+        if len(b) >= n:
+            del _scratch_pool[i]
+            return b
+    return PyByteArray_FromStringAndSize(NULL, n)
+
+
+cdef void _give_scratch(bytearray b):
+    if len(b) <= SCRATCH_KEEP_BYTES:
+        _scratch_pool.append(b)
+        if len(_scratch_pool) > SCRATCH_KEEP_COUNT:
+            del _scratch_pool[0]
+
+
+cdef class _ChunkWork:
+    """Items over in-memory chunks, done by every thread that calls `run()` (see above)."""
+
+    cdef readonly Py_ssize_t nparts
+    cdef Py_ssize_t nitems, callers, failed, scratch_bytes
+    cdef int failed_ret
+    cdef Py_ssize_t *nxt
+    cdef Py_ssize_t *end
+    cdef const uint8_t **src
+    cdef header_t *hdr
+    cdef list keep
+    cdef object wheres
+
+    def __cinit__(self, *args, **kwargs):
+        self.nxt = NULL
+        self.end = NULL
+        self.src = NULL
+        self.hdr = NULL
+        self.failed = -1
+        self.failed_ret = 0
+
+    def __dealloc__(self):
+        free(self.nxt)
+        free(self.end)
+        free(self.src)
+        free(self.hdr)
+
+    cdef int _set_chunks(self, list bufs, Py_ssize_t nparts, object wheres) except -1:
+        """The items' chunks (one per item), their headers parsed and checked against their lengths."""
+        cdef Py_ssize_t n = len(bufs), k, p
+        cdef const uint8_t[::1] v
+        cdef object b
+        self.nitems = n
+        self.nparts = max(1, min(nparts, n))
+        self.wheres = wheres
+        self.keep = []
+        self.src = <const uint8_t **>malloc(max(1, n) * sizeof(uint8_t *))
+        self.hdr = <header_t *>malloc(max(1, n) * sizeof(header_t))
+        self.nxt = <Py_ssize_t *>malloc(self.nparts * sizeof(Py_ssize_t))
+        self.end = <Py_ssize_t *>malloc(self.nparts * sizeof(Py_ssize_t))
+        if self.src == NULL or self.hdr == NULL or self.nxt == NULL or self.end == NULL:
+            raise MemoryError()
+        for k in range(n):
+            b = bufs[k]
+            if type(b) is bytes:
+                self.src[k] = <const uint8_t *>_bytes_ptr(<PyObject *>b)
+                _parse_header(self.src[k], len(<bytes>b), &self.hdr[k], self._where(k), False)
+                self.keep.append(b)
+            else:
+                v = _as_bytes_view(b)
+                self.src[k] = &v[0] if v.shape[0] else NULL
+                _parse_header(self.src[k], v.shape[0], &self.hdr[k], self._where(k), False)
+                self.keep.append(v)
+        for p in range(self.nparts):
+            self.nxt[p] = n * p // self.nparts
+            self.end[p] = n * (p + 1) // self.nparts
+        return 0
+
+    cdef object _where(self, Py_ssize_t k):
+        if self.wheres is None:
+            return f"chunk {k} of a batch"
+        return self.wheres[k]
+
+    cdef int _do(self, Py_ssize_t k, char *scratch) noexcept nogil:
+        return 0
+
+    cdef void _loop(self, Py_ssize_t t, char *scratch) noexcept nogil:
+        cdef Py_ssize_t r, p, k, none = -1
+        cdef int ret
+        for r in range(self.nparts):
+            p = (t + r) % self.nparts
+            while True:
+                if BLZ_LOAD(&self.failed) >= 0:
+                    return
+                k = BLZ_FETCH_ADD(&self.nxt[p], 1)
+                if k >= self.end[p]:
+                    break
+                ret = self._do(k, scratch)
+                if ret != 0:
+                    if BLZ_CAS(&self.failed, none, k):
+                        self.failed_ret = ret
+                    return
+
+    def run(self):
+        """Do items until none is left (call it from up to `nparts` threads at once)."""
+        cdef Py_ssize_t t = BLZ_FETCH_ADD(&self.callers, 1) % self.nparts
+        cdef char *scratch = NULL
+        cdef bytearray buf = None
+        if self.scratch_bytes > 0:
+            buf = _take_scratch(self.scratch_bytes)
+            scratch = PyByteArray_AS_STRING(buf)
+        try:
+            with nogil:
+                self._loop(t, scratch)
+        finally:
+            if buf is not None:
+                _give_scratch(buf)
+
+    def check(self):
+        """Raise `ChunkError` for the first item that failed (after every `run()` has returned)."""
+        if self.failed >= 0:
+            raise ChunkError(f"corrupted Blosc chunk{_where(self._where(self.failed))}: decoding failed "
+                             f"(return code {self.failed_ret})")
+
+
+cdef class DecodeChunks(_ChunkWork):
+    """DecodeChunks(bufs, dest, offsets, starts, sizes, nparts=1, wheres=None)
+
+    Decode bytes ``[starts[k], starts[k] + sizes[k])`` of chunk ``bufs[k]`` into the C-contiguous
+    array `dest` at byte ``offsets[k]``, for every k: a whole chunk in one Blosc call, part of one
+    through its blocks.  Call `run()` from up to `nparts` threads, then `check()`.
+    """
+
+    cdef char *out
+    cdef Py_ssize_t *offs
+    cdef Py_ssize_t *starts
+    cdef Py_ssize_t *sizes
+    cdef object dest
+
+    def __init__(self, list bufs not None, cnp.ndarray dest not None, const cnp.intp_t[::1] offsets not None,
+                 const cnp.intp_t[::1] starts not None, const cnp.intp_t[::1] sizes not None,
+                 Py_ssize_t nparts=1, wheres=None):
+        cdef Py_ssize_t k, total, n = len(bufs), ts
+        if offsets.shape[0] != n or starts.shape[0] != n or sizes.shape[0] != n:
+            raise ValueError("DecodeChunks: one offset, start and size per chunk are needed")
+        self._set_chunks(bufs, nparts, wheres)
+        if not cnp.PyArray_IS_C_CONTIGUOUS(dest) or not cnp.PyArray_ISWRITEABLE(dest):
+            raise ValueError("DecodeChunks: the output array must be C-contiguous and writeable")
+        self.dest = dest
+        self.out = <char *>cnp.PyArray_DATA(dest)
+        total = cnp.PyArray_NBYTES(dest)
+        self.offs = <Py_ssize_t *>malloc(max(1, n) * sizeof(Py_ssize_t))
+        self.starts = <Py_ssize_t *>malloc(max(1, n) * sizeof(Py_ssize_t))
+        self.sizes = <Py_ssize_t *>malloc(max(1, n) * sizeof(Py_ssize_t))
+        if self.offs == NULL or self.starts == NULL or self.sizes == NULL:
+            raise MemoryError()
+        for k in range(n):
+            if starts[k] < 0 or sizes[k] < 0 or starts[k] + sizes[k] > self.hdr[k].nbytes:
+                raise IndexError(f"DecodeChunks: bytes [{starts[k]}, {starts[k] + sizes[k]}) outside "
+                                 f"chunk {k}'s {self.hdr[k].nbytes}")
+            if offsets[k] < 0 or offsets[k] + sizes[k] > total:
+                raise ValueError(f"DecodeChunks: {sizes[k]} bytes at {offsets[k]} do not fit in the "
+                                 f"output's {total} bytes")
+            self.offs[k] = offsets[k]
+            self.starts[k] = starts[k]
+            self.sizes[k] = sizes[k]
+            ts = self.hdr[k].typesize
+            if (sizes[k] and sizes[k] != self.hdr[k].nbytes and not (self.hdr[k].flags & FLAG_MEMCPYED)
+                    and (starts[k] % ts or sizes[k] % ts)):
+                # Blosc reads parts only in whole typesize units: such a part is cut from a whole decode
+                self.scratch_bytes = max(self.scratch_bytes, self.hdr[k].nbytes)
+
+    def __dealloc__(self):
+        free(self.offs)
+        free(self.starts)
+        free(self.sizes)
+
+    cdef int _do(self, Py_ssize_t k, char *scratch) noexcept nogil:
+        cdef header_t *h = &self.hdr[k]
+        cdef Py_ssize_t nb = self.sizes[k], st = self.starts[k], ts = h.typesize
+        cdef char *dst = self.out + self.offs[k]
+        cdef int ret
+        if nb == 0:
+            return 0
+        if nb == h.nbytes:
+            ret = blosc_decompress_ctx(self.src[k], dst, nb, 1)
+        elif h.flags & C_MEMCPYED:
+            memcpy(dst, self.src[k] + 16 + st, nb)
+            return 0
+        elif st % ts or nb % ts:
+            ret = blosc_decompress_ctx(self.src[k], scratch, h.nbytes, 1)
+            if ret != h.nbytes:
+                return ret if ret != 0 else -1
+            memcpy(dst, scratch + st, nb)
+            return 0
+        else:
+            ret = blosc_getitem(self.src[k], <int>(st // ts), <int>(nb // ts), dst)
+        return 0 if ret == nb else (ret if ret != 0 else -1)
+
+
+# NumPy's pairwise summation (numpy/_core/src/umath/loops_utils.h.src), step for step, so that the sum
+# of a chunk is bit-identical to ``np.sum`` of the same values: blocks of at most 128 values summed with
+# eight accumulators, longer runs split in two (at a multiple of 8) and the halves added.
+ctypedef fused real_t:
+    double
+    float
+
+cdef real_t _pairwise(const real_t *a, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i, n2
+    cdef real_t res, r0, r1, r2, r3, r4, r5, r6, r7
+    if n < 8:
+        res = 0
+        for i in range(n):
+            res += a[i]
+        return res
+    if n <= 128:
+        r0 = a[0]; r1 = a[1]; r2 = a[2]; r3 = a[3]
+        r4 = a[4]; r5 = a[5]; r6 = a[6]; r7 = a[7]
+        i = 8
+        while i < n - (n % 8):
+            r0 += a[i]; r1 += a[i + 1]; r2 += a[i + 2]; r3 += a[i + 3]
+            r4 += a[i + 4]; r5 += a[i + 5]; r6 += a[i + 6]; r7 += a[i + 7]
+            i += 8
+        res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+        while i < n:
+            res += a[i]
+            i += 1
+        return res
+    n2 = n // 2
+    n2 -= n2 % 8
+    return _pairwise(a, n2) + _pairwise(a + n2, n - n2)
+
+
+def pairwise_sum(cnp.ndarray a not None):
+    """NumPy's sum of a C-contiguous float64 or float32 array, computed by this module's loop (for the
+    tests: it must be bit-identical to ``np.sum``)."""
+    cdef double d
+    cdef float f
+    if not cnp.PyArray_IS_C_CONTIGUOUS(a) or a.dtype not in (np_f8, np_f4):
+        raise ValueError("pairwise_sum: a C-contiguous native float64 or float32 array is needed")
+    if a.dtype == np_f8:
+        d = 0.0
+        d += _pairwise(<const double *>cnp.PyArray_DATA(a), cnp.PyArray_SIZE(a))
+        return d
+    f = 0.0
+    f += _pairwise(<const float *>cnp.PyArray_DATA(a), cnp.PyArray_SIZE(a))
+    return f
+
+
+cdef enum:
+    SUM_F8 = 0
+    SUM_F4 = 1
+    SUM_SIGNED = 2       # accumulated in int64, wrapping as NumPy's does
+    SUM_UNSIGNED = 3     # accumulated in uint64
+
+
+cdef class SumChunks(_ChunkWork):
+    """SumChunks(bufs, dtype, nparts=1, wheres=None): the sum of every chunk of `bufs`, as NumPy's
+    ``np.sum`` of its values gives it (pairwise for floats, bit for bit), in `sums` (float64 for
+    float64, float32 for float32, int64 / uint64 for signed / unsigned integers).
+
+    Each thread decodes a chunk into a buffer of its own (in its cache) and sums it there: the decoded
+    values never go to memory.
+    """
+
+    cdef int kind
+    cdef Py_ssize_t isz
+    cdef bint is_signed
+    cdef object sums_arr
+    cdef char *sums
+
+    def __init__(self, list bufs not None, dtype, Py_ssize_t nparts=1, wheres=None):
+        cdef Py_ssize_t k
+        dt = np_dtype(dtype)
+        if not dt.isnative:
+            raise ValueError(f"SumChunks: dtype {dt} is not in native byte order")
+        if dt == np_f8:
+            self.kind, acc = SUM_F8, np_f8
+        elif dt == np_f4:
+            self.kind, acc = SUM_F4, np_f4
+        elif dt.kind == "i":
+            self.kind, acc = SUM_SIGNED, np_i8
+        elif dt.kind == "u":
+            self.kind, acc = SUM_UNSIGNED, np_u8
+        else:
+            raise ValueError(f"SumChunks: cannot sum dtype {dt}")
+        if dt.itemsize not in (1, 2, 4, 8):
+            raise ValueError(f"SumChunks: cannot sum dtype {dt}")
+        self.isz = dt.itemsize
+        self.is_signed = dt.kind != "u"
+        self._set_chunks(bufs, nparts, wheres)
+        for k in range(self.nitems):
+            if self.hdr[k].nbytes % self.isz:
+                raise ValueError(f"SumChunks: chunk {k} holds {self.hdr[k].nbytes} bytes, not whole "
+                                 f"{dt} values")
+            self.scratch_bytes = max(self.scratch_bytes, self.hdr[k].nbytes)
+        self.sums_arr = np_zeros(self.nitems, acc)
+        self.sums = <char *>cnp.PyArray_DATA(<cnp.ndarray>self.sums_arr)
+
+    @property
+    def sums(self):
+        """The sum of each chunk (valid after every `run()` has returned and `check()` passed)."""
+        return self.sums_arr
+
+    cdef int _do(self, Py_ssize_t k, char *scratch) noexcept nogil:
+        cdef Py_ssize_t nb = self.hdr[k].nbytes, n = nb // self.isz, i
+        cdef const char *v
+        cdef int ret
+        cdef double d
+        cdef float f
+        cdef uint64_t u = 0
+        if nb == 0:
+            return 0
+        if self.hdr[k].flags & C_MEMCPYED:
+            v = <const char *>self.src[k] + 16
+        else:
+            ret = blosc_decompress_ctx(self.src[k], scratch, nb, 1)
+            if ret != nb:
+                return ret if ret != 0 else -1
+            v = scratch
+        if self.kind == SUM_F8:
+            d = 0.0
+            d += _pairwise(<const double *>v, n)
+            (<double *>self.sums)[k] = d
+        elif self.kind == SUM_F4:
+            f = 0.0
+            f += _pairwise(<const float *>v, n)
+            (<float *>self.sums)[k] = f
+        else:
+            # integer sums wrap modulo 2**64 as NumPy's int64 / uint64 additions do: any order is exact
+            if self.isz == 8:
+                for i in range(n):
+                    u += <uint64_t>(<const uint64_t *>v)[i]
+            elif self.isz == 4:
+                if self.is_signed:
+                    for i in range(n):
+                        u += <uint64_t>(<int64_t>(<const int32_t *>v)[i])
+                else:
+                    for i in range(n):
+                        u += <uint64_t>(<const uint32_t *>v)[i]
+            elif self.isz == 2:
+                if self.is_signed:
+                    for i in range(n):
+                        u += <uint64_t>(<int64_t>(<const int16_t *>v)[i])
+                else:
+                    for i in range(n):
+                        u += <uint64_t>(<const uint16_t *>v)[i]
+            else:
+                if self.is_signed:
+                    for i in range(n):
+                        u += <uint64_t>(<int64_t>(<const int8_t *>v)[i])
+                else:
+                    for i in range(n):
+                        u += <uint64_t>(<const uint8_t *>v)[i]
+            (<uint64_t *>self.sums)[k] = u
+        return 0

@@ -13,6 +13,7 @@ from blzarr import fused
 from blzarr import indexing as ix
 from blzarr import planner
 from blzarr.blockcache import disk_blocks, new_generation
+from blzarr.chunk import decode_ranges
 from blzarr.errors import FormatError
 from blzarr.params import get_nthreads
 from blzarr.parallel import run_all
@@ -127,6 +128,15 @@ class CarrayReads(CarrayBase):
                 out[off:off + hi - lo] = self._last[lo:hi]
             else:
                 pieces.append((n, lo, hi, out[off:off + hi - lo]))
+        if len(pieces) > 1 and self._bytes is None and out.flags.c_contiguous:
+            datas = chunks.resident(pieces[0][0], pieces[-1][0] + 1)
+            if datas is not None:
+                # in-memory chunks: one call per thread decodes them all, straight into `out`
+                isz = self._atom.itemsize
+                first = pieces[0][0] * self._chunklen + pieces[0][1]
+                decode_ranges(datas, out, [(p[0] * self._chunklen + p[1] - first) * isz for p in pieces],
+                              [p[1] * isz for p in pieces], [(p[2] - p[1]) * isz for p in pieces])
+                return out
         if self._bytes is not None and len(pieces) > 1:
             # object storage: the chunks of a batch fetched at once (coalesced, concurrent), the next
             # batch fetched while this one is decoded

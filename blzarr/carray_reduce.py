@@ -7,6 +7,7 @@ import numpy as np
 
 from blzarr import fused
 from blzarr.carray_read import CarrayBase
+from blzarr.chunk import sum_chunks
 
 
 def _normalize_axes(axis, ndim):
@@ -48,6 +49,24 @@ class CarrayReductions(CarrayBase):
         """The largest element (or along `axis`), chunk by chunk."""
         return self._reduce("max", axis, None, out, keepdims, kwargs)
 
+    def _sum_resident(self):
+        """The sum of a 1-d in-memory carray, or None where this path does not apply: every full chunk
+        decoded and summed on its thread in one call per thread (NumPy's pairwise sum per chunk, bit
+        for bit), the chunks' sums then added in order as the block engine below adds them, so the
+        result is the same to the bit."""
+        nfull = len(self._chunks)
+        if self.ndim != 1 or not nfull or self._bytes is not None:
+            return None
+        datas = self._chunks.resident(0, nfull)
+        if datas is None:
+            return None
+        parts = sum_chunks(datas, self._atom.base)
+        if parts is None or (parts.dtype.kind == "f" and not np.isfinite(parts).all()):
+            return None     # an inf or a NaN: the block engine's sums also give NumPy's warnings
+        if self._nleft:
+            parts = np.concatenate([parts, [np.sum(self._last[:self._nleft])]]).astype(parts.dtype)
+        return np.add.accumulate(parts)[-1]
+
     def _reduce(self, op, axis, dtype, out, keepdims, kwargs):
         # reductions over axis 0 combine the per-block results; over other axes they concatenate them
         if self._isobj:
@@ -58,6 +77,10 @@ class CarrayReductions(CarrayBase):
         if probe.dtype.kind in "SUV" or probe.dtype.names:
             raise TypeError(f"cannot {op} a carray of dtype {probe.dtype}")
         axes = _normalize_axes(axis, self.ndim)
+        if op == "sum" and dtype is None and out is None and not keepdims and self.ndim == 1:
+            res = self._sum_resident()
+            if res is not None:
+                return res
         red = "sum" if op == "mean" else op
         kw = {"dtype": np.dtype(dtype)} if dtype is not None else {}
         if op == "mean" and dtype is None and probe.dtype.kind in "biu":

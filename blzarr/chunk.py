@@ -3,8 +3,8 @@
 import numpy as np
 
 from blzarr import _chunk
-from blzarr.parallel import codec_threads
-from blzarr.params import DEFAULT_BLOCKSIZE, cparams as _cparams
+from blzarr.parallel import codec_threads, run_threads
+from blzarr.params import DEFAULT_BLOCKSIZE, cparams as _cparams, get_nthreads
 
 
 def blosc_typesize(base):
@@ -38,6 +38,33 @@ def compress_array(arr, typesize, cparams, blocksize=DEFAULT_BLOCKSIZE):
 def blosc_blocksize_request(target, nbytes):
     """What to ask C-Blosc for: `target` bytes a block, or 0 (one block) for a smaller buffer."""
     return 0 if nbytes <= target else target
+
+
+def run_work(work):
+    """Run a work object of `_chunk` (DecodeChunks, ...) on every thread, then raise what failed."""
+    run_threads(work.run, work.nparts)
+    work.check()
+    return work
+
+
+def decode_ranges(datas, out, offsets, starts, sizes):
+    """Bytes [starts[k], starts[k] + sizes[k]) of the in-memory chunk bytes ``datas[k]`` into the
+    contiguous array `out` at byte ``offsets[k]``, for every k, on every thread at once (one call into
+    `_chunk` per thread, the GIL released, the threads taking chunks as they become free)."""
+    intp = np.intp
+    run_work(_chunk.DecodeChunks(datas, out, np.asarray(offsets, intp), np.asarray(starts, intp),
+                                 np.asarray(sizes, intp), get_nthreads()))
+    return out
+
+
+def sum_chunks(datas, dtype):
+    """NumPy's sum of each of the in-memory chunk bytes `datas` of values of `dtype` (an array), each
+    chunk decoded into a buffer of its thread and summed there, on every thread at once; None when the
+    dtype is not one `_chunk.SumChunks` sums (floats of 4 or 8 bytes, integers, native order)."""
+    dtype = np.dtype(dtype)
+    if not dtype.isnative or not (dtype.kind in "iu" or dtype.char in "fd"):
+        return None
+    return run_work(_chunk.SumChunks(datas, dtype, get_nthreads())).sums
 
 
 class chunk:

@@ -69,6 +69,11 @@ class ChunkStore:
         """Show only the first `n` chunks, without touching what is stored."""
         self.nchunks = n
 
+    def resident(self, i, j):
+        """The compressed bytes of full chunks i..j-1 when this store holds them in memory (a list),
+        else None (the caller reads them through the chunk objects)."""
+        return None
+
     def forget_from(self, n):
         """Drop cached copies of chunks n and later (about to change)."""
 
@@ -212,6 +217,10 @@ class MemoryChunks(list, ChunkStore):
     @property
     def cbytes(self):
         return sum(c.cbytes for c in self)
+
+    def resident(self, i, j):
+        out = [getattr(c, "_data", None) for c in list.__getitem__(self, slice(i, j))]
+        return out if all(type(b) is bytes for b in out) else None
 
     def truncate(self, n):
         del self[n:]

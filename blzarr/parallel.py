@@ -202,3 +202,28 @@ def run_ordered(produce, consume, count, window=None):
             cond.notify_all()
         for f in futures:
             f.result()
+
+
+def run_threads(fn, n):
+    """Call fn() once on each of `n` threads at the same time (the calling thread is one of them), for
+    work objects whose threads share the items among themselves (`blzarr._chunk`'s, which release the
+    GIL).  Nested in a pool thread, or with n <= 1, fn() runs once here (it then does every item).
+    The first exception is raised after every call has returned."""
+    n = min(n, get_nthreads())
+    if n <= 1 or threading.current_thread().name.startswith("blzarr"):
+        fn()
+        return
+    futures = [_executor(get_nthreads() - 1).submit(fn) for _ in range(n - 1)]
+    error = None
+    try:
+        fn()
+    except BaseException as e:  # noqa: B902 - re-raised below once the others are done
+        error = e
+    for f in futures:
+        try:
+            f.result()
+        except BaseException as e:  # noqa: B902
+            if error is None:
+                error = e
+    if error is not None:
+        raise error

@@ -1,0 +1,185 @@
+"""In-memory carrays read, sum and take through one `_chunk` call per thread (DecodeChunks, SumChunks):
+the results are NumPy's, bit for bit where the block engine's were (the same per-chunk sums added in
+the same order), with any number of threads and when called from a pool thread."""
+
+import math
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import blzarr
+from blzarr import _chunk, parallel
+from blzarr.chunkstore import MemoryChunks
+from blzarr.errors import ChunkError
+
+INT_DTYPES = ["i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8"]
+
+
+def _values(rng, n, dtype):
+    dt = np.dtype(dtype)
+    if dt.kind == "f":
+        # magnitudes over 12 decades: the order of the additions shows in the last bits
+        return (rng.standard_normal(n) * 10.0 ** rng.uniform(-6, 6, n)).astype(dt)
+    info = np.iinfo(dt)
+    return rng.integers(info.min, info.max, n, dtype=dt, endpoint=True)
+
+
+class _threads:
+    def __init__(self, n):
+        self.n = n
+
+    def __enter__(self):
+        self.old = blzarr.set_nthreads(self.n)
+
+    def __exit__(self, *exc):
+        blzarr.set_nthreads(self.old)
+
+
+def _without_resident(fn):
+    """fn() with the in-memory fast paths off (MemoryChunks.resident says None): the old block engine."""
+    saved = MemoryChunks.resident
+    MemoryChunks.resident = lambda self, i, j: None
+    try:
+        return fn()
+    finally:
+        MemoryChunks.resident = saved
+
+
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 3000), dtype=st.sampled_from(["f8", "f4"]),
+       scale=st.sampled_from([1.0, 1e-300, 1e30]))
+def test_pairwise_sum_is_numpys_bit_for_bit(seed, n, dtype, scale):
+    rng = np.random.default_rng(seed)
+    x = (_values(rng, n, "f8") * (scale if dtype == "f8" else 1.0)).astype(dtype)
+    got = _chunk.pairwise_sum(x)
+    want = np.sum(x)
+    assert np.array(got, dtype=dtype).tobytes() == np.array(want, dtype=dtype).tobytes()
+
+
+def test_pairwise_sum_of_negative_zero_and_lengths_around_the_blocks():
+    assert math.copysign(1.0, _chunk.pairwise_sum(np.array([-0.0]))) == 1.0     # 0.0 + -0.0, as NumPy
+    rng = np.random.default_rng(3)
+    for n in [7, 8, 9, 127, 128, 129, 255, 256, 257, 1023, 65536, 65537]:
+        x = _values(rng, n, "f8")
+        assert _chunk.pairwise_sum(x) == np.sum(x)
+
+
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 40000), chunklen=st.integers(1, 5000),
+       dtype=st.sampled_from(["f8", "f4"] + INT_DTYPES), nthreads=st.sampled_from([1, 2, 3]))
+def test_sum_equals_the_block_engine_bit_for_bit_and_numpy(seed, n, chunklen, dtype, nthreads):
+    rng = np.random.default_rng(seed)
+    x = _values(rng, n, dtype)
+    a = blzarr.carray(x, chunklen=chunklen)
+    with _threads(nthreads):
+        got = a.sum()
+    old = _without_resident(a.sum)
+    want = np.sum(x)
+    assert type(got) is type(want) is type(old)
+    assert np.array(got).tobytes() == np.array(old).tobytes()
+    if x.dtype.kind in "iu":
+        assert got == want          # integer sums wrap modulo 2**64 in any order: exact
+    else:
+        # each chunk is NumPy's pairwise sum (error <= ~log2(chunklen) eps sum|x|), the chunk sums are
+        # added one after the other (<= nchunks eps sum|x| more); NumPy's own sum is off by up to
+        # ~log2(n) eps sum|x|: the two differ by at most the sum of those bounds (times 2 for slack)
+        eps = np.finfo(x.dtype).eps
+        nchunks = -(-n // chunklen)
+        bound = 2 * (math.log2(max(n, 2)) + math.log2(max(chunklen, 2)) + nchunks) * eps * \
+            float(np.sum(np.abs(x.astype("f8"))))
+        assert abs(float(got) - float(want)) <= bound
+
+
+def test_sum_of_non_finite_values_warns_as_numpy():
+    x = np.full(100_000, 3e38, dtype="f4")
+    a = blzarr.carray(x, chunklen=1000)
+    with pytest.warns(RuntimeWarning):
+        got = a.sum()
+    assert got == np.float32(np.inf) == _without_resident(a.sum)
+    y = np.arange(50_000, dtype="f8")
+    y[12_345] = np.nan
+    assert np.isnan(blzarr.carray(y, chunklen=777).sum())
+
+
+def test_sum_chunks_rejects_what_it_cannot_sum():
+    data = [blzarr.chunk(np.arange(10, dtype="f8"), "f8").getdata()]
+    for dt in ["c16", "f2", "bool", ">f8", "S3"]:
+        with pytest.raises(ValueError):
+            _chunk.SumChunks(data, dt)
+
+
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 30000), chunklen=st.integers(1, 4000),
+       atom=st.sampled_from(["f8", "i2", "u1", "S3", ("f4", (3,)), "U2", [("a", "i4"), ("b", "i1")]]),
+       nthreads=st.sampled_from([1, 2, 4]), data=st.data())
+def test_slices_of_in_memory_chunks_equal_numpy(seed, n, chunklen, atom, nthreads, data):
+    rng = np.random.default_rng(seed)
+    dt = np.dtype(atom)
+    raw = rng.integers(0, 255, n * dt.itemsize, dtype=np.uint8)
+    x = raw.view(dt.base).reshape((n,) + dt.shape) if dt.shape else raw.view(dt)
+    if dt.kind == "U":
+        x = np.array([chr(65 + v % 26) * 2 for v in raw[:n]], dtype=dt)
+    a = blzarr.carray(x, chunklen=chunklen)
+    start = data.draw(st.integers(0, n))
+    stop = data.draw(st.integers(start, n))
+    with _threads(nthreads):
+        for got, want in ((a[start:stop], x[start:stop]), (a[:], x)):
+            # bytes, not values: random bytes make NaNs
+            assert got.dtype == want.dtype and got.shape == want.shape and got.tobytes() == want.tobytes()
+
+
+def test_decode_chunks_parts_not_in_typesize_units_and_errors():
+    values = np.arange(20_000, dtype="f8")
+    c = blzarr.chunk(values, "f8", blzarr.cparams(clevel=5))
+    raw = values.view(np.uint8)
+    out = np.zeros(100, np.uint8)
+    # a part whose ends are not whole typesize (8-byte) units: cut from a whole decode
+    w = _chunk.DecodeChunks([c.getdata(), c.getdata()], out, np.array([0, 50], np.intp),
+                            np.array([3, 80_001], np.intp), np.array([45, 50], np.intp))
+    parallel.run_threads(w.run, w.nparts)
+    w.check()
+    assert out[:45].tobytes() == raw[3:48].tobytes() and out[50:].tobytes() == raw[80_001:80_051].tobytes()
+    with pytest.raises(ValueError, match="do not fit"):
+        _chunk.DecodeChunks([c.getdata()], out, np.array([60], np.intp), np.array([0], np.intp),
+                            np.array([50], np.intp))
+    with pytest.raises(IndexError, match="outside chunk 0"):
+        _chunk.DecodeChunks([c.getdata()], out, np.array([0], np.intp), np.array([159_990], np.intp),
+                            np.array([20], np.intp))
+    with pytest.raises(ChunkError, match="chunk 1 of a batch"):
+        _chunk.DecodeChunks([c.getdata(), c.getdata()[:-3]], out, np.zeros(2, np.intp),
+                            np.zeros(2, np.intp), np.zeros(2, np.intp))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        _chunk.DecodeChunks([c.getdata()], np.zeros((20, 20), np.uint8)[:, ::2], np.zeros(1, np.intp),
+                            np.zeros(1, np.intp), np.zeros(1, np.intp))
+
+
+def test_decode_failure_is_a_chunk_error_naming_the_chunk():
+    values = np.arange(20_000, dtype="f8")
+    good = blzarr.chunk(values, "f8", blzarr.cparams(clevel=5)).getdata()
+    bad = bytearray(good)
+    # the first block's stream: claim more compressed bytes than the block holds (decoding then fails)
+    start = int.from_bytes(bad[16:20], "little")
+    bad[start:start + 4] = (2**30).to_bytes(4, "little")
+    out = np.zeros(3 * values.nbytes, np.uint8)
+    w = _chunk.DecodeChunks([good, bytes(bad), good], out, np.arange(3, dtype=np.intp) * values.nbytes,
+                            np.zeros(3, np.intp), np.full(3, values.nbytes, np.intp), 2,
+                            ["first", "the damaged one", "third"])
+    parallel.run_threads(w.run, w.nparts)
+    with pytest.raises(ChunkError, match="the damaged one"):
+        w.check()
+
+
+def test_reads_and_sums_from_inside_pool_threads():
+    x = np.arange(300_000, dtype="f8") * 0.5
+    a = blzarr.carray(x, chunklen=1000)
+    results = {}
+
+    def work(k):
+        results[k] = (np.array_equal(a[k:k + 100_000], x[k:k + 100_000]), a.sum() == _without_resident(a.sum))
+    with _threads(2):
+        parallel.run_all(work, range(8))
+        threads = [threading.Thread(target=work, args=(100 + k,)) for k in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert len(results) == 11 and all(r == (True, True) for r in results.values())
