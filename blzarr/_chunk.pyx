@@ -361,6 +361,63 @@ def getitem_into(buf, Py_ssize_t start, Py_ssize_t nbytes, cnp.ndarray dest not 
     return ret
 
 
+cdef int _take_core(const uint8_t *src, header_t *h, const cnp.intp_t *pos, Py_ssize_t n, Py_ssize_t base,
+                    Py_ssize_t itemsize, char *out, const cnp.intp_t *rows, Py_ssize_t first_row,
+                    char *scratch, Py_ssize_t *ndec, bint whole) noexcept nogil:
+    """Items ``pos[k] - base`` (ascending, checked by the caller) of the chunk at `src` into rows of `out`
+    (``rows[k]``, or ``first_row + k`` when `rows` is NULL).  `scratch` holds the chunk's nbytes.
+
+    Each Blosc block that holds a wanted item is decoded once, into `scratch`, and nothing else is
+    decoded; when those blocks are two thirds of the chunk or more, the whole chunk is decoded at once
+    instead (blosc_getitem allocates its buffers and copies each block once more: a block read alone
+    costs about 1.5x its share of a whole decode), and always with `whole` (a chunk whose typesize does
+    not divide its items: Blosc reads parts only in typesize units).  Returns 0, or the failing Blosc
+    return code (or -1); `ndec` counts the blocks decoded."""
+    cdef Py_ssize_t k, r, b0, j, cur = -1, bstart, blen, ntouched = 0, ts = h.typesize, bs = h.blocksize
+    cdef int ret
+    if h.flags & C_MEMCPYED:
+        for k in range(n):
+            r = rows[k] if rows != NULL else first_row + k
+            memcpy(out + r * itemsize, src + 16 + (pos[k] - base) * itemsize, itemsize)
+        return 0
+    for k in range(n):
+        j = (pos[k] - base) * itemsize // bs
+        if j != cur:
+            ntouched += 1
+            cur = j
+    cur = -1
+    if whole or ntouched * 3 >= h.nblocks * 2:
+        ret = blosc_decompress_ctx(src, scratch, h.nbytes, 1)
+        if ret != h.nbytes:
+            return ret if ret != 0 else -1
+        for k in range(n):
+            r = rows[k] if rows != NULL else first_row + k
+            memcpy(out + r * itemsize, scratch + (pos[k] - base) * itemsize, itemsize)
+        ndec[0] += h.nblocks
+        return 0
+    for k in range(n):
+        r = rows[k] if rows != NULL else first_row + k
+        b0 = (pos[k] - base) * itemsize
+        j = b0 // bs
+        if (b0 + itemsize - 1) // bs != j:
+            # an item across two blocks: decode just its bytes
+            ret = blosc_getitem(src, <int>(b0 // ts), <int>(itemsize // ts), out + r * itemsize)
+            if ret != itemsize:
+                return ret if ret != 0 else -1
+            ndec[0] += 2
+            continue
+        if j != cur:
+            bstart = j * bs
+            blen = h.nbytes - bstart if h.nbytes - bstart < bs else bs
+            ret = blosc_getitem(src, <int>(bstart // ts), <int>(blen // ts), scratch)
+            if ret != blen:
+                return ret if ret != 0 else -1
+            cur = j
+            ndec[0] += 1
+        memcpy(out + r * itemsize, scratch + (b0 - j * bs), itemsize)
+    return 0
+
+
 def take_into(buf, const cnp.intp_t[::1] local, Py_ssize_t itemsize, cnp.ndarray dest not None,
               const cnp.intp_t[::1] rows=None, Py_ssize_t first_row=0, bint check=True, where=None):
     """Copy items `local` (ascending) of a chunk of `itemsize`-byte items into rows of `dest`.
@@ -373,13 +430,9 @@ def take_into(buf, const cnp.intp_t[::1] local, Py_ssize_t itemsize, cnp.ndarray
     """
     cdef const uint8_t[::1] v = _as_bytes_view(buf)
     cdef header_t h
-    cdef Py_ssize_t n = local.shape[0], k, r, b0, j, cur = -1, bstart, blen, ndec = 0, nrows, ts, bs
-    cdef Py_ssize_t ntouched = 0
-    cdef char *out
+    cdef Py_ssize_t n = local.shape[0], k, r, nrows, ts, bs, ndec = 0, ntouched = 0, cur, j
     cdef char *scratch = NULL
-    cdef const uint8_t *src
     cdef int ret = 0
-    cdef bint memcpyed, failed = False
     _parse_header(&v[0] if v.shape[0] else NULL, v.shape[0], &h, where, False)
     if itemsize <= 0:
         raise ValueError(f"take_into: itemsize must be positive, got {itemsize}")
@@ -401,71 +454,30 @@ def take_into(buf, const cnp.intp_t[::1] local, Py_ssize_t itemsize, cnp.ndarray
             raise IndexError(f"take_into: row {r} outside the output's {nrows}")
     if n == 0:
         return 0
-    memcpyed = (h.flags & FLAG_MEMCPYED) != 0
-    if check and not memcpyed:
-        _check_blocks(&v[0], &h, local[0] * itemsize // bs, ((local[n - 1] + 1) * itemsize - 1) // bs, where)
-    out = <char *>cnp.PyArray_DATA(dest)
-    src = &v[0]
-    if not memcpyed:
-        # blocks holding a wanted item; when they are most of the chunk, one decode of the whole chunk
-        # is cheaper: blosc_getitem allocates its buffers and copies each block once more
+    if check and not (h.flags & FLAG_MEMCPYED):
+        # the streams of the blocks from the first item's to the last's, or of all of them when
+        # _take_core will decode the whole chunk (two thirds of the blocks touched)
+        cur = -1
         for k in range(n):
             j = local[k] * itemsize // bs
             if j != cur:
                 ntouched += 1
                 cur = j
-        cur = -1
         if ntouched * 3 >= h.nblocks * 2:
-            if check:
-                _check_blocks(&v[0], &h, 0, h.nblocks - 1, where)
-            scratch = <char *>malloc(h.nbytes)
-            if scratch == NULL:
-                raise MemoryError()
-            try:
-                with nogil:
-                    ret = blosc_decompress_ctx(src, scratch, h.nbytes, 1)
-                    if ret == h.nbytes:
-                        for k in range(n):
-                            r = rows[k] if rows is not None else first_row + k
-                            memcpy(out + r * itemsize, scratch + local[k] * itemsize, itemsize)
-            finally:
-                free(scratch)
-            if ret != h.nbytes:
-                raise ChunkError(f"corrupted Blosc chunk{_where(where)}: decompression failed (return code {ret})")
-            return h.nblocks
-        scratch = <char *>malloc(bs)
+            _check_blocks(&v[0], &h, 0, h.nblocks - 1, where)
+        else:
+            _check_blocks(&v[0], &h, local[0] * itemsize // bs, ((local[n - 1] + 1) * itemsize - 1) // bs, where)
+    if not (h.flags & FLAG_MEMCPYED):
+        scratch = <char *>malloc(max(1, h.nbytes))
         if scratch == NULL:
             raise MemoryError()
     try:
         with nogil:
-            for k in range(n):
-                r = rows[k] if rows is not None else first_row + k
-                b0 = local[k] * itemsize
-                if memcpyed:
-                    memcpy(out + r * itemsize, src + 16 + b0, itemsize)
-                    continue
-                j = b0 // bs
-                if (b0 + itemsize - 1) // bs != j:
-                    # an item across two blocks: decode just its bytes
-                    ret = blosc_getitem(src, <int>(b0 // ts), <int>(itemsize // ts), out + r * itemsize)
-                    if ret != itemsize:
-                        failed = True
-                        break
-                    ndec += 2
-                    continue
-                if j != cur:
-                    bstart = j * bs
-                    blen = h.nbytes - bstart if h.nbytes - bstart < bs else bs
-                    ret = blosc_getitem(src, <int>(bstart // ts), <int>(blen // ts), scratch)
-                    if ret != blen:
-                        failed = True
-                        break
-                    cur = j
-                    ndec += 1
-                memcpy(out + r * itemsize, scratch + (b0 - j * bs), itemsize)
+            ret = _take_core(&v[0], &h, &local[0], n, 0, itemsize, <char *>cnp.PyArray_DATA(dest),
+                             &rows[0] if rows is not None else NULL, first_row, scratch, &ndec, False)
     finally:
         free(scratch)
-    if failed:
+    if ret != 0:
         raise ChunkError(f"corrupted Blosc chunk{_where(where)}: block decoding failed (return code {ret})")
     return ndec
 
@@ -1079,3 +1091,81 @@ cdef class SumChunks(_ChunkWork):
                         u += <uint64_t>(<const uint8_t *>v)[i]
             (<uint64_t *>self.sums)[k] = u
         return 0
+
+
+cdef class TakeChunks(_ChunkWork):
+    """TakeChunks(bufs, positions, starts, stops, bases, itemsize, dest, rows=None, nparts=1, wheres=None)
+
+    Group k takes the items ``positions[starts[k]:stops[k]] - bases[k]`` of chunk ``bufs[k]`` into the
+    C-contiguous array `dest` (rows of `itemsize` bytes): position i goes to row ``rows[i]``, or to row
+    i without `rows`.  `positions` is ascending.  Each group is one chunk's work for `_take_core`: its
+    touched blocks decoded once (or the whole chunk when they are most of it) into the thread's buffer.
+    """
+
+    cdef const cnp.intp_t *pos
+    cdef const cnp.intp_t *rowp
+    cdef Py_ssize_t *gstart
+    cdef Py_ssize_t *gstop
+    cdef Py_ssize_t *gbase
+    cdef char *gwhole
+    cdef Py_ssize_t isz
+    cdef char *out
+    cdef object arrays
+
+    def __init__(self, list bufs not None, const cnp.intp_t[::1] positions not None,
+                 const cnp.intp_t[::1] starts not None, const cnp.intp_t[::1] stops not None,
+                 const cnp.intp_t[::1] bases not None, Py_ssize_t itemsize, cnp.ndarray dest not None,
+                 const cnp.intp_t[::1] rows=None, Py_ssize_t nparts=1, wheres=None):
+        cdef Py_ssize_t n = len(bufs), k, i, r, nrows, npos = positions.shape[0], ts
+        if starts.shape[0] != n or stops.shape[0] != n or bases.shape[0] != n:
+            raise ValueError("TakeChunks: one start, stop and base per chunk are needed")
+        if rows is not None and rows.shape[0] != npos:
+            raise ValueError("TakeChunks: rows and positions differ in length")
+        if itemsize <= 0:
+            raise ValueError(f"TakeChunks: itemsize must be positive, got {itemsize}")
+        if not cnp.PyArray_IS_C_CONTIGUOUS(dest) or not cnp.PyArray_ISWRITEABLE(dest):
+            raise ValueError("TakeChunks: the output array must be C-contiguous and writeable")
+        self._set_chunks(bufs, nparts, wheres)
+        nrows = cnp.PyArray_NBYTES(dest) // itemsize
+        for i in range(npos):
+            r = rows[i] if rows is not None else i
+            if r < 0 or r >= nrows:
+                raise IndexError(f"TakeChunks: row {r} outside the output's {nrows}")
+            if i and positions[i] < positions[i - 1]:
+                raise IndexError("TakeChunks: the positions are not ascending")
+        self.gstart = <Py_ssize_t *>malloc(max(1, n) * sizeof(Py_ssize_t))
+        self.gstop = <Py_ssize_t *>malloc(max(1, n) * sizeof(Py_ssize_t))
+        self.gbase = <Py_ssize_t *>malloc(max(1, n) * sizeof(Py_ssize_t))
+        self.gwhole = <char *>malloc(max(1, n))
+        if self.gstart == NULL or self.gstop == NULL or self.gbase == NULL or self.gwhole == NULL:
+            raise MemoryError()
+        for k in range(n):
+            ts = self.hdr[k].typesize
+            self.gwhole[k] = (itemsize % ts or self.hdr[k].blocksize % ts or self.hdr[k].nbytes % ts) != 0
+            if not (0 <= starts[k] < stops[k] <= npos):
+                raise IndexError(f"TakeChunks: group {k} [{starts[k]}, {stops[k]}) outside the {npos} positions")
+            if (positions[starts[k]] < bases[k]
+                    or (positions[stops[k] - 1] - bases[k] + 1) * itemsize > self.hdr[k].nbytes):
+                raise IndexError(f"TakeChunks: group {k} has items outside chunk {k}'s "
+                                 f"{self.hdr[k].nbytes // itemsize}")
+            self.gstart[k] = starts[k]
+            self.gstop[k] = stops[k]
+            self.gbase[k] = bases[k]
+            self.scratch_bytes = max(self.scratch_bytes, self.hdr[k].nbytes)
+        self.isz = itemsize
+        self.out = <char *>cnp.PyArray_DATA(dest)
+        self.pos = &positions[0] if npos else NULL
+        self.rowp = &rows[0] if rows is not None and npos else NULL
+        self.arrays = (positions, rows, dest)
+
+    def __dealloc__(self):
+        free(self.gstart)
+        free(self.gstop)
+        free(self.gbase)
+        free(self.gwhole)
+
+    cdef int _do(self, Py_ssize_t k, char *scratch) noexcept nogil:
+        cdef Py_ssize_t s = self.gstart[k], ndec = 0
+        return _take_core(self.src[k], &self.hdr[k], self.pos + s, self.gstop[k] - s, self.gbase[k], self.isz,
+                          self.out, self.rowp + s if self.rowp != NULL else NULL, s, scratch, &ndec,
+                          self.gwhole[k] != 0)

@@ -13,7 +13,7 @@ from blzarr import fused
 from blzarr import indexing as ix
 from blzarr import planner
 from blzarr.blockcache import disk_blocks, new_generation
-from blzarr.chunk import decode_ranges
+from blzarr.chunk import decode_ranges, take_chunks
 from blzarr.errors import FormatError
 from blzarr.params import get_nthreads
 from blzarr.parallel import run_all
@@ -129,7 +129,7 @@ class CarrayReads(CarrayBase):
             else:
                 pieces.append((n, lo, hi, out[off:off + hi - lo]))
         if len(pieces) > 1 and self._bytes is None and out.flags.c_contiguous:
-            datas = chunks.resident(pieces[0][0], pieces[-1][0] + 1)
+            datas = chunks.resident(range(pieces[0][0], pieces[-1][0] + 1))
             if datas is not None:
                 # in-memory chunks: one call per thread decodes them all, straight into `out`
                 isz = self._atom.itemsize
@@ -372,6 +372,16 @@ class CarrayReads(CarrayBase):
         order = np.argsort(pos, kind="stable") if (np.diff(pos) < 0).any() else None
         spos = pos if order is None else pos[order]
 
+        groups = ix.sorted_groups(spos, cl)
+        inmem = [g for g in groups if g[0] < nfull]
+        datas = chunks.resident([g[0] for g in inmem]) if len(inmem) > 1 and self._bytes is None else None
+        if datas is not None:
+            # in-memory chunks: one call per thread takes from all of them (each chunk's touched blocks
+            # decoded once into the thread's buffer), the leftover's items from NumPy
+            take_chunks(datas, np.ascontiguousarray(spos, np.intp), inmem, cl, self._atom.itemsize, out,
+                        None if order is None else np.ascontiguousarray(order, np.intp))
+            groups = groups[len(inmem):]
+
         def take(group):
             cid, s, e = group
             local = spos[s:e] - cid * cl
@@ -380,7 +390,7 @@ class CarrayReads(CarrayBase):
                 out[slice(s, e) if rows is None else rows] = last[local]
             else:
                 chunks[cid].take(local, out, rows, s)
-        run_all(take, ix.sorted_groups(spos, cl))
+        run_all(take, groups)
         return out
 
     def __iter__(self):

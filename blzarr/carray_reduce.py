@@ -57,7 +57,7 @@ class CarrayReductions(CarrayBase):
         nfull = len(self._chunks)
         if self.ndim != 1 or not nfull or self._bytes is not None:
             return None
-        datas = self._chunks.resident(0, nfull)
+        datas = self._chunks.resident(range(nfull))
         if datas is None:
             return None
         parts = sum_chunks(datas, self._atom.base)

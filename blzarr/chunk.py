@@ -57,6 +57,19 @@ def decode_ranges(datas, out, offsets, starts, sizes):
     return out
 
 
+def take_chunks(datas, positions, groups, chunklen, itemsize, out, rows=None):
+    """Items at the ascending `positions` (intp) into rows of the contiguous array `out` (position i to
+    row ``rows[i]``, or row i), where ``groups`` lists (chunk number, start, stop) runs of positions in
+    one chunk and ``datas[k]`` holds group k's chunk bytes (in memory): one call per thread, each chunk's
+    touched blocks decoded once."""
+    intp = np.intp
+    run_work(_chunk.TakeChunks(datas, positions, np.array([g[1] for g in groups], intp),
+                               np.array([g[2] for g in groups], intp),
+                               np.array([g[0] * chunklen for g in groups], intp), itemsize, out, rows,
+                               get_nthreads()))
+    return out
+
+
 def sum_chunks(datas, dtype):
     """NumPy's sum of each of the in-memory chunk bytes `datas` of values of `dtype` (an array), each
     chunk decoded into a buffer of its thread and summed there, on every thread at once; None when the

@@ -69,9 +69,9 @@ class ChunkStore:
         """Show only the first `n` chunks, without touching what is stored."""
         self.nchunks = n
 
-    def resident(self, i, j):
-        """The compressed bytes of full chunks i..j-1 when this store holds them in memory (a list),
-        else None (the caller reads them through the chunk objects)."""
+    def resident(self, ids):
+        """The compressed bytes of the full chunks numbered `ids` (a list, in that order) when this
+        store holds them in memory, else None (the caller reads them through the chunk objects)."""
         return None
 
     def forget_from(self, n):
@@ -218,8 +218,9 @@ class MemoryChunks(list, ChunkStore):
     def cbytes(self):
         return sum(c.cbytes for c in self)
 
-    def resident(self, i, j):
-        out = [getattr(c, "_data", None) for c in list.__getitem__(self, slice(i, j))]
+    def resident(self, ids):
+        get = list.__getitem__
+        out = [getattr(get(self, i), "_data", None) for i in ids]
         return out if all(type(b) is bytes for b in out) else None
 
     def truncate(self, n):

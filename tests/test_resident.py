@@ -40,7 +40,7 @@ class _threads:
 def _without_resident(fn):
     """fn() with the in-memory fast paths off (MemoryChunks.resident says None): the old block engine."""
     saved = MemoryChunks.resident
-    MemoryChunks.resident = lambda self, i, j: None
+    MemoryChunks.resident = lambda self, ids: None
     try:
         return fn()
     finally:
@@ -183,3 +183,43 @@ def test_reads_and_sums_from_inside_pool_threads():
         for t in threads:
             t.join()
     assert len(results) == 11 and all(r == (True, True) for r in results.values())
+
+
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 30000), chunklen=st.integers(1, 4000),
+       k=st.integers(1, 3000), atom=st.sampled_from(["f8", "i2", "S3", ("f4", (3,))]),
+       sort=st.booleans(), nthreads=st.sampled_from([1, 2, 3]))
+def test_fancy_index_of_in_memory_chunks_equals_numpy(seed, n, chunklen, k, atom, sort, nthreads):
+    rng = np.random.default_rng(seed)
+    dt = np.dtype(atom)
+    x = rng.integers(0, 120, (n,) + dt.shape).astype(dt.base)
+    a = blzarr.carray(x, chunklen=chunklen)
+    idx = rng.integers(-n, n, k)           # duplicates and negative positions included
+    if sort:
+        idx = np.sort(idx % n)
+    with _threads(nthreads):
+        got = a[idx]
+    assert got.dtype == x.dtype and np.array_equal(got, x[idx])
+    assert np.array_equal(_without_resident(lambda: a[idx]), got)
+
+
+def test_take_chunks_with_a_typesize_that_does_not_divide_the_items():
+    # chunks written elsewhere may shuffle with any typesize: their items come from a whole decode
+    values = np.arange(30_000, dtype="f8")
+    data = _chunk.compress(values, 3, 5, 1, "lz4", 4096)
+    assert _chunk.header(data)["typesize"] == 3
+    pos = np.array([1, 2, 2, 29_999, 30_000 + 5, 30_000 + 7], np.intp)
+    out = np.zeros(6, "f8")
+    w = _chunk.TakeChunks([data, data], pos, np.array([0, 4], np.intp), np.array([4, 6], np.intp),
+                          np.array([0, 30_000], np.intp), 8, out, None, 2)
+    parallel.run_threads(w.run, w.nparts)
+    w.check()
+    assert out.tolist() == [1, 2, 2, 29_999, 5, 7]
+    with pytest.raises(IndexError, match="outside chunk 1"):
+        _chunk.TakeChunks([data, data], pos, np.array([0, 4], np.intp), np.array([4, 6], np.intp),
+                          np.array([0, 0], np.intp), 8, out)
+    with pytest.raises(IndexError, match="not ascending"):
+        _chunk.TakeChunks([data], pos[::-1].copy(), np.array([0], np.intp), np.array([6], np.intp),
+                          np.array([0], np.intp), 8, out)
+    with pytest.raises(IndexError, match="row 9"):
+        _chunk.TakeChunks([data], pos[:1].copy(), np.array([0], np.intp), np.array([1], np.intp),
+                          np.array([0], np.intp), 8, out, np.array([9], np.intp))
