@@ -92,6 +92,23 @@ def operator_index(value, name):
         raise TypeError(f"{name} must be an integer, got {value!r}") from None
 
 
+def _mask_blocks(mask, bounds):
+    """(all_true, decode) over the blocks `bounds` of the 1-d boolean `mask`: per block, whether its
+    statistics say it is all true, and whether it must be decoded (neither all true nor all false);
+    (None, None) when `mask` has no statistics."""
+    get = getattr(mask, "chunk_stats", None)
+    if get is None or not bounds or getattr(mask, "ndim", 1) != 1:
+        return None, None
+    st = get()
+    if st is None or not len(st[0]):
+        return None, None
+    r = planner.block_ranges(st, bounds)
+    known = np.asarray(r.known, bool)
+    all_true = known & np.asarray(r.lo, bool)
+    all_false = known & ~np.asarray(r.hi, bool)
+    return all_true.tolist(), (~(all_true | all_false)).tolist()
+
+
 def _true_positions(mask, blen):
     """(start, positions of the true rows from start) over the 1-d boolean `mask` in blocks of `blen`;
     a carray's statistics tell the blocks all false (not read) and all true (not decoded)."""
@@ -465,8 +482,17 @@ class CarrayReads(CarrayBase):
             # the mask and the values decoded and compacted a window of chunks at a time on every
             # thread (blzarr.fused); this thread only hands out the selected values
             cl = max(1, self._chunklen)
-            sel = fused.map_blocks(fused.block_bounds(self._len, cl), fused.Decoder({"m": boolarr, "x": self}, cl),
-                                   lambda s, e, b: b["x"][np.flatnonzero(b["m"])])
+            bounds = fused.block_bounds(self._len, cl)
+            # the mask's statistics tell the blocks all false (nothing decoded) and all true (only the
+            # values decoded); the others decode both and keep the selected values
+            all_true, decode = _mask_blocks(boolarr, bounds)
+            empty = np.empty(0, self._atom.base)
+
+            def pick(s, e, b):
+                if b is None:
+                    return self[s:e] if all_true[s // cl] else empty
+                return b["x"][np.flatnonzero(b["m"])]
+            sel = fused.map_blocks(bounds, fused.Decoder({"m": boolarr, "x": self}, cl), pick, decode=decode)
             for vals in sel:
                 if skip:
                     if skip >= len(vals):

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 import blzarr
-from blzarr import _chunk, parallel
+from blzarr import _chunk, fused, parallel
 from blzarr.chunkstore import MemoryChunks
 from blzarr.errors import ChunkError
 
@@ -223,3 +223,38 @@ def test_take_chunks_with_a_typesize_that_does_not_divide_the_items():
     with pytest.raises(IndexError, match="row 9"):
         _chunk.TakeChunks([data], pos[:1].copy(), np.array([0], np.intp), np.array([1], np.intp),
                           np.array([0], np.intp), 8, out, np.array([9], np.intp))
+
+
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 30000), chunklen=st.integers(1, 3000),
+       mchunklen=st.integers(1, 5000), runs=st.integers(1, 6), skip=st.integers(0, 50),
+       dtype=st.sampled_from(["f8", "i4", "u1", "?", "f4"]))
+def test_where_with_mask_statistics_equals_numpy(seed, n, chunklen, mchunklen, runs, skip, dtype):
+    # masks made of long runs: whole chunks all true or all false, which the statistics skip
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 100, n).astype(dtype)
+    cuts = np.sort(rng.integers(0, n + 1, 2 * runs))
+    m = np.zeros(n, bool)
+    for a0, b0 in zip(cuts[0::2], cuts[1::2]):
+        m[a0:b0] = True
+    a = blzarr.carray(x, chunklen=chunklen)
+    got = list(a.where(blzarr.carray(m, chunklen=mchunklen), skip=skip))
+    want = x[m][skip:].tolist()
+    assert got == want and [type(v) for v in got] == [type(v) for v in want]
+
+
+def test_where_decodes_no_block_the_mask_statistics_rule_out(monkeypatch):
+    x = np.arange(100_000, dtype="f8")
+    m = np.zeros(100_000, bool)
+    m[95_500:96_000] = True          # one block of 1,000 values holds selected ones
+    m[20_000:22_000] = True          # two blocks all true: their values only
+    a = blzarr.carray(x, chunklen=1000)
+    mc = blzarr.carray(m, chunklen=1000)
+    reads = []
+    real = fused.Decoder.read
+
+    def counting(self, s, e):
+        reads.append(s)
+        return real(self, s, e)
+    monkeypatch.setattr(fused.Decoder, "read", counting)
+    assert list(a.where(mc)) == x[m].tolist()
+    assert reads == [95_000]
