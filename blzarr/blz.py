@@ -16,9 +16,15 @@
     blz_repair.py   repair after a killed writer, holes, compaction, verification
     blz_meta.py     fixed-length and variable-length metalayers
 
-Here: creating and opening a directory, its paths, the metadata files, the picklable config; `BlzChunks`,
+Every file operation goes through the directory's byte store (`self.bytes`, `blzarr.bytestore`: a
+local directory by default, through `blzarr.fileio`), superchunk files through handles of the store
+`spool` names (`self._fio`: the byte store itself where files change in place; a local spool uploaded
+whole on object storage).  The hot reads pass the handles, OS descriptors, to `_superchunk` directly.
+A writer without a lock (object storage) is guarded by `bytestore.WriterGuard` (`self._guard`).
+
+Here: creating and opening a directory, its names, the metadata files, the picklable config; `BlzChunks`,
 the sequence of a carray's full chunks over a `BlzDir` (a `ChunkStore`); `LazyChunk`, one chunk read on
-demand.  (`remote_blz.RemoteBlzDir` is a `BlzDir` over a byte store.)
+demand.  (`remote_blz.RemoteBlzDir` adds the reads of object storage: ranged GETs, lazily.)
 """
 
 import os
@@ -27,14 +33,15 @@ from collections import OrderedDict
 
 import numpy as np
 
-from blzarr import fileio
 from blzarr import _superchunk as sc
 from blzarr.bcolz_layout import BcolzDir
+from blzarr.bytestore import LocalStore, open_bytestore
 from blzarr.chunk import chunk
 from blzarr.chunkstore import ChunkStore, auto_superchunklen
 from blzarr.errors import BlzarrError, ChunkError, FormatError, ReadOnlyError, StorageError
-from blzarr.files import ATTRIBUTES_FILE, DATA_DIR, META_DIR, read_json, write_json
+from blzarr.files import ATTRIBUTES_FILE, DATA_DIR, META_DIR, SIZES_FILE, read_json
 from blzarr.parallel import codec_threads
+from blzarr.spool import writes_for
 # the parts of BlzDir; the names other modules and tests import from blzarr.blz stay importable here
 from blzarr.blz_cache import (CHUNK_CACHE_BYTES, FD_CACHE, FILE_STATE_CACHE, HEAD_CACHE_BYTES,  # noqa: F401
                               TOUCHED_CACHE, VERIFIED_CACHE, BlzCaches, _LRU)
@@ -74,12 +81,18 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
     """The files of one carray directory in the BLZ layout."""
 
     format = FORMAT
-    remote = False
 
-    def __init__(self, rootdir, mode="a"):
-        self.rootdir = os.fspath(rootdir)
-        self.datadir = os.path.join(self.rootdir, DATA_DIR)
-        self.metadir = os.path.join(self.rootdir, META_DIR)
+    def __init__(self, rootdir, mode="a", bytestore=None):
+        self.bytes = bytestore if bytestore is not None else LocalStore(rootdir)
+        # how superchunk files are changed (in place, or in a local spool uploaded whole: `spool`),
+        # and the store whose handles they are read and written through
+        self._writes = writes_for(self.bytes)
+        self._fio = self._writes.files
+        self._upload_on_close = False       # a partition writer publishes its file when closed
+        self.rootdir = self.bytes.root
+        self.datadir = self.bytes.where(DATA_DIR)
+        self.metadir = self.bytes.where(META_DIR)
+        self._guard = self.bytes.writer_guard(f"{META_DIR}/{SIZES_FILE}")
         self.mode = mode
         self._lock = threading.RLock()
         self._fds = OrderedDict()
@@ -116,7 +129,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
             if not isinstance(k, str):
                 raise TypeError(f"metalayer names must be strings, got {k!r}")
             _encode(v)
-        self = cls(rootdir, "a") if bytestore is None else cls(rootdir, "a", bytestore)
+        self = cls(rootdir, "a", bytestore)
         self._make_dirs()
         self.checksum_id = cid
         self.cksize = sc.checksum_size(cid)
@@ -136,7 +149,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
 
     @classmethod
     def open(cls, rootdir, mode="a", bytestore=None):
-        self = cls(rootdir, mode) if bytestore is None else cls(rootdir, mode, bytestore)
+        self = cls(rootdir, mode, bytestore)
         self.check_layout()
         storage = self.read_meta("storage")
         where = f"'{self.meta_path('storage')}'"
@@ -255,19 +268,17 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
     def _list_files(self):
         """The numbers of the superchunk files in data/, sorted (each a regular file inside the root)."""
         nums = []
-        for name in fileio.listdir(self.datadir):
+        for name in self.bytes.names(DATA_DIR):
             if name.startswith("__") and name.endswith(SUPERCHUNK_EXT):
                 digits = name[2:-len(SUPERCHUNK_EXT)]
                 if digits.isdigit() and digits.isascii():
                     nums.append(int(digits))
         nums.sort()
-        real_root = os.path.realpath(self.rootdir)
         for num in nums:
-            path = self._path(num)
-            real = os.path.realpath(path)
-            if os.path.commonpath([real, real_root]) != real_root or not os.path.isfile(real):
-                raise FormatError(f"superchunk file '{path}' resolves to '{real}', which is not a regular "
-                                  f"file inside '{self.rootdir}'")
+            real = self.bytes.escapes(self._key(num))
+            if real is not None:
+                raise FormatError(f"superchunk file '{self._path(num)}' resolves to '{real}', which is not a "
+                                  f"regular file inside '{self.rootdir}'")
         return nums
 
     def _check_full_files(self):
@@ -290,14 +301,16 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
     _CONFIG = ("K", "_fixed", "checksum_id", "chunk_nbytes", "cksize", "reserve", "typesize")
 
     def config(self):
-        """Plain values from which `partition_writer` rebuilds this store in another process."""
-        return {"format": FORMAT, "rootdir": self.rootdir, **{k: getattr(self, k) for k in self._CONFIG}}
+        """Plain values from which `partition_writer` rebuilds this store in another process (with
+        the byte store's options: a URL's storage_options)."""
+        extra = {k: v for k, v in self.bytes.config().items() if k != "root"}
+        return {"format": FORMAT, "rootdir": self.rootdir, **{k: getattr(self, k) for k in self._CONFIG}, **extra}
 
     @classmethod
     def partition_writer(cls, config, first_chunk, nchunks):
         """A store that writes the chunks first_chunk.. (`nchunks` of them, one superchunk file's
         worth, starting at a file boundary) into their own superchunk file, beside other writers."""
-        self = cls(config["rootdir"], "a")
+        self = cls(config["rootdir"], "a", open_bytestore(config["rootdir"], config.get("storage_options")))
         for k in cls._CONFIG:
             setattr(self, k, config[k])
         K = self.K
@@ -307,23 +320,44 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         fno = first_chunk // K + 1
         self.nfiles = max(fno - 1, 1)  # file 1 exists (empty): the first partition appends to it
         self._nphys = first_chunk
+        self._upload_on_close = True
         return self
 
     def check_layout(self):
-        for d, what in ((self.rootdir, "root"), (self.datadir, "data"), (self.metadir, "meta")):
-            if not fileio.isdir(d):
-                raise StorageError(f"{what} directory '{d}' does not exist")
+        if not self.bytes.has_dirs:
+            return      # object stores have no directories: reading meta/storage tells a missing dataset
+        for key, what in (("", "root"), (DATA_DIR, "data"), (META_DIR, "meta")):
+            if not self.bytes.isdir(key):
+                raise StorageError(f"{what} directory '{self.bytes.where(key)}' does not exist")
 
     def meta_path(self, name):
-        return os.path.join(self.metadir, name)
+        return self.bytes.where(f"{META_DIR}/{name}")
 
     def read_meta(self, name):
-        return read_json(self.meta_path(name), f"meta/{name}")
+        return self.bytes.read_json(f"{META_DIR}/{name}", f"meta/{name}")
 
     def write_meta(self, name, obj):
         if name == "storage":
             obj = dict(obj, **self.storage_extra())
-        write_json(self.meta_path(name), obj)
+        if name != SIZES_FILE:
+            self.bytes.write_json(f"{META_DIR}/{name}", obj)
+            return
+        self._before_sizes()
+        # the commit point: where there is no lock, a conditional put (two writers never both commit)
+        self._guard.commit(obj)
+
+    def _before_sizes(self):
+        """Before meta/sizes counts them: the files published (where they are uploaded whole), and no
+        other writer seen (where there is no lock)."""
+        self._check_sole_writer()
+        self.flush_files(check=False)
+
+    def _check_sole_writer(self):
+        if not self._upload_on_close:
+            self._guard.check()
+
+    def _after_open_for_write(self):
+        self._guard.opened()
 
     def storage_extra(self):
         """What BLZ adds to meta/storage."""
@@ -338,8 +372,12 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         return None if name == "none" else name
 
     @property
+    def remote(self):
+        return self.bytes.remote
+
+    @property
     def attrs_path(self):
-        return os.path.join(self.metadir, ATTRIBUTES_FILE)
+        return self.bytes.ref(f"{META_DIR}/{ATTRIBUTES_FILE}")
 
     def chunk_path(self, n):
         """The superchunk file holding chunk `n`."""
@@ -350,43 +388,56 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         """Chunks physically present in the files (the short last one included)."""
         return self._nphys
 
+    @staticmethod
+    def _key(fno):
+        """The name of superchunk file `fno` in the byte store."""
+        return f"{DATA_DIR}/{superchunk_name(fno)}"
+
     def _path(self, fno):
-        return os.path.join(self.datadir, superchunk_name(fno))
+        return self.bytes.where(self._key(fno))
 
     def _make_dirs(self):
-        fileio.makedirs(self.datadir)
-        fileio.makedirs(self.metadir)
-        if fileio.sync_enabled():
-            fileio.fsync_dir(self.rootdir)
-            fileio.fsync_dir(os.path.dirname(os.path.abspath(self.rootdir)))
+        self.bytes.create_dirs([DATA_DIR, META_DIR])
+        self._guard.created()
 
-    @staticmethod
-    def _barrier(fd):
-        """Make what was written to `fd` durable (when writers sync: `fileio.sync_enabled()`)."""
-        if fileio.sync_enabled():
-            fileio.fdatasync(fd)
+    def _barrier(self, fd):
+        """Make what was written to `fd` durable (when writers sync)."""
+        if self._fio.syncs():
+            self._fio.datasync(fd)
 
     def sync(self):
         """Make every chunk appended (and every file cut or removed) since the last sync durable: one
         fdatasync per superchunk file written, and the data directory when files were removed.  A
         flush calls it before meta/sizes, which makes the chunks visible, is replaced."""
         with self._lock:
-            if fileio.sync_enabled():
+            if self._fio.syncs():
                 for fno in sorted(self._unsynced):
                     if fno <= self.nfiles and fno not in self._damaged:
-                        fileio.fdatasync(self._fd(fno))
+                        self._fio.datasync(self._fd(fno))
                 if self._dir_unsynced:
-                    fileio.fsync_dir(self.datadir)
+                    self._fio.sync_dir(DATA_DIR)
             self._unsynced.clear()
             self._dir_unsynced = False
 
-    def _file_path(self, fno):
-        """The local file holding superchunk `fno` (the same as `_path` here; a spool copy for object
-        storage, whose `_path` is the object's URL)."""
-        return self._path(fno)
-
     def _remove_file(self, fno):
-        fileio.unlink(self._file_path(fno))
+        self._close(fno)
+        self._writes.remove(self._key(fno))
+        self._guard.forget(self._key(fno))
+
+    def close(self):
+        """Close the files (a partition writer publishes its file first)."""
+        if self._upload_on_close:
+            self.flush_files()
+        super().close()
+
+    def __del__(self):
+        try:
+            super().close()         # descriptors only: nothing is published from a finalizer
+        except Exception:
+            pass
+        w = self.__dict__.get("_writes")
+        if w is not None:
+            w.close()
 
     def _where(self, n):
         """Where chunk n is, for error messages (a cheap object, formatted only when shown)."""

@@ -2,11 +2,9 @@
 superchunk files, chunk headers, verified chunks, chunks remembered as verified or touched lately
 (`BlzCaches`, a part of `BlzDir`; `_LRU`, the byte-bounded cache of chunk headers and chunks)."""
 
-import os
 import threading
 from collections import OrderedDict
 
-from blzarr import fileio
 from blzarr.errors import StorageError
 
 _MB = 1024 * 1024
@@ -70,29 +68,29 @@ class BlzCaches:
         if fd is not None:
             self._fds.move_to_end(fno)
             return fd
-        path = self._file_path(fno)
+        key = self._key(fno)
         try:
-            fd = fileio.open(path, "r" if self.mode == "r" else "rw")
+            fd = self._fio.open(key, "r" if self.mode == "r" else "rw")
         except FileNotFoundError:
-            raise StorageError(f"superchunk file '{path}' is missing") from None
+            raise StorageError(f"superchunk file '{self._fio.where(key)}' is missing") from None
         except OSError as e:
-            raise StorageError(f"cannot open superchunk file '{path}': {e}") from None
+            raise StorageError(f"cannot open superchunk file '{self._fio.where(key)}': {e}") from None
         self._fds[fno] = fd
         if len(self._fds) > FD_CACHE:
             # close the least recently used descriptors no lazy read is using outside the lock
             for k in [k for k in self._fds if not self._inuse.get(k)][:len(self._fds) - FD_CACHE]:
-                fileio.close(self._fds.pop(k))
+                self._fio.close(self._fds.pop(k))
         return fd
 
     def _close(self, fno):
         fd = self._fds.pop(fno, None)
         if fd is not None:
-            fileio.close(fd)
+            self._fio.close(fd)
 
     def close(self):
         with self._lock:
             while self._fds:
-                fileio.close(self._fds.popitem()[1])
+                self._fio.close(self._fds.popitem()[1])
 
     def __del__(self):
         try:

@@ -4,16 +4,12 @@ section, the reserve rule, what the store knows of one superchunk file (`_File`)
 
 import itertools
 import json
-import os
 
 import numpy as np
 
-from blzarr import fileio
 from blzarr import _superchunk as sc
-from blzarr import files
 from blzarr.blz_cache import FILE_STATE_CACHE
 from blzarr.errors import FormatError
-from blzarr.files import atomic_write
 
 FORMAT = "blz"
 SUPERCHUNK_EXT = "__.bin"
@@ -80,10 +76,9 @@ class _File:
 class BlzFileFormat:
     """Parsing and writing the header, metadata section and offsets table of a `BlzDir`'s superchunk files."""
 
-    @staticmethod
-    def _state(fd):
-        st = fileio.fstat(fd)
-        return (st.st_ino, st.st_size, st.st_mtime_ns)
+    def _state(self, fd):
+        """(identity, size, modification time) of the file behind `fd`: it changes when the file does."""
+        return self._fio.state(fd)
 
     def _load_file(self, fno):
         fd = self._fd(fno)
@@ -168,22 +163,28 @@ class BlzFileFormat:
         return raw + b" " * pad
 
     def _new_file(self, fno):
-        """Create an empty superchunk file `fno` (header, metadata, offsets all -1)."""
+        """Create an empty superchunk file `fno` (header, metadata, offsets all -1); the files before
+        it are complete: they are published (where files are uploaded whole)."""
+        key = self._key(fno)
+        self._writes.new(key)
         meta = self._meta_bytes(fno)
         head = sc.pack_header(self.checksum_id, self.typesize, self.chunk_nbytes, 0, 0, len(meta))
         table = sc.pack_offsets(np.full(self.K, -1, dtype=np.int64))
-        atomic_write(self._file_path(fno), head + meta + table, fsync=fileio.sync_enabled())
+        self._fio.put_atomic(key, head + meta + table, parents=False)
         self.nfiles = max(self.nfiles, fno)
         self._forget_file(fno)
         self._close(fno)
+        self._writes.changed(key)
+        self.flush_files(below=fno)
 
     def _write_header(self, f, fd):
         head = sc.pack_header(self.checksum_id, self.typesize, self.chunk_nbytes, f.last_chunk, f.nchunks,
                               f.meta_size)
-        fileio.pwrite(fd, head, 0, f.path)
+        self._fio.pwrite(fd, head, 0, f.path)
 
     def _after_write(self, f, fd):
         f.fstate = self._state(fd)
+        self._writes.changed(self._key(f.fno))
 
     def _ctbytes_at(self, fd, off, f):
         """The compressed size of the chunk stored at `off` (its Blosc header's ctbytes)."""

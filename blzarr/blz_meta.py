@@ -4,16 +4,14 @@ writes them."""
 
 import base64
 import json
-import os
 
 import numpy as np
 
 from blzarr import _chunk
 from blzarr import _superchunk as sc
-from blzarr import fileio
 from blzarr.blz_format import _encode
-from blzarr.errors import BlzarrError, FormatError, StorageError
-from blzarr.files import atomic_write
+from blzarr.errors import BlzarrError, FormatError, MissingError
+from blzarr.files import META_DIR
 
 VLMETA_FILE = "vlmeta"
 VLMETA_MAGIC = b"BLZV"
@@ -72,6 +70,13 @@ class BlzMetalayers:
             self._rewrite_meta(dict(self._fixed, meta=layers), same_size=False)
 
     def _rewrite_meta(self, new_fixed, same_size):
+        with self._lock:
+            for fno in range(1, self.nfiles + 1):
+                self._take(fno)
+        self._rewrite_meta_sections(new_fixed, same_size)
+        self.flush_files()
+
+    def _rewrite_meta_sections(self, new_fixed, same_size):
         old_fixed = self._fixed
         self._fixed = new_fixed
         try:
@@ -93,7 +98,7 @@ class BlzMetalayers:
                 if len(raw) != f.meta_size:
                     raise MetalayerError(f"superchunk file '{f.path}': its metadata section holds "
                                          f"{f.meta_size} bytes, the update needs {len(raw)}")
-                fileio.pwrite(fd, raw, 32, f.path)
+                self._fio.pwrite(fd, raw, 32, f.path)
                 self._barrier(fd)
                 f.meta_json = json.loads(raw.decode("ascii"))
                 self._after_write(f, fd)
@@ -159,16 +164,13 @@ class BlzMetalayers:
 
     def _meta_bytes_or_none(self, name):
         """The bytes of meta/`name`, None when it does not exist."""
-        path = self.meta_path(name)
         try:
-            return fileio.read_file(path)
-        except FileNotFoundError:
+            return self.bytes.get(f"{META_DIR}/{name}")
+        except MissingError:
             return None
-        except OSError as e:
-            raise StorageError(f"cannot read '{path}': {e}") from None
 
     def _put_meta_bytes(self, name, data):
-        atomic_write(self.meta_path(name), data, fsync=fileio.sync_enabled())
+        self.bytes.put_atomic(f"{META_DIR}/{name}", data, parents=False)
 
 
 class FixedMeta:

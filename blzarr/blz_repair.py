@@ -5,12 +5,9 @@ import json
 
 import numpy as np
 
-from blzarr import fileio
 from blzarr import _chunk
 from blzarr import _superchunk as sc
-from blzarr import files
 from blzarr.errors import ChunkError, FormatError, StorageError
-from blzarr.files import atomic_write
 
 
 def _rows(store, a, b):
@@ -67,13 +64,13 @@ class BlzMaintenance:
                     raise FormatError(f"superchunk file '{f.path}': its metadata section disagrees "
                                       f"with file 1 and cannot be rewritten in place")
                 fd = self._fd(fno)
-                fileio.pwrite(fd, raw, 32, f.path)
+                self._fio.pwrite(fd, raw, 32, f.path)
                 f.meta_json = json.loads(raw.decode("ascii"))
         offsets = self._full_table(f)
         if (offsets[f.nchunks:] != -1).any():
             fd = self._fd(fno)
             offsets[f.nchunks:] = -1
-            fileio.pwrite(fd, sc.pack_offsets(offsets[f.nchunks:]), f.table_pos + 8 * f.nchunks, f.path)
+            self._fio.pwrite(fd, sc.pack_offsets(offsets[f.nchunks:]), f.table_pos + 8 * f.nchunks, f.path)
         if f.nchunks:
             try:
                 last = self._nbytes_at(self._fd(fno), offsets[f.nchunks - 1], f)
@@ -100,7 +97,7 @@ class BlzMaintenance:
             off = int(offsets[slot])
             if off < f.data_start or off + 16 > size:
                 return slot
-            ct = int.from_bytes(fileio.pread(fd, 16, off, f.path)[12:16], "little", signed=True)
+            ct = int.from_bytes(self._fio.pread(fd, 16, off, f.path)[12:16], "little", signed=True)
             if ct < 16 or off + ct + self.cksize > size:
                 return slot
         return f.nchunks
@@ -133,6 +130,8 @@ class BlzMaintenance:
         reclaimed = 0
         with self._lock:
             for fno in range(1, self.nfiles + 1):
+                self._take(fno)
+            for fno in range(1, self.nfiles + 1):
                 hole, f, fd, offsets = self._file_holes(fno)
                 if not hole:
                     continue
@@ -150,11 +149,14 @@ class BlzMaintenance:
                 meta = sc.pread(fd, f.meta_size, 32, f.path)
                 head = sc.pack_header(self.checksum_id, self.typesize, self.chunk_nbytes, f.last_chunk,
                                       f.nchunks, f.meta_size)
-                atomic_write(self._file_path(fno), head + bytes(meta) + sc.pack_offsets(new_offsets) + b"".join(parts),
-                             fsync=fileio.sync_enabled())
+                self._fio.put_atomic(self._key(fno), head + bytes(meta) + sc.pack_offsets(new_offsets)
+                                     + b"".join(parts), parents=False)
                 self._close(fno)
                 self._forget_file(fno)
                 reclaimed += before - pos
+            for fno in range(1, self.nfiles + 1):
+                self._writes.changed(self._key(fno))
+        self.flush_files()
         return reclaimed
 
     def verify(self, expected_chunks=None):

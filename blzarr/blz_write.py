@@ -2,12 +2,10 @@
 to the end of its file), the reserve after each chunk, removing chunks (`BlzWrites`, a part of
 `BlzDir`)."""
 
-import os
-
-from blzarr import fileio
 from blzarr import _chunk
 from blzarr import _superchunk as sc
 from blzarr.errors import BlzarrError, StorageError
+from blzarr.files import DATA_DIR
 
 
 class BlzWrites:
@@ -25,8 +23,8 @@ class BlzWrites:
         return sc.checksum(self.checksum_id, data) + bytes(self._reserve_for(len(data)))
 
     def _write_slot(self, fd, pos, data, tail, path):
-        fileio.pwrite(fd, data, pos, path)
-        fileio.pwrite(fd, tail, pos + len(data), path)
+        self._fio.pwrite(fd, data, pos, path)
+        self._fio.pwrite(fd, tail, pos + len(data), path)
 
     def write_chunk(self, n, data):
         """Write chunk n (see `_write_chunk`); if a write fails midway (a full disk), what the store knows
@@ -37,9 +35,50 @@ class BlzWrites:
             self._resync()
             raise
 
+    def _take(self, fno):
+        """Make file `fno` writable through `_fio` (a spool copies it first, see `spool`)."""
+        if fno <= self.nfiles and self._writes.take(self._key(fno)):
+            self._forget_file(fno)
+
     def _file_exists(self, fno):
         """Whether superchunk file `fno` is there (a killed write may have left fewer files)."""
-        return os.path.exists(self._file_path(fno))
+        key = self._key(fno)
+        return (self._writes.local(key) and self._fio.exists(key)) or self._stored(fno)
+
+    def _stored(self, fno):
+        """Whether file `fno` is known to be in the byte store without being at hand locally."""
+        return False
+
+    def flush_files(self, below=None, check=True):
+        """Publish the files changed since they were last published (only those numbered below
+        `below`, when given), where files are uploaded whole; complete files leave the spool
+        afterwards.  A no-op for files changed in place."""
+        with self._lock:
+            todo = [fno for fno in sorted(self._fno(k) for k in self._writes.dirty())
+                    if below is None or fno < below]
+            if check and todo:
+                self._check_sole_writer()       # before any upload: never interleave with another writer
+            for fno in todo:
+                # where there is no lock, a conditional put: refused when another writer replaced (or
+                # created) the file since this writer saw it
+                key = self._key(fno)
+                seen = self._guard.seen.get(key, False if self._stored(fno) else None)
+                self._uploaded(fno, self._writes.upload(key, lambda k, d: self._guard.put(k, d, seen)))
+            dirty = set(self._writes.dirty())
+            for fno in sorted(self._fno(k) for k in self._writes.held()):
+                key = self._key(fno)
+                if fno < self.nfiles and key not in dirty:
+                    self._close(fno)
+                    self._forget_file(fno)
+                    self._writes.release(key)
+
+    @staticmethod
+    def _fno(key):
+        """The file number of superchunk file `key` (data/__N__.bin)."""
+        return int(key.rsplit("/", 1)[-1][2:-len("__.bin")])
+
+    def _uploaded(self, fno, size):
+        """File `fno` was published with `size` bytes."""
 
     def _resync(self):
         with self._lock:
@@ -61,6 +100,8 @@ class BlzWrites:
         (the chunk, its checksum and reserve), else at the end of its file with the offset updated.
         Returns 'appended', 'inplace' or 'relocated'."""
         self._check_writable()
+        with self._lock:
+            self._take(n // self.K + 1)
         data = bytes(data)
         nbytes = _chunk.header(data)["nbytes"]
         tail = self._slot_tail(data)          # the checksum, outside the lock (zlib/hashlib release the GIL)
@@ -75,8 +116,8 @@ class BlzWrites:
                 if fno - 1 in self._unsynced:
                     # the full file is durable before the next one exists: a file that is not the
                     # last is always full, also after a power loss
-                    if fileio.sync_enabled():
-                        fileio.fdatasync(self._fd(fno - 1))
+                    if self._fio.syncs():
+                        self._fio.datasync(self._fd(fno - 1))
                     self._unsynced.discard(fno - 1)
                 self._new_file(fno)
             f = self._file(fno)
@@ -123,17 +164,17 @@ class BlzWrites:
                     kind = "relocated"
                 # durable: the new bytes reach the disk before the offsets entry that points to them
                 self._barrier(fd)
-                fileio.pwrite(fd, sc.pack_i64(pos), f.table_pos + 8 * slot, f.path)
+                self._fio.pwrite(fd, sc.pack_i64(pos), f.table_pos + 8 * slot, f.path)
                 offsets[slot] = pos
                 if slot == f.nchunks - 1:
                     f.last_chunk = nbytes
                 self._write_header(f, fd)
                 if cut is not None:
                     self._barrier(fd)
-                    fileio.truncate(fd, cut)
+                    self._fio.truncate(fd, cut)
             else:
                 self._write_slot(fd, eof, data, tail, f.path)
-                fileio.pwrite(fd, sc.pack_i64(eof), f.table_pos + 8 * slot, f.path)
+                self._fio.pwrite(fd, sc.pack_i64(eof), f.table_pos + 8 * slot, f.path)
                 offsets[slot] = eof
                 f.nchunks = slot + 1
                 self._nphys += 1
@@ -167,16 +208,17 @@ class BlzWrites:
             self._check_writable()
             n = max(n, 0)
             keep_files = max(1, -(-n // self.K))
+            self._take(keep_files)
             old_nfiles = self.nfiles
             for fno in range(self.nfiles, keep_files, -1):
                 self._close(fno)
                 self._forget_file(fno)
                 self._remove_file(fno)
                 self._unsynced.discard(fno)
-            if keep_files < old_nfiles and fileio.sync_enabled():
+            if keep_files < old_nfiles and self._fio.syncs():
                 # the later files are gone for good before the file kept is cut: a file that is not
                 # the last is always full, also after a power loss
-                fileio.fsync_dir(self.datadir)
+                self._fio.sync_dir(DATA_DIR)
             self.nfiles = keep_files
             fno = keep_files
             first = (fno - 1) * self.K
@@ -190,7 +232,7 @@ class BlzWrites:
             kept = offsets[:slot]
             cut = int(removed.min()) if removed.size else f.fstate[1]
             offsets[slot:] = -1
-            fileio.pwrite(fd, sc.pack_offsets(offsets[slot:]), f.table_pos + 8 * slot, f.path)
+            self._fio.pwrite(fd, sc.pack_offsets(offsets[slot:]), f.table_pos + 8 * slot, f.path)
             f.nchunks = slot
             if slot:
                 f.last_chunk = self._nbytes_at(fd, offsets[slot - 1], f)
@@ -198,9 +240,9 @@ class BlzWrites:
                 f.last_chunk = 0
             self._write_header(f, fd)
             if slot == 0:
-                fileio.truncate(fd, f.data_start)
+                self._fio.truncate(fd, f.data_start)
             elif not kept.size or int(kept.max()) < cut:
-                fileio.truncate(fd, cut)
+                self._fio.truncate(fd, cut)
             self._after_write(f, fd)
             self._unsynced.add(fno)
             self._nphys = first + slot

@@ -99,6 +99,7 @@ class ByteStore:
     remote = False
     conditional = False     # whether put() honours if_match / if_none_match
     has_dirs = False        # real directories: made, checked and synced (object stores have none)
+    partial_writes = False  # a file can be changed in place through a handle (else: written whole)
     http = False            # a plain HTTP server: listings may be empty
 
     def __init__(self, root):
@@ -202,9 +203,11 @@ class LocalStore(ByteStore):
     directory, as `fileio.sync_enabled()` says)."""
 
     has_dirs = True
+    partial_writes = True
 
-    def __init__(self, root):
+    def __init__(self, root, durable=True):
         super().__init__(os.fspath(root))
+        self.durable = durable      # False: a scratch directory (a spool), never synced
 
     def _p(self, key):
         return os.path.join(self.root, *key.split("/")) if key else self.root
@@ -252,7 +255,7 @@ class LocalStore(ByteStore):
                 fileio.makedirs(d, exist_ok=True)
             except OSError as e:
                 raise StorageError(f"cannot create '{d}': {e}") from None
-        files.atomic_write(path, bytes(data), fsync=fileio.sync_enabled(), sync_dir=sync_dir)
+        files.atomic_write(path, bytes(data), fsync=self.syncs(), sync_dir=sync_dir)
         self._count("put", len(data))
 
     # ---- handles: OS descriptors, through fileio (the Cython readers take them directly)
@@ -281,7 +284,7 @@ class LocalStore(ByteStore):
         return (st.st_ino, st.st_size, st.st_mtime_ns)
 
     def syncs(self):
-        return fileio.sync_enabled()
+        return self.durable and fileio.sync_enabled()
 
     def create_dirs(self, names):
         """Make the directories `names` under the root (the root too, if needed), each new; synced

@@ -1,6 +1,8 @@
 """The BLZ layout (docs/FORMAT.rst) on a byte store: object storage read lazily, written whole.
 
-`RemoteBlzDir` is a `blz.BlzDir` whose files are objects of a `bytestore.ByteStore`:
+`RemoteBlzDir` is a `blz.BlzDir` over a `bytestore.FsspecStore` that reads the superchunk files with
+ranged GETs instead of handles (the names, meta files, writes and the writer's guard are `BlzDir`'s,
+over the store; a file being written is at hand in the local spool and read like a local file):
 
 Reading (any mode).  Opening reads meta/storage and lists data/ once (names and sizes).  A superchunk
 file's header, metadata and offsets table are read on its first use with one ranged GET (cached).
@@ -11,33 +13,30 @@ blocks holding them with one ranged GET (its header and block starts are cached)
 fetches the slots of many chunks at once: adjacent slots coalesced into one range, the ranges of
 several files fetched concurrently.
 
-Writing (mode 'a'/'w').  Objects have no partial writes: a superchunk file that is to change is
-copied whole into a local spool directory, changed there by the `BlzDir` code (appends, rewrites,
-truncation), and uploaded whole when it is complete (the next file is started) or when meta/sizes
+Writing (mode 'a'/'w', by `BlzDir` itself).  Objects have no partial writes: a superchunk file that
+is to change is copied whole into a local spool directory (`spool.Spool`, the write strategy of a
+store without partial writes), changed there by the `BlzDir` code (appends, rewrites, truncation),
+and uploaded whole when it is complete (the next file is started) or when meta/sizes
 is written (`flush`): the files first, meta/sizes last, so a reader never sees a chunk that is not
 there, and a writer that dies leaves the previously flushed state readable.  There is no lock on
 object storage: one writer at a time.  A writer remembers the ETag of meta/sizes (taken before it
 reads it) and of each superchunk file as it last saw them; before uploading it checks meta/sizes,
 and where the store has conditional puts (S3) every upload is one: a file only if still the version
 seen (or still absent), meta/sizes, the commit point, only if no other writer committed since.  A
-refusal is a `ConcurrentWriterError` naming the object.
+refusal is a `ConcurrentWriterError` naming the object (`bytestore.WriterGuard`).
 """
 
 import json
-import os
-import shutil
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from blzarr import _chunk
 from blzarr import _superchunk as sc
-from blzarr.blz import SUPERCHUNK_EXT, BlzDir, _File, _Where, superchunk_name
-from blzarr.bytestore import join, open_bytestore
-from blzarr.errors import BlzarrError, ChunkError, ConcurrentWriterError, FormatError, MissingError, StorageError
-from blzarr.files import ATTRIBUTES_FILE, DATA_DIR, META_DIR, SIZES_FILE, ObjectPath, parse_json
-from blzarr.remote_blz_write import RemoteBlzWrites
+from blzarr.blz import SUPERCHUNK_EXT, BlzDir, _File, _Where
+from blzarr.bytestore import open_bytestore
+from blzarr.errors import BlzarrError, ChunkError, FormatError, StorageError
+from blzarr.files import ATTRIBUTES_FILE, DATA_DIR, META_DIR, SIZES_FILE
 
 # bytes of the first GET of a superchunk file beyond its offsets table (covers its metadata section)
 META_GUESS = 4096
@@ -67,119 +66,45 @@ def head_of(data, where):
     return bytes(data[:hl]) if len(data) >= hl else None
 
 
-class RemoteBlzDir(RemoteBlzWrites, BlzDir):
+class RemoteBlzDir(BlzDir):
     """The files of one BLZ carray directory on a byte store (see the module docstring)."""
 
-    remote = True
-
     def __init__(self, rootdir, mode="a", bytestore=None):
-        super().__init__(rootdir, mode)
-        self.bytes = bytestore if bytestore is not None else open_bytestore(rootdir)
-        self.rootdir = self.bytes.root
-        self.datadir = join(self.rootdir, DATA_DIR)
-        self.metadir = join(self.rootdir, META_DIR)
+        super().__init__(rootdir, mode, bytestore if bytestore is not None else open_bytestore(rootdir))
         self._sizes = {}                # file number -> object size
         self._ends = {}                 # file number -> sorted chunk offsets and the object size
-        self._spool_dir = None
-        self._spooled = set()           # files with a local copy (being written)
-        self._dirty = set()             # spooled files not uploaded since they changed
         self._prefetched = {}           # chunk -> its slot's bytes, fetched ahead for the next reads
         self._recent = (None, None, None)   # (chunk, epoch, bytes): the last chunk read whole, even uncached
-        self._sizes_etag = False        # meta/sizes as this writer last saw it (False: not yet looked)
-        self._etags = {}                # file number -> its object's ETag as this writer last saw it
-        self._upload_on_close = False
         self._K_hint = None             # superchunklen as meta/storage says, before file 1 is read
 
-    # ------------------------------------------------------------------ names
-    def _key(self, fno):
-        return f"{DATA_DIR}/{superchunk_name(fno)}"
+    # ------------------------------------------------------------------ the files being written
+    def _at_hand(self, fno):
+        """Whether file `fno` is at hand in the local spool (being written): read through its handle."""
+        return self._writes.local(self._key(fno))
 
-    def _path(self, fno):
-        return join(self.datadir, superchunk_name(fno))
+    def _stored(self, fno):
+        return fno in self._sizes
 
-    def _file_path(self, fno):
-        if self._spool_dir is None:
-            self._spool_dir = tempfile.mkdtemp(prefix="blzarr-spool-")
-        return os.path.join(self._spool_dir, superchunk_name(fno))
+    def _uploaded(self, fno, size):
+        self._sizes[fno] = size
 
-    def _make_dirs(self):
-        """Object stores have no directories; a new dataset starts with nothing under its root."""
-        self._sizes_etag = None
-
-    def check_layout(self):
-        pass   # reading meta/storage (next) tells a missing dataset
-
-    def meta_path(self, name):
-        return join(self.metadir, name)
-
-    def read_meta(self, name):
-        return parse_json(self._get_meta(name), self.meta_path(name), f"meta/{name}")
-
-    def _get_meta(self, name):
-        try:
-            return self.bytes.get(f"{META_DIR}/{name}")
-        except MissingError:
-            raise MissingError(f"meta/{name} file '{self.meta_path(name)}' does not exist") from None
-
-    def write_meta(self, name, obj):
-        if name == "storage":
-            obj = dict(obj, **self.storage_extra())
-        raw = json.dumps(obj, ensure_ascii=True).encode("ascii") + b"\n"
-        key = f"{META_DIR}/{name}"
-        if name == SIZES_FILE:
-            self._check_sole_writer()
-            self.flush_files(check=False)       # the chunks first, the sizes that count them last
-            # the commit point: a conditional put where the store can (refused if another writer
-            # committed since this one last saw meta/sizes), so that two writers never both commit
-            tag = self.bytes.put(key, raw, **self._conditions(self._sizes_etag))
-            self._sizes_etag = tag if tag is not None else self.bytes.etag(key)
-        else:
-            self.bytes.put_atomic(key, raw)
-
-    def _conditions(self, seen):
-        """The conditions of a put over an object this writer last saw with ETag `seen` (None: it
-        saw none, False: it cannot tell): none for a writer that does not track what it saw (a dask
-        partition writer)."""
-        if self._upload_on_close or self._sizes_etag is False or seen is False or not self.bytes.conditional:
-            return {}
-        if isinstance(seen, str) and not seen.startswith("size:"):
-            return {"if_match": seen}
-        return {"if_none_match": seen is None}
-
-    def _check_sole_writer(self):
-        if self._sizes_etag is False or self._upload_on_close:
-            return
-        now = self.bytes.etag(f"{META_DIR}/{SIZES_FILE}")
-        if now != self._sizes_etag:
-            raise ConcurrentWriterError(
-                f"'{self.meta_path(SIZES_FILE)}' was changed by another writer since this one last wrote or "
-                "read it: object storage has no lock, write a dataset from one writer at a time")
-
-    @property
-    def attrs_path(self):
-        return ObjectPath(self.bytes, f"{META_DIR}/{ATTRIBUTES_FILE}")
-
-    def _meta_bytes_or_none(self, name):
-        try:
-            return self.bytes.get(f"{META_DIR}/{name}")
-        except MissingError:
-            return None
-
-    def _put_meta_bytes(self, name, data):
-        self.bytes.put_atomic(f"{META_DIR}/{name}", data)
+    def _remove_file(self, fno):
+        super()._remove_file(fno)
+        self._sizes.pop(fno, None)
 
     # ------------------------------------------------------------------ opening
     def _list_files(self):
         # the listing, and meta/sizes and meta/attributes that the carray reads next: concurrently
         metas = [f"{META_DIR}/{SIZES_FILE}", f"{META_DIR}/{ATTRIBUTES_FILE}"]
-        if self.mode != "r" and self._sizes_etag is False:
+        if self.mode != "r":
             # a writer: the version of meta/sizes before its bytes are read (a commit in between
             # then fails this writer's conditional put instead of going unnoticed)
-            self._sizes_etag = self.bytes.etag(metas[0])
+            self._guard.opened()
         etags = {}
         with ThreadPoolExecutor(1) as ex:
             got = ex.submit(self.bytes.get_many, metas)
             listing = self.bytes.list(DATA_DIR, etags=etags)
+            self._guard.listed(DATA_DIR, etags)
             for key, data in got.result().items():
                 if data is not None:
                     self.bytes.prime(key, data, 1)
@@ -191,8 +116,6 @@ class RemoteBlzDir(RemoteBlzWrites, BlzDir):
                     nums.append(int(digits))
                     if size is not None:
                         self._sizes[int(digits)] = int(size)
-                    if name in etags:
-                        self._etags[int(digits)] = etags[name]
         nums.sort()
         if not nums and getattr(self.bytes, "http", False):
             return self._files_from_sizes()
@@ -235,10 +158,6 @@ class RemoteBlzDir(RemoteBlzWrites, BlzDir):
     def _repair(self):
         pass   # files are uploaded whole from a consistent state: nothing half-written to repair
 
-    def _after_open_for_write(self):
-        if self._sizes_etag is False:
-            self._sizes_etag = self.bytes.etag(f"{META_DIR}/{SIZES_FILE}")
-
     # ------------------------------------------------------------------ the state of one file
     def _size(self, fno):
         size = self._sizes.get(fno)
@@ -250,7 +169,7 @@ class RemoteBlzDir(RemoteBlzWrites, BlzDir):
         return size
 
     def _file(self, fno):
-        if fno in self._spooled:
+        if self._at_hand(fno):
             return super()._file(fno)
         f = self._files.get(fno)
         if f is None:
@@ -259,7 +178,7 @@ class RemoteBlzDir(RemoteBlzWrites, BlzDir):
         return f
 
     def _load_file(self, fno):
-        if fno in self._spooled:
+        if self._at_hand(fno):
             return super()._load_file(fno)
         f = self._files.get(fno)
         return f if f is not None else self._load_remote(fno)
@@ -276,7 +195,7 @@ class RemoteBlzDir(RemoteBlzWrites, BlzDir):
 
     def _load_many(self, fnos):
         """Read the states of the files `fnos` not known yet, their first bytes fetched concurrently."""
-        todo = sorted(f for f in set(fnos) if f not in self._files and f not in self._spooled
+        todo = sorted(f for f in set(fnos) if f not in self._files and not self._at_hand(f)
                       and 1 <= f <= self.nfiles)
         if len(todo) < 2:
             return
@@ -353,7 +272,7 @@ class RemoteBlzDir(RemoteBlzWrites, BlzDir):
     def _offset(self, n):
         fno, slot = divmod(n, self.K)
         fno += 1
-        if fno in self._spooled:
+        if self._at_hand(fno):
             return super()._offset(n)
         if not 0 <= n < self._nphys:
             raise FormatError(f"'{self.rootdir}': chunk {n} is needed but the superchunk files hold "
@@ -364,7 +283,7 @@ class RemoteBlzDir(RemoteBlzWrites, BlzDir):
         return f, None, off
 
     def _full_table(self, f):
-        if f.fno in self._spooled:
+        if self._at_hand(f.fno):
             return super()._full_table(f)
         return f.offsets
 
@@ -450,7 +369,7 @@ class RemoteBlzDir(RemoteBlzWrites, BlzDir):
 
     def _remember(self, n, data, f):
         super()._remember(n, data, f)
-        if f.fno not in self._spooled:
+        if not self._at_hand(f.fno):
             self._recent = (n, f.epoch, data)
         if self._heads.get(n, f.epoch) is None:
             try:
@@ -462,7 +381,7 @@ class RemoteBlzDir(RemoteBlzWrites, BlzDir):
 
     def read_range(self, n, start, nbytes, out, out_offset=0):
         fno = n // self.K + 1
-        if fno in self._spooled:
+        if self._at_hand(fno):
             return super().read_range(n, start, nbytes, out, out_offset)
         where = _Where(self, n)
         with self._lock:
@@ -504,8 +423,8 @@ class RemoteBlzDir(RemoteBlzWrites, BlzDir):
         if c is not None:
             return c
         fno = n // self.K + 1
-        if fno in self._spooled or self.reserve:
-            return super().chunk_cbytes(n) if fno in self._spooled else self._cbytes_remote(n)
+        if self._at_hand(fno) or self.reserve:
+            return super().chunk_cbytes(n) if self._at_hand(fno) else self._cbytes_remote(n)
         # the slot minus the checksum: exact for files written in order without reserve
         with self._lock:
             f, _, off = self._offset(n)
@@ -527,7 +446,7 @@ class RemoteBlzDir(RemoteBlzWrites, BlzDir):
             budget = PREFETCH_BYTES
             for n in sorted(set(ns)):
                 fno = n // self.K + 1
-                if fno in self._spooled or not 0 <= n < self._nphys:
+                if self._at_hand(fno) or not 0 <= n < self._nphys:
                     continue
                 f, _, off = self._offset(n)
                 if self._chunks.get(n, f.epoch) is not None or n in self._prefetched:
@@ -551,40 +470,3 @@ class RemoteBlzDir(RemoteBlzWrites, BlzDir):
                 for n, off, end in parts:
                     self._prefetched[n] = mv[off - a:end - a]
         return sum(b - a for _, a, b, _ in runs)
-
-    # ------------------------------------------------------------------ dask workers
-    def config(self):
-        return dict(super().config(), storage_options=getattr(self.bytes, "storage_options", {}))
-
-    @classmethod
-    def partition_writer(cls, config, first_chunk, nchunks):
-        bs = open_bytestore(config["rootdir"], config.get("storage_options"))
-        self = cls(config["rootdir"], "a", bs)
-        for k in cls._CONFIG:
-            setattr(self, k, config[k])
-        K = self.K
-        if first_chunk % K or nchunks > K:
-            raise ValueError(f"chunks {first_chunk}..{first_chunk + nchunks - 1} do not fill exactly "
-                             "one superchunk file")
-        fno = first_chunk // K + 1
-        self.nfiles = max(fno - 1, 1)
-        self._nphys = first_chunk
-        self._upload_on_close = True
-        return self
-
-    def write_chunk(self, n, data):
-        return super().write_chunk(n, data)
-
-    def close(self):
-        if self._upload_on_close:
-            self.flush_files()
-        super().close()
-
-    def __del__(self):
-        try:
-            super().close()
-        except Exception:
-            pass
-        d = self.__dict__.get("_spool_dir")
-        if d:
-            shutil.rmtree(d, ignore_errors=True)
