@@ -85,11 +85,21 @@ class BlzFileFormat:
         f = _File(fno, self._path(fno))
         f.fstate = self._state(fd)
         h = sc.unpack_header(sc.pread(fd, 32, 0, f.path), f.path)
+        K = self._parse_head(f, h, f.fstate[1], lambda pos, n: sc.pread(fd, n, pos, f.path))
+        f.offsets = np.full(K, -2, dtype=np.int64)     # -2: not read yet
+        f.full_table = False
+        return self._keep_file(f)
+
+    def _parse_head(self, f, h, size, read, max_k=None):
+        """Fill the state `f` of a superchunk file of `size` bytes from its header `h` (unpacked) and its
+        metadata section (`read(pos, n)` gives the file's bytes): its metadata, the position of its
+        offsets table and of its chunk area, its chunk counts; returns its superchunklen (at most
+        `max_k`, when given)."""
         f.header = h
         f.meta_size = h["meta_size"]
-        if 32 + f.meta_size > f.fstate[1]:
+        if 32 + f.meta_size > size:
             raise FormatError(f"superchunk file '{f.path}' is truncated inside its metadata section")
-        raw = bytes(sc.pread(fd, f.meta_size, 32, f.path))
+        raw = bytes(read(32, f.meta_size))
         try:
             meta = json.loads(raw.decode("ascii")) if raw.strip() else {}
         except (UnicodeDecodeError, ValueError, RecursionError) as e:
@@ -98,21 +108,23 @@ class BlzFileFormat:
             raise FormatError(f"superchunk file '{f.path}': metadata section is not a JSON object")
         f.meta_json = meta
         K = meta.get("superchunklen", getattr(self, "K", None))
-        if not isinstance(K, int) or isinstance(K, bool) or K < 1:
+        if not isinstance(K, int) or isinstance(K, bool) or K < 1 or (max_k is not None and K > max_k):
             raise FormatError(f"superchunk file '{f.path}': bad superchunklen {K!r}")
         if hasattr(self, "K") and K != self.K:
             raise FormatError(f"superchunk file '{f.path}': superchunklen {K}, the dataset uses {self.K}")
         f.table_pos = 32 + f.meta_size
         f.data_start = f.table_pos + 8 * K
-        if f.data_start > f.fstate[1]:
+        if f.data_start > size:
             raise FormatError(f"superchunk file '{f.path}' is truncated inside its offsets table")
         if h["nchunks"] > K:
             raise FormatError(f"superchunk file '{f.path}': nchunks {h['nchunks']} > its capacity {K}")
         f.nchunks = h["nchunks"]
         f.last_chunk = h["last_chunk"]
-        f.offsets = np.full(K, -2, dtype=np.int64)     # -2: not read yet
-        f.full_table = False
-        self._files[fno] = f
+        return K
+
+    def _keep_file(self, f):
+        """Remember the state `f` (the least recently used states beyond `FILE_STATE_CACHE` forgotten)."""
+        self._files[f.fno] = f
         while len(self._files) > FILE_STATE_CACHE:
             self._forget_file(next(iter(self._files)))
         return f

@@ -26,7 +26,6 @@ seen (or still absent), meta/sizes, the commit point, only if no other writer co
 refusal is a `ConcurrentWriterError` naming the object (`bytestore.WriterGuard`).
 """
 
-import json
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -218,37 +217,16 @@ class RemoteBlzDir(BlzDir):
             raise FormatError(f"superchunk file '{path}' is truncated ({size} bytes)")
         h = sc.unpack_header(raw[:32], path)
         f = _File(fno, path)
-        f.header = h
-        f.meta_size = h["meta_size"]
-        if 32 + f.meta_size > size:
-            raise FormatError(f"superchunk file '{path}' is truncated inside its metadata section")
-        if 32 + f.meta_size > len(raw):
-            raw += self.bytes.get_range(key, len(raw), 32 + f.meta_size)
-        try:
-            mraw = bytes(raw[32:32 + f.meta_size])
-            meta = json.loads(mraw.decode("ascii")) if mraw.strip() else {}
-        except (UnicodeDecodeError, ValueError, RecursionError) as e:
-            raise FormatError(f"superchunk file '{path}': metadata section is not valid JSON: {e}") from None
-        if not isinstance(meta, dict):
-            raise FormatError(f"superchunk file '{path}': metadata section is not a JSON object")
-        f.meta_json = meta
-        K = meta.get("superchunklen", getattr(self, "K", None))
-        if not isinstance(K, int) or isinstance(K, bool) or not 1 <= K <= 1 << 24:
-            raise FormatError(f"superchunk file '{path}': bad superchunklen {K!r}")
-        if hasattr(self, "K") and K != self.K:
-            raise FormatError(f"superchunk file '{path}': superchunklen {K}, the dataset uses {self.K}")
-        f.table_pos = 32 + f.meta_size
-        f.data_start = f.table_pos + 8 * K
-        if f.data_start > size:
-            raise FormatError(f"superchunk file '{path}' is truncated inside its offsets table")
-        if f.data_start > len(raw):
-            raw += self.bytes.get_range(key, len(raw), f.data_start)
-        if h["nchunks"] > K:
-            raise FormatError(f"superchunk file '{path}': nchunks {h['nchunks']} > its capacity {K}")
-        f.nchunks = h["nchunks"]
-        f.last_chunk = h["last_chunk"]
+
+        def read(pos, n):
+            # the bytes past the first GET (a metadata section or table larger than guessed): one more
+            nonlocal raw
+            if pos + n > len(raw):
+                raw += self.bytes.get_range(key, len(raw), pos + n)
+            return raw[pos:pos + n]
+        K = self._parse_head(f, h, size, read, max_k=1 << 24)
         f.fstate = ("object", size, 0)
-        f.offsets = np.frombuffer(bytes(raw[f.table_pos:f.data_start]), dtype="<i8").astype(np.int64)
+        f.offsets = np.frombuffer(bytes(read(f.table_pos, 8 * K)), dtype="<i8").astype(np.int64)
         f.full_table = True
         nfiles = getattr(self, "nfiles", None)
         if nfiles and fno < nfiles and f.nchunks != K:
@@ -256,10 +234,7 @@ class RemoteBlzDir(BlzDir):
                               f"last file and must be full ({K})")
         live = f.offsets[:f.nchunks]
         self._ends[fno] = np.append(np.sort(live[live >= 0]), size)
-        self._files[fno] = f
-        while len(self._files) > 256:
-            self._forget_file(next(iter(self._files)))
-        return f
+        return self._keep_file(f)
 
     def _slot_end(self, f, off):
         """Where the slot at `off` ends: the next higher chunk offset, or the end of the object."""
