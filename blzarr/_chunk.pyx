@@ -733,7 +733,8 @@ cdef extern from *:
 # chunk's size comes from mmap and costs its page faults and zeroing every time.  The pool is taken
 # from and given back to with the GIL held.
 cdef list _scratch_pool = []
-cdef Py_ssize_t SCRATCH_KEEP_BYTES = 16 * 1024 * 1024    # larger buffers are not kept
+# At most 8 buffers of at most 4 MB each (32 MB) stay allocated between calls.
+cdef Py_ssize_t SCRATCH_KEEP_BYTES = 4 * 1024 * 1024     # larger buffers are freed after the call
 cdef Py_ssize_t SCRATCH_KEEP_COUNT = 8
 
 

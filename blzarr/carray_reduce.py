@@ -77,10 +77,12 @@ class CarrayReductions(CarrayBase):
         if probe.dtype.kind in "SUV" or probe.dtype.names:
             raise TypeError(f"cannot {op} a carray of dtype {probe.dtype}")
         axes = _normalize_axes(axis, self.ndim)
-        if op == "sum" and dtype is None and out is None and not keepdims and self.ndim == 1:
+        if (op == "sum" or op == "mean" and self._atom.base.kind == "f") and dtype is None and out is None \
+                and not keepdims and self.ndim == 1:
             res = self._sum_resident()
             if res is not None:
-                return res
+                # the mean divides NumPy's sum by the count in the sum's type, as below
+                return res if op == "sum" else np.true_divide(res, self._len, dtype=res.dtype)
         red = "sum" if op == "mean" else op
         kw = {"dtype": np.dtype(dtype)} if dtype is not None else {}
         if op == "mean" and dtype is None and probe.dtype.kind in "biu":

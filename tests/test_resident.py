@@ -90,6 +90,22 @@ def test_sum_equals_the_block_engine_bit_for_bit_and_numpy(seed, n, chunklen, dt
         assert abs(float(got) - float(want)) <= bound
 
 
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 30000), chunklen=st.integers(1, 4000),
+       dtype=st.sampled_from(["f8", "f4", "i4"]))
+def test_mean_equals_the_block_engine_bit_for_bit(seed, n, chunklen, dtype):
+    x = _values(np.random.default_rng(seed), n, dtype)
+    a = blzarr.carray(x, chunklen=chunklen)
+    got, old = a.mean(), _without_resident(a.mean)
+    assert type(got) is type(old) is type(np.mean(x))
+    assert np.array(got).tobytes() == np.array(old).tobytes()
+    if x.dtype.kind == "f":
+        # the sum's bound (see above) over the count, plus one rounding of the division
+        eps = np.finfo(x.dtype).eps
+        bound = 2 * (math.log2(max(n, 2)) + math.log2(max(chunklen, 2)) + -(-n // chunklen) + 1) * eps * \
+            float(np.sum(np.abs(x.astype("f8")))) / n
+        assert abs(float(got) - float(np.mean(x))) <= bound
+
+
 def test_sum_of_non_finite_values_warns_as_numpy():
     x = np.full(100_000, 3e38, dtype="f4")
     a = blzarr.carray(x, chunklen=1000)
