@@ -20,7 +20,7 @@ import threading
 import numpy as np
 
 from blzarr.params import get_nthreads
-from blzarr.parallel import MIN_TASKS, run_all
+from blzarr.parallel import MIN_TASKS, run_all, run_each
 
 # blocks per thread handed out at once by `map_blocks` (results of one window are held in memory)
 WINDOW_PER_THREAD = 8
@@ -104,12 +104,15 @@ class Decoder:
         return any(np.may_share_memory(result, b) for b in self.buffers().values())
 
 
-def run_blocks(bounds, decoder, fn, serial=None, decode=None):
+def run_blocks(bounds, decoder, fn, serial=None, decode=None, dynamic=False):
     """[fn(s, e, local) for every block], computed on all threads (contiguous runs per thread).
 
     `serial`: the numexpr module when `fn` calls it (kept on one thread meanwhile), or None.
     `decode`: per block, whether to decode the operands; where False, `local` is None (a block the
-    query planner takes whole reads none of the predicate's operands)."""
+    query planner takes whole reads none of the predicate's operands).
+    `dynamic`: the threads take the next block as they become free instead of contiguous runs (for
+    `fn` that writes no shared output, a reduction: a thread the machine starves of CPU then holds
+    up one block, not half of them)."""
     results = [None] * len(bounds)
 
     def one(k):
@@ -118,7 +121,7 @@ def run_blocks(bounds, decoder, fn, serial=None, decode=None):
     if len(bounds) < MIN_TASKS:
         serial = None       # run_all keeps so few blocks in this thread: numexpr may use its own
     with numexpr_serial(serial):
-        run_all(one, range(len(bounds)))
+        (run_each if dynamic and len(bounds) >= MIN_TASKS else run_all)(one, range(len(bounds)))
     return results
 
 

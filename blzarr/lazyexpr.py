@@ -85,7 +85,8 @@ class LazyExpr:
 
             def one(s, e, local):
                 return reduce_block(self._kernel(local, out=decoder.buffers()["__value__"][: e - s]))
-            for k, r in zip(scan, fused.run_blocks([bounds[k] for k in scan], decoder, one, serial=self._ne)):
+            for k, r in zip(scan, fused.run_blocks([bounds[k] for k in scan], decoder, one, serial=self._ne,
+                                                           dynamic=True)):
                 results[k] = r
             return results
         if classes is not None:
@@ -99,7 +100,7 @@ class LazyExpr:
             value = self._kernel(local, out=out)
             return reduce_block(value)
         return fused.run_blocks(bounds, decoder, block, serial=self._ne,
-                                decode=None if classes is None else classes == planner.SCAN)
+                                decode=None if classes is None else classes == planner.SCAN, dynamic=True)
 
     def _check_numeric(self, op):
         if self.dtype.kind not in "biufcmM" or self.dtype.names:
