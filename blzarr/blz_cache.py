@@ -104,7 +104,7 @@ class BlzCaches:
         if f is None:
             return self._load_file(fno)
         self._files.move_to_end(fno)
-        if self._state(self._fd(fno)) != f.fstate:
+        if self._fio.state(self._fd(fno)) != f.fstate:
             self._forget_file(fno)
             return self._load_file(fno)
         return f

@@ -76,14 +76,10 @@ class _File:
 class BlzFileFormat:
     """Parsing and writing the header, metadata section and offsets table of a `BlzDir`'s superchunk files."""
 
-    def _state(self, fd):
-        """(identity, size, modification time) of the file behind `fd`: it changes when the file does."""
-        return self._fio.state(fd)
-
     def _load_file(self, fno):
         fd = self._fd(fno)
         f = _File(fno, self._path(fno))
-        f.fstate = self._state(fd)
+        f.fstate = self._fio.state(fd)
         h = sc.unpack_header(sc.pread(fd, 32, 0, f.path), f.path)
         K = self._parse_head(f, h, f.fstate[1], lambda pos, n: sc.pread(fd, n, pos, f.path))
         f.offsets = np.full(K, -2, dtype=np.int64)     # -2: not read yet
@@ -144,7 +140,7 @@ class BlzFileFormat:
         if off == -2:
             off = sc.read_offset(fd, f.table_pos, slot, f.path)
             f.offsets[slot] = off
-        if (slot >= f.nchunks or off == -1 or off + 16 > f.fstate[1]) and self._state(fd) != f.fstate:
+        if (slot >= f.nchunks or off == -1 or off + 16 > f.fstate[1]) and self._fio.state(fd) != f.fstate:
             # a writer changed the file since its state was read (a reader beside a writer): reload
             self._forget_file(fno)
             f = self._load_file(fno)
@@ -195,7 +191,7 @@ class BlzFileFormat:
         self._fio.pwrite(fd, head, 0, f.path)
 
     def _after_write(self, f, fd):
-        f.fstate = self._state(fd)
+        f.fstate = self._fio.state(fd)
         self._writes.changed(self._key(f.fno))
 
     def _ctbytes_at(self, fd, off, f):

@@ -212,6 +212,10 @@ class LocalStore(ByteStore):
     def _p(self, key):
         return os.path.join(self.root, *key.split("/")) if key else self.root
 
+    def where(self, key=""):
+        """The local path of `key` (no URL to tell apart: the layouts ask it for every message path)."""
+        return self._p(key)
+
     def child(self, name):
         return LocalStore(self._p(name))
 
