@@ -18,9 +18,11 @@ from blzarr.errors import FormatError
 from blzarr.params import get_nthreads
 from blzarr.parallel import run_all
 
-# uncompressed bytes of the chunks a slice of an object-storage carray fetches at once (two batches
-# are in memory at a time: the one being decoded, the next one being fetched)
+# uncompressed bytes of the chunks a slice of an object-storage carray has in flight at once, in parts
+# of about PREFETCH_PART_BYTES (whole superchunk files where they fit), each part decoded as soon as
+# its bytes are in while the next ones are still being fetched
 PREFETCH_BATCH_BYTES = 64 * 1024 * 1024
+PREFETCH_PART_BYTES = 8 * 1024 * 1024
 # atoms per block-cache entry are chosen so one entry is about this many bytes
 BLOCK_CACHE_BYTES = 32 * 1024
 # kinds whose elements come out as Python scalars (as in bcolz)
@@ -155,16 +157,23 @@ class CarrayReads(CarrayBase):
                               [p[1] * isz for p in pieces], [(p[2] - p[1]) * isz for p in pieces])
                 return out
         if self._bytes is not None and len(pieces) > 1:
-            # object storage: the chunks of a batch fetched at once (coalesced, concurrent), the next
-            # batch fetched while this one is decoded
-            batch = max(1, PREFETCH_BATCH_BYTES // max(1, self._chunklen * self._atom.itemsize))
-            parts = [pieces[k:k + batch] for k in range(0, len(pieces), batch)]
-            with ThreadPoolExecutor(1) as ahead:
-                fetching = ahead.submit(chunks.prefetch, [p[0] for p in parts[0]])
+            # object storage: the chunks fetched in parts (coalesced, concurrent), several parts in
+            # flight, each part decoded as soon as it is in while the later ones are still fetched
+            nbytes = max(1, self._chunklen * self._atom.itemsize)
+            part_bytes = min(PREFETCH_PART_BYTES, PREFETCH_BATCH_BYTES)
+            K = getattr(getattr(chunks, "store", None), "K", None)     # chunks per superchunk file
+            if isinstance(K, int) and 0 < K * nbytes <= part_bytes:
+                per = K * (part_bytes // (K * nbytes))                  # whole files per part
+            else:
+                per = max(1, part_bytes // nbytes)
+            parts = [list(g) for _, g in itertools.groupby(pieces, key=lambda p: p[0] // per)]
+            inflight = max(1, PREFETCH_BATCH_BYTES // (per * nbytes))
+            with ThreadPoolExecutor(inflight) as ahead:
+                fetching = [ahead.submit(chunks.prefetch, [p[0] for p in part]) for part in parts[:inflight]]
                 for k, part in enumerate(parts):
-                    fetching.result()
-                    if k + 1 < len(parts):
-                        fetching = ahead.submit(chunks.prefetch, [p[0] for p in parts[k + 1]])
+                    fetching[k].result()
+                    if k + inflight < len(parts):
+                        fetching.append(ahead.submit(chunks.prefetch, [p[0] for p in parts[k + inflight]]))
                     run_all(lambda p: chunks[p[0]].read_range(p[1], p[2], p[3]), part)
             return out
         run_all(lambda p: chunks[p[0]].read_range(p[1], p[2], p[3]), pieces)

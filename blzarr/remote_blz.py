@@ -106,7 +106,8 @@ class RemoteBlzDir(BlzDir):
             self._guard.listed(DATA_DIR, etags)
             for key, data in got.result().items():
                 if data is not None:
-                    self.bytes.prime(key, data, 1)
+                    # meta/sizes is read twice by an open (the chunks it counts, then the carray)
+                    self.bytes.prime(key, data, 2 if key.endswith(SIZES_FILE) else 1)
         nums = []
         for name, size in listing.items():
             if name.startswith("__") and name.endswith(SUPERCHUNK_EXT):
@@ -412,16 +413,20 @@ class RemoteBlzDir(BlzDir):
 
     def prefetch(self, ns):
         """Fetch the slots of chunks `ns` that are not cached yet, adjacent slots of a file in one
-        range and the ranges concurrently; the following `read_chunk` calls use them."""
-        self._load_many(n // self.K + 1 for n in ns)      # the tables of the files: concurrently
+        range and the ranges concurrently; the following `read_chunk` calls use them.  A file whose
+        table is not known yet and all of whose chunks are asked for comes whole in one GET (its
+        header and table with the chunks: no round trip for the table first)."""
+        ns = sorted(set(ns))
+        whole = self._whole_files(ns)
+        self._load_many(n // self.K + 1 for n in ns if n // self.K + 1 not in whole)   # tables: concurrently
         with self._lock:
             if len(self._prefetched) > 4096:
                 self._prefetched.clear()
-            runs = []               # [key, start, end, [(n, off, end), ...]]
-            budget = PREFETCH_BYTES
-            for n in sorted(set(ns)):
+            runs = [[self._key(fno), 0, self._size(fno), fno] for fno in sorted(whole)]
+            budget = PREFETCH_BYTES - sum(b for _, _, b, _ in runs)
+            for n in ns:
                 fno = n // self.K + 1
-                if self._at_hand(fno) or not 0 <= n < self._nphys:
+                if fno in whole or self._at_hand(fno) or not 0 <= n < self._nphys:
                     continue
                 f, _, off = self._offset(n)
                 if self._chunks.get(n, f.epoch) is not None or n in self._prefetched:
@@ -441,7 +446,49 @@ class RemoteBlzDir(BlzDir):
         blobs = self.bytes.get_ranges([(k, a, b) for k, a, b, _ in runs])
         with self._lock:
             for (key, a, b, parts), blob in zip(runs, blobs):
+                if isinstance(parts, int):          # a whole file: its table first, then its chunks
+                    parts = self._parts_of_whole(parts, blob)
                 mv = memoryview(blob)
                 for n, off, end in parts:
                     self._prefetched[n] = mv[off - a:end - a]
         return sum(b - a for _, a, b, _ in runs)
+
+    def _whole_files(self, ns):
+        """The files, among those of chunks `ns`, to fetch whole: table not loaded yet, every chunk
+        asked for, not being written here, and small enough for the prefetch budget."""
+        if not ns or not getattr(self, "K", None):
+            return set()
+        per = {}
+        for n in ns:
+            if 0 <= n < self._nphys:
+                per[n // self.K + 1] = per.get(n // self.K + 1, 0) + 1
+        out = set()
+        budget = PREFETCH_BYTES
+        for fno, count in sorted(per.items()):
+            if fno in self._files or self._at_hand(fno) or fno in self._damaged or fno not in self._sizes:
+                continue
+            if count < min(self.K, self._nphys - (fno - 1) * self.K):
+                continue
+            budget -= self._sizes[fno]
+            if budget < 0:
+                break
+            out.add(fno)
+        return out
+
+    def _parts_of_whole(self, fno, blob):
+        """The state of file `fno` read from its whole bytes `blob`, and the slots of its chunks that
+        are not cached yet as (n, start, end) in it."""
+        try:
+            f = self._files.get(fno) or self._load_remote(fno, blob)
+        except BlzarrError:
+            return []       # a damaged file: its chunks are read (and their errors told) one by one
+        parts = []
+        for slot in range(min(f.nchunks, self._nphys - (fno - 1) * self.K)):
+            n = (fno - 1) * self.K + slot
+            off = int(f.offsets[slot])
+            if off < 0 or self._chunks.get(n, f.epoch) is not None:
+                continue
+            end = self._slot_end(f, off)
+            if end <= len(blob):
+                parts.append((n, off, end))
+        return parts
