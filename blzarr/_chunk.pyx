@@ -390,9 +390,19 @@ cdef int _take_core(const uint8_t *src, header_t *h, const cnp.intp_t *pos, Py_s
         ret = blosc_decompress_ctx(src, scratch, h.nbytes, 1)
         if ret != h.nbytes:
             return ret if ret != 0 else -1
-        for k in range(n):
-            r = rows[k] if rows != NULL else first_row + k
-            memcpy(out + r * itemsize, scratch + (pos[k] - base) * itemsize, itemsize)
+        if rows != NULL:
+            for k in range(n):
+                memcpy(out + rows[k] * itemsize, scratch + (pos[k] - base) * itemsize, itemsize)
+        else:
+            # rows in order: a run of consecutive items (a boolean mask's) is one copy
+            k = 0
+            while k < n:
+                j = k + 1
+                while j < n and pos[j] == pos[j - 1] + 1:
+                    j += 1
+                memcpy(out + (first_row + k) * itemsize, scratch + (pos[k] - base) * itemsize,
+                       (j - k) * itemsize)
+                k = j
         ndec[0] += h.nblocks
         return 0
     for k in range(n):

@@ -319,6 +319,12 @@ class CarrayReads(CarrayBase):
         if key is Ellipsis:
             return self[:]
         if isinstance(key, CarrayBase):
+            if key.dtype == bool and key.ndim == 1:
+                # the mask's statistics skip its all-false chunks and give its all-true ones without
+                # decoding them; the positions come out ascending
+                parts = [idx + s for s, idx in _true_positions(key, key.chunklen)]
+                return self._take(np.concatenate(parts).astype(np.intp, copy=False) if parts
+                                  else np.empty(0, np.intp), check_len=len(key), ascending=True)
             if key.dtype == bool:
                 return self._take(np.concatenate([np.flatnonzero(b) + s for s, b in
                                                   _iter_blocks(key)]) if len(key) else np.empty(0, np.intp),
@@ -381,7 +387,7 @@ class CarrayReads(CarrayBase):
         need, inv = np.unique(pos, return_inverse=True)
         return self._take(need)[(inv.reshape(pos.shape),) + tuple(rest)]
 
-    def _take(self, pos, check_len=None):
+    def _take(self, pos, check_len=None, ascending=False):
         if check_len is not None and check_len != self._len:
             raise IndexError(f"boolean index has length {check_len}, the carray has {self._len}")
         if self._isobj:
@@ -395,7 +401,7 @@ class CarrayReads(CarrayBase):
         chunks, cl, nfull, last = self._chunks, self._chunklen, len(self._chunks), self._last
         # ascending positions, each chunk's a contiguous run: every touched block is decoded once,
         # the chunks on the pool's threads
-        order = np.argsort(pos, kind="stable") if (np.diff(pos) < 0).any() else None
+        order = None if ascending or not (np.diff(pos) < 0).any() else np.argsort(pos, kind="stable")
         spos = pos if order is None else pos[order]
 
         groups = ix.sorted_groups(spos, cl)

@@ -81,6 +81,11 @@ def sorted_groups(spos, chunklen):
     """(chunk number, start, stop): the runs of the ascending positions `spos` that share a chunk."""
     if spos.size == 0:
         return []
+    first, last = int(spos[0]) // chunklen, int(spos[-1]) // chunklen
+    if last - first < spos.size // 8:
+        # many positions per chunk: find each chunk's first position by bisection, not a pass per array
+        edges = np.searchsorted(spos, np.arange(first + 1, last + 1, dtype=np.int64) * chunklen).tolist()
+        return [(first + k, s, e) for k, (s, e) in enumerate(zip([0] + edges, edges + [spos.size])) if e > s]
     cids = spos // chunklen
     bounds = (np.flatnonzero(np.diff(cids)) + 1).tolist()
     starts = [0] + bounds

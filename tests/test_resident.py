@@ -274,3 +274,21 @@ def test_where_decodes_no_block_the_mask_statistics_rule_out(monkeypatch):
     monkeypatch.setattr(fused.Decoder, "read", counting)
     assert list(a.where(mc)) == x[m].tolist()
     assert reads == [95_000]
+
+
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 30000), chunklen=st.integers(1, 3000),
+       mchunklen=st.integers(1, 5000), runs=st.integers(0, 6), dtype=st.sampled_from(["f8", "i2", "S3"]))
+def test_boolean_carray_key_equals_numpy(seed, n, chunklen, mchunklen, runs, dtype):
+    # runs of true (whole mask chunks all true or all false, which the statistics skip) plus scattered ones
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 100, n).astype(dtype)
+    m = rng.random(n) < 0.01
+    cuts = np.sort(rng.integers(0, n + 1, 2 * runs))
+    for a0, b0 in zip(cuts[0::2], cuts[1::2]):
+        m[a0:b0] = True
+    a = blzarr.carray(x, chunklen=chunklen)
+    got = a[blzarr.carray(m, chunklen=mchunklen)]
+    assert got.dtype == x.dtype and np.array_equal(got, x[m])
+    if n:
+        with pytest.raises(IndexError, match="boolean index has length"):
+            a[blzarr.carray(m[:-1], chunklen=mchunklen)]
