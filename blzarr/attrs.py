@@ -8,6 +8,7 @@ import json
 import os
 
 from blzarr.errors import FormatError, MissingError, ReadOnlyError
+from blzarr.locking import first_write
 from blzarr.files import ATTRIBUTES_FILE, ATTRS_FILE, META_DIR, STORAGE_FILE, ObjectPath, read_json, write_json
 
 # the name of the attributes file in the bcolz layout (bcolz.attrs.ATTRSDIR)
@@ -94,7 +95,17 @@ class attrs:
         if self._path is not None:
             write_json(self._path, self._data)
 
+    def reload(self):
+        """Read the attributes again from the file (another process may have changed them)."""
+        if self._path is not None and not isinstance(self._path, ObjectPath) and os.path.exists(self._path):
+            data = read_json(self._path, "attributes")
+            if not isinstance(data, dict):
+                raise FormatError(f"attributes file '{self._path}' does not hold a JSON object")
+            self._data = data
+
     def _check_writable(self):
+        if self.mode == "r":
+            first_write(self)       # an object opened with mode 'a': its first write takes the lock
         if self.mode == "r":
             why = getattr(self, "_why_readonly", None)
             raise ReadOnlyError("cannot modify attributes: " + (why or "the object was opened with mode 'r'"))

@@ -20,6 +20,7 @@ from blzarr.bytestore import LocalStore
 from blzarr.chunk import chunk
 from blzarr.chunkstore import ChunkStore
 from blzarr.errors import FormatError, MissingError, ReadOnlyError, StorageError
+from blzarr.locking import first_write
 from blzarr.files import ATTRS_FILE, DATA_DIR, META_DIR, SIZES_FILE
 
 CHUNK_EXT = ".blp"
@@ -360,6 +361,8 @@ class BcolzChunks(ChunkStore):
             self._cache_bytes = 0
 
     def _check_writable(self):
+        if self.mode == "r":
+            first_write(self.store)     # opened with mode 'a': the first write takes the lock
         if self.mode == "r":
             raise ReadOnlyError(f"cannot modify '{self.store.rootdir}': it was opened with mode 'r'")
 

@@ -39,6 +39,7 @@ from blzarr.bytestore import LocalStore, open_bytestore
 from blzarr.chunk import chunk
 from blzarr.chunkstore import ChunkStore, auto_superchunklen
 from blzarr.errors import BlzarrError, ChunkError, FormatError, ReadOnlyError, StorageError
+from blzarr.locking import first_write
 from blzarr.files import ATTRIBUTES_FILE, DATA_DIR, META_DIR, SIZES_FILE, read_json
 from blzarr.parallel import codec_threads
 from blzarr.spool import writes_for
@@ -109,6 +110,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         self._damaged = {}                  # file number -> why its chunks cannot be read
         self._no_writes = {}                # file number -> why nothing may be written to it
         self._counted = 0                   # chunks meta/sizes counts (a repair never drops them)
+        self._first_write = None            # opened with mode 'a': the owner's locking.FirstWrite
 
     # ------------------------------------------------------------------ creation / opening
     @classmethod
@@ -445,6 +447,8 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
 
     def _check_writable(self):
         if self.mode == "r":
+            first_write(self)       # opened with mode 'a': the first write takes the lock
+        if self.mode == "r":
             raise ReadOnlyError(f"cannot modify '{self.rootdir}': it was opened with mode 'r'")
 
 
@@ -668,5 +672,7 @@ class BlzChunks(ChunkStore):
         self.store.close()
 
     def _check_writable(self):
+        if self._mode == "r":
+            first_write(self.store)     # opened with mode 'a': the first write takes the lock
         if self._mode == "r":
             raise ReadOnlyError(f"cannot modify '{self.store.rootdir}': it was opened with mode 'r'")

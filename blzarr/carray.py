@@ -18,7 +18,7 @@ from blzarr.errors import BlzarrError, FormatError, MissingError, StorageError, 
 from blzarr.params import cparams as _cparams, defaults
 from blzarr.chunkstore import MemoryChunks
 from blzarr.stores import create_store, open_chunks, open_dir
-from blzarr.locking import lock_dir
+from blzarr.locking import FirstWrite, lock_dir
 from blzarr.bytestore import is_url, local_path, open_bytestore
 from blzarr.files import META_DIR, STORAGE_FILE
 from blzarr.arraymeta import ArrayMeta, dflt_from_json, dflt_to_json, parse_dtype  # noqa: F401
@@ -328,10 +328,15 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
                             bytestore=self._bytes)
 
     def _open(self, allow_pickle):
-        if self._mode != "r" and self._bytes is None and os.path.isdir(self._rootdir):
+        self._allow_pickle = allow_pickle
+        # mode 'a' reads as mode 'r' does (no lock, nothing repaired or changed) until the first call
+        # that writes: `_start_writing` takes the lock then (bcolz readers open with the default mode)
+        lazy = self._mode == "a" and self._bytes is None
+        if self._mode != "r" and not lazy and self._bytes is None and os.path.isdir(self._rootdir):
             # one writer process at a time (mode 'r' takes no lock); the lock is the directory's
             self._dirlock = lock_dir(self._rootdir)
-        store = open_dir(self._rootdir, self._mode, self._bytes)
+        mode = "r" if lazy else self._mode
+        store = open_dir(self._rootdir, mode, self._bytes)
         meta = ArrayMeta.read(store, self._rootdir, allow_pickle)
         atom, chunklen = meta.atom, meta.chunklen
         try:
@@ -339,25 +344,21 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
         except (TypeError, ValueError) as e:
             raise FormatError(f"{meta.where_storage} (with {meta.where_sizes}): {e}") from None
         length = meta.length
-        if self._isobj:
-            nchunks, nleft = length, 0
-        else:
-            nchunks, nleft = divmod(length, chunklen)
-        self._chunks = open_chunks(store, self._rootdir, self._mode, self._chunk_atom, chunklen, nchunks,
+        nchunks, nleft = self._split(length)
+        self._chunks = open_chunks(store, self._rootdir, mode, self._chunk_atom, chunklen, nchunks,
                                    nchunks + (1 if nleft else 0), self._isobj)
         self._ondisk = True
         self._len = length
+        self._opened_len = length
         self._nleft = nleft
         if nleft:
             self._load_leftover(nchunks, nleft)
-        if self._stats is not None:
-            raw = self._chunks.read_stats()
-            st = _stats.decode(raw, self._atom, chunklen) if raw is not None else None
-            if st is not None:
-                st.truncate(nchunks)
-                self._stats = st
-        self._attrs = _attrs(self._rootdir, self._mode, path=self._chunks.attrs_path)
+        self._load_stats(nchunks)
+        self._attrs = _attrs(self._rootdir, mode, path=self._chunks.attrs_path)
         self._dirty = False
+        if lazy:
+            gate = FirstWrite(self._start_writing)
+            self._first_write = self._chunks.store._first_write = self._attrs._first_write = gate
         if self._mode == "w":
             self._mode = "a"
             self._chunks.mode = "a"
@@ -650,6 +651,7 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
         if self._stats is not None:
             new._stats = self._stats.copy()
         new.__dict__.pop("_dirlock", None)      # a view of an on-disk carray is read-only
+        new.__dict__.pop("_first_write", None)
         if not self._ondisk:
             new._chunks = self._chunks.copy()
         else:

@@ -1,6 +1,7 @@
 """Writing a carray (`CarrayWrites`, a part of `carray`): append (full chunks compressed a batch at a
 time on the pool), flush, close, resize and trim, assignment, and the undo log that leaves a carray and
-its files as they were when a write fails midway (`_UndoLog`)."""
+its files as they were when a write fails midway (`_UndoLog`); the first write of a carray opened with
+mode 'a', which takes the lock (`_start_writing`)."""
 
 import contextlib
 import pickle
@@ -9,10 +10,13 @@ import numpy as np
 
 from blzarr import indexing as ix
 from blzarr import stats as _stats
+from blzarr.arraymeta import ArrayMeta
 from blzarr.carray_read import CarrayBase, operator_index
 from blzarr.chunk import chunk, compress_array
-from blzarr.errors import FormatError, ReadOnlyError, storage_op
+from blzarr.errors import ConcurrentWriterError, FormatError, ReadOnlyError, storage_op
+from blzarr.locking import lock_dir
 from blzarr.parallel import run_ordered
+from blzarr.stores import open_dir
 
 
 class _UndoLog:
@@ -53,6 +57,66 @@ class CarrayWrites(CarrayBase):
     """Writing a `carray`."""
 
     # ---------------------------------------------------------------- writing
+    def _split(self, length):
+        """(full chunks, atoms in the short last chunk) of `length` atoms."""
+        return (length, 0) if self._isobj else divmod(length, self._chunklen)
+
+    def _load_stats(self, nchunks):
+        if self._stats is not None:
+            raw = self._chunks.read_stats()
+            st = _stats.decode(raw, self._atom, self._chunklen) if raw is not None else None
+            if st is not None:
+                st.truncate(nchunks)
+                self._stats = st
+
+    def _start_writing(self):
+        """The first call that writes to a carray opened with mode 'a' (through it, its attributes or
+        its metalayers) comes here first: it takes the directory's lock (`LockError`, naming the
+        directory, when another process writes it), then does what opening for writing does (the
+        store repairs what a killed writer left, chunks past meta/sizes are dropped) and reads again
+        what another process may have rewritten since the carray was opened (the short last chunk,
+        the statistics, the attributes).  A carray another process made longer or shorter since
+        raises `ConcurrentWriterError` (reopen it to write)."""
+        with self._lock:
+            if self._mode == "r" or self.__dict__.get("_first_write") is None:
+                return
+            lock = lock_dir(self._rootdir)
+            try:
+                fresh = open_dir(self._rootdir, "a", None)       # repairs (under the lock)
+                meta = ArrayMeta.read(fresh, self._rootdir, self._allow_pickle)
+                if meta.length != self._opened_len:
+                    raise ConcurrentWriterError(
+                        f"'{self._rootdir}' was changed by another process since this object opened it "
+                        f"(it held {self._opened_len} items, it holds {meta.length}): reopen it "
+                        f"(blzarr.open) to write")
+                nchunks, nleft = self._split(meta.length)
+                nstored = nchunks + (1 if nleft else 0)
+                if getattr(fresh, "missing_tail", None) is not None and fresh.nchunks < nstored:
+                    fresh.missing_tail(nstored)             # as open_chunks does
+                store = self._chunks.store
+                store.close()
+                # the same store object writes from now on (metalayer objects handed out hold it)
+                state = {k: v for k, v in fresh.__dict__.items() if k not in ("_lock", "_first_write")}
+                if "_fds" in state:
+                    fresh._fds = type(state["_fds"])()      # its descriptors are the store's now
+                store.__dict__.update(state)
+                self._chunks.mode = "a"
+                self._chunks.set_nchunks(nchunks)
+                self._chunks.remove_stray(nstored)
+                self._len, self._nleft = meta.length, nleft
+                self._blockcache = None
+                if nleft:
+                    self._last = np.zeros_like(np.asarray(self._last))
+                    self._load_leftover(nchunks, nleft)
+                self._load_stats(nchunks)
+                self._attrs.reload()
+                self._attrs.mode = "a"
+            except BaseException:
+                lock.release()
+                raise
+            self._dirlock = lock
+            self._first_write = store._first_write = self._attrs._first_write = None
+
     def _check_writable(self):
         if self._mode == "r":
             why = self.__dict__.get("_why_readonly")
@@ -60,6 +124,8 @@ class CarrayWrites(CarrayBase):
                 raise ReadOnlyError(f"cannot modify data: {why}")
             raise ReadOnlyError("cannot modify data: the carray was opened with mode 'r'"
                                 + (f" ('{self._rootdir}')" if self._rootdir else ""))
+        if self.__dict__.get("_first_write") is not None:
+            self._start_writing()       # mode 'a': the lock is taken at the first write
         err = getattr(self._last, "_error", None)
         if err is not None:
             raise FormatError(f"cannot modify '{self._rootdir}': its short last chunk cannot be read ({err}); "
@@ -434,6 +500,8 @@ class CarrayWrites(CarrayBase):
         st = self._stats
         if st is None or not st.dirty or not self._ondisk or self._mode == "r":
             return
+        if self.__dict__.get("_first_write") is not None:
+            return      # mode 'a' before its first write reads only: it changes no file
         st.take_fingerprints(self._chunks)
         self._chunks.write_stats(_stats.encode(st, len(self._chunks)))
         st.dirty = False

@@ -23,8 +23,8 @@ from blzarr import indexing as ix
 from blzarr import integrations
 from blzarr.attrs import attrs as _attrs
 from blzarr.carray import carray, compression_ratio, human_readable_size
-from blzarr.errors import FormatError, StorageError, storage_error, storage_op
-from blzarr.locking import lock_dir
+from blzarr.errors import ConcurrentWriterError, FormatError, StorageError, storage_error, storage_op
+from blzarr.locking import FirstWrite, lock_dir
 from blzarr.params import cparams as _cparams, defaults
 from blzarr.files import ATTRS_FILE, ROOTDIRS_FILE, ObjectPath, read_json, write_json
 from blzarr.bytestore import is_url, join, local_path, open_bytestore
@@ -425,13 +425,17 @@ class ctable(CtableQueries, CtableWrites, CtableReads, CtableBase):
         self._format = fmt
         self._columns_base = (None if remote else legacy_columns_dir(root, fmt)) or root
         mode = self._mode
+        self._allow_pickle = allow_pickle
+        # mode 'a' reads as mode 'r' does (no lock, nothing repaired) until the first call that writes
+        # (`_start_writing`): several processes may open a table with the default mode and read it
+        lazy = mode == "a" and not remote
         if remote:
             for n in names:
                 self.cols.names.append(n)
                 self.cols._cols[n] = carray(rootdir=self._col_dir(n), mode=mode, allow_pickle=allow_pickle,
                                             storage_options=self._bytes.storage_options)
             names = []
-        elif mode != "r":
+        elif mode != "r" and not lazy:
             self._dirlock = lock_dir(root)   # one writer process at a time; mode 'r' takes no lock
         real_root = None if remote else os.path.realpath(root)
         for n in names:
@@ -453,8 +457,8 @@ class ctable(CtableQueries, CtableWrites, CtableReads, CtableBase):
             n = min(lengths.values())
             for c in self.cols._cols.values():
                 if len(c) > n:
-                    if mode == "r":
-                        c._truncate_view(n)
+                    if mode == "r" or lazy:
+                        c._truncate_view(n)     # a writer drops the extra atoms (at its first write)
                     else:
                         c.trim(len(c) - n)
             warnings.warn(f"the columns of ctable '{root}' have different lengths {lengths} (an interrupted "
@@ -463,12 +467,51 @@ class ctable(CtableQueries, CtableWrites, CtableReads, CtableBase):
         self._len = min(lengths.values()) if lengths else 0
         if names:
             self._cparams = self.cols[names[0]].cparams
-        self._attrs = _attrs(root, mode, path=self._attrs_path)
+        self._attrs = _attrs(root, "r" if lazy else mode, path=self._attrs_path)
+        if lazy:
+            self._first_write = self._attrs._first_write = FirstWrite(self._start_writing)
         if mode == "w":
             self._attrs.mode = "a"
             for k in [k for k, _ in self._attrs]:
                 del self._attrs[k]
             self._attrs.mode = "w"
+
+    def _start_writing(self):
+        """The first call that writes to a table opened with mode 'a' (or to its attributes) comes here
+        first: the table's lock is taken (`LockError` naming the directory when another process
+        writes it), each column starts writing (its own lock, its store's repair), the atoms some
+        columns hold past the others are dropped (what opening for writing did), and the attributes
+        are read again.  A table another process changed since it was opened (other columns, another
+        length) raises `ConcurrentWriterError` (reopen it to write)."""
+        if self._mode == "r" or self.__dict__.get("_first_write") is None:
+            return
+        root = self._rootdir
+        lock = lock_dir(root)
+        try:
+            meta = read_json(os.path.join(root, ROOTDIRS_FILE), "ctable column list")
+            names = meta.get("names") if isinstance(meta, dict) else None
+            if names != list(self.cols.names):
+                raise ConcurrentWriterError(
+                    f"'{root}' was changed by another process since this object opened it (columns "
+                    f"{list(self.cols.names)}, now {names}): reopen it (blzarr.open) to write")
+            for c in self.cols.values():
+                c._start_writing()
+            lengths = [len(c) for c in self.cols.values()]
+            n = min(lengths) if lengths else 0
+            if n != self._len:
+                raise ConcurrentWriterError(
+                    f"'{root}' was changed by another process since this object opened it (it held "
+                    f"{self._len} rows, it holds {n}): reopen it (blzarr.open) to write")
+            for c in self.cols.values():
+                if len(c) > n:
+                    c.trim(len(c) - n)
+            self._attrs.reload()
+            self._attrs.mode = "a"
+        except BaseException:
+            lock.release()
+            raise
+        self._dirlock = lock
+        self._first_write = self._attrs._first_write = None
 
     # ------------------------------------------------------------------ properties
     @property

@@ -42,6 +42,8 @@ class CtableWrites(CtableBase):
                 raise ReadOnlyError(f"cannot modify the ctable: {why}")
             raise ReadOnlyError("cannot modify the ctable: it was opened with mode 'r'"
                                 + (f" ('{self._rootdir}')" if self._rootdir else ""))
+        if self.__dict__.get("_first_write") is not None:
+            self._start_writing()       # mode 'a': the lock is taken at the first write
 
     def _coerce_column_values(self, name, value):
         """`value` as an array of rows for column `name` (a single value becomes one row)."""

@@ -1,7 +1,7 @@
 """Advisory locks that keep a second writer process off a directory.
 
-A carray or ctable opened (or created) with mode 'a' or 'w' takes an exclusive, non-blocking
-``fcntl.flock`` on its root directory itself (an open descriptor of the directory: no lock file is
+A carray or ctable created or opened with mode 'w', or opened with mode 'a' at its first write
+(`FirstWrite`), takes an exclusive, non-blocking ``fcntl.flock`` on its root directory itself (an open descriptor of the directory: no lock file is
 added, so the layout stays exactly bcolz's).  Another process asking for it gets a `LockError`.
 Mode 'r' takes no lock: readers may sit beside one writer.
 
@@ -13,6 +13,7 @@ Platforms without ``fcntl`` (Windows) get no locking.
 import errno
 import os
 import threading
+import weakref
 
 try:
     import fcntl
@@ -78,8 +79,8 @@ class DirLock:
                             raise LockError(
                                 errno.EWOULDBLOCK,
                                 f"'{self.path}' is being written by another process (it holds the "
-                                "directory's lock): open it with mode 'r' to read it, or close the "
-                                "other writer first") from None
+                                "directory's lock): this process may read it (with any mode) but not "
+                                "write it until the other writer closes it") from None
                         if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
                             raise storage_error(e, f"cannot lock '{self.path}'") from None
                         # a filesystem without flock support: no locking rather than no writing
@@ -115,6 +116,30 @@ class DirLock:
 
     def __repr__(self):
         return f"DirLock({self.path!r}, held={self.held})"
+
+
+class FirstWrite:
+    """What a carray or ctable opened with mode 'a' gives its parts (its store, attributes, metalayers):
+    the first write through any of them calls it, and it calls the owner's `_start_writing` (held
+    weakly: the parts do not keep the owner alive), which takes the lock.  Mode 'a' takes no lock at
+    open: a process that only reads, with the default mode, never stands in a writer's way."""
+
+    __slots__ = ("_ref",)
+
+    def __init__(self, method):
+        self._ref = weakref.WeakMethod(method)
+
+    def __call__(self):
+        m = self._ref()
+        if m is not None:
+            m()
+
+
+def first_write(obj):
+    """Call the `FirstWrite` of `obj` (a store, attributes...), if it has one, before it writes."""
+    gate = getattr(obj, "_first_write", None)
+    if gate is not None:
+        gate()
 
 
 def lock_dir(path):

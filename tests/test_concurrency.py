@@ -34,6 +34,7 @@ def _make(kind, root, fmt):
 # ------------------------------------------------------------------------------------ second writer
 def _holder(root, how, w):
     c = blzarr.open(root, mode="a")
+    c.attrs["holder"] = os.getpid()     # the first write takes the lock
     os.write(w, b"locked\n")
     os.read(int(how), 1)          # wait for the parent's go
     if os.environ.get("_BLZ_RELEASE") == "gc":
@@ -54,7 +55,6 @@ def test_second_writer_process_is_refused(tmp_path, kind, fmt, release):
     c.close()
     del c
     gc.collect()
-    before = tree(root)
     go_r, go_w = os.pipe()
     os.environ["_BLZ_RELEASE"] = release
     try:
@@ -63,10 +63,25 @@ def test_second_writer_process_is_refused(tmp_path, kind, fmt, release):
         del os.environ["_BLZ_RELEASE"]
     try:
         assert read_line(r) == "locked"
-        for mode in ("a", "w"):
+        before = tree(root)
+        # opening takes no lock, whatever the mode but 'w': the default mode 'a' reads beside the
+        # writer; its first write (any kind) is refused with a LockError naming the directory
+        row = (1, 2.0) if kind == "ctable" else [1]
+        writes = [lambda o: o.append(row), lambda o: o.attrs.__setitem__("x", 1),
+                  lambda o: o.__setitem__(0, row if kind == "ctable" else 5), lambda o: o.resize(10)]
+        if fmt == "blz" and kind == "carray":
+            writes.append(lambda o: o.vlmeta.__setitem__("v", 1))
+        for write in writes:
+            obj = blzarr.open(root)
+            assert obj.mode == "a" and len(obj) == 1000
             with pytest.raises(LockError, match="another process") as ei:
-                blzarr.open(root, mode=mode)
+                write(obj)
+            assert root in str(ei.value)
             assert isinstance(ei.value, OSError) and isinstance(ei.value, BlzarrError)
+            assert len(obj) == 1000 and (obj[999].tolist() if kind == "ctable" else obj[999]) == \
+                ((999, 1998.0) if kind == "ctable" else 999)
+        with pytest.raises(LockError, match="another process"):
+            blzarr.open(root, mode="w")
         with pytest.raises(LockError):
             (blzarr.carray if kind == "carray" else blzarr.ctable)(
                 np.arange(3) if kind == "carray" else [np.arange(3)], rootdir=root, mode="w")
@@ -95,11 +110,14 @@ def test_lock_is_released_when_the_writer_dies(tmp_path):
     try:
         assert read_line(r) == "locked"
         with pytest.raises(LockError):
-            blzarr.open(root, mode="a")
+            blzarr.open(root, mode="a").append([1])
     finally:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
-    blzarr.open(root, mode="a").close()
+    c = blzarr.open(root, mode="a")
+    c.append([1])
+    c.close()
+    assert blzarr.open(root, mode="r")[-2:].tolist() == [999, 1]
     for fd in (r, go_r, go_w):
         os.close(fd)
 
@@ -109,6 +127,8 @@ def test_one_process_may_hold_several_writers_and_reader_mode_takes_no_lock(tmp_
     root = str(tmp_path / "d")
     a = _make("carray", root, "bcolz")
     b = blzarr.open(root, mode="a")
+    assert not hasattr(b, "_dirlock")                   # no lock until it writes
+    b.attrs["x"] = 1
     lock = a._dirlock
     assert lock.held and b._dirlock.held
     a.close()
@@ -130,11 +150,83 @@ def test_one_process_may_hold_several_writers_and_reader_mode_takes_no_lock(tmp_
 
 def _try_lock(root):
     try:
-        blzarr.open(root, mode="a").close()
+        c = blzarr.open(root, mode="a")
+        c.attrs["y"] = 1            # the first write takes the lock
+        c.close()
         return "ok"
     except LockError:
         return "refused"
 
+
+
+@pytest.mark.parametrize("kind", ["carray", "ctable"])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_default_mode_reads_without_repairing_until_it_writes(tmp_path, kind, fmt):
+    """A process opening with the default mode 'a' reads as mode 'r' does: it changes no byte (not
+    even to repair what a killed writer left) until its first write, which takes the lock and repairs;
+    several such processes read at once."""
+    root = str(tmp_path / "d")
+    _make(kind, root, fmt).close()
+    # what a writer killed after writing chunks but before the sizes leaves: chunks past meta/sizes
+    code = ("import os, sys, numpy as np, blzarr\n"
+            "c = blzarr.open(sys.argv[1], mode='a')\n"
+            + ("c.auto_flush = False\nc.append([np.arange(5000), np.arange(5000) * 2.0])\n" if kind == "ctable" else
+               "c.append(np.arange(5000))\n")
+            + "os._exit(0)\n")
+    import subprocess
+    subprocess.run([sys.executable, "-c", code, root], check=True, timeout=120)
+    before = tree(root)
+    assert len(blzarr.open(root, mode="r")) == 1000
+    readers = []
+    for _ in range(3):          # three readers in other processes, default mode, all at once
+        readers.append(subprocess.Popen(
+            [sys.executable, "-c", "import sys, blzarr, time\nc = blzarr.open(sys.argv[1])\n"
+             "print(len(c), c[:][-1] if len(c) else None)\ntime.sleep(1)\nprint(len(c[:]))", root],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    c = blzarr.open(root)
+    got = c[:]
+    assert len(got) == 1000
+    if kind == "carray":
+        assert got.tolist() == list(range(1000))
+        assert c.verify()["chunks"] >= 1
+    for p in readers:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        assert out.split("\n")[1] == "1000", out
+    assert tree(root) == before                 # nothing repaired or changed by readers
+    # the first write repairs (the chunks past the sizes go) and appends after the 1000 rows
+    c.append((7, 7.0) if kind == "ctable" else [7])
+    c.flush()
+    assert tree(root) != before
+    r = blzarr.open(root, mode="r")
+    assert len(r) == 1001
+    if kind == "carray":
+        assert r[:].tolist() == list(range(1000)) + [7]
+        r.verify()
+    else:
+        assert r["a"][:].tolist() == list(range(1000)) + [7]
+    c.close()
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_first_write_after_another_writer_changed_it_is_refused(tmp_path, fmt):
+    """An object opened with mode 'a' whose directory another writer made longer since it was opened
+    refuses its first write (ConcurrentWriterError: reopen), rather than writing over the new rows."""
+    root = str(tmp_path / "d")
+    _make("carray", root, fmt).close()
+    a = blzarr.open(root)                   # reads 1000 rows
+    b = blzarr.open(root)
+    b.append([5, 6])
+    b.close()                               # another writer came and went
+    before = tree(root)
+    with pytest.raises(blzarr.ConcurrentWriterError, match="reopen"):
+        a.append([9])
+    assert tree(root) == before
+    assert not hasattr(a, "_dirlock")       # the lock was given back
+    c = blzarr.open(root)
+    c.append([9])
+    c.close()
+    assert blzarr.open(root, mode="r")[-3:].tolist() == [5, 6, 9]
 
 
 # ------------------------------------------------------------------------------- readers and a writer

@@ -691,6 +691,9 @@ def test_columns_of_different_lengths_on_disk(tmp_path):
     del t
     with pytest.warns(RuntimeWarning, match="different lengths"):
         t = blzarr.open(root, mode="a")
+    # opening with mode 'a' reads as 'r' does until the first write, which drops the extra atoms
+    assert len(t) == 17 and len(blzarr.open(os.path.join(root, "a"), mode="r")) == 20
+    t.attrs["first write"] = 1
     assert len(t) == 17 and all(len(blzarr.open(os.path.join(root, n), mode="r")) == 17 for n in t.names)
     t.append(make_ra(20)[17:])
     assert blzarr.open(root, mode="r")[:].tolist() == make_ra(20).tolist()

@@ -575,15 +575,21 @@ def test_listed_arange_and_compressed_size_differences():
     np.testing.assert_array_equal(ours[:], theirs[:])
 
 
-def test_listed_default_mode_takes_the_writer_lock(tmp_path):
+def test_listed_default_mode_reads_beside_a_writer_and_locks_at_the_first_write(tmp_path):
+    """As with bcolz, a process may open a directory another process writes with the default mode
+    and read it; its first write is refused (LockError naming the directory)."""
     import subprocess
     import sys
     p = str(tmp_path / "a")
     w = blzarr.carray(np.arange(10), rootdir=p, mode="w")     # this process writes
     w.flush()
     code = ("import sys, blzarr\n"
-            "try:\n    blzarr.open(sys.argv[1])\nexcept blzarr.LockError:\n    print('locked')\n"
-            "print(blzarr.open(sys.argv[1], mode='r')[:].tolist())\n")
+            "c = blzarr.open(sys.argv[1])\nprint(c[:].tolist())\n"
+            "try:\n    c.append([1])\n    c.flush()\nexcept blzarr.LockError as e:\n    print('locked', sys.argv[1] in str(e))\n"
+            "print(len(blzarr.open(sys.argv[1])))\n")
     out = subprocess.run([sys.executable, "-c", code, p], capture_output=True, text=True, timeout=120)
-    assert out.stdout.split("\n")[:2] == ["locked", str(list(range(10)))], out.stderr
+    assert out.stdout.split("\n")[:3] == [str(list(range(10))), "locked True", "10"], out.stderr
     w.close()
+    out = subprocess.run([sys.executable, "-c", code, p],   # the writer is gone: the append goes through
+                         capture_output=True, text=True, timeout=120)
+    assert out.stdout.split("\n")[:2] == [str(list(range(10))), "11"], (out.stdout, out.stderr)

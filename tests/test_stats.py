@@ -284,7 +284,13 @@ def test_bad_stats_file_is_no_statistics(tmp_path, damage):
     c = blzarr.open(p, mode="a")
     assert c.searchsorted(950) == 950
     c.close()
-    assert blzarr.open(p, mode="r").stats_state()["known"] == 10   # stored by the writable one
+    # mode 'a' changes no file before its first write (a reader with the default mode)
+    assert open(path, "rb").read() == raw
+    c = blzarr.open(p, mode="a")
+    c.attrs["written"] = 1
+    assert c.searchsorted(950) == 950
+    c.close()
+    assert blzarr.open(p, mode="r").stats_state()["known"] == 10   # stored by the writing one
 
 
 def test_compaction_keeps_statistics(tmp_path):
@@ -482,8 +488,12 @@ def test_bcolz_writes_behind_blzarr(tmp_path, bcolz, chunklen):
         assert blzarr.lazyexpr(expr, user_dict={"c": c}).count_nonzero() == want.sum(), expr
         check_plan(blzarr.explain(expr, user_dict={"c": c}, blen=chunklen), want)
     assert c.searchsorted(1e9) == 5000
-    # a writable blzarr stores the statistics again, fresh, and bcolz still reads the directory
+    # a writing blzarr stores the statistics again, fresh, and bcolz still reads the directory (mode
+    # 'a' stores nothing before its first write)
     d = blzarr.open(p, mode="a")
+    d.chunk_stats()
+    assert blzarr.open(p, mode="r").stats_state()["known"] < len(x) // chunklen
+    d.attrs["note"] = 1
     d.chunk_stats()
     d.close()
     e = blzarr.open(p, mode="r")
