@@ -7,12 +7,15 @@ inode, so a later rename does not lose them), creations, renames, unlinks, mkdir
 syncs (fsync/fdatasync of a file, fsync of a directory).  The workload marks the boundaries of its
 API calls in the same log.
 
-`crash_states(log, ...)` then builds the directory trees a power loss could leave after every prefix
-of the log: an operation is durable once a later sync in the prefix covers it (a file's fsync covers
-its earlier writes and truncations, a directory's fsync the earlier names made, renamed or removed
-in it); the others may or may not have reached the disk.  For each prefix the states are: all of them
-applied (what a process kill leaves), none, a few deterministic random subsets (in log order:
-reordering), and the last write torn at a sector boundary.  Identical trees are checked once.
+`crash_states(rec, ...)` then builds the directory trees a power loss could leave at every crash point
+(every prefix of the log): an operation is durable once a later sync in the prefix covers it (a
+file's fsync covers its earlier writes and truncations, a directory's fsync the earlier names made,
+renamed or removed in it); the others may or may not have reached the disk, in any order.  The
+crash points between two syncs share their durable operations, so the states are built per such
+segment: the durable operations plus every subset of the un-synced ones when they are few, a
+bounded, seeded sample when they are many (in-order prefixes, each one missing alone, random
+subsets), and un-synced writes torn at sector boundaries.  Each state carries the range of crash
+points that can leave it; the tests check it against the calls running at each.
 """
 
 import hashlib
@@ -260,35 +263,109 @@ class _Tree:
                     f.write(self.data.get(ino, b""))
 
 
-def crash_states(rec, seed=0, subsets=3, cuts=None):
-    """Yield (cut, description, tree) for the crash states of `rec`'s log (see the module docstring).
-    `cuts`: the prefix lengths to try (all by default)."""
+class State:
+    """One crash state: `tree`, what was kept (`kind`), and the crash points that can leave it: every
+    prefix length k with kmin <= k <= kmax."""
+
+    __slots__ = ("tree", "kind", "kmin", "kmax")
+
+    def __init__(self, tree, kind, kmin, kmax):
+        self.tree, self.kind, self.kmin, self.kmax = tree, kind, kmin, kmax
+
+
+class Stats:
+    """What `crash_states` enumerated: segments (runs of operations between two syncs) whose un-synced
+    operations were few enough for every subset, those sampled, and the states yielded."""
+
+    def __init__(self):
+        self.segments = self.exhaustive = self.sampled = self.states = 0
+        self.max_volatile = 0
+
+    def __str__(self):
+        return (f"{self.segments} segments between syncs: {self.exhaustive} with every subset of their "
+                f"un-synced operations, {self.sampled} sampled (up to {self.max_volatile} un-synced)")
+
+
+def _subsets(volatile, rng, exhaustive, samples):
+    """The subsets of `volatile` (log indices, in order) that may have reached the disk: every one when
+    there are at most `exhaustive`; else the in-order prefixes (a process kill), each one missing alone,
+    and `samples` seeded random subsets."""
+    m = len(volatile)
+    if m <= exhaustive:
+        for mask in range(1 << m):
+            yield f"subset{mask:b}", [volatile[b] for b in range(m) if mask >> b & 1]
+        return
+    for p in range(m + 1):
+        yield f"prefix{p}", volatile[:p]
+    for p in range(m):
+        yield f"without{p}", volatile[:p] + volatile[p + 1:]
+    for s in range(samples):
+        yield f"random{s}", [i for i in volatile if rng.random() < 0.5]
+
+
+def crash_states(rec, seed=0, exhaustive=8, samples=16, stats=None):
+    """Yield the `State`s a power loss can leave during `rec`'s log (see the module docstring).
+
+    The log is cut into segments by its sync operations: every crash point inside a segment has the
+    same durable operations (those a sync before it covers), and the same un-synced ones up to it; so
+    the states of a segment are the durable operations plus any subset of its un-synced ones (a
+    disk reorders what it was not told to order), each state tagged with the crash points that
+    can leave it (after the last operation it keeps, up to the segment's end).  When a segment has
+    at most `exhaustive` un-synced operations every subset is built; beyond, the in-order prefixes,
+    each one missing alone, and `samples` seeded random subsets.  Each un-synced write longer than a
+    sector is also torn: its first sectors only (after the operations before it), and a random set
+    of its sectors (beside a random subset)."""
     log = rec.log
-    rng = random.Random(seed)
     n = len(log)
-    for k in (range(n + 1) if cuts is None else cuts):
-        durable = _durable_flags(log, k)
-        volatile = [i for i in range(k) if not durable[i]]
-        choices = [("all", set(volatile), None), ("none", set(), None)]
-        if len(volatile) > 1:
-            for s in range(subsets):
-                choices.append((f"subset{s}", {i for i in volatile if rng.random() < 0.5}, None))
-        writes = [i for i in volatile if log[i][0] == "write" and len(log[i][3]) > SECTOR]
-        if writes:
-            w = writes[-1]
-            nsec = -(-len(log[w][3]) // SECTOR)
-            cut_at = rng.randrange(1, nsec)
-            choices.append(("torn-prefix", set(volatile) - {w}, (w, range(cut_at))))
-            choices.append(("torn-sectors", set(volatile) - {w},
-                            (w, [s for s in range(nsec) if rng.random() < 0.5])))
-        for name, chosen, torn in choices:
+    stats = stats if stats is not None else Stats()
+    rng = random.Random(seed)
+    ends = [i for i, e in enumerate(log) if e[0] in ("fsync", "fsyncdir")] + [n]
+    start = 0
+    for end in ends:
+        if end < start:
+            continue
+        durable = _durable_flags(log, end)
+        kept = [i for i in range(end) if durable[i]]
+        volatile = [i for i in range(end) if not durable[i]]
+        stats.segments += 1
+        stats.max_volatile = max(stats.max_volatile, len(volatile))
+        if len(volatile) <= exhaustive:
+            stats.exhaustive += 1
+        else:
+            stats.sampled += 1
+        for kind, chosen in _subsets(volatile, rng, exhaustive, samples):
             tree = _Tree(rec.base)
-            for i in range(k):
-                if durable[i] or i in chosen:
-                    tree.apply(log[i])
-                elif torn is not None and torn[0] == i:
-                    tree.apply(log[i], torn=torn[1])
-            yield k, name, tree
+            for i in sorted(kept + chosen):         # in log order: a name needs its directory
+                tree.apply(log[i])
+            stats.states += 1
+            yield State(tree, kind, max([start] + [i + 1 for i in chosen]), end)
+        for w in [i for i in volatile if log[i][0] == "write" and len(log[i][3]) > SECTOR]:
+            nsec = -(-len(log[w][3]) // SECTOR)
+            before = [i for i in volatile if i < w]
+            for kind, chosen, torn in (
+                    ("torn-prefix", before, range(rng.randrange(1, nsec))),
+                    ("torn-sectors", [i for i in volatile if i != w and rng.random() < 0.5],
+                     [s for s in range(nsec) if rng.random() < 0.5])):
+                tree = _Tree(rec.base)
+                for i in sorted(kept + chosen + [w]):
+                    tree.apply(log[i], torn=torn if i == w else None)
+                stats.states += 1
+                yield State(tree, kind, max([start, w + 1] + [i + 1 for i in chosen]), end)
+        start = end + 1
+
+
+def calls_at(rec, kmin, kmax):
+    """The indices (into rec.calls()) of the calls running at the crash points kmin..kmax."""
+    return sorted({call_at(rec, k) for k in _call_points(rec, kmin, kmax)})
+
+
+def _call_points(rec, kmin, kmax):
+    """kmin, kmax and every call boundary between them (the crash points where the call changes)."""
+    pts = {kmin, kmax}
+    for _, start, _ in rec.calls():
+        if kmin < start + 1 <= kmax:
+            pts.add(start + 1)
+    return pts
 
 
 def call_at(rec, k):
