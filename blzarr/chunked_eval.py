@@ -430,7 +430,10 @@ def select_into(expression, operands, vm, blen, outputs, dtype):
         else:
             src = sources[k]
             if hasattr(src, "read_into") and src.dtype != object:
-                dst[...] = src.read_into(s, s + m, buffer(src)[:m])
+                if dst.flags.c_contiguous and dst.dtype == src.dtype:
+                    src.read_into(s, s + m, dst)        # one field: decoded straight into the result
+                else:
+                    dst[...] = src.read_into(s, s + m, buffer(src)[:m])
             else:
                 dst[...] = src[s:s + m]
     # one task per piece and output, taken by the threads as they become free

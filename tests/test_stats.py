@@ -423,7 +423,7 @@ def nthreads(request):
 @settings(max_examples=40)
 @given(n=st.sampled_from([0, 1, 3, 64, 300, 1000]), seed=st.integers(0, 2 ** 32 - 1),
        lo=st.floats(-0.1, 1.1), width=st.floats(0, 0.7), extra=st.sampled_from(["", " & (v > 0.3)", " | (v > 0.95)"]),
-       outcols=st.sampled_from([None, ["nrow__", "v"], ["s", "ts"], ["m"], ["v", "nrow__", "s"]]),
+       outcols=st.sampled_from([None, ["nrow__", "v"], ["s", "ts"], ["m"], ["v"], ["s"], ["v", "nrow__", "s"]]),
        blen=st.sampled_from([1, 16, 50]), vm=st.sampled_from(["numexpr", "python"]))
 def test_fetch_of_ranges_equals_numpy(nthreads, layout, monkeypatch, n, seed, lo, width, extra, outcols, blen, vm):
     """fetchwhere of everything at once (the engine writes the result itself: blocks taken whole decoded
