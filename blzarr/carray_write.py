@@ -145,8 +145,10 @@ class CarrayWrites(CarrayBase):
 
         def compress(k):
             piece = arr[pos + k * cl:pos + (k + 1) * cl]
-            # the statistics while the chunk is in this core's cache
-            return compress_array(piece, ts, cp), (_stats.block_stats(piece) if st is not None else None)
+            # the statistics first: their one pass brings the chunk into this core's cache and the
+            # compressor reads it from there (taken after, they read it again from memory: bench/FINDINGS.md)
+            stats = _stats.block_stats(piece) if st is not None else None
+            return compress_array(piece, ts, cp), stats
 
         def put(k, done):
             store.append(chunk(None, atom, _data=done[0]))
@@ -486,13 +488,14 @@ class CarrayWrites(CarrayBase):
 
     def _put_chunk(self, n, arr):
         """Store `arr` (a full chunk of atoms) as chunk n (n == nchunks appends), with its statistics."""
+        st = _stats.block_stats(arr) if self._stats is not None else None    # before compressing: cached
         c = self._new_chunk(arr)
         if n == len(self._chunks):
             self._chunks.append(c)
         else:
             self._chunks[n] = c
-        if self._stats is not None:
-            self._stats.put(n, _stats.block_stats(arr))
+        if st is not None:
+            self._stats.put(n, st)
 
     def _store_stats(self):
         """Write meta/stats when the statistics changed (after the chunks and meta/sizes: a file
