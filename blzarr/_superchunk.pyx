@@ -28,6 +28,27 @@ from posix.types cimport off_t
 cimport numpy as cnp
 import numpy as np
 
+cdef extern from *:
+    """
+    #if defined(__linux__)
+    #include <fcntl.h>
+    #endif
+    #if defined(__linux__) && defined(SYNC_FILE_RANGE_WRITE)
+    static int blzarr_start_writeback(int fd, long long pos, long long n) {
+        return sync_file_range(fd, (off_t)pos, (off_t)n, SYNC_FILE_RANGE_WRITE);
+    }
+    #define BLZARR_HAVE_WRITEBACK 1
+    #else
+    static int blzarr_start_writeback(int fd, long long pos, long long n) {
+        (void)fd; (void)pos; (void)n;
+        return 0;
+    }
+    #define BLZARR_HAVE_WRITEBACK 0
+    #endif
+    """
+    int blzarr_start_writeback(int fd, long long pos, long long n) nogil
+    int BLZARR_HAVE_WRITEBACK
+
 from blzarr import _chunk
 from blzarr.errors import ChecksumError, ChunkError, FormatError, StorageError
 
@@ -289,6 +310,44 @@ def pwrite_all(int fd, data, int64_t pos, where=None):
     if err:
         raise StorageError(err, f"{os.strerror(err)} (writing {n} bytes at {pos} of {where or 'a file'})")
     return n
+
+
+HAVE_WRITEBACK = bool(BLZARR_HAVE_WRITEBACK)
+HAVE_PWRITEV = hasattr(os, "pwritev")
+_IOV_MAX = 512
+
+
+def pwritev_all(int fd, bufs, int64_t pos, where=None):
+    """Write the buffers `bufs` one after the other from `pos`, all of them (os.pwritev: one system
+    call for a few buffers; the GIL is released by os)."""
+    views = [memoryview(b).cast("B") for b in bufs if len(b)]
+    total = sum(len(v) for v in views)
+    done = 0
+    while views:
+        try:
+            n = os.pwritev(fd, views[:_IOV_MAX], pos + done)
+        except InterruptedError:
+            continue
+        except OSError as e:
+            raise StorageError(e.errno, f"{os.strerror(e.errno)} (writing {total} bytes at {pos} of "
+                                        f"{where or 'a file'})") from None
+        done += n
+        while views and n >= len(views[0]):
+            n -= len(views[0])
+            views.pop(0)
+        if n:
+            views[0] = views[0][n:]
+    return total
+
+
+def start_writeback(int fd, int64_t pos, int64_t n):
+    """Start writing bytes [pos, pos+n) of file `fd` to the disk, without waiting (Linux's
+    sync_file_range with SYNC_FILE_RANGE_WRITE; nothing elsewhere).  A hint, not a sync: a later
+    fdatasync then has less left to wait for.  Errors are ignored (the fdatasync reports them)."""
+    if n <= 0 or pos < 0:
+        return
+    with nogil:
+        blzarr_start_writeback(fd, pos, n)
 
 
 def read_offset(int fd, int64_t table_pos, Py_ssize_t slot, where=None):

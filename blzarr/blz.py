@@ -101,6 +101,8 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         self._heads = _LRU(HEAD_CACHE_BYTES)
         self._chunks = _LRU(CHUNK_CACHE_BYTES)
         self._ctbytes = {}
+        self._fps = {}                      # chunk -> fingerprint, of the chunks written lately
+        self._writeback = {}                # file number -> end of the bytes whose writeback started
         self._touched = OrderedDict()
         self._inuse = {}                    # file number -> lazy reads using its descriptor unlocked
         self._local = threading.local()
@@ -145,8 +147,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         self.nfiles = 0
         self._nphys = 0
         self._new_file(1)
-        # the carray rewrites it with everything it knows (dflt, expectedlen...)
-        self.write_meta("storage", {"dtype": dtype, "cparams": cparams, "chunklen": int(chunklen)})
+        # meta/storage: the carray writes it, with everything it knows (dflt, expectedlen...)
         return self
 
     @classmethod
@@ -569,6 +570,14 @@ class BlzChunks(ChunkStore):
         self._objs.pop(self.nchunks, None)
         self.store.write_chunk(self.nchunks, c.getdata())
         self.nchunks += 1
+
+    def append_many(self, cs):
+        self._check_writable()
+        n = self.nchunks
+        for k in range(len(cs)):
+            self._objs.pop(n + k, None)
+        self.store.append_chunks(n, [c.getdata() for c in cs])
+        self.nchunks += len(cs)
 
     def truncate(self, n):
         self._check_writable()

@@ -15,6 +15,8 @@ HEAD_CACHE_BYTES = 4 * _MB        # chunk headers + bstarts
 CHUNK_CACHE_BYTES = 32 * _MB      # verified compressed chunks
 VERIFIED_CACHE = 1 << 16          # chunks remembered as verified
 TOUCHED_CACHE = 64                # chunks read lazily lately (a second touch reads and caches them whole)
+FINGERPRINT_CACHE = 1 << 16       # fingerprints of the chunks written lately
+WRITEBACK_BYTES = 4 * _MB         # appended bytes whose writeback starts at once (when flushes sync)
 READ_RETRIES = 8                  # reads by a reader (mode 'r') that saw a chunk change under it
 
 
@@ -115,6 +117,8 @@ class BlzCaches:
         lo, hi = (fno - 1) * self.K, fno * self.K
         for n in [n for n in self._ctbytes if lo <= n < hi]:
             del self._ctbytes[n]
+        for n in [n for n in self._fps if lo <= n < hi]:
+            del self._fps[n]
 
     def _release_fd(self, fno):
         """One unlocked user of file fno's descriptor less (call with the lock held)."""
@@ -151,6 +155,7 @@ class BlzCaches:
         self._heads.pop(n)
         self._chunks.pop(n)
         self._ctbytes.pop(n, None)
+        self._fps.pop(n, None)
         f = self._files.get(n // self.K + 1)
         if f is not None:
             f.verified.discard(n)

@@ -279,6 +279,9 @@ class BlzReads:
         the live bytes of a chunk, so its offset changes (and its checksum, where there is one)."""
         with self._lock:
             f, fd, off = self._offset(n)
+            fp = self._fps.get(n)
+            if fp is not None and fp[0] == off:
+                return fp
             raw = sc.pread(fd, 16, off, self._where(n))
             ct = int.from_bytes(raw[12:16], "little", signed=True)
             ck = 0

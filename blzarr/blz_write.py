@@ -2,8 +2,11 @@
 to the end of its file), the reserve after each chunk, removing chunks (`BlzWrites`, a part of
 `BlzDir`)."""
 
+import numpy as np
+
 from blzarr import _chunk
 from blzarr import _superchunk as sc
+from blzarr.blz_cache import FINGERPRINT_CACHE, WRITEBACK_BYTES
 from blzarr.errors import BlzarrError, StorageError
 from blzarr.files import DATA_DIR
 
@@ -87,6 +90,7 @@ class BlzWrites:
             self._heads.clear()
             self._chunks.clear()
             self._ctbytes.clear()
+            self._fps.clear()
             while self.nfiles > 1 and not self._file_exists(self.nfiles):
                 self.nfiles -= 1
             try:
@@ -113,12 +117,7 @@ class BlzWrites:
             fno += 1
             self._check_write_to(n, fno)
             if fno > self.nfiles:
-                if fno - 1 in self._unsynced:
-                    # the full file is durable before the next one exists: a file that is not the
-                    # last is always full, also after a power loss
-                    if self._fio.syncs():
-                        self._fio.datasync(self._fd(fno - 1))
-                    self._unsynced.discard(fno - 1)
+                self._sync_full_file(fno - 1)
                 self._new_file(fno)
             f = self._file(fno)
             fd = self._fd(fno)
@@ -179,6 +178,7 @@ class BlzWrites:
                 f.nchunks = slot + 1
                 self._nphys += 1
                 kind = "appended"
+                self._start_writeback(fno, fd, eof + size)
             if slot == f.nchunks - 1:
                 f.last_chunk = nbytes
             self._write_header(f, fd)
@@ -190,8 +190,92 @@ class BlzWrites:
                 self._barrier(fd)
             self._after_write(f, fd)
             self._remember(n, data, f)
+            self._keep_fingerprint(n, offsets[slot], data, tail)
             self.stats[kind] += 1
             return kind
+
+    def _keep_fingerprint(self, n, pos, data, tail):
+        """Remember chunk n's fingerprint (`chunk_fingerprint`) as written, so that storing the
+        statistics after a long write reads nothing back."""
+        if len(self._fps) >= FINGERPRINT_CACHE:
+            self._fps.clear()
+        ck = int.from_bytes(bytes(tail[:min(8, self.cksize)]).ljust(8, b"\0"), "little", signed=True) \
+            if self.cksize else 0
+        self._fps[n] = (int(pos), int.from_bytes(data[12:16], "little", signed=True), ck)
+
+    def append_chunks(self, n, datas):
+        """Append the compressed chunks `datas` as chunks n, n+1, ... (n == nchunks).  Each run of them
+        that goes to one superchunk file is written with one pwritev (the chunks, their checksums and
+        reserves), one write of their offsets entries and one of the header: the bytes and the order
+        of a chunk-by-chunk append, in three system calls.  If a write fails midway, what the store
+        knows of its files is read again from them (see `write_chunk`)."""
+        try:
+            self._append_chunks(n, datas)
+        except BaseException:
+            self._resync()
+            raise
+
+    def _append_chunks(self, n, datas):
+        self._check_writable()
+        datas = [bytes(d) for d in datas]
+        tails = [self._slot_tail(d) for d in datas]     # the checksums, outside the lock
+        with self._lock:
+            if n != self._nphys:
+                raise StorageError(f"cannot append chunk {n} to '{self.rootdir}': it holds {self._nphys} chunks")
+            i = 0
+            while i < len(datas):
+                fno, slot = divmod(n + i, self.K)
+                fno += 1
+                self._take(fno)
+                self._check_write_to(n + i, fno)
+                if fno > self.nfiles:
+                    self._sync_full_file(fno - 1)
+                    self._new_file(fno)
+                k = min(len(datas) - i, self.K - slot)
+                f = self._file(fno)
+                fd = self._fd(fno)
+                offsets = self._full_table(f)
+                eof = pos = f.fstate[1]
+                entries = np.empty(k, dtype=np.int64)
+                bufs = []
+                for j in range(k):
+                    self._drop_chunk(n + i + j)
+                    entries[j] = pos
+                    bufs.append(datas[i + j])
+                    bufs.append(tails[i + j])
+                    pos += len(datas[i + j]) + len(tails[i + j])
+                self._fio.pwritev(fd, bufs, eof, f.path)
+                self._fio.pwrite(fd, sc.pack_offsets(entries), f.table_pos + 8 * slot, f.path)
+                offsets[slot:slot + k] = entries
+                f.nchunks = slot + k
+                self._nphys += k
+                f.last_chunk = int.from_bytes(datas[i + k - 1][4:8], "little", signed=True)
+                self._write_header(f, fd)
+                self._unsynced.add(fno)       # made durable by sync(), before meta/sizes counts them
+                self._after_write(f, fd)
+                self._start_writeback(fno, fd, pos)
+                for j in range(k):
+                    self._remember(n + i + j, datas[i + j], f)
+                    self._keep_fingerprint(n + i + j, entries[j], datas[i + j], tails[i + j])
+                self.stats["appended"] += k
+                i += k
+
+    def _sync_full_file(self, fno):
+        """Before file fno + 1 is made: file `fno` (full) is durable, so that a file that is not the
+        last is always full, also after a power loss."""
+        if fno in self._unsynced:
+            if self._fio.syncs():
+                self._fio.datasync(self._fd(fno))
+            self._unsynced.discard(fno)
+
+    def _start_writeback(self, fno, fd, end):
+        """Appends past WRITEBACK_BYTES since the last call start their way to the disk (where flushes
+        sync): the fdatasync of the next flush then waits for less, and the disk works while the next
+        chunks are compressed."""
+        start = self._writeback.get(fno, 0)
+        if end - start >= WRITEBACK_BYTES:
+            self._fio.start_writeback(fd, start, end - start)
+            self._writeback[fno] = end
 
     def remove_chunks_from(self, n):
         """Drop every chunk >= n: whole superchunk files are deleted, the file holding n is cut."""

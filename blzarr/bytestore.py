@@ -276,6 +276,14 @@ class LocalStore(ByteStore):
     def pwrite(self, h, data, pos, where=None):
         fileio.pwrite(h, data, pos, where)
 
+    def pwritev(self, h, bufs, pos, where=None):
+        fileio.pwritev(h, bufs, pos, where)
+
+    def start_writeback(self, h, pos, n):
+        """Start writing bytes [pos, pos+n) to the disk (a hint; only where flushes sync)."""
+        if self.durable and fileio.sync_enabled():
+            fileio.start_writeback(h, pos, n)
+
     def truncate(self, h, size):
         fileio.truncate(h, size)
 
@@ -288,14 +296,19 @@ class LocalStore(ByteStore):
         return (st.st_ino, st.st_size, st.st_mtime_ns)
 
     def syncs(self):
-        return self.durable and fileio.sync_enabled()
+        # inside a directory being created (files.NewTree) the syncs wait for its publication, which
+        # syncs every file written there (meta/sizes publishes it)
+        return self.durable and fileio.sync_enabled() and files.new_tree_of(self.root) is None
 
     def create_dirs(self, names):
         """Make the directories `names` under the root (the root too, if needed), each new; synced
         (the root and its parent) when writers sync."""
         for name in names:
             fileio.makedirs(self._p(name))
-        if fileio.sync_enabled():
+        tree = files.new_tree_of(self.root)
+        if tree is not None:
+            tree.made_dirs(*[self._p(name) for name in names])     # synced when it is published
+        elif fileio.sync_enabled():
             fileio.fsync_dir(self.root)
             fileio.fsync_dir(os.path.dirname(os.path.abspath(self.root)))
 

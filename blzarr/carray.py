@@ -20,7 +20,7 @@ from blzarr.chunkstore import MemoryChunks
 from blzarr.stores import create_store, open_chunks, open_dir
 from blzarr.locking import FirstWrite, lock_dir
 from blzarr.bytestore import is_url, local_path, open_bytestore
-from blzarr.files import META_DIR, STORAGE_FILE
+from blzarr.files import META_DIR, STORAGE_FILE, new_tree
 from blzarr.arraymeta import ArrayMeta, dflt_from_json, dflt_to_json, parse_dtype  # noqa: F401
 # the parts of carray, one module each (the moved names stay importable from here)
 from blzarr.carray_read import (BLOCK_CACHE_BYTES, PREFETCH_BATCH_BYTES, _PY_KINDS, CarrayBase,  # noqa: F401
@@ -282,6 +282,7 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
         if self._stats is not None:
             self._stats.persist = self._bytes is not None or self._rootdir is not None
         self._chunks = MemoryChunks(chunk_nbytes=-1 if self._isobj else self._chunklen * self._chunk_atom.itemsize)
+        tree = None
         if self._bytes is not None:
             # object storage: no lock (one writer at a time), what is there is replaced
             self._bytes.remove_all()
@@ -297,20 +298,31 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
                     _remove(self._rootdir, fileio.rmtree)
                 else:
                     _remove(self._rootdir, fileio.unlink)
-            self._chunks = self._create_store()
-            self._ondisk = True
-            self._dirlock = lock_dir(self._rootdir)
-            if old_lock is not None:
-                old_lock.release()
-            self._write_storage()
-        self._attrs = _attrs(self._rootdir, "a", _new=True, path=self._chunks.attrs_path)
-        if len(array):
-            self._append(array)
-        mode, self._mode = self._mode, "a"  # a new carray is written whole, even one made with 'r'
+            # nothing in the new directory is promised before its first flush writes meta/sizes: its
+            # files are written in place and synced together then (files.NewTree)
+            tree = new_tree(self._rootdir)
+            try:
+                self._chunks = self._create_store()
+                self._ondisk = True
+                self._dirlock = lock_dir(self._rootdir)
+                if old_lock is not None:
+                    old_lock.release()
+                self._write_storage()
+            except BaseException:
+                tree.close()
+                raise
         try:
-            self.flush()
+            self._attrs = _attrs(self._rootdir, "a", _new=True, path=self._chunks.attrs_path)
+            if len(array):
+                self._append(array)
+            mode, self._mode = self._mode, "a"  # a new carray is written whole, even one made with 'r'
+            try:
+                self.flush()
+            finally:
+                self._mode = mode
         finally:
-            self._mode = mode
+            if tree is not None:
+                tree.close()
         if mode == "r" and self.__dict__.get("_dirlock") is not None:
             self._dirlock.release()
         self._chunks.mode = self._mode if self._ondisk else "a"

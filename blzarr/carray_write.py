@@ -18,6 +18,8 @@ from blzarr.locking import lock_dir
 from blzarr.parallel import run_ordered
 from blzarr.stores import open_dir
 
+WRITE_BATCH = 8         # full chunks handed to the store together by an append
+
 
 class _UndoLog:
     """Stands for a carray's chunk sequence during one write call and remembers how to undo it: the
@@ -45,12 +47,19 @@ class _UndoLog:
         self.replaced.append((i, bytes(self._c[i].getdata())))
         self._c[i] = c
 
-    def append(self, c):
+    def _first_append(self):
         if self.appended_from is None:
             n = len(self._c)
             self.__dict__["appended_from"] = n
             self.__dict__["leftover"] = self._c.stored_last(n)
+
+    def append(self, c):
+        self._first_append()
         self._c.append(c)
+
+    def append_many(self, cs):
+        self._first_append()
+        self._c.append_many(cs)
 
 
 class CarrayWrites(CarrayBase):
@@ -142,6 +151,8 @@ class CarrayWrites(CarrayBase):
         cl = self._chunklen
         nfull = (len(arr) - pos) // cl
         ts, cp, atom, store, st = self._typesize, self._cparams, self._chunk_atom, self._chunks, self._stats
+        first = len(store)
+        pending = []
 
         def compress(k):
             piece = arr[pos + k * cl:pos + (k + 1) * cl]
@@ -151,9 +162,13 @@ class CarrayWrites(CarrayBase):
             return compress_array(piece, ts, cp), stats
 
         def put(k, done):
-            store.append(chunk(None, atom, _data=done[0]))
+            # handed to the store WRITE_BATCH at a time: on disk, BLZ writes such a run in a few calls
+            pending.append(chunk(None, atom, _data=done[0]))
             if st is not None:
-                st.put(len(store) - 1, done[1])
+                st.put(first + k, done[1])
+            if len(pending) >= WRITE_BATCH or k == nfull - 1:
+                store.append_many(pending)
+                del pending[:]
         run_ordered(compress, put, nfull)
         return pos + nfull * cl
 

@@ -65,6 +65,11 @@ class ChunkStore:
             raise IndexError(f"chunk {i} out of range ({self.nchunks} chunks)")
         return self._get(i)
 
+    def append_many(self, cs):
+        """Append the chunks `cs` in order (a layout may write them together)."""
+        for c in cs:
+            self.append(c)
+
     def set_nchunks(self, n):
         """Show only the first `n` chunks, without touching what is stored."""
         self.nchunks = n

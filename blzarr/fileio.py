@@ -51,6 +51,22 @@ class OsIO:
     def pwrite(self, fd, data, pos, where=None):
         sc.pwrite_all(fd, data, pos, where)
 
+    def pwritev(self, fd, bufs, pos, where=None):
+        """Write the buffers `bufs` one after the other from `pos`: one system call (pwritev) where
+        the platform has it.  An implementation that overrides `pwrite` (a recorder, a fault
+        injector) sees one pwrite per buffer instead."""
+        if type(self).pwrite is not OsIO.pwrite or not sc.HAVE_PWRITEV:
+            for b in bufs:
+                self.pwrite(fd, b, pos, where)
+                pos += len(b)
+            return
+        sc.pwritev_all(fd, bufs, pos, where)
+
+    def start_writeback(self, fd, pos, n):
+        """Start writing bytes [pos, pos+n) of `fd` to the disk without waiting (a hint that makes a
+        later fdatasync shorter; nothing where the platform cannot)."""
+        sc.start_writeback(fd, pos, n)
+
     def write(self, fd, data):
         """Write all of `data` at the descriptor's position."""
         view = memoryview(data)
@@ -162,6 +178,14 @@ def pread(fd, n, pos, where=None):
 
 def pwrite(fd, data, pos, where=None):
     _impl.pwrite(fd, data, pos, where)
+
+
+def pwritev(fd, bufs, pos, where=None):
+    _impl.pwritev(fd, bufs, pos, where)
+
+
+def start_writeback(fd, pos, n):
+    _impl.start_writeback(fd, pos, n)
 
 
 def write(fd, data):
@@ -282,6 +306,6 @@ def write_new(path, data, sync=False, mode=None):
 
 
 __all__ = ["FSYNC", "OsIO", "current", "use", "sync_enabled", "open", "close", "fstat", "pread", "pwrite",
-           "write", "truncate", "fsync", "fdatasync", "fchmod", "replace", "rename", "unlink", "rmdir",
+           "pwritev", "start_writeback", "write", "truncate", "fsync", "fdatasync", "fchmod", "replace", "rename", "unlink", "rmdir",
            "mkdir", "fsync_dir", "listdir", "exists", "isdir", "isfile", "getsize", "read_file", "makedirs",
            "rmtree", "write_new"]

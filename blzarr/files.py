@@ -10,6 +10,7 @@ operation goes through `blzarr.fileio`, the I/O layer.
 import json
 import os
 import secrets
+import threading
 
 from blzarr import fileio
 from blzarr.errors import FormatError, MissingError, StorageError
@@ -46,11 +47,107 @@ def _new_file_mode(path):
         return 0o666 & ~_UMASK
 
 
+# ------------------------------------------------------------------ directories being created
+_new_trees = {}                 # absolute root -> NewTree
+_new_trees_lock = threading.Lock()
+
+
+class NewTree:
+    """A directory this process is creating (a carray's, from its constructor to its first flush).
+
+    Until that flush writes meta/sizes, which names the chunks, nothing in the directory is promised
+    (a crash may leave it unopenable, never showing wrong values: meta/sizes comes last), and no
+    reader can use it (it opens only with meta/sizes).  So its files are written in place, without
+    temporary files and renames, and not synced one by one.  Writing meta/sizes (the first flush,
+    after the store synced its chunk files) publishes the tree first: every file written through
+    `atomic_write` is synced, then the new directories and the root's parent, once; meta/sizes is
+    then written the usual way (a synced temporary file renamed, its directory synced).  Syncs
+    issued in a row after all the writes cost about one journal commit, where a sync per file cost
+    one each."""
+
+    def __init__(self, root):
+        self.root = os.path.abspath(os.fspath(root))
+        self.files = {}             # paths written in place (ordered), synced by publish
+        self.dirs = {}              # directories made inside the root, synced by publish
+
+    def write(self, path, data):
+        fileio.write_new(path, data)
+        self.files[path] = None
+
+    def made_dirs(self, *paths):
+        for p in paths:
+            self.dirs[os.path.abspath(p)] = None
+
+    def publish(self, sync=None, synced_after=None):
+        """Make everything written in the tree durable (files first, then the names: the deepest
+        directories first, the root's parent last) and stop writing in place.  `synced_after`: a
+        directory the caller syncs next anyway (meta/, after meta/sizes), not synced here."""
+        self.close()
+        if not (fileio.sync_enabled() if sync is None else sync):
+            return
+        for path in self.files:
+            fd = fileio.open(path, "rw")
+            try:
+                fileio.fsync(fd)
+            finally:
+                fileio.close(fd)
+        dirs = set(self.dirs) | {os.path.dirname(p) for p in self.files}
+        dirs.add(self.root)
+        dirs.add(os.path.dirname(self.root))
+        dirs.discard(synced_after)
+        for d in sorted(dirs, key=lambda d: -d.count(os.sep)):
+            fileio.fsync_dir(d)
+
+    def close(self):
+        """Stop writing in place (without syncing: an abandoned creation)."""
+        with _new_trees_lock:
+            if _new_trees.get(self.root) is self:
+                del _new_trees[self.root]
+
+
+def new_tree(root):
+    """Register `root`, a directory about to be created, as a `NewTree` and return it."""
+    tree = NewTree(root)
+    with _new_trees_lock:
+        _new_trees[tree.root] = tree
+    return tree
+
+
+def new_tree_of(path):
+    """The `NewTree` that `path` is inside (or is the root of), None when there is none."""
+    if not _new_trees:
+        return None
+    p = os.path.abspath(os.fspath(path))
+    while True:
+        tree = _new_trees.get(p)
+        if tree is not None:
+            return tree
+        parent = os.path.dirname(p)
+        if parent == p:
+            return None
+        p = parent
+
+
 def atomic_write(path, data, fsync=False, sync_dir=None):
     """Replace `path` with `data` so that readers see either the old or the new content; with
     `fsync`, the content is durable before the rename, and (unless `sync_dir` is False: the caller
-    syncs the directory later, once for many files) the rename before this returns."""
+    syncs the directory later, once for many files) the rename before this returns.
+
+    Inside a directory being created (`NewTree`) the file is written in place instead, and synced
+    when the tree is published."""
     d = os.path.dirname(path) or "."
+    tree = new_tree_of(path) if _new_trees else None
+    if tree is not None:
+        if os.path.basename(path) == SIZES_FILE:
+            # meta/sizes names the chunks: everything else is durable first (its directory is
+            # synced after its rename below, which makes the other names there durable too)
+            tree.publish(synced_after=os.path.abspath(d) if fsync and sync_dir is not False else None)
+        else:
+            try:
+                tree.write(path, data)
+            except OSError as e:
+                raise StorageError(f"cannot write '{path}': {e}") from None
+            return
     mode = _new_file_mode(path)
     tmp = None
     try:
