@@ -124,6 +124,7 @@ class BlzWrites:
             offsets = self._full_table(f)
             eof = f.fstate[1]
             self._drop_chunk(n)
+            synced = False
             if n < self._nphys:
                 # never over the live bytes of the chunk (a crash or a reader would see it torn): the
                 # new bytes go to free space in its slot (after the old chunk, or in the hole before
@@ -168,9 +169,12 @@ class BlzWrites:
                 if slot == f.nchunks - 1:
                     f.last_chunk = nbytes
                 self._write_header(f, fd)
-                if cut is not None:
+                if cut is not None and cut < eof:
+                    # the new entry is durable before the old bytes are cut away (and so before a
+                    # later rewrite can reuse their space: no second sync below)
                     self._barrier(fd)
                     self._fio.truncate(fd, cut)
+                    synced = True
             else:
                 self._write_slot(fd, eof, data, tail, f.path)
                 self._fio.pwrite(fd, sc.pack_i64(eof), f.table_pos + 8 * slot, f.path)
@@ -184,7 +188,7 @@ class BlzWrites:
             self._write_header(f, fd)
             if kind == "appended":
                 self._unsynced.add(fno)       # made durable by sync(), before meta/sizes counts it
-            else:
+            elif not synced:
                 # the new offset is durable before this returns: the space the old bytes held may be
                 # written by the next rewrite
                 self._barrier(fd)
