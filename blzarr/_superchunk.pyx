@@ -19,7 +19,7 @@ except ImportError:  # pragma: no cover - depends on the platform's wheels
     from zlib import adler32 as _adler32, crc32 as _crc32
     CHECKSUM_BACKEND = "zlib"
 
-from cpython.bytearray cimport PyByteArray_FromStringAndSize
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.errno cimport errno, EINTR
 from posix.unistd cimport pread as c_pread, pwrite as c_pwrite
@@ -348,6 +348,50 @@ def start_writeback(int fd, int64_t pos, int64_t n):
         return
     with nogil:
         blzarr_start_writeback(fd, pos, n)
+
+
+def fetch_decode(int fd, int64_t off, int64_t ct, int64_t limit, int cid, buf, cnp.ndarray out not None,
+                 Py_ssize_t expected_nbytes, int nthreads, int64_t entry_pos, where):
+    """One whole-chunk read of a BLZ superchunk file, in one call: the chunk at `off` of file `fd`
+    (`ct` compressed bytes; < 0: read from its Blosc header) and its stored checksum are read into the
+    bytearray `buf` (a new, larger one when it is too small), the checksum verified, the structure
+    validated (holding `expected_nbytes` when >= 0), then, with `entry_pos` >= 0, the chunk's offsets
+    entry there read again and required to still say `off` (a reader beside a writer), and the chunk
+    decoded whole into `out`.  Returns (buf, ct).  The reads and the decoding release the GIL."""
+    cdef uint8_t h16[16]
+    cdef Py_ssize_t got, total, cksize
+    cdef uint8_t ebuf[8]
+    if cid not in CHECKSUMS:
+        raise ValueError(f"unknown checksum id {cid}")
+    cksize = CHECKSUMS[cid][1]
+    if off < 0:
+        raise FormatError(f"negative file position {off}{f' in {where}' if where else ''}")
+    if ct < 0:
+        got = _pread_all(fd, <char *>h16, 16, off)
+        if got != 16:
+            raise FormatError(f"{where or 'file'} is truncated: 16 bytes wanted at {off}, only {got} there")
+        ct = _get_i32(h16 + 12)
+    if ct < 16 or off + ct + cksize > limit:
+        raise FormatError(f"{where}: the chunk claims {ct} bytes (+{cksize} of checksum), "
+                          f"past the end of the file ({limit} bytes)")
+    total = ct + cksize
+    if buf is None or len(buf) < total:
+        buf = PyByteArray_FromStringAndSize(NULL, total + total // 8)
+    got = _pread_all(fd, PyByteArray_AS_STRING(buf), total, off)
+    if got != total:
+        raise FormatError(f"{where or 'file'} is truncated: {total} bytes wanted at {off}, only {got} there")
+    with memoryview(buf) as mv, mv[:ct] as view:
+        if cid:
+            verify_checksum(cid, view, mv[ct:total], where)
+        _chunk.validate(view, expected_nbytes, where)
+        if entry_pos >= 0:
+            got = _pread_all(fd, <char *>ebuf, 8, entry_pos)
+            if got != 8:
+                raise FormatError(f"{where or 'superchunk file'} is truncated inside its offsets table")
+            if _get_i64(ebuf) != off:
+                raise FormatError(f"{where}: the chunk moved while it was read (a writer rewrote it)")
+        _chunk.decompress_into(view, out, nthreads, False, where)
+    return buf, ct
 
 
 def read_offset(int fd, int64_t table_pos, Py_ssize_t slot, where=None):

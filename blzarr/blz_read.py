@@ -164,14 +164,27 @@ class BlzReads:
                                  f"bytes, {expected_nbytes} expected")
             self._decode(data, out, nthreads, part, where)
             return out
-        if buf is None:
+        if buf is None and part is None:
+            # a reader's whole chunk (the long reads): read, verified, validated, its offsets entry
+            # checked and decoded in one call, into this thread's buffer
+            local = self._local
             try:
-                buf, ct = self._fetch_into_scratch(n, f, fd, off, ct, expected_nbytes, where)
+                local.cbuf, ct = sc.fetch_decode(fd, off, -1 if ct is None else ct, f.fstate[1],
+                                                 self.checksum_id, getattr(local, "cbuf", None), out,
+                                                 expected_nbytes, nthreads,
+                                                 f.table_pos + 8 * (n - (fno - 1) * self.K), where)
             finally:
                 with self._lock:
                     self._release_fd(fno)
-        with memoryview(buf) as mv, mv[:ct] as view:
-            self._decode(view, out, nthreads, part, where)
+        else:
+            if buf is None:
+                try:
+                    buf, ct = self._fetch_into_scratch(n, f, fd, off, ct, expected_nbytes, where)
+                finally:
+                    with self._lock:
+                        self._release_fd(fno)
+            with memoryview(buf) as mv, mv[:ct] as view:
+                self._decode(view, out, nthreads, part, where)
         with self._lock:
             f.verified.add(n)
             if len(f.verified) > VERIFIED_CACHE:

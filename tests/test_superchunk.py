@@ -326,3 +326,49 @@ def test_read_head_nbytes_near_int32_max_is_a_chunk_error(tmp_path):
             _superchunk.read_head(fd, 0, 4016, where="x.bin")
     finally:
         os.close(fd)
+
+
+def test_fetch_decode_reads_verifies_checks_and_decodes(tmp_path):
+    """One call per chunk on the long-read path: the chunk and its stored checksum read (its size from
+    the header when not given), verified, validated, the offsets entry checked, decoded whole."""
+    x = np.arange(5000, dtype=np.float64) * 0.5
+    data = _chunk.compress(x, 8, 5, 1, "lz4")
+    ck = sc.checksum(2, data)
+    path = str(tmp_path / "f")
+    off, entry = 64, 8
+    with open(path, "wb") as f:
+        f.write(b"\0" * off + data + ck + b"tail")
+    with open(path, "r+b") as f:
+        f.seek(entry)
+        f.write(struct.pack("<q", off))
+    size = os.path.getsize(path)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        out = np.empty_like(x)
+        buf, ct = sc.fetch_decode(fd, off, -1, size, 2, None, out, x.nbytes, 1, entry, "chunk 0")
+        assert ct == len(data) and len(buf) >= len(data) + 4
+        np.testing.assert_array_equal(out, x)
+        small = bytearray(10)                       # too small: a larger buffer comes back
+        buf2, _ = sc.fetch_decode(fd, off, len(data), size, 2, small, out, -1, 1, -1, "chunk 0")
+        assert buf2 is not small and len(buf2) >= len(data) + 4
+        big = bytearray(len(data) + 100)            # large enough: reused
+        assert sc.fetch_decode(fd, off, len(data), size, 2, big, out, -1, 1, -1, "w")[0] is big
+        with pytest.raises(ChunkError, match="holds 40000 bytes, 8 expected"):
+            sc.fetch_decode(fd, off, -1, size, 2, None, out, 8, 1, -1, "chunk 0")
+        with pytest.raises(FormatError, match="chunk 0: the chunk moved while it was read"):
+            sc.fetch_decode(fd, off, -1, size, 2, None, out, -1, 1, 0, "chunk 0")
+        with pytest.raises(FormatError, match="past the end of the file"):
+            sc.fetch_decode(fd, off, -1, off + len(data), 2, None, out, -1, 1, -1, "chunk 0")
+    finally:
+        os.close(fd)
+    with open(path, "r+b") as f:                    # one flipped byte in the chunk
+        f.seek(off + 40)
+        b = f.read(1)
+        f.seek(off + 40)
+        f.write(bytes([b[0] ^ 0xFF]))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with pytest.raises(ChecksumError, match="crc32 checksum mismatch in chunk 0"):
+            sc.fetch_decode(fd, off, -1, size, 2, None, out, -1, 1, entry, "chunk 0")
+    finally:
+        os.close(fd)
