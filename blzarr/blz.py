@@ -108,6 +108,10 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         self._local = threading.local()
         self.stats = {"appended": 0, "inplace": 0, "relocated": 0}
         self._unsynced = set()              # superchunk files appended to since the last sync()
+        # rewrites whose offsets entry is switched at the next sync(): file number -> (its pinned
+        # state, {slot: (offset, end) of the bytes the file's table still names: never written})
+        self._pending = {}
+        self._pending_cut = {}              # file number -> size to cut it to once they are switched
         self._dir_unsynced = False          # superchunk files removed since the last sync()
         self._damaged = {}                  # file number -> why its chunks cannot be read
         self._no_writes = {}                # file number -> why nothing may be written to it
@@ -409,16 +413,41 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
             self._fio.datasync(fd)
 
     def sync(self):
-        """Make every chunk appended (and every file cut or removed) since the last sync durable: one
-        fdatasync per superchunk file written, and the data directory when files were removed.  A
-        flush calls it before meta/sizes, which makes the chunks visible, is replaced."""
+        """Make every chunk appended or rewritten (and every file cut or removed) since the last sync
+        durable, with syncs batched per file, not per chunk: one fdatasync per superchunk file
+        written makes the new bytes durable; then the offsets entries of the rewritten chunks are
+        switched to their new bytes (with the headers), and one more fdatasync per file rewritten
+        makes the switch durable before the bytes the entries named before can be written again; then
+        the files a rewrite left free bytes at the end of are cut, and the data directory is synced
+        when files were removed.  A flush calls it before meta/sizes, which makes appended chunks
+        visible, is replaced."""
         with self._lock:
-            if self._fio.syncs():
-                for fno in sorted(self._unsynced):
+            sync = self._fio.syncs()
+            pending = sorted(self._pending.items())
+            if sync:
+                for fno in sorted(self._unsynced | set(self._pending)):
                     if fno <= self.nfiles and fno not in self._damaged:
                         self._fio.datasync(self._fd(fno))
-                if self._dir_unsynced:
-                    self._fio.sync_dir(DATA_DIR)
+            for fno, (f, slots) in pending:
+                fd = self._fd(fno)
+                lo, hi = min(slots), max(slots) + 1     # the entries between are the file's already
+                self._fio.pwrite(fd, sc.pack_offsets(f.offsets[lo:hi]), f.table_pos + 8 * lo, f.path)
+                self._write_header(f, fd)
+                self._after_write(f, fd)
+            if sync:
+                for fno, _ in pending:
+                    self._fio.datasync(self._fd(fno))
+            self._pending.clear()
+            for fno, cut in sorted(self._pending_cut.items()):
+                f = self._file(fno)
+                live = self._full_table(f)[:f.nchunks]
+                if cut < f.fstate[1] and not (live >= cut).any():     # nothing written past it since
+                    fd = self._fd(fno)
+                    self._fio.truncate(fd, cut)
+                    self._after_write(f, fd)
+            self._pending_cut.clear()
+            if sync and self._dir_unsynced:
+                self._fio.sync_dir(DATA_DIR)
             self._unsynced.clear()
             self._dir_unsynced = False
 
@@ -532,6 +561,8 @@ class BlzChunks(ChunkStore):
     def mode(self, value):
         self._mode = value
         if value == "r" and self.store.mode != "r":
+            if self.store._pending:
+                self.store.sync()       # rewrites not flushed are switched before writing stops
             self.store.mode = "r"
         elif value != "r" and self.store.mode == "r":
             self.store.close()

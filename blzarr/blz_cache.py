@@ -91,6 +91,8 @@ class BlzCaches:
 
     def close(self):
         with self._lock:
+            if getattr(self, "_pending", None):
+                self.sync()         # rewrites are switched (durably) before the descriptors go
             while self._fds:
                 self._fio.close(self._fds.popitem()[1])
 
@@ -101,7 +103,11 @@ class BlzCaches:
             pass
 
     def _file(self, fno):
-        """The state of file `fno`, reloaded when the file changed behind our back."""
+        """The state of file `fno`, reloaded when the file changed behind our back (never while it has
+        rewrites waiting for their offsets switch: the state in memory is the truth then)."""
+        pinned = self._pending.get(fno) if hasattr(self, "_pending") else None
+        if pinned is not None:
+            return pinned[0]
         f = self._files.get(fno)
         if f is None:
             return self._load_file(fno)

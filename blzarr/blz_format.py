@@ -140,7 +140,8 @@ class BlzFileFormat:
         if off == -2:
             off = sc.read_offset(fd, f.table_pos, slot, f.path)
             f.offsets[slot] = off
-        if (slot >= f.nchunks or off == -1 or off + 16 > f.fstate[1]) and self._fio.state(fd) != f.fstate:
+        if (slot >= f.nchunks or off == -1 or off + 16 > f.fstate[1]) and self._fio.state(fd) != f.fstate \
+                and fno not in self._pending:
             # a writer changed the file since its state was read (a reader beside a writer): reload
             self._forget_file(fno)
             f = self._load_file(fno)

@@ -129,6 +129,8 @@ class BlzMaintenance:
         self._check_writable()
         reclaimed = 0
         with self._lock:
+            if self._pending:
+                self.sync()
             for fno in range(1, self.nfiles + 1):
                 self._take(fno)
             for fno in range(1, self.nfiles + 1):
@@ -169,6 +171,8 @@ class BlzMaintenance:
         nbytes = 0
         damage = []
         with self._lock:
+            if self._pending:
+                self.sync()
             self._chunks.clear()
             # chunks past what meta/sizes counts are not part of the array (a writer writes them
             # before the sizes: one beside us, or one killed; its next opening for writing drops them)

@@ -86,7 +86,8 @@ class BlzWrites:
     def _resync(self):
         with self._lock:
             for fno in list(self._files):
-                self._forget_file(fno)
+                if fno not in self._pending:    # those states are the truth until sync() switches them
+                    self._forget_file(fno)
             self._heads.clear()
             self._chunks.clear()
             self._ctbytes.clear()
@@ -126,9 +127,17 @@ class BlzWrites:
             self._drop_chunk(n)
             synced = False
             if n < self._nphys:
-                # never over the live bytes of the chunk (a crash or a reader would see it torn): the
-                # new bytes go to free space in its slot (after the old chunk, or in the hole before
-                # it), else to the end of the file; only then does its offsets entry point to them
+                # never over the live bytes of the chunk (a crash or a reader would see it torn), nor
+                # over the bytes the file's offsets table still names for a rewrite not yet switched:
+                # the new bytes go to free space in its slot (after the old chunk, or in the hole
+                # before it), else to the end of the file; only then does its offsets entry point to
+                # them (locally at the next sync(), batched: see `sync`)
+                defer = not getattr(self, "remote", False)
+                pend = self._pending.get(fno) if defer else None
+                named = list(pend[1].values()) if pend is not None else []
+
+                def free(a, b):
+                    return all(b <= p0 or a >= p1 for p0, p1 in named)
                 old = int(offsets[slot])
                 old_end = old + self._ctbytes_at(fd, old, f) + self.cksize
                 live = offsets[:f.nchunks]
@@ -143,18 +152,19 @@ class BlzWrites:
                     prev_end = f.data_start
                 used = len(data) + self.cksize
                 cut = None
-                if slot_end == eof:
+                if slot_end == eof and (free(prev_end, prev_end + size) and prev_end + size <= old
+                                        or free(old_end, old_end + size)):
                     # the physically last chunk: before it if it fits, else right after its live bytes;
                     # the file is cut after the new bytes once they are in use
-                    pos = prev_end if prev_end + size <= old else old_end
+                    pos = prev_end if prev_end + size <= old and free(prev_end, prev_end + size) else old_end
                     self._write_slot(fd, pos, data, tail, f.path)
                     cut = pos + size
                     kind = "inplace"
-                elif old_end + used <= slot_end:
+                elif old_end + used <= slot_end and free(old_end, old_end + used):
                     pos = old_end
                     self._write_slot(fd, pos, data, tail[:self.cksize], f.path)
                     kind = "inplace"
-                elif prev_end + used <= old:
+                elif prev_end + used <= old and free(prev_end, prev_end + used):
                     pos = prev_end
                     self._write_slot(fd, pos, data, tail[:self.cksize], f.path)
                     kind = "inplace"
@@ -162,6 +172,25 @@ class BlzWrites:
                     pos = eof
                     self._write_slot(fd, pos, data, tail, f.path)
                     kind = "relocated"
+                pc = self._pending_cut.get(fno)
+                if pc is not None and pos + size > pc:
+                    del self._pending_cut[fno]      # bytes in use past it now
+                if defer:
+                    if pend is None:
+                        pend = self._pending[fno] = (f, {})
+                    # the first rewrite since the last sync: the table still names the old bytes
+                    pend[1].setdefault(slot, (old, old_end))
+                    offsets[slot] = pos
+                    if slot == f.nchunks - 1:
+                        f.last_chunk = nbytes
+                    if cut is not None:
+                        self._pending_cut[fno] = cut
+                    self._unsynced.add(fno)
+                    self._after_write(f, fd)
+                    self._remember(n, data, f)
+                    self._keep_fingerprint(n, pos, data, tail)     # what the files say after the switch
+                    self.stats[kind] += 1
+                    return kind
                 # durable: the new bytes reach the disk before the offsets entry that points to them
                 self._barrier(fd)
                 self._fio.pwrite(fd, sc.pack_i64(pos), f.table_pos + 8 * slot, f.path)
@@ -176,6 +205,7 @@ class BlzWrites:
                     self._fio.truncate(fd, cut)
                     synced = True
             else:
+                self._pending_cut.pop(fno, None)     # the chunk goes after where it would cut
                 self._write_slot(fd, eof, data, tail, f.path)
                 self._fio.pwrite(fd, sc.pack_i64(eof), f.table_pos + 8 * slot, f.path)
                 offsets[slot] = eof
@@ -294,6 +324,8 @@ class BlzWrites:
             if n >= self._nphys:
                 return
             self._check_writable()
+            if self._pending:
+                self.sync()         # the rewrites' offsets switched before chunks are dropped
             n = max(n, 0)
             keep_files = max(1, -(-n // self.K))
             self._take(keep_files)

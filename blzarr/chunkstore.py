@@ -106,7 +106,8 @@ class ChunkStore:
         return []
 
     def sync(self):
-        """Make every chunk written since the last sync durable (a flush calls it before meta/sizes)."""
+        """Make every chunk written since the last sync durable (a flush calls it before meta/sizes); in
+        BLZ, rewrites become visible to other readers here (their offsets entries are switched)."""
 
     # ------------------------------------------------------------------ metadata and maintenance
     def read_meta(self, name):

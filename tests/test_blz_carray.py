@@ -552,6 +552,9 @@ def test_rewriting_the_last_chunk_of_a_file_grows_it_in_place(tmp_path):
     old_size = os.path.getsize(f1) - off
     c[300:400] = np.arange(100) * 12345
     arr[300:400] = np.arange(100) * 12345
+    # the files' offsets entries switch at the flush (the syncs batched per file)
+    assert parse_superchunk(f1)["offsets"][3] == off
+    c.flush()
     # written right after the old bytes (never over them: crash safety), the file cut after it
     new_off = parse_superchunk(f1)["offsets"][3]
     assert new_off == off + old_size and os.path.getsize(f1) == new_off + c.chunks[3].cbytes + 4
