@@ -309,6 +309,43 @@ def test_attrs_and_metalayers_power_loss(tmp_path):
     _simulate(tmp_path, "attrs/vlmeta/meta (blz)", workload, check, _carray_repair("c"))
 
 
+def test_attrs_power_loss_bcolz_layout(tmp_path):
+    # the bcolz layout has attributes only (metalayers and vlmeta are BLZ's): meta/attributes is
+    # replaced through a synced temporary file, beside appends and flushes of the chunk files
+    def workload(base, rec):
+        root = os.path.join(base, "c")
+        c = None
+
+        def snap():
+            return (dict(c.attrs.getall()), c[:].tolist())
+        run = Run(rec, snap)
+
+        def make():
+            nonlocal c
+            c = blzarr.carray(np.arange(150, dtype=np.int64), rootdir=root, mode="w", **_kw("bcolz"))
+            c.flush()
+        run.call("create", make, flushes=True)
+        run.call("attrs x", lambda: c.attrs.__setitem__("x", 1), flushes=True)
+        run.call("append 200", lambda: c.append(np.arange(500, 700)))
+        run.call("attrs y", lambda: c.attrs.__setitem__("y", "z" * 600), flushes=False)
+        run.call("flush", c.flush, flushes=True)
+        run.call("attrs x again", lambda: c.attrs.__setitem__("x", [2, 3]), flushes=True)
+        run.call("del attrs y", lambda: c.attrs.__delitem__("y"), flushes=True)
+        return run
+
+    def check(path, states, j, where):
+        root = os.path.join(path, "c")
+        if j == 0 and not _opens(root):
+            return None
+        c = blzarr.open(root, mode="r")
+        assert dict(c.attrs.getall()) in [s[0] for s in states], where
+        arr = c[:]
+        _check_values(arr, [np.array(s[1]) for s in states], where)
+        return arr
+
+    _simulate(tmp_path, "attrs (bcolz)", workload, check, _carray_repair("c"))
+
+
 # ---------------------------------------------------------------- ctable: appends, addcol, delcol
 @pytest.mark.parametrize("fmt", ["bcolz", "blz"])
 def test_ctable_power_loss(tmp_path, fmt):
