@@ -31,6 +31,27 @@ def _executor(n):
         return _pool["executor"]
 
 
+def _here_then_join(here, futures, on_error=None):
+    """Run here() on the calling thread, then wait for every future; the first exception (here()'s,
+    else the futures' in order) is raised once all have returned.  on_error() runs right after here()
+    fails, before the wait (to let the other threads stop early)."""
+    error = None
+    try:
+        here()
+    except BaseException as e:  # noqa: B902 - re-raised below once all calls are done
+        error = e
+        if on_error is not None:
+            on_error()
+    for f in futures:
+        try:
+            f.result()
+        except BaseException as e:  # noqa: B902
+            if error is None:
+                error = e
+    if error is not None:
+        raise error
+
+
 def run_all(fn, items):
     """Call fn(item) for every item, on get_nthreads() threads when there are enough items.
 
@@ -57,19 +78,7 @@ def run_all(fn, items):
         finally:
             _local.busy = outer
     futures = [_executor(n - 1).submit(share, k) for k in range(1, n)]
-    error = None
-    try:
-        share(0)
-    except BaseException as e:  # noqa: B902 - re-raised below once all calls are done
-        error = e
-    for f in futures:
-        try:
-            f.result()
-        except BaseException as e:  # noqa: B902
-            if error is None:
-                error = e
-    if error is not None:
-        raise error
+    _here_then_join(lambda: share(0), futures)
 
 
 def run_each(fn, items):
@@ -98,22 +107,12 @@ def run_each(fn, items):
         finally:
             _local.busy = outer
     futures = [_executor(n - 1).submit(loop) for _ in range(1, min(n, len(items)))]
-    error = None
-    try:
-        loop()
-    except BaseException as e:  # noqa: B902 - re-raised below once the others are done
-        error = e
+
+    def drain():
         with lock:
             for _ in it:        # let the other threads stop early
                 pass
-    for f in futures:
-        try:
-            f.result()
-        except BaseException as e:  # noqa: B902
-            if error is None:
-                error = e
-    if error is not None:
-        raise error
+    _here_then_join(loop, futures, on_error=drain)
 
 
 _DONE = object()
@@ -214,16 +213,4 @@ def run_threads(fn, n):
         fn()
         return
     futures = [_executor(get_nthreads() - 1).submit(fn) for _ in range(n - 1)]
-    error = None
-    try:
-        fn()
-    except BaseException as e:  # noqa: B902 - re-raised below once the others are done
-        error = e
-    for f in futures:
-        try:
-            f.result()
-        except BaseException as e:  # noqa: B902
-            if error is None:
-                error = e
-    if error is not None:
-        raise error
+    _here_then_join(fn, futures)
