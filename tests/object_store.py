@@ -4,56 +4,19 @@ server with Range support (read-only access as over https://).  Both listen on 1
 import http.server
 import os
 import socket
-import subprocess
-import sys
 import threading
-import time
 import urllib.request
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from blzarr.bench.s3 import MotoS3
 
 
-class MotoServer:
-    """moto's S3 server on a free port (`python -m moto.server`), stopped by `stop()`."""
-
-    def __init__(self):
-        self.port = free_port()
-        self.endpoint = f"http://127.0.0.1:{self.port}"
-        env = dict(os.environ, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
-        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(self.endpoint + "/moto-api/", timeout=2).read()
-                break
-            except Exception:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError("moto server did not start")
-                time.sleep(0.2)
-
-    @property
-    def storage_options(self):
-        return {"key": "testing", "secret": "testing",
-                "client_kwargs": {"endpoint_url": self.endpoint, "region_name": "us-west-2"}}
+class MotoServer(MotoS3):
+    """moto's S3 server on a free port (`python -m moto.server`, started as the harness starts it),
+    stopped by `stop()`; `reset()` empties it between tests."""
 
     def reset(self):
         req = urllib.request.Request(self.endpoint + "/moto-api/reset", method="POST")
         urllib.request.urlopen(req, timeout=10).read()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 class RangeHandler(http.server.SimpleHTTPRequestHandler):
