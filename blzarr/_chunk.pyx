@@ -66,19 +66,9 @@ PARALLEL_MIN_BYTES = _PARALLEL_MIN
 
 cdef enum:
     C_MEMCPYED = 0x02          # FLAG_MEMCPYED, for code without the GIL
+    C_DONT_SPLIT = 0x10        # FLAG_DONT_SPLIT
     MIN_SPLIT_ITEMS = 128      # blocksize / typesize from which a block is split into typesize streams
     MAX_SPLITS = 16
-
-
-cdef struct header_t:
-    int version
-    int versionlz
-    int flags
-    int typesize
-    Py_ssize_t nbytes
-    Py_ssize_t blocksize
-    Py_ssize_t ctbytes
-    Py_ssize_t nblocks
 
 
 cdef inline int32_t _read_i32(const uint8_t *p) noexcept nogil:
@@ -208,6 +198,91 @@ cdef int _check_blocks(const uint8_t *p, header_t *h, Py_ssize_t first, Py_ssize
     return 0
 
 
+
+cdef int chunk_valid(const uint8_t *p, Py_ssize_t buflen, Py_ssize_t expected_nbytes,
+                     header_t *h) noexcept nogil:
+    """1 when the `buflen` bytes at `p` are a well-formed chunk (holding `expected_nbytes` when >= 0),
+    with `h` filled in; else 0.  The acceptance test of `validate` (which explains a rejection), without
+    the GIL: every check of `_parse_header` and `_check_blocks` over all blocks."""
+    cdef Py_ssize_t nb, j, k, lo, bsize, nsplits, neblock, pos, s
+    cdef int32_t *st
+    cdef int32_t b, end, csize
+    cdef bint leftover
+    cdef int ok = 1
+    if buflen < 16 or p == NULL:
+        return 0
+    h.version = p[0]
+    h.versionlz = p[1]
+    h.flags = p[2]
+    h.typesize = p[3]
+    h.nbytes = _read_i32(p + 4)
+    h.blocksize = _read_i32(p + 8)
+    h.ctbytes = _read_i32(p + 12)
+    if (h.version != BLOSC_VERSION_FORMAT or h.flags & 0x08 or (h.flags >> 5) > 4 or h.typesize == 0
+            or h.nbytes < 0 or h.nbytes > BLOSC_MAX_BUFFERSIZE or h.ctbytes != buflen):
+        return 0
+    if expected_nbytes >= 0 and h.nbytes != expected_nbytes:
+        return 0
+    if h.flags & C_MEMCPYED:
+        h.nblocks = 0
+        return 1 if h.ctbytes == h.nbytes + 16 else 0
+    if h.blocksize <= 0 or h.nbytes == 0 or h.blocksize > h.nbytes or h.ctbytes > h.nbytes + 16:
+        return 0
+    h.nblocks = (h.nbytes + h.blocksize - 1) // h.blocksize
+    nb = h.nblocks
+    lo = 16 + 4 * nb
+    if lo > h.ctbytes:
+        return 0
+    st = <int32_t *>malloc(nb * sizeof(int32_t))
+    if st == NULL:
+        return 0
+    for j in range(nb):
+        b = _read_i32(p + 16 + 4 * j)
+        if b < lo or <Py_ssize_t>b + 4 > h.ctbytes:
+            free(st)
+            return 0
+        st[j] = b
+    qsort(st, nb, sizeof(int32_t), _cmp_i32)
+    for j in range(1, nb):
+        if st[j] == st[j - 1]:
+            free(st)
+            return 0
+    for j in range(nb):
+        # block j ends where the next block in file order starts (blocks may be stored out of order)
+        b = _read_i32(p + 16 + 4 * j)
+        lo = 0
+        k = nb
+        while lo < k:                   # the first sorted start above b
+            s = (lo + k) // 2
+            if st[s] <= b:
+                lo = s + 1
+            else:
+                k = s
+        end = st[lo] if lo < nb else <int32_t>h.ctbytes
+        leftover = (j == nb - 1) and (h.nbytes % h.blocksize != 0)
+        bsize = h.nbytes - j * h.blocksize if leftover else h.blocksize
+        if (not (h.flags & C_DONT_SPLIT) and h.typesize <= MAX_SPLITS
+                and h.blocksize // h.typesize >= MIN_SPLIT_ITEMS and not leftover):
+            nsplits = h.typesize
+        else:
+            nsplits = 1
+        neblock = bsize // nsplits
+        pos = b
+        for s in range(nsplits):
+            if pos + 4 > end:
+                ok = 0
+                break
+            csize = _read_i32(p + pos)
+            if csize <= 0 or csize > neblock or pos + 4 + csize > end:
+                ok = 0
+                break
+            pos += 4 + csize
+        if not ok:
+            break
+    free(st)
+    return ok
+
+
 cdef const uint8_t[::1] _as_bytes_view(object buf):
     if isinstance(buf, cnp.ndarray):
         buf = (<cnp.ndarray>buf).reshape(-1).view("u1")
@@ -231,6 +306,18 @@ def validate(buf, Py_ssize_t expected_nbytes=-1, where=None):
 
     `expected_nbytes` >= 0 also requires the chunk to hold exactly that many bytes.
     """
+    cdef const uint8_t[::1] v = _as_bytes_view(buf)
+    cdef header_t h
+    if chunk_valid(&v[0] if v.shape[0] else NULL, v.shape[0], expected_nbytes, &h):
+        return h.nbytes
+    explain(buf, expected_nbytes, where)
+    raise ChunkError(f"bad Blosc chunk{_where(where)}: its structure does not hold together")
+
+
+def explain(buf, Py_ssize_t expected_nbytes=-1, where=None):
+    """Raise the ChunkError that says why `validate` rejects `buf` (field by field, block by block);
+    return its uncompressed size when these checks find nothing (the tests require that they then
+    agree with `chunk_valid`)."""
     cdef const uint8_t[::1] v = _as_bytes_view(buf)
     cdef header_t h
     _parse_header(&v[0] if v.shape[0] else NULL, v.shape[0], &h, where, False)
@@ -995,11 +1082,48 @@ def pairwise_sum(cnp.ndarray a not None):
     return f
 
 
-cdef enum:
-    SUM_F8 = 0
-    SUM_F4 = 1
-    SUM_SIGNED = 2       # accumulated in int64, wrapping as NumPy's does
-    SUM_UNSIGNED = 3     # accumulated in uint64
+cdef void sum_values(int kind, Py_ssize_t isz, bint is_signed, const char *v, Py_ssize_t n, char *sums,
+                     Py_ssize_t k) noexcept nogil:
+    """sums[k] = NumPy's sum of the `n` values at `v` (see SumChunks)."""
+    cdef Py_ssize_t i
+    cdef double d
+    cdef float f
+    cdef uint64_t u = 0
+    if kind == SUM_F8:
+        d = 0.0
+        d += _pairwise(<const double *>v, n)
+        (<double *>sums)[k] = d
+    elif kind == SUM_F4:
+        f = 0.0
+        f += _pairwise(<const float *>v, n)
+        (<float *>sums)[k] = f
+    else:
+        # integer sums wrap modulo 2**64 as NumPy's int64 / uint64 additions do: any order is exact
+        if isz == 8:
+            for i in range(n):
+                u += <uint64_t>(<const uint64_t *>v)[i]
+        elif isz == 4:
+            if is_signed:
+                for i in range(n):
+                    u += <uint64_t>(<int64_t>(<const int32_t *>v)[i])
+            else:
+                for i in range(n):
+                    u += <uint64_t>(<const uint32_t *>v)[i]
+        elif isz == 2:
+            if is_signed:
+                for i in range(n):
+                    u += <uint64_t>(<int64_t>(<const int16_t *>v)[i])
+            else:
+                for i in range(n):
+                    u += <uint64_t>(<const uint16_t *>v)[i]
+        else:
+            if is_signed:
+                for i in range(n):
+                    u += <uint64_t>(<int64_t>(<const int8_t *>v)[i])
+            else:
+                for i in range(n):
+                    u += <uint64_t>(<const uint8_t *>v)[i]
+        (<uint64_t *>sums)[k] = u
 
 
 cdef class SumChunks(_ChunkWork):
@@ -1051,12 +1175,9 @@ cdef class SumChunks(_ChunkWork):
         return self.sums_arr
 
     cdef int _do(self, Py_ssize_t k, char *scratch) noexcept nogil:
-        cdef Py_ssize_t nb = self.hdr[k].nbytes, n = nb // self.isz, i
+        cdef Py_ssize_t nb = self.hdr[k].nbytes, n = nb // self.isz
         cdef const char *v
         cdef int ret
-        cdef double d
-        cdef float f
-        cdef uint64_t u = 0
         if nb == 0:
             return 0
         if self.hdr[k].flags & C_MEMCPYED:
@@ -1066,41 +1187,7 @@ cdef class SumChunks(_ChunkWork):
             if ret != nb:
                 return ret if ret != 0 else -1
             v = scratch
-        if self.kind == SUM_F8:
-            d = 0.0
-            d += _pairwise(<const double *>v, n)
-            (<double *>self.sums)[k] = d
-        elif self.kind == SUM_F4:
-            f = 0.0
-            f += _pairwise(<const float *>v, n)
-            (<float *>self.sums)[k] = f
-        else:
-            # integer sums wrap modulo 2**64 as NumPy's int64 / uint64 additions do: any order is exact
-            if self.isz == 8:
-                for i in range(n):
-                    u += <uint64_t>(<const uint64_t *>v)[i]
-            elif self.isz == 4:
-                if self.is_signed:
-                    for i in range(n):
-                        u += <uint64_t>(<int64_t>(<const int32_t *>v)[i])
-                else:
-                    for i in range(n):
-                        u += <uint64_t>(<const uint32_t *>v)[i]
-            elif self.isz == 2:
-                if self.is_signed:
-                    for i in range(n):
-                        u += <uint64_t>(<int64_t>(<const int16_t *>v)[i])
-                else:
-                    for i in range(n):
-                        u += <uint64_t>(<const uint16_t *>v)[i]
-            else:
-                if self.is_signed:
-                    for i in range(n):
-                        u += <uint64_t>(<int64_t>(<const int8_t *>v)[i])
-                else:
-                    for i in range(n):
-                        u += <uint64_t>(<const uint8_t *>v)[i]
-            (<uint64_t *>self.sums)[k] = u
+        sum_values(self.kind, self.isz, self.is_signed, v, n, self.sums, k)
         return 0
 
 

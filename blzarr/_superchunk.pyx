@@ -7,20 +7,24 @@ Every read goes through `pread_into`, which releases the GIL around the system c
 it reads (`io_stats`), so tests can check that lazy reads touch only what they need.
 """
 
+import ctypes
 import hashlib
 import os
 
 try:
     # zlib-ng's CRC-32 and Adler-32 are the same functions as zlib's, bit for bit, at 7-9x the speed
     # (SIMD folding); it is a dependency where wheels exist, and zlib is the fallback everywhere else.
+    import zlib_ng.zlib_ng as _zng
     from zlib_ng.zlib_ng import adler32 as _adler32, crc32 as _crc32
     CHECKSUM_BACKEND = "zlib-ng"
 except ImportError:  # pragma: no cover - depends on the platform's wheels
     from zlib import adler32 as _adler32, crc32 as _crc32
+    _zng = None
     CHECKSUM_BACKEND = "zlib"
 
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_FromStringAndSize
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t, uintptr_t
+from libc.string cimport memcpy
 from libc.errno cimport errno, EINTR
 from posix.unistd cimport pread as c_pread, pwrite as c_pwrite
 from posix.types cimport off_t
@@ -50,6 +54,8 @@ cdef extern from *:
     int BLZARR_HAVE_WRITEBACK
 
 from blzarr import _chunk
+from blzarr._blosc cimport blosc_decompress_ctx
+from blzarr._chunk cimport header_t, chunk_valid, sum_values, SUM_F8, SUM_F4, SUM_SIGNED, SUM_UNSIGNED
 from blzarr.errors import ChecksumError, ChunkError, FormatError, StorageError
 
 cnp.import_array()
@@ -496,3 +502,327 @@ def read_blocks_into(int fd, int64_t offset, head, Py_ssize_t start, Py_ssize_t 
         except BufferError:
             pass
     return total + hl
+
+
+# ---------------------------------------------------------------------------------------------------
+# Many whole chunks of superchunk files, read, verified, validated and used (decoded into an output,
+# summed, or a byte range of each row copied out) by every thread at once, without the GIL: a long
+# read (`a[:]`, `sum()`, `a[:, j]` over a file) pays no Python per chunk.
+
+ctypedef uint32_t (*cksum_fn)(uint32_t, const uint8_t *, uint32_t) noexcept nogil
+
+cdef cksum_fn _c_crc32 = NULL
+cdef cksum_fn _c_adler32 = NULL
+
+
+def _native_checksums():
+    """Point the C-level CRC-32 and Adler-32 at zlib-ng's own C functions (`zng_crc32`, `zng_adler32`,
+    exported by the `zlib_ng` module's library), each checked against the Python functions on a test
+    buffer first; False (the C path unavailable) when they cannot be found or disagree."""
+    global _c_crc32, _c_adler32
+    if _zng is None:
+        return False
+    try:
+        lib = ctypes.CDLL(_zng.__file__)
+        crc = ctypes.cast(lib.zng_crc32, ctypes.c_void_p).value
+        adl = ctypes.cast(lib.zng_adler32, ctypes.c_void_p).value
+    except (OSError, AttributeError, TypeError):
+        return False
+    if not crc or not adl:
+        return False
+    cdef bytes probe = bytes(range(256)) * 7 + b"blzarr"
+    cdef const uint8_t *pp = <const uint8_t *><const char *>probe
+    cdef cksum_fn c = <cksum_fn><uintptr_t>crc
+    cdef cksum_fn a = <cksum_fn><uintptr_t>adl
+    if c(0, pp, len(probe)) != (_crc32(probe) & 0xFFFFFFFF) or \
+            a(1, pp, len(probe)) != (_adler32(probe) & 0xFFFFFFFF):
+        return False
+    _c_crc32, _c_adler32 = c, a
+    return True
+
+
+NATIVE_CHECKSUMS = _native_checksums()
+
+
+def native_checksum(int cid):
+    """Whether `ReadChunks` verifies checksum `cid` without the GIL (none, and adler32 / crc32 with
+    zlib-ng's C functions at hand)."""
+    return cid == 0 or (cid in (1, 2) and NATIVE_CHECKSUMS)
+
+
+cdef extern from *:
+    """
+    #if defined(_MSC_VER)
+    #include <intrin.h>
+    #if defined(_WIN64)
+    #define BLZS_FETCH_ADD(p, v) ((Py_ssize_t)_InterlockedExchangeAdd64((volatile __int64 *)(p), (__int64)(v)))
+    #else
+    #define BLZS_FETCH_ADD(p, v) ((Py_ssize_t)_InterlockedExchangeAdd((volatile long *)(p), (long)(v)))
+    #endif
+    #else
+    #define BLZS_FETCH_ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_RELAXED)
+    #endif
+    """
+    Py_ssize_t BLZS_FETCH_ADD(Py_ssize_t *p, Py_ssize_t v) noexcept nogil
+
+
+cdef Py_ssize_t _pread_nogil(int fd, char *dest, Py_ssize_t n, int64_t pos, Py_ssize_t *calls) noexcept nogil:
+    """pread until `n` bytes, end of file or an error; the count read (-1 on an error)."""
+    cdef Py_ssize_t done = 0, r
+    while done < n:
+        r = c_pread(fd, dest + done, n - done, <off_t>(pos + done))
+        calls[0] += 1
+        if r < 0:
+            if errno == EINTR:
+                continue
+            return -1
+        if r == 0:
+            break
+        done += r
+    return done
+
+
+# buffers of the threads of ReadChunks, kept for the next call (a fresh chunk-sized buffer comes from
+# mmap: page faults and zeroing each time); taken and given back with the GIL held
+cdef list _rc_pool = []
+cdef Py_ssize_t RC_KEEP_BYTES = 8 * 1024 * 1024
+cdef Py_ssize_t RC_KEEP_COUNT = 8
+
+cdef enum:
+    RC_NONE = 0
+    RC_DECODE = 1       # each chunk decoded whole into dest at dest_offsets[k]
+    RC_SUM = 2          # each chunk's sum into sums[k]
+    RC_ROWS = 3         # bytes [cstart, cstart + csize) of each row of rowsize bytes, packed into dest
+
+
+cdef class ReadChunks:
+    """ReadChunks(fds, offsets, limits, entries, cid, expected_nbytes, nparts=1)
+
+    Item k is the chunk at byte ``offsets[k]`` of file descriptor ``fds[k]`` (whose size is
+    ``limits[k]``), holding `expected_nbytes` decoded bytes: each calling thread reads chunks into a
+    buffer of its own, verifies the checksum `cid` (0, adler32 or crc32: see `native_checksum`),
+    validates the structure (`_chunk.validate`'s test), then, with ``entries[k]`` >= 0, reads the
+    chunk's offsets entry there again and requires it to still be ``offsets[k]`` (a reader beside a
+    writer), and uses the chunk as set by `decode_into`, `sum_as` or `rows_into`.  Call `run()` from up
+    to `nparts` threads.  Nothing raises for a chunk: ``status[k]`` is 0 for a chunk done, nonzero for
+    one that was not (a short read, a checksum or structure that does not hold, a moved chunk, a failed
+    decode): the caller reads those again its slow way, which says what is wrong (or retries).
+    ``cts[k]`` is chunk k's compressed size once read.
+    """
+
+    cdef readonly Py_ssize_t nparts, nitems
+    cdef Py_ssize_t expected, cksize, cap, callers, nread, ncalls, scratch_bytes
+    cdef int cid, mode, kind
+    cdef Py_ssize_t isz, rowsize, cstart, csize
+    cdef bint is_signed
+    cdef const int64_t *fd
+    cdef const int64_t *off
+    cdef const int64_t *lim
+    cdef const int64_t *ent
+    cdef const int64_t *doff
+    cdef int8_t *st
+    cdef int64_t *ct
+    cdef char *out
+    cdef char *sums
+    cdef Py_ssize_t outbytes
+    cdef Py_ssize_t nxt[64]
+    cdef Py_ssize_t end[64]
+    cdef readonly object status, cts, sums_arr
+    cdef object keep
+
+    def __init__(self, fds, offsets, limits, entries, int cid, Py_ssize_t expected_nbytes,
+                 Py_ssize_t nparts=1):
+        cdef Py_ssize_t p, n
+        if not native_checksum(cid):
+            raise ValueError(f"ReadChunks: checksum {cid} is not verified without the GIL here")
+        if expected_nbytes <= 0:
+            raise ValueError("ReadChunks: whole chunks of a known, positive size are needed")
+        arrs = [np.ascontiguousarray(a, dtype=np.int64) for a in (fds, offsets, limits, entries)]
+        n = arrs[0].shape[0]
+        if any(a.ndim != 1 or a.shape[0] != n for a in arrs):
+            raise ValueError("ReadChunks: one descriptor, offset, limit and entry position per chunk")
+        self.keep = arrs
+        self.fd = <const int64_t *>cnp.PyArray_DATA(arrs[0])
+        self.off = <const int64_t *>cnp.PyArray_DATA(arrs[1])
+        self.lim = <const int64_t *>cnp.PyArray_DATA(arrs[2])
+        self.ent = <const int64_t *>cnp.PyArray_DATA(arrs[3])
+        self.nitems = n
+        self.nparts = max(1, min(nparts, n, 64))
+        self.cid = cid
+        self.cksize = CHECKSUMS[cid][1]
+        self.expected = expected_nbytes
+        self.cap = expected_nbytes + 16 + self.cksize       # a valid chunk is at most nbytes + 16
+        self.status = np.ones(n, dtype=np.int8)
+        self.cts = np.full(n, -1, dtype=np.int64)
+        self.st = <int8_t *>cnp.PyArray_DATA(self.status)
+        self.ct = <int64_t *>cnp.PyArray_DATA(self.cts)
+        for p in range(self.nparts):
+            self.nxt[p] = n * p // self.nparts
+            self.end[p] = n * (p + 1) // self.nparts
+        self.mode = RC_NONE
+
+    cdef int _set_dest(self, cnp.ndarray dest, dest_offsets, Py_ssize_t each) except -1:
+        cdef Py_ssize_t k
+        if not cnp.PyArray_IS_C_CONTIGUOUS(dest) or not cnp.PyArray_ISWRITEABLE(dest):
+            raise ValueError("ReadChunks: the output array must be C-contiguous and writeable")
+        d = np.ascontiguousarray(dest_offsets, dtype=np.int64)
+        if d.ndim != 1 or d.shape[0] != self.nitems:
+            raise ValueError("ReadChunks: one output offset per chunk")
+        self.outbytes = cnp.PyArray_NBYTES(dest)
+        if self.nitems and (d.min() < 0 or d.max() + each > self.outbytes):
+            raise ValueError(f"ReadChunks: {each} bytes at the offsets given do not fit in the output's "
+                             f"{self.outbytes} bytes")
+        self.keep = self.keep + [dest, d]
+        self.out = <char *>cnp.PyArray_DATA(dest)
+        self.doff = <const int64_t *>cnp.PyArray_DATA(d)
+        return 0
+
+    def decode_into(self, cnp.ndarray dest not None, dest_offsets):
+        """Decode chunk k whole into `dest` at byte ``dest_offsets[k]``."""
+        self._set_dest(dest, dest_offsets, self.expected)
+        self.mode = RC_DECODE
+        return self
+
+    def rows_into(self, cnp.ndarray dest not None, dest_offsets, Py_ssize_t rowsize, Py_ssize_t cstart,
+                  Py_ssize_t csize):
+        """Copy bytes [cstart, cstart + csize) of every row of `rowsize` bytes of chunk k, one after the
+        other, into `dest` from byte ``dest_offsets[k]`` (a column range of a 2-D array's rows)."""
+        if rowsize <= 0 or self.expected % rowsize or cstart < 0 or csize <= 0 or cstart + csize > rowsize:
+            raise ValueError(f"ReadChunks: bytes [{cstart}, {cstart + csize}) of rows of {rowsize} bytes")
+        self._set_dest(dest, dest_offsets, self.expected // rowsize * csize)
+        self.rowsize, self.cstart, self.csize = rowsize, cstart, csize
+        self.scratch_bytes = self.expected
+        self.mode = RC_ROWS
+        return self
+
+    def sum_as(self, dtype):
+        """NumPy's sum of chunk k's values of `dtype` into ``sums[k]`` (as `_chunk.SumChunks`)."""
+        dt = np.dtype(dtype)
+        if not dt.isnative or not (dt.kind in "iu" or dt.char in "fd") or dt.itemsize not in (1, 2, 4, 8):
+            raise ValueError(f"ReadChunks: cannot sum dtype {dt}")
+        if self.expected % dt.itemsize:
+            raise ValueError(f"ReadChunks: {self.expected} bytes are not whole {dt} values")
+        if dt.char == "d":
+            self.kind, acc = SUM_F8, dt
+        elif dt.char == "f":
+            self.kind, acc = SUM_F4, dt
+        elif dt.kind == "i":
+            self.kind, acc = SUM_SIGNED, np.dtype(np.int64)
+        else:
+            self.kind, acc = SUM_UNSIGNED, np.dtype(np.uint64)
+        self.isz = dt.itemsize
+        self.is_signed = dt.kind != "u"
+        self.sums_arr = np.zeros(self.nitems, acc)
+        self.sums = <char *>cnp.PyArray_DATA(self.sums_arr)
+        self.scratch_bytes = self.expected
+        self.mode = RC_SUM
+        return self
+
+    cdef int _one(self, Py_ssize_t k, char *rbuf, char *scratch, Py_ssize_t *nread,
+                  Py_ssize_t *calls) noexcept nogil:
+        cdef int fd = <int>self.fd[k]
+        cdef int64_t off = self.off[k], pos
+        cdef Py_ssize_t got, ct, total, nb = self.expected, r, nrows
+        cdef uint32_t stored, cs
+        cdef header_t h
+        cdef uint8_t ebuf[8]
+        cdef const char *v
+        cdef char *dst
+        if off < 0:
+            return 2
+        got = _pread_nogil(fd, rbuf, 16, off, calls)
+        if got != 16:
+            return 3
+        nread[0] += got
+        ct = _get_i32(<const uint8_t *>rbuf + 12)
+        total = ct + self.cksize
+        if ct < 16 or total > self.cap or off + total > self.lim[k]:
+            return 4
+        got = _pread_nogil(fd, rbuf + 16, total - 16, off + 16, calls)
+        if got != total - 16:
+            return 3
+        nread[0] += got
+        if self.cid:
+            stored = <uint32_t>_get_i32(<const uint8_t *>rbuf + ct)
+            if self.cid == 2:
+                cs = _c_crc32(0, <const uint8_t *>rbuf, <uint32_t>ct)
+            else:
+                cs = _c_adler32(1, <const uint8_t *>rbuf, <uint32_t>ct)
+            if cs != stored:
+                return 5
+        if not chunk_valid(<const uint8_t *>rbuf, ct, nb, &h):
+            return 6
+        pos = self.ent[k]
+        if pos >= 0:
+            got = _pread_nogil(fd, <char *>ebuf, 8, pos, calls)
+            if got != 8:
+                return 3
+            nread[0] += 8
+            if _get_i64(ebuf) != off:
+                return 7
+        self.ct[k] = ct
+        if self.mode == RC_DECODE:
+            if blosc_decompress_ctx(rbuf, self.out + self.doff[k], nb, 1) != nb:
+                return 8
+            return 0
+        if h.flags & 0x02:
+            v = rbuf + 16
+        else:
+            if blosc_decompress_ctx(rbuf, scratch, nb, 1) != nb:
+                return 8
+            v = scratch
+        if self.mode == RC_SUM:
+            sum_values(self.kind, self.isz, self.is_signed, v, nb // self.isz, self.sums, k)
+        elif self.mode == RC_ROWS:
+            nrows = nb // self.rowsize
+            dst = self.out + self.doff[k]
+            v = v + self.cstart
+            if self.csize == 8:
+                for r in range(nrows):
+                    (<uint64_t *>dst)[r] = (<const uint64_t *>(v + r * self.rowsize))[0]
+            elif self.csize == 4:
+                for r in range(nrows):
+                    (<uint32_t *>dst)[r] = (<const uint32_t *>(v + r * self.rowsize))[0]
+            else:
+                for r in range(nrows):
+                    memcpy(dst + r * self.csize, v + r * self.rowsize, self.csize)
+        return 0
+
+    cdef void _loop(self, Py_ssize_t t, char *rbuf, char *scratch, Py_ssize_t *nread,
+                    Py_ssize_t *calls) noexcept nogil:
+        # a thread does its own contiguous share first, then helps with the others'
+        cdef Py_ssize_t q, p, k
+        for q in range(self.nparts):
+            p = (t + q) % self.nparts
+            while True:
+                k = BLZS_FETCH_ADD(&self.nxt[p], 1)
+                if k >= self.end[p]:
+                    break
+                self.st[k] = self._one(k, rbuf, scratch, nread, calls)
+
+    def run(self):
+        """Do chunks until none is left (call it from up to `nparts` threads at once)."""
+        global _stat_bytes, _stat_calls
+        cdef Py_ssize_t t = BLZS_FETCH_ADD(&self.callers, 1) % self.nparts
+        cdef Py_ssize_t nread = 0, calls = 0, need = self.cap + self.scratch_bytes, i
+        cdef bytearray buf = None
+        cdef char *rbuf
+        if self.mode == RC_NONE:
+            raise ValueError("ReadChunks: call decode_into, sum_as or rows_into first")
+        for i in range(len(_rc_pool)):
+            if len(_rc_pool[i]) >= need:
+                buf = _rc_pool.pop(i)
+                break
+        if buf is None:
+            buf = PyByteArray_FromStringAndSize(NULL, need)
+        rbuf = PyByteArray_AS_STRING(buf)
+        try:
+            with nogil:
+                self._loop(t, rbuf, rbuf + self.cap, &nread, &calls)
+        finally:
+            _stat_bytes += nread
+            _stat_calls += calls
+            if len(buf) <= RC_KEEP_BYTES:
+                _rc_pool.append(buf)
+                if len(_rc_pool) > RC_KEEP_COUNT:
+                    del _rc_pool[0]

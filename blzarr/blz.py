@@ -620,6 +620,15 @@ class BlzChunks(ChunkStore):
         self._objs.clear()
         self.store.drop_caches()
 
+    def decode_whole(self, ids, out, offsets):
+        return self.store.decode_whole(ids, out, offsets, self.chunk_nbytes)
+
+    def rows_whole(self, ids, out, offsets, cstart, csize):
+        return self.store.rows_whole(ids, out, offsets, self.chunk_nbytes, self.atom.itemsize, cstart, csize)
+
+    def sum_whole(self, ids, dtype):
+        return self.store.sum_whole(ids, dtype, self.chunk_nbytes)
+
     def prefetch(self, ns):
         fetch = getattr(self.store, "prefetch", None)
         if fetch is not None:

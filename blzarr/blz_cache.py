@@ -79,8 +79,9 @@ class BlzCaches:
             raise StorageError(f"cannot open superchunk file '{self._fio.where(key)}': {e}") from None
         self._fds[fno] = fd
         if len(self._fds) > FD_CACHE:
-            # close the least recently used descriptors no lazy read is using outside the lock
-            for k in [k for k in self._fds if not self._inuse.get(k)][:len(self._fds) - FD_CACHE]:
+            # close the least recently used descriptors no lazy read is using outside the lock (never the
+            # one just opened, which the caller is about to use)
+            for k in [k for k in self._fds if k != fno and not self._inuse.get(k)][:len(self._fds) - FD_CACHE]:
                 self._fio.close(self._fds.pop(k))
         return fd
 

@@ -4,9 +4,13 @@ range of a chunk decoded from the cache or from only the blocks it needs (`BlzRe
 
 import time
 
+import numpy as np
+
 from blzarr import _chunk
 from blzarr import _superchunk as sc
-from blzarr.blz_cache import CHUNK_CACHE_BYTES, READ_RETRIES, TOUCHED_CACHE, VERIFIED_CACHE
+from blzarr.parallel import run_threads
+from blzarr.params import get_nthreads
+from blzarr.blz_cache import CHUNK_CACHE_BYTES, FD_CACHE, READ_RETRIES, TOUCHED_CACHE, VERIFIED_CACHE
 from blzarr.blz_format import _Where
 from blzarr.errors import BlzarrError, ChunkError, FormatError
 
@@ -272,6 +276,146 @@ class BlzReads:
             data = self.read_chunk(n)
             _chunk.getitem_into(data, start, nbytes, out, out_offset, False, where)
             return 0
+
+    # ------------------------------------------------------------------ many whole chunks at once
+    def _whole_work(self, ns, expected_nbytes):
+        """(work, ns, pinned files) reading the chunks `ns` whole in one `sc.ReadChunks` (their offsets
+        taken with one state check per file, their descriptors pinned), or None where that path does not
+        apply: a writer in this process, a byte store, a checksum not verified without the GIL, a file
+        known damaged, or an offset outside its file (the chunk-by-chunk path then says what is wrong)."""
+        if (self.mode != "r" or self.remote or expected_nbytes <= 0 or len(ns) < 2
+                or not sc.native_checksum(self.checksum_id)):
+            return None
+        ns = np.asarray(ns, dtype=np.int64)
+        fds = np.empty(len(ns), np.int64)
+        offs = np.empty(len(ns), np.int64)
+        lims = np.empty(len(ns), np.int64)
+        ents = np.empty(len(ns), np.int64)
+        fnos = ns // self.K + 1
+        slots = ns % self.K
+        pinned = []
+        with self._lock:
+            if int(ns.min()) < 0 or int(ns.max()) >= self._nphys:
+                return None
+            try:
+                for fno in np.unique(fnos).tolist():
+                    if fno in self._damaged:
+                        return None
+                    f = self._file(fno)
+                    sel = fnos == fno
+                    sl = slots[sel]
+                    off = self._full_table(f)[sl]
+                    if (sl >= f.nchunks).any() or (off < f.data_start).any() or (off + 16 > f.fstate[1]).any():
+                        return None
+                    fds[sel] = self._fd(fno)
+                    offs[sel] = off
+                    lims[sel] = f.fstate[1]
+                    ents[sel] = f.table_pos + 8 * sl
+                    self._inuse[fno] = self._inuse.get(fno, 0) + 1
+                    pinned.append(f)
+            except BaseException:
+                for f in pinned:
+                    self._release_fd(f.fno)
+                raise
+        work = sc.ReadChunks(fds, offs, lims, ents, self.checksum_id, expected_nbytes, get_nthreads())
+        return work, ns, pinned
+
+    def _whole_batches(self, ns):
+        """`ns` (ascending chunk numbers) cut into runs (index ranges) of at most FD_CACHE files each
+        (the descriptors one `_whole_work` job pins at once)."""
+        fnos = np.asarray(ns, dtype=np.int64) // self.K
+        cuts = [0]
+        first = int(fnos[0]) if len(fnos) else 0
+        for k in np.flatnonzero(np.diff(fnos)).tolist():
+            if not first <= fnos[k + 1] < first + FD_CACHE:
+                cuts.append(k + 1)
+                first = int(fnos[k + 1])
+        cuts.append(len(fnos))
+        return list(zip(cuts[:-1], cuts[1:]))
+
+    def _whole(self, ns, expected_nbytes, use):
+        """Read the whole chunks `ns` by `sc.ReadChunks` jobs (one per run of at most FD_CACHE files),
+        `use(work, lo, hi)` setting up what the job of ``ns[lo:hi]`` does with them; the positions in
+        `ns` of the chunks that failed there, or None (nothing more done) where a job does not apply."""
+        ns = np.asarray(ns, dtype=np.int64)
+        failed = []
+        for lo, hi in self._whole_batches(ns):
+            job = self._whole_work(ns[lo:hi], expected_nbytes)
+            if job is None:
+                return None
+            work, sub, pinned = job
+            try:
+                use(work, lo, hi)
+                run_threads(work.run, work.nparts)
+            finally:
+                with self._lock:
+                    for f in pinned:
+                        self._release_fd(f.fno)
+                    files = {f.fno: f for f in pinned}
+                    ok = work.status == 0
+                    for n, ct in zip(sub[ok].tolist(), work.cts[ok].tolist()):
+                        f = files[n // self.K + 1]
+                        f.verified.add(n)
+                        if len(f.verified) > VERIFIED_CACHE:
+                            f.verified.clear()
+                            f.verified.add(n)
+                        self._ctbytes[n] = ct
+            failed += (lo + np.flatnonzero(work.status)).tolist()
+        return failed
+
+    def decode_whole(self, ns, out, offsets, expected_nbytes):
+        """Decode the whole chunks `ns` into the contiguous array `out`, chunk ``ns[k]`` at byte
+        ``offsets[k]``, read, verified and decoded on every thread without the GIL; False where that path
+        does not apply (see `_whole_work`; `out` may then hold some of the chunks).  A chunk that fails
+        there is read again by `decode_chunk_into` (which retries a moved chunk, raises for a damaged one)."""
+        offsets = np.asarray(offsets, dtype=np.int64)
+        failed = self._whole(ns, expected_nbytes, lambda w, lo, hi: w.decode_into(out, offsets[lo:hi]))
+        if failed is None:
+            return False
+        flat = out.reshape(-1).view(np.uint8)
+        for k in failed:
+            o = int(offsets[k])
+            self.decode_chunk_into(int(ns[k]), flat[o:o + expected_nbytes], expected_nbytes)
+        return True
+
+    def rows_whole(self, ns, out, offsets, expected_nbytes, rowsize, cstart, csize):
+        """Bytes [cstart, cstart + csize) of every row (`rowsize` bytes) of the whole chunks `ns`, packed
+        into the contiguous array `out` from byte ``offsets[k]`` for chunk ``ns[k]`` (a column of a 2-D
+        carray), as `decode_whole` does; False where that path does not apply."""
+        offsets = np.asarray(offsets, dtype=np.int64)
+        failed = self._whole(ns, expected_nbytes,
+                             lambda w, lo, hi: w.rows_into(out, offsets[lo:hi], rowsize, cstart, csize))
+        if failed is None:
+            return False
+        flat = out.reshape(-1).view(np.uint8)
+        nrows = expected_nbytes // rowsize
+        for k in failed:
+            tmp = self.decode_chunk_into(int(ns[k]), np.empty(expected_nbytes, np.uint8), expected_nbytes)
+            o = int(offsets[k])
+            flat[o:o + nrows * csize].reshape(nrows, csize)[...] = tmp.reshape(nrows, rowsize)[:, cstart:cstart + csize]
+        return True
+
+    def sum_whole(self, ns, dtype, expected_nbytes):
+        """NumPy's sum of each of the whole chunks `ns` (values of `dtype`), as `_chunk.SumChunks` gives
+        it, read, verified, decoded and summed on every thread without the GIL; None where that path
+        does not apply (see `_whole_work`)."""
+        dt = np.dtype(dtype)
+        if not dt.isnative or not (dt.kind in "iu" or dt.char in "fd") or expected_nbytes % dt.itemsize:
+            return None
+        parts = []
+
+        def use(work, lo, hi):
+            parts.append(work.sum_as(dt))
+        failed = self._whole(ns, expected_nbytes, use)
+        if failed is None:
+            return None
+        sums = np.concatenate([w.sums_arr for w in parts])
+        for k in failed:
+            one = _chunk.SumChunks([self.read_chunk(int(ns[k]), expected_nbytes)], dt, 1)
+            one.run()
+            one.check()
+            sums[k] = one.sums[0]
+        return sums
 
     def chunk_cbytes(self, n):
         """The compressed size of chunk n (its 16-byte header is read once)."""

@@ -156,6 +156,14 @@ class CarrayReads(CarrayBase):
                 decode_ranges(datas, out, [(p[0] * self._chunklen + p[1] - first) * isz for p in pieces],
                               [p[1] * isz for p in pieces], [(p[2] - p[1]) * isz for p in pieces])
                 return out
+        if len(pieces) > 1 and self._bytes is None and out.flags.c_contiguous:
+            # whole chunks of files: read, verified and decoded on every thread in one call per thread
+            whole = [p for p in pieces if p[2] - p[1] == self._chunklen]
+            if len(whole) > 1:
+                base = out.__array_interface__["data"][0]
+                offs = [p[3].__array_interface__["data"][0] - base for p in whole]
+                if chunks.decode_whole([p[0] for p in whole], out, offs):
+                    pieces = [p for p in pieces if p[2] - p[1] != self._chunklen]
         if self._bytes is not None and len(pieces) > 1:
             # object storage: the chunks fetched in parts (coalesced, concurrent), several parts in
             # flight, each part decoded as soon as it is in while the later ones are still fetched
@@ -359,7 +367,16 @@ class CarrayReads(CarrayBase):
             # array of full atoms), the key applied from there into the result
             cl = max(1, self._chunklen)
             edges = [start] + list(range((start // cl + 1) * cl, start + n, cl)) + [start + n]
-            fused.run_blocks(list(zip(edges[:-1], edges[1:])), fused.Decoder({"x": self}, cl),
+            blocks = list(zip(edges[:-1], edges[1:]))
+            run = self._atom_run(rest, out)
+            if run is not None:
+                # one run of bytes of every atom (a column of a 2-D carray): the full chunks of files
+                # read and the run copied out of each in one call per thread
+                full = [b for b in blocks if b[1] - b[0] == cl and b[1] <= len(self._chunks) * cl]
+                if len(full) > 1 and self._chunks.rows_whole([b[0] // cl for b in full], out,
+                                                             [(b[0] - start) * run[1] for b in full], *run):
+                    blocks = [b for b in blocks if b not in full]
+            fused.run_blocks(blocks, fused.Decoder({"x": self}, cl),
                              lambda s, e, b: out.__setitem__(slice(s - start, e - start), b["x"][sub]))
             return out
         # rows per step: enough chunks to keep every thread decoding, at most ~32 MB of full atoms
@@ -373,6 +390,21 @@ class CarrayReads(CarrayBase):
             block = self[lo:hi if hi >= 0 else None:step]
             out[o:o + m] = block[sub]
         return out
+
+    def _atom_run(self, rest, out):
+        """(first byte, bytes) of the one run of each atom's bytes that ``atom[rest]`` selects, in order
+        (a column or a range of columns), or None when `rest` picks anything else or `out` is not the
+        C-contiguous result of that shape; `out` being empty gives None too."""
+        atom = self._atom.shape
+        if not atom or out.size == 0 or not out.flags.c_contiguous or out.dtype != self._atom.base:
+            return None
+        picked = np.arange(int(np.prod(atom)), dtype=np.intp).reshape(atom)[tuple(rest)]
+        flat = np.ravel(picked)
+        if flat.size == 0 or flat.size * len(out) != out.size or \
+                (flat.size > 1 and not (np.diff(flat) == 1).all()):
+            return None
+        isz = self._atom.base.itemsize
+        return int(flat[0]) * isz, int(flat.size) * isz
 
     def _rows_by_array(self, k0, rest):
         """self[(k0,) + rest] for an integer or boolean array k0 on the first axis, with NumPy's

@@ -50,17 +50,19 @@ class CarrayReductions(CarrayBase):
         return self._reduce("max", axis, None, out, keepdims, kwargs)
 
     def _sum_resident(self):
-        """The sum of a 1-d in-memory carray, or None where this path does not apply: every full chunk
-        decoded and summed on its thread in one call per thread (NumPy's pairwise sum per chunk, bit
+        """The sum of a 1-d carray (in memory, or in BLZ files), or None where this path does not apply: every
+        full chunk decoded and summed on its thread in one call per thread (NumPy's pairwise sum per chunk, bit
         for bit), the chunks' sums then added in order as the block engine below adds them, so the
         result is the same to the bit."""
         nfull = len(self._chunks)
         if self.ndim != 1 or not nfull or self._bytes is not None:
             return None
         datas = self._chunks.resident(range(nfull))
-        if datas is None:
-            return None
-        parts = sum_chunks(datas, self._atom.base)
+        if datas is not None:
+            parts = sum_chunks(datas, self._atom.base)
+        else:
+            # chunks of files: read, verified, decoded and summed on every thread, one call per thread
+            parts = self._chunks.sum_whole(range(nfull), self._atom.base) if nfull > 1 else None
         if parts is None or (parts.dtype.kind == "f" and not np.isfinite(parts).all()):
             return None     # an inf or a NaN: the block engine's sums also give NumPy's warnings
         if self._nleft:

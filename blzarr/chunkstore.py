@@ -79,6 +79,23 @@ class ChunkStore:
         store holds them in memory, else None (the caller reads them through the chunk objects)."""
         return None
 
+    def decode_whole(self, ids, out, offsets):
+        """Decode the full chunks `ids` (a list) whole into the contiguous array `out`, chunk ``ids[k]``
+        at byte ``offsets[k]``, in one call per thread, when this layout can (True); else False and
+        nothing done (the caller reads them through the chunk objects)."""
+        return False
+
+    def rows_whole(self, ids, out, offsets, cstart, csize):
+        """Bytes [cstart, cstart + csize) of every atom of the full chunks `ids`, packed into the
+        contiguous array `out` from byte ``offsets[k]`` for chunk ``ids[k]``, as `decode_whole` does
+        (True), or False."""
+        return False
+
+    def sum_whole(self, ids, dtype):
+        """NumPy's sum of each full chunk of `ids` (values of `dtype`) as an array, read and summed in
+        one call per thread, when this layout can; else None."""
+        return None
+
     def forget_from(self, n):
         """Drop cached copies of chunks n and later (about to change)."""
 
