@@ -187,6 +187,10 @@ class ByteStore:
         """Replace object `key` with the JSON of `obj`, atomically."""
         files.write_json(files.ObjectPath(self, key), obj)
 
+    def commit_json(self, key, obj):
+        """Replace `key`, the commit point (meta/sizes), with the JSON of `obj`, atomically."""
+        self.write_json(key, obj)
+
     def ref(self, key):
         """What `files.read_json`/`write_json`/`exists` and `attrs` take for the file `key`."""
         return files.ObjectPath(self, key)
@@ -351,6 +355,11 @@ class LocalStore(ByteStore):
 
     def write_json(self, key, obj):
         files.write_json(self._p(key), obj)
+
+    def commit_json(self, key, obj):
+        """meta/sizes: written over in place once it exists (`files.commit_json`: one sector, its size
+        kept, one fdatasync), else replaced atomically."""
+        files.commit_json(self._p(key), obj)
 
     def ref(self, key):
         return self._p(key)
@@ -766,7 +775,7 @@ class LockedGuard:
 
     def commit(self, obj):
         """Write meta/sizes, the commit point."""
-        self.store.write_json(self.key, obj)
+        self.store.commit_json(self.key, obj)
 
 
 class WriterGuard:

@@ -12,7 +12,7 @@ The carray, and everything above it, uses only the methods below: no layout bran
 files, object storage) would go beneath the two on-disk layouts without changing this interface.
 """
 
-from blzarr.files import atomic_write
+from blzarr.files import overwrite
 
 SUPERCHUNK_TARGET_BYTES = 64 * 1024 * 1024
 MAX_SUPERCHUNKLEN = 1024
@@ -162,10 +162,11 @@ class ChunkStore:
             return None
 
     def write_stats(self, raw):
-        """Replace the statistics file (no fsync: a lost or stale file is only rebuilt)."""
+        """Rewrite the statistics file in place (no rename, no fsync: readers drop a torn, lost or
+        stale file, which is only rebuilt)."""
         path = self.meta_path("stats")
         if path is not None and self.mode != "r" and self._local_stats():
-            atomic_write(path, raw)
+            overwrite(path, raw)
 
     def storage_options(self):
         """The layout's own options (checksum, superchunklen, reserve for BLZ), to make a copy alike."""

@@ -16,6 +16,11 @@ import contextlib
 import io
 import os
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None
+
 from blzarr import _superchunk as sc
 
 # BLZARR_FSYNC=0 skips every fsync/fdatasync of the writers (scratch data: faster, not durable)
@@ -85,6 +90,23 @@ class OsIO:
     def fchmod(self, fd, mode):
         if hasattr(os, "fchmod"):
             os.fchmod(fd, mode)
+
+    def flock(self, fd, how):
+        """An advisory lock on the file behind `fd`, without waiting: how='sh' shared, 'ex'
+        exclusive, 'un' released.  True when done, False when another descriptor holds a lock in
+        the way, None where there are no such locks (no flock on the platform, or the file system
+        refuses them)."""
+        if fcntl is None:
+            return None
+        op = {"sh": fcntl.LOCK_SH | fcntl.LOCK_NB, "ex": fcntl.LOCK_EX | fcntl.LOCK_NB,
+              "un": fcntl.LOCK_UN}[how]
+        try:
+            fcntl.flock(fd, op)
+        except BlockingIOError:
+            return False
+        except OSError:
+            return None
+        return True
 
     # ---- names
     def replace(self, src, dst):
@@ -208,6 +230,10 @@ def fchmod(fd, mode):
     _impl.fchmod(fd, mode)
 
 
+def flock(fd, how):
+    return _impl.flock(fd, how)
+
+
 def replace(src, dst):
     _impl.replace(src, dst)
 
@@ -306,6 +332,6 @@ def write_new(path, data, sync=False, mode=None):
 
 
 __all__ = ["FSYNC", "OsIO", "current", "use", "sync_enabled", "open", "close", "fstat", "pread", "pwrite",
-           "pwritev", "start_writeback", "write", "truncate", "fsync", "fdatasync", "fchmod", "replace", "rename", "unlink", "rmdir",
+           "pwritev", "start_writeback", "write", "truncate", "fsync", "fdatasync", "fchmod", "flock", "replace", "rename", "unlink", "rmdir",
            "mkdir", "fsync_dir", "listdir", "exists", "isdir", "isfile", "getsize", "read_file", "makedirs",
            "rmtree", "write_new"]

@@ -1,16 +1,20 @@
 """The file discipline of every on-disk layout: names, atomic replacement, fsync order, JSON files.
 
-Metadata files (meta/sizes, meta/storage, attributes, __rootdirs__) are written to a temporary file,
-fsync'ed, renamed over the old one, and their directory fsync'ed: after a crash or a power loss a
-reader finds the old or the new content, never an empty or partial file.  BLZARR_FSYNC=0 in the
-environment (or blzarr.defaults.fsync = False) skips the two fsyncs, for scratch data.  Every file
-operation goes through `blzarr.fileio`, the I/O layer.
+Metadata files (meta/storage, attributes, __rootdirs__, a new meta/sizes) are written to a temporary
+file, fsync'ed, renamed over the old one, and their directory fsync'ed: after a crash or a power loss
+a reader finds the old or the new content, never an empty or partial file.  meta/sizes, rewritten by
+every flush, is at most one disk sector: once it exists it is written over in place, its size kept
+(`overwrite_sector`), which a disk applies whole or not at all, and fdatasync'ed; no temporary file,
+rename or directory sync.  BLZARR_FSYNC=0 in the environment (or blzarr.defaults.fsync = False)
+skips the syncs, for scratch data.  Every file operation goes through `blzarr.fileio`, the I/O layer.
 """
 
 import json
 import os
 import secrets
+import stat
 import threading
+import time
 
 from blzarr import fileio
 from blzarr.errors import FormatError, MissingError, StorageError
@@ -181,6 +185,114 @@ def atomic_write(path, data, fsync=False, sync_dir=None):
         raise
 
 
+# A file of at most one sector written over in place at offset 0, its size unchanged, reaches the disk
+# whole or not at all (disks write a 512-byte sector atomically; PostgreSQL's pg_control relies on
+# the same), and needs no new block, name or size: an fdatasync makes it durable.
+SECTOR = 512
+_LOCK_TRIES = 100           # flock attempts (0.5 ms apart) before giving up on a shared/exclusive lock
+
+
+def _lock_briefly(fd, how):
+    """Take the advisory lock `how` ('sh'/'ex') on `fd`, retrying for up to ~50 ms (the holder keeps
+    it for one small read or write): True when held, None where there are no such locks (platform,
+    file system), False when it could not be had."""
+    for i in range(_LOCK_TRIES):
+        got = fileio.flock(fd, how)
+        if got is not False:
+            return got
+        time.sleep(0.0005)
+    return False
+
+
+def overwrite_sector(path, data, fsync):
+    """Write `data` (ending with a newline) over the existing small file `path` in place, padded with
+    spaces before the newline to the file's size, and fdatasync it when `fsync`; True when done.
+
+    That is as safe as `atomic_write` only when the file is one regular file (no other hard link)
+    of at most `SECTOR` bytes, `data` fits its size (the size is never changed: the content is one
+    sector written at offset 0) and the platform has flock; else nothing is written and False is
+    returned (the caller replaces the file atomically).  The write is done under an exclusive flock
+    of the file, which `read_json` takes shared, so that a reader in another process never sees it
+    half done; where there are no flocks (platform, file system) the file is replaced atomically."""
+    if not data.endswith(b"\n") or new_tree_of(path) is not None:
+        return False
+    try:
+        fd = fileio.open(path, "rw")
+    except OSError:
+        return False
+    try:
+        st = fileio.fstat(fd)
+        size = st.st_size
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or not len(data) <= size <= SECTOR:
+            return False
+        if not _lock_briefly(fd, "ex"):
+            return False
+        try:
+            fileio.pwrite(fd, data[:-1] + b" " * (size - len(data)) + b"\n", 0, path)
+        finally:
+            fileio.flock(fd, "un")
+        if fsync:
+            fileio.fdatasync(fd)
+    except OSError as e:
+        raise StorageError(f"cannot write '{path}': {e}") from None
+    finally:
+        fileio.close(fd)
+    return True
+
+
+def overwrite(path, data):
+    """Write `data` over the file `path` in place (created when missing) and cut it to that length:
+    no temporary file, rename or sync.  For files whose readers detect a torn or stale content and
+    then do without it (meta/stats: a checksum, fingerprints): a reader, a kill or a power loss may
+    see it half written.  A file with other hard links is replaced (`atomic_write`) instead."""
+    tree = new_tree_of(path) if _new_trees else None
+    if tree is not None:
+        atomic_write(path, data)
+        return
+    try:
+        try:
+            fd = fileio.open(path, "rw")
+        except FileNotFoundError:
+            fd = fileio.open(path, "trunc")
+        try:
+            st = fileio.fstat(fd)
+            linked = st.st_nlink > 1 or not stat.S_ISREG(st.st_mode)
+            if not linked:
+                fileio.pwrite(fd, data, 0, path)
+                if st.st_size > len(data):
+                    fileio.truncate(fd, len(data))
+        finally:
+            fileio.close(fd)
+    except OSError as e:
+        if isinstance(e, StorageError):
+            raise
+        raise StorageError(f"cannot write '{path}': {e}") from None
+    if linked:
+        atomic_write(path, data)
+
+
+def _read_shared(path, limit):
+    """The first `limit` bytes of `path`, read under a shared flock (see `overwrite_sector`; when it
+    cannot be had within ~50 ms the file is read anyway: a reader never waits long)."""
+    fd = fileio.open(path, "r")
+    try:
+        locked = _lock_briefly(fd, "sh")
+        try:
+            parts = []
+            while limit > 0:
+                b = os.read(fd, min(limit, 1 << 16))
+                if not b:
+                    break
+                parts.append(b)
+                limit -= len(b)
+            return b"".join(parts)
+        finally:
+            if locked:
+                fileio.flock(fd, "un")
+    finally:
+        fileio.close(fd)
+
+
 def _fsync_dir(d):
     """Make a rename in directory `d` durable (best effort: not every platform can open a directory)."""
     fileio.fsync_dir(d)
@@ -218,7 +330,10 @@ def read_json(path, what="metadata"):
             raise MissingError(f"{what} file '{path}' does not exist") from None
         return parse_json(raw, path, what)
     try:
-        raw = fileio.read_file(path, MAX_JSON_BYTES + 1)
+        if os.path.basename(path) == SIZES_FILE:
+            raw = _read_shared(path, MAX_JSON_BYTES + 1)     # it may be written over in place
+        else:
+            raw = fileio.read_file(path, MAX_JSON_BYTES + 1)
     except FileNotFoundError:
         raise StorageError(f"{what} file '{path}' does not exist") from None
     except OSError as e:
@@ -236,12 +351,24 @@ def parse_json(raw, path, what="metadata"):
         raise FormatError(f"{what} file '{path}' is not valid JSON: {e}") from None
 
 
+def json_bytes(obj):
+    """The bytes blzarr writes for a JSON metadata file: ASCII JSON and a newline."""
+    return json.dumps(obj, ensure_ascii=True).encode("ascii") + b"\n"
+
+
 def write_json(path, obj, fsync=None):
     if isinstance(path, ObjectPath):
-        path.store.put_atomic(path.key, json.dumps(obj, ensure_ascii=True).encode("ascii") + b"\n")
+        path.store.put_atomic(path.key, json_bytes(obj))
         return
-    atomic_write(path, json.dumps(obj, ensure_ascii=True).encode("ascii") + b"\n",
-                 fsync=fileio.sync_enabled() if fsync is None else fsync)
+    atomic_write(path, json_bytes(obj), fsync=fileio.sync_enabled() if fsync is None else fsync)
+
+
+def commit_json(path, obj):
+    """Replace meta/sizes (the commit point of a flush) with the JSON of `obj`: written over in place
+    when `overwrite_sector` can, else atomically (`write_json`)."""
+    data = json_bytes(obj)
+    if not overwrite_sector(path, data, fsync=fileio.sync_enabled()):
+        atomic_write(path, data, fsync=fileio.sync_enabled())
 
 
 

@@ -2,6 +2,7 @@
 each file of the new directory written once, the syncs issued together after all the writes, meta/sizes
 last; a failed creation leaves no directory registered as being created."""
 
+import json
 import os
 
 import numpy as np
@@ -103,9 +104,11 @@ def test_create_without_sync_writes_in_place(tmp_path):
 
 
 def test_later_writes_replace_atomically_again(tmp_path):
-    """Once published, the directory's metadata is replaced through temporary files again."""
+    """Once published, the directory's metadata is replaced through temporary files again; meta/sizes,
+    whose text keeps its length here, is written over in place and synced (no rename)."""
     root = os.path.realpath(str(tmp_path / "c"))
     c = blzarr.carray(np.arange(5000), rootdir=root, chunklen=1000)
+    sizes = os.path.join(root, "meta", "sizes")
     rec = Events()
     with fileio.use(rec):
         c.attrs["unit"] = "m"
@@ -113,8 +116,11 @@ def test_later_writes_replace_atomically_again(tmp_path):
         c.flush()
     replaced = [e[1] for e in rec.events if e[0] == "replace"]
     assert os.path.join(root, "meta", "attributes") in replaced
-    assert os.path.join(root, "meta", "sizes") in replaced
+    assert sizes not in replaced
+    last = max(i for i, e in enumerate(rec.events) if e == ("write", sizes))
+    assert rec.events[last + 1] == ("sync", sizes)
     assert blzarr.open(root, mode="r").attrs["unit"] == "m"
+    assert len(blzarr.open(root, mode="r")) == 5010
 
 
 def test_failed_create_leaves_no_tree_registered(tmp_path):
@@ -149,3 +155,131 @@ def test_fingerprints_kept_at_write_match_the_files(tmp_path):
     assert again._stats.check(again._chunks, len(again._chunks)) == 0     # no entry found stale
     assert again._stats.unknown(len(again._chunks)) == []
     np.testing.assert_array_equal(again[:], c[:])
+
+
+# ---- meta/sizes written over in place (one sector, its size kept), meta/stats rewritten in place
+
+def _sizes(root):
+    return os.path.join(root, "meta", "sizes")
+
+
+@pytest.mark.parametrize("fmt", ["blz", "bcolz"])
+def test_flushes_write_meta_sizes_over_in_place_while_its_text_fits(tmp_path, fmt):
+    root = os.path.realpath(str(tmp_path / "c"))
+    x = np.random.default_rng(0).random(40_000)     # barely compressible: cbytes about nbytes
+    c = blzarr.carray(x[:20_000], rootdir=root, chunklen=4096, format=fmt)
+    path = _sizes(root)
+    ino, size = os.stat(path).st_ino, os.path.getsize(path)
+    rec = Events()
+    with fileio.use(rec):
+        for s in range(20_000, 40_000, 1000):     # shape, nbytes and cbytes keep their digit counts
+            c.append(x[s:s + 1000])
+            c.flush()
+            assert len(blzarr.open(root, mode="r")) == s + 1000
+    ev = rec.events
+    assert not [e for e in ev if e[0] == "replace" and e[1] == path]
+    assert not [e for e in ev if e[0] == "create" and os.path.dirname(e[1]) == os.path.dirname(path)
+                and os.path.basename(e[1]).startswith(".tmp-")]
+    assert ("sync", os.path.dirname(path)) not in ev              # no name changed: no directory sync
+    writes = [i for i, e in enumerate(ev) if e == ("write", path)]
+    assert len(writes) == 20
+    for i in writes:
+        assert ev[i + 1] == ("sync", path)                     # durable before flush() goes on
+        chunk_writes = [j for j, e in enumerate(ev[:i]) if e[0] == "write" and e[1] != path]
+        assert ev[max(chunk_writes) + 1:i].count(("sync", path)) == 0
+    st = os.stat(path)
+    assert (st.st_ino, st.st_size) == (ino, size)
+    raw = open(path, "rb").read()
+    assert json.loads(raw)["shape"] == [40_000] and raw.endswith(b"}\n")
+    np.testing.assert_array_equal(blzarr.open(root, mode="r")[:], x)
+
+
+def test_a_shorter_text_is_padded_and_a_longer_one_replaces_the_file(tmp_path):
+    root = os.path.realpath(str(tmp_path / "c"))
+    c = blzarr.carray(np.arange(123_456, dtype=np.int64), rootdir=root, chunklen=1000)
+    path = _sizes(root)
+    ino, size = os.stat(path).st_ino, os.path.getsize(path)
+    c.trim(123_456 - 7)                     # shape [7]: a shorter text, padded to the file's size
+    st = os.stat(path)
+    assert (st.st_ino, st.st_size) == (ino, size)
+    raw = open(path, "rb").read()
+    assert json.loads(raw) == {"shape": [7], "nbytes": 56, "cbytes": json.loads(raw)["cbytes"]}
+    assert raw.rstrip(b"\n").endswith(b" ") and raw.endswith(b"\n")
+    assert blzarr.open(root, mode="r")[:].tolist() == list(range(7))
+    c.append(np.arange(7, 2_000_000))       # longer than the file: replaced atomically
+    c.flush()
+    assert os.stat(path).st_ino != ino
+    assert json.loads(open(path, "rb").read())["shape"] == [2_000_000]
+    assert len(blzarr.open(root, mode="r")) == 2_000_000
+
+
+class NoLocks(fileio.OsIO):
+    """A file system that refuses flock."""
+
+    def flock(self, fd, how):
+        return None
+
+
+@pytest.mark.parametrize("why", ["hard link", "larger than a sector", "reader holds a lock", "no flock"])
+def test_meta_sizes_is_replaced_when_writing_over_it_is_not_safe(tmp_path, why):
+    root = os.path.realpath(str(tmp_path / "c"))
+    c = blzarr.carray(np.arange(5000, dtype=np.int64), rootdir=root, chunklen=1000)
+    path = _sizes(root)
+    before = open(path, "rb").read()
+    held = None
+    if why == "hard link":
+        os.link(path, str(tmp_path / "snapshot"))
+    elif why == "larger than a sector":
+        with open(path, "wb") as f:       # still valid JSON, but beyond one sector
+            f.write(before[:-1] + b" " * 600 + b"\n")
+    else:
+        import fcntl
+        held = os.open(path, os.O_RDONLY)
+        fcntl.flock(held, fcntl.LOCK_SH)  # a reader that does not let go: the writer does not wait
+    ino = os.stat(path).st_ino
+    c.append(np.arange(5000, 5010))
+    with fileio.use(NoLocks() if why == "no flock" else fileio.current()):
+        c.flush()
+        assert len(blzarr.open(root, mode="r")) == 5010
+    assert os.stat(path).st_ino != ino
+    assert json.loads(open(path, "rb").read())["shape"] == [5010]
+    if why == "hard link":
+        assert open(str(tmp_path / "snapshot"), "rb").read() == before
+    if held is not None:
+        os.close(held)
+    np.testing.assert_array_equal(blzarr.open(root, mode="r")[:], np.arange(5010))
+
+
+def test_a_reader_does_not_wait_long_for_a_held_sizes_lock(tmp_path):
+    import fcntl
+    root = os.path.realpath(str(tmp_path / "c"))
+    blzarr.carray(np.arange(5000, dtype=np.int64), rootdir=root, chunklen=1000).flush()
+    held = os.open(_sizes(root), os.O_RDWR)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)  # as a writer stopped in the middle of its write would
+        np.testing.assert_array_equal(blzarr.open(root, mode="r")[:], np.arange(5000))
+    finally:
+        os.close(held)
+
+
+def test_statistics_file_is_rewritten_in_place(tmp_path):
+    root = os.path.realpath(str(tmp_path / "c"))
+    c = blzarr.carray(np.arange(3000, dtype=np.float64), rootdir=root, chunklen=1000)
+    stats = os.path.join(root, "meta", "stats")
+    ino = os.stat(stats).st_ino
+    rec = Events()
+    with fileio.use(rec):
+        for s in range(3000, 9000, 1000):
+            c.append(np.arange(s, s + 1000, dtype=np.float64))
+            c.flush()
+    assert os.stat(stats).st_ino == ino
+    assert not [e for e in rec.events if e[0] in ("replace", "create") and e[1] == stats]
+    assert [e for e in rec.events if e == ("write", stats)]
+    assert (c[:] > 8500).sum() == 499
+    r = blzarr.open(root, mode="r")
+    assert r._stats is not None and r._stats.n == 9            # the file was read back whole
+    os.link(stats, str(tmp_path / "other"))                      # a hard link: replaced, not written through
+    c.append(np.arange(9000, 10000, dtype=np.float64))
+    c.flush()
+    assert os.stat(stats).st_ino != ino
+    assert os.path.getsize(str(tmp_path / "other")) < os.path.getsize(stats)
