@@ -1267,3 +1267,505 @@ cdef class TakeChunks(_ChunkWork):
         return _take_core(self.src[k], &self.hdr[k], self.pos + s, self.gstop[k] - s, self.gbase[k], self.isz,
                           self.out, self.rowp + s if self.rowp != NULL else NULL, s, scratch, &ndec,
                           self.gwhole[k] != 0)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The fused expression kernel (lazy expressions' reductions and queries over in-memory chunks)
+#
+# `ExprChunks` runs a small register program (compiled by `blzarr.exprkernel` from an element-wise
+# expression over float64 operands) over windows of a chunk: each thread decodes one window (one or a
+# few Blosc blocks) of every operand into registers of its own, a few tens of KB that stay in its
+# cache, runs the program over the window, and at once reduces the result there (a sum, a count) or
+# compacts the rows where it holds (a query).  No decoded chunk, evaluated array or mask reaches memory.
+
+from libc.stdlib cimport realloc, calloc
+
+cdef enum:
+    XK_ADD = 0
+    XK_SUB = 1
+    XK_MUL = 2
+    XK_DIV = 3
+    XK_NEG = 4
+    XK_GT = 5
+    XK_GE = 6
+    XK_LT = 7
+    XK_LE = 8
+    XK_EQ = 9
+    XK_NE = 10
+    XK_AND = 11
+    XK_OR = 12
+    XK_XOR = 13
+    XK_NOT = 14
+    XK_NOPS = 15
+    XK_WINDOW = 2048    # values per window
+    XK_LEAF = 128       # a leaf of NumPy's pairwise sum holds at most this many values (_pairwise)
+
+cdef enum:
+    XK_SUM = 0          # the result (float64) summed per chunk, as np.sum sums the chunk's values
+    XK_COUNT = 1        # the result (booleans) counted per chunk
+    XK_SELECT = 2       # the rows where the result (booleans) holds, of each output, per chunk
+
+EXPR_OPCODES = {"add": XK_ADD, "sub": XK_SUB, "mul": XK_MUL, "div": XK_DIV, "neg": XK_NEG,
+                "gt": XK_GT, "ge": XK_GE, "lt": XK_LT, "le": XK_LE, "eq": XK_EQ, "ne": XK_NE,
+                "and": XK_AND, "or": XK_OR, "xor": XK_XOR, "not": XK_NOT}
+EXPR_MODES = {"sum": XK_SUM, "count": XK_COUNT, "select": XK_SELECT}
+
+
+cdef void _pairwise_postfix(Py_ssize_t n, list out):
+    """The tree of `_pairwise` over n values in postfix (see ExprChunks._pairwise_plan)."""
+    cdef Py_ssize_t n2
+    if n <= XK_LEAF:
+        out.append(n)
+        return
+    n2 = n // 2
+    n2 -= n2 % 8
+    _pairwise_postfix(n2, out)
+    _pairwise_postfix(n - n2, out)
+    out.append(0)
+
+
+# The operations over a window, in C with restrict pointers so that every loop vectorizes (built for
+# AVX-512, AVX2 and the baseline like the min/max above).  Booleans are bytes 0 or 1.
+cdef extern from *:
+    """
+    #define XK_LOOP(EXPR) for (int64_t i = 0; i < m; i++) { EXPR; }
+    static BLZ_CLONES void xk_exec(const int32_t *prog, int64_t nins, char **rp, int64_t m) {
+        for (int64_t t = 0; t < nins; t++) {
+            const int32_t *ins = prog + 4 * t;
+            double *restrict d = (double *)rp[ins[1]];
+            const double *restrict a = (const double *)rp[ins[2]];
+            const double *restrict b = ins[3] >= 0 ? (const double *)rp[ins[3]] : a;
+            uint8_t *restrict bd = (uint8_t *)rp[ins[1]];
+            const uint8_t *restrict ba = (const uint8_t *)rp[ins[2]];
+            const uint8_t *restrict bb = (const uint8_t *)b;
+            switch (ins[0]) {
+            case 0: XK_LOOP(d[i] = a[i] + b[i]) break;
+            case 1: XK_LOOP(d[i] = a[i] - b[i]) break;
+            case 2: XK_LOOP(d[i] = a[i] * b[i]) break;
+            case 3: XK_LOOP(d[i] = a[i] / b[i]) break;
+            case 4: XK_LOOP(d[i] = -a[i]) break;
+            case 5: XK_LOOP(bd[i] = a[i] > b[i]) break;
+            case 6: XK_LOOP(bd[i] = a[i] >= b[i]) break;
+            case 7: XK_LOOP(bd[i] = a[i] < b[i]) break;
+            case 8: XK_LOOP(bd[i] = a[i] <= b[i]) break;
+            case 9: XK_LOOP(bd[i] = a[i] == b[i]) break;
+            case 10: XK_LOOP(bd[i] = a[i] != b[i]) break;
+            case 11: XK_LOOP(bd[i] = ba[i] & bb[i]) break;
+            case 12: XK_LOOP(bd[i] = ba[i] | bb[i]) break;
+            case 13: XK_LOOP(bd[i] = ba[i] ^ bb[i]) break;
+            case 14: XK_LOOP(bd[i] = ba[i] ^ 1) break;
+            }
+        }
+    }
+    static BLZ_CLONES int64_t xk_count(const uint8_t *restrict v, int64_t m) {
+        uint32_t c = 0;
+        for (int64_t i = 0; i < m; i++) c += v[i];
+        return c;
+    }
+    /* the positions of the true bytes of v[0:m] into idx; returns their number */
+    static int64_t xk_positions(const uint8_t *restrict v, int64_t m, int32_t *restrict idx) {
+        int64_t s = 0;
+        for (int64_t i = 0; i < m; i++) { idx[s] = (int32_t)i; s += v[i]; }
+        return s;
+    }
+    """
+    void xk_exec(const int32_t *prog, int64_t nins, char **rp, int64_t m) nogil
+    int64_t xk_count(const uint8_t *v, int64_t m) nogil
+    int64_t xk_positions(const uint8_t *v, int64_t m, int32_t *idx) nogil
+
+
+cdef class ExprChunks(_ChunkWork):
+    """ExprChunks(operands, program, consts, nregs, result, mode, chunklen, outputs=(), nparts=1, wheres=None)
+
+    Evaluate a register program over the full chunks of float64 operands, window by window, on every
+    thread that calls `run()` (then call `check()`).
+
+    `operands`: one list of chunk bytes per operand, all of `chunklen` float64 values; register i is
+    operand i's window.  `consts`: float64 values, registers ``len(operands) + j``.  `program`: int32
+    rows ``(opcode, dst, a, b)`` (`EXPR_OPCODES`; b is -1 for a unary op); `nregs` registers in all;
+    `result` the register that holds the expression.  `mode` (`EXPR_MODES`):
+
+    - "sum": `values` holds each chunk's sum of the (float64) result, bit for bit NumPy's sum of it;
+    - "count": `counts` holds each chunk's number of true (boolean) results;
+    - "select": for each of `outputs`, the rows of each chunk where the (boolean) result holds, and
+      `counts` their number; `fill(j, dest)` copies output j's rows of every chunk into `dest`.  An
+      output is ``("operand", i)`` (operand i's values), ``("positions", None)`` (int64 row numbers)
+      or ``("chunks", (list of chunk bytes, itemsize))``, another column with the same chunk length.
+    """
+
+    cdef Py_ssize_t nops, nconst, nregs_, nins, res, mode, clen, win, nouts, nchunks
+    cdef int32_t *prog
+    cdef double *consts
+    cdef int64_t *plan
+    cdef Py_ssize_t nplan
+    cdef object values_arr, counts_arr
+    cdef double *vals
+    cdef int64_t *cnts
+    # outputs: kind (0 operand, 1 positions, 2 chunks), operand index or column, itemsize
+    cdef int *okind
+    cdef Py_ssize_t *oarg
+    cdef Py_ssize_t *osize
+    cdef Py_ssize_t *ooff          # each output's decode buffer in the thread's scratch
+    cdef const uint8_t **osrc      # [column chunk pointers], nchunks per column output
+    cdef header_t *ohdr            # their headers
+    cdef char **obuf               # [chunk * nouts + j]: the selected rows
+    cdef Py_ssize_t *ocap
+    cdef Py_ssize_t regs_bytes, idx_off, carry_off, ptr_off, whole_off
+
+    def __cinit__(self, *args, **kwargs):
+        self.prog = NULL
+        self.consts = NULL
+        self.plan = NULL
+        self.okind = NULL
+        self.oarg = NULL
+        self.osize = NULL
+        self.ooff = NULL
+        self.osrc = NULL
+        self.ohdr = NULL
+        self.obuf = NULL
+        self.ocap = NULL
+        self.nouts = 0
+        self.nchunks = 0
+
+    def __init__(self, list operands not None, const int32_t[:, ::1] program not None,
+                 const double[::1] consts not None, Py_ssize_t nregs, Py_ssize_t result, mode,
+                 Py_ssize_t chunklen, outputs=(), Py_ssize_t nparts=1, wheres=None):
+        cdef Py_ssize_t nops = len(operands), n, k, i, j, t, off
+        cdef list flat = []
+        cdef header_t *h
+        if nops < 1:
+            raise ValueError("ExprChunks: at least one operand is needed")
+        n = len(operands[0])
+        for i in range(nops):
+            if len(operands[i]) != n:
+                raise ValueError("ExprChunks: every operand needs the same number of chunks")
+        if chunklen < 1:
+            raise ValueError(f"ExprChunks: chunklen must be positive, got {chunklen}")
+        if mode not in EXPR_MODES:
+            raise ValueError(f"ExprChunks: unknown mode {mode!r}")
+        self.mode = EXPR_MODES[mode]
+        self.nops = nops
+        self.nconst = consts.shape[0]
+        self.nregs_ = nregs
+        self.nins = program.shape[0]
+        self.res = result
+        self.clen = chunklen
+        self.nchunks = n
+        if program.shape[1] != 4 or nregs < nops + self.nconst or not 0 <= result < nregs:
+            raise ValueError("ExprChunks: a malformed program")
+        for t in range(self.nins):
+            if not 0 <= program[t, 0] < XK_NOPS or not nops + self.nconst <= program[t, 1] < nregs \
+                    or not 0 <= program[t, 2] < nregs or not -1 <= program[t, 3] < nregs:
+                raise ValueError(f"ExprChunks: instruction {t} is malformed")
+            if program[t, 3] < 0 and program[t, 0] not in (XK_NEG, XK_NOT):
+                raise ValueError(f"ExprChunks: instruction {t} lacks its second operand")
+        # the chunks in item order: chunk k of operand i is item k * nops + i
+        for k in range(n):
+            for i in range(nops):
+                flat.append(operands[i][k])
+        self._set_chunks(flat, nparts, wheres)
+        # one item per chunk (all its operands): the threads' shares over the n chunks
+        self.nitems = n
+        self.nparts = max(1, min(nparts, n))
+        for t in range(self.nparts):
+            self.nxt[t] = n * t // self.nparts
+            self.end[t] = n * (t + 1) // self.nparts
+        for k in range(n * nops):
+            h = &self.hdr[k]
+            if h.nbytes != chunklen * 8:
+                raise ValueError(f"ExprChunks: a chunk holds {h.nbytes} bytes, not {chunklen} float64")
+            if 8 % h.typesize:
+                raise ValueError(f"ExprChunks: typesize {h.typesize} does not divide float64 values")
+        # the window: the temporaries of 2048 values each stay in L1/L2
+        self.win = max(XK_LEAF, min(chunklen, XK_WINDOW))
+        self.prog = <int32_t *>malloc(max(1, self.nins * 4) * sizeof(int32_t))
+        self.consts = <double *>malloc(max(1, self.nconst) * sizeof(double))
+        if self.prog == NULL or self.consts == NULL:
+            raise MemoryError()
+        for t in range(self.nins):
+            for j in range(4):
+                self.prog[4 * t + j] = program[t, j]
+        for j in range(self.nconst):
+            self.consts[j] = consts[j]
+        if self.mode == XK_SUM:
+            self._pairwise_plan(chunklen)
+            self.values_arr = np_zeros(n, np_f8)
+            self.vals = <double *>cnp.PyArray_DATA(<cnp.ndarray>self.values_arr)
+        self.counts_arr = np_zeros(n, np_i8)
+        self.cnts = <int64_t *>cnp.PyArray_DATA(<cnp.ndarray>self.counts_arr)
+        self._set_outputs(list(outputs) if self.mode == XK_SELECT else [], n, chunklen)
+        # the thread's scratch: registers, the outputs' windows, the selected positions, the carry
+        # of a pairwise leaf across two windows, then the register pointers
+        self.regs_bytes = nregs * self.win * 8
+        off = self.regs_bytes
+        for j in range(self.nouts):
+            self.ooff[j] = off
+            if self.okind[j] == 2:
+                off += (self.win * self.osize[j] + 63) // 64 * 64
+        self.idx_off = off
+        off += self.win * sizeof(int32_t)
+        self.carry_off = off
+        off += 2 * XK_LEAF * 8
+        self.ptr_off = off
+        off += (nregs + nops) * sizeof(char *)
+        self.whole_off = (off + 63) // 64 * 64
+        self.scratch_bytes = self.whole_off + nops * chunklen * 8
+
+    cdef int _set_outputs(self, list outputs, Py_ssize_t n, Py_ssize_t chunklen) except -1:
+        cdef Py_ssize_t j, k, ncol = 0, c = 0, isz
+        cdef const uint8_t[::1] v
+        cdef header_t h
+        self.nouts = len(outputs)
+        m = max(1, self.nouts)
+        self.okind = <int *>malloc(m * sizeof(int))
+        self.oarg = <Py_ssize_t *>malloc(m * sizeof(Py_ssize_t))
+        self.osize = <Py_ssize_t *>malloc(m * sizeof(Py_ssize_t))
+        self.ooff = <Py_ssize_t *>malloc(m * sizeof(Py_ssize_t))
+        self.obuf = <char **>calloc(max(1, n * self.nouts), sizeof(char *))
+        self.ocap = <Py_ssize_t *>calloc(max(1, n * self.nouts), sizeof(Py_ssize_t))
+        if (self.okind == NULL or self.oarg == NULL or self.osize == NULL or self.ooff == NULL
+                or self.obuf == NULL or self.ocap == NULL):
+            raise MemoryError()
+        for kind, arg in outputs:
+            if kind == "chunks":
+                ncol += 1
+        self.osrc = <const uint8_t **>malloc(max(1, ncol * n) * sizeof(uint8_t *))
+        self.ohdr = <header_t *>malloc(max(1, ncol * n) * sizeof(header_t))
+        if self.osrc == NULL or self.ohdr == NULL:
+            raise MemoryError()
+        for j, (kind, arg) in enumerate(outputs):
+            if kind == "operand":
+                if not 0 <= arg < self.nops:
+                    raise ValueError(f"ExprChunks: output {j} names operand {arg} of {self.nops}")
+                self.okind[j], self.oarg[j], self.osize[j] = 0, arg, 8
+            elif kind == "positions":
+                self.okind[j], self.oarg[j], self.osize[j] = 1, 0, 8
+            elif kind == "chunks":
+                bufs, isz = arg
+                if len(bufs) != n or isz < 1:
+                    raise ValueError(f"ExprChunks: output {j} needs {n} chunks of items of a positive size")
+                self.okind[j], self.oarg[j], self.osize[j] = 2, c * n, isz
+                for k in range(n):
+                    b = bufs[k]
+                    v = _as_bytes_view(b)
+                    _parse_header(&v[0] if v.shape[0] else NULL, v.shape[0], &h, self._where(k), False)
+                    if h.nbytes != chunklen * isz:
+                        raise ValueError(f"ExprChunks: output {j}'s chunk {k} holds {h.nbytes} bytes, "
+                                         f"not {chunklen} items of {isz}")
+                    if isz % h.typesize or (not (h.flags & C_MEMCPYED) and h.blocksize % h.typesize):
+                        raise ValueError(f"ExprChunks: output {j}'s typesize does not divide its items")
+                    self.osrc[c * n + k] = &v[0]
+                    self.ohdr[c * n + k] = h
+                    self.keep.append(v)
+                c += 1
+            else:
+                raise ValueError(f"ExprChunks: unknown output kind {kind!r}")
+        return 0
+
+    cdef int _pairwise_plan(self, Py_ssize_t n) except -1:
+        """NumPy's pairwise tree over n values in postfix: a leaf's length (> 0) or 0 (add the two
+        partial sums on top of the stack)."""
+        cdef list out = []
+        _pairwise_postfix(n, out)
+        self.nplan = len(out)
+        self.plan = <int64_t *>malloc(max(1, self.nplan) * sizeof(int64_t))
+        if self.plan == NULL:
+            raise MemoryError()
+        for i, x in enumerate(out):
+            self.plan[i] = x
+        return 0
+
+    def __dealloc__(self):
+        cdef Py_ssize_t i
+        free(self.prog)
+        free(self.consts)
+        free(self.plan)
+        free(self.okind)
+        free(self.oarg)
+        free(self.osize)
+        free(self.ooff)
+        free(self.osrc)
+        free(self.ohdr)
+        if self.obuf != NULL:
+            for i in range(self.nchunks * self.nouts):
+                free(self.obuf[i])
+        free(self.obuf)
+        free(self.ocap)
+
+    @property
+    def values(self):
+        """Each chunk's sum (mode "sum"), valid after `check()`."""
+        return self.values_arr
+
+    @property
+    def counts(self):
+        """Each chunk's count of true results (modes "count" and "select"), valid after `check()`."""
+        return self.counts_arr
+
+    def fill(self, Py_ssize_t j, cnp.ndarray dest not None):
+        """Copy output j's selected rows of every chunk, in order, into the 1-d array `dest` (whose
+        items are that output's size; it may be strided, e.g. a field of a structured array)."""
+        cdef Py_ssize_t total = 0, k, i, isz, stride, m
+        cdef char *d
+        cdef const char *s
+        if self.mode != XK_SELECT or not 0 <= j < self.nouts:
+            raise ValueError(f"ExprChunks.fill: no output {j}")
+        isz = self.osize[j]
+        for k in range(self.nchunks):
+            total += self.cnts[k]
+        if cnp.PyArray_NDIM(dest) != 1 or cnp.PyArray_DIM(dest, 0) != total \
+                or cnp.PyArray_ITEMSIZE(dest) != isz or not cnp.PyArray_ISWRITEABLE(dest):
+            raise ValueError(f"ExprChunks.fill: dest must be a writeable 1-d array of {total} items of "
+                             f"{isz} bytes")
+        stride = cnp.PyArray_STRIDE(dest, 0)
+        d = <char *>cnp.PyArray_DATA(dest)
+        with nogil:
+            for k in range(self.nchunks):
+                m = self.cnts[k]
+                s = self.obuf[k * self.nouts + j]
+                if m == 0:
+                    continue
+                if stride == isz:
+                    memcpy(d, s, m * isz)
+                    d += m * isz
+                elif isz == 8:
+                    for i in range(m):
+                        (<int64_t *>d)[0] = (<const int64_t *>s)[i]
+                        d += stride
+                else:
+                    for i in range(m):
+                        memcpy(d, s + i * isz, isz)
+                        d += stride
+        return total
+
+    cdef int _decode(self, const uint8_t *src, header_t *h, Py_ssize_t isz, Py_ssize_t w0, Py_ssize_t m,
+                     char *dst, char **where) noexcept nogil:
+        """Values [w0, w0 + m) of a chunk of `isz`-byte items: `where` points at them (into the chunk
+        when it is stored raw, else at `dst`, where they are decoded)."""
+        cdef int ret
+        cdef Py_ssize_t ts = h.typesize
+        if h.flags & C_MEMCPYED:
+            where[0] = <char *>src + 16 + w0 * isz
+            return 0
+        ret = blosc_getitem(src, <int>(w0 * isz // ts), <int>(m * isz // ts), dst)
+        if ret != m * isz:
+            return ret if ret != 0 else -1
+        where[0] = dst
+        return 0
+
+    cdef int _do(self, Py_ssize_t k, char *scratch) noexcept nogil:
+        cdef Py_ssize_t i, j, w0, m, W = self.win, n = self.clen, nops = self.nops, sel, cnt = 0
+        cdef Py_ssize_t li = 0, lo = 0, pi = 0, sp = 0, fill = 0, need, isz, cap, t
+        cdef char **rp = <char **>(scratch + self.ptr_off)
+        cdef char **whole = rp + self.nregs_
+        cdef int32_t *idx = <int32_t *>(scratch + self.idx_off)
+        cdef double *carry = <double *>(scratch + self.carry_off)
+        cdef double stack[72]
+        cdef double *v
+        cdef double s
+        cdef const uint8_t *mask
+        cdef const uint8_t *col
+        cdef char *src
+        cdef char *dst
+        cdef char *nb
+        cdef int ret
+        cdef int64_t count = 0, row0 = k * n
+        for i in range(self.nregs_):
+            rp[i] = scratch + i * W * 8
+        for j in range(self.nconst):
+            v = <double *>rp[nops + j]
+            s = self.consts[j]
+            for i in range(W):
+                v[i] = s
+        w0 = 0
+        # every operand's chunk decoded whole into the thread's buffers (a whole decode writes each
+        # block straight to its place; blosc_getitem of a block copies it once more, ~1.4x the CPU)
+        for i in range(nops):
+            j = k * nops + i
+            if self.hdr[j].flags & C_MEMCPYED:
+                whole[i] = <char *>self.src[j] + 16
+            else:
+                whole[i] = scratch + self.whole_off + i * n * 8
+                ret = blosc_decompress_ctx(self.src[j], whole[i], n * 8, 1)
+                if ret != n * 8:
+                    return ret if ret != 0 else -1
+        while w0 < n:
+            m = min(W, n - w0)
+            for i in range(nops):
+                rp[i] = whole[i] + w0 * 8
+            xk_exec(self.prog, self.nins, rp, m)
+            if self.mode == XK_COUNT:
+                count += xk_count(<const uint8_t *>rp[self.res], m)
+            elif self.mode == XK_SELECT:
+                sel = xk_positions(<const uint8_t *>rp[self.res], m, idx)
+                if sel:
+                    for j in range(self.nouts):
+                        isz = self.osize[j]
+                        t = k * self.nouts + j
+                        need = cnt + sel
+                        if need > self.ocap[t]:
+                            cap = max(need, 2 * self.ocap[t], min(n, 4096))
+                            nb = <char *>realloc(self.obuf[t], cap * isz)
+                            if nb == NULL:
+                                return -2
+                            self.obuf[t] = nb
+                            self.ocap[t] = cap
+                        dst = self.obuf[t] + cnt * isz
+                        if self.okind[j] == 1:
+                            for i in range(sel):
+                                (<int64_t *>dst)[i] = row0 + w0 + idx[i]
+                            continue
+                        if self.okind[j] == 0:
+                            src = rp[self.oarg[j]]
+                        else:
+                            ret = self._decode(self.osrc[self.oarg[j] + k], &self.ohdr[self.oarg[j] + k], isz, w0, m,
+                                               scratch + self.ooff[j], &src)
+                            if ret != 0:
+                                return ret
+                        if isz == 8:
+                            for i in range(sel):
+                                (<int64_t *>dst)[i] = (<const int64_t *>src)[idx[i]]
+                        elif isz == 4:
+                            for i in range(sel):
+                                (<int32_t *>dst)[i] = (<const int32_t *>src)[idx[i]]
+                        else:
+                            for i in range(sel):
+                                memcpy(dst + i * isz, src + idx[i] * isz, isz)
+                    cnt += sel
+            else:
+                # NumPy's pairwise sum of the chunk, leaf by leaf as the windows come (a leaf across two
+                # windows is gathered in `carry`)
+                v = <double *>rp[self.res]
+                while pi < self.nplan:
+                    if self.plan[pi] == 0:
+                        sp -= 1
+                        stack[sp - 1] = stack[sp - 1] + stack[sp]
+                        pi += 1
+                        continue
+                    t = self.plan[pi]
+                    if lo + t > w0 + m:
+                        # the leaf ends in a later window: keep its values here so far
+                        i = max(lo, w0)
+                        memcpy(carry + fill, v + (i - w0), (w0 + m - i) * 8)
+                        fill += w0 + m - i
+                        break
+                    if lo >= w0:
+                        s = _pairwise(<const double *>(v + (lo - w0)), t)
+                    else:
+                        memcpy(carry + fill, v, (lo + t - w0) * 8)
+                        s = _pairwise(<const double *>carry, t)
+                        fill = 0
+                    stack[sp] = s
+                    sp += 1
+                    lo += t
+                    pi += 1
+            w0 += m
+        if self.mode == XK_SUM:
+            s = 0.0
+            s += stack[0]
+            self.vals[k] = s
+        elif self.mode == XK_COUNT:
+            self.cnts[k] = count
+        else:
+            self.cnts[k] = cnt
+        return 0

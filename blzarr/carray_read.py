@@ -196,6 +196,13 @@ class CarrayReads(CarrayBase):
             return out
         return self._read_range(start, stop, out)
 
+    def resident_chunks(self):
+        """The compressed bytes of the full chunks (a list) when all of them are in memory, else None:
+        what the kernels of `_chunk` decode themselves (`blzarr.exprkernel`)."""
+        if self._isobj or self._bytes is not None:
+            return None
+        return self._chunks.resident(range(len(self._chunks)))
+
     # The last decoded block is kept for the next scalar read; on-disk carrays also keep recent blocks
     # in the process-wide blockcache.disk_blocks.  Setting _blockcache to None (every change does)
     # renews the generation in the keys of both, so no stale block is ever found again.

@@ -12,6 +12,7 @@ import threading
 
 import numpy as np
 
+from blzarr import exprkernel
 from blzarr import fused
 from blzarr import integrations
 from blzarr import parallel
@@ -367,6 +368,9 @@ def select_into(expression, operands, vm, blen, outputs, dtype):
     bounds = fused.block_bounds(n, blen)
     classes = _classes(expression, operands, bounds)
     if classes is None:
+        fast = _select_kernel(expression, arrays, scalars, blen, outputs, dtype, kernel, decoder, n)
+        if fast is not None:
+            return fast
         scan = bounds
     else:
         scan = [bounds[k] for k in np.flatnonzero(classes == planner.SCAN)]
@@ -438,6 +442,23 @@ def select_into(expression, operands, vm, blen, outputs, dtype):
                 dst[...] = src[s:s + m]
     # one task per piece and output, taken by the threads as they become free
     parallel.run_each(place, [(p, k) for p in pieces for k in range(len(outputs))])
+    return out
+
+
+def _select_kernel(expression, arrays, scalars, blen, outputs, dtype, kernel, decoder, n):
+    """`select_into` by the C kernel (`blzarr.exprkernel`) over the full chunks, the rows after them
+    evaluated here; None where the kernel does not apply."""
+    fast = exprkernel.select(expression, arrays, scalars, blen, outputs)
+    if fast is None:
+        return None
+    work, done = fast
+    nfast = int(work.counts.sum())
+    tail = _compact(expression, kernel, outputs, arrays)(done, n, decoder.read(done, n)) if done < n else None
+    out = np.empty(nfast + (0 if tail is None else len(tail[0])), dtype)
+    for j, name in enumerate(dtype.names):
+        work.fill(j, out[name][:nfast])
+        if tail is not None:
+            out[name][nfast:] = tail[1][j]
     return out
 
 

@@ -10,6 +10,7 @@ and reduces it, so no evaluated array is ever held whole (`blzarr.fused`).
 import numpy as np
 
 from blzarr import chunked_eval as _ce
+from blzarr import exprkernel
 from blzarr import fused
 from blzarr import planner
 from blzarr.optional import need
@@ -69,15 +70,22 @@ class LazyExpr:
         """The `blzarr.planner.Plan` of this (boolean) expression: blocks skipped, taken whole, scanned."""
         return planner.plan(self.expression, dict(self._arrays, **self._scalars), self._blocks())
 
-    def _run(self, reduce_block, start=0, stop=None, known=None):
+    def _run(self, reduce_block, start=0, stop=None, known=None, kernel=None):
         """[reduce_block(value of the block)] over the blocks in order, the value evaluated into a
         per-thread buffer (valid only during the call).  `known(value, n)`: the result for a block
         of n rows the planner knows all equal to `value` (True or False), which is then not
-        visited at all."""
-        decoder = fused.Decoder(self._arrays, self._blen)
-        decoder.scratch("__value__", (self._blen,) + self.shape[1:], self.dtype)
+        visited at all.  `kernel(expression, arrays, scalars, blen)`: the results of the full chunks
+        from the C kernel and the rows they cover (`blzarr.exprkernel`), or None; the blocks after
+        those are evaluated here."""
         bounds = self._blocks(start, stop)
         classes = self._classes(bounds)
+        if kernel is not None and classes is None and start == 0 and stop is None:
+            fast = kernel(self.expression, self._arrays, self._scalars, self._blen)
+            if fast is not None:
+                parts, done = fast
+                return list(parts) + (self._run(reduce_block, done) if done < self._n else [])
+        decoder = fused.Decoder(self._arrays, self._blen)
+        decoder.scratch("__value__", (self._blen,) + self.shape[1:], self.dtype)
         if classes is not None and known is not None:
             results = [known(c == planner.WHOLE, e - s) if c != planner.SCAN else None
                        for c, (s, e) in zip(classes, bounds)]
@@ -111,7 +119,12 @@ class LazyExpr:
         """The sum of every element, as ``numpy.sum`` types it (block sums added in order)."""
         self._check_numeric("sum")
         kw = {} if dtype is None else {"dtype": np.dtype(dtype)}
-        parts = self._run(lambda v: np.sum(v, **kw))
+        kernel = None
+        if dtype is None and self.dtype == np.float64:
+            kernel = exprkernel.chunk_sums
+        elif dtype is None and self.dtype == bool:
+            kernel = exprkernel.chunk_counts       # NumPy's sum of booleans: their count, an int64
+        parts = self._run(lambda v: np.sum(v, **kw), kernel=kernel)
         if not parts:
             return np.sum(np.zeros((0,) + self.shape[1:], self.dtype), **kw)
         res = parts[0]
@@ -152,7 +165,8 @@ class LazyExpr:
 
     def count_nonzero(self):
         """How many elements are nonzero (true, for a condition): an int."""
-        return int(sum(self._run(np.count_nonzero, known=lambda v, n: n if v else 0)))
+        return int(sum(self._run(np.count_nonzero, known=lambda v, n: n if v else 0,
+                                 kernel=exprkernel.chunk_counts if self.dtype == bool else None)))
 
     def any(self):
         return any(self._run(lambda v: bool(np.any(v)), known=lambda v, n: v))

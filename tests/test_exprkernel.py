@@ -1,0 +1,237 @@
+"""The fused C kernel of float64 expressions (blzarr.exprkernel, _chunk.ExprChunks): lazy sums and counts
+and fetchwhere over in-memory float64 carrays must give NumPy's values, bit for bit the general path's,
+whatever the chunk edges, NaN, infinities, signed zeros, raw (uncompressed) chunks and thread count."""
+
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from helpers import assert_same
+
+import blzarr
+from blzarr import _chunk, exprkernel, planner
+
+ctable_query_module = sys.modules["blzarr.ctable_query"]
+
+SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 2.5])
+
+
+def make_floats(n, seed, special):
+    rng = np.random.default_rng(seed)
+    x = np.round(rng.uniform(-4, 4, n), 2)
+    if special:
+        pick = rng.random(n) < 0.1
+        x[pick] = rng.choice(SPECIAL, int(pick.sum()))
+    return x
+
+
+SCALARS = st.one_of(st.integers(-5, 5), st.sampled_from([0.5, -1.25, 2.0, 0.0, 1e300]))
+
+
+@st.composite
+def arithmetic(draw, depth=2):
+    if depth == 0 or draw(st.integers(0, 2)) == 0:
+        return draw(st.sampled_from(["a", "b", "c", "a", "q"]))
+    kind = draw(st.integers(0, 3))
+    if kind == 0:
+        return f"(-{draw(arithmetic(depth - 1))})"
+    x, y = draw(arithmetic(depth - 1)), draw(arithmetic(depth - 1))
+    if x == y == "q":
+        y = "a"
+    return f"({x} {draw(st.sampled_from(['+', '-', '*', '/']))} {y})"
+
+
+@st.composite
+def predicate(draw, depth=2):
+    if depth == 0 or draw(st.integers(0, 2)) == 0:
+        x, y = draw(arithmetic(1)), draw(st.sampled_from(["a", "b", "q", "-1", "0.5"]))
+        if x == "q" and y in ("q", "-1", "0.5"):
+            x = "c"
+        return f"({x} {draw(st.sampled_from(['<', '<=', '>', '>=', '==', '!=']))} {y})"
+    kind = draw(st.integers(0, 3))
+    if kind == 0:
+        return f"(~{draw(predicate(depth - 1))})"
+    return f"({draw(predicate(depth - 1))} {draw(st.sampled_from(['&', '|', '^']))} {draw(predicate(depth - 1))})"
+
+
+def numpy_value(expression, env):
+    with np.errstate(all="ignore"):
+        return np.asarray(eval(expression, {"__builtins__": {}}, dict(env)))
+
+
+def blockwise_sum(value, blen):
+    res = None
+    with np.errstate(all="ignore"):
+        for s in range(0, len(value), blen):
+            p = np.sum(value[s:s + blen])
+            res = p if res is None else res + p
+    return res
+
+
+def same_number(got, expected):
+    """Equal with the dtype, or both NaN (which NaN a sum of two different NaNs keeps is the CPU's)."""
+    got, expected = np.asarray(got), np.asarray(expected)
+    assert got.dtype == expected.dtype
+    if expected.dtype.kind == "f" and np.isnan(expected):
+        assert np.isnan(got)
+    else:
+        assert got.tobytes() == expected.tobytes(), (got, expected)
+
+
+@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
+def nthreads(request):
+    old = blzarr.set_nthreads(request.param)
+    yield request.param
+    blzarr.set_nthreads(old)
+
+
+@pytest.fixture
+def kernel_calls(monkeypatch):
+    """How many times the C kernel ran (to check that the tests reach it); the planner off (statistics
+    would take its place wherever they know the answer)."""
+    monkeypatch.setattr(planner, "ENABLED", False)
+    calls = []
+    work = exprkernel._work
+
+    def counted(*args, **kwargs):
+        calls.append(args[1])
+        return work(*args, **kwargs)
+    monkeypatch.setattr(exprkernel, "_work", counted)
+    return calls
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2 ** 32 - 1), chunklen=st.sampled_from([1, 7, 64, 129, 300]),
+       extra=st.sampled_from([-1, 0, 1, 5]), nchunks=st.sampled_from([1, 2, 5]), special=st.booleans(),
+       raw=st.booleans(), q=SCALARS, sum_expr=arithmetic(), count_expr=predicate(),
+       vm=st.sampled_from(["numexpr", "python"]))
+def test_lazy_sum_and_count_equal_numpy(nthreads, kernel_calls, seed, chunklen, extra, nchunks, special,
+                                        raw, q, sum_expr, count_expr, vm):
+    kernel_calls.clear()
+    if not any(k in sum_expr for k in "abc"):
+        sum_expr = f"({sum_expr} * a)"          # a lazy expression names an array
+    n = max(1, chunklen * nchunks + extra)
+    env = {k: make_floats(n, seed + i, special) for i, k in enumerate("abc")}
+    cp = blzarr.cparams(clevel=0 if raw else 5)
+    ops = {k: blzarr.carray(v, chunklen=chunklen, cparams=cp) for k, v in env.items()}
+    ops["q"] = env["q"] = q
+    value = numpy_value(sum_expr, env)
+    e = blzarr.lazyexpr(sum_expr, user_dict=ops, vm=vm, blen=chunklen)
+    total = blockwise_sum(value, chunklen)
+    same_number(e.sum(), total)
+    with np.errstate(all="ignore"):
+        same_number(e.mean(), np.true_divide(total, n, dtype=total.dtype))
+    mask = numpy_value(count_expr, env)
+    c = blzarr.lazyexpr(count_expr, user_dict=ops, vm=vm, blen=chunklen)
+    assert c.count_nonzero() == np.count_nonzero(mask)
+    same_number(c.sum(), np.sum(mask))
+    arrays = {k: ops[k] for k in "abc"}
+    if n >= chunklen and exprkernel.prepare(sum_expr, arrays, {"q": q}, chunklen) is not None:
+        assert kernel_calls.count("sum") == 2
+    if n >= chunklen and exprkernel.prepare(count_expr, arrays, {"q": q}, chunklen) is not None:
+        assert kernel_calls.count("count") == 2
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2 ** 32 - 1), chunklen=st.sampled_from([1, 7, 64, 300]),
+       extra=st.sampled_from([-1, 0, 3]), nchunks=st.sampled_from([1, 3]), special=st.booleans(),
+       raw=st.booleans(), q=SCALARS, expression=predicate(),
+       outcols=st.sampled_from([None, ["b", "nrow__"], ["i", "s", "a"], ["f", "g"]]))
+def test_fetchwhere_equals_numpy(nthreads, kernel_calls, monkeypatch, seed, chunklen, extra, nchunks, special,
+                                 raw, q, expression, outcols):
+    monkeypatch.setattr(ctable_query_module, "MIN_QUERY_BLEN", 1)
+    kernel_calls.clear()
+    n = max(1, chunklen * nchunks + extra)
+    rng = np.random.default_rng(seed)
+    env = {k: make_floats(n, seed + i, special) for i, k in enumerate("abc")}
+    cols = dict(env, i=rng.integers(-99, 99, n), s=rng.integers(0, 9, (n, 3)).astype("u1").view("S3")[:, 0],
+                f=rng.uniform(0, 1, n).astype("f4"), g=rng.random(n) < 0.5)
+    cp = blzarr.cparams(clevel=0 if raw else 5)
+    t = blzarr.ctable([blzarr.carray(v, chunklen=chunklen, cparams=cp) for v in cols.values()],
+                      names=list(cols))
+    env["q"] = q
+    mask = numpy_value(expression, env)
+    pos = np.flatnonzero(mask)
+    names = list(cols) if outcols is None else outcols
+    expected = np.empty(len(pos), dtype=[(k, "i8" if k == "nrow__" else cols[k].dtype) for k in names])
+    for k in names:
+        expected[k] = pos if k == "nrow__" else cols[k][pos]
+    got = t.fetchwhere(expression, user_dict={"q": q}, outcols=outcols, out_flavor="numpy")
+    assert_same(got, expected)
+    if n >= chunklen and exprkernel.prepare(expression, {k: t.cols[k] for k in "abc"}, {"q": q},
+                                            chunklen) is not None:
+        assert kernel_calls.count("select") == 1
+
+
+def test_kernel_on_and_off_agree_on_large_data(nthreads):
+    """Bit for bit the general path's results, over chunks of the default size (many windows, a
+    pairwise tree of many leaves, a short last chunk)."""
+    rng = np.random.default_rng(5)
+    n = 3 * 65536 + 1234
+    x, y = rng.standard_normal(n), rng.standard_normal(n)
+    x[rng.random(n) < 0.001] = np.nan
+    a, b = blzarr.carray(x, chunklen=65536), blzarr.carray(y, chunklen=65536)
+    t = blzarr.ctable([a, b], names=["a", "b"])
+    results = []
+    for on in (True, False):
+        exprkernel.ENABLED = on
+        try:
+            results.append((blzarr.lazyexpr("a * b - 1.5").sum(), blzarr.lazyexpr("(a > 0.1) & (b < 0)").count_nonzero(),
+                            blzarr.lazyexpr("a * (b + 2)", user_dict={"a": a, "b": b}).sum(),
+                            t.fetchwhere("(a > 0.1) & (b < 0)", out_flavor="numpy")))
+        finally:
+            exprkernel.ENABLED = True
+    (s1, c1, n1, f1), (s2, c2, n2, f2) = results
+    same_number(s1, s2)
+    assert np.isnan(s1)
+    same_number(n1, n2)
+    assert c1 == c2 == np.count_nonzero((x > 0.1) & (y < 0))
+    assert_same(f1, f2)
+
+
+def test_what_the_kernel_compiles():
+    a = blzarr.carray(np.arange(10.0), chunklen=5)
+    arrays = {"a": a, "b": a}
+    for expr in ("a", "a * b", "-a / (b - 1)", "+a - -2", "(a > 1) & ~(b <= q) | (a == -q) ^ (a != 2.5)",
+                 "q < a", "(-q) * a", "a >= b"):
+        assert exprkernel.prepare(expr, arrays, {"q": 3}, 5) is not None, expr
+
+
+def test_what_the_kernel_leaves_to_the_general_path():
+    a = blzarr.carray(np.arange(10.0), chunklen=5)
+    i = blzarr.carray(np.arange(10), chunklen=5)
+    arrays = {"a": a, "i": i, "x": np.arange(10.0)}
+    for expr in ("i * 2", "a * x", "sqrt(a)", "a ** 2", "a < 3 < 5", "1 + 2", "(a > 1) + 1", "a & a",
+                 "~a", "-(a > 1)", "a * True"):
+        assert exprkernel.prepare(expr, arrays, {"True": True}, 5) is None, expr
+    assert exprkernel.prepare("a * 2", arrays, {}, 4) is None          # a block length not the chunk's
+    assert exprkernel.prepare("a * 2", arrays, {}, 5) is not None
+    assert exprkernel.prepare("a * q", arrays, {"q": 2 ** 60}, 5) is None   # not exact as a float64
+    assert exprkernel.prepare("a * q", arrays, {"q": np.float32(0.5)}, 5) is not None
+
+
+def test_malformed_programs_are_refused():
+    a = blzarr.carray(np.arange(10.0), chunklen=5)
+    chunks = [a.resident_chunks()]
+    ok = np.array([[_chunk.EXPR_OPCODES["mul"], 1, 0, 0]], np.int32)
+    consts = np.zeros(0)
+    w = _chunk.ExprChunks(chunks, ok, consts, 2, 1, "sum", 5)
+    w.run()
+    w.check()
+    assert w.values.tolist() == [30.0, 255.0]
+    for prog, nregs, result, mode in ((np.array([[99, 1, 0, 0]], np.int32), 2, 1, "sum"),
+                                      (np.array([[0, 0, 0, 0]], np.int32), 2, 1, "sum"),   # writes an operand
+                                      (np.array([[0, 1, 0, 5]], np.int32), 2, 1, "sum"),
+                                      (np.array([[0, 1, 0, -1]], np.int32), 2, 1, "sum"),  # a binary op, one operand
+                                      (ok, 2, 2, "sum"), (ok, 2, 1, "mean"), (ok, 1, 0, "sum")):
+        with pytest.raises(ValueError):
+            _chunk.ExprChunks(chunks, prog, consts, nregs, result, mode, 5)
+    with pytest.raises(ValueError):
+        _chunk.ExprChunks(chunks, ok, consts, 2, 1, "sum", 4)             # chunks of another length
+    with pytest.raises(ValueError):
+        _chunk.ExprChunks(chunks, ok, consts, 2, 1, "select", 5, [("operand", 3)])
+    with pytest.raises(ValueError):
+        _chunk.ExprChunks(chunks, ok, consts, 2, 1, "select", 5, [("chunks", (chunks[0][:1], 8))])
+    with pytest.raises(blzarr.ChunkError):
+        _chunk.ExprChunks([[chunks[0][0][:-1], chunks[0][1]]], ok, consts, 2, 1, "sum", 5)
