@@ -16,6 +16,7 @@ stats     creating an on-disk carray of --n-expr float64 (walk and smooth), and 
           of 10,000, with and without statistics (target: without / with >= 0.95, i.e. <= 5% cost).
 expr      expressions without statistics' help (planner off), over two --n-expr float64 carrays in
           memory: ``sum(a * b)``, the count of ``(a > x) & (b < y)`` and fetching those rows.  Peers:
+          blzarr's general path (the C kernel of blzarr.exprkernel off: numexpr block by block),
           numexpr on the uncompressed arrays (target: blzarr within 1.5x), python-blosc2 lazy
           expressions on NDArrays (target: blzarr 2x faster).
 memory    (--big) peak RSS of queries over a 2 GiB on-disk table, each in a fresh process (< 200 MB).
@@ -39,7 +40,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 import blzarr  # noqa: E402
-from blzarr import planner, stats  # noqa: E402
+from blzarr import exprkernel, planner, stats  # noqa: E402
 from bench import CLEVEL, CNAME, NTHREADS  # noqa: E402
 
 RANGE_EXPR = "(ts >= lo) & (ts < hi)"
@@ -278,6 +279,11 @@ def run_expr(args, rep):
                                  "(the 1.5x target is out of reach where this exceeds 1.5)")
             for label, (mine, theirs, b2expr, b2op) in cases.items():
                 times = {"blzarr": timeit(mine, args.repeats)}
+                exprkernel.ENABLED = False          # blzarr's general path (numexpr per block), before the kernel
+                try:
+                    times["general path"] = timeit(mine, args.repeats)
+                finally:
+                    exprkernel.ENABLED = True
                 if ne is not None:
                     times["numexpr (uncompressed)"] = timeit(theirs, args.repeats)
                 if b2 is not None and b2expr is not None:

@@ -168,11 +168,24 @@ class LazyExpr:
         return int(sum(self._run(np.count_nonzero, known=lambda v, n: n if v else 0,
                                  kernel=exprkernel.chunk_counts if self.dtype == bool else None)))
 
+    def _counts_as(self, f):
+        """A `kernel` for `_run` (booleans only): f(count of true rows, rows) of each full chunk, from
+        the C kernel's counts."""
+        if self.dtype != bool:
+            return None
+
+        def kernel(expression, arrays, scalars, blen):
+            r = exprkernel.chunk_counts(expression, arrays, scalars, blen)
+            return None if r is None else ([f(int(c), blen) for c in r[0]], r[1])
+        return kernel
+
     def any(self):
-        return any(self._run(lambda v: bool(np.any(v)), known=lambda v, n: v))
+        return any(self._run(lambda v: bool(np.any(v)), known=lambda v, n: v,
+                             kernel=self._counts_as(lambda c, n: c > 0)))
 
     def all(self):
-        return all(self._run(lambda v: bool(np.all(v)), known=lambda v, n: v))
+        return all(self._run(lambda v: bool(np.all(v)), known=lambda v, n: v,
+                             kernel=self._counts_as(lambda c, n: c == n)))
 
     # ------------------------------------------------------------ values
     def __getitem__(self, key):

@@ -126,11 +126,12 @@ def test_lazy_sum_and_count_equal_numpy(nthreads, kernel_calls, seed, chunklen, 
     c = blzarr.lazyexpr(count_expr, user_dict=ops, vm=vm, blen=chunklen)
     assert c.count_nonzero() == np.count_nonzero(mask)
     same_number(c.sum(), np.sum(mask))
+    assert c.any() == bool(np.any(mask)) and c.all() == bool(np.all(mask))
     arrays = {k: ops[k] for k in "abc"}
     if n >= chunklen and exprkernel.prepare(sum_expr, arrays, {"q": q}, chunklen) is not None:
         assert kernel_calls.count("sum") == 2
     if n >= chunklen and exprkernel.prepare(count_expr, arrays, {"q": q}, chunklen) is not None:
-        assert kernel_calls.count("count") == 2
+        assert kernel_calls.count("count") == 4
 
 
 @settings(max_examples=30, deadline=None)
