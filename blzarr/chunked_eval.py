@@ -263,11 +263,9 @@ def evaluate_into(expression, operands, vm, blen, n):
     return out
 
 
-def _compact(expression, kernel, outputs, arrays, defer=False):
+def _compact(expression, kernel, outputs, arrays):
     """fn(s, e, local): the mask of `expression` over the decoded block `local` of rows [s, e) and
-    (positions in the block, [each of `outputs` at those rows]), or None when no row matches.
-    With `defer`, when the rows are one run (a range of a sorted column) the ``"read"`` outputs are
-    left None: the caller reads rows ``s + positions[0]`` to ``s + positions[-1] + 1`` itself."""
+    (positions in the block, [each of `outputs` at those rows]), or None when no row matches."""
     def block(s, e, local):
         mask = np.asarray(kernel(local))
         if mask.dtype != bool:
@@ -289,7 +287,7 @@ def _compact(expression, kernel, outputs, arrays, defer=False):
             elif kind == "operand":
                 out.append(local[x][a:b].copy() if run else local[x][idx])
             elif run:
-                out.append(None if defer else x[s + a:s + b])
+                out.append(x[s + a:s + b])
             elif dense:
                 out.append(x[s + a:s + b][idx - a])
             else:
@@ -350,14 +348,61 @@ def select_blocks(expression, operands, vm, blen, outputs):
             yield r
 
 
+def _compact_runs(expression, kernel, outputs):
+    """fn(s, e, local) for `select_into`: the mask of `expression` over the decoded block `local` of rows
+    [s, e), as (first, count, parts), or None when no row matches.  When the matching rows are one run
+    (the end of a range on a sorted column: found from the count, the first true row and one check of
+    the run, with no array of positions), the ``"read"`` parts are None: the caller reads rows
+    ``s + first`` to ``s + first + count`` itself; otherwise every part holds the matching rows."""
+    def block(s, e, local):
+        mask = np.asarray(kernel(local))
+        if mask.dtype != bool:
+            raise ValueError(f"the expression {expression!r} does not give booleans (it gives {mask.dtype})")
+        if mask.ndim != 1:
+            raise ValueError(f"the expression {expression!r} gives shape {mask.shape}, not one boolean per row")
+        if len(mask) != e - s:
+            raise ValueError(f"the expression {expression!r} gives {len(mask)} values for {e - s} rows")
+        m = int(np.count_nonzero(mask))
+        if m == 0:
+            return None
+        a = int(mask.argmax())
+        if m == 1 or m == len(mask) or bool(mask[a:a + m].all()):
+            out = []
+            for kind, x in outputs:
+                if kind == "positions":
+                    out.append(np.arange(s + a, s + a + m, dtype=np.int_))
+                elif kind == "operand":
+                    out.append(local[x][a:a + m].copy())
+                else:
+                    out.append(None)
+            return a, m, out
+        idx = np.flatnonzero(mask)
+        b = int(idx[-1]) + 1
+        dense = m * 4 >= b - a
+        out = []
+        for kind, x in outputs:
+            if kind == "positions":
+                out.append((idx + s).astype(np.int_))
+            elif kind == "operand":
+                out.append(local[x][idx])
+            elif dense:
+                out.append(x[s + a:s + b][idx - a])
+            else:
+                out.append(x[idx + s])
+        return a, m, out
+    return block
+
+
 def select_into(expression, operands, vm, blen, outputs, dtype):
     """All the rows where the boolean `expression` holds, as one structured array of `dtype`, whose
     fields are `outputs` (as in `select_blocks`) in order.
 
-    Two passes over the blocks, both on every thread: the blocks to scan are evaluated and their
-    matching rows compacted (as `select_blocks` does); then, the result's length known, every
-    piece is copied to its place, and the blocks the planner takes whole are decoded column by
-    column into a buffer of the thread and copied straight into the result (no array per block)."""
+    Two passes: the blocks to scan are evaluated and their matching rows compacted (on every thread
+    when there are several, numexpr then on one thread in each); then, the result's length known,
+    every piece is copied to its place, the threads taking (piece, column) tasks as they become free,
+    costliest first: the blocks the planner takes whole are decoded column by column into a buffer of
+    the thread and copied straight into the result (no array per block), and the run of rows a
+    scanned block matches (the ends of a range) is read as a range of the other columns."""
     dtype = np.dtype(dtype)
     code, arrays, scalars = _split_operands(expression, operands)
     n = common_length(arrays)
@@ -374,35 +419,33 @@ def select_into(expression, operands, vm, blen, outputs, dtype):
         scan = bounds
     else:
         scan = [bounds[k] for k in np.flatnonzero(classes == planner.SCAN)]
-    compact = _compact(expression, kernel, outputs, arrays, defer=True)
+    compact = _compact_runs(expression, kernel, outputs)
     found = {}
 
     def scan_one(b):
         found[b[0]] = compact(b[0], b[1], decoder.read(b[0], b[1]))
     if len(scan) < fused.MIN_TASKS:
-        # a few blocks (the ends of a range): in this thread, numexpr with its own threads (switching
-        # them off and on costs more than these blocks take)
+        # a few blocks (the ends of a range): in this thread, numexpr with its own threads (handing
+        # them to the pool measured 0.4 ms more CPU per query and worse wall times on a loaded machine)
         for b in scan:
             scan_one(b)
     else:
         with fused.numexpr_serial(ne):
             parallel.run_each(scan_one, scan)
-    # the pieces of the result in order: (first row, rows, [compacted output or None: read rows
-    # [first, first + rows) of that output])
+    # the pieces of the result in order: (first row, rows, offset in the result, [each output's
+    # compacted rows, or None: read rows [first, first + rows) of that output])
     pieces, total = [], 0
-    kept = range(len(bounds)) if classes is None else np.flatnonzero(classes != planner.SKIP)
+    kept = range(len(bounds)) if classes is None else np.flatnonzero(classes != planner.SKIP).tolist()
     for k in kept:
         s, e = bounds[k]
         if classes is None or classes[k] == planner.SCAN:
             r = found[s]
             if r is None:
                 continue
-            idx, parts = r
-            if parts and any(p is None for p in parts):
-                s = s + int(idx[0])
-            pieces.append((s, len(idx), total, parts))
-            total += len(idx)
-        elif classes[k] == planner.WHOLE:
+            a, m, parts = r
+            pieces.append((s + a, m, total, parts))
+            total += m
+        else:
             pieces.append((s, e - s, total, [None] * len(outputs)))
             total += e - s
     del found
@@ -440,8 +483,10 @@ def select_into(expression, operands, vm, blen, outputs, dtype):
                     dst[...] = src.read_into(s, s + m, buffer(src)[:m])
             else:
                 dst[...] = src[s:s + m]
-    # one task per piece and output, taken by the threads as they become free
-    parallel.run_each(place, [(p, k) for p in pieces for k in range(len(outputs))])
+    # one task per piece and output, the reads (the costliest, largest first) before the copies
+    tasks = [(p, k) for p in pieces for k in range(len(outputs))]
+    tasks.sort(key=lambda t: 0 if t[0][3][t[1]] is not None else -t[0][1])
+    parallel.run_each(place, tasks)
     return out
 
 
