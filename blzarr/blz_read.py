@@ -446,3 +446,24 @@ class BlzReads:
                 raw = bytes(sc.pread(fd, min(8, self.cksize), off + ct, self._where(n)))
                 ck = int.from_bytes(raw.ljust(8, b"\0"), "little", signed=True)
             return (off, ct, ck)
+
+    def chunk_fingerprints(self, ids):
+        """`chunk_fingerprint` of each chunk of `ids`, for a writer storing its statistics: a chunk this
+        store wrote lately is given the fingerprint it kept while writing when its offsets entry still
+        names those bytes (each file's state looked up once for the batch, not once per chunk); any
+        other is read as `chunk_fingerprint` reads it."""
+        out = []
+        with self._lock:
+            files = {}
+            for n in ids:
+                fp = self._fps.get(n)
+                if fp is not None and 0 <= n < self._nphys:
+                    fno, slot = divmod(n, self.K)
+                    f = files.get(fno + 1)
+                    if f is None:
+                        f = files[fno + 1] = self._file(fno + 1)
+                    if slot < f.nchunks and int(f.offsets[slot]) == fp[0]:
+                        out.append(fp)
+                        continue
+                out.append(self.chunk_fingerprint(n))
+        return out

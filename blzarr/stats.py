@@ -189,11 +189,12 @@ class ChunkStats:
         return dropped
 
     def take_fingerprints(self, store):
-        """Read the fingerprints of the chunks written since the file was last stored."""
-        for i in sorted(self.fresh):
-            if i < self.n:
-                fp = store.fingerprint(i)
-                self.fps[i] = (0, 0, 0) if fp is None else fp    # None: a reader will not trust it
+        """Take the fingerprints of the chunks written since the file was last stored (the store gives
+        them all at once: a writer's store kept those of the chunks it wrote)."""
+        ids = sorted(i for i in self.fresh if i < self.n)
+        if ids:
+            # None: (0, 0, 0), which a reader will not trust
+            self.fps[ids] = [(0, 0, 0) if fp is None else fp for fp in store.fingerprints(ids)]
         self.fresh = set()
 
     def view(self, nchunks):

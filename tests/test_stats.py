@@ -310,6 +310,34 @@ def test_compaction_keeps_statistics(tmp_path):
     assert blzarr.lazyexpr("b < 0", user_dict={"b": b}).count_nonzero() == np.count_nonzero(x < 0)
 
 
+def test_fingerprints_taken_together_equal_one_by_one(tmp_path):
+    """A writer stores its statistics with the fingerprints its store kept while writing (taken for all
+    the new chunks at once): the same as reading each chunk's fingerprint, after appends, rewrites
+    waiting for their switch, a flush, a compaction, a reopen and in the bcolz layout."""
+    def check(a):
+        ids = list(range(len(a.chunks)))
+        assert a.chunks.fingerprints(ids) == [a.chunks.fingerprint(i) for i in ids]
+        assert a.chunks.fingerprints(ids[::-3]) == [a.chunks.fingerprint(i) for i in ids[::-3]]
+    x = np.arange(5_000, dtype="f8")
+    a = blzarr.carray(x, rootdir=str(tmp_path / "a"), chunklen=100, format="blz", superchunklen=10)
+    check(a)
+    for i in range(0, 5_000, 700):
+        a[i:i + 50] = -x[i:i + 50]
+    check(a)                    # rewrites not yet switched
+    a.flush()
+    check(a)
+    a.compact()
+    check(a)
+    a.append(x)
+    check(a)
+    a.close()
+    b = blzarr.open(str(tmp_path / "a"), mode="r")
+    check(b)
+    assert b.stats_state() == {"chunks": 100, "known": 100, "unchecked": 0}
+    c = blzarr.carray(x, rootdir=str(tmp_path / "c"), chunklen=100, format="bcolz")
+    check(c)
+
+
 # ------------------------------------------------------------------------------------------ queries
 def make_table(ra, layout, state):
     kw = dict(layout, mode="w") if layout.on_disk else {}
