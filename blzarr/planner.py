@@ -74,13 +74,11 @@ def block_ranges(stats, bounds):
     if novalue.any():
         mins = np.where(novalue, fmin, mins).astype(mins.dtype)
         maxs = np.where(novalue, fmax, maxs).astype(maxs.dtype)
-    b = np.fromiter(itertools.chain.from_iterable(bounds), np.int64, 2 * len(bounds)).reshape(-1, 2)
-    first = b[:, 0] // cl
-    last = (b[:, 1] - 1) // cl
-    if np.array_equal(first, last):
+    first, last, same = _chunk_spans(bounds, cl)
+    if same:
         lo, hi, fl_and, fl_or = mins[first], maxs[first], flags[first], flags[first]
     else:
-        idx = np.empty(2 * len(b), np.intp)
+        idx = np.empty(2 * len(first), np.intp)
         idx[0::2] = first
         idx[1::2] = last + 1
 
@@ -93,6 +91,32 @@ def block_ranges(stats, bounds):
     return _Range(lo, hi, (fl_or & HAS_NAN) != 0, (fl_and & NO_VALUE) != 0, (fl_and & KNOWN) != 0)
 
 
+_SPANS = {}
+
+
+def _chunk_spans(bounds, cl):
+    """(first, last, same): the first and last chunk of `cl` rows each block of `bounds` covers, and
+    whether every block lies in one chunk.  Queries plan over the same blocks again and again (the
+    lists of `fused.block_bounds` hold the same tuples every time): the answer is kept for the last
+    few block layouts, and a list is compared with the one kept item by item (identical tuples
+    compare at once), so any other list of the same length and ends is computed afresh."""
+    key = None
+    if isinstance(bounds, (list, tuple)) and bounds:
+        key = (len(bounds), tuple(bounds[0]), tuple(bounds[-1]), cl)
+        kept = _SPANS.get(key)
+        if kept is not None and kept[0] == list(bounds):
+            return kept[1:]
+    b = np.fromiter(itertools.chain.from_iterable(bounds), np.int64, 2 * len(bounds)).reshape(-1, 2)
+    first = b[:, 0] // cl
+    last = (b[:, 1] - 1) // cl
+    found = (first, last, bool(np.array_equal(first, last)))
+    if key is not None:
+        if len(_SPANS) >= 16:
+            _SPANS.clear()
+        _SPANS[key] = ([tuple(b) for b in bounds],) + found
+    return found
+
+
 def _const_range(value, nb):
     isnan = False
     try:
@@ -100,9 +124,10 @@ def _const_range(value, nb):
             else bool(np.isnat(value))
     except (TypeError, ValueError):
         pass
-    no = np.zeros(nb, bool)
-    # a NaN constant compares false with everything (true for !=): as a block of NaN only
-    return _Range(value, value, no | isnan, no | isnan, ~no)
+    # a NaN constant compares false with everything (true for !=): as a block of NaN only.  Its
+    # flags are scalars (they broadcast against an operand's per-block arrays)
+    isnan = np.bool_(isnan)
+    return _Range(value, value, isnan, isnan, np.True_)
 
 
 def _classes(true, false, known):
