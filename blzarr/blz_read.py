@@ -162,6 +162,9 @@ class BlzReads:
                 else:
                     fno = f.fno
                     self._inuse[fno] = self._inuse.get(fno, 0) + 1
+                    # verified before at this offset in this state of the file: read again without its
+                    # checksum (as the lazy reads of `read_range` do), its offsets entry still re-checked
+                    cid = 0 if n in f.verified else self.checksum_id
         if data is not None:
             if expected_nbytes >= 0 and int.from_bytes(data[4:8], "little") != expected_nbytes:
                 raise ChunkError(f"bad Blosc chunk ({where}): it holds {int.from_bytes(data[4:8], 'little')} "
@@ -174,7 +177,7 @@ class BlzReads:
             local = self._local
             try:
                 local.cbuf, ct = sc.fetch_decode(fd, off, -1 if ct is None else ct, f.fstate[1],
-                                                 self.checksum_id, getattr(local, "cbuf", None), out,
+                                                 cid, getattr(local, "cbuf", None), out,
                                                  expected_nbytes, nthreads,
                                                  f.table_pos + 8 * (n - (fno - 1) * self.K), where)
             finally:

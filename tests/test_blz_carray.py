@@ -350,6 +350,29 @@ def test_whole_chunk_reads_stream_through_a_reused_buffer(tmp_path, mode):
             c[:]
 
 
+def test_whole_chunks_verified_before_are_read_without_their_checksums(tmp_path):
+    # a reader's whole-chunk reads (long reads, queries) verify each chunk's checksum on its first
+    # read; later whole reads of it (the file unchanged) read the chunk alone, as the lazy block reads
+    # do, its offsets entry still checked; the same values
+    chunklen = 1 << 14
+    p, arr = _big(tmp_path, "w", chunklen, checksum="crc32", nchunks=6)
+    c = blzarr.open(p, mode="r")
+    out = np.empty(len(arr), arr.dtype)
+
+    def each_chunk():       # one whole chunk a call (as a query's blocks are read)
+        for i in range(c.nchunks):
+            c.read_into(i * chunklen, (i + 1) * chunklen, out[i * chunklen:(i + 1) * chunklen])
+    _, first = _read_cost(c, each_chunk)
+    assert_array_equal(out, arr)
+    out[:] = 0
+    _, again = _read_cost(c, each_chunk)
+    assert_array_equal(out, arr)
+    cbytes = sum(c.chunks[i].cbytes for i in range(c.nchunks))
+    # offsets entry, header, chunk + crc32, offsets entry checked again
+    assert first == cbytes + (8 + 16 + 4 + 8) * c.nchunks
+    assert again == cbytes + 8 * c.nchunks                 # chunk (its size known), offsets entry
+
+
 def test_verification_is_forgotten_when_the_file_changes(tmp_path):
     chunklen = 1 << 14
     p, arr = _big(tmp_path, "f", chunklen, checksum="crc32")
