@@ -426,3 +426,53 @@ def test_blz_table_cleared_under_the_header_count_is_repaired(tmp_path):
     r = blzarr.open(rootdir, mode="r")
     np.testing.assert_array_equal(r[:], a[:35])
     r.verify()
+
+
+def _kill_at_first_header_write(rootdir, first, second):
+    """In a forked child: append `first` to a BLZ carray, then `second` and flush, dying at the first
+    superchunk-header write after `first`, which follows the offsets entries it makes current."""
+    from blzarr import _superchunk as sc
+    pid = os.fork()
+    if pid == 0:
+        try:
+            w = blzarr.open(rootdir, mode="a")
+            w.append(first)
+            orig = sc.pwrite_all
+
+            def pwrite_all(fd, data, pos, path=None):
+                if pos == 0:
+                    os._exit(7)
+                return orig(fd, data, pos, path)
+            sc.pwrite_all = pwrite_all
+            w.append(second)
+            w.flush()
+        finally:
+            os._exit(0)
+    return os.waitpid(pid, 0)[1]
+
+
+@pytest.mark.parametrize("case", ["switch before header", "entry past the count"])
+def test_readers_and_verify_accept_a_kill_between_offsets_and_header(tmp_path, case):
+    # a kill between an offsets-entry write and the header write that follows it leaves the header's
+    # last-chunk behind the switched short chunk, or an entry past the header's chunk count: readers
+    # (verify in read mode included) go by what is counted, the writer's first write repairs it
+    rootdir = str(tmp_path / "c")
+    a = np.arange(1000, dtype=np.int64)
+    c = blzarr.carray(a[:250], rootdir=rootdir, mode="w", chunklen=100, format="blz")
+    c.close()
+    if case == "switch before header":      # the flush switches the short chunk's entry first
+        assert _kill_at_first_header_write(rootdir, a[250:255], a[255:260]) >> 8 == 7
+    else:                                    # a new full chunk: its bytes, its entry, the header
+        assert _kill_at_first_header_write(rootdir, a[250:300], a[300:400]) >> 8 == 7
+    for mode in ("r", "a"):
+        r = blzarr.open(rootdir, mode=mode)
+        assert len(r) == 250
+        r.verify()
+        np.testing.assert_array_equal(r[:], a[:250])
+    w = blzarr.open(rootdir, mode="a")
+    w.append(a[250:420])
+    w.verify()
+    w.close()
+    r = blzarr.open(rootdir, mode="r")
+    r.verify()
+    np.testing.assert_array_equal(r[:], a[:420])
