@@ -12,8 +12,9 @@ from blzarr import chunked_eval as _ce
 from blzarr import fused
 from blzarr import indexing as ix
 from blzarr import planner
+from blzarr._chunk import getitem_into
 from blzarr.blockcache import disk_blocks, new_generation
-from blzarr.chunk import decode_ranges, take_chunks
+from blzarr.chunk import chunk, decode_ranges, take_chunks
 from blzarr.errors import FormatError
 from blzarr.params import get_nthreads
 from blzarr.parallel import run_all
@@ -221,13 +222,16 @@ class CarrayReads(CarrayBase):
         """Atom `i` (0 <= i < len), decoding at most the one Blosc block that holds it."""
         bc = self._bc
         if bc is not None and bc[0] <= i < bc[1]:
-            v = bc[2][i - bc[0]]
+            buf, k = bc[2], i - bc[0]
         else:
             if self._isobj:
                 return self._object_at(i)
             cid, local = divmod(i, self._chunklen)
             if cid >= len(self._chunks):
-                v = self._last[local]
+                v = self._last[local]       # (a damaged short chunk raises here)
+                if self._pyscalars:
+                    return v.item()
+                return v.copy() if isinstance(v, (np.ndarray, np.void)) else v
             else:
                 base = cid * self._chunklen
                 per = self._per.get(cid) if self._ondisk else None
@@ -244,15 +248,20 @@ class CarrayReads(CarrayBase):
                     per = bs // isz if bs >= isz and bs % isz == 0 else max(1, BLOCK_CACHE_BYTES // isz)
                     lo = local // per * per
                     hi = min(lo + per, self._chunklen)
-                    buf = np.empty((hi - lo,) + self._atom.shape, dtype=self._atom.base)
-                    ch.read_range(lo, hi, buf)
+                    buf = np.empty(hi - lo, dtype=self._atom)      # (n,) + the atom's shape
+                    if type(ch) is chunk and ch.typesize and isz % ch.typesize == 0:
+                        # an in-memory chunk: its block straight from the codec (as chunk.read_range)
+                        getitem_into(ch._data, lo * isz, (hi - lo) * isz, buf, 0, False, ch._where)
+                    else:
+                        ch.read_range(lo, hi, buf)
                     if self._ondisk:
                         self._per[cid] = per
                         disk_blocks.put((self._gen, cid, lo), buf)
                 self._bc = (base + lo, base + lo + len(buf), buf)
-                v = buf[local - lo]
+                k = local - lo
         if self._pyscalars:
-            return v.item()  # Python scalars, as bcolz gives them
+            return buf.item(k)  # Python scalars, as bcolz gives them
+        v = buf[k]
         # rows of multidimensional carrays and structured scalars are views: never hand out a buffer
         return v.copy() if isinstance(v, (np.ndarray, np.void)) else v
 
