@@ -483,8 +483,9 @@ def select_into(expression, operands, vm, blen, outputs, dtype):
                     dst[...] = src.read_into(s, s + m, buffer(src)[:m])
             else:
                 dst[...] = src[s:s + m]
-    # one task per piece and output, the reads (the costliest, largest first) before the copies
-    tasks = [(p, k) for p in pieces for k in range(len(outputs))]
+    # column by column (the threads then write different pieces' rows at a time, not the same cache
+    # lines of one piece's rows), the reads largest first, before the copies of compacted rows
+    tasks = [(p, k) for k in range(len(outputs)) for p in pieces]
     tasks.sort(key=lambda t: 0 if t[0][3][t[1]] is not None else -t[0][1])
     parallel.run_each(place, tasks)
     return out
