@@ -546,6 +546,7 @@ class BlzChunks(ChunkStore):
         self.rootdir = store.rootdir
         self._mode = mode
         self._objs = OrderedDict()          # recently handed-out LazyChunk objects
+        self._cb = None                     # a writer's (k, compressed bytes of chunks 0..k-1)
         store.mode = mode
         if nchunks > store.nchunks:
             store.missing_tail(nchunks)
@@ -560,6 +561,7 @@ class BlzChunks(ChunkStore):
     @mode.setter
     def mode(self, value):
         self._mode = value
+        self._cb = None
         if value == "r" and self.store.mode != "r":
             if self.store._pending:
                 self.store.sync()       # rewrites not flushed are switched before writing stops
@@ -570,7 +572,20 @@ class BlzChunks(ChunkStore):
 
     @property
     def cbytes(self):
-        return sum(self._cbytes_or_0(i) for i in range(self.nchunks))
+        # a writer keeps the total (each flush writes it to meta/sizes: summing 10,000 chunks in
+        # Python would be most of a small flush); appends add to it, any other change of the chunks
+        # drops it; a reader sums what the files say now (another process may have rewritten them)
+        cb = self._cb
+        if cb is not None and cb[0] == self.nchunks and self._mode != "r":
+            return cb[1]
+        total = sum(self._cbytes_or_0(i) for i in range(self.nchunks))
+        self._cb = (self.nchunks, total) if self._mode != "r" else None
+        return total
+
+    def _added(self, n, datas):
+        """Chunks n, n+1, ... were written with `datas`: the running total follows when it was at n."""
+        cb = self._cb
+        self._cb = (n + len(datas), cb[1] + sum(len(d) for d in datas)) if cb is not None and cb[0] == n else None
 
     def _cbytes_or_0(self, i):
         try:
@@ -594,12 +609,16 @@ class BlzChunks(ChunkStore):
     def __setitem__(self, i, c):
         self._check_writable()
         self._objs.pop(i, None)
+        self._cb = None
         self.store.write_chunk(i, c.getdata())
 
     def append(self, c):
         self._check_writable()
-        self._objs.pop(self.nchunks, None)
-        self.store.write_chunk(self.nchunks, c.getdata())
+        n = self.nchunks
+        self._objs.pop(n, None)
+        data = c.getdata()
+        self.store.write_chunk(n, data)
+        self._added(n, [data])
         self.nchunks += 1
 
     def append_many(self, cs):
@@ -607,12 +626,15 @@ class BlzChunks(ChunkStore):
         n = self.nchunks
         for k in range(len(cs)):
             self._objs.pop(n + k, None)
-        self.store.append_chunks(n, [c.getdata() for c in cs])
+        datas = [c.getdata() for c in cs]
+        self.store.append_chunks(n, datas)
+        self._added(n, datas)
         self.nchunks += len(cs)
 
     def truncate(self, n):
         self._check_writable()
         self._objs.clear()
+        self._cb = None
         self.nchunks = n
         self.store.remove_chunks_from(n)
 
@@ -636,9 +658,11 @@ class BlzChunks(ChunkStore):
 
     def forget_from(self, n):
         self._objs.clear()
+        self._cb = None
 
     def set_nchunks(self, n):
         self._objs.clear()
+        self._cb = None
         self.nchunks = n
 
     # the short last chunk, metadata, maintenance: see ChunkStore
@@ -646,10 +670,14 @@ class BlzChunks(ChunkStore):
         self.store.write_chunk(n, data)
 
     def remove_from(self, n):
+        if n < self.nchunks:
+            self._cb = None
         self.store.remove_chunks_from(n)
 
     def remove_stray(self, n):
         if self.store.nchunks > n:
+            if n < self.nchunks:
+                self._cb = None
             self.store.remove_chunks_from(n)
 
     def stored_last(self, n):
@@ -657,6 +685,7 @@ class BlzChunks(ChunkStore):
 
     def undo_appends(self, n, last):
         self._objs.clear()
+        self._cb = None
         self.nchunks = n
         self.store.remove_chunks_from(n + (1 if last is not None else 0))
         if last is not None and self.store.nchunks > n:

@@ -283,3 +283,26 @@ def test_statistics_file_is_rewritten_in_place(tmp_path):
     c.flush()
     assert os.stat(stats).st_ino != ino
     assert os.path.getsize(str(tmp_path / "other")) < os.path.getsize(stats)
+
+
+def test_a_writers_running_cbytes_matches_the_files(tmp_path):
+    # a BLZ writer keeps cbytes as a running total (appends add to it, anything else recounts):
+    # after every kind of change it equals what a reader sums from the files
+    root = str(tmp_path / "c")
+    rng = np.random.default_rng(3)
+    c = blzarr.carray(rng.random(5000), rootdir=root, chunklen=500, format="blz", superchunklen=4)
+    steps = [lambda: c.append(rng.random(1234)),
+             lambda: c.append(np.zeros(3000)),                         # compresses differently
+             lambda: c.__setitem__(slice(100, 900), np.ones(800)),     # rewrites two chunks
+             lambda: c.resize(len(c) - 2100),
+             lambda: c.append(rng.random(17)),
+             lambda: c.trim(500),
+             lambda: c.append(rng.random(4000)),
+             lambda: c.resize(len(c) + 1000)]
+    for step in steps:
+        step()
+        c.flush()
+        r = blzarr.open(root, mode="r")
+        assert c.cbytes == r.cbytes
+        assert json.loads(open(_sizes(root), "rb").read())["cbytes"] == r.cbytes
+        np.testing.assert_array_equal(r[:], c[:])
