@@ -620,6 +620,8 @@ cdef class ReadChunks:
     cdef const int64_t *lim
     cdef const int64_t *ent
     cdef const int64_t *doff
+    cdef const int64_t *known
+    cdef const int8_t *ver
     cdef int8_t *st
     cdef int64_t *ct
     cdef char *out
@@ -631,17 +633,25 @@ cdef class ReadChunks:
     cdef object keep
 
     def __init__(self, fds, offsets, limits, entries, int cid, Py_ssize_t expected_nbytes,
-                 Py_ssize_t nparts=1):
+                 Py_ssize_t nparts=1, ctbytes=None, verified=None):
         cdef Py_ssize_t p, n
         if not native_checksum(cid):
             raise ValueError(f"ReadChunks: checksum {cid} is not verified without the GIL here")
         if expected_nbytes <= 0:
             raise ValueError("ReadChunks: whole chunks of a known, positive size are needed")
-        arrs = [np.ascontiguousarray(a, dtype=np.int64) for a in (fds, offsets, limits, entries)]
-        n = arrs[0].shape[0]
+        n = len(fds)
+        if ctbytes is None:
+            ctbytes = np.full(n, -1, dtype=np.int64)
+        if verified is None:
+            verified = np.zeros(n, dtype=np.int8)
+        arrs = [np.ascontiguousarray(a, dtype=np.int64) for a in (fds, offsets, limits, entries, ctbytes)]
+        arrs.append(np.ascontiguousarray(verified, dtype=np.int8))
         if any(a.ndim != 1 or a.shape[0] != n for a in arrs):
-            raise ValueError("ReadChunks: one descriptor, offset, limit and entry position per chunk")
+            raise ValueError("ReadChunks: one descriptor, offset, limit, entry position, compressed size "
+                             "and verified flag per chunk")
         self.keep = arrs
+        self.known = <const int64_t *>cnp.PyArray_DATA(arrs[4])
+        self.ver = <const int8_t *>cnp.PyArray_DATA(arrs[5])
         self.fd = <const int64_t *>cnp.PyArray_DATA(arrs[0])
         self.off = <const int64_t *>cnp.PyArray_DATA(arrs[1])
         self.lim = <const int64_t *>cnp.PyArray_DATA(arrs[2])
@@ -722,27 +732,32 @@ cdef class ReadChunks:
                   Py_ssize_t *calls) noexcept nogil:
         cdef int fd = <int>self.fd[k]
         cdef int64_t off = self.off[k], pos
-        cdef Py_ssize_t got, ct, total, nb = self.expected, r, nrows
+        cdef Py_ssize_t got, ct = self.known[k], have = 0, total, nb = self.expected, r, nrows
         cdef uint32_t stored, cs
         cdef header_t h
         cdef uint8_t ebuf[8]
         cdef const char *v
         cdef char *dst
+        cdef bint check = self.cid != 0 and not self.ver[k]
         if off < 0:
             return 2
-        got = _pread_nogil(fd, rbuf, 16, off, calls)
-        if got != 16:
-            return 3
-        nread[0] += got
-        ct = _get_i32(<const uint8_t *>rbuf + 12)
-        total = ct + self.cksize
-        if ct < 16 or total > self.cap or off + total > self.lim[k]:
+        if ct < 0:
+            got = _pread_nogil(fd, rbuf, 16, off, calls)
+            if got != 16:
+                return 3
+            nread[0] += got
+            have = 16
+            ct = _get_i32(<const uint8_t *>rbuf + 12)
+        if ct < 16 or ct + self.cksize > self.cap or off + ct + self.cksize > self.lim[k]:
             return 4
-        got = _pread_nogil(fd, rbuf + 16, total - 16, off + 16, calls)
-        if got != total - 16:
+        # a chunk verified before at this offset in this state of its file is read without its
+        # checksum (as the lazy block reads and decode_chunk_into do); its entry is still re-checked
+        total = ct + self.cksize if check else ct
+        got = _pread_nogil(fd, rbuf + have, total - have, off + have, calls)
+        if got != total - have:
             return 3
         nread[0] += got
-        if self.cid:
+        if check:
             stored = <uint32_t>_get_i32(<const uint8_t *>rbuf + ct)
             if self.cid == 2:
                 cs = _c_crc32(0, <const uint8_t *>rbuf, <uint32_t>ct)

@@ -294,6 +294,8 @@ class BlzReads:
         offs = np.empty(len(ns), np.int64)
         lims = np.empty(len(ns), np.int64)
         ents = np.empty(len(ns), np.int64)
+        known = np.full(len(ns), -1, np.int64)
+        ver = np.zeros(len(ns), np.int8)
         fnos = ns // self.K + 1
         slots = ns % self.K
         pinned = []
@@ -314,13 +316,20 @@ class BlzReads:
                     offs[sel] = off
                     lims[sel] = f.fstate[1]
                     ents[sel] = f.table_pos + 8 * sl
+                    if f.verified:
+                        # verified before in this state of the file: no checksum again, size known
+                        for k in np.flatnonzero(sel).tolist():
+                            n = int(ns[k])
+                            if n in f.verified:
+                                ver[k] = 1
+                                known[k] = self._ctbytes.get(n, -1)
                     self._inuse[fno] = self._inuse.get(fno, 0) + 1
                     pinned.append(f)
             except BaseException:
                 for f in pinned:
                     self._release_fd(f.fno)
                 raise
-        work = sc.ReadChunks(fds, offs, lims, ents, self.checksum_id, expected_nbytes, get_nthreads())
+        work = sc.ReadChunks(fds, offs, lims, ents, self.checksum_id, expected_nbytes, get_nthreads(), known, ver)
         return work, ns, pinned
 
     def _whole_batches(self, ns):

@@ -248,3 +248,36 @@ def test_a_damaged_chunk_in_a_column_read_raises(tmp_path):
     a = blzarr.open(p, mode="r")
     with pytest.raises(ChecksumError, match="chunk 3"):
         a[:, 1]
+
+
+def test_a_second_long_read_skips_the_checksums_it_verified(tmp_path, no_chunk_path):
+    x = np.cumsum(np.random.default_rng(8).standard_normal(30_000))
+    p = make(tmp_path, x)
+    a = blzarr.open(p, mode="r")
+    sc.io_stats(reset=True)
+    first = a[:]
+    b1, c1 = sc.io_stats(reset=True)
+    second = a[:]
+    b2, c2 = sc.io_stats(reset=True)
+    np.testing.assert_array_equal(first, x)
+    np.testing.assert_array_equal(second, x)
+    assert a.sum() == blzarr.carray(x, chunklen=1000).sum()
+    # 30 full chunks: the 4 bytes of each crc32 not read again, nor the header apart (its size is
+    # known: one pread less each); and the offsets table, read whole once by the first
+    K = a._chunks.store.K
+    assert b1 - b2 == 30 * 4 + 8 * K and c1 - c2 == 30 + 1
+
+
+def test_a_verified_reader_sees_a_rewrite_flushed_since(tmp_path):
+    x = np.cumsum(np.random.default_rng(8).standard_normal(30_000))
+    p = make(tmp_path, x)
+    a = blzarr.open(p, mode="r")
+    np.testing.assert_array_equal(a[:], x)          # every chunk verified
+    w = blzarr.open(p, mode="a")
+    w[5] = -1.0
+    w[12_345] = -2.0
+    w.flush()
+    x[5], x[12_345] = -1.0, -2.0
+    a._blockcache = None
+    np.testing.assert_array_equal(a[:], x)          # the moved chunks read where they are now
+    assert a.sum() == blzarr.carray(x, chunklen=1000).sum()
