@@ -1311,8 +1311,24 @@ EXPR_OPCODES = {"add": XK_ADD, "sub": XK_SUB, "mul": XK_MUL, "div": XK_DIV, "neg
 EXPR_MODES = {"sum": XK_SUM, "count": XK_COUNT, "select": XK_SELECT}
 
 
+cdef int64_t *_pairwise_plan(Py_ssize_t n, Py_ssize_t *nplan) except NULL:
+    """NumPy's pairwise tree over n values in postfix (malloc'ed): a leaf's length (> 0) or 0 (add the
+    two partial sums on top of the stack)."""
+    cdef list out = []
+    cdef int64_t *plan
+    cdef Py_ssize_t i
+    _pairwise_postfix(n, out)
+    nplan[0] = len(out)
+    plan = <int64_t *>malloc(max(1, len(out)) * sizeof(int64_t))
+    if plan == NULL:
+        raise MemoryError()
+    for i in range(len(out)):
+        plan[i] = out[i]
+    return plan
+
+
 cdef void _pairwise_postfix(Py_ssize_t n, list out):
-    """The tree of `_pairwise` over n values in postfix (see ExprChunks._pairwise_plan)."""
+    """The tree of `_pairwise` over n values in postfix (see _pairwise_plan)."""
     cdef Py_ssize_t n2
     if n <= XK_LEAF:
         out.append(n)
@@ -1362,10 +1378,22 @@ cdef extern from *:
         for (int64_t i = 0; i < m; i++) c += v[i];
         return c;
     }
-    /* the positions of the true bytes of v[0:m] into idx; returns their number */
+    /* the positions of the true bytes of v[0:m] into idx; returns their number.  Eight bytes at a
+       time: all false (most of a selective query's) and all true (a range's) need no byte loop. */
     static int64_t xk_positions(const uint8_t *restrict v, int64_t m, int32_t *restrict idx) {
-        int64_t s = 0;
-        for (int64_t i = 0; i < m; i++) { idx[s] = (int32_t)i; s += v[i]; }
+        int64_t s = 0, i = 0;
+        for (; i + 8 <= m; i += 8) {
+            uint64_t w;
+            memcpy(&w, v + i, 8);
+            if (w == 0) continue;
+            if (w == 0x0101010101010101ULL) {
+                for (int k = 0; k < 8; k++) idx[s + k] = (int32_t)(i + k);
+                s += 8;
+                continue;
+            }
+            for (int k = 0; k < 8; k++) { idx[s] = (int32_t)(i + k); s += v[i + k]; }
+        }
+        for (; i < m; i++) { idx[s] = (int32_t)i; s += v[i]; }
         return s;
     }
     """
@@ -1390,7 +1418,12 @@ cdef class ExprChunks(_ChunkWork):
     - "select": for each of `outputs`, the rows of each chunk where the (boolean) result holds, and
       `counts` their number; `fill(j, dest)` copies output j's rows of every chunk into `dest`.  An
       output is ``("operand", i)`` (operand i's values), ``("positions", None)`` (int64 row numbers)
-      or ``("chunks", (list of chunk bytes, itemsize))``, another column with the same chunk length.
+      or ``("chunks", (list of chunk bytes, itemsize[, tail]))``, another column with the same chunk
+      length.
+
+    `tails`: the rows after the full chunks (a carray's last, uncompressed rows), one 1-d C-contiguous
+    float64 array per operand, all of one length, and a tail array for every "chunks" output: one
+    more item after the chunks, without decoding.
     """
 
     cdef Py_ssize_t nops, nconst, nregs_, nins, res, mode, clen, win, nouts, nchunks
@@ -1398,6 +1431,10 @@ cdef class ExprChunks(_ChunkWork):
     cdef double *consts
     cdef int64_t *plan
     cdef Py_ssize_t nplan
+    cdef int64_t *tplan            # the pairwise tree of the tail
+    cdef Py_ssize_t ntplan, ntail
+    cdef char **tptr               # the tail of each operand, and of each output ("chunks" kind)
+    cdef char **otail
     cdef object values_arr, counts_arr
     cdef double *vals
     cdef int64_t *cnts
@@ -1416,6 +1453,10 @@ cdef class ExprChunks(_ChunkWork):
         self.prog = NULL
         self.consts = NULL
         self.plan = NULL
+        self.tplan = NULL
+        self.tptr = NULL
+        self.otail = NULL
+        self.ntail = 0
         self.okind = NULL
         self.oarg = NULL
         self.osize = NULL
@@ -1429,8 +1470,9 @@ cdef class ExprChunks(_ChunkWork):
 
     def __init__(self, list operands not None, const int32_t[:, ::1] program not None,
                  const double[::1] consts not None, Py_ssize_t nregs, Py_ssize_t result, mode,
-                 Py_ssize_t chunklen, outputs=(), Py_ssize_t nparts=1, wheres=None):
-        cdef Py_ssize_t nops = len(operands), n, k, i, j, t, off
+                 Py_ssize_t chunklen, outputs=(), Py_ssize_t nparts=1, wheres=None, tails=None):
+        cdef Py_ssize_t nops = len(operands), n, k, i, j, t, off, nitems
+        cdef cnp.ndarray ta
         cdef list flat = []
         cdef header_t *h
         if nops < 1:
@@ -1464,12 +1506,31 @@ cdef class ExprChunks(_ChunkWork):
             for i in range(nops):
                 flat.append(operands[i][k])
         self._set_chunks(flat, nparts, wheres)
-        # one item per chunk (all its operands): the threads' shares over the n chunks
-        self.nitems = n
-        self.nparts = max(1, min(nparts, n))
+        self.tptr = <char **>calloc(nops, sizeof(char *))
+        if self.tptr == NULL:
+            raise MemoryError()
+        if tails is not None:
+            if len(tails) != nops:
+                raise ValueError("ExprChunks: one tail per operand is needed")
+            for i in range(nops):
+                ta = tails[i]
+                if (ta.dtype != np_f8 or cnp.PyArray_NDIM(ta) != 1 or not cnp.PyArray_IS_C_CONTIGUOUS(ta)
+                        or cnp.PyArray_DIM(ta, 0) != cnp.PyArray_DIM(<cnp.ndarray>tails[0], 0)
+                        or cnp.PyArray_DIM(ta, 0) < 1):
+                    raise ValueError("ExprChunks: the tails must be C-contiguous float64 arrays of one "
+                                     "positive length")
+                self.tptr[i] = <char *>cnp.PyArray_DATA(ta)
+                self.keep.append(ta)
+            self.ntail = cnp.PyArray_DIM(<cnp.ndarray>tails[0], 0)
+        # one item per chunk (all its operands), then the tail: the threads' shares over them
+        nitems = n + (self.ntail > 0)
+        if nitems < 1:
+            raise ValueError("ExprChunks: no chunk and no tail")
+        self.nitems = nitems
+        self.nparts = max(1, min(nparts, nitems))
         for t in range(self.nparts):
-            self.nxt[t] = n * t // self.nparts
-            self.end[t] = n * (t + 1) // self.nparts
+            self.nxt[t] = nitems * t // self.nparts
+            self.end[t] = nitems * (t + 1) // self.nparts
         for k in range(n * nops):
             h = &self.hdr[k]
             if h.nbytes != chunklen * 8:
@@ -1488,10 +1549,12 @@ cdef class ExprChunks(_ChunkWork):
         for j in range(self.nconst):
             self.consts[j] = consts[j]
         if self.mode == XK_SUM:
-            self._pairwise_plan(chunklen)
-            self.values_arr = np_zeros(n, np_f8)
+            self.plan = _pairwise_plan(chunklen, &self.nplan)
+            if self.ntail:
+                self.tplan = _pairwise_plan(self.ntail, &self.ntplan)
+            self.values_arr = np_zeros(nitems, np_f8)
             self.vals = <double *>cnp.PyArray_DATA(<cnp.ndarray>self.values_arr)
-        self.counts_arr = np_zeros(n, np_i8)
+        self.counts_arr = np_zeros(nitems, np_i8)
         self.cnts = <int64_t *>cnp.PyArray_DATA(<cnp.ndarray>self.counts_arr)
         self._set_outputs(list(outputs) if self.mode == XK_SELECT else [], n, chunklen)
         # the thread's scratch: registers, the outputs' windows, the selected positions, the carry
@@ -1513,6 +1576,7 @@ cdef class ExprChunks(_ChunkWork):
 
     cdef int _set_outputs(self, list outputs, Py_ssize_t n, Py_ssize_t chunklen) except -1:
         cdef Py_ssize_t j, k, ncol = 0, c = 0, isz
+        cdef cnp.ndarray ta
         cdef const uint8_t[::1] v
         cdef header_t h
         self.nouts = len(outputs)
@@ -1521,10 +1585,11 @@ cdef class ExprChunks(_ChunkWork):
         self.oarg = <Py_ssize_t *>malloc(m * sizeof(Py_ssize_t))
         self.osize = <Py_ssize_t *>malloc(m * sizeof(Py_ssize_t))
         self.ooff = <Py_ssize_t *>malloc(m * sizeof(Py_ssize_t))
-        self.obuf = <char **>calloc(max(1, n * self.nouts), sizeof(char *))
-        self.ocap = <Py_ssize_t *>calloc(max(1, n * self.nouts), sizeof(Py_ssize_t))
+        self.obuf = <char **>calloc(max(1, self.nitems * self.nouts), sizeof(char *))
+        self.ocap = <Py_ssize_t *>calloc(max(1, self.nitems * self.nouts), sizeof(Py_ssize_t))
+        self.otail = <char **>calloc(m, sizeof(char *))
         if (self.okind == NULL or self.oarg == NULL or self.osize == NULL or self.ooff == NULL
-                or self.obuf == NULL or self.ocap == NULL):
+                or self.obuf == NULL or self.ocap == NULL or self.otail == NULL):
             raise MemoryError()
         for kind, arg in outputs:
             if kind == "chunks":
@@ -1541,10 +1606,19 @@ cdef class ExprChunks(_ChunkWork):
             elif kind == "positions":
                 self.okind[j], self.oarg[j], self.osize[j] = 1, 0, 8
             elif kind == "chunks":
-                bufs, isz = arg
+                bufs, isz = arg[0], arg[1]
                 if len(bufs) != n or isz < 1:
                     raise ValueError(f"ExprChunks: output {j} needs {n} chunks of items of a positive size")
                 self.okind[j], self.oarg[j], self.osize[j] = 2, c * n, isz
+                if self.ntail:
+                    ta = arg[2] if len(arg) > 2 else None
+                    if (not isinstance(ta, cnp.ndarray) or cnp.PyArray_NDIM(ta) != 1
+                            or not cnp.PyArray_IS_C_CONTIGUOUS(ta) or cnp.PyArray_ITEMSIZE(ta) != isz
+                            or cnp.PyArray_DIM(ta, 0) != self.ntail):
+                        raise ValueError(f"ExprChunks: output {j} needs a C-contiguous tail of {self.ntail} "
+                                         f"items of {isz} bytes")
+                    self.otail[j] = <char *>cnp.PyArray_DATA(ta)
+                    self.keep.append(ta)
                 for k in range(n):
                     b = bufs[k]
                     v = _as_bytes_view(b)
@@ -1562,24 +1636,14 @@ cdef class ExprChunks(_ChunkWork):
                 raise ValueError(f"ExprChunks: unknown output kind {kind!r}")
         return 0
 
-    cdef int _pairwise_plan(self, Py_ssize_t n) except -1:
-        """NumPy's pairwise tree over n values in postfix: a leaf's length (> 0) or 0 (add the two
-        partial sums on top of the stack)."""
-        cdef list out = []
-        _pairwise_postfix(n, out)
-        self.nplan = len(out)
-        self.plan = <int64_t *>malloc(max(1, self.nplan) * sizeof(int64_t))
-        if self.plan == NULL:
-            raise MemoryError()
-        for i, x in enumerate(out):
-            self.plan[i] = x
-        return 0
-
     def __dealloc__(self):
         cdef Py_ssize_t i
         free(self.prog)
         free(self.consts)
         free(self.plan)
+        free(self.tplan)
+        free(self.tptr)
+        free(self.otail)
         free(self.okind)
         free(self.oarg)
         free(self.osize)
@@ -1587,7 +1651,7 @@ cdef class ExprChunks(_ChunkWork):
         free(self.osrc)
         free(self.ohdr)
         if self.obuf != NULL:
-            for i in range(self.nchunks * self.nouts):
+            for i in range(self.nitems * self.nouts):
                 free(self.obuf[i])
         free(self.obuf)
         free(self.ocap)
@@ -1602,16 +1666,21 @@ cdef class ExprChunks(_ChunkWork):
         """Each chunk's count of true results (modes "count" and "select"), valid after `check()`."""
         return self.counts_arr
 
-    def fill(self, Py_ssize_t j, cnp.ndarray dest not None):
-        """Copy output j's selected rows of every chunk, in order, into the 1-d array `dest` (whose
-        items are that output's size; it may be strided, e.g. a field of a structured array)."""
+    def fill(self, Py_ssize_t j, cnp.ndarray dest not None, Py_ssize_t k0=0, Py_ssize_t k1=-1):
+        """Copy output j's selected rows of chunks k0 to k1 (excluded; -1: to the last), in order, into
+        the 1-d array `dest` (whose items are that output's size; it may be strided, e.g. a field of a
+        structured array).  Calls for different outputs or chunks may run on several threads at once."""
         cdef Py_ssize_t total = 0, k, i, isz, stride, m
         cdef char *d
         cdef const char *s
         if self.mode != XK_SELECT or not 0 <= j < self.nouts:
             raise ValueError(f"ExprChunks.fill: no output {j}")
+        if k1 < 0:
+            k1 = self.nitems
+        if not 0 <= k0 <= k1 <= self.nitems:
+            raise ValueError(f"ExprChunks.fill: chunks [{k0}, {k1}) outside the {self.nitems}")
         isz = self.osize[j]
-        for k in range(self.nchunks):
+        for k in range(k0, k1):
             total += self.cnts[k]
         if cnp.PyArray_NDIM(dest) != 1 or cnp.PyArray_DIM(dest, 0) != total \
                 or cnp.PyArray_ITEMSIZE(dest) != isz or not cnp.PyArray_ISWRITEABLE(dest):
@@ -1620,7 +1689,7 @@ cdef class ExprChunks(_ChunkWork):
         stride = cnp.PyArray_STRIDE(dest, 0)
         d = <char *>cnp.PyArray_DATA(dest)
         with nogil:
-            for k in range(self.nchunks):
+            for k in range(k0, k1):
                 m = self.cnts[k]
                 s = self.obuf[k * self.nouts + j]
                 if m == 0:
@@ -1670,6 +1739,13 @@ cdef class ExprChunks(_ChunkWork):
         cdef char *nb
         cdef int ret
         cdef int64_t count = 0, row0 = k * n
+        cdef const int64_t *plan = self.plan
+        cdef Py_ssize_t nplan = self.nplan
+        cdef bint tail = k == self.nchunks
+        if tail:
+            n = self.ntail
+            plan = self.tplan
+            nplan = self.ntplan
         for i in range(self.nregs_):
             rp[i] = scratch + i * W * 8
         for j in range(self.nconst):
@@ -1682,7 +1758,9 @@ cdef class ExprChunks(_ChunkWork):
         # block straight to its place; blosc_getitem of a block copies it once more, ~1.4x the CPU)
         for i in range(nops):
             j = k * nops + i
-            if self.hdr[j].flags & C_MEMCPYED:
+            if tail:
+                whole[i] = self.tptr[i]
+            elif self.hdr[j].flags & C_MEMCPYED:
                 whole[i] = <char *>self.src[j] + 16
             else:
                 whole[i] = scratch + self.whole_off + i * n * 8
@@ -1717,12 +1795,16 @@ cdef class ExprChunks(_ChunkWork):
                             continue
                         if self.okind[j] == 0:
                             src = rp[self.oarg[j]]
+                        elif tail:
+                            src = self.otail[j] + w0 * isz
                         else:
                             ret = self._decode(self.osrc[self.oarg[j] + k], &self.ohdr[self.oarg[j] + k], isz, w0, m,
                                                scratch + self.ooff[j], &src)
                             if ret != 0:
                                 return ret
-                        if isz == 8:
+                        if sel == m:
+                            memcpy(dst, src, m * isz)
+                        elif isz == 8:
                             for i in range(sel):
                                 (<int64_t *>dst)[i] = (<const int64_t *>src)[idx[i]]
                         elif isz == 4:
@@ -1736,13 +1818,13 @@ cdef class ExprChunks(_ChunkWork):
                 # NumPy's pairwise sum of the chunk, leaf by leaf as the windows come (a leaf across two
                 # windows is gathered in `carry`)
                 v = <double *>rp[self.res]
-                while pi < self.nplan:
-                    if self.plan[pi] == 0:
+                while pi < nplan:
+                    if plan[pi] == 0:
                         sp -= 1
                         stack[sp - 1] = stack[sp - 1] + stack[sp]
                         pi += 1
                         continue
-                    t = self.plan[pi]
+                    t = plan[pi]
                     if lo + t > w0 + m:
                         # the leaf ends in a later window: keep its values here so far
                         i = max(lo, w0)

@@ -198,11 +198,13 @@ class CarrayReads(CarrayBase):
         return self._read_range(start, stop, out)
 
     def resident_chunks(self):
-        """The compressed bytes of the full chunks (a list) when all of them are in memory, else None:
-        what the kernels of `_chunk` decode themselves (`blzarr.exprkernel`)."""
-        if self._isobj or self._bytes is not None:
+        """(the compressed bytes of the full chunks, a list; the rows after them, an array) when all
+        of them are in memory, else None: what the kernels of `_chunk` read themselves
+        (`blzarr.exprkernel`)."""
+        if self._isobj or self._bytes is not None or not isinstance(self._last, np.ndarray):
             return None
-        return self._chunks.resident(range(len(self._chunks)))
+        chunks = self._chunks.resident(range(len(self._chunks)))
+        return None if chunks is None else (chunks, self._last[:self._nleft])
 
     # The last decoded block is kept for the next scalar read; on-disk carrays also keep recent blocks
     # in the process-wide blockcache.disk_blocks.  Setting _blockcache to None (every change does)

@@ -41,6 +41,8 @@ _PY_NAMESPACE["sum"] = _py_sum
 _PY_NAMESPACE["prod"] = _py_prod
 # how the results of a reduction over consecutive blocks combine
 _REDUCTIONS = {"sum": np.add, "prod": np.multiply}
+# a selection's rows are copied into the result on every thread from this size on
+FILL_PARALLEL_BYTES = 1 << 20
 
 
 def _reduction_plan(expression):
@@ -413,7 +415,7 @@ def select_into(expression, operands, vm, blen, outputs, dtype):
     bounds = fused.block_bounds(n, blen)
     classes = _classes(expression, operands, bounds)
     if classes is None:
-        fast = _select_kernel(expression, arrays, scalars, blen, outputs, dtype, kernel, decoder, n)
+        fast = _select_kernel(expression, arrays, scalars, blen, outputs, dtype)
         if fast is not None:
             return fast
         scan = bounds
@@ -491,20 +493,20 @@ def select_into(expression, operands, vm, blen, outputs, dtype):
     return out
 
 
-def _select_kernel(expression, arrays, scalars, blen, outputs, dtype, kernel, decoder, n):
-    """`select_into` by the C kernel (`blzarr.exprkernel`) over the full chunks, the rows after them
-    evaluated here; None where the kernel does not apply."""
-    fast = exprkernel.select(expression, arrays, scalars, blen, outputs)
-    if fast is None:
+def _select_kernel(expression, arrays, scalars, blen, outputs, dtype):
+    """`select_into` by the C kernel (`blzarr.exprkernel`); None where it does not apply."""
+    work = exprkernel.select(expression, arrays, scalars, blen, outputs)
+    if work is None:
         return None
-    work, done = fast
-    nfast = int(work.counts.sum())
-    tail = _compact(expression, kernel, outputs, arrays)(done, n, decoder.read(done, n)) if done < n else None
-    out = np.empty(nfast + (0 if tail is None else len(tail[0])), dtype)
-    for j, name in enumerate(dtype.names):
-        work.fill(j, out[name][:nfast])
-        if tail is not None:
-            out[name][nfast:] = tail[1][j]
+    counts = work.counts
+    offs = np.concatenate([[0], np.cumsum(counts)])
+    out = np.empty(int(offs[-1]), dtype)
+    fields = [out[name] for name in dtype.names]
+    # the rows of each output copied to their place, a share of the chunks per thread when many
+    nth = get_nthreads() if offs[-1] * dtype.itemsize >= FILL_PARALLEL_BYTES else 1
+    cuts = [len(counts) * t // nth for t in range(nth + 1)]
+    tasks = [(j, cuts[t], cuts[t + 1]) for j in range(len(fields)) for t in range(nth) if cuts[t] < cuts[t + 1]]
+    parallel.run_all(lambda t: work.fill(t[0], fields[t[0]][offs[t[1]]:offs[t[2]]], t[1], t[2]), tasks)
     return out
 
 

@@ -134,15 +134,28 @@ class Program:
 
 
 def _resident(v, blen):
-    """The bytes of `v`'s full chunks when they are in memory and hold `blen` rows each, else None."""
+    """(the bytes of `v`'s full chunks, the rows after them) when they are in memory and the chunks
+    hold `blen` rows each, else None."""
     get = getattr(v, "resident_chunks", None)
     if get is None or getattr(v, "chunklen", None) != blen:
         return None
     return get()
 
 
+class Prepared:
+    """A compiled expression and the chunks it reads: `nfull` full chunks of each operand (`chunks`),
+    and the rows after them (`tails`, None when there are none)."""
+
+    def __init__(self, prog, parts):
+        self.prog = prog
+        self.chunks = [p[0] for p in parts]
+        self.nfull = len(self.chunks[0])
+        ntail = len(parts[0][1])
+        self.tails = [p[1] for p in parts] if ntail else None
+
+
 def prepare(expression, arrays, scalars, blen):
-    """(Program, [chunk bytes of each operand], number of full chunks) for the kernel, or None."""
+    """A `Prepared` expression for the kernel, or None where the kernel does not apply."""
     if not ENABLED or type(expression) is not str:
         return None
     tree = _tree(expression)
@@ -155,66 +168,64 @@ def prepare(expression, arrays, scalars, blen):
     if any(not (getattr(arrays[k], "dtype", None) == _F8 and getattr(arrays[k], "ndim", 0) == 1)
            for k in prog.names):
         return None
-    chunks = [_resident(arrays[name], blen) for name in prog.names]
-    if any(c is None for c in chunks) or len({len(c) for c in chunks}) != 1:
+    parts = [_resident(arrays[name], blen) for name in prog.names]
+    if any(p is None for p in parts) or len({(len(p[0]), len(p[1])) for p in parts}) != 1:
         return None
-    return prog, chunks, len(chunks[0])
+    if not len(parts[0][0]) and not len(parts[0][1]):
+        return None
+    return Prepared(prog, parts)
 
 
-def _work(compiled, mode, blen, outputs=()):
-    prog, chunks, nfull = compiled
-    return run_work(_chunk.ExprChunks(chunks, prog.program, prog.consts, prog.nregs, prog.result, mode,
-                                      blen, outputs, get_nthreads()))
+def _work(prepared, mode, blen, outputs=()):
+    prog = prepared.prog
+    return run_work(_chunk.ExprChunks(prepared.chunks, prog.program, prog.consts, prog.nregs, prog.result,
+                                      mode, blen, outputs, get_nthreads(), None, prepared.tails))
 
 
 def chunk_sums(expression, arrays, scalars, blen):
-    """(the sum of the float64 expression over each full chunk, rows covered), or None."""
-    c = prepare(expression, arrays, scalars, blen)
-    if c is None or c[0].kind != "f8":
+    """(the sum of the float64 expression over each chunk and over the rows after the full chunks,
+    the rows covered: all), or None."""
+    p = prepare(expression, arrays, scalars, blen)
+    if p is None or p.prog.kind != "f8":
         return None
-    if not c[2]:
-        return np.zeros(0), 0
-    return _work(c, "sum", blen).values, c[2] * blen
+    return _work(p, "sum", blen).values, len(arrays[p.prog.names[0]])
 
 
 def chunk_counts(expression, arrays, scalars, blen):
-    """(the number of rows of each full chunk where the boolean expression holds, rows covered), or None."""
-    c = prepare(expression, arrays, scalars, blen)
-    if c is None or c[0].kind != "b1":
+    """(the number of rows of each chunk, and of the rows after the full chunks, where the boolean
+    expression holds; the rows covered: all), or None."""
+    p = prepare(expression, arrays, scalars, blen)
+    if p is None or p.prog.kind != "b1":
         return None
-    if not c[2]:
-        return np.zeros(0, np.int64), 0
-    return _work(c, "count", blen).counts, c[2] * blen
+    return _work(p, "count", blen).counts, len(arrays[p.prog.names[0]])
 
 
 def select(expression, arrays, scalars, blen, outputs):
-    """The rows of the full chunks where the boolean expression holds, for each of `outputs`
-    (``("positions", None)``, ``("operand", name)`` or ``("read", column)``, as
-    `blzarr.chunked_eval.select_blocks` takes them): (work, rows covered), where ``work.counts`` are
-    the rows found per chunk and ``work.fill(j, dest)`` writes output j's; or None."""
-    c = prepare(expression, arrays, scalars, blen)
-    if c is None or c[0].kind != "b1":
+    """The rows where the boolean expression holds, for each of `outputs` (``("positions", None)``,
+    ``("operand", name)`` or ``("read", column)``, as `blzarr.chunked_eval.select_blocks` takes them):
+    the kernel's work, where ``work.counts`` are the rows found per chunk (the rows after the full
+    chunks last) and ``work.fill(j, dest, k0, k1)`` writes output j's; or None."""
+    p = prepare(expression, arrays, scalars, blen)
+    if p is None or p.prog.kind != "b1":
         return None
-    prog, chunks, nfull = c
+    names = p.prog.names
     specs = []
     for kind, x in outputs:
         if kind == "positions":
             specs.append(("positions", None))
-        elif kind == "operand" and x in prog.names:
-            specs.append(("operand", prog.names.index(x)))
+        elif kind == "operand" and x in names:
+            specs.append(("operand", names.index(x)))
         else:
             col = arrays[x] if kind == "operand" else x
-            same = [i for i, name in enumerate(prog.names) if arrays[name] is col]
+            same = [i for i, name in enumerate(names) if arrays[name] is col]
             if same:
                 specs.append(("operand", same[0]))
                 continue
             dt = getattr(col, "dtype", None)
             if dt is None or dt == object or getattr(col, "ndim", 0) != 1 or dt.itemsize == 0:
                 return None
-            bufs = _resident(col, blen)
-            if bufs is None or len(bufs) != nfull:
+            res = _resident(col, blen)
+            if res is None or len(res[0]) != p.nfull or len(res[1]) != (len(p.tails[0]) if p.tails else 0):
                 return None
-            specs.append(("chunks", (bufs, dt.itemsize)))
-    if not nfull:
-        return None
-    return _work(c, "select", blen, specs), nfull * blen
+            specs.append(("chunks", (res[0], dt.itemsize, res[1])))
+    return _work(p, "select", blen, specs)

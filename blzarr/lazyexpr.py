@@ -176,7 +176,9 @@ class LazyExpr:
 
         def kernel(expression, arrays, scalars, blen):
             r = exprkernel.chunk_counts(expression, arrays, scalars, blen)
-            return None if r is None else ([f(int(c), blen) for c in r[0]], r[1])
+            if r is None:
+                return None
+            return [f(int(c), min(blen, self._n - k * blen)) for k, c in enumerate(r[0])], r[1]
         return kernel
 
     def any(self):

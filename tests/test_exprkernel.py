@@ -214,7 +214,7 @@ def test_what_the_kernel_leaves_to_the_general_path():
 
 def test_malformed_programs_are_refused():
     a = blzarr.carray(np.arange(10.0), chunklen=5)
-    chunks = [a.resident_chunks()]
+    chunks = [a.resident_chunks()[0]]
     ok = np.array([[_chunk.EXPR_OPCODES["mul"], 1, 0, 0]], np.int32)
     consts = np.zeros(0)
     w = _chunk.ExprChunks(chunks, ok, consts, 2, 1, "sum", 5)
@@ -236,3 +236,29 @@ def test_malformed_programs_are_refused():
         _chunk.ExprChunks(chunks, ok, consts, 2, 1, "select", 5, [("chunks", (chunks[0][:1], 8))])
     with pytest.raises(blzarr.ChunkError):
         _chunk.ExprChunks([[chunks[0][0][:-1], chunks[0][1]]], ok, consts, 2, 1, "sum", 5)
+    # the rows after the full chunks: one more item, read in place
+    w = _chunk.ExprChunks(chunks, ok, consts, 2, 1, "sum", 5, (), 2, None, [np.array([3.0, 4.0])])
+    w.run()
+    w.check()
+    assert w.values.tolist() == [30.0, 255.0, 25.0]
+    w = _chunk.ExprChunks([[]], ok, consts, 2, 1, "sum", 5, (), 1, None, [np.array([3.0])])
+    w.run()
+    assert w.values.tolist() == [9.0]
+    for tails in ([np.array([1, 2])], [np.arange(4.0)[::2]], [np.zeros(0)], [np.zeros(1), np.zeros(1)]):
+        with pytest.raises(ValueError):
+            _chunk.ExprChunks(chunks, ok, consts, 2, 1, "sum", 5, (), 1, None, tails)
+    with pytest.raises(ValueError):
+        _chunk.ExprChunks([[]], ok, consts, 2, 1, "sum", 5)                 # nothing to do
+    sel = np.array([[_chunk.EXPR_OPCODES["gt"], 1, 0, 0]], np.int32)
+    with pytest.raises(ValueError):                                        # a column without its tail
+        _chunk.ExprChunks(chunks, sel, consts, 2, 1, "select", 5, [("chunks", (chunks[0], 8))], 1, None,
+                          [np.array([3.0])])
+    w = _chunk.ExprChunks(chunks, sel, consts, 2, 1, "select", 5, [("operand", 0)])
+    w.run()
+    w.check()
+    with pytest.raises(ValueError):
+        w.fill(0, np.zeros(3), 0, 5)                                        # chunks outside
+    with pytest.raises(ValueError):
+        w.fill(0, np.zeros(3))                                              # not the rows found
+    with pytest.raises(ValueError):
+        w.fill(1, np.zeros(0))                                              # no such output
