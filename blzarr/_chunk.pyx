@@ -1304,11 +1304,12 @@ cdef enum:
     XK_SUM = 0          # the result (float64) summed per chunk, as np.sum sums the chunk's values
     XK_COUNT = 1        # the result (booleans) counted per chunk
     XK_SELECT = 2       # the rows where the result (booleans) holds, of each output, per chunk
+    XK_VALUES = 3       # the result itself, into an array of every row
 
 EXPR_OPCODES = {"add": XK_ADD, "sub": XK_SUB, "mul": XK_MUL, "div": XK_DIV, "neg": XK_NEG,
                 "gt": XK_GT, "ge": XK_GE, "lt": XK_LT, "le": XK_LE, "eq": XK_EQ, "ne": XK_NE,
                 "and": XK_AND, "or": XK_OR, "xor": XK_XOR, "not": XK_NOT}
-EXPR_MODES = {"sum": XK_SUM, "count": XK_COUNT, "select": XK_SELECT}
+EXPR_MODES = {"sum": XK_SUM, "count": XK_COUNT, "select": XK_SELECT, "values": XK_VALUES}
 
 
 cdef int64_t *_pairwise_plan(Py_ssize_t n, Py_ssize_t *nplan) except NULL:
@@ -1415,6 +1416,7 @@ cdef class ExprChunks(_ChunkWork):
 
     - "sum": `values` holds each chunk's sum of the (float64) result, bit for bit NumPy's sum of it;
     - "count": `counts` holds each chunk's number of true (boolean) results;
+    - "values": the result of every row into `dest` (float64, or bool for a boolean result);
     - "select": for each of `outputs`, the rows of each chunk where the (boolean) result holds, and
       `counts` their number; `fill(j, dest)` copies output j's rows of every chunk into `dest`.  An
       output is ``("operand", i)`` (operand i's values), ``("positions", None)`` (int64 row numbers)
@@ -1435,7 +1437,9 @@ cdef class ExprChunks(_ChunkWork):
     cdef Py_ssize_t ntplan, ntail
     cdef char **tptr               # the tail of each operand, and of each output ("chunks" kind)
     cdef char **otail
-    cdef object values_arr, counts_arr
+    cdef object values_arr, counts_arr, dest_arr
+    cdef char *dest
+    cdef Py_ssize_t disz
     cdef double *vals
     cdef int64_t *cnts
     # outputs: kind (0 operand, 1 positions, 2 chunks), operand index or column, itemsize
@@ -1470,7 +1474,7 @@ cdef class ExprChunks(_ChunkWork):
 
     def __init__(self, list operands not None, const int32_t[:, ::1] program not None,
                  const double[::1] consts not None, Py_ssize_t nregs, Py_ssize_t result, mode,
-                 Py_ssize_t chunklen, outputs=(), Py_ssize_t nparts=1, wheres=None, tails=None):
+                 Py_ssize_t chunklen, outputs=(), Py_ssize_t nparts=1, wheres=None, tails=None, dest=None):
         cdef Py_ssize_t nops = len(operands), n, k, i, j, t, off, nitems
         cdef cnp.ndarray ta
         cdef list flat = []
@@ -1555,6 +1559,16 @@ cdef class ExprChunks(_ChunkWork):
             self.values_arr = np_zeros(nitems, np_f8)
             self.vals = <double *>cnp.PyArray_DATA(<cnp.ndarray>self.values_arr)
         self.counts_arr = np_zeros(nitems, np_i8)
+        if self.mode == XK_VALUES:
+            if (not isinstance(dest, cnp.ndarray) or cnp.PyArray_NDIM(dest) != 1
+                    or not cnp.PyArray_IS_C_CONTIGUOUS(dest) or not cnp.PyArray_ISWRITEABLE(dest)
+                    or cnp.PyArray_ITEMSIZE(dest) not in (1, 8)
+                    or cnp.PyArray_DIM(dest, 0) != n * chunklen + self.ntail):
+                raise ValueError(f"ExprChunks: mode 'values' needs a writeable C-contiguous array of "
+                                 f"{n * chunklen + self.ntail} items of 8 (float64) or 1 (bool) bytes")
+            self.dest_arr = dest
+            self.dest = <char *>cnp.PyArray_DATA(<cnp.ndarray>dest)
+            self.disz = cnp.PyArray_ITEMSIZE(<cnp.ndarray>dest)
         self.cnts = <int64_t *>cnp.PyArray_DATA(<cnp.ndarray>self.counts_arr)
         self._set_outputs(list(outputs) if self.mode == XK_SELECT else [], n, chunklen)
         # the thread's scratch: registers, the outputs' windows, the selected positions, the carry
@@ -1774,6 +1788,8 @@ cdef class ExprChunks(_ChunkWork):
             xk_exec(self.prog, self.nins, rp, m)
             if self.mode == XK_COUNT:
                 count += xk_count(<const uint8_t *>rp[self.res], m)
+            elif self.mode == XK_VALUES:
+                memcpy(self.dest + (row0 + w0) * self.disz, rp[self.res], m * self.disz)
             elif self.mode == XK_SELECT:
                 sel = xk_positions(<const uint8_t *>rp[self.res], m, idx)
                 if sel:

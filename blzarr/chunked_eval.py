@@ -246,6 +246,12 @@ def evaluate_into(expression, operands, vm, blen, n):
     kernel, ne, probe = make_kernel(expression, code, arrays, scalars, vm)
     if probe.ndim == 0 or probe.shape[0] != 1 or probe.dtype == object:
         return None
+    if probe.dtype == bool and _classes(expression, operands, fused.block_bounds(n, blen)) is not None:
+        fast = None         # statistics know some blocks: the planner's path below
+    else:
+        fast = exprkernel.values(expression, arrays, scalars, blen)
+    if fast is not None and fast.dtype == probe.dtype:
+        return fast
     out = np.empty((n,) + probe.shape[1:], dtype=probe.dtype)
     decoder = fused.Decoder(arrays, blen)
     bounds = fused.block_bounds(n, blen)

@@ -42,15 +42,17 @@ def _tree(expression):
 
 
 def _scalar(v):
-    """`v` as the float64 NumPy would promote it to against a float64 array, or raise _Unsupported."""
+    """`v` when NumPy would promote it to a float64 of the same value against a float64 array, else
+    raise _Unsupported.  It is kept as it is until the program is built (``-q`` of an int 0 is 0, not
+    -0.0, as in NumPy)."""
     if isinstance(v, (bool, np.bool_)):
         raise _Unsupported
     if isinstance(v, (int, np.integer)):
         if abs(int(v)) > 2 ** 53:
             raise _Unsupported
-        return float(v)
+        return v
     if isinstance(v, (float, np.floating)) and np.dtype(type(v)).itemsize <= 8:
-        return float(v)
+        return v
     raise _Unsupported
 
 
@@ -90,15 +92,12 @@ class Program:
                 if type(node.op) in _LOGICAL and ta == tb == "b1":
                     return emit(_LOGICAL[type(node.op)], a, b), "b1"
                 raise _Unsupported
-            if (isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd))
-                    and isinstance(node.operand, ast.Constant) and type(node.operand.value) in (int, float)):
-                v = node.operand.value
-                consts.append(_scalar(-v if isinstance(node.op, ast.USub) else v))
-                return ("c", len(consts) - 1), "f8"
             if isinstance(node, ast.UnaryOp):
                 a, ta = walk(node.operand)
                 if a[0] == "c" and isinstance(node.op, (ast.USub, ast.UAdd)):
-                    consts.append(-consts[a[1]] if isinstance(node.op, ast.USub) else consts[a[1]])
+                    with np.errstate(all="ignore"):
+                        v = -consts[a[1]] if isinstance(node.op, ast.USub) else +consts[a[1]]
+                    consts.append(_scalar(v))
                     return ("c", len(consts) - 1), "f8"
                 if a[0] == "c":
                     raise _Unsupported
@@ -128,7 +127,7 @@ class Program:
         ops = _chunk.EXPR_OPCODES
         self.program = np.array([(ops[op], reg(d), reg(a), reg(b)) for op, d, a, b in code],
                                 dtype=np.int32).reshape(-1, 4)
-        self.consts = np.array(consts, dtype=np.float64)
+        self.consts = np.array([float(c) for c in consts], dtype=np.float64)
         self.nregs = nops + nc + len(temps)
         self.result = reg(res)
 
@@ -176,10 +175,20 @@ def prepare(expression, arrays, scalars, blen):
     return Prepared(prog, parts)
 
 
-def _work(prepared, mode, blen, outputs=()):
+def _work(prepared, mode, blen, outputs=(), dest=None):
     prog = prepared.prog
     return run_work(_chunk.ExprChunks(prepared.chunks, prog.program, prog.consts, prog.nregs, prog.result,
-                                      mode, blen, outputs, get_nthreads(), None, prepared.tails))
+                                      mode, blen, outputs, get_nthreads(), None, prepared.tails, dest))
+
+
+def values(expression, arrays, scalars, blen):
+    """The expression over every row, as a new NumPy array (float64 or bool), or None."""
+    p = prepare(expression, arrays, scalars, blen)
+    if p is None:
+        return None
+    out = np.empty(len(arrays[p.prog.names[0]]), np.float64 if p.prog.kind == "f8" else np.bool_)
+    _work(p, "values", blen, (), out)
+    return out
 
 
 def chunk_sums(expression, arrays, scalars, blen):

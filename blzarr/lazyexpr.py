@@ -195,6 +195,10 @@ class LazyExpr:
         if isinstance(key, slice) and key.step in (None, 1):
             start, stop, _ = key.indices(self._n)
             stop = max(start, stop)
+            if start == 0 and stop == self._n:
+                out = exprkernel.values(self.expression, self._arrays, self._scalars, self._blen)
+                if out is not None and out.dtype == self.dtype:
+                    return out
             out = np.empty((stop - start,) + self.shape[1:], dtype=self.dtype)
             decoder = fused.Decoder(self._arrays, self._blen)
 

@@ -46,8 +46,8 @@ def arithmetic(draw, depth=2):
 def predicate(draw, depth=2):
     if depth == 0 or draw(st.integers(0, 2)) == 0:
         x, y = draw(arithmetic(1)), draw(st.sampled_from(["a", "b", "q", "-1", "0.5"]))
-        if x == "q" and y in ("q", "-1", "0.5"):
-            x = "c"
+        if not any(k in x for k in "abc"):
+            x = "c"             # a comparison of scalars is a Python bool, whose ~ is an int
         return f"({x} {draw(st.sampled_from(['<', '<=', '>', '>=', '==', '!=']))} {y})"
     kind = draw(st.integers(0, 3))
     if kind == 0:
@@ -77,6 +77,15 @@ def same_number(got, expected):
         assert np.isnan(got)
     else:
         assert got.tobytes() == expected.tobytes(), (got, expected)
+
+
+def same_values(got, expected):
+    """Equal arrays of the same dtype, signed zeros included, any NaN equal to any NaN."""
+    got, expected = np.asarray(got), np.asarray(expected)
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    np.testing.assert_array_equal(got, expected)
+    if expected.dtype.kind == "f":
+        assert (np.signbit(got) == np.signbit(expected))[~np.isnan(expected)].all()
 
 
 @pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
@@ -111,11 +120,14 @@ def test_lazy_sum_and_count_equal_numpy(nthreads, kernel_calls, seed, chunklen, 
     kernel_calls.clear()
     if not any(k in sum_expr for k in "abc"):
         sum_expr = f"({sum_expr} * a)"          # a lazy expression names an array
+    if not any(k in count_expr for k in "abc"):
+        count_expr = "(a > q)"                  # (Python's ~ of a bool scalar is an int)
     n = max(1, chunklen * nchunks + extra)
     env = {k: make_floats(n, seed + i, special) for i, k in enumerate("abc")}
     cp = blzarr.cparams(clevel=0 if raw else 5)
     ops = {k: blzarr.carray(v, chunklen=chunklen, cparams=cp) for k, v in env.items()}
-    ops["q"] = env["q"] = q
+    ops["q"] = q
+    env["q"] = np.asarray(q)[()]       # a NumPy scalar for the reference: ~ of its comparisons is a bool
     value = numpy_value(sum_expr, env)
     e = blzarr.lazyexpr(sum_expr, user_dict=ops, vm=vm, blen=chunklen)
     total = blockwise_sum(value, chunklen)
@@ -127,11 +139,15 @@ def test_lazy_sum_and_count_equal_numpy(nthreads, kernel_calls, seed, chunklen, 
     assert c.count_nonzero() == np.count_nonzero(mask)
     same_number(c.sum(), np.sum(mask))
     assert c.any() == bool(np.any(mask)) and c.all() == bool(np.all(mask))
+    same_values(e[:], value)
+    same_values(c[:], mask)
+    same_values(blzarr.eval(sum_expr, user_dict=ops, vm=vm, blen=chunklen, out_flavor="numpy"), value)
+    same_values(blzarr.eval(count_expr, user_dict=ops, vm=vm, blen=chunklen, out_flavor="numpy"), mask)
     arrays = {k: ops[k] for k in "abc"}
-    if n >= chunklen and exprkernel.prepare(sum_expr, arrays, {"q": q}, chunklen) is not None:
-        assert kernel_calls.count("sum") == 2
-    if n >= chunklen and exprkernel.prepare(count_expr, arrays, {"q": q}, chunklen) is not None:
-        assert kernel_calls.count("count") == 4
+    sum_ok = exprkernel.prepare(sum_expr, arrays, {"q": q}, chunklen) is not None
+    count_ok = exprkernel.prepare(count_expr, arrays, {"q": q}, chunklen) is not None
+    assert kernel_calls.count("sum") == 2 * sum_ok and kernel_calls.count("count") == 4 * count_ok
+    assert kernel_calls.count("values") == 2 * (sum_ok + count_ok)
 
 
 @settings(max_examples=30, deadline=None)
@@ -151,8 +167,8 @@ def test_fetchwhere_equals_numpy(nthreads, kernel_calls, monkeypatch, seed, chun
     cp = blzarr.cparams(clevel=0 if raw else 5)
     t = blzarr.ctable([blzarr.carray(v, chunklen=chunklen, cparams=cp) for v in cols.values()],
                       names=list(cols))
-    env["q"] = q
-    mask = numpy_value(expression, env)
+    env["q"] = np.asarray(q)[()]
+    mask = np.broadcast_to(numpy_value(expression, env), (n,))      # a predicate of scalars holds for all rows or none
     pos = np.flatnonzero(mask)
     names = list(cols) if outcols is None else outcols
     expected = np.empty(len(pos), dtype=[(k, "i8" if k == "nrow__" else cols[k].dtype) for k in names])
@@ -160,8 +176,7 @@ def test_fetchwhere_equals_numpy(nthreads, kernel_calls, monkeypatch, seed, chun
         expected[k] = pos if k == "nrow__" else cols[k][pos]
     got = t.fetchwhere(expression, user_dict={"q": q}, outcols=outcols, out_flavor="numpy")
     assert_same(got, expected)
-    if n >= chunklen and exprkernel.prepare(expression, {k: t.cols[k] for k in "abc"}, {"q": q},
-                                            chunklen) is not None:
+    if exprkernel.prepare(expression, {k: t.cols[k] for k in "abc"}, {"q": q}, chunklen) is not None:
         assert kernel_calls.count("select") == 1
 
 
