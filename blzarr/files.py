@@ -208,14 +208,15 @@ def overwrite_sector(path, data, fsync):
     """Write `data` (ending with a newline) over the existing small file `path` in place, padded with
     spaces before the newline to the file's size, and fdatasync it when `fsync`; True when done.
 
-    That is as safe as `atomic_write` only when the file is one regular file (no other hard link)
+    That is as safe as `atomic_write` only when the file is one regular file (no other hard link, not
+    reached through a symbolic link)
     of at most `SECTOR` bytes, `data` fits its size (the size is never changed: the content is one
     sector written at offset 0) and the platform has flock; else nothing is written and False is
     returned (the caller replaces the file atomically).  The write is done under an exclusive flock
     of the file, which `read_json` takes shared, so that a reader in another process never sees it
     half done; where there are no flocks (platform, file system) the file is replaced atomically."""
-    if not data.endswith(b"\n") or new_tree_of(path) is not None:
-        return False
+    if not data.endswith(b"\n") or new_tree_of(path) is not None or os.path.islink(path):
+        return False        # (a symbolic link: the rename replaces the link, as it always did)
     try:
         fd = fileio.open(path, "rw")
     except OSError:
@@ -244,9 +245,10 @@ def overwrite(path, data):
     """Write `data` over the file `path` in place (created when missing) and cut it to that length:
     no temporary file, rename or sync.  For files whose readers detect a torn or stale content and
     then do without it (meta/stats: a checksum, fingerprints): a reader, a kill or a power loss may
-    see it half written.  A file with other hard links is replaced (`atomic_write`) instead."""
+    see it half written.  A file with other hard links, or a symbolic link, is replaced
+    (`atomic_write`) instead."""
     tree = new_tree_of(path) if _new_trees else None
-    if tree is not None:
+    if tree is not None or os.path.islink(path):
         atomic_write(path, data)
         return
     try:

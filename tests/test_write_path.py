@@ -220,7 +220,8 @@ class NoLocks(fileio.OsIO):
         return None
 
 
-@pytest.mark.parametrize("why", ["hard link", "larger than a sector", "reader holds a lock", "no flock"])
+@pytest.mark.parametrize("why", ["hard link", "symbolic link", "larger than a sector", "reader holds a lock",
+                                 "no flock"])
 def test_meta_sizes_is_replaced_when_writing_over_it_is_not_safe(tmp_path, why):
     root = os.path.realpath(str(tmp_path / "c"))
     c = blzarr.carray(np.arange(5000, dtype=np.int64), rootdir=root, chunklen=1000)
@@ -229,6 +230,9 @@ def test_meta_sizes_is_replaced_when_writing_over_it_is_not_safe(tmp_path, why):
     held = None
     if why == "hard link":
         os.link(path, str(tmp_path / "snapshot"))
+    elif why == "symbolic link":
+        os.replace(path, str(tmp_path / "snapshot"))
+        os.symlink(str(tmp_path / "snapshot"), path)
     elif why == "larger than a sector":
         with open(path, "wb") as f:       # still valid JSON, but beyond one sector
             f.write(before[:-1] + b" " * 600 + b"\n")
@@ -236,14 +240,14 @@ def test_meta_sizes_is_replaced_when_writing_over_it_is_not_safe(tmp_path, why):
         import fcntl
         held = os.open(path, os.O_RDONLY)
         fcntl.flock(held, fcntl.LOCK_SH)  # a reader that does not let go: the writer does not wait
-    ino = os.stat(path).st_ino
+    ino = os.lstat(path).st_ino
     c.append(np.arange(5000, 5010))
     with fileio.use(NoLocks() if why == "no flock" else fileio.current()):
         c.flush()
         assert len(blzarr.open(root, mode="r")) == 5010
-    assert os.stat(path).st_ino != ino
+    assert os.lstat(path).st_ino != ino and not os.path.islink(path)
     assert json.loads(open(path, "rb").read())["shape"] == [5010]
-    if why == "hard link":
+    if why in ("hard link", "symbolic link"):
         assert open(str(tmp_path / "snapshot"), "rb").read() == before
     if held is not None:
         os.close(held)
