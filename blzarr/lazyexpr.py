@@ -195,7 +195,8 @@ class LazyExpr:
         if isinstance(key, slice) and key.step in (None, 1):
             start, stop, _ = key.indices(self._n)
             stop = max(start, stop)
-            if start == 0 and stop == self._n:
+            if start == 0 and stop == self._n and self._classes(self._blocks()) is None:
+                # (blocks the statistics know are not decoded below)
                 out = exprkernel.values(self.expression, self._arrays, self._scalars, self._blen)
                 if out is not None and out.dtype == self.dtype:
                     return out

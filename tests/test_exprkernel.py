@@ -277,3 +277,21 @@ def test_malformed_programs_are_refused():
         w.fill(0, np.zeros(3))                                              # not the rows found
     with pytest.raises(ValueError):
         w.fill(1, np.zeros(0))                                              # no such output
+
+
+def test_statistics_keep_their_path(monkeypatch):
+    """Where the per-chunk statistics know blocks (a range of a sorted column), the planner's path
+    runs, not the kernel (which would decode every chunk); the values are the same."""
+    calls = []
+    work = exprkernel._work
+    monkeypatch.setattr(exprkernel, "_work", lambda *a, **k: (calls.append(a[1]), work(*a, **k))[1])
+    x = np.arange(50_000.0)
+    ts = blzarr.carray(x, chunklen=5_000)
+    e = blzarr.lazyexpr("(ts >= 12_000) & (ts < 21_000.5)")
+    assert e.count_nonzero() == 9_001 and e.any() and not e.all()
+    assert_same(e[:], (x >= 12_000) & (x < 21_000.5))
+    assert_same(blzarr.eval("(ts >= 12_000) & (ts < 21_000.5)", out_flavor="numpy"), (x >= 12_000) & (x < 21_000.5))
+    t = blzarr.ctable([ts], names=["ts"])
+    assert_same(t.fetchwhere("(ts >= 12_000) & (ts < 21_000.5)", out_flavor="numpy")["ts"], x[12_000:21_001])
+    assert calls == []
+    assert blzarr.lazyexpr("ts * 2").sum() == np.sum(x * 2) and calls == ["sum"]
