@@ -310,3 +310,19 @@ def test_a_writers_running_cbytes_matches_the_files(tmp_path):
         assert c.cbytes == r.cbytes
         assert json.loads(open(_sizes(root), "rb").read())["cbytes"] == r.cbytes
         np.testing.assert_array_equal(r[:], c[:])
+
+
+def test_real_bcolz_reads_a_meta_sizes_written_over_in_place(tmp_path):
+    bcolz = pytest.importorskip("bcolz")
+    root = str(tmp_path / "c")
+    c = blzarr.carray(np.arange(123_456, dtype=np.int64), rootdir=root, chunklen=1000, format="bcolz")
+    ino = os.stat(_sizes(root)).st_ino
+    c.trim(123_456 - 7)                 # a shorter text, padded
+    c.close()
+    assert os.stat(_sizes(root)).st_ino == ino and b"  " in open(_sizes(root), "rb").read()
+    assert bcolz.open(root, mode="r")[:].tolist() == list(range(7))
+    c = blzarr.open(root, mode="a")
+    c.append(np.arange(7, 20))          # a text of the same length: in place again
+    c.close()
+    assert os.stat(_sizes(root)).st_ino == ino
+    assert bcolz.open(root, mode="r")[:].tolist() == list(range(20))
