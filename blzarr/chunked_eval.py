@@ -401,6 +401,22 @@ def _compact_runs(expression, kernel, outputs):
     return block
 
 
+def _run_parts(s, run, outputs, local):
+    """`_compact_runs`' result for the run (first, count) of matching rows of the block from row s."""
+    a, m = run
+    if m == 0:
+        return None
+    out = []
+    for kind, x in outputs:
+        if kind == "positions":
+            out.append(np.arange(s + a, s + a + m, dtype=np.int_))
+        elif kind == "operand":
+            out.append(local[x][a:a + m].copy())
+        else:
+            out.append(None)
+    return a, m, out
+
+
 def select_into(expression, operands, vm, blen, outputs, dtype):
     """All the rows where the boolean `expression` holds, as one structured array of `dtype`, whose
     fields are `outputs` (as in `select_blocks`) in order.
@@ -428,10 +444,19 @@ def select_into(expression, operands, vm, blen, outputs, dtype):
     else:
         scan = [bounds[k] for k in np.flatnonzero(classes == planner.SCAN)]
     compact = _compact_runs(expression, kernel, outputs)
+    # a range on one column (`planner.column_range`): a scanned block whose values of that column are
+    # sorted (the ends of a time range) finds its run by two binary searches, nothing evaluated
+    column = planner.column_range(expression, operands) if classes is not None else None
     found = {}
 
     def scan_one(b):
-        found[b[0]] = compact(b[0], b[1], decoder.read(b[0], b[1]))
+        local = decoder.read(b[0], b[1])
+        if column is not None:
+            run = planner.sorted_run(local[column[0]], column[1])
+            if run is not None:
+                found[b[0]] = _run_parts(b[0], run, outputs, local)
+                return
+        found[b[0]] = compact(b[0], b[1], local)
     if len(scan) < fused.MIN_TASKS:
         # a few blocks (the ends of a range): in this thread, numexpr with its own threads (handing
         # them to the pool measured 0.4 ms more CPU per query and worse wall times on a loaded machine)

@@ -378,3 +378,93 @@ def plan(expression, operands, bounds):
         reason = "no operand compared has statistics"
         return Plan(expression, bounds, classes if (classes != SCAN).any() else None, reason=reason)
     return Plan(expression, bounds, classes, c.used)
+
+
+def column_range(expression, operands):
+    """(name, terms) when the boolean `expression` is one comparison, or several joined by ``&``,
+    between the same one-dimensional array operand `name` (integer, float or datetime64) and
+    constants, each term ``(op, value)`` read as ``name op value`` (op one of ``>``, ``>=``, ``<``,
+    ``<=``, ``==``); None for anything else (``|``, ``~``, ``!=``, arithmetic, two operands, NaN or
+    NaT constants).  On a block of `name` whose values are sorted, the rows where such an expression
+    holds are one run that two binary searches find (`sorted_run`)."""
+    if not ENABLED:
+        return None
+    try:
+        tree = _parse(expression)
+    except (SyntaxError, ValueError, TypeError):
+        return None
+    scalars = {k: v for k, v in operands.items()
+               if not (isinstance(v, np.ndarray) and v.ndim > 0 or hasattr(v, "chunklen"))}
+    c = _Classifier(operands, [], scalars)
+    leaves = []
+
+    def walk(node):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitAnd):
+            return walk(node.left) and walk(node.right)
+        leaves.append(node)
+        return True
+    walk(tree)
+    name, terms = None, []
+    for node in leaves:
+        if not isinstance(node, ast.Compare) or len(node.ops) != 1 or type(node.ops[0]) not in _OPS:
+            return None
+        op = _OPS[type(node.ops[0])]
+        left, right = node.left, node.comparators[0]
+        if isinstance(right, ast.Name) and c.is_array(right.id) and not (
+                isinstance(left, ast.Name) and c.is_array(left.id)):
+            left, right, op = right, left, _FLIP[op]
+        if op == "!=" or not isinstance(left, ast.Name) or not c.is_array(left.id):
+            return None
+        if name is not None and left.id != name:
+            return None
+        name = left.id
+        v = c.constant(right)
+        if v is None or isinstance(v, (bool, np.bool_)):
+            return None
+        dt = getattr(operands[name], "dtype", None)
+        if dt is None or dt.kind not in "iufmM" or getattr(operands[name], "ndim", 1) != 1:
+            return None
+        kind = getattr(np.asarray(v), "dtype", np.dtype(object)).kind
+        if (dt.kind in "mM") != (kind in "mM") or kind not in "iufmM":
+            return None
+        if (kind in "mM" and np.isnat(v)) or (kind == "f" and np.isnan(v)):
+            return None
+        terms.append((op, v))
+    return (name, terms) if name is not None else None
+
+
+_SAMPLE = 4096
+
+
+def sorted_run(values, terms):
+    """(first, count) of the rows of the 1-d array `values` where every ``values op value`` of `terms`
+    (from `column_range`) holds, found by binary searches when `values` is sorted (non-decreasing,
+    NaN/NaT nowhere); None when it is not (or NumPy cannot search these values), for the caller to
+    evaluate the expression itself.  A sample of the values is checked first, so a block with no
+    order costs a few microseconds."""
+    n = len(values)
+    if n == 0:
+        return None
+    with np.errstate(all="ignore"):
+        s = values[::_SAMPLE]
+        if n > _SAMPLE and not (s[1:] >= s[:-1]).all():
+            return None
+        if not (values[1:] >= values[:-1]).all() or not values[0] == values[0]:
+            return None         # not sorted, or NaN/NaT there (they compare false)
+        lo, hi = 0, n
+        try:
+            for op, v in terms:
+                # the constant as the comparison would see it (NumPy's promotion of the pair: a
+                # Python float against float32 values is a float32, against integers a float64)
+                v = np.asarray(v, dtype=np.result_type(values, v))
+                if op in (">=", "=="):
+                    lo = max(lo, int(np.searchsorted(values, v, "left")))
+                elif op == ">":
+                    lo = max(lo, int(np.searchsorted(values, v, "right")))
+                if op in ("<", ):
+                    hi = min(hi, int(np.searchsorted(values, v, "left")))
+                elif op in ("<=", "=="):
+                    hi = min(hi, int(np.searchsorted(values, v, "right")))
+        except (TypeError, ValueError, OverflowError):
+            return None
+    return lo, max(0, hi - lo)
