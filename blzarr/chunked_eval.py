@@ -375,15 +375,7 @@ def _compact_runs(expression, kernel, outputs):
             return None
         a = int(mask.argmax())
         if m == 1 or m == len(mask) or bool(mask[a:a + m].all()):
-            out = []
-            for kind, x in outputs:
-                if kind == "positions":
-                    out.append(np.arange(s + a, s + a + m, dtype=np.int_))
-                elif kind == "operand":
-                    out.append(local[x][a:a + m].copy())
-                else:
-                    out.append(None)
-            return a, m, out
+            return _run_parts(s, (a, m), outputs, local)
         idx = np.flatnonzero(mask)
         b = int(idx[-1]) + 1
         dense = m * 4 >= b - a
