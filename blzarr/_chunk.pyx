@@ -142,61 +142,103 @@ cdef int _cmp_i32(const void *a, const void *b) noexcept nogil:
     return (x > y) - (x < y)
 
 
+cdef struct fault_t:
+    int kind                # one of the FAULT_* values
+    Py_ssize_t block        # the block at fault (FAULT_TWO_STARTS: the index in start order)
+    Py_ssize_t stream
+    Py_ssize_t pos          # where the stream's 4-byte size stands
+    Py_ssize_t neblock      # the most bytes a stream of that block may hold
+    int32_t value           # the block's start, or the size a stream claims
+    int32_t end             # where the block ends (the next start in file order, or ctbytes)
+
+
+cdef enum:
+    FAULT_NONE = 0
+    FAULT_START = 1         # a block starts outside the chunk's data
+    FAULT_TWO_STARTS = 2    # two blocks start at the same byte
+    FAULT_TRUNCATED = 3     # a stream's size runs past the block's end
+    FAULT_STREAM = 4        # a stream claims more bytes than its block holds or the data has
+
+
+cdef int _walk_blocks(const uint8_t *p, const header_t *h, int32_t *st, Py_ssize_t first, Py_ssize_t last,
+                      fault_t *f) noexcept nogil:
+    """Check every block start of the chunk at `p` (header `h`, nblocks > 0) and the split streams of
+    blocks first..last (inclusive), with `st` scratch for nblocks starts; 0 when all fit, else 1 with
+    the first fault in `f` (starts in block order, then repeats in start order, then the streams)."""
+    cdef Py_ssize_t nb = h.nblocks, j, k, lo = 16 + 4 * h.nblocks, s, bsize, nsplits, pos
+    cdef int32_t b, csize
+    cdef bint leftover
+    for j in range(nb):
+        b = _read_i32(p + 16 + 4 * j)
+        if b < lo or <Py_ssize_t>b + 4 > h.ctbytes:
+            f.kind, f.block, f.value = FAULT_START, j, b
+            return 1
+        st[j] = b
+    qsort(st, nb, sizeof(int32_t), _cmp_i32)
+    for j in range(1, nb):
+        if st[j] == st[j - 1]:
+            f.kind, f.block, f.value = FAULT_TWO_STARTS, j, st[j]
+            return 1
+    for j in range(first, last + 1):
+        # block j ends where the next block in file order starts (blocks may be stored out of order)
+        b = _read_i32(p + 16 + 4 * j)
+        lo = 0
+        k = nb
+        while lo < k:                   # the first sorted start above b
+            s = (lo + k) // 2
+            if st[s] <= b:
+                lo = s + 1
+            else:
+                k = s
+        f.end = st[lo] if lo < nb else <int32_t>h.ctbytes
+        leftover = (j == nb - 1) and (h.nbytes % h.blocksize != 0)
+        bsize = h.nbytes - j * h.blocksize if leftover else h.blocksize
+        if (not (h.flags & C_DONT_SPLIT) and h.typesize <= MAX_SPLITS
+                and h.blocksize // h.typesize >= MIN_SPLIT_ITEMS and not leftover):
+            nsplits = h.typesize
+        else:
+            nsplits = 1
+        f.neblock = bsize // nsplits
+        pos = b
+        for s in range(nsplits):
+            f.block, f.stream, f.pos = j, s, pos
+            if pos + 4 > f.end:
+                f.kind = FAULT_TRUNCATED
+                return 1
+            csize = _read_i32(p + pos)
+            if csize <= 0 or csize > f.neblock or pos + 4 + csize > f.end:
+                f.kind, f.value = FAULT_STREAM, csize
+                return 1
+            pos += 4 + csize
+    f.kind = FAULT_NONE
+    return 0
+
+
 cdef int _check_blocks(const uint8_t *p, header_t *h, Py_ssize_t first, Py_ssize_t last,
                        object where) except -1:
     """Check every bstart, and the split streams of blocks first..last (inclusive), before decoding."""
-    cdef Py_ssize_t nb = h.nblocks, j, k, lo = 16 + 4 * h.nblocks
-    cdef int32_t *sorted_starts
-    cdef int32_t b, end
-    cdef Py_ssize_t bsize, nsplits, neblock, pos, s
-    cdef int32_t csize
-    cdef bint leftover
-    if nb == 0:
+    cdef int32_t *st
+    cdef fault_t f
+    cdef int bad
+    if h.nblocks == 0:
         return 0
-    sorted_starts = <int32_t *>malloc(nb * sizeof(int32_t))
-    if sorted_starts == NULL:
+    st = <int32_t *>malloc(h.nblocks * sizeof(int32_t))
+    if st == NULL:
         raise MemoryError()
-    try:
-        for j in range(nb):
-            b = _read_i32(p + 16 + 4 * j)
-            if b < lo or <Py_ssize_t>b + 4 > h.ctbytes:
-                raise ChunkError(
-                    f"bad Blosc chunk{_where(where)}: block {j} starts at {b}, outside [{lo}, {h.ctbytes})")
-            sorted_starts[j] = b
-        qsort(sorted_starts, nb, sizeof(int32_t), _cmp_i32)
-        for j in range(1, nb):
-            if sorted_starts[j] == sorted_starts[j - 1]:
-                raise ChunkError(f"bad Blosc chunk{_where(where)}: two blocks start at {sorted_starts[j]}")
-        for j in range(first, last + 1):
-            b = _read_i32(p + 16 + 4 * j)
-            # the block ends where the next block in file order starts (blocks may be stored out of order)
-            end = <int32_t>h.ctbytes
-            for k in range(nb):
-                if sorted_starts[k] > b:
-                    end = sorted_starts[k]
-                    break
-            leftover = (j == nb - 1) and (h.nbytes % h.blocksize != 0)
-            bsize = h.nbytes - j * h.blocksize if leftover else h.blocksize
-            if (not (h.flags & FLAG_DONT_SPLIT) and h.typesize <= MAX_SPLITS
-                    and h.blocksize // h.typesize >= MIN_SPLIT_ITEMS and not leftover):
-                nsplits = h.typesize
-            else:
-                nsplits = 1
-            neblock = bsize // nsplits
-            pos = b
-            for s in range(nsplits):
-                if pos + 4 > end:
-                    raise ChunkError(f"bad Blosc chunk{_where(where)}: block {j} is truncated")
-                csize = _read_i32(p + pos)
-                if csize <= 0 or csize > neblock or pos + 4 + csize > end:
-                    raise ChunkError(
-                        f"bad Blosc chunk{_where(where)}: block {j} stream {s} claims {csize} bytes "
-                        f"(at most {min(neblock, end - pos - 4)} possible)")
-                pos += 4 + csize
-    finally:
-        free(sorted_starts)
-    return 0
-
+    bad = _walk_blocks(p, h, st, first, last, &f)
+    free(st)
+    if not bad:
+        return 0
+    if f.kind == FAULT_START:
+        raise ChunkError(f"bad Blosc chunk{_where(where)}: block {f.block} starts at {f.value}, outside "
+                         f"[{16 + 4 * h.nblocks}, {h.ctbytes})")
+    if f.kind == FAULT_TWO_STARTS:
+        raise ChunkError(f"bad Blosc chunk{_where(where)}: two blocks start at {f.value}")
+    if f.kind == FAULT_TRUNCATED:
+        raise ChunkError(f"bad Blosc chunk{_where(where)}: block {f.block} is truncated")
+    raise ChunkError(
+        f"bad Blosc chunk{_where(where)}: block {f.block} stream {f.stream} claims {f.value} bytes "
+        f"(at most {min(f.neblock, f.end - f.pos - 4)} possible)")
 
 
 cdef int chunk_valid(const uint8_t *p, Py_ssize_t buflen, Py_ssize_t expected_nbytes,
@@ -204,11 +246,10 @@ cdef int chunk_valid(const uint8_t *p, Py_ssize_t buflen, Py_ssize_t expected_nb
     """1 when the `buflen` bytes at `p` are a well-formed chunk (holding `expected_nbytes` when >= 0),
     with `h` filled in; else 0.  The acceptance test of `validate` (which explains a rejection), without
     the GIL: every check of `_parse_header` and `_check_blocks` over all blocks."""
-    cdef Py_ssize_t nb, j, k, lo, bsize, nsplits, neblock, pos, s
+    cdef Py_ssize_t nb
     cdef int32_t *st
-    cdef int32_t b, end, csize
-    cdef bint leftover
-    cdef int ok = 1
+    cdef fault_t f
+    cdef int ok
     if buflen < 16 or p == NULL:
         return 0
     h.version = p[0]
@@ -230,55 +271,12 @@ cdef int chunk_valid(const uint8_t *p, Py_ssize_t buflen, Py_ssize_t expected_nb
         return 0
     h.nblocks = (h.nbytes + h.blocksize - 1) // h.blocksize
     nb = h.nblocks
-    lo = 16 + 4 * nb
-    if lo > h.ctbytes:
+    if 16 + 4 * nb > h.ctbytes:
         return 0
     st = <int32_t *>malloc(nb * sizeof(int32_t))
     if st == NULL:
         return 0
-    for j in range(nb):
-        b = _read_i32(p + 16 + 4 * j)
-        if b < lo or <Py_ssize_t>b + 4 > h.ctbytes:
-            free(st)
-            return 0
-        st[j] = b
-    qsort(st, nb, sizeof(int32_t), _cmp_i32)
-    for j in range(1, nb):
-        if st[j] == st[j - 1]:
-            free(st)
-            return 0
-    for j in range(nb):
-        # block j ends where the next block in file order starts (blocks may be stored out of order)
-        b = _read_i32(p + 16 + 4 * j)
-        lo = 0
-        k = nb
-        while lo < k:                   # the first sorted start above b
-            s = (lo + k) // 2
-            if st[s] <= b:
-                lo = s + 1
-            else:
-                k = s
-        end = st[lo] if lo < nb else <int32_t>h.ctbytes
-        leftover = (j == nb - 1) and (h.nbytes % h.blocksize != 0)
-        bsize = h.nbytes - j * h.blocksize if leftover else h.blocksize
-        if (not (h.flags & C_DONT_SPLIT) and h.typesize <= MAX_SPLITS
-                and h.blocksize // h.typesize >= MIN_SPLIT_ITEMS and not leftover):
-            nsplits = h.typesize
-        else:
-            nsplits = 1
-        neblock = bsize // nsplits
-        pos = b
-        for s in range(nsplits):
-            if pos + 4 > end:
-                ok = 0
-                break
-            csize = _read_i32(p + pos)
-            if csize <= 0 or csize > neblock or pos + 4 + csize > end:
-                ok = 0
-                break
-            pos += 4 + csize
-        if not ok:
-            break
+    ok = not _walk_blocks(p, h, st, 0, nb - 1, &f)
     free(st)
     return ok
 
