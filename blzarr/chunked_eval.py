@@ -271,17 +271,24 @@ def evaluate_into(expression, operands, vm, blen, n):
     return out
 
 
+def _block_mask(expression, kernel, local, n):
+    """The mask `kernel` evaluates over the decoded block `local` of `n` rows, checked to hold one
+    boolean per row (a ValueError naming `expression` otherwise)."""
+    mask = np.asarray(kernel(local))
+    if mask.dtype != bool:
+        raise ValueError(f"the expression {expression!r} does not give booleans (it gives {mask.dtype})")
+    if mask.ndim != 1:
+        raise ValueError(f"the expression {expression!r} gives shape {mask.shape}, not one boolean per row")
+    if len(mask) != n:
+        raise ValueError(f"the expression {expression!r} gives {len(mask)} values for {n} rows")
+    return mask
+
+
 def _compact(expression, kernel, outputs, arrays):
     """fn(s, e, local): the mask of `expression` over the decoded block `local` of rows [s, e) and
     (positions in the block, [each of `outputs` at those rows]), or None when no row matches."""
     def block(s, e, local):
-        mask = np.asarray(kernel(local))
-        if mask.dtype != bool:
-            raise ValueError(f"the expression {expression!r} does not give booleans (it gives {mask.dtype})")
-        if mask.ndim != 1:
-            raise ValueError(f"the expression {expression!r} gives shape {mask.shape}, not one boolean per row")
-        if len(mask) != e - s:
-            raise ValueError(f"the expression {expression!r} gives {len(mask)} values for {e - s} rows")
+        mask = _block_mask(expression, kernel, local, e - s)
         idx = np.flatnonzero(mask)
         if idx.size == 0:
             return None
@@ -363,13 +370,7 @@ def _compact_runs(expression, kernel, outputs):
     the run, with no array of positions), the ``"read"`` parts are None: the caller reads rows
     ``s + first`` to ``s + first + count`` itself; otherwise every part holds the matching rows."""
     def block(s, e, local):
-        mask = np.asarray(kernel(local))
-        if mask.dtype != bool:
-            raise ValueError(f"the expression {expression!r} does not give booleans (it gives {mask.dtype})")
-        if mask.ndim != 1:
-            raise ValueError(f"the expression {expression!r} gives shape {mask.shape}, not one boolean per row")
-        if len(mask) != e - s:
-            raise ValueError(f"the expression {expression!r} gives {len(mask)} values for {e - s} rows")
+        mask = _block_mask(expression, kernel, local, e - s)
         m = int(np.count_nonzero(mask))
         if m == 0:
             return None
