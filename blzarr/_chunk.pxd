@@ -23,3 +23,8 @@ cdef int chunk_valid(const uint8_t *p, Py_ssize_t buflen, Py_ssize_t expected_nb
                      header_t *h) noexcept nogil
 cdef void sum_values(int kind, Py_ssize_t isz, bint is_signed, const char *v, Py_ssize_t n, char *sums,
                      Py_ssize_t k) noexcept nogil
+cdef int rows_of_chunk(const uint8_t *p, const header_t *h, char *dst, Py_ssize_t rowsize,
+                       Py_ssize_t cstart, Py_ssize_t csize, char *scratch,
+                       Py_ssize_t scratch_bytes) noexcept nogil
+cdef void copy_rows(const char *v, Py_ssize_t nrows, Py_ssize_t rowsize, Py_ssize_t cstart,
+                    Py_ssize_t csize, char *dst) noexcept nogil

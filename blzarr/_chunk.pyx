@@ -639,6 +639,159 @@ def blosc_version():
     return ((<bytes>blosc_get_version_string()).decode(), (<bytes>BLOSC_VERSION_DATE).decode())
 
 
+# ---------------------------------------------------------------------------------------------------
+# Columns of rows straight out of byte-shuffled LZ4 blocks (``a[:, j]`` of a 2-D carray).  A block of
+# typesize t that Blosc byte-shuffled holds byte b of its element e at ``b * (bsize // t) + e`` (its
+# ``bsize % t`` last bytes are stored as they are, which whole rows of whole elements never leave).
+# When every block is one LZ4 stream (the "don't split" flag, blzarr's default) each block is decoded
+# alone into a small buffer that stays in the core's first-level cache, and only the bytes of the
+# wanted elements are gathered from it into the result: no unshuffle of the whole block, no
+# chunk-sized buffer, no strided copy afterwards.  Any other chunk is the caller's (decoded whole).
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <string.h>
+    int LZ4_decompress_safe(const char *src, char *dst, int compressedSize, int dstCapacity);
+
+    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    #define BLZ_GATHER_LE 1
+    #else
+    #define BLZ_GATHER_LE 0
+    #endif
+
+    /* elements c0 .. c0+nc-1 of each of the `nrows` rows of `epr` 8-byte elements of a block shuffled
+       with typesize 8 (`neq` elements), packed row after row into `out` */
+    static void blz_gather8_scalar(const uint8_t *s, int64_t neq, int64_t nrows, int64_t epr,
+                                   int64_t c0, int64_t nc, uint8_t *out) {
+        int64_t r, c, e;
+        const uint8_t *p0 = s, *p1 = s + neq, *p2 = s + 2 * neq, *p3 = s + 3 * neq;
+        const uint8_t *p4 = s + 4 * neq, *p5 = s + 5 * neq, *p6 = s + 6 * neq, *p7 = s + 7 * neq;
+        for (r = 0; r < nrows; r++) {
+            for (c = 0; c < nc; c++) {
+                e = r * epr + c0 + c;
+                uint8_t *o = out + 8 * (r * nc + c);
+                o[0] = p0[e]; o[1] = p1[e]; o[2] = p2[e]; o[3] = p3[e];
+                o[4] = p4[e]; o[5] = p5[e]; o[6] = p6[e]; o[7] = p7[e];
+            }
+        }
+    }
+
+    #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+    #include <immintrin.h>
+    #define BLZ_HAVE_AVX2_GATHER 1
+    /* one element of each row of 8 elements (epr == 8, nc == 1): from each of the 8 byte planes a
+       32-byte load holds 4 rows; a byte shuffle puts byte c0 of each row at byte b of that row's
+       output word, and the 8 planes are or-ed together */
+    __attribute__((target("avx2")))
+    static void blz_gather8_col_avx2(const uint8_t *s, int64_t neq, int64_t nrows, int64_t c0,
+                                     uint8_t *out) {
+        __m256i m[8];
+        int b, k;
+        int64_t r;
+        for (b = 0; b < 8; b++) {
+            int8_t idx[32];
+            /* output byte k of a 16-byte lane is byte k % 8 of row k / 8 of the lane */
+            for (k = 0; k < 32; k++)
+                idx[k] = (int8_t)((k % 8) == b ? ((k % 16) / 8) * 8 + c0 : -1);
+            m[b] = _mm256_loadu_si256((const __m256i *)idx);
+        }
+        for (r = 0; r + 4 <= nrows; r += 4) {
+            const uint8_t *p = s + 8 * r;
+            __m256i acc = _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)p), m[0]);
+            for (b = 1; b < 8; b++)
+                acc = _mm256_or_si256(acc, _mm256_shuffle_epi8(
+                    _mm256_loadu_si256((const __m256i *)(p + b * neq)), m[b]));
+            _mm256_storeu_si256((__m256i *)(out + 8 * r), acc);
+        }
+        if (r < nrows)
+            blz_gather8_scalar(s + 8 * r, neq, nrows - r, 8, c0, 1, out + 8 * r);
+    }
+    static int blz_avx2_ok(void) {
+        static int ok = -1;
+        if (ok < 0) {
+            __builtin_cpu_init();
+            ok = __builtin_cpu_supports("avx2") ? 1 : 0;
+        }
+        return ok;
+    }
+    #else
+    #define BLZ_HAVE_AVX2_GATHER 0
+    static void blz_gather8_col_avx2(const uint8_t *s, int64_t neq, int64_t nrows, int64_t c0,
+                                     uint8_t *out) { (void)s; (void)neq; (void)nrows; (void)c0; (void)out; }
+    static int blz_avx2_ok(void) { return 0; }
+    #endif
+
+    static void blz_gather8(const uint8_t *s, int64_t neq, int64_t nrows, int64_t epr, int64_t c0,
+                            int64_t nc, uint8_t *out) {
+        if (epr == 8 && nc == 1 && blz_avx2_ok())
+            blz_gather8_col_avx2(s, neq, nrows, c0, out);
+        else
+            blz_gather8_scalar(s, neq, nrows, epr, c0, nc, out);
+    }
+    """
+    int LZ4_decompress_safe(const char *src, char *dst, int compressedSize, int dstCapacity) nogil
+    int BLZ_GATHER_LE
+    void blz_gather8(const uint8_t *s, int64_t neq, int64_t nrows, int64_t epr, int64_t c0, int64_t nc,
+                     uint8_t *out) noexcept nogil
+
+
+cdef bint _rows_by_block(const header_t *h, Py_ssize_t rowsize, Py_ssize_t cstart,
+                         Py_ssize_t csize) noexcept nogil:
+    """Whether `rows_of_chunk` takes bytes [cstart, cstart + csize) of rows of `rowsize` bytes out of
+    the chunk of header `h` block by block: LZ4, byte shuffle, 8-byte values, one stream per block,
+    whole values of whole rows in every block, on a little-endian machine."""
+    if (not BLZ_GATHER_LE or h.flags & C_MEMCPYED or (h.flags >> 5) != 1 or (h.flags & 0x05) != 0x01
+            or h.typesize != 8 or h.nblocks <= 0 or rowsize <= 0 or rowsize % 8 or cstart % 8 or csize % 8
+            or csize <= 0 or cstart + csize > rowsize or h.blocksize % rowsize or h.nbytes % rowsize):
+        return False
+    # a full block is split into 8 streams unless the chunk says "don't split" or the block is small
+    return bool(h.flags & C_DONT_SPLIT) or h.blocksize // 8 < MIN_SPLIT_ITEMS
+
+
+def rows_by_block(buf, Py_ssize_t rowsize, Py_ssize_t cstart, Py_ssize_t csize):
+    """Whether `RowsChunks` (and the BLZ reader) take bytes [cstart, cstart + csize) of the rows of
+    `rowsize` bytes out of the chunk `buf` block by block, rather than decoding it whole first."""
+    cdef const uint8_t[::1] v = _as_bytes_view(buf)
+    cdef header_t h
+    _parse_header(&v[0] if v.shape[0] else NULL, v.shape[0], &h, None, False)
+    return bool(_rows_by_block(&h, rowsize, cstart, csize))
+
+
+cdef int rows_of_chunk(const uint8_t *p, const header_t *h, char *dst, Py_ssize_t rowsize,
+                       Py_ssize_t cstart, Py_ssize_t csize, char *scratch,
+                       Py_ssize_t scratch_bytes) noexcept nogil:
+    """Bytes [cstart, cstart + csize) of every row of `rowsize` bytes of the chunk at `p` (its header
+    parsed into `h`), packed one row after the other into `dst`, one LZ4 block at a time through
+    `scratch` (at least a block): 0 done; 1 not a chunk for this path (`_rows_by_block`: the caller
+    decodes it whole); -1 a block whose start or stream size does not fit, or that does not decode to
+    its size."""
+    cdef Py_ssize_t nb = h.nblocks, j, bsize, per, lo = 16 + 4 * h.nblocks
+    cdef int32_t b, cs
+    cdef const uint8_t *s
+    if not _rows_by_block(h, rowsize, cstart, csize) or h.blocksize > scratch_bytes:
+        return 1
+    per = h.blocksize // rowsize * csize        # output bytes per block
+    for j in range(nb):
+        bsize = h.blocksize
+        if j == nb - 1 and h.nbytes % h.blocksize:
+            bsize = h.nbytes - j * h.blocksize
+        b = _read_i32(p + 16 + 4 * j)
+        if b < lo or <Py_ssize_t>b + 4 > h.ctbytes:
+            return -1
+        cs = _read_i32(p + b)
+        if cs <= 0 or cs > bsize or <Py_ssize_t>b + 4 + cs > h.ctbytes:
+            return -1
+        if cs == bsize:
+            s = p + b + 4                   # stored raw (still shuffled)
+        else:
+            if LZ4_decompress_safe(<const char *>(p + b + 4), scratch, cs, <int>bsize) != bsize:
+                return -1
+            s = <const uint8_t *>scratch
+        blz_gather8(s, bsize // 8, bsize // rowsize, rowsize // 8, cstart // 8, csize // 8,
+                    <uint8_t *>(dst + j * per))
+    return 0
+
+
 # ---------------------------------------------------------------------------------------- statistics
 # One pass over a chunk for its statistics (blzarr.stats): minimum, maximum and the count of NaN/NaT,
 # on the thread that compresses the chunk while it is in that core's cache.  NumPy has no fused
@@ -1029,6 +1182,91 @@ cdef class DecodeChunks(_ChunkWork):
         else:
             ret = blosc_getitem(self.src[k], <int>(st // ts), <int>(nb // ts), dst)
         return 0 if ret == nb else (ret if ret != 0 else -1)
+
+
+cdef void copy_rows(const char *v, Py_ssize_t nrows, Py_ssize_t rowsize, Py_ssize_t cstart,
+                    Py_ssize_t csize, char *dst) noexcept nogil:
+    """Bytes [cstart, cstart + csize) of each of the `nrows` rows of `rowsize` bytes at `v`, packed
+    one row after the other into `dst`."""
+    cdef Py_ssize_t r
+    v = v + cstart
+    if csize == 8:
+        for r in range(nrows):
+            memcpy(dst + 8 * r, v + r * rowsize, 8)
+    elif csize == 4:
+        for r in range(nrows):
+            memcpy(dst + 4 * r, v + r * rowsize, 4)
+    else:
+        for r in range(nrows):
+            memcpy(dst + r * csize, v + r * rowsize, csize)
+
+
+cdef class RowsChunks(_ChunkWork):
+    """RowsChunks(bufs, dest, offsets, rowsize, cstart, csize, nparts=1, wheres=None)
+
+    Bytes [cstart, cstart + csize) of every row of `rowsize` bytes of chunk ``bufs[k]``, packed one
+    row after the other into the C-contiguous array `dest` from byte ``offsets[k]`` (a column range
+    of a 2-D carray): an LZ4 chunk of byte-shuffled 8-byte values one block at a time
+    (`rows_of_chunk`), a raw one in place, any other decoded whole into a buffer of the thread first.
+    Call `run()` from up to `nparts` threads, then `check()`.
+    """
+
+    cdef char *out
+    cdef Py_ssize_t *offs
+    cdef Py_ssize_t rowsize, cstart, csize
+    cdef object dest
+
+    def __init__(self, list bufs not None, cnp.ndarray dest not None, const cnp.intp_t[::1] offsets not None,
+                 Py_ssize_t rowsize, Py_ssize_t cstart, Py_ssize_t csize, Py_ssize_t nparts=1, wheres=None):
+        cdef Py_ssize_t k, total, n = len(bufs), each
+        if offsets.shape[0] != n:
+            raise ValueError("RowsChunks: one output offset per chunk is needed")
+        if rowsize <= 0 or cstart < 0 or csize <= 0 or cstart + csize > rowsize:
+            raise ValueError(f"RowsChunks: bytes [{cstart}, {cstart + csize}) of rows of {rowsize} bytes")
+        self._set_chunks(bufs, nparts, wheres)
+        if not cnp.PyArray_IS_C_CONTIGUOUS(dest) or not cnp.PyArray_ISWRITEABLE(dest):
+            raise ValueError("RowsChunks: the output array must be C-contiguous and writeable")
+        self.dest = dest
+        self.out = <char *>cnp.PyArray_DATA(dest)
+        total = cnp.PyArray_NBYTES(dest)
+        self.rowsize, self.cstart, self.csize = rowsize, cstart, csize
+        self.offs = <Py_ssize_t *>malloc(max(1, n) * sizeof(Py_ssize_t))
+        if self.offs == NULL:
+            raise MemoryError()
+        for k in range(n):
+            if self.hdr[k].nbytes % rowsize:
+                raise ValueError(f"RowsChunks: chunk {k}'s {self.hdr[k].nbytes} bytes are not whole rows "
+                                 f"of {rowsize} bytes")
+            each = self.hdr[k].nbytes // rowsize * csize
+            if offsets[k] < 0 or offsets[k] + each > total:
+                raise ValueError(f"RowsChunks: {each} bytes at {offsets[k]} do not fit in the output's "
+                                 f"{total} bytes")
+            self.offs[k] = offsets[k]
+            if not (self.hdr[k].flags & FLAG_MEMCPYED):
+                self.scratch_bytes = max(self.scratch_bytes, self.hdr[k].nbytes)
+
+    def __dealloc__(self):
+        free(self.offs)
+
+    cdef int _do(self, Py_ssize_t k, char *scratch) noexcept nogil:
+        cdef header_t *h = &self.hdr[k]
+        cdef char *dst = self.out + self.offs[k]
+        cdef int ret
+        if h.nbytes == 0:
+            return 0
+        if h.flags & C_MEMCPYED:
+            copy_rows(<const char *>self.src[k] + 16, h.nbytes // self.rowsize, self.rowsize, self.cstart,
+                      self.csize, dst)
+            return 0
+        ret = rows_of_chunk(self.src[k], h, dst, self.rowsize, self.cstart, self.csize, scratch,
+                            self.scratch_bytes)
+        if ret <= 0:
+            return ret
+        ret = blosc_decompress_ctx(self.src[k], scratch, h.nbytes, 1)
+        if ret != h.nbytes:
+            return ret if ret != 0 else -1
+        copy_rows(scratch, h.nbytes // self.rowsize, self.rowsize, self.cstart, self.csize, dst)
+        return 0
 
 
 # NumPy's pairwise summation (numpy/_core/src/umath/loops_utils.h.src), step for step, so that the sum

@@ -55,7 +55,7 @@ cdef extern from *:
 
 from blzarr import _chunk
 from blzarr._blosc cimport blosc_decompress_ctx
-from blzarr._chunk cimport header_t, chunk_valid, sum_values, SUM_F8, SUM_F4, SUM_SIGNED, SUM_UNSIGNED
+from blzarr._chunk cimport header_t, chunk_valid, copy_rows, rows_of_chunk, sum_values, SUM_F8, SUM_F4, SUM_SIGNED, SUM_UNSIGNED
 from blzarr.errors import ChecksumError, ChunkError, FormatError, StorageError
 
 cnp.import_array()
@@ -732,12 +732,11 @@ cdef class ReadChunks:
                   Py_ssize_t *calls) noexcept nogil:
         cdef int fd = <int>self.fd[k]
         cdef int64_t off = self.off[k], pos
-        cdef Py_ssize_t got, ct = self.known[k], have = 0, total, nb = self.expected, r, nrows
+        cdef Py_ssize_t got, ct = self.known[k], have = 0, total, nb = self.expected, r
         cdef uint32_t stored, cs
         cdef header_t h
         cdef uint8_t ebuf[8]
         cdef const char *v
-        cdef char *dst
         cdef bint check = self.cid != 0 and not self.ver[k]
         if off < 0:
             return 2
@@ -783,24 +782,21 @@ cdef class ReadChunks:
         if h.flags & 0x02:
             v = rbuf + 16
         else:
+            if self.mode == RC_ROWS:
+                # one LZ4 block at a time, the wanted bytes gathered out of it (when the chunk allows)
+                r = rows_of_chunk(<const uint8_t *>rbuf, &h, self.out + self.doff[k], self.rowsize,
+                                  self.cstart, self.csize, scratch, self.scratch_bytes)
+                if r == 0:
+                    return 0
+                if r < 0:
+                    return 8
             if blosc_decompress_ctx(rbuf, scratch, nb, 1) != nb:
                 return 8
             v = scratch
         if self.mode == RC_SUM:
             sum_values(self.kind, self.isz, self.is_signed, v, nb // self.isz, self.sums, k)
         elif self.mode == RC_ROWS:
-            nrows = nb // self.rowsize
-            dst = self.out + self.doff[k]
-            v = v + self.cstart
-            if self.csize == 8:
-                for r in range(nrows):
-                    (<uint64_t *>dst)[r] = (<const uint64_t *>(v + r * self.rowsize))[0]
-            elif self.csize == 4:
-                for r in range(nrows):
-                    (<uint32_t *>dst)[r] = (<const uint32_t *>(v + r * self.rowsize))[0]
-            else:
-                for r in range(nrows):
-                    memcpy(dst + r * self.csize, v + r * self.rowsize, self.csize)
+            copy_rows(v, nb // self.rowsize, self.rowsize, self.cstart, self.csize, self.out + self.doff[k])
         return 0
 
     cdef void _loop(self, Py_ssize_t t, char *rbuf, char *scratch, Py_ssize_t *nread,

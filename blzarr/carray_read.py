@@ -14,7 +14,7 @@ from blzarr import indexing as ix
 from blzarr import planner
 from blzarr._chunk import getitem_into
 from blzarr.blockcache import disk_blocks, new_generation
-from blzarr.chunk import chunk, decode_ranges, take_chunks
+from blzarr.chunk import chunk, decode_ranges, rows_chunks, take_chunks
 from blzarr.errors import FormatError
 from blzarr.params import get_nthreads
 from blzarr.parallel import run_all
@@ -388,11 +388,12 @@ class CarrayReads(CarrayBase):
             blocks = list(zip(edges[:-1], edges[1:]))
             run = self._atom_run(rest, out)
             if run is not None:
-                # one run of bytes of every atom (a column of a 2-D carray): the full chunks of files
-                # read and the run copied out of each in one call per thread
+                # one run of bytes of every atom (a column of a 2-D carray): the run taken out of each
+                # full chunk without the GIL (only the wanted bytes of each block of an LZ4 chunk),
+                # chunks in memory or in BLZ files in one call per thread, others one by one
                 full = [b for b in blocks if b[1] - b[0] == cl and b[1] <= len(self._chunks) * cl]
-                if len(full) > 1 and self._chunks.rows_whole([b[0] // cl for b in full], out,
-                                                             [(b[0] - start) * run[1] for b in full], *run):
+                if self._rows_full(full, out, start, run):
+                    full = set(full)
                     blocks = [b for b in blocks if b not in full]
             fused.run_blocks(blocks, fused.Decoder({"x": self}, cl),
                              lambda s, e, b: out.__setitem__(slice(s - start, e - start), b["x"][sub]))
@@ -408,6 +409,31 @@ class CarrayReads(CarrayBase):
             block = self[lo:hi if hi >= 0 else None:step]
             out[o:o + m] = block[sub]
         return out
+
+    def _rows_full(self, full, out, start, run):
+        """Bytes run = (first, count) of every atom of the full chunks of `full` (row ranges starting at
+        `start`) into `out`; whether it was done (else nothing was)."""
+        if len(full) < 2 or self._bytes is not None:
+            return False
+        cl = self._chunklen
+        ids = [b[0] // cl for b in full]
+        offsets = [(b[0] - start) * run[1] for b in full]
+        isz = self._atom.itemsize
+        datas = self._chunks.resident(ids)
+        if datas is not None:
+            rows_chunks(datas, out, offsets, isz, *run)
+            return True
+        if self._chunks.rows_whole(ids, out, offsets, *run):
+            return True
+        if type(self._chunks[ids[0]]) is not chunk:
+            return False        # chunks read block by block from their files (a BLZ writer's)
+
+        def one(k):
+            # a store's chunks are all of one kind: whole chunks read from their files (bcolz layout)
+            c = self._chunks[ids[k]]
+            rows_chunks([c._data], out, [offsets[k]], isz, *run, nparts=1, wheres=[c._where])
+        run_all(one, range(len(ids)))
+        return True
 
     def _atom_run(self, rest, out):
         """(first byte, bytes) of the one run of each atom's bytes that ``atom[rest]`` selects, in order

@@ -57,6 +57,16 @@ def decode_ranges(datas, out, offsets, starts, sizes):
     return out
 
 
+def rows_chunks(datas, out, offsets, rowsize, cstart, csize, nparts=None, wheres=None):
+    """Bytes [cstart, cstart + csize) of every row (`rowsize` bytes) of the chunk bytes ``datas[k]``,
+    packed into the contiguous array `out` from byte ``offsets[k]`` (a column of a 2-D carray), on
+    `nparts` threads (all of them by default), the GIL released: an LZ4 chunk of shuffled 8-byte values
+    a block at a time, only the wanted bytes taken out of each block."""
+    run_work(_chunk.RowsChunks(datas, out, np.asarray(offsets, np.intp), rowsize, cstart, csize,
+                               get_nthreads() if nparts is None else nparts, wheres))
+    return out
+
+
 def take_chunks(datas, positions, groups, chunklen, itemsize, out, rows=None):
     """Items at the ascending `positions` (intp) into rows of the contiguous array `out` (position i to
     row ``rows[i]``, or row i), where ``groups`` lists (chunk number, start, stop) runs of positions in

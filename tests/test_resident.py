@@ -7,7 +7,7 @@ import threading
 
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 import blzarr
 from blzarr import _chunk, fused, parallel
@@ -292,3 +292,95 @@ def test_boolean_carray_key_equals_numpy(seed, n, chunklen, mchunklen, runs, dty
     if n:
         with pytest.raises(IndexError, match="boolean index has length"):
             a[blzarr.carray(m[:-1], chunklen=mchunklen)]
+
+
+# ------------------------------------------------------------------ columns of rows (RowsChunks)
+def _rows_ref(x2, cstart, csize):
+    """Bytes [cstart, cstart + csize) of every row of the 2-D array `x2`, packed."""
+    b = np.ascontiguousarray(x2).reshape(len(x2), -1).view(np.uint8)
+    return np.ascontiguousarray(b[:, cstart:cstart + csize])
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), nrows=st.integers(1, 1500), ncols=st.integers(1, 18),
+       blocksize=st.sampled_from([0, 128, 1024, 4096, 16384]), cname=st.sampled_from(["lz4", "blosclz", "zstd"]),
+       shuffle=st.sampled_from([1, 0, 2]), kind=st.sampled_from(["smooth", "random", "zeros"]),
+       dtype=st.sampled_from(["f8", "i8", "f4", "u2"]), data=st.data())
+def test_rows_chunks_equal_numpy(seed, nrows, ncols, blocksize, cname, shuffle, kind, dtype, data):
+    # LZ4 + byte shuffle + 8-byte values goes block by block (short last blocks, streams stored raw
+    # when random values do not compress); every other chunk is decoded whole first
+    rng = np.random.default_rng(seed)
+    dt = np.dtype(dtype)
+    if kind == "smooth":
+        x = (np.arange(nrows * ncols) * 0.25).astype(dt)
+    elif kind == "random":
+        x = rng.integers(0, 256, nrows * ncols * dt.itemsize, dtype=np.uint8).view(dt)
+    else:
+        x = np.zeros(nrows * ncols, dt)
+    x2 = x.reshape(nrows, ncols)
+    isz = dt.itemsize
+    rowsize = ncols * isz
+    c0 = data.draw(st.integers(0, ncols - 1))
+    c1 = data.draw(st.integers(c0 + 1, ncols))
+    cstart, csize = c0 * isz, (c1 - c0) * isz
+    if data.draw(st.booleans()) and isz > 1:
+        cstart, csize = cstart + 1, csize - 1 if csize > 1 else 1   # not whole elements: decoded whole
+        csize = min(csize, rowsize - cstart)
+    bufs = [_chunk.compress(x2, isz, 5, shuffle, cname, blocksize), _chunk.compress(x2[::-1].copy(), isz, 5, shuffle,
+                                                                                    cname, blocksize)]
+    h = _chunk.header(bufs[0])
+    if (cname == "lz4" and shuffle == 1 and isz == 8 and cstart % 8 == 0 and csize % 8 == 0
+            and not h["memcpyed"] and h["blocksize"] % rowsize == 0):
+        assert _chunk.rows_by_block(bufs[0], rowsize, cstart, csize)
+    each = nrows * csize
+    out = np.full(2 * each + 3, 0xAB, np.uint8)
+    w = _chunk.RowsChunks(bufs, out, np.array([0, each + 3], np.intp), rowsize, cstart, csize,
+                          data.draw(st.sampled_from([1, 2])))
+    parallel.run_threads(w.run, w.nparts)
+    w.check()
+    assert out[:each].tobytes() == _rows_ref(x2, cstart, csize).tobytes()
+    assert out[each:each + 3].tobytes() == b"\xab" * 3
+    assert out[each + 3:].tobytes() == _rows_ref(x2[::-1], cstart, csize).tobytes()
+
+
+def test_rows_chunks_of_a_raw_chunk_and_argument_errors():
+    x2 = np.arange(4000 * 8, dtype="f8").reshape(4000, 8)
+    raw = _chunk.compress(x2, 8, 0, 1, "lz4")                  # clevel 0: stored raw (memcpyed)
+    assert _chunk.header(raw)["memcpyed"]
+    out = np.empty(4000 * 16, np.uint8)
+    w = _chunk.RowsChunks([raw], out, np.zeros(1, np.intp), 64, 16, 16)
+    parallel.run_threads(w.run, w.nparts)
+    w.check()
+    np.testing.assert_array_equal(out.view("f8").reshape(4000, 2), x2[:, 2:4])
+    with pytest.raises(ValueError, match="do not fit"):
+        _chunk.RowsChunks([raw], out, np.array([8], np.intp), 64, 16, 16)
+    with pytest.raises(ValueError, match="rows of 64 bytes"):
+        _chunk.RowsChunks([raw], out, np.zeros(1, np.intp), 64, 60, 8)
+    with pytest.raises(ValueError, match="whole rows"):
+        _chunk.RowsChunks([raw], out, np.zeros(1, np.intp), 48, 0, 8)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        _chunk.RowsChunks([raw], np.zeros((20, 20), np.uint8)[:, ::2], np.zeros(1, np.intp), 64, 0, 8)
+
+
+@pytest.mark.parametrize("damage", ["stream size", "lz4 payload", "block start"])
+def test_rows_chunks_of_a_damaged_lz4_chunk_is_a_chunk_error_naming_it(damage):
+    x2 = np.cumsum(np.random.default_rng(3).standard_normal((3000, 8)), axis=0)
+    good = _chunk.compress(x2, 8, 5, 1, "lz4")
+    assert _chunk.header(good)["flags"] == 0x31 and _chunk.rows_by_block(good, 64, 8, 8)
+    bad = bytearray(good)
+    start = int.from_bytes(bad[20:24], "little")      # block 1
+    if damage == "stream size":
+        bad[start:start + 4] = (2**30).to_bytes(4, "little")
+    elif damage == "lz4 payload":
+        # a literal run claiming far more bytes than the block: LZ4 stops short of the block's size
+        bad[start + 4:start + 105] = b"\xff" * 101       # a literal run longer than the block
+    else:
+        bad[20:24] = (len(bad) + 10).to_bytes(4, "little")
+    if damage == "lz4 payload":
+        _chunk.validate(bytes(bad))                   # the structure holds: LZ4 itself must refuse it
+    out = np.empty(3 * 3000 * 8, np.uint8)
+    w = _chunk.RowsChunks([good, bytes(bad), good], out, np.arange(3, dtype=np.intp) * 3000 * 8, 64, 8, 8, 2,
+                          ["first", "the damaged one", "third"])
+    parallel.run_threads(w.run, w.nparts)
+    with pytest.raises(ChunkError, match="the damaged one"):
+        w.check()
