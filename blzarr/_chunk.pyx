@@ -327,9 +327,20 @@ def explain(buf, Py_ssize_t expected_nbytes=-1, where=None):
 
 
 def compress(cnp.ndarray src not None, int typesize, int clevel=5, int shuffle=1, cname="lz4",
-             Py_ssize_t blocksize=0, int nthreads=1):
-    """Compress the bytes of a C-contiguous array into one chunk (a bytes object sized exactly)."""
-    cdef Py_ssize_t nbytes, cap
+             Py_ssize_t blocksize=0, int nthreads=1, cnp.ndarray mins=None, cnp.ndarray maxs=None,
+             Py_ssize_t at=0, bint nat=False):
+    """Compress the bytes of a C-contiguous array into one chunk (a bytes object sized exactly).
+
+    With `mins` and `maxs` (1-d contiguous arrays of src's dtype), the same GIL-free call first
+    takes src's smallest and largest items into mins[at] and maxs[at] as `minmax` does (`nat`: src
+    is the int64 view of datetimes, NaT left out) -- a pass that brings the chunk into this core's
+    cache, from where the compressor reads it -- and returns (bytes, count of NaN/NaT).  When every
+    item is NaN/NaT, mins[at] and maxs[at] hold nothing meaningful."""
+    cdef Py_ssize_t nbytes, cap, nitems = 0
+    cdef int which = MM_NONE
+    cdef char *omin = NULL
+    cdef char *omax = NULL
+    cdef int64_t nan = 0
     cdef const char *csrc
     cdef char *dest
     cdef PyObject *out
@@ -349,6 +360,20 @@ def compress(cnp.ndarray src not None, int typesize, int clevel=5, int shuffle=1
         raise ValueError(f"compressor {cname!r} is not available; choose one of {compressor_list()}")
     if blocksize < 0:
         raise ValueError(f"blocksize must be >= 0, got {blocksize}")
+    if mins is not None or maxs is not None:
+        nitems = src.shape[0] if src.ndim == 1 else 0
+        if nitems == 0 or mins is None or maxs is None:
+            raise ValueError("compress: statistics need a non-empty 1-d source, mins and maxs")
+        for o in (mins, maxs):
+            if o.dtype != src.dtype or o.ndim != 1 or not cnp.PyArray_IS_C_CONTIGUOUS(o) \
+                    or not 0 <= at < o.shape[0]:
+                raise ValueError(f"compress: mins and maxs must be contiguous 1-d arrays of {src.dtype} "
+                                 f"holding index {at}")
+        which = _minmax_kind(src, nat)
+        if which == MM_NONE:
+            raise ValueError(f"compress: no statistics for dtype {src.dtype}")
+        omin = <char *>cnp.PyArray_DATA(mins) + at * cnp.PyArray_ITEMSIZE(src)
+        omax = <char *>cnp.PyArray_DATA(maxs) + at * cnp.PyArray_ITEMSIZE(src)
     nbytes = cnp.PyArray_NBYTES(src)
     nthreads = _threads_for(nthreads, nbytes)
     if nbytes > BLOSC_MAX_BUFFERSIZE:
@@ -363,6 +388,8 @@ def compress(cnp.ndarray src not None, int typesize, int clevel=5, int shuffle=1
         dest = _bytes_ptr(out)
         csrc = <const char *>cnp.PyArray_DATA(src)
         with nogil:
+            if which != MM_NONE:
+                nan = _minmax_run(which, csrc, nitems, omin, omax)
             ret = blosc_compress_ctx(clevel, shuffle, typesize, nbytes, csrc, dest, cap,
                                      ccname, blocksize, nthreads)
         if ret <= 0:
@@ -372,6 +399,8 @@ def compress(cnp.ndarray src not None, int typesize, int clevel=5, int shuffle=1
         result = <object>out
     finally:
         Py_XDECREF(out)
+    if which != MM_NONE:
+        return result, nan
     return result
 
 
@@ -794,11 +823,13 @@ cdef int rows_of_chunk(const uint8_t *p, const header_t *h, char *dst, Py_ssize_
 
 # ---------------------------------------------------------------------------------------- statistics
 # One pass over a chunk for its statistics (blzarr.stats): minimum, maximum and the count of NaN/NaT,
-# on the thread that compresses the chunk while it is in that core's cache.  NumPy has no fused
-# min/max, and its two passes cost 5-10% of writing data that compresses fast.  Floats are compared
-# as integers ordered like them (the bits of a negative float with every bit but the sign flipped),
-# NaN and NaT left out by a select, so that every loop is integer min/max the compiler vectorizes;
-# on x86-64 with GCC each loop is built for AVX-512, AVX2 and the baseline, chosen at load time.
+# in the call that compresses the chunk, before compressing it (the pass brings the chunk into this
+# core's cache, from where the compressor reads it).  NumPy has no fused min/max, and its two passes
+# cost 5-10% of writing data that compresses fast.  Every loop is integer min/max the compiler
+# vectorizes, with enough independent accumulators (256 bytes of each) that no vector waits for the
+# previous one's result; floats are taken by their bits as integers (see blz_minmax_f64), NaN and NaT
+# found in the same pass and handled in a second one only for a chunk holding them.  On x86-64 with
+# GCC each loop is built for AVX-512, AVX2 and the baseline, chosen at load time.
 cdef extern from *:
     """
     #include <stdint.h>
@@ -808,12 +839,27 @@ cdef extern from *:
     #else
     #define BLZ_CLONES
     #endif
+    #define BLZ_LANES(T) (256 / (int)sizeof(T))
+    /* the items before the first 64-byte boundary (at most n): the vector loop starts there, as loads
+       across two cache lines run at half speed (NumPy's data starts 16 bytes past one) */
+    #define BLZ_HEAD(p, T, n) ((int64_t)(((64 - ((uintptr_t)(p) & 63)) & 63) / sizeof(T)) < (n) ? \\
+                               (int64_t)(((64 - ((uintptr_t)(p) & 63)) & 63) / sizeof(T)) : (n))
 
+    /* min and max of n > 0 integers; BLZ_LANES independent accumulators (no dependency chain from one
+       vector to the next), folded at the end. */
     #define BLZ_INT_MINMAX(NAME, T) \\
     static BLZ_CLONES void NAME(const void *vv, int64_t n, void *mn, void *mx) { \\
-        const T *v = (const T *)vv; T a = v[0], b = v[0]; \\
-        for (int64_t i = 1; i < n; i++) { T x = v[i]; a = x < a ? x : a; b = x > b ? x : b; } \\
-        *(T *)mn = a; *(T *)mx = b; \\
+        typedef T __attribute__((may_alias)) T##_al; \\
+        const T##_al *v = (const T##_al *)vv; \\
+        T a[BLZ_LANES(T)], b[BLZ_LANES(T)], A = v[0], B = v[0]; \\
+        int64_t i = 0, head = BLZ_HEAD(vv, T, n); \\
+        for (int j = 0; j < BLZ_LANES(T); j++) { a[j] = A; b[j] = B; } \\
+        for (; i < head; i++) { T x = v[i]; A = x < A ? x : A; B = x > B ? x : B; } \\
+        for (; i + BLZ_LANES(T) <= n; i += BLZ_LANES(T)) \\
+            for (int j = 0; j < BLZ_LANES(T); j++) { T x = v[i + j]; a[j] = x < a[j] ? x : a[j]; b[j] = x > b[j] ? x : b[j]; } \\
+        for (; i < n; i++) { T x = v[i]; A = x < A ? x : A; B = x > B ? x : B; } \\
+        for (int j = 0; j < BLZ_LANES(T); j++) { A = a[j] < A ? a[j] : A; B = b[j] > B ? b[j] : B; } \\
+        *(T *)mn = A; *(T *)mx = B; \\
     }
     BLZ_INT_MINMAX(blz_minmax_i8, int8_t)
     BLZ_INT_MINMAX(blz_minmax_u8, uint8_t)
@@ -824,56 +870,78 @@ cdef extern from *:
     BLZ_INT_MINMAX(blz_minmax_i64, int64_t)
     BLZ_INT_MINMAX(blz_minmax_u64, uint64_t)
 
-    /* int64 with NaT (INT64_MIN) left out; returns the count of NaT.  NaT is the smallest int64, so
-       only the minimum needs a second pass, and only when a NaT is there (vectorized first pass). */
-    static BLZ_CLONES int64_t blz_minmax_nat(const void *vv, int64_t n, void *mn, void *mx) {
+    /* signed min, signed max and unsigned max of n > 0 integers of type I (U unsigned), in one pass */
+    #define BLZ_SSU(NAME, I, U) \\
+    static BLZ_CLONES void NAME(const void *vv, int64_t n, I *smin, I *smax, U *umax) { \\
+        typedef I __attribute__((may_alias)) I##_al; \\
+        const I##_al *v = (const I##_al *)vv; \\
+        I a[BLZ_LANES(I)], b[BLZ_LANES(I)], A = v[0], B = v[0]; U c[BLZ_LANES(I)], C = (U)v[0]; \\
+        int64_t i = 0, head = BLZ_HEAD(vv, I, n); \\
+        for (int j = 0; j < BLZ_LANES(I); j++) { a[j] = A; b[j] = B; c[j] = C; } \\
+        for (; i < head; i++) { I x = v[i]; U y = (U)x; A = x < A ? x : A; B = x > B ? x : B; C = y > C ? y : C; } \\
+        for (; i + BLZ_LANES(I) <= n; i += BLZ_LANES(I)) \\
+            for (int j = 0; j < BLZ_LANES(I); j++) { \\
+                I x = v[i + j]; U y = (U)x; \\
+                a[j] = x < a[j] ? x : a[j]; b[j] = x > b[j] ? x : b[j]; c[j] = y > c[j] ? y : c[j]; } \\
+        for (; i < n; i++) { I x = v[i]; U y = (U)x; A = x < A ? x : A; B = x > B ? x : B; C = y > C ? y : C; } \\
+        for (int j = 0; j < BLZ_LANES(I); j++) { A = a[j] < A ? a[j] : A; B = b[j] > B ? b[j] : B; C = c[j] > C ? c[j] : C; } \\
+        *smin = A; *smax = B; *umax = C; \\
+    }
+    BLZ_SSU(blz_ssu64, int64_t, uint64_t)
+    BLZ_SSU(blz_ssu32, int32_t, uint32_t)
+
+    /* int64 with NaT (INT64_MIN) left out; returns the count of NaT.  NaT is the smallest int64: one
+       min/max pass, then only for a chunk whose minimum is NaT, a pass counting them and one for the
+       minimum without them. */
+    static int64_t blz_minmax_nat(const void *vv, int64_t n, void *mn, void *mx) {
         const int64_t *v = (const int64_t *)vv;
-        int64_t a = INT64_MAX, b = INT64_MIN, nat = 0;
-        for (int64_t i = 0; i < n; i++) {
-            int64_t x = v[i];
-            nat += x == INT64_MIN;
-            a = x < a ? x : a;
-            b = x > b ? x : b;
-        }
-        if (nat) {
+        int64_t a, b, nat = 0;
+        blz_minmax_i64(vv, n, &a, &b);
+        if (a == INT64_MIN) {
             a = INT64_MAX;
-            for (int64_t i = 0; i < n; i++)
-                if (v[i] != INT64_MIN && v[i] < a) a = v[i];
+            for (int64_t i = 0; i < n; i++) {
+                int64_t x = v[i];
+                nat += x == INT64_MIN;
+                if (x != INT64_MIN && x < a) a = x;
+            }
         }
         *(int64_t *)mn = a; *(int64_t *)mx = b;
         return nat;
     }
 
-    /* floats as ordered integers (the bits of a negative float with every bit but the sign flipped);
-       returns the count of NaN.  The first pass (vectorized) takes min and max over every key and
-       counts NaN; only a chunk holding NaN is passed again with the NaN left out. */
+    /* Floats by their bits as integers: among values without NaN, the signed integer order is the
+       float order for non-negative values and the reverse for negative ones, so the smallest float is
+       the largest unsigned bits when a negative value is there (else the smallest signed), and the
+       largest float the largest signed bits when a non-negative value is there (else the smallest
+       signed).  NaN shows in the same pass (a positive NaN's bits above +inf's as signed, a negative
+       NaN's above -inf's as unsigned); only then a second pass counts NaN and takes min and max
+       without them (floats compared as integers ordered like them: the bits of a negative value with
+       every bit but the sign flipped).  Returns the count of NaN. */
     #define BLZ_FLIP(I, U, k) ((k) ^ (I)(((U)((k) >> (8 * sizeof(I) - 1))) >> 1))
-    #define BLZ_FLOAT_MINMAX(NAME, I, U, ABSMASK, INF) \\
-    typedef I __attribute__((may_alias)) NAME##_alias; \\
-    static BLZ_CLONES int64_t NAME(const void *vv, int64_t n, void *kmin, void *kmax) { \\
-        const NAME##_alias *v = (const NAME##_alias *)vv; \\
-        I a = (I)ABSMASK, b = (I)(~(U)ABSMASK); int64_t nan = 0; \\
+    #define BLZ_FLOAT_MINMAX(NAME, SSU, I, U, ABSMASK, INF) \\
+    static int64_t NAME(const void *vv, int64_t n, void *kmin, void *kmax) { \\
+        typedef I __attribute__((may_alias)) I##_al; \\
+        const I##_al *v = (const I##_al *)vv; \\
+        I smin, smax; U umax; int64_t nan = 0; \\
+        SSU(vv, n, &smin, &smax, &umax); \\
+        if (smax <= (I)INF && umax <= ((U)INF | ((U)1 << (8 * sizeof(I) - 1)))) { \\
+            *(I *)kmin = smin < 0 ? (I)umax : smin; \\
+            *(I *)kmax = smax >= 0 ? smax : smin; \\
+            return 0; \\
+        } \\
+        I a = (I)ABSMASK, b = (I)(~(U)ABSMASK); \\
         for (int64_t i = 0; i < n; i++) { \\
             I u = v[i]; \\
+            if ((u & (I)ABSMASK) > (I)INF) { nan++; continue; } \\
             I k = BLZ_FLIP(I, U, u); \\
-            nan += (u & (I)ABSMASK) > (I)INF; \\
             a = k < a ? k : a; b = k > b ? k : b; \\
-        } \\
-        if (nan) { \\
-            a = (I)ABSMASK; b = (I)(~(U)ABSMASK); \\
-            for (int64_t i = 0; i < n; i++) { \\
-                I u = v[i]; \\
-                if ((u & (I)ABSMASK) > (I)INF) continue; \\
-                I k = BLZ_FLIP(I, U, u); \\
-                a = k < a ? k : a; b = k > b ? k : b; \\
-            } \\
         } \\
         *(I *)kmin = BLZ_FLIP(I, U, a); \\
         *(I *)kmax = BLZ_FLIP(I, U, b); \\
         return nan; \\
     }
-    BLZ_FLOAT_MINMAX(blz_minmax_f64, int64_t, uint64_t, 0x7fffffffffffffffLL, 0x7ff0000000000000LL)
-    BLZ_FLOAT_MINMAX(blz_minmax_f32, int32_t, uint32_t, 0x7fffffff, 0x7f800000)
+    BLZ_FLOAT_MINMAX(blz_minmax_f64, blz_ssu64, int64_t, uint64_t, 0x7fffffffffffffffLL, 0x7ff0000000000000LL)
+    BLZ_FLOAT_MINMAX(blz_minmax_f32, blz_ssu32, int32_t, uint32_t, 0x7fffffff, 0x7f800000)
     """
     void blz_minmax_i8(const void *v, int64_t n, void *mn, void *mx) nogil
     void blz_minmax_u8(const void *v, int64_t n, void *mn, void *mx) nogil
@@ -888,6 +956,58 @@ cdef extern from *:
     int64_t blz_minmax_f32(const void *v, int64_t n, void *mn, void *mx) nogil
 
 
+cdef enum:
+    MM_NONE = 0
+    MM_F64, MM_F32, MM_NAT, MM_I64, MM_I32, MM_I16, MM_I8, MM_U64, MM_U32, MM_U16, MM_U8
+
+
+cdef int _minmax_kind(cnp.ndarray a, bint nat) except -1:
+    """Which loop of `_minmax_run` takes the items of `a` (MM_NONE: none does)."""
+    cdef char kind = ord(a.dtype.kind)
+    cdef Py_ssize_t size = a.itemsize
+    if not a.dtype.isnative:
+        return MM_NONE
+    if kind == b'f':
+        return MM_F64 if size == 8 else MM_F32 if size == 4 else MM_NONE
+    if kind == b'i':
+        if size == 8:
+            return MM_NAT if nat else MM_I64
+        return MM_I32 if size == 4 else MM_I16 if size == 2 else MM_I8 if size == 1 else MM_NONE
+    if kind == b'u':
+        return MM_U64 if size == 8 else MM_U32 if size == 4 else MM_U16 if size == 2 else MM_U8 if size == 1 else MM_NONE
+    if kind == b'b' and size == 1:
+        return MM_U8
+    return MM_NONE
+
+
+cdef int64_t _minmax_run(int which, const void *p, int64_t n, void *mn, void *mx) noexcept nogil:
+    """The smallest item of p[:n] into *mn, the largest into *mx (NaN/NaT left out); the count of
+    NaN/NaT.  n > 0."""
+    if which == MM_F64:
+        return blz_minmax_f64(p, n, mn, mx)
+    if which == MM_F32:
+        return blz_minmax_f32(p, n, mn, mx)
+    if which == MM_NAT:
+        return blz_minmax_nat(p, n, mn, mx)
+    if which == MM_I64:
+        blz_minmax_i64(p, n, mn, mx)
+    elif which == MM_I32:
+        blz_minmax_i32(p, n, mn, mx)
+    elif which == MM_I16:
+        blz_minmax_i16(p, n, mn, mx)
+    elif which == MM_I8:
+        blz_minmax_i8(p, n, mn, mx)
+    elif which == MM_U64:
+        blz_minmax_u64(p, n, mn, mx)
+    elif which == MM_U32:
+        blz_minmax_u32(p, n, mn, mx)
+    elif which == MM_U16:
+        blz_minmax_u16(p, n, mn, mx)
+    else:
+        blz_minmax_u8(p, n, mn, mx)
+    return 0
+
+
 def minmax(cnp.ndarray a not None, cnp.ndarray out not None, bint nat=False):
     """Put the smallest and largest value of the 1-d contiguous array `a` into out[0] and out[1] (an
     array of a's dtype) in one pass, NaN (floats) left out, and with `nat` the smallest int64 (NaT:
@@ -897,51 +1017,21 @@ def minmax(cnp.ndarray a not None, cnp.ndarray out not None, bint nat=False):
     is NaN, out holds nothing meaningful (the count equals len(a))."""
     cdef Py_ssize_t n = a.shape[0] if a.ndim == 1 else 0
     cdef const void *p
-    cdef void *o
+    cdef char *o
     cdef int64_t nan = 0
-    cdef char kind = ord(a.dtype.kind)
-    cdef Py_ssize_t size = a.itemsize
+    cdef int which
+    cdef Py_ssize_t isz = cnp.PyArray_ITEMSIZE(a)
     if a.ndim != 1 or n == 0 or not cnp.PyArray_IS_C_CONTIGUOUS(a) or not a.dtype.isnative:
         raise ValueError("minmax needs a non-empty, contiguous, native-endian 1-d array")
     if out.dtype != a.dtype or out.ndim != 1 or out.shape[0] < 2 or not cnp.PyArray_IS_C_CONTIGUOUS(out):
         raise ValueError("minmax needs an output of two items of the array's dtype")
-    p = cnp.PyArray_DATA(a)
-    o = cnp.PyArray_DATA(out)
-    if kind == b'f' and size == 8:
-        with nogil:
-            nan = blz_minmax_f64(p, n, o, <char *>o + 8)
-    elif kind == b'f' and size == 4:
-        with nogil:
-            nan = blz_minmax_f32(p, n, o, <char *>o + 4)
-    elif kind == b'i' and size == 8:
-        with nogil:
-            if nat:
-                nan = blz_minmax_nat(p, n, o, <char *>o + 8)
-            else:
-                blz_minmax_i64(p, n, o, <char *>o + 8)
-    elif kind == b'i' and size == 4:
-        with nogil:
-            blz_minmax_i32(p, n, o, <char *>o + 4)
-    elif kind == b'i' and size == 2:
-        with nogil:
-            blz_minmax_i16(p, n, o, <char *>o + 2)
-    elif kind == b'i' and size == 1:
-        with nogil:
-            blz_minmax_i8(p, n, o, <char *>o + 1)
-    elif kind == b'u' and size == 8:
-        with nogil:
-            blz_minmax_u64(p, n, o, <char *>o + 8)
-    elif kind == b'u' and size == 4:
-        with nogil:
-            blz_minmax_u32(p, n, o, <char *>o + 4)
-    elif kind == b'u' and size == 2:
-        with nogil:
-            blz_minmax_u16(p, n, o, <char *>o + 2)
-    elif (kind == b'u' or kind == b'b') and size == 1:
-        with nogil:
-            blz_minmax_u8(p, n, o, <char *>o + 1)
-    else:
+    which = _minmax_kind(a, nat)
+    if which == MM_NONE:
         raise ValueError(f"minmax does not support dtype {a.dtype}")
+    p = cnp.PyArray_DATA(a)
+    o = <char *>cnp.PyArray_DATA(out)
+    with nogil:
+        nan = _minmax_run(which, p, n, o, o + isz)
     return nan
 
 

@@ -12,7 +12,7 @@ from blzarr import indexing as ix
 from blzarr import stats as _stats
 from blzarr.arraymeta import ArrayMeta
 from blzarr.carray_read import CarrayBase, operator_index
-from blzarr.chunk import chunk, compress_array
+from blzarr.chunk import chunk, compress_array, quantize
 from blzarr.errors import ConcurrentWriterError, FormatError, ReadOnlyError, storage_op
 from blzarr.locking import lock_dir
 from blzarr.parallel import run_ordered
@@ -153,18 +153,23 @@ class CarrayWrites(CarrayBase):
         ts, cp, atom, store, st = self._typesize, self._cparams, self._chunk_atom, self._chunks, self._stats
         first = len(store)
         pending = []
+        # the entries of the new chunks, written by the compressing threads (past st.n: not yet known)
+        slots = st.slots(first + nfull, arr.dtype) if st is not None and st.n <= first else None
 
         def compress(k):
             piece = arr[pos + k * cl:pos + (k + 1) * cl]
-            # the statistics first: their one pass brings the chunk into this core's cache and the
-            # compressor reads it from there (taken after, they read it again from memory: bench/FINDINGS.md)
-            stats = _stats.block_stats(piece) if st is not None else None
-            return compress_array(piece, ts, cp), stats
+            if slots is not None:
+                # the statistics in the compressing call, first: their pass brings the chunk into this
+                # core's cache and the compressor reads it from there (bench/FINDINGS.md, issue 13)
+                return compress_array(piece, ts, cp, minmax=(slots[0], slots[1], first + k, slots[2]))
+            return compress_array(piece, ts, cp), self._stats_of(piece) if st is not None else None
 
         def put(k, done):
             # handed to the store WRITE_BATCH at a time: on disk, BLZ writes such a run in a few calls
             pending.append(chunk(None, atom, _data=done[0]))
-            if st is not None:
+            if slots is not None:
+                st.put_counted(first + k, done[1], cl)
+            elif st is not None:
                 st.put(first + k, done[1])
             if len(pending) >= WRITE_BATCH or k == nfull - 1:
                 store.append_many(pending)
@@ -172,8 +177,12 @@ class CarrayWrites(CarrayBase):
         run_ordered(compress, put, nfull)
         return pos + nfull * cl
 
-    def _new_chunk(self, arr):
-        return chunk(None, self._chunk_atom, _data=compress_array(arr, self._typesize, self._cparams))
+    def _new_chunk(self, arr, minmax=None):
+        """The chunk of `arr`; with `minmax` (`compress_array`'s), (chunk, count of NaN/NaT)."""
+        if minmax is None:
+            return chunk(None, self._chunk_atom, _data=compress_array(arr, self._typesize, self._cparams))
+        data, nan = compress_array(arr, self._typesize, self._cparams, minmax=minmax)
+        return chunk(None, self._chunk_atom, _data=data), nan
 
     def _coerce_input(self, array):
         """`array` as a contiguous array of atoms, or a clear error; never modifies self."""
@@ -501,16 +510,33 @@ class CarrayWrites(CarrayBase):
                 data[local] = vals[sel]
                 self._put_chunk(cid, data)
 
+    def _stats_of(self, arr):
+        """`block_stats` of the values of `arr` as a chunk stores them (after the quantize filter)."""
+        if self._cparams.quantize and arr.dtype.kind == "f":
+            arr = quantize(arr, self._cparams.quantize)
+        return _stats.block_stats(arr)
+
     def _put_chunk(self, n, arr):
         """Store `arr` (a full chunk of atoms) as chunk n (n == nchunks appends), with its statistics."""
-        st = _stats.block_stats(arr) if self._stats is not None else None    # before compressing: cached
-        c = self._new_chunk(arr)
+        st = self._stats
+        slots = None
+        if st is not None:
+            st.invalidate(n)        # a write that fails half way leaves the entry unknown, not stale
+            slots = st.slots(n + 1, arr.dtype)
+        if slots is not None:
+            # the statistics in the compressing call (its first pass; the chunk is then in cache)
+            c, nan = self._new_chunk(arr, (slots[0], slots[1], n, slots[2]))
+        else:
+            got = self._stats_of(arr) if st is not None else None
+            c = self._new_chunk(arr)
         if n == len(self._chunks):
             self._chunks.append(c)
         else:
             self._chunks[n] = c
-        if st is not None:
-            self._stats.put(n, st)
+        if slots is not None:
+            st.put_counted(n, nan, len(arr))
+        elif st is not None:
+            st.put(n, got)
 
     def _store_stats(self):
         """Write meta/stats when the statistics changed (after the chunks and meta/sizes: a file

@@ -25,14 +25,25 @@ def quantize(data, digits):
     return np.around(scale * data) / scale
 
 
-def compress_array(arr, typesize, cparams, blocksize=DEFAULT_BLOCKSIZE):
-    """Compress a C-contiguous array with `cparams` into the bytes of one chunk."""
+def compress_array(arr, typesize, cparams, blocksize=DEFAULT_BLOCKSIZE, minmax=None):
+    """Compress a C-contiguous array with `cparams` into the bytes of one chunk.
+
+    `minmax` ``(mins, maxs, at, nat)``: the same GIL-free call also puts the smallest and largest of
+    the values stored (after the quantize filter) into mins[at] and maxs[at] (`_chunk.compress`;
+    `nat`: `arr` holds datetimes, whose int64 view is compressed, NaT left out), and the result is
+    ``(bytes, count of NaN/NaT)``."""
     if cparams.quantize and arr.dtype.kind == "f":
         arr = quantize(arr, cparams.quantize)
     arr = np.ascontiguousarray(arr)
-    return _chunk.compress(arr, typesize, cparams.clevel, cparams.shuffle, cparams.cname,
-                           blosc_blocksize_request(blocksize, arr.nbytes),
-                           codec_threads())
+    bs = blosc_blocksize_request(blocksize, arr.nbytes)
+    if minmax is None:
+        return _chunk.compress(arr, typesize, cparams.clevel, cparams.shuffle, cparams.cname, bs,
+                               codec_threads())
+    mins, maxs, at, nat = minmax
+    if nat:
+        arr = arr.view(np.int64)
+    return _chunk.compress(arr, typesize, cparams.clevel, cparams.shuffle, cparams.cname, bs,
+                           codec_threads(), mins, maxs, at, nat)
 
 
 def blosc_blocksize_request(target, nbytes):

@@ -51,6 +51,21 @@ def _store_dtype(dtype):
     return dtype.newbyteorder("<") if dtype.byteorder == ">" else dtype
 
 
+def _c_pass(dtype):
+    """Whether the C pass (`blzarr._chunk.minmax`) takes items of `dtype`: native-endian bool, integer,
+    float32 and float64, datetime64 and timedelta64."""
+    k = dtype.kind
+    return dtype.isnative and (k in "biu" or (k == "f" and dtype.itemsize in (4, 8))
+                               or (k in "mM" and dtype.itemsize == 8))
+
+
+def _flags(nan, count):
+    """The flags of a chunk of `count` values of which `nan` are NaN/NaT."""
+    if not nan:
+        return KNOWN
+    return KNOWN | HAS_NAN | (NO_VALUE if nan == count else 0)
+
+
 def block_stats(a):
     """(min, max, flags) of the 1-d array `a` (NaN/NaT left out of min and max).
 
@@ -60,8 +75,7 @@ def block_stats(a):
     if a.size == 0:
         return 0, 0, KNOWN | NO_VALUE
     k = a.dtype.kind
-    if a.ndim == 1 and a.dtype.isnative and a.flags.c_contiguous and (
-            k in "biu" or (k == "f" and a.itemsize in (4, 8)) or (k in "mM" and a.itemsize == 8)):
+    if a.ndim == 1 and a.flags.c_contiguous and _c_pass(a.dtype):
         if k in "mM":
             a = a.view(np.int64)
         mm = np.empty(2, a.dtype)
@@ -141,6 +155,35 @@ class ChunkStats:
         mn, mx, fl = st
         self._set_value(self.mins, i, mn)
         self._set_value(self.maxs, i, mx)
+        self.flags[i] = fl
+        if self.persist:
+            self.fresh.add(i)
+        self.dirty = True
+
+    def slots(self, n, dtype):
+        """Room for the entries of the first `n` chunks, and ``(mins, maxs, nat)`` for
+        `blzarr.chunk.compress_array` (its `minmax`) to write the min and max of a chunk of `dtype`
+        into while compressing it, then `put_counted`; None when the C pass does not take `dtype`
+        (then `block_stats` and `put`).  The arrays stay valid until an entry past `n` is put."""
+        dtype = np.dtype(dtype)
+        if dtype != self.dtype or not _c_pass(dtype):
+            return None
+        self._room(n)
+        if dtype.kind in "mM":
+            return self.mins.view(np.int64), self.maxs.view(np.int64), True
+        return self.mins, self.maxs, False
+
+    def put_counted(self, i, nan, count):
+        """Chunk i's min and max are in mins[i] and maxs[i] (written through `slots`), and `nan` of its
+        `count` values are NaN/NaT; chunks between n and i become unknown."""
+        if i >= self.n:
+            self._room(i + 1)
+            self.flags[self.n:i + 1] = 0
+            self.n = i + 1
+        fl = _flags(nan, count)
+        if fl & NO_VALUE:         # what the C pass left there means nothing: zeros, as block_stats
+            self._set_value(self.mins, i, 0)
+            self._set_value(self.maxs, i, 0)
         self.flags[i] = fl
         if self.persist:
             self.fresh.add(i)

@@ -196,11 +196,11 @@ def test_failed_write_leaves_statistics_exact(layout, monkeypatch):
     calls = {"n": 0}
     real = blzarr.carray._new_chunk
 
-    def failing(self, arr):
+    def failing(self, arr, *minmax):
         calls["n"] += 1
         if calls["n"] == 2:
             raise OSError("disk full (simulated)")
-        return real(self, arr)
+        return real(self, arr, *minmax)
     monkeypatch.setattr(blzarr.carray, "_new_chunk", failing)
     with pytest.raises(OSError):
         a[5:25] = -1.0          # rewrites chunks 0 and 1: the second fails
@@ -654,14 +654,12 @@ def test_cli_info_statistics_and_plan(tmp_path):
 MINMAX_DTYPES = ["f8", "f4", "i8", "i4", "i2", "i1", "u8", "u4", "u2", "u1", "?", "M8[s]", "m8[ns]"]
 
 
-@settings(max_examples=150)
-@given(dt=st.sampled_from(MINMAX_DTYPES), n=st.integers(1, 300), seed=st.integers(0, 2 ** 32 - 1),
-       special=st.sampled_from(["none", "nan", "all-nan", "inf", "zeros", "extremes"]))
-def test_minmax_equals_numpy(dt, n, seed, special):
-    """The C pass of the statistics (blzarr._chunk.minmax, vectorized, with a scalar tail) against
-    NumPy: every dtype it takes, lengths around the vector widths, NaN/NaT anywhere or everywhere,
-    infinities, signed zeros, the dtype's extreme values."""
-    from blzarr import _chunk
+SPECIALS = ["none", "nan", "all-nan", "inf", "zeros", "extremes"]
+
+
+def minmax_data(dt, n, seed, special):
+    """n values of dtype dt: random, with NaN/NaT here and there or everywhere, infinities, signed
+    zeros or the dtype's extreme values."""
     rng = np.random.default_rng(seed)
     x = np.dtype(dt)
     if x.kind == "f":
@@ -683,6 +681,29 @@ def test_minmax_equals_numpy(dt, n, seed, special):
         a[rng.random(n) < 0.5] = 0.0
     elif special == "extremes" and x.kind in "iu":
         a[rng.integers(0, n, 2)] = [np.iinfo(dt).min, np.iinfo(dt).max]
+    return a
+
+
+def numpy_stats(a):
+    """(min, max, has NaN/NaT, nothing but NaN/NaT) of a from NumPy (datetimes as int64)."""
+    valid = a[~np.isnan(a)] if a.dtype.kind in "fmM" else a
+    if a.dtype.kind in "mM":
+        valid = valid.view("i8")
+    if not valid.size:
+        return None, None, a.size > 0, True
+    return valid.min(), valid.max(), valid.size != a.size, False
+
+
+@settings(max_examples=150)
+@given(dt=st.sampled_from(MINMAX_DTYPES), n=st.integers(1, 300), seed=st.integers(0, 2 ** 32 - 1),
+       special=st.sampled_from(SPECIALS))
+def test_minmax_equals_numpy(dt, n, seed, special):
+    """The C pass of the statistics (blzarr._chunk.minmax, vectorized, with a scalar tail) against
+    NumPy: every dtype it takes, lengths around the vector widths, NaN/NaT anywhere or everywhere,
+    infinities, signed zeros, the dtype's extreme values."""
+    from blzarr import _chunk
+    a = minmax_data(dt, n, seed, special)
+    x = np.dtype(dt)
     nat = x.kind in "mM"
     v = a.view("i8") if nat else a
     out = np.empty(2, v.dtype)
@@ -715,3 +736,130 @@ def test_minmax_refuses_what_it_cannot_do():
     # what it does not take, block_stats gives from NumPy
     assert stats.block_stats(np.array([3, np.nan, 1], ">f8")) == (1.0, 3.0, stats.KNOWN | stats.HAS_NAN)
     assert stats.block_stats(np.arange(5, dtype="f2")[::2]) == (0.0, 4.0, stats.KNOWN)
+
+
+# ------------------------------------------------------------------------------------------ min/max in the compression call
+@settings(max_examples=150)
+@given(dt=st.sampled_from(MINMAX_DTYPES), n=st.integers(1, 300), seed=st.integers(0, 2 ** 32 - 1),
+       special=st.sampled_from(SPECIALS), at=st.integers(0, 3))
+def test_compress_with_minmax_equals_numpy(dt, n, seed, special, at):
+    """`_chunk.compress` given mins/maxs takes the statistics in the same call: the bytes are those
+    of a plain compression, mins[at]/maxs[at] and the NaN/NaT count are NumPy's, nothing else of
+    mins/maxs is touched."""
+    from blzarr import _chunk
+    a = minmax_data(dt, n, seed, special)
+    nat = a.dtype.kind in "mM"
+    v = a.view("i8") if nat else a
+    fill = np.array(7).astype(v.dtype)
+    mins = np.full(4, fill, v.dtype)
+    maxs = np.full(4, fill, v.dtype)
+    data, count = _chunk.compress(v, v.itemsize, 5, 1, "lz4", 0, 1, mins, maxs, at, nat)
+    assert data == _chunk.compress(v, v.itemsize, 5, 1, "lz4", 0, 1)
+    out = np.empty_like(v)
+    _chunk.decompress_into(data, out)
+    assert_same(out, v)
+    mn, mx, has_nan, only_nan = numpy_stats(a)
+    assert count == (n if only_nan else int(np.isnan(a).sum()) if a.dtype.kind in "fmM" else 0)
+    assert has_nan == (count > 0)
+    if not only_nan:
+        assert mins[at] == mn and maxs[at] == mx
+    others = [i for i in range(4) if i != at]
+    assert (mins[others] == fill).all() and (maxs[others] == fill).all()
+
+
+def test_compress_with_minmax_refuses_what_it_cannot_do():
+    from blzarr import _chunk
+    a = np.arange(10.0)
+    ok = np.empty(2, "f8")
+    for mins, maxs, at, src in ((ok, None, 0, a), (None, ok, 0, a), (np.empty(2, "f4"), ok, 0, a),
+                                (ok, ok, 2, a), (ok, ok, -1, a), (np.empty(6)[::2], ok, 0, a), (ok, ok, 0, a[:0]),
+                                (np.empty(2, "f2"), np.empty(2, "f2"), 0, a.astype("f2")),
+                                (np.empty(2, ">f8"), np.empty(2, ">f8"), 0, a.astype(">f8")),
+                                (np.empty((2, 2)), np.empty((2, 2)), 0, a.reshape(5, 2))):
+        with pytest.raises(ValueError):
+            _chunk.compress(src, src.itemsize, 5, 1, "lz4", 0, 1, mins, maxs, at)
+
+
+@settings(max_examples=40, deadline=None)
+@given(dt=st.sampled_from(MINMAX_DTYPES + ["f2", ">f8"]), n=st.sampled_from([1, 15, 16, 17, 64, 250]),
+       seed=st.integers(0, 2 ** 32 - 1), special=st.sampled_from(SPECIALS), step=st.sampled_from([1, 5, 16, 40]),
+       nthreads=st.sampled_from([1, 2]), rootdir=st.booleans())
+def test_written_chunks_statistics_equal_numpy(tmp_path_factory, dt, n, seed, special, step, nthreads, rootdir):
+    """Every way a chunk gets written (created in parallel, appended piece by piece, rewritten by
+    __setitem__) leaves its entry equal to NumPy's min/max/NaN flags of the chunk's values, at chunk
+    edges, for the dtypes the C pass takes in the compression call and those it does not."""
+    a0 = minmax_data(dt.lstrip(">"), n, seed, special).astype(dt)
+    kw = {"rootdir": str(tmp_path_factory.mktemp("w") / "a"), "mode": "w"} if rootdir else {}
+    prev = blzarr.set_nthreads(nthreads)
+    try:
+        made = blzarr.carray(a0, chunklen=16, **kw)
+        grown = blzarr.carray(a0[:0], chunklen=16)
+        for s in range(0, n, step):
+            grown.append(a0[s:s + step])
+        x = a0.copy()
+        k = seed % n
+        x[k:k + 20] = x[::-1][:len(x[k:k + 20])]
+        grown[k:k + 20] = x[k:k + 20]
+        for a, want in ((made, a0), (grown, x)):
+            got = a.chunk_stats()
+            assert got is not None
+            for i in range(-(-n // 16)):
+                mn, mx, has_nan, only_nan = numpy_stats(want[i * 16:(i + 1) * 16])
+                fl = int(got[2][i])
+                assert fl & stats.KNOWN
+                assert bool(fl & stats.HAS_NAN) == has_nan and bool(fl & stats.NO_VALUE) == only_nan
+                if not only_nan:
+                    gmn, gmx = got[0][i], got[1][i]
+                    if want.dtype.kind in "mM":
+                        gmn, gmx = gmn.view("i8"), gmx.view("i8")
+                    assert gmn == mn and gmx == mx
+        if rootdir:
+            made.close()
+    finally:
+        blzarr.set_nthreads(prev)
+
+
+def test_quantized_chunks_have_the_statistics_of_their_stored_values():
+    """With the quantize filter a chunk stores rounded values: its statistics are those values', so
+    a query answers as NumPy does over what the carray reads back."""
+    x = np.random.default_rng(0).random(200_000) * 1000
+    a = blzarr.carray(x, cparams=blzarr.cparams(quantize=1), chunklen=10_000)
+    y = a[:]
+    assert not np.array_equal(x, y)
+    for lim in np.unique(np.concatenate([y.reshape(20, -1).max(1), y.reshape(20, -1).min(1)])):
+        for op in (">", "<", ">=", "<="):
+            expr = f"a {op} {lim!r}"
+            got = blzarr.lazyexpr(expr, user_dict={"a": a}).count_nonzero()
+            assert got == np.count_nonzero(eval(f"y {op} lim")), expr
+    got = a.chunk_stats()
+    assert_same(got[0][:20], y.reshape(20, -1).min(1))
+    assert_same(got[1][:20], y.reshape(20, -1).max(1))
+
+
+@pytest.mark.parametrize("dt", MINMAX_DTYPES)
+@pytest.mark.parametrize("special", ["none", "nan", "inf", "zeros"])
+def test_minmax_at_every_alignment_and_length(dt, special):
+    """The C pass starts its vector loop at a 64-byte boundary and runs 256 bytes of accumulators: every
+    start address within a cache line, lengths around those widths, and the extreme values placed in
+    the head, in the vector part and in the tail, against NumPy."""
+    from blzarr import _chunk
+    base = minmax_data(dt, 1200, 7, special)
+    nat = base.dtype.kind in "mM"
+    rng = np.random.default_rng(1)
+    for off in range(0, 70, 3):
+        for n in (1, 7, 63, 64, 65, 255, 256, 257, 600, 1100):
+            a = base[off:off + n]
+            if len(a) < n:
+                continue
+            a = a.copy() if rng.random() < 0.2 else a
+            for where in (0, n // 2, n - 1):
+                b = a.copy() if where else a
+                if where and b.dtype.kind in "iu":
+                    b[where] = np.iinfo(b.dtype).min
+                v = b.view("i8") if nat else b
+                out = np.empty(2, v.dtype)
+                count = _chunk.minmax(v, out, nat)
+                mn, mx, has_nan, only_nan = numpy_stats(b)
+                assert (count > 0) == has_nan
+                if not only_nan:
+                    assert out[0] == mn and out[1] == mx, (dt, off, n, where)
