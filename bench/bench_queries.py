@@ -14,7 +14,7 @@ random    a query on the column with no order, ``(r > 0.5) & (r < 0.51)`` (nothi
           planner's overhead, planner on vs off (target: off / on >= 0.95).
 stats     creating an on-disk carray of --n-expr float64 (walk and smooth), and appending it in batches
           of 10,000, with and without statistics (target: without / with >= 0.95, i.e. <= 5% cost):
-          max(9, 2 * --repeats - 1) pairs of runs next to each other, the order alternating; the row
+          max(21, 4 * --repeats + 1) pairs of runs next to each other, the order alternating; the row
           gives the median wall times, the target the median of the pairs' wall ratios, a note the
           same for CPU time.
 expr      expressions without statistics' help (planner off), over two --n-expr float64 carrays in
@@ -242,7 +242,7 @@ def run_stats_cost(args, rep, tmp):
                 a.append(x[s:s + 10_000])
             a.close()
         for label, fn in (("create on disk", create), ("append 10,000 at a time on disk", append)):
-            on, off = paired(fn, stats, max(9, 2 * args.repeats - 1))
+            on, off = paired(fn, stats, max(21, 4 * args.repeats + 1))
             times = {"blzarr": statistics.median(w for w, _ in on), "no statistics": statistics.median(w for w, _ in off)}
             rep.row("stats", f"{dname}: {label}, {len(x):,} float64", times)
             wall = statistics.median(b[0] / a[0] for a, b in zip(on, off))
