@@ -14,7 +14,7 @@ from blzarr import indexing as ix
 from blzarr import planner
 from blzarr._chunk import getitem_into
 from blzarr.blockcache import disk_blocks, new_generation
-from blzarr.chunk import chunk, decode_ranges, rows_chunks, take_chunks
+from blzarr.chunk import chunk, decode_ranges, rows_chunks, select_ahead, take_chunks, where_scalars
 from blzarr.errors import FormatError
 from blzarr.params import get_nthreads
 from blzarr.parallel import run_all
@@ -64,6 +64,26 @@ def _elements(block):
             return iter(memoryview(block))      # a quarter faster than iterating tolist()
         return block.tolist()
     return iter(block)
+
+
+def _handed_out(parts, skip, limit):
+    """The elements (`_elements`) of the arrays `parts` in turn, the first `skip` of them left out and
+    at most `limit` (None: all) given."""
+    count = 0
+    for vals in parts:
+        if skip:
+            if skip >= len(vals):
+                skip -= len(vals)
+                continue
+            vals = vals[skip:]
+            skip = 0
+        if limit is not None:
+            vals = vals[:limit - count]
+        if len(vals):
+            yield _elements(vals)
+            count += len(vals)
+            if limit is not None and count >= limit:
+                return
 
 
 def _check_limit_skip(limit, skip):
@@ -566,9 +586,16 @@ class CarrayReads(CarrayBase):
         if len(boolarr) != self._len:
             raise ValueError(f"`boolarr` has length {len(boolarr)}, the carray has {self._len}")
         limit, skip = _check_limit_skip(limit, skip)
+        found = self._where_resident(boolarr, where_scalars, skip, limit)
+        if found is not None:
+            return found
         return itertools.chain.from_iterable(self._where(boolarr, limit, skip))
 
     def _where(self, boolarr, limit, skip):
+        parts = self._where_resident(boolarr, select_ahead)
+        if parts is not None:
+            yield from _handed_out(parts, skip, limit)
+            return
         if limit is None and not self._isobj and self.ndim == 1 and self._len:
             # the mask and the values decoded and compacted a window of chunks at a time on every
             # thread (blzarr.fused); this thread only hands out the selected values
@@ -584,15 +611,7 @@ class CarrayReads(CarrayBase):
                     return self[s:e] if all_true[s // cl] else empty
                 return b["x"][np.flatnonzero(b["m"])]
             sel = fused.map_blocks(bounds, fused.Decoder({"m": boolarr, "x": self}, cl), pick, decode=decode)
-            for vals in sel:
-                if skip:
-                    if skip >= len(vals):
-                        skip -= len(vals)
-                        continue
-                    vals = vals[skip:]
-                    skip = 0
-                if len(vals):
-                    yield _elements(vals)
+            yield from _handed_out(sel, skip, None)
             return
         count = 0
         for s, idx in _true_positions(boolarr, self._chunklen):
@@ -612,6 +631,34 @@ class CarrayReads(CarrayBase):
             count += len(vals)
             if limit is not None and count >= limit:
                 return
+
+    def _where_resident(self, mask, how, *args):
+        """``how(...)`` (`chunk.where_scalars` or `chunk.select_ahead`) over this carray's chunks and the
+        mask's (a carray, or a NumPy array) when they are all in memory, else None."""
+        if self._isobj or self.ndim != 1 or not self._len:
+            return None
+        mine = self.resident_chunks()
+        if mine is None:
+            return None
+        if isinstance(mask, np.ndarray):
+            if mask.ndim != 1:
+                return None
+            theirs, mcl = ([], np.ascontiguousarray(mask)), max(1, len(mask))
+        else:
+            get = getattr(mask, "resident_chunks", None)
+            theirs = get() if get is not None and getattr(mask, "ndim", 1) == 1 else None
+            if theirs is None:
+                return None
+            mcl = mask.chunklen
+        cl = max(1, self._chunklen)
+        bounds = fused.block_bounds(self._len, cl)
+        all_true, decode = _mask_blocks(mask, bounds)
+        if decode is None:
+            modes = np.full(len(bounds), 2, np.uint8)
+        else:
+            modes = np.where(decode, 2, np.where(all_true, 1, 0)).astype(np.uint8)
+        return how(mine[0], np.ascontiguousarray(mine[1]), theirs[0], theirs[1], cl, mcl, self._atom.base,
+                   modes, *args)
 
     def wheretrue(self, limit=None, skip=0):
         """Iterate over the positions where this boolean carray is true."""

@@ -101,6 +101,57 @@ def sum_chunks(datas, dtype):
     return run_work(_chunk.SumChunks(datas, dtype, get_nthreads())).sums
 
 
+# chunks of values whose selection `select_ahead` keeps ready ahead of its caller
+SELECT_WINDOW = 8
+
+
+class _Names:
+    """The names of a `_chunk.WhereChunks`'s items in its errors: the value chunks, then the mask's."""
+
+    def __init__(self, nvalues):
+        self.nvalues = nvalues
+
+    def __getitem__(self, i):
+        if i < self.nvalues:
+            return f"chunk {i} of the values"
+        return f"chunk {i - self.nvalues} of the mask"
+
+
+def _where_work(values, vtail, masks, mtail, chunklen, mchunklen, dtype, modes):
+    """A `_chunk.WhereChunks` (see there for the arguments), produced ahead of its caller on a thread of
+    its own when there are threads and more than one chunk to decode."""
+    ahead = get_nthreads() > 1 and int(np.count_nonzero(modes)) > 1
+    return _chunk.WhereChunks(values, vtail, masks, mtail, chunklen, mchunklen, dtype,
+                              np.asarray(modes, np.uint8), SELECT_WINDOW, ahead, _Names(len(values)))
+
+
+def where_scalars(values, vtail, masks, mtail, chunklen, mchunklen, dtype, modes, skip=0, limit=None):
+    """An iterator over the values where the mask is true, as Python scalars (`_chunk.WhereIter`), or
+    None when the dtype has no such scalars there (see `select_ahead`)."""
+    dtype = np.dtype(dtype)
+    if not dtype.isnative or dtype.char not in _chunk.WHERE_ITER_CHARS:
+        return None
+    work = _where_work(values, vtail, masks, mtail, chunklen, mchunklen, dtype, modes)
+    return _chunk.WhereIter(work, skip, -1 if limit is None else limit)
+
+
+def select_ahead(values, vtail, masks, mtail, chunklen, mchunklen, dtype, modes):
+    """Yield, chunk of values by chunk, the values where the mask is true, as arrays valid until the
+    next one is asked for (see `_chunk.WhereChunks` for the arguments): produced without the GIL on a
+    thread of this call, up to SELECT_WINDOW chunks ahead, while the caller uses the earlier ones (it
+    may hold the GIL meanwhile).  A chunk that fails to decode raises `ChunkError` when its turn comes;
+    stopping early (close, garbage collection) stops the thread and waits for it."""
+    work = _where_work(values, vtail, masks, mtail, chunklen, mchunklen, dtype, modes)
+    try:
+        while True:
+            part = work.next_part()
+            if part is None:
+                return
+            yield part
+    finally:
+        work.close()
+
+
 class chunk:
     """chunk(array, atom, cparams=None)
 

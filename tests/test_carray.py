@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import blzarr
-from blzarr import carray
+from blzarr import _chunk, carray
 from helpers import assert_item, assert_same
 
 DTYPES = ["?", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f2", "f4", "f8", "c8", "c16",
@@ -1076,22 +1076,24 @@ def test_run_ordered_consumes_in_order_and_raises_the_first_error(nthreads):
 
 
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 30_000), p=st.sampled_from([0.0, 0.01, 0.5, 1.0]),
-       skip=st.integers(0, 40_000), dtype=st.sampled_from(["f8", "f4", "i8", "u2", "?", ">i4", "f2"]),
-       kind=st.sampled_from(["carray", "numpy", "list"]))
+       skip=st.integers(0, 40_000), dtype=st.sampled_from(["f8", "f4", "i8", "i1", "u2", "?", ">i4", "f2", "c8"]),
+       kind=st.sampled_from(["carray", "numpy", "list"]), limit=st.sampled_from([None, 0, 1, 999, 5000]),
+       nthreads=st.sampled_from([1, 2]))
 @settings(max_examples=40, deadline=None)
-def test_where_equals_numpy_through_every_mask_kind(seed, n, p, skip, dtype, kind):
-    # the mask and the values are decoded on every thread a window of chunks at a time; the values
-    # come out as Python scalars in order, skip applied across blocks
+def test_where_equals_numpy_through_every_mask_kind(seed, n, p, skip, dtype, kind, limit, nthreads):
+    # the selected values of each chunk are produced ahead of the caller (on a thread of their own
+    # with 2 threads); they come out as Python scalars in order, skip and limit applied across chunks
     rng = np.random.default_rng(seed)
     x = (rng.standard_normal(n) * 100).astype(dtype)
     m = rng.random(n) < p
     a = blzarr.carray(x, chunklen=1000)
     key = {"carray": lambda: blzarr.carray(m, chunklen=777), "numpy": lambda: m, "list": lambda: m.tolist()}[kind]()
-    old = blzarr.set_nthreads(2)
+    old = blzarr.set_nthreads(nthreads)
     try:
-        got = list(a.where(key, skip=skip))
+        got = list(a.where(key, skip=skip, limit=limit))
     finally:
         blzarr.set_nthreads(old)
-    ref = x[m][skip:].tolist()
+    ref = x[m][skip:].tolist()[:limit]
     assert got == ref
-    assert [type(v) for v in got[:3]] == [type(v) for v in ref[:3]]
+    assert [type(v) for v in got] == [type(v) for v in ref]
+    assert _chunk.where_threads() == 0

@@ -2,7 +2,10 @@
 the results are NumPy's, bit for bit where the block engine's were (the same per-chunk sums added in
 the same order), with any number of threads and when called from a pool thread."""
 
+import gc
+import importlib
 import math
+import time
 import threading
 
 import numpy as np
@@ -37,14 +40,25 @@ class _threads:
         blzarr.set_nthreads(self.old)
 
 
+_RESIDENT = MemoryChunks.resident
+_off = {"users": 0}
+_off_lock = threading.Lock()
+
+
 def _without_resident(fn):
-    """fn() with the in-memory fast paths off (MemoryChunks.resident says None): the old block engine."""
-    saved = MemoryChunks.resident
-    MemoryChunks.resident = lambda self, ids: None
+    """fn() with the in-memory fast paths off (MemoryChunks.resident says None): the old block engine.
+    Threads may call it at once (test_reads_and_sums_from_inside_pool_threads): the last one out puts
+    the real method back (each restoring what it saw could leave the patch in place for good)."""
+    with _off_lock:
+        _off["users"] += 1
+        MemoryChunks.resident = lambda self, ids: None
     try:
         return fn()
     finally:
-        MemoryChunks.resident = saved
+        with _off_lock:
+            _off["users"] -= 1
+            if not _off["users"]:
+                MemoryChunks.resident = _RESIDENT
 
 
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 3000), dtype=st.sampled_from(["f8", "f4"]),
@@ -265,6 +279,16 @@ def test_where_decodes_no_block_the_mask_statistics_rule_out(monkeypatch):
     m[20_000:22_000] = True          # two blocks all true: their values only
     a = blzarr.carray(x, chunklen=1000)
     mc = blzarr.carray(m, chunklen=1000)
+    for nthreads in (1, 2):
+        old = blzarr.set_nthreads(nthreads)
+        try:
+            it = a.where(mc)
+            assert list(it) == x[m].tolist()
+        finally:
+            blzarr.set_nthreads(old)
+        # the values of chunks 20, 21 and 95, the mask of chunk 95 only
+        assert it.work.decoded == (3, 1)
+    # a mask in a store that is not in memory goes through the block engine, with the same rule
     reads = []
     real = fused.Decoder.read
 
@@ -272,6 +296,7 @@ def test_where_decodes_no_block_the_mask_statistics_rule_out(monkeypatch):
         reads.append(s)
         return real(self, s, e)
     monkeypatch.setattr(fused.Decoder, "read", counting)
+    monkeypatch.setattr(type(mc), "resident_chunks", lambda self: None)
     assert list(a.where(mc)) == x[m].tolist()
     assert reads == [95_000]
 
@@ -384,3 +409,111 @@ def test_rows_chunks_of_a_damaged_lz4_chunk_is_a_chunk_error_naming_it(damage):
     parallel.run_threads(w.run, w.nparts)
     with pytest.raises(ChunkError, match="the damaged one"):
         w.check()
+
+
+def _corrupt(chunk_obj):
+    """The chunk with its compressed streams garbled (header and block starts intact): decoding fails."""
+    data = bytearray(chunk_obj._data)
+    nblocks = -(-chunk_obj.nbytes // chunk_obj.blocksize)
+    data[16 + 4 * nblocks:] = b"\xff" * (len(data) - 16 - 4 * nblocks)
+    chunk_obj._data = bytes(data)
+
+
+@pytest.mark.parametrize("nthreads", [1, 2])
+def test_where_stops_producing_when_the_caller_stops(nthreads):
+    # a caller that stops early (break, limit, close, an error in its loop, dropping the iterator)
+    # leaves no producer thread behind, and the producer never runs more than a window ahead
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(200_000)
+    m = x > 0.5
+    a = blzarr.carray(x, chunklen=1000)
+    mc = blzarr.carray(m, chunklen=3000)
+    want = x[m].tolist()
+    old = blzarr.set_nthreads(nthreads)
+    try:
+        for v in a.where(mc):
+            assert v == want[0]
+            break
+        assert _chunk.where_threads() == 0
+        it = a.where(mc)
+        first = [next(it) for _ in range(10)]
+        assert first == want[:10]
+        time.sleep(0.05)
+        # the parts handed out, plus at most a window of them ready ahead
+        assert it.work.decoded[0] <= 1 + importlib.import_module("blzarr.chunk").SELECT_WINDOW
+        assert it.work.running == (nthreads > 1)
+        it.close()
+        assert not it.work.running and _chunk.where_threads() == 0
+        assert list(it) == []
+        assert list(a.where(mc, limit=1234)) == want[:1234]
+        assert _chunk.where_threads() == 0
+        with pytest.raises(ZeroDivisionError):
+            for k, v in enumerate(a.where(mc)):
+                if k == 5000:
+                    1 / 0
+        assert _chunk.where_threads() == 0
+        it = a.where(mc)
+        next(it)
+        del it
+        gc.collect()
+        assert _chunk.where_threads() == 0
+    finally:
+        blzarr.set_nthreads(old)
+
+
+@pytest.mark.parametrize("nthreads", [1, 2])
+@pytest.mark.parametrize("which", ["values", "mask"])
+def test_where_raises_a_corrupt_chunk_when_its_turn_comes(nthreads, which):
+    x = np.arange(50_000, dtype="f8")
+    m = (x % 7 == 0) | (x > 40_000)
+    a = blzarr.carray(x, chunklen=1000)
+    mc = blzarr.carray(m, chunklen=2000)
+    _corrupt((a if which == "values" else mc).chunks[10])
+    got = []
+    old = blzarr.set_nthreads(nthreads)
+    try:
+        with pytest.raises(ChunkError, match=f"chunk 10 of the {which}"):
+            for v in a.where(mc):
+                got.append(v)
+    finally:
+        blzarr.set_nthreads(old)
+    # every value before the bad chunk came out first
+    first = 10_000 if which == "values" else 20_000
+    assert got == x[m][x[m] < first].tolist()
+    assert _chunk.where_threads() == 0
+
+
+def test_where_floats_kept_by_the_caller_stay_put():
+    # a float is given again with a new value only when the caller no longer holds it
+    x = np.arange(30_000) * 0.5
+    a = blzarr.carray(x, chunklen=1000)
+    it = a.where(x > 100)
+    v1, v2 = next(it), next(it)
+    held = [next(it) for _ in range(1000)]
+    assert (v1, v2) == (100.5, 101.0)
+    assert held == (x[x > 100][2:1002]).tolist()
+    assert sum(it) == float(np.sum(x[x > 100][1002:].tolist()))
+    assert (v1, v2) == (100.5, 101.0) and held == (x[x > 100][2:1002]).tolist()
+    f4 = blzarr.carray(x.astype("f4"), chunklen=999)
+    assert np.fromiter(f4.where(x > 3), float).tolist() == x.astype("f4")[x > 3].tolist()
+
+
+def test_where_chunks_checks_its_input():
+    c = blzarr.carray(np.arange(100.0), chunklen=10)
+    chunks, tail = c.resident_chunks()
+    mtail = np.ones(100, bool)
+    modes = np.full(10, 2, np.uint8)
+    with pytest.raises(ValueError, match="the mask holds 99 rows, the values 100"):
+        _chunk.WhereChunks(chunks, tail, [], mtail[:99], 10, 99, "f8", modes)
+    with pytest.raises(ValueError, match="9 modes for 10 chunks"):
+        _chunk.WhereChunks(chunks, tail, [], mtail, 10, 100, "f8", modes[:9])
+    with pytest.raises(ChunkError, match="it holds 80 bytes, not 40"):
+        _chunk.WhereChunks(chunks, tail.astype("f4"), [], mtail, 10, 100, "f4", modes, wheres=["c0"] * 10)
+    w = _chunk.WhereChunks(chunks, tail, [], mtail, 10, 100, "f8", np.array([0, 1] * 5, np.uint8), 3, False)
+    parts = []
+    while (p := w.next_part()) is not None:
+        parts.append(p.tolist())
+    assert parts == [list(range(10 * k + 10, 10 * k + 20)) for k in range(0, 10, 2)]
+    with pytest.raises(ValueError, match="no Python scalars"):
+        h = blzarr.carray(np.arange(100, dtype="f2"), chunklen=10)
+        _chunk.WhereIter(_chunk.WhereChunks(*h.resident_chunks(), [], mtail, 10, 100, "f2", modes))
