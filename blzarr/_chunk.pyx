@@ -2303,6 +2303,11 @@ cdef void _where_thread(void *work) noexcept nogil:
     (<WhereChunks>work)._ahead()
 
 
+cdef struct mask_cache_t:
+    Py_ssize_t j                # the mask chunk decoded last into a thread's scratch (-1: none)
+    const uint8_t *p
+
+
 cdef class WhereChunks(_ChunkWork):
     """WhereChunks(values, vtail, masks, mtail, chunklen, mchunklen, dtype, modes, window=4, ahead=True, wheres=None)
 
@@ -2317,27 +2322,31 @@ cdef class WhereChunks(_ChunkWork):
     mask chunks) in errors.
 
     With `ahead`, the first `next_part()` starts a thread of its own (a C thread that never takes the
-    GIL) that produces the parts, at most `window` ahead of the caller; without, `next_part()`
-    produces each part itself.  `next_part()` gives an array of the next part's values (valid until the
+    GIL) that produces the parts in order, at most `window` ahead of the caller; the caller produces a
+    part itself when it needs one the thread has not begun (the thread gets no core on a busy
+    machine, or has not started yet), so it never sleeps waiting for a thread that is not running.
+    Without `ahead`, the caller produces every part.  `next_part()` gives an array of the next part's values (valid until the
     next call), None after the last, and raises `ChunkError` at a part whose chunk fails to decode.
     `close()` (or dropping the object) stops the thread and waits until it has returned.
     """
 
-    cdef Py_ssize_t nrows, nv, nm, vcl, mcl, isz, win, total, taken, mcur, idx_off
-    cdef Py_ssize_t ready, consumed, stop, halted, exited, bad, pwait, cwait, nvdec, nmdec
+    cdef Py_ssize_t nrows, nv, nm, vcl, mcl, isz, win, total, taken, idx_off
+    cdef Py_ssize_t claimed, consumed, stop, halted, exited, bad, pwait, cwait, nvdec, nmdec
+    cdef Py_ssize_t *done            # per slot: 1 + the part it holds, once that part is ready
+    cdef mask_cache_t cmc           # the caller's mask chunk
     cdef bint ahead, started
     cdef const char *vtail
     cdef const uint8_t *mtail
-    cdef const uint8_t *mptr
     cdef char *modes
     cdef Py_ssize_t *chunk_of
     cdef Py_ssize_t *counts
     cdef char *slots
-    cdef char *scr
+    cdef char *pscr                 # the producer thread's scratch
+    cdef char *cscr                 # the caller's
     cdef PyThread_type_lock plock
     cdef PyThread_type_lock clock
     cdef readonly object slots_arr
-    cdef object slots_buf, scr_buf, tails
+    cdef object slots_buf, pscr_buf, cscr_buf, tails
 
     def __cinit__(self, *args, **kwargs):
         self.modes = NULL
@@ -2345,7 +2354,8 @@ cdef class WhereChunks(_ChunkWork):
         self.counts = NULL
         self.plock = NULL
         self.clock = NULL
-        self.mcur = -1
+        self.done = NULL
+        self.cmc.j = -1
         self.bad = -1
 
     def __init__(self, list values not None, cnp.ndarray vtail not None, list masks not None,
@@ -2392,15 +2402,19 @@ cdef class WhereChunks(_ChunkWork):
                 self.total += 1
         self.win = max(1, min(window, self.total))
         self.counts = <Py_ssize_t *>calloc(self.win, sizeof(Py_ssize_t))
-        if self.counts == NULL:
+        self.done = <Py_ssize_t *>calloc(self.win, sizeof(Py_ssize_t))
+        if self.counts == NULL or self.done == NULL:
             raise MemoryError()
         self.slots_buf = _take_scratch(self.win * chunklen * self.isz)
         self.slots = PyByteArray_AS_STRING(self.slots_buf)
         self.slots_arr = np_frombuffer(self.slots_buf, dt, self.win * chunklen).reshape(self.win, chunklen)
         # the thread's scratch: a chunk of values, a chunk of the mask, the positions of a window
         self.idx_off = (chunklen * self.isz + (mchunklen if nm else 0) + 63) // 64 * 64
-        self.scr_buf = _take_scratch(self.idx_off + XK_WINDOW * sizeof(int32_t))
-        self.scr = PyByteArray_AS_STRING(self.scr_buf)
+        self.cscr_buf = _take_scratch(self.idx_off + XK_WINDOW * sizeof(int32_t))
+        self.cscr = PyByteArray_AS_STRING(self.cscr_buf)
+        if ahead:
+            self.pscr_buf = _take_scratch(self.idx_off + XK_WINDOW * sizeof(int32_t))
+            self.pscr = PyByteArray_AS_STRING(self.pscr_buf)
         self.ahead = ahead
         self.plock = PyThread_allocate_lock()
         self.clock = PyThread_allocate_lock()
@@ -2415,24 +2429,23 @@ cdef class WhereChunks(_ChunkWork):
         free(self.modes)
         free(self.chunk_of)
         free(self.counts)
+        free(self.done)
         if self.plock != NULL:
             PyThread_free_lock(self.plock)
         if self.clock != NULL:
             PyThread_free_lock(self.clock)
-        if self.scr_buf is not None:
-            _give_scratch(self.scr_buf)
+        if self.cscr_buf is not None:
+            _give_scratch(self.cscr_buf)
+        if self.pscr_buf is not None:
+            _give_scratch(self.pscr_buf)
         self.slots_arr = None
         # the slots go back to the pool only when no view of them is left
         if self.slots_buf is not None and _refcnt(<PyObject *>self.slots_buf) == 1:
             _give_scratch(self.slots_buf)
 
-    cdef int _fail(self, Py_ssize_t item, int ret) noexcept nogil:
-        self.failed = item
-        self.failed_ret = ret if ret != 0 else -1
-        return -1
-
-    cdef int _produce(self, Py_ssize_t part) noexcept nogil:
-        """Part `part` into its slot (0), or -1 with the failed item recorded."""
+    cdef Py_ssize_t _produce(self, Py_ssize_t part, char *scr, mask_cache_t *mc, int *err) noexcept nogil:
+        """Part `part` into its slot with the scratch `scr` and mask cache `mc` of the calling thread:
+        -1, or the item (chunk) that failed to decode with Blosc's return code in `*err`."""
         cdef Py_ssize_t k = self.chunk_of[part]
         cdef Py_ssize_t r0 = k * self.vcl, r1 = min(r0 + self.vcl, self.nrows), isz = self.isz
         cdef Py_ssize_t cnt = 0, pos, j, c0, c1, w, sel, nb = (r1 - r0) * isz
@@ -2440,18 +2453,19 @@ cdef class WhereChunks(_ChunkWork):
         cdef const char *v
         cdef const uint8_t *mp
         cdef int mode = self.modes[k], ret
-        cdef int32_t *idx = <int32_t *>(self.scr + self.idx_off)
+        cdef int32_t *idx = <int32_t *>(scr + self.idx_off)
         if k >= self.nv:
             v = self.vtail
         elif self.hdr[k].flags & C_MEMCPYED:
             v = <const char *>self.src[k] + 16
         else:
             # a part taken whole is decoded straight into its slot
-            ret = blosc_decompress_ctx(self.src[k], dst if mode == 1 else self.scr, nb, 1)
+            ret = blosc_decompress_ctx(self.src[k], dst if mode == 1 else scr, nb, 1)
             if ret != nb:
-                return self._fail(k, ret)
-            self.nvdec += 1
-            v = dst if mode == 1 else self.scr
+                err[0] = ret if ret != 0 else -1
+                return k
+            BLZ_FETCH_ADD(&self.nvdec, 1)
+            v = dst if mode == 1 else scr
         if mode == 1:
             if v != dst:
                 memcpy(dst, v, nb)
@@ -2463,18 +2477,19 @@ cdef class WhereChunks(_ChunkWork):
                 if j < self.nm:
                     c0 = j * self.mcl
                     c1 = c0 + self.mcl
-                    if j != self.mcur:
+                    if j != mc.j:
+                        mc.j = -1
                         if self.hdr[self.nv + j].flags & C_MEMCPYED:
-                            self.mptr = self.src[self.nv + j] + 16
+                            mc.p = self.src[self.nv + j] + 16
                         else:
-                            self.mptr = <const uint8_t *>self.scr + self.vcl * isz
-                            ret = blosc_decompress_ctx(self.src[self.nv + j], <char *>self.mptr, self.mcl, 1)
+                            mc.p = <const uint8_t *>scr + self.vcl * isz
+                            ret = blosc_decompress_ctx(self.src[self.nv + j], <char *>mc.p, self.mcl, 1)
                             if ret != self.mcl:
-                                self.mcur = -1
-                                return self._fail(self.nv + j, ret)
-                            self.nmdec += 1
-                        self.mcur = j
-                    mp = self.mptr
+                                err[0] = ret if ret != 0 else -1
+                                return self.nv + j
+                            BLZ_FETCH_ADD(&self.nmdec, 1)
+                        mc.j = j
+                    mp = mc.p
                 else:
                     c0 = self.nm * self.mcl
                     c1 = self.nrows
@@ -2488,22 +2503,33 @@ cdef class WhereChunks(_ChunkWork):
                         cnt += sel
                     pos += w
         self.counts[part % self.win] = cnt
-        return 0
+        return -1
 
     cdef void _ahead(self) noexcept nogil:
-        """The producer thread's whole job."""
-        cdef Py_ssize_t k
-        for k in range(self.total):
+        """The producer thread's whole job: claim the next part not claimed yet (the caller may take
+        one itself), produce it, say it is done."""
+        cdef Py_ssize_t k, item
+        cdef int err = 0
+        cdef mask_cache_t mc
+        mc.j = -1
+        while not BLZ_LOAD_SC(&self.stop):
+            k = BLZ_LOAD_SC(&self.claimed)
+            if k >= self.total:
+                break
             if BLZ_LOAD_SC(&self.consumed) <= k - self.win:
                 # the window is full: sleep until half of it is free, then fill it in one go (a busy
                 # machine then switches between the two threads once per half window, not per part)
                 _wait_past(&self.consumed, k - self.win + self.win // 2, &self.stop, &self.pwait, self.plock)
-            if BLZ_LOAD_SC(&self.stop):
-                break
-            if self._produce(k) != 0:
+                continue
+            if not BLZ_CAS(&self.claimed, k, k + 1):
+                continue
+            item = self._produce(k, self.pscr, &mc, &err)
+            if item >= 0:
+                self.failed = item
+                self.failed_ret = err
                 BLZ_XCHG_SC(&self.bad, k)
                 break
-            BLZ_XCHG_SC(&self.ready, k + 1)
+            BLZ_XCHG_SC(&self.done[k % self.win], k + 1)
             _wake(&self.cwait, self.clock)
         BLZ_XCHG_SC(&self.halted, 1)
         _wake(&self.cwait, self.clock)
@@ -2553,31 +2579,37 @@ cdef class WhereChunks(_ChunkWork):
     cdef int _take(self, const char **ptr, Py_ssize_t *cnt) except -1:
         """The next part's values at `*ptr` (valid until the next call), `*cnt` of them: 1, or 0 after
         the last part; raises `ChunkError` at a part whose chunk failed to decode."""
-        cdef Py_ssize_t k = self.taken, s
-        cdef int ret = 0
+        cdef Py_ssize_t k = self.taken, s = k % max(1, self.win), item, c
+        cdef int err = 0
         if k >= self.total:
             return 0
+        if BLZ_LOAD_SC(&self.stop):
+            raise RuntimeError("WhereChunks: closed")
         # the parts before k are free again
         BLZ_XCHG_SC(&self.consumed, k)
         if self.ahead and not self.started:
-            if BLZ_LOAD_SC(&self.stop):
-                raise RuntimeError("WhereChunks: closed")
             self._start()
-        if self.ahead:
+        if self.started:
             _wake(&self.pwait, self.plock)
+        while BLZ_LOAD_SC(&self.done[s]) != k + 1:
+            c = k
+            if BLZ_LOAD_SC(&self.claimed) == k and BLZ_CAS(&self.claimed, c, k + 1):
+                # not begun by the thread: made here, at once
+                with nogil:
+                    item = self._produce(k, self.cscr, &self.cmc, &err)
+                if item >= 0:
+                    self.failed = item
+                    self.failed_ret = err
+                    self.check()
+                break
+            # the thread has part k in hand
             with nogil:
-                _wait_past(&self.ready, k, &self.halted, &self.cwait, self.clock)
-            if BLZ_LOAD_SC(&self.ready) <= k:
+                _wait_past(&self.done[s], k, &self.halted, &self.cwait, self.clock)
+            if BLZ_LOAD_SC(&self.done[s]) != k + 1 and BLZ_LOAD_SC(&self.halted):
                 if BLZ_LOAD_SC(&self.bad) == k:
                     self.check()
                 raise RuntimeError("WhereChunks: closed")
-        else:
-            with nogil:
-                ret = self._produce(k)
-            if ret != 0:
-                self.check()
         self.taken = k + 1
-        s = k % self.win
         ptr[0] = self.slots + s * self.vcl * self.isz
         cnt[0] = self.counts[s]
         return 1
