@@ -762,6 +762,11 @@ cdef extern from *:
     int BLZ_GATHER_LE
     void blz_gather8(const uint8_t *s, int64_t neq, int64_t nrows, int64_t epr, int64_t c0, int64_t nc,
                      uint8_t *out) noexcept nogil
+    int blz_avx2_ok() noexcept nogil
+
+
+# whether the CPU has AVX2, asked once here at import (the threads then only read the answer)
+GATHER_AVX2 = bool(blz_avx2_ok())
 
 
 cdef bint _rows_by_block(const header_t *h, Py_ssize_t rowsize, Py_ssize_t cstart,

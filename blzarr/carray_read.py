@@ -451,7 +451,8 @@ class CarrayReads(CarrayBase):
         def one(k):
             # a store's chunks are all of one kind: whole chunks read from their files (bcolz layout)
             c = self._chunks[ids[k]]
-            rows_chunks([c._data], out, [offsets[k]], isz, *run, nparts=1, wheres=[c._where])
+            rows_chunks([c._data], out, [offsets[k]], isz, *run, nparts=1,
+                        wheres=[c._where or f"chunk {ids[k]}"])
         run_all(one, range(len(ids)))
         return True
 

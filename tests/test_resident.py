@@ -327,17 +327,19 @@ def _rows_ref(x2, cstart, csize):
 
 
 @settings(max_examples=150, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), nrows=st.integers(1, 1500), ncols=st.integers(1, 18),
-       blocksize=st.sampled_from([0, 128, 1024, 4096, 16384]), cname=st.sampled_from(["lz4", "blosclz", "zstd"]),
-       shuffle=st.sampled_from([1, 0, 2]), kind=st.sampled_from(["smooth", "random", "zeros"]),
-       dtype=st.sampled_from(["f8", "i8", "f4", "u2"]), data=st.data())
+@given(seed=st.integers(0, 2**32 - 1), nrows=st.integers(1, 1500),
+       ncols=st.sampled_from([8, 8, 8, 4, 16, 1, 2, 3, 5, 12, 18]), blocksize=st.sampled_from([0, 128, 1024, 4096, 16384]),
+       cname=st.sampled_from(["lz4", "lz4", "blosclz", "zstd"]), shuffle=st.sampled_from([1, 1, 0, 2]),
+       kind=st.sampled_from(["smooth", "random", "zeros"]), dtype=st.sampled_from(["f8", "f8", "i8", "f4", "u2"]),
+       data=st.data())
 def test_rows_chunks_equal_numpy(seed, nrows, ncols, blocksize, cname, shuffle, kind, dtype, data):
     # LZ4 + byte shuffle + 8-byte values goes block by block (short last blocks, streams stored raw
     # when random values do not compress); every other chunk is decoded whole first
     rng = np.random.default_rng(seed)
     dt = np.dtype(dtype)
     if kind == "smooth":
-        x = (np.arange(nrows * ncols) * 0.25).astype(dt)
+        x = np.cumsum(rng.standard_normal(nrows * ncols)).astype(dt) if dt.kind == "f" else \
+            np.cumsum(rng.integers(-9, 9, nrows * ncols)).astype(dt)
     elif kind == "random":
         x = rng.integers(0, 256, nrows * ncols * dt.itemsize, dtype=np.uint8).view(dt)
     else:
@@ -346,9 +348,9 @@ def test_rows_chunks_equal_numpy(seed, nrows, ncols, blocksize, cname, shuffle, 
     isz = dt.itemsize
     rowsize = ncols * isz
     c0 = data.draw(st.integers(0, ncols - 1))
-    c1 = data.draw(st.integers(c0 + 1, ncols))
+    c1 = c0 + 1 if data.draw(st.booleans()) else data.draw(st.integers(c0 + 1, ncols))   # often one column
     cstart, csize = c0 * isz, (c1 - c0) * isz
-    if data.draw(st.booleans()) and isz > 1:
+    if data.draw(st.sampled_from([False, False, False, True])) and isz > 1:
         cstart, csize = cstart + 1, csize - 1 if csize > 1 else 1   # not whole elements: decoded whole
         csize = min(csize, rowsize - cstart)
     bufs = [_chunk.compress(x2, isz, 5, shuffle, cname, blocksize), _chunk.compress(x2[::-1].copy(), isz, 5, shuffle,
@@ -366,6 +368,27 @@ def test_rows_chunks_equal_numpy(seed, nrows, ncols, blocksize, cname, shuffle, 
     assert out[:each].tobytes() == _rows_ref(x2, cstart, csize).tobytes()
     assert out[each:each + 3].tobytes() == b"\xab" * 3
     assert out[each + 3:].tobytes() == _rows_ref(x2[::-1], cstart, csize).tobytes()
+
+
+@pytest.mark.parametrize("ncols", [8, 4, 16, 2])
+@pytest.mark.parametrize("nrows,blocksize", [(3000, 0), (1000, 4096), (777, 1024), (5, 0), (2049, 16384)])
+def test_rows_chunks_block_by_block_every_column_range(ncols, nrows, blocksize):
+    # the block-by-block path for each column and a few ranges, on values whose bytes all differ
+    # (random walks and random bits: some streams compress, some are stored raw), short last blocks
+    rng = np.random.default_rng(nrows * ncols)
+    x2 = np.cumsum(rng.standard_normal((nrows, ncols)), axis=0)
+    x2[: nrows // 3] = rng.integers(0, 2**63, (nrows // 3, ncols)).view("f8")
+    buf = _chunk.compress(x2, 8, 5, 1, "lz4", blocksize)
+    ranges = [(j, j + 1) for j in range(ncols)] + [(0, ncols), (1, ncols), (0, max(1, ncols // 2))]
+    for c0, c1 in ranges:
+        cstart, csize = 8 * c0, 8 * (c1 - c0)
+        # (5 rows do not compress: the chunk is stored raw, its rows copied in place)
+        assert _chunk.rows_by_block(buf, 8 * ncols, cstart, csize) != _chunk.header(buf)["memcpyed"]
+        out = np.empty(nrows * csize, np.uint8)
+        w = _chunk.RowsChunks([buf], out, np.zeros(1, np.intp), 8 * ncols, cstart, csize)
+        parallel.run_threads(w.run, w.nparts)
+        w.check()
+        assert out.tobytes() == _rows_ref(x2, cstart, csize).tobytes(), (c0, c1)
 
 
 def test_rows_chunks_of_a_raw_chunk_and_argument_errors():
