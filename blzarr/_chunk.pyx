@@ -2293,6 +2293,17 @@ cdef extern from "Python.h":
         double ob_fval
     Py_ssize_t _refcnt "Py_REFCNT"(PyObject *o) noexcept nogil
 
+cdef extern from *:
+    """
+    /* a reference count of 1 says "only this holder" only where the GIL orders every change of it */
+    #ifdef Py_GIL_DISABLED
+    #define BLZ_REUSE_FLOATS 0
+    #else
+    #define BLZ_REUSE_FLOATS 1
+    #endif
+    """
+    bint BLZ_REUSE_FLOATS
+
 
 # producer threads of `WhereChunks` running now (for the tests: none is left once its work is gone)
 cdef Py_ssize_t _where_alive = 0
@@ -2722,7 +2733,7 @@ cdef class WhereIter:
             # the float given last is given again with the new value when nobody else holds it any
             # more (the caller used and dropped it: fromiter, sum, a loop that computes), as CPython's
             # zip() and dict.items() reuse their tuples: no float is made and freed per value
-            if _refcnt(<PyObject *>self.last) == 1:        # (`last` is None or a float made here)
+            if BLZ_REUSE_FLOATS and _refcnt(<PyObject *>self.last) == 1:    # (`last`: None or a float made here)
                 (<PyFloatObject *>self.last).ob_fval = v
                 return self.last
             self.last = PyFloat_FromDouble(v)

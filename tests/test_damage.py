@@ -78,6 +78,9 @@ def test_damage_stays_in_its_file(tmp_path, which, how):
     bad = _chunk_reads(blzarr.open(root, mode="r"), x, fno)
     if how == "missing":
         assert bad == list(range((fno - 1) * K, fno * K))
+    # where() over the damage raises naming the file too
+    with pytest.raises((blzarr.BlzarrError, OSError), match=rf"__{fno}__\.bin"):
+        list(blzarr.open(root, mode="r").where(np.ones(N, bool)))
     # scalars outside the damaged file, lazily
     for i in [0, N // 2, N - 1]:
         if i // CL not in bad:
@@ -143,6 +146,8 @@ def test_bcolz_layout_truncated_chunk_file_stays_local(tmp_path):
     c = blzarr.open(root, mode="r")
     with pytest.raises(blzarr.BlzarrError, match="__3.blp"):
         c[3 * CL:4 * CL]
+    with pytest.raises(blzarr.BlzarrError, match="__3.blp"):
+        list(c.where(np.ones(len(x), bool)))
     np.testing.assert_array_equal(c[:3 * CL], x[:3 * CL])
     np.testing.assert_array_equal(c[4 * CL:], x[4 * CL:])
 
