@@ -750,9 +750,12 @@ cdef extern from *:
     static int blz_avx2_ok(void) { return 0; }
     #endif
 
+    /* the AVX2 gather in use: set once at import (and by tests, to run the scalar loop) */
+    static int blz_gather_avx2 = 0;
+
     static void blz_gather8(const uint8_t *s, int64_t neq, int64_t nrows, int64_t epr, int64_t c0,
                             int64_t nc, uint8_t *out) {
-        if (epr == 8 && nc == 1 && blz_avx2_ok())
+        if (epr == 8 && nc == 1 && blz_gather_avx2)
             blz_gather8_col_avx2(s, neq, nrows, c0, out);
         else
             blz_gather8_scalar(s, neq, nrows, epr, c0, nc, out);
@@ -763,10 +766,20 @@ cdef extern from *:
     void blz_gather8(const uint8_t *s, int64_t neq, int64_t nrows, int64_t epr, int64_t c0, int64_t nc,
                      uint8_t *out) noexcept nogil
     int blz_avx2_ok() noexcept nogil
+    int blz_gather_avx2
 
 
 # whether the CPU has AVX2, asked once here at import (the threads then only read the answer)
-GATHER_AVX2 = bool(blz_avx2_ok())
+blz_gather_avx2 = blz_avx2_ok()
+GATHER_AVX2 = bool(blz_gather_avx2)
+
+
+def _use_gather_avx2(bint on):
+    """Use the AVX2 gather (where the CPU has it) or the scalar loop; the previous setting (tests)."""
+    global blz_gather_avx2
+    old = bool(blz_gather_avx2)
+    blz_gather_avx2 = 1 if on and GATHER_AVX2 else 0
+    return old
 
 
 cdef bint _rows_by_block(const header_t *h, Py_ssize_t rowsize, Py_ssize_t cstart,
@@ -777,6 +790,11 @@ cdef bint _rows_by_block(const header_t *h, Py_ssize_t rowsize, Py_ssize_t cstar
     if (not BLZ_GATHER_LE or h.flags & C_MEMCPYED or (h.flags >> 5) != 1 or (h.flags & 0x05) != 0x01
             or h.typesize != 8 or h.nblocks <= 0 or rowsize <= 0 or rowsize % 8 or cstart % 8 or csize % 8
             or csize <= 0 or cstart + csize > rowsize or h.blocksize % rowsize or h.nbytes % rowsize):
+        return False
+    # the scalar gather costs ~2 operations per byte taken, Blosc's SIMD unshuffle of a whole block a
+    # small fraction of one per byte: block by block only for one value of rows of 8 with AVX2, or
+    # for at most an eighth of each row (measured: a[:, 2:6] or a[:, 1] of rows of 4 were slower)
+    if not ((blz_gather_avx2 and rowsize == 64 and csize == 8) or csize * 8 <= rowsize):
         return False
     # a full block is split into 8 streams unless the chunk says "don't split" or the block is small
     return bool(h.flags & C_DONT_SPLIT) or h.blocksize // 8 < MIN_SPLIT_ITEMS

@@ -357,7 +357,7 @@ def test_rows_chunks_equal_numpy(seed, nrows, ncols, blocksize, cname, shuffle, 
                                                                                     cname, blocksize)]
     h = _chunk.header(bufs[0])
     if (cname == "lz4" and shuffle == 1 and isz == 8 and cstart % 8 == 0 and csize % 8 == 0
-            and not h["memcpyed"] and h["blocksize"] % rowsize == 0):
+            and not h["memcpyed"] and h["blocksize"] % rowsize == 0 and _cheap_gather(rowsize, csize)):
         assert _chunk.rows_by_block(bufs[0], rowsize, cstart, csize)
     each = nrows * csize
     out = np.full(2 * each + 3, 0xAB, np.uint8)
@@ -370,11 +370,26 @@ def test_rows_chunks_equal_numpy(seed, nrows, ncols, blocksize, cname, shuffle, 
     assert out[each + 3:].tobytes() == _rows_ref(x2[::-1], cstart, csize).tobytes()
 
 
-@pytest.mark.parametrize("ncols", [8, 4, 16, 2])
+def _cheap_gather(rowsize, csize, avx2=_chunk.GATHER_AVX2):
+    """Whether the block-by-block path takes `csize` bytes of rows of `rowsize` (at most an eighth of
+    each row, or one value of rows of 8 with the AVX2 gather in use)."""
+    return csize * 8 <= rowsize or (rowsize == 64 and csize == 8 and avx2)
+
+
+@pytest.fixture(params=["avx2", "scalar"])
+def gather(request):
+    """The AVX2 gather where the CPU has it, then the scalar loop."""
+    old = _chunk._use_gather_avx2(request.param == "avx2")
+    yield request.param
+    _chunk._use_gather_avx2(old)
+
+
+@pytest.mark.parametrize("ncols", [8, 4, 16, 32, 2])
 @pytest.mark.parametrize("nrows,blocksize", [(3000, 0), (1000, 4096), (777, 1024), (5, 0), (2049, 16384)])
-def test_rows_chunks_block_by_block_every_column_range(ncols, nrows, blocksize):
-    # the block-by-block path for each column and a few ranges, on values whose bytes all differ
-    # (random walks and random bits: some streams compress, some are stored raw), short last blocks
+def test_rows_chunks_block_by_block_every_column_range(ncols, nrows, blocksize, gather):
+    # each column and a few ranges, block by block where that is cheap (else decoded whole), on
+    # values whose bytes all differ (random walks and random bits: some streams compress, some are
+    # stored raw), short last blocks, with the AVX2 gather and with the scalar loop
     rng = np.random.default_rng(nrows * ncols)
     x2 = np.cumsum(rng.standard_normal((nrows, ncols)), axis=0)
     x2[: nrows // 3] = rng.integers(0, 2**63, (nrows // 3, ncols)).view("f8")
@@ -383,7 +398,8 @@ def test_rows_chunks_block_by_block_every_column_range(ncols, nrows, blocksize):
     for c0, c1 in ranges:
         cstart, csize = 8 * c0, 8 * (c1 - c0)
         # (5 rows do not compress: the chunk is stored raw, its rows copied in place)
-        assert _chunk.rows_by_block(buf, 8 * ncols, cstart, csize) != _chunk.header(buf)["memcpyed"]
+        expect = _cheap_gather(8 * ncols, csize, gather == "avx2" and _chunk.GATHER_AVX2)
+        assert _chunk.rows_by_block(buf, 8 * ncols, cstart, csize) == (expect and not _chunk.header(buf)["memcpyed"])
         out = np.empty(nrows * csize, np.uint8)
         w = _chunk.RowsChunks([buf], out, np.zeros(1, np.intp), 8 * ncols, cstart, csize)
         parallel.run_threads(w.run, w.nparts)
