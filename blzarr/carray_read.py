@@ -411,7 +411,8 @@ class CarrayReads(CarrayBase):
                 # one run of bytes of every atom (a column of a 2-D carray): the run taken out of each
                 # full chunk without the GIL (only the wanted bytes of each block of an LZ4 chunk),
                 # chunks in memory or in BLZ files in one call per thread, others one by one
-                full = [b for b in blocks if b[1] - b[0] == cl and b[1] <= len(self._chunks) * cl]
+                end = len(self._chunks) * cl
+                full = [b for b in blocks if b[1] - b[0] == cl and b[1] <= end]
                 if self._rows_full(full, out, start, run):
                     full = set(full)
                     blocks = [b for b in blocks if b not in full]
