@@ -2325,6 +2325,19 @@ cdef extern from *:
 
 # producer threads of `WhereChunks` running now (for the tests: none is left once its work is gone)
 cdef Py_ssize_t _where_alive = 0
+# bumped in the child of a fork: the producer threads of the parent do not exist there
+cdef Py_ssize_t _fork_generation = 0
+
+
+def _after_fork_in_child():
+    global _fork_generation, _where_alive
+    _fork_generation += 1
+    _where_alive = 0
+
+
+import os as _os
+if hasattr(_os, "register_at_fork"):
+    _os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def where_threads():
@@ -2369,6 +2382,7 @@ cdef class WhereChunks(_ChunkWork):
     cdef Py_ssize_t *done            # per slot: 1 + the part it holds, once that part is ready
     cdef mask_cache_t cmc           # the caller's mask chunk
     cdef bint ahead, started
+    cdef Py_ssize_t generation      # _fork_generation when the thread started
     cdef const char *vtail
     cdef const uint8_t *mtail
     cdef char *modes
@@ -2572,6 +2586,7 @@ cdef class WhereChunks(_ChunkWork):
 
     cdef int _start(self) except -1:
         self.started = True
+        self.generation = _fork_generation
         BLZ_FETCH_ADD(&_where_alive, 1)
         if PyThread_start_new_thread(_where_thread, <void *>self) == -1:
             # no thread to be had: the caller produces each part itself
@@ -2584,8 +2599,8 @@ cdef class WhereChunks(_ChunkWork):
         """Stop the producer thread and wait until it has returned."""
         cdef int i = 0
         BLZ_XCHG_SC(&self.stop, 1)
-        if not self.started:
-            return
+        if not self.started or self.generation != _fork_generation:
+            return          # no thread, or it stayed in the parent of a fork
         _wake(&self.pwait, self.plock)
         with nogil:
             while not BLZ_LOAD_SC(&self.exited):
@@ -2603,7 +2618,7 @@ cdef class WhereChunks(_ChunkWork):
     @property
     def running(self):
         """Whether the producer thread runs."""
-        return self.started and not BLZ_LOAD_SC(&self.exited)
+        return self.started and self.generation == _fork_generation and not BLZ_LOAD_SC(&self.exited)
 
     @property
     def decoded(self):
@@ -2621,6 +2636,9 @@ cdef class WhereChunks(_ChunkWork):
             raise RuntimeError("WhereChunks: closed")
         # the parts before k are free again
         BLZ_XCHG_SC(&self.consumed, k)
+        if self.started and self.generation != _fork_generation:
+            raise RuntimeError("WhereChunks: the iteration began before a fork; its thread stayed in "
+                               "the parent process (start the iteration again in the child)")
         if self.ahead and not self.started:
             self._start()
         if self.started:

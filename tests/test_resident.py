@@ -5,6 +5,7 @@ the same order), with any number of threads and when called from a pool thread."
 import gc
 import importlib
 import math
+import os
 import time
 import threading
 
@@ -556,3 +557,37 @@ def test_where_chunks_checks_its_input():
     with pytest.raises(ValueError, match="no Python scalars"):
         h = blzarr.carray(np.arange(100, dtype="f2"), chunklen=10)
         _chunk.WhereIter(_chunk.WhereChunks(*h.resident_chunks(), [], mtail, 10, 100, "f2", modes))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_where_begun_before_a_fork_neither_hangs_nor_lies_in_the_child():
+    # the producer thread stays in the parent: in the child the iterator says so instead of waiting
+    # for it, and dropping it does not wait either; a new where() in the child works
+    x = np.arange(200_000) * 0.5
+    a = blzarr.carray(x, chunklen=1000)
+    old = blzarr.set_nthreads(2)
+    try:
+        it = a.where(x > 10)
+        assert next(it) == 10.5
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                try:
+                    list(it)
+                except RuntimeError as e:
+                    code = 0 if "fork" in str(e) else 2
+                del it
+                if list(a.where(x > 99_990)) != (x[x > 99_990]).tolist():
+                    code = 3
+            finally:
+                os.write(w, bytes([code]))
+                os._exit(0)
+        os.close(w)
+        got = os.read(r, 1)
+        os.waitpid(pid, 0)
+        assert got == b"\x00"
+        assert list(it) == (x[x > 10][1:]).tolist()
+    finally:
+        blzarr.set_nthreads(old)
