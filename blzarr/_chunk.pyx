@@ -2377,7 +2377,8 @@ cdef class WhereChunks(_ChunkWork):
     `close()` (or dropping the object) stops the thread and waits until it has returned.
     """
 
-    cdef Py_ssize_t nrows, nv, nm, vcl, mcl, isz, win, total, taken, idx_off
+    cdef readonly Py_ssize_t win    # slots: parts ready ahead of the caller at most
+    cdef Py_ssize_t nrows, nv, nm, vcl, mcl, isz, total, taken, idx_off
     cdef Py_ssize_t claimed, consumed, stop, halted, exited, bad, pwait, cwait, nvdec, nmdec
     cdef Py_ssize_t *done            # per slot: 1 + the part it holds, once that part is ready
     cdef mask_cache_t cmc           # the caller's mask chunk

@@ -103,6 +103,8 @@ def sum_chunks(datas, dtype):
 
 # chunks of values whose selection `select_ahead` keeps ready ahead of its caller
 SELECT_WINDOW = 8
+# ... and at most this many bytes of them (at least 2 chunks): large chunks get a shorter window
+SELECT_WINDOW_BYTES = 16 * 1024 * 1024
 
 
 class _Names:
@@ -121,8 +123,9 @@ def _where_work(values, vtail, masks, mtail, chunklen, mchunklen, dtype, modes):
     """A `_chunk.WhereChunks` (see there for the arguments), produced ahead of its caller on a thread of
     its own when there are threads and more than one chunk to decode."""
     ahead = get_nthreads() > 1 and int(np.count_nonzero(modes)) > 1
+    window = max(2, min(SELECT_WINDOW, SELECT_WINDOW_BYTES // max(1, chunklen * np.dtype(dtype).itemsize)))
     return _chunk.WhereChunks(values, vtail, masks, mtail, chunklen, mchunklen, dtype,
-                              np.asarray(modes, np.uint8), SELECT_WINDOW, ahead, _Names(len(values)))
+                              np.asarray(modes, np.uint8), window, ahead, _Names(len(values)))
 
 
 def where_scalars(values, vtail, masks, mtail, chunklen, mchunklen, dtype, modes, skip=0, limit=None):

@@ -480,10 +480,16 @@ def test_where_stops_producing_when_the_caller_stops(nthreads):
         assert first == want[:10]
         time.sleep(0.05)
         # the parts handed out, plus at most a window of them ready ahead
-        assert it.work.decoded[0] <= 1 + importlib.import_module("blzarr.chunk").SELECT_WINDOW
+        assert it.work.win == importlib.import_module("blzarr.chunk").SELECT_WINDOW
+        assert it.work.decoded[0] <= 1 + it.work.win
         assert it.work.running == (nthreads > 1)
         it.close()
         assert not it.work.running and _chunk.where_threads() == 0
+        # chunks of 4 MB: a window of 16 MB of them
+        big = blzarr.carray(np.arange(2_000_000.0), chunklen=500_000)
+        it = big.where(np.ones(len(big), bool))
+        assert next(it) == 0.0 and it.work.win == 4
+        it.close()
         assert list(it) == []
         assert list(a.where(mc, limit=1234)) == want[:1234]
         assert _chunk.where_threads() == 0
