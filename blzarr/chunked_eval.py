@@ -12,6 +12,7 @@ import threading
 
 import numpy as np
 
+from blzarr import _chunk
 from blzarr import exprkernel
 from blzarr import fused
 from blzarr import integrations
@@ -425,7 +426,6 @@ def select_into(expression, operands, vm, blen, outputs, dtype):
     n = common_length(arrays)
     if n == 0:
         return np.empty(0, dtype)
-    kernel, ne, _ = make_kernel(expression, code, arrays, scalars, vm)
     decoder = fused.Decoder(arrays, blen)
     bounds = fused.block_bounds(n, blen)
     classes = _classes(expression, operands, bounds)
@@ -436,11 +436,19 @@ def select_into(expression, operands, vm, blen, outputs, dtype):
         scan = bounds
     else:
         scan = [bounds[k] for k in np.flatnonzero(classes == planner.SCAN)]
-    compact = _compact_runs(expression, kernel, outputs)
     # a range on one column (`planner.column_range`): a scanned block whose values of that column are
     # sorted (the ends of a time range) finds its run by two binary searches, nothing evaluated
     column = planner.column_range(expression, operands) if classes is not None else None
     found = {}
+    # the evaluator is made (numexpr probed on a row) only when a block needs it: not for the
+    # ends of a range whose values are sorted, nor when the planner leaves nothing to scan
+    evaluator = []
+
+    def compact(s, e, local):
+        if not evaluator:
+            kernel, ne, _ = make_kernel(expression, code, arrays, scalars, vm)
+            evaluator.append(_compact_runs(expression, kernel, outputs))
+        return evaluator[0](s, e, local)
 
     def scan_one(b):
         local = decoder.read(b[0], b[1])
@@ -456,6 +464,8 @@ def select_into(expression, operands, vm, blen, outputs, dtype):
         for b in scan:
             scan_one(b)
     else:
+        kernel, ne, _ = make_kernel(expression, code, arrays, scalars, vm)
+        evaluator.append(_compact_runs(expression, kernel, outputs))
         with fused.numexpr_serial(ne):
             parallel.run_each(scan_one, scan)
     # the pieces of the result in order: (first row, rows, offset in the result, [each output's
@@ -509,11 +519,49 @@ def select_into(expression, operands, vm, blen, outputs, dtype):
                     dst[...] = src.read_into(s, s + m, buffer(src)[:m])
             else:
                 dst[...] = src[s:s + m]
-    # column by column (the threads then write different pieces' rows at a time, not the same cache
-    # lines of one piece's rows), the reads largest first, before the copies of compacted rows
-    tasks = [(p, k) for k in range(len(outputs)) for p in pieces]
-    tasks.sort(key=lambda t: 0 if t[0][3][t[1]] is not None else -t[0][1])
-    parallel.run_each(place, tasks)
+    # a piece whose every field is a one-dimensional column read by `read_into` or compacted rows of
+    # the field's dtype is one task: its columns decoded into buffers of the thread, then written
+    # into the result's rows together, a tile of rows at a time (`_chunk.zip_fields`: each row's
+    # cache line written once, where a strided copy per field brings it in once per field)
+    offsets = [dtype.fields[name][1] for name in dtype.names]
+    readable = [not positions[k] and hasattr(src, "read_into") and getattr(src, "ndim", 0) == 1
+                and src.dtype == fields[k].dtype and src.dtype != object for k, src in enumerate(sources)]
+
+    def zipped(piece):
+        return all(readable[k] if part is None else (
+            isinstance(part, np.ndarray) and part.ndim == 1 and part.dtype == fields[k].dtype
+            and part.flags.c_contiguous) for k, part in enumerate(piece[3]))
+
+    def column_buffer(k, src):
+        bufs = getattr(tls, "zbufs", None)
+        if bufs is None:
+            bufs = tls.zbufs = {}
+        b = bufs.get(k)
+        if b is None:
+            b = bufs[k] = np.empty(blen, src.dtype)
+        return b
+
+    def place_rows(piece):
+        s, m, o, parts = piece
+        cols = [part if part is not None else sources[k].read_into(s, s + m, column_buffer(k, sources[k])[:m])
+                for k, part in enumerate(parts)]
+        _chunk.zip_fields(out, o, cols, offsets)
+
+    def run(task):
+        if task[1] is None:
+            place_rows(task[0])
+        else:
+            place(task)
+    # the rest column by column (the threads then write different pieces' rows at a time, not the
+    # same cache lines of one piece's rows); the reads largest first, before the copies of compacted rows
+    tasks = []
+    for p in pieces:
+        if zipped(p):
+            tasks.append((p, None))
+        else:
+            tasks.extend((p, k) for k in range(len(outputs)))
+    tasks.sort(key=lambda t: -t[0][1] if t[1] is None or t[0][3][t[1]] is None else 0)
+    parallel.run_each(run, tasks)
     return out
 
 

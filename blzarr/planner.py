@@ -199,6 +199,7 @@ class _Classifier:
         self.nb = len(bounds)
         self.ns = scalars_ns
         self._ranges = {}
+        self._stats = {}
         self.used = set()       # operands whose statistics classed something
 
     def is_array(self, name):
@@ -218,16 +219,21 @@ class _Classifier:
             return None
         return v
 
+    def stats_of(self, name):
+        """chunk_stats() of operand `name` (asked once per plan), or None."""
+        if name not in self._stats:
+            v = self.operands.get(name)
+            get = getattr(v, "chunk_stats", None)
+            self._stats[name] = get() if get is not None and getattr(v, "ndim", 1) == 1 else None
+        return self._stats[name]
+
     def range_of(self, name):
         if name in self._ranges:
             return self._ranges[name]
-        v = self.operands.get(name)
         r = None
-        get = getattr(v, "chunk_stats", None)
-        if get is not None and getattr(v, "ndim", 1) == 1:
-            st = get()
-            if st is not None and len(st[0]):
-                r = block_ranges(st, self.bounds)
+        st = self.stats_of(name)
+        if st is not None and len(st[0]):
+            r = block_ranges(st, self.bounds)
         self._ranges[name] = r
         return r
 
@@ -370,14 +376,76 @@ def plan(expression, operands, bounds):
     c = _Classifier(operands, bounds, scalars)
     if not bounds:
         return Plan(expression, bounds, np.zeros(0, np.int8))
+    key = _plan_key(expression, operands, scalars, bounds)
+    kept = _PLANS.get(key) if key is not None else None
+    if kept is not None and _same_plan_inputs(kept, c, bounds):
+        return Plan(expression, bounds, None if kept[2] is None else kept[2].copy(), kept[3], reason=kept[4])
     try:
         classes = c.boolean(tree)
     except _NoPlan as e:
-        return Plan(expression, bounds, None, reason=str(e))
-    if not c.used:
-        reason = "no operand compared has statistics"
-        return Plan(expression, bounds, classes if (classes != SCAN).any() else None, reason=reason)
-    return Plan(expression, bounds, classes, c.used)
+        p = Plan(expression, bounds, None, reason=str(e))
+    else:
+        if not c.used:
+            reason = "no operand compared has statistics"
+            p = Plan(expression, bounds, classes if (classes != SCAN).any() else None, reason=reason)
+        else:
+            p = Plan(expression, bounds, classes, c.used)
+    if key is not None and all(st is None or len(st[0]) <= _PLAN_STATS_MAX for st in c._stats.values()):
+        if len(_PLANS) >= 32:
+            _PLANS.clear()
+        # what the plan was made from: the blocks, and a copy of every operand's statistics asked
+        stats = {k: None if st is None else tuple(x.copy() if isinstance(x, np.ndarray) else x for x in st)
+                 for k, st in c._stats.items()}
+        _PLANS[key] = (list(bounds), stats, None if p.classes is None else p.classes.copy(), p.used, p.reason)
+    return p
+
+
+# The plans of recent queries.  A query plans on every call, and the plan is a function of the
+# expression, its constants, the operands' dtypes and shapes, the blocks, and the statistics of the
+# operands it compared: a plan is reused only when all of these are equal to those it was made from
+# (the statistics compared value by value, a few microseconds, against the ~0.2 ms of planning).
+_PLANS = {}
+_PLAN_STATS_MAX = 1 << 16        # statistics of more chunks than this: planned afresh every time
+
+
+def _plan_key(expression, operands, scalars, bounds):
+    """The part of a plan's inputs that can be hashed, or None (a constant that is not hashable)."""
+    items = []
+    for k in sorted(operands):
+        v = operands[k]
+        if k in scalars:
+            if not isinstance(v, (int, float, complex, bool, str, bytes, np.generic, type(None))):
+                return None
+            items.append((k, type(v), v, getattr(v, "dtype", None)))
+        else:
+            shape = getattr(v, "shape", None)
+            items.append((k, id(v), type(v), getattr(v, "dtype", None), None if shape is None else tuple(shape[1:])))
+    try:
+        key = (expression, tuple(items), len(bounds), tuple(bounds[0]), tuple(bounds[-1]))
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _same_plan_inputs(kept, c, bounds):
+    """Whether the kept plan was made from these blocks and from the statistics the operands have now
+    (each asked through `c`, which keeps them for a plan made afresh)."""
+    if kept[0] != bounds:
+        return False
+    for name, old in kept[1].items():
+        st = c.stats_of(name)
+        if old is None or st is None:
+            if old is not st:
+                return False
+            continue
+        if len(old) != len(st) or old[3:] != tuple(st[3:]):
+            return False
+        for a, b in zip(old[:3], st[:3]):
+            # bit for bit (NaN, NaT and signed zeros included)
+            if a.dtype != b.dtype or a.shape != b.shape or a.tobytes() != np.ascontiguousarray(b).tobytes():
+                return False
+    return True
 
 
 def column_range(expression, operands):
