@@ -2803,6 +2803,52 @@ cdef enum:
     _ZIP_TILE = 512     # rows per tile: the tile's rows of the result (12 KB for 3 fields of 8 bytes) stay in L1
 
 
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #if defined(__x86_64__) && defined(__SSE2__)
+    #include <emmintrin.h>
+    /* rows of `nsrc` 8-byte fields packed one after the other, row by row with streaming stores: the
+       result's lines are written whole without being read first (the 8-byte aligned `dst`) */
+    static int blz_zip8_stream(char *dst, const char *const *src, Py_ssize_t nsrc, Py_ssize_t n) {
+        Py_ssize_t i, k;
+        long long *d = (long long *)dst;
+        if (((uintptr_t)dst & 7) != 0)
+            return 0;
+        for (i = 0; i < n; i++) {
+            for (k = 0; k < nsrc; k++) {
+                long long v;
+                memcpy(&v, src[k] + 8 * i, 8);
+                _mm_stream_si64(d + i * nsrc + k, v);
+            }
+        }
+        _mm_sfence();
+        return 1;
+    }
+    #else
+    static int blz_zip8_stream(char *dst, const char *const *src, Py_ssize_t nsrc, Py_ssize_t n) {
+        (void)dst; (void)src; (void)nsrc; (void)n;
+        return 0;
+    }
+    #endif
+    """
+    int blz_zip8_stream(char *dst, const char **src, Py_ssize_t nsrc, Py_ssize_t n) nogil
+
+
+# rows written by streaming stores from this many bytes of the result on (more than a core's L2: the
+# rows would leave the cache before anything reads them, and writing lines whole saves reading them)
+cdef Py_ssize_t _ZIP_STREAM_MIN = 1 << 20
+
+
+def _zip_stream_min(Py_ssize_t nbytes):
+    """Set the size from which `zip_fields` writes with streaming stores (tests run both ways);
+    returns the previous one."""
+    global _ZIP_STREAM_MIN
+    old = _ZIP_STREAM_MIN
+    _ZIP_STREAM_MIN = nbytes
+    return old
+
+
 cdef void _zip_field(char *dst, Py_ssize_t rowsize, const char *src, Py_ssize_t isz, Py_ssize_t n) noexcept nogil:
     cdef Py_ssize_t i
     if isz == 8:
@@ -2828,6 +2874,7 @@ def zip_fields(cnp.ndarray dest not None, Py_ssize_t row, list sources not None,
     row, a tile of rows at a time: each row of `dest` is written while in the cache, where one
     strided copy per field would bring every row in once per field.  Returns n."""
     cdef Py_ssize_t nsrc = len(sources), k, n = -1, rowsize, t, m, nrows
+    cdef bint packed
     cdef Py_ssize_t *isz
     cdef Py_ssize_t *off
     cdef const char **ptr
@@ -2864,8 +2911,14 @@ def zip_fields(cnp.ndarray dest not None, Py_ssize_t row, list sources not None,
         if row < 0 or row + n > nrows:
             raise IndexError(f"zip_fields: rows [{row}, {row + n}) outside the output's {nrows}")
         base = <char *>cnp.PyArray_DATA(dest) + row * rowsize
+        packed = rowsize == 8 * nsrc
+        for k in range(nsrc):
+            packed = packed and isz[k] == 8 and off[k] == 8 * k
         with nogil:
-            t = 0
+            if packed and n * rowsize >= _ZIP_STREAM_MIN and blz_zip8_stream(base, ptr, nsrc, n):
+                t = n
+            else:
+                t = 0
             while t < n:
                 m = n - t if n - t < _ZIP_TILE else _ZIP_TILE
                 for k in range(nsrc):

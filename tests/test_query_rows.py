@@ -25,6 +25,14 @@ def nthreads(request):
     blzarr.set_nthreads(old)
 
 
+@pytest.fixture(params=["streamed", "cached"])
+def stores(request):
+    """Rows of packed 8-byte fields written by streaming stores from any size on, or never."""
+    old = _chunk._zip_stream_min(0 if request.param == "streamed" else 1 << 62)
+    yield request.param
+    _chunk._zip_stream_min(old)
+
+
 def make_table(layout, n=N):
     rng = np.random.default_rng(7)
     cols = {
@@ -44,11 +52,11 @@ def make_table(layout, n=N):
 # rows [a, b) of the sorted ts: ends inside a Blosc block, on chunk edges, in the short last chunk
 RANGES = [(CL + 1000, 2 * CL + 3000), (CL, 2 * CL), (CL - 1, 2 * CL + 1), (0, N), (3 * CL + 10, N - 7),
           (2 * CL + 2047, 3 * CL + 1), (5, 6), (3 * CL, N), (100, CL + 100)]
-OUTCOLS = [None, ["ts", "px", "f"], ["px", "nrow__", "ts"], ["m", "ts"], ["s", "b", "q", "px"], ["px"]]
+OUTCOLS = [None, ["ts", "px", "f"], ["px", "nrow__", "ts"], ["m", "ts"], ["s", "b", "q", "px"], ["px"], ["px", "ts"]]
 
 
 @pytest.mark.parametrize("rows", RANGES, ids=[f"{a}-{b}" for a, b in RANGES])
-def test_ranges_equal_numpy(layout, nthreads, rows):
+def test_ranges_equal_numpy(layout, nthreads, stores, rows):
     t, cols = make_table(layout)
     ts = cols["ts"]
     lo, hi = int(ts[rows[0]]), int(ts[rows[1] - 1])
@@ -97,6 +105,22 @@ def test_rows_written_together_or_field_by_field(layout, monkeypatch):
 @given(n=st.integers(0, 300), row=st.integers(0, 50), seed=st.integers(0, 2 ** 32 - 1),
        fields=st.lists(st.sampled_from(["i8", "f8", "f4", "i2", "u1", "?", "S3", "S7", "c16"]), min_size=1, max_size=5))
 def test_zip_fields_equals_numpy(n, row, seed, fields):
+    for stream in (0, 1 << 62):
+        old = _chunk._zip_stream_min(stream)
+        try:
+            _check_zip_fields(n, row, seed, fields)
+        finally:
+            _chunk._zip_stream_min(old)
+
+
+def test_zip_fields_streamed_rows_equal_numpy():
+    """Packed 8-byte fields past `_ZIP_STREAM_MIN` (streaming stores), at every row offset."""
+    for nf in (1, 2, 3, 5):
+        for row in (0, 1, 3):
+            _check_zip_fields(70_000, row, nf * 10 + row, ["i8", "f8", "u8", "M8[s]", "c8"][:nf])
+
+
+def _check_zip_fields(n, row, seed, fields):
     rng = np.random.default_rng(seed)
     dt = np.dtype([(f"c{k}", f) for k, f in enumerate(fields)])
     out = np.zeros(n + row + 3, dt)
