@@ -68,7 +68,9 @@ def _elements(block):
 
 def _handed_out(parts, skip, limit):
     """The elements (`_elements`) of the arrays `parts` in turn, the first `skip` of them left out and
-    at most `limit` (None: all) given."""
+    at most `limit` (None: all) given; with a limit of 0 no part is asked for."""
+    if limit == 0:
+        return
     count = 0
     for vals in parts:
         if skip:
@@ -549,30 +551,19 @@ class CarrayReads(CarrayBase):
         return it
 
     def _iter(self, start, stop, step, limit, skip, dtype):
-        count = 0
+        yield from _handed_out(self._iter_blocks(start, stop, step, dtype), skip, limit)
+
+    def _iter_blocks(self, start, stop, step, dtype):
+        """The atoms of [start:stop:step] as arrays of a chunk's worth of steps each (as `dtype`)."""
         blen = max(self._chunklen, 1)
         if step > 1:
             blen = blen * step
-        pending_skip = skip or 0
         pos = start
         while pos < stop:
             end = min(pos + blen, stop)
             block = self[pos:end:step]
             pos = pos + ((end - pos + step - 1) // step) * step
-            if dtype is not None:
-                block = block.astype(dtype)
-            if pending_skip:
-                if pending_skip >= len(block):
-                    pending_skip -= len(block)
-                    continue
-                block = block[pending_skip:]
-                pending_skip = 0
-            if limit is not None:
-                block = block[:max(0, limit - count)]
-            yield _elements(block)
-            count += len(block)
-            if limit is not None and count >= limit:
-                return
+            yield block if dtype is None else block.astype(dtype)
 
     def where(self, boolarr, limit=None, skip=0):
         """Iterate over the values where `boolarr` (a bool carray, array or expression) is true."""

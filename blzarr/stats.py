@@ -149,12 +149,20 @@ class ChunkStats:
     def put(self, i, st):
         """Chunk i's statistics are `st` (from `block_stats`); chunks between n and i become unknown."""
         self._room(i + 1)
-        if i >= self.n:
-            self.flags[self.n:i + 1] = 0
-            self.n = i + 1
+        self._extend(i)
         mn, mx, fl = st
         self._set_value(self.mins, i, mn)
         self._set_value(self.maxs, i, mx)
+        self._mark(i, fl)
+
+    def _extend(self, i):
+        """Entries up to i exist (room made): those between n and i become unknown."""
+        if i >= self.n:
+            self.flags[self.n:i + 1] = 0
+            self.n = i + 1
+
+    def _mark(self, i, fl):
+        """Entry i (its min and max in place) gets the flags `fl` and is to be stored."""
         self.flags[i] = fl
         if self.persist:
             self.fresh.add(i)
@@ -176,18 +184,13 @@ class ChunkStats:
     def put_counted(self, i, nan, count):
         """Chunk i's min and max are in mins[i] and maxs[i] (written through `slots`), and `nan` of its
         `count` values are NaN/NaT; chunks between n and i become unknown."""
-        if i >= self.n:
-            self._room(i + 1)
-            self.flags[self.n:i + 1] = 0
-            self.n = i + 1
+        self._room(i + 1)
+        self._extend(i)
         fl = _flags(nan, count)
         if fl & NO_VALUE:         # what the C pass left there means nothing: zeros, as block_stats
             self._set_value(self.mins, i, 0)
             self._set_value(self.maxs, i, 0)
-        self.flags[i] = fl
-        if self.persist:
-            self.fresh.add(i)
-        self.dirty = True
+        self._mark(i, fl)
 
     def invalidate(self, i):
         if i < self.n and self.flags[i]:
