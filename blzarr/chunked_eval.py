@@ -444,10 +444,15 @@ def select_into(expression, operands, vm, blen, outputs, dtype):
     # ends of a range whose values are sorted, nor when the planner leaves nothing to scan
     evaluator = []
 
+    def make_evaluator():
+        """Make the evaluator; the numexpr module it calls (or None)."""
+        kernel, ne, _ = make_kernel(expression, code, arrays, scalars, vm)
+        evaluator.append(_compact_runs(expression, kernel, outputs))
+        return ne
+
     def compact(s, e, local):
         if not evaluator:
-            kernel, ne, _ = make_kernel(expression, code, arrays, scalars, vm)
-            evaluator.append(_compact_runs(expression, kernel, outputs))
+            make_evaluator()
         return evaluator[0](s, e, local)
 
     def scan_one(b):
@@ -464,9 +469,7 @@ def select_into(expression, operands, vm, blen, outputs, dtype):
         for b in scan:
             scan_one(b)
     else:
-        kernel, ne, _ = make_kernel(expression, code, arrays, scalars, vm)
-        evaluator.append(_compact_runs(expression, kernel, outputs))
-        with fused.numexpr_serial(ne):
+        with fused.numexpr_serial(make_evaluator()):
             parallel.run_each(scan_one, scan)
     # the pieces of the result in order: (first row, rows, offset in the result, [each output's
     # compacted rows, or None: read rows [first, first + rows) of that output])
