@@ -26,5 +26,3 @@ cdef void sum_values(int kind, Py_ssize_t isz, bint is_signed, const char *v, Py
 cdef int rows_of_chunk(const uint8_t *p, const header_t *h, char *dst, Py_ssize_t rowsize,
                        Py_ssize_t cstart, Py_ssize_t csize, char *scratch,
                        Py_ssize_t scratch_bytes) noexcept nogil
-cdef void copy_rows(const char *v, Py_ssize_t nrows, Py_ssize_t rowsize, Py_ssize_t cstart,
-                    Py_ssize_t csize, char *dst) noexcept nogil

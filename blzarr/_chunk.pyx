@@ -813,10 +813,32 @@ cdef int rows_of_chunk(const uint8_t *p, const header_t *h, char *dst, Py_ssize_
                        Py_ssize_t cstart, Py_ssize_t csize, char *scratch,
                        Py_ssize_t scratch_bytes) noexcept nogil:
     """Bytes [cstart, cstart + csize) of every row of `rowsize` bytes of the chunk at `p` (its header
-    parsed into `h`), packed one row after the other into `dst`, one LZ4 block at a time through
-    `scratch` (at least a block): 0 done; 1 not a chunk for this path (`_rows_by_block`: the caller
-    decodes it whole); -1 a block whose start or stream size does not fit, or that does not decode to
-    its size."""
+    parsed into `h`, its nbytes whole rows), packed one row after the other into `dst`: a raw chunk
+    in place, an LZ4 chunk of byte-shuffled 8-byte values one block at a time (`_rows_by_blocks`),
+    any other decoded whole into `scratch` (`scratch_bytes`, at least the chunk's nbytes) first.
+    0 done, else Blosc's negative code or -1."""
+    cdef int ret
+    if h.nbytes == 0:
+        return 0
+    if h.flags & C_MEMCPYED:
+        copy_rows(<const char *>p + 16, h.nbytes // rowsize, rowsize, cstart, csize, dst)
+        return 0
+    ret = _rows_by_blocks(p, h, dst, rowsize, cstart, csize, scratch, scratch_bytes)
+    if ret <= 0:
+        return ret
+    ret = blosc_decompress_ctx(p, scratch, h.nbytes, 1)
+    if ret != h.nbytes:
+        return ret if ret != 0 else -1
+    copy_rows(scratch, h.nbytes // rowsize, rowsize, cstart, csize, dst)
+    return 0
+
+
+cdef int _rows_by_blocks(const uint8_t *p, const header_t *h, char *dst, Py_ssize_t rowsize,
+                         Py_ssize_t cstart, Py_ssize_t csize, char *scratch,
+                         Py_ssize_t scratch_bytes) noexcept nogil:
+    """`rows_of_chunk` one LZ4 block at a time through `scratch` (at least a block): 0 done; 1 not a
+    chunk for this path (`_rows_by_block`: the caller decodes it whole); -1 a block whose start or
+    stream size does not fit, or that does not decode to its size."""
     cdef Py_ssize_t nb = h.nblocks, j, bsize, per, lo = 16 + 4 * h.nblocks
     cdef int32_t b, cs
     cdef const uint8_t *s
@@ -1362,24 +1384,8 @@ cdef class RowsChunks(_ChunkWork):
         free(self.offs)
 
     cdef int _do(self, Py_ssize_t k, char *scratch) noexcept nogil:
-        cdef header_t *h = &self.hdr[k]
-        cdef char *dst = self.out + self.offs[k]
-        cdef int ret
-        if h.nbytes == 0:
-            return 0
-        if h.flags & C_MEMCPYED:
-            copy_rows(<const char *>self.src[k] + 16, h.nbytes // self.rowsize, self.rowsize, self.cstart,
-                      self.csize, dst)
-            return 0
-        ret = rows_of_chunk(self.src[k], h, dst, self.rowsize, self.cstart, self.csize, scratch,
-                            self.scratch_bytes)
-        if ret <= 0:
-            return ret
-        ret = blosc_decompress_ctx(self.src[k], scratch, h.nbytes, 1)
-        if ret != h.nbytes:
-            return ret if ret != 0 else -1
-        copy_rows(scratch, h.nbytes // self.rowsize, self.rowsize, self.cstart, self.csize, dst)
-        return 0
+        return rows_of_chunk(self.src[k], &self.hdr[k], self.out + self.offs[k], self.rowsize, self.cstart,
+                             self.csize, scratch, self.scratch_bytes)
 
 
 # NumPy's pairwise summation (numpy/_core/src/umath/loops_utils.h.src), step for step, so that the sum

@@ -55,7 +55,7 @@ cdef extern from *:
 
 from blzarr import _chunk
 from blzarr._blosc cimport blosc_decompress_ctx
-from blzarr._chunk cimport header_t, chunk_valid, copy_rows, rows_of_chunk, sum_values, SUM_F8, SUM_F4, SUM_SIGNED, SUM_UNSIGNED
+from blzarr._chunk cimport header_t, chunk_valid, rows_of_chunk, sum_values, SUM_F8, SUM_F4, SUM_SIGNED, SUM_UNSIGNED
 from blzarr.errors import ChecksumError, ChunkError, FormatError, StorageError
 
 cnp.import_array()
@@ -779,24 +779,19 @@ cdef class ReadChunks:
             if blosc_decompress_ctx(rbuf, self.out + self.doff[k], nb, 1) != nb:
                 return 8
             return 0
+        if self.mode == RC_ROWS:
+            # the wanted bytes of every row (one LZ4 block at a time where the chunk allows)
+            if rows_of_chunk(<const uint8_t *>rbuf, &h, self.out + self.doff[k], self.rowsize,
+                             self.cstart, self.csize, scratch, self.scratch_bytes) != 0:
+                return 8
+            return 0
         if h.flags & 0x02:
             v = rbuf + 16
         else:
-            if self.mode == RC_ROWS:
-                # one LZ4 block at a time, the wanted bytes gathered out of it (when the chunk allows)
-                r = rows_of_chunk(<const uint8_t *>rbuf, &h, self.out + self.doff[k], self.rowsize,
-                                  self.cstart, self.csize, scratch, self.scratch_bytes)
-                if r == 0:
-                    return 0
-                if r < 0:
-                    return 8
             if blosc_decompress_ctx(rbuf, scratch, nb, 1) != nb:
                 return 8
             v = scratch
-        if self.mode == RC_SUM:
-            sum_values(self.kind, self.isz, self.is_signed, v, nb // self.isz, self.sums, k)
-        elif self.mode == RC_ROWS:
-            copy_rows(v, nb // self.rowsize, self.rowsize, self.cstart, self.csize, self.out + self.doff[k])
+        sum_values(self.kind, self.isz, self.is_signed, v, nb // self.isz, self.sums, k)
         return 0
 
     cdef void _loop(self, Py_ssize_t t, char *rbuf, char *scratch, Py_ssize_t *nread,
