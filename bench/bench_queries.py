@@ -21,7 +21,7 @@ stats     creating an on-disk carray of --n-expr float64 (walk and smooth), and 
           same for CPU time.
 expr      expressions without statistics' help (planner off), over two --n-expr float64 carrays in
           memory: ``sum(a * b)``, the count of ``(a > x) & (b < y)`` and fetching those rows.  Peers:
-          blzarr's general path (the C kernel of blzarr.exprkernel off: numexpr block by block),
+          blzarr's general path (the C kernel of blzarr.query.exprkernel off: numexpr block by block),
           numexpr on the uncompressed arrays (target: blzarr within 1.5x), python-blosc2 lazy
           expressions on NDArrays (target: blzarr 2x faster).
 memory    (--big) peak RSS of queries over a 2 GiB on-disk table, each in a fresh process (< 200 MB).
@@ -45,7 +45,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 import blzarr  # noqa: E402
-from blzarr import exprkernel, planner, stats  # noqa: E402
+from blzarr.query import exprkernel  # noqa: E402
+from blzarr.query import planner
+from blzarr.query import stats
 from bench import CLEVEL, CNAME, NTHREADS  # noqa: E402
 
 RANGE_EXPR = "(ts >= lo) & (ts < hi)"

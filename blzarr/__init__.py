@@ -42,7 +42,7 @@ except ImportError as _e:
 del _machinery, _os, _chunk_ext, _superchunk_ext
 
 
-from blzarr.optional import have as _have  # noqa: E402
+from blzarr.runtime.optional import have as _have  # noqa: E402
 
 numexpr_here = _have("numexpr")
 pandas_here = _have("pandas")
@@ -53,7 +53,7 @@ dask_here = _have("dask")
 min_numexpr_version = "2.5.2"
 min_dask_version = "0.9.0"
 
-from blzarr.params import (  # noqa: E402
+from blzarr.runtime.params import (  # noqa: E402
     BITSHUFFLE, NOSHUFFLE, SHUFFLE, blosc_set_nthreads, cparams, detect_number_of_cores, set_nthreads,
 )
 # bcolz's module layout: `blzarr.defaults` is the Defaults instance (the module stays importable as
@@ -67,19 +67,19 @@ from blzarr.errors import (  # noqa: E402
     BlzarrError, ChecksumError, ChunkError, ConcurrentWriterError, FormatError, MissingError, PickleNotAllowedError,
     ReadOnlyError, StorageError,
 )
-import blzarr.attrs  # noqa: E402  (the module, as bcolz.attrs)
-from blzarr.chunk import chunk  # noqa: E402
-from blzarr.carray import carray  # noqa: E402
-from blzarr.ctable import ctable  # noqa: E402
-from blzarr.chunked_eval import eval, explain  # noqa: E402
-from blzarr.lazyexpr import LazyExpr, lazyexpr  # noqa: E402
-from blzarr.dask_io import from_dask  # noqa: E402
-from blzarr import ctable_io  # noqa: E402,F401  (registers ctable's pandas and HDF5 methods)
+from blzarr.storage import attrs  # noqa: E402  (the module, as bcolz.attrs)
+from blzarr.storage.chunk import chunk  # noqa: E402
+from blzarr.containers.carray.array import carray  # noqa: E402
+from blzarr.containers.ctable.table import ctable  # noqa: E402
+from blzarr.query.chunked_eval import eval, explain  # noqa: E402
+from blzarr.query.lazyexpr import LazyExpr, lazyexpr  # noqa: E402
+from blzarr.io.dask import from_dask  # noqa: E402
+from blzarr.io import pandas_hdf5 as ctable_io  # noqa: E402,F401  (registers ctable's pandas and HDF5 methods)
 from blzarr.toplevel import (  # noqa: E402
     arange, blosc_compressor_list, blosc_version, fill, fromiter, iterblocks, ones, open, print_versions,
     salvage, walk, zeros,
 )
-from blzarr.arrayprint import array2string, get_printoptions, set_printoptions  # noqa: E402
+from blzarr.containers.arrayprint import array2string, get_printoptions, set_printoptions  # noqa: E402
 import blzarr.carray_ext  # noqa: E402,F401
 import blzarr.utils  # noqa: E402,F401
 
@@ -89,8 +89,8 @@ ncores = detect_number_of_cores()
 git_description = None
 
 
-from blzarr.locking import LockError  # noqa: E402
-from blzarr.blz import MetalayerError  # noqa: E402
+from blzarr.storage.locking import LockError  # noqa: E402
+from blzarr.storage.blz.directory import MetalayerError  # noqa: E402
 
 __all__ = [
     "BITSHUFFLE", "NOSHUFFLE", "SHUFFLE", "BlzarrError", "ChecksumError", "ChunkError", "ConcurrentWriterError",

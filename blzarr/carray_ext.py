@@ -7,11 +7,11 @@ of the bcolz 1.x layout that applications read.
 
 import numpy as np
 
-from blzarr.arrayprint import array2string  # noqa: F401
-from blzarr.attrs import attrs  # noqa: F401
-from blzarr.carray import carray  # noqa: F401
-from blzarr.chunk import chunk  # noqa: F401
-from blzarr.files import DATA_DIR, META_DIR, SIZES_FILE, STORAGE_FILE  # noqa: F401
+from blzarr.containers.arrayprint import array2string  # noqa: F401
+from blzarr.storage.attrs import attrs  # noqa: F401
+from blzarr.containers.carray.array import carray  # noqa: F401
+from blzarr.storage.chunk import chunk  # noqa: F401
+from blzarr.storage.files import DATA_DIR, META_DIR, SIZES_FILE, STORAGE_FILE  # noqa: F401
 from blzarr.toplevel import blosc_compressor_list, blosc_version  # noqa: F401
 from blzarr import utils  # noqa: F401
 from blzarr.utils import build_carray  # noqa: F401

@@ -24,12 +24,12 @@ import numpy as np
 import blzarr
 from blzarr import _superchunk
 from blzarr.bench import command as bench_command
-from blzarr import fileio
-from blzarr.carray import carray, compression_ratio, human_readable_size
-from blzarr.ctable import check_name, ctable, legacy_columns_dir
+from blzarr.storage import fileio
+from blzarr.containers.carray.array import carray, compression_ratio, human_readable_size
+from blzarr.containers.ctable.table import check_name, ctable, legacy_columns_dir
 from blzarr.errors import storage_error
-from blzarr.files import ROOTDIRS_FILE, ObjectPath, detect, detect_store, read_json
-from blzarr.bytestore import find_objects, is_url, join, open_bytestore
+from blzarr.storage.files import ROOTDIRS_FILE, ObjectPath, detect, detect_store, read_json
+from blzarr.storage.bytestore import find_objects, is_url, join, open_bytestore
 
 PROG = "blzarr"
 CHECKSUM_NAMES = [name for _, (name, _) in sorted(_superchunk.CHECKSUMS.items())]

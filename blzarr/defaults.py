@@ -4,6 +4,6 @@ As in bcolz, ``blzarr.defaults`` is the `Defaults` instance once blzarr is impor
 module is reached with ``import blzarr.defaults`` / ``from blzarr.defaults import defaults_ctx``.
 """
 
-from blzarr.params import Defaults, defaults, defaults_ctx
+from blzarr.runtime.params import Defaults, defaults, defaults_ctx
 
 __all__ = ["Defaults", "defaults", "defaults_ctx"]

@@ -14,12 +14,12 @@ import sys
 import numpy as np
 
 from blzarr import _chunk
-from blzarr.carray import carray
+from blzarr.containers.carray.array import carray
 from blzarr.errors import BlzarrError, StorageError
-from blzarr.files import ROOTDIRS_FILE as ROOTDIRS, detect, detect_store
-from blzarr.bytestore import find_objects, is_url, local_path, open_bytestore
-from blzarr.ctable import ctable
-from blzarr.params import cparams, detect_number_of_cores, set_nthreads  # noqa: F401  (bcolz.toplevel's names)
+from blzarr.storage.files import ROOTDIRS_FILE as ROOTDIRS, detect, detect_store
+from blzarr.storage.bytestore import find_objects, is_url, local_path, open_bytestore
+from blzarr.containers.ctable.table import ctable
+from blzarr.runtime.params import cparams, detect_number_of_cores, set_nthreads  # noqa: F401  (bcolz.toplevel's names)
 
 
 def open(rootdir, mode="a", allow_pickle=False, storage_options=None):

@@ -10,8 +10,8 @@ import time
 
 import numpy as np
 
-from blzarr.carray import carray, human_readable_size  # noqa: F401  (human_readable_size: bcolz's name)
-from blzarr.chunk import quantize as _quantize
+from blzarr.containers.carray.array import carray, human_readable_size  # noqa: F401  (human_readable_size: bcolz's name)
+from blzarr.storage.chunk import quantize as _quantize
 
 __all__ = ["build_carray", "calc_chunksize", "csformula", "get_len_of_range", "human_readable_size",
            "limit_es", "quantize", "show_stats", "to_ndarray"]

@@ -22,7 +22,7 @@ import hashlib
 import os
 import random
 
-from blzarr import fileio
+from blzarr.storage import fileio
 
 SECTOR = 512
 # one line per simulated workload (conftest prints them in the terminal summary)

@@ -18,7 +18,7 @@ import blzarr
 from helpers import flip_byte
 from blzarr import _chunk
 from blzarr import _superchunk as sc
-from blzarr.blz import MetalayerError
+from blzarr.storage.blz.directory import MetalayerError
 from blzarr.errors import ChecksumError, ChunkError, FormatError, ReadOnlyError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -809,7 +809,7 @@ def test_concurrent_lazy_reads_from_threads(tmp_path):
     # 20 files: more than the store keeps open, so descriptors are evicted while other threads read
     p, arr = _big(tmp_path, "th", 1 << 12, checksum=None, superchunklen=1, nchunks=20)
     c = blzarr.open(p, mode="r")
-    assert nfiles(p) == 20 > blzarr.blz.FD_CACHE
+    assert nfiles(p) == 20 > blzarr.storage.blz.directory.FD_CACHE
 
     def work(seed):
         rng = np.random.default_rng(seed)

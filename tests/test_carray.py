@@ -966,7 +966,7 @@ def test_reshape_on_disk_replaces_the_directory_like_bcolz(bcolz, tmp_path):
 def test_codec_threads_inside_and_outside_a_parallel_read():
     # inside run_all's shares each Blosc call gets one thread (the chunks are already spread over the
     # threads); outside, the configured number
-    from blzarr.parallel import codec_threads, run_all
+    from blzarr.runtime.parallel import codec_threads, run_all
     import threading
     old = blzarr.set_nthreads(2)
     try:
@@ -1012,7 +1012,7 @@ def test_parallel_compression_writes_the_same_chunks_in_order(tmp_path, ondisk):
 
 
 def test_run_each_calls_every_item_once_and_raises_the_first_error():
-    from blzarr.parallel import run_each
+    from blzarr.runtime.parallel import run_each
     import threading
     old = blzarr.set_nthreads(2)
     try:
@@ -1035,7 +1035,7 @@ def test_run_each_calls_every_item_once_and_raises_the_first_error():
 
 @pytest.mark.parametrize("nthreads", [1, 2, 3])
 def test_run_ordered_consumes_in_order_and_raises_the_first_error(nthreads):
-    from blzarr.parallel import run_ordered
+    from blzarr.runtime.parallel import run_ordered
     import threading
     import time
     old = blzarr.set_nthreads(nthreads)

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from blzarr import cparams
-from blzarr.chunk import blosc_typesize, chunk
-from blzarr.chunkstore import ChunkStore, MemoryChunks, auto_superchunklen
+from blzarr.storage.chunk import blosc_typesize, chunk
+from blzarr.storage.chunkstore import ChunkStore, MemoryChunks, auto_superchunklen
 from blzarr.errors import ReadOnlyError
-from blzarr.stores import create_store, open_chunks, open_dir
+from blzarr.storage.stores import create_store, open_chunks, open_dir
 from helpers import assert_same
 
 ATOM = np.dtype("i8")

@@ -14,7 +14,7 @@ import pytest
 import blzarr
 from helpers import fork_child, read_all, read_line, tree
 from blzarr.errors import BlzarrError
-from blzarr.locking import LockError
+from blzarr.storage.locking import LockError
 
 pytestmark = [pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork"), pytest.mark.slow]
 

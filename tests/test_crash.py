@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import blzarr
-from blzarr import fileio
+from blzarr.storage import fileio
 from helpers import fork_child, kill_child, wait_for
 
 pytestmark = [pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork"), pytest.mark.slow]

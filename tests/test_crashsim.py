@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import blzarr
-from blzarr import fileio
+from blzarr.storage import fileio
 from blzarr.cli import main as cli_main
 
 import crashsim

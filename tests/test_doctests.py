@@ -5,14 +5,14 @@ import importlib
 
 import pytest
 
-MODULES = ["blzarr", "blzarr.carray", "blzarr.carray_stats", "blzarr.ctable", "blzarr.ctable_read",
-           "blzarr.ctable_write", "blzarr.ctable_query", "blzarr.toplevel", "blzarr.chunked_eval",
-           "blzarr.params", "blzarr.attrs", "blzarr.chunk", "blzarr.dask_io", "blzarr.cli", "blzarr.ctable_io",
+MODULES = ["blzarr", "blzarr.containers.carray.array", "blzarr.containers.carray.stats", "blzarr.ctable", "blzarr.containers.ctable.read",
+           "blzarr.containers.ctable.write", "blzarr.containers.ctable.query", "blzarr.toplevel", "blzarr.chunked_eval",
+           "blzarr.runtime.params", "blzarr.attrs", "blzarr.storage.chunk", "blzarr.io.dask", "blzarr.cli", "blzarr.io.pandas_hdf5",
            "blzarr.errors", "blzarr.arrayprint"]
 
 # the optional packages some modules' examples need (the test extra installs them all)
-NEEDS = {"blzarr.ctable": ("pandas", "pyarrow", "dask"), "blzarr.ctable_io": ("pandas",),
-         "blzarr.dask_io": ("dask", "pandas")}
+NEEDS = {"blzarr.ctable": ("pandas", "pyarrow", "dask"), "blzarr.io.pandas_hdf5": ("pandas",),
+         "blzarr.io.dask": ("dask", "pandas")}
 
 
 @pytest.mark.parametrize("name", MODULES)

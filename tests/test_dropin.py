@@ -100,7 +100,7 @@ def test_names_that_are_modules_and_objects_resolve_like_bcolz():
         assert isinstance(ours, types.ModuleType) == isinstance(theirs, types.ModuleType), n
         assert isinstance(ours, type) == isinstance(theirs, type), n
     assert type(blzarr.defaults).__name__ == type(bcolz.defaults).__name__ == "Defaults"
-    from blzarr.ctable import ctable
+    from blzarr.containers.ctable.table import ctable
     from blzarr.carray_ext import carray, chunk
     from blzarr.defaults import defaults_ctx
     assert ctable is blzarr.ctable and carray is blzarr.carray and chunk is blzarr.chunk

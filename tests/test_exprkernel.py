@@ -1,4 +1,4 @@
-"""The fused C kernel of float64 expressions (blzarr.exprkernel, _chunk.ExprChunks): lazy sums and counts
+"""The fused C kernel of float64 expressions (blzarr.query.exprkernel, _chunk.ExprChunks): lazy sums and counts
 and fetchwhere over in-memory float64 carrays must give NumPy's values, bit for bit the general path's,
 whatever the chunk edges, NaN, infinities, signed zeros, raw (uncompressed) chunks and thread count."""
 
@@ -10,9 +10,11 @@ from hypothesis import given, settings, strategies as st
 from helpers import assert_same
 
 import blzarr
-from blzarr import _chunk, exprkernel, planner
+from blzarr import _chunk
+from blzarr.query import exprkernel
+from blzarr.query import planner
 
-ctable_query_module = sys.modules["blzarr.ctable_query"]
+ctable_query_module = sys.modules["blzarr.containers.ctable.query"]
 
 SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 2.5])
 

@@ -1,4 +1,4 @@
-"""The parallel, fused block engine (blzarr.fused) behind eval, lazyexpr, queries and reductions:
+"""The parallel, fused block engine (blzarr.query.fused) behind eval, lazyexpr, queries and reductions:
 every result must equal NumPy's on the same data, whatever the layout, thread count and block size."""
 
 import sys
@@ -9,9 +9,9 @@ from hypothesis import given, settings, strategies as st
 from helpers import assert_same
 
 import blzarr
-from blzarr import fused
+from blzarr.query import fused
 
-ctable_query_module = sys.modules["blzarr.ctable_query"]   # where the query block length is chosen
+ctable_query_module = sys.modules["blzarr.containers.ctable.query"]   # where the query block length is chosen
 
 COLS = {"a": "i8", "b": "f8", "c": "i4", "d": "u2", "f": "f4", "g": "?"}
 NUMERIC = ["a", "b", "c", "d", "f"]

@@ -1,5 +1,6 @@
-"""The README's map of the layers stays true: it lists every module of the package, one a line, and a
-module imports only modules listed below it."""
+"""The README's map of the layers stays true: it lists every module of the package, one a line, by
+its path under blzarr/, a module imports only modules listed below it, and a folder's modules import
+only from their own folder and the folders beneath it."""
 
 import ast
 import os
@@ -7,6 +8,12 @@ import re
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PKG = os.path.join(ROOT, "blzarr")
+
+# the layers' folders, bottom first; the package's root holds the Cython kernels and the errors
+# (beneath everything) and bcolz's module paths, the top-level functions and the command line
+# (above everything)
+FOLDERS = ["runtime", "storage", "query", "containers", "io"]
+BOTTOM_OF_ROOT = {"errors.py"}
 
 
 def _map():
@@ -21,32 +28,81 @@ def _map():
     return lines
 
 
+def _modules():
+    found = []
+    for here, dirs, files in os.walk(PKG):
+        rel = os.path.relpath(here, PKG)
+        if rel.split(os.sep)[0] in ("bench", "__pycache__") or "__pycache__" in rel:
+            continue
+        for f in files:
+            if re.fullmatch(r"[a-z_0-9]+\.(py|pyx)", f) and f not in ("__init__.py", "__main__.py"):
+                found.append(f if rel == "." else f"{rel}/{f}".replace(os.sep, "/"))
+    return sorted(found)
+
+
+def _as_path(dotted):
+    """blzarr.a.b -> 'a/b.py' (or .pyx) if that is a module of the package, else None."""
+    parts = dotted.split(".")[1:]
+    for ext in (".py", ".pyx"):
+        rel = "/".join(parts) + ext
+        if parts and os.path.exists(os.path.join(PKG, rel)):
+            return rel
+    return None
+
+
 def _imports(path):
-    """The blzarr modules `path` imports (the package's own names included)."""
+    """The blzarr modules `path` imports, as paths under blzarr/."""
     out = set()
     for n in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
         if isinstance(n, ast.ImportFrom) and n.module and n.level == 0 and n.module.split(".")[0] == "blzarr":
-            parts = n.module.split(".")
-            out.update([parts[1]] if len(parts) > 1 else [a.name for a in n.names])
+            mod = _as_path(n.module)
+            if mod:
+                out.add(mod)
+            else:
+                out.update(filter(None, (_as_path(f"{n.module}.{a.name}") for a in n.names)))
         elif isinstance(n, ast.Import):
-            out.update(a.name.split(".")[1] for a in n.names if a.name.startswith("blzarr."))
+            out.update(filter(None, (_as_path(a.name) for a in n.names if a.name.startswith("blzarr."))))
     return out
+
+
+def _rank(rel):
+    top = rel.split("/")[0]
+    if top in FOLDERS:
+        return FOLDERS.index(top) + 1
+    if rel.endswith(".pyx") or rel in BOTTOM_OF_ROOT:
+        return 0
+    return len(FOLDERS) + 1
 
 
 def test_the_map_lists_every_module_once():
     listed = _map()
     assert len(listed) == len(set(listed)), "a module is listed twice"
-    have = sorted(f for f in os.listdir(PKG) if re.fullmatch(r"[a-z_]+\.(py|pyx)", f)
-                  and f not in ("__init__.py", "__main__.py"))
-    assert sorted(listed) == have
+    assert sorted(listed) == _modules()
 
 
 def test_imports_point_down_the_map():
-    order = {name.rsplit(".", 1)[0]: k for k, name in enumerate(_map())}
+    order = {name: k for k, name in enumerate(_map())}
     upward = []
     for name, k in order.items():
-        path = os.path.join(PKG, name + ".py")
-        if not os.path.exists(path):
-            continue            # the Cython modules import no blzarr module
+        path = os.path.join(PKG, name)
+        if name.endswith(".pyx"):
+            continue            # the Cython modules import only errors and each other
         upward += [f"{name} imports {t}" for t in _imports(path) if t in order and order[t] <= k]
     assert not upward, upward
+
+
+def test_folders_import_only_their_own_layer_and_below():
+    upward = []
+    for name in _modules():
+        if name.endswith(".pyx"):
+            continue
+        rank = _rank(name)
+        upward += [f"{name} imports {t}" for t in _imports(os.path.join(PKG, name)) if _rank(t) > rank]
+    assert not upward, upward
+
+
+def test_each_folder_says_what_it_holds_and_may_import():
+    for here, dirs, files in os.walk(PKG):
+        if "__init__.py" in files and "__pycache__" not in here:
+            doc = ast.get_docstring(ast.parse(open(os.path.join(here, "__init__.py"), encoding="utf-8").read()))
+            assert doc and len(doc) > 60, f"{here}/__init__.py has no docstring saying what lives there"

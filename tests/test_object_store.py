@@ -285,7 +285,7 @@ def test_dask_cluster_of_processes_without_shared_disk(s3):
 
 @pytest.fixture(params=["local", "memory"])
 def bytestore(request, tmp_path):
-    from blzarr.bytestore import open_bytestore
+    from blzarr.storage.bytestore import open_bytestore
     if request.param == "local":
         return open_bytestore(str(tmp_path / "root"))
     pytest.importorskip("fsspec")
@@ -346,7 +346,7 @@ def test_s3_bcolz_second_writer_is_detected(s3):
 
 def test_s3_read_all_in_batches_fetched_ahead(s3, monkeypatch):
     import sys
-    carray_mod = sys.modules["blzarr.carray_read"]      # where the read path takes its batch size
+    carray_mod = sys.modules["blzarr.containers.carray.read"]      # where the read path takes its batch size
     url, opts = s3
     a = data()
     blzarr.carray(a, rootdir=f"{url}/x.blz", mode="w", chunklen=5000, superchunklen=8, storage_options=opts)
@@ -400,7 +400,7 @@ def test_s3_ctable_add_and_remove_columns(s3):
     assert r.names == ["b", "c"]
     np.testing.assert_array_equal(r["b"][:], np.arange(1000) * 2.0)
     np.testing.assert_array_equal(r["c"][:], np.arange(1000) % 3)
-    from blzarr.bytestore import open_bytestore
+    from blzarr.storage.bytestore import open_bytestore
     assert open_bytestore(f"{url}/t", opts).child("a").list("") == {}     # its objects are gone
 
 
@@ -418,10 +418,10 @@ def test_s3_without_credentials_is_denied_at_once(s3, monkeypatch):
 
 
 def test_local_bytestore_goes_through_fileio(tmp_path):
-    """The local byte store does its file operations through blzarr.fileio (what the crash
+    """The local byte store does its file operations through blzarr.storage.fileio (what the crash
     simulator records), as the local layouts do."""
-    from blzarr import fileio
-    from blzarr.bytestore import open_bytestore
+    from blzarr.storage import fileio
+    from blzarr.storage.bytestore import open_bytestore
     seen = []
 
     class Recorder(fileio.OsIO):
@@ -451,7 +451,7 @@ def _dir(c):
 
 
 def test_s3_conditional_put_refuses_a_stale_or_existing_object(s3):
-    from blzarr.bytestore import open_bytestore
+    from blzarr.storage.bytestore import open_bytestore
     url, opts = s3
     s = open_bytestore(f"{url}/c", opts)
     assert s.conditional
@@ -472,7 +472,7 @@ def test_s3_conditional_put_refuses_a_stale_or_existing_object(s3):
 def test_s3_store_without_conditional_writes_falls_back(s3, monkeypatch):
     """An S3 compatible that answers conditional puts with NotImplemented: plain puts from then on."""
     from botocore.exceptions import ClientError
-    from blzarr.bytestore import open_bytestore
+    from blzarr.storage.bytestore import open_bytestore
     url, opts = s3
     s = open_bytestore(f"{url}/c", opts)
     real = s.fs.pipe_file
@@ -581,7 +581,7 @@ def test_s3_writer_checks_meta_sizes_before_reading_it(s3, monkeypatch, conditio
     conditional puts and only the writer's check of the ETag can tell)."""
     url, opts = s3
     blzarr.carray(data(1000), rootdir=f"{url}/x", mode="w", chunklen=100, storage_options=opts)
-    from blzarr.bytestore import FsspecStore
+    from blzarr.storage.bytestore import FsspecStore
     real = FsspecStore.get_many
     if not conditional:
         init = FsspecStore.__init__
@@ -611,8 +611,8 @@ def test_s3_read_all_decodes_each_part_while_later_parts_are_fetched(s3, monkeyp
     """Parts of whole superchunk files, several in flight: the first part is decoded before the last
     one is even asked for, and every part is one file."""
     import sys
-    from blzarr.remote_blz import RemoteBlzDir
-    carray_mod = sys.modules["blzarr.carray_read"]
+    from blzarr.storage.blz.remote import RemoteBlzDir
+    carray_mod = sys.modules["blzarr.containers.carray.read"]
     url, opts = s3
     a = data()
     blzarr.carray(a, rootdir=f"{url}/x.blz", mode="w", chunklen=5000, superchunklen=8, storage_options=opts)
@@ -661,7 +661,7 @@ def test_s3_open_reads_each_meta_file_once(s3, monkeypatch):
     """Opening a BLZ carray: meta/storage, meta/sizes and meta/attributes one GET each (meta/sizes is
     parsed twice, by the layout and by the carray), the first and the last file's tables, and the
     short last chunk."""
-    from blzarr.bytestore import FsspecStore
+    from blzarr.storage.bytestore import FsspecStore
     url, opts = s3
     a = data(100_003)
     blzarr.carray(a, rootdir=f"{url}/x.blz", mode="w", chunklen=5000, superchunklen=8, storage_options=opts)

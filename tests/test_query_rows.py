@@ -12,7 +12,8 @@ from hypothesis import given, settings, strategies as st
 from helpers import assert_same
 
 import blzarr
-from blzarr import _chunk, planner
+from blzarr import _chunk
+from blzarr.query import planner
 
 CL = 8192          # 4 Blosc blocks of 16 KB per int64/float64 chunk: range ends fall inside blocks
 N = 3 * CL + 1000  # and a short last chunk

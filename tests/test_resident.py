@@ -14,8 +14,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import blzarr
-from blzarr import _chunk, fused, parallel
-from blzarr.chunkstore import MemoryChunks
+from blzarr import _chunk
+from blzarr.query import fused
+from blzarr.runtime import parallel
+from blzarr.storage.chunkstore import MemoryChunks
 from blzarr.errors import ChunkError
 
 INT_DTYPES = ["i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8"]
@@ -480,7 +482,7 @@ def test_where_stops_producing_when_the_caller_stops(nthreads):
         assert first == want[:10]
         time.sleep(0.05)
         # the parts handed out, plus at most a window of them ready ahead
-        assert it.work.win == importlib.import_module("blzarr.chunk").SELECT_WINDOW
+        assert it.work.win == importlib.import_module("blzarr.storage.chunk").SELECT_WINDOW
         assert it.work.decoded[0] <= 1 + it.work.win
         assert it.work.running == (nthreads > 1)
         it.close()

@@ -84,6 +84,6 @@ def test_bcolz_gives_the_same_numbers(tmp_path, bcolz, kind, n):
 
 
 def test_the_ratio_is_one_function():
-    assert blzarr.carray.__module__ == "blzarr.carray"
-    from blzarr.carray import compression_ratio
+    assert blzarr.carray.__module__ == "blzarr.containers.carray.array"
+    from blzarr.containers.carray.array import compression_ratio
     assert compression_ratio(10, 4) == 2.5 and np.isnan(compression_ratio(10, 0))

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 import blzarr
-from blzarr import _superchunk, cli, fileio
+from blzarr import _superchunk, cli
+from blzarr.storage import fileio
 
 FORMATS = ["bcolz", "blz"]
 ENOSPC_TEXT = f"[Errno {errno.ENOSPC}] {os.strerror(errno.ENOSPC)}"

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import blzarr
-from blzarr import fileio
+from blzarr.storage import fileio
 
 K, CL = 8, 100
 

@@ -7,7 +7,7 @@ from hypothesis import given, strategies as st
 
 import blzarr
 from blzarr import _chunk
-from blzarr.chunk import chunk
+from blzarr.storage.chunk import chunk
 from blzarr.errors import ChunkError
 
 

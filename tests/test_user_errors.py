@@ -15,7 +15,7 @@ import pytest
 
 import blzarr
 from helpers import tree as _tree
-from blzarr import fileio
+from blzarr.storage import fileio
 
 FORMATS = ["bcolz", "blz"]
 

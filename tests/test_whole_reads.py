@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 import blzarr
 from blzarr import _chunk
 from blzarr import _superchunk as sc
-from blzarr.blz import BlzDir
+from blzarr.storage.blz.directory import BlzDir
 from blzarr.errors import BlzarrError, ChecksumError, ChunkError
 
 pytestmark = pytest.mark.skipif(not sc.native_checksum(2), reason="no C-level crc32 (zlib-ng) here")

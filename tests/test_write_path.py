@@ -1,4 +1,4 @@
-"""What creating an on-disk carray does on the file system, observed at the I/O layer (blzarr.fileio):
+"""What creating an on-disk carray does on the file system, observed at the I/O layer (blzarr.storage.fileio):
 each file of the new directory written once, the syncs issued together after all the writes, meta/sizes
 last; a failed creation leaves no directory registered as being created."""
 
@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import blzarr
-from blzarr import fileio, files
+from blzarr.storage import fileio
+from blzarr.storage import files
 
 
 class Events(fileio.OsIO):

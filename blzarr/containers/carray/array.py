@@ -1,0 +1,804 @@
+"""`carray`: a compressed, chunked, enlargeable array, in memory or on disk (bcolz-compatible API)."""
+
+import math
+import os
+import secrets
+import threading
+
+import numpy as np
+
+from blzarr.storage import fileio
+from blzarr import _chunk
+from blzarr.runtime import integrations
+from blzarr.query import stats as _stats
+from blzarr.containers.arrayprint import array2string
+from blzarr.storage.attrs import attrs as _attrs
+from blzarr.storage.chunk import blosc_typesize
+from blzarr.errors import BlzarrError, FormatError, MissingError, StorageError, storage_error, storage_op
+from blzarr.runtime.params import cparams as _cparams, defaults
+from blzarr.storage.chunkstore import MemoryChunks
+from blzarr.storage.stores import create_store, open_chunks, open_dir
+from blzarr.storage.locking import FirstWrite, lock_dir
+from blzarr.storage.bytestore import is_url, local_path, open_bytestore
+from blzarr.storage.files import META_DIR, STORAGE_FILE, new_tree
+from blzarr.storage.arraymeta import ArrayMeta, dflt_from_json, dflt_to_json, parse_dtype  # noqa: F401
+# the parts of carray, one module each (the moved names stay importable from here)
+from blzarr.containers.carray.read import (BLOCK_CACHE_BYTES, PREFETCH_BATCH_BYTES, _PY_KINDS, CarrayBase,  # noqa: F401
+                                CarrayReads, _iter_blocks, operator_index)
+from blzarr.containers.carray.reduce import CarrayReductions
+from blzarr.containers.carray.stats import CarrayStatistics
+from blzarr.containers.carray.write import CarrayWrites, _UndoLog  # noqa: F401
+
+_MB = 1024 * 1024
+_UNSET = object()
+
+
+def calc_chunklen(expectedlen, atomsize):
+    """The automatic chunk length: bcolz's rule, so files written by either line up."""
+    mb = max(min(expectedlen * atomsize / _MB, 1e4), 1e-4)
+    zone = int(math.log10(mb))
+    chunksize = 4 * 1024 * int(2 ** (math.log10(10 ** zone) + 6))
+    chunksize = chunksize // atomsize * atomsize
+    return max(chunksize // atomsize, 1)
+
+
+class _DamagedLast(np.ndarray):
+    """The leftover buffer of a carray whose stored short last chunk cannot be read: indexing it (every
+    read of those rows, every write that would change them) raises the read's error again."""
+
+    def __new__(cls, buf, error):
+        self = np.asarray(buf).view(cls)
+        self._error = error
+        return self
+
+    def __array_finalize__(self, obj):
+        self._error = getattr(obj, "_error", None)
+
+    def _fail(self):
+        e = self._error
+        try:
+            err = type(e)(*e.args)
+        except Exception:
+            err = FormatError(str(e))
+        raise err
+
+    def __getitem__(self, key):
+        self._fail()
+
+    def __setitem__(self, key, value):
+        self._fail()
+
+
+def _create_or_open(self, args, kwargs):
+    """The verb of a constructor's StorageError: data or mode 'w' create, otherwise open."""
+    data = args[0] if args else kwargs.get("array")
+    return "create" if data is not None or kwargs.get("mode") == "w" else "open"
+
+
+def _remove(path, how):
+    """Remove what mode 'w' replaces; a failure names the directory and keeps the OS's reason."""
+    try:
+        how(path)
+    except OSError as e:
+        raise storage_error(e, f"cannot replace '{path}' (mode 'w' removes what it holds first)") from e
+
+
+class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, CarrayBase):
+    """carray(array=None, cparams=None, dtype=None, dflt=None, expectedlen=None, chunklen=None,
+    rootdir=None, mode='a', format=None, allow_pickle=False, safe=True, checksum='crc32', reserve=0,
+    superchunklen=None, meta=None)
+
+    A compressed and enlargeable array, in memory or on disk, chunked along its first axis.
+
+    Parameters
+    ----------
+    array : array_like, optional
+        The initial data.  Without it, `rootdir` is opened (or, with `dtype`, an empty array made).
+    cparams : cparams or dict, optional
+        Compression parameters; missing ones come from ``blzarr.defaults.cparams``.
+    dtype : dtype, optional
+        Force this dtype (rather than the one of `array`).
+    dflt : scalar, optional
+        The value that fills new elements when the array grows with `resize`.
+    expectedlen : int, optional
+        The expected final length; it chooses `chunklen` when that is not given.
+    chunklen : int, optional
+        Atoms per chunk.
+    rootdir : str, optional
+        A directory to persist the data in.
+    mode : {'a', 'r', 'w'}
+        'r' read-only, 'w' replace what is there, 'a' open an existing directory or create a missing one.
+    format : {'bcolz', 'blz'}, optional
+        The on-disk layout of a new directory (default ``blzarr.defaults.format``, 'blz' unless set); an existing one keeps its own.
+        'blz' stores chunks in checksummed superchunk files with lazy block reads (docs/FORMAT.rst).
+    checksum, reserve, superchunklen, meta
+        'blz' only: the checksum of each chunk ('crc32' default, None, 'adler32', 'md5', 'sha1',
+        'sha224', 'sha256', 'sha384', 'sha512'); bytes (or a fraction of a chunk) reserved after each
+        chunk for in-place rewrites; chunks per superchunk file (automatic: files of tens of MB);
+        fixed-length metalayers written before the first chunk.
+    allow_pickle : bool
+        Opening a directory of object dtype unpickles its content, which can run code: only with True.
+
+    Examples
+    --------
+    >>> import numpy as np, blzarr
+    >>> a = blzarr.carray(np.arange(10))
+    >>> a[3], a[-1], a[2:5].tolist()
+    (3, 9, [2, 3, 4])
+    >>> a.append([10, 11]); len(a)
+    12
+    """
+
+    @storage_op(_create_or_open)
+    def __init__(self, array=None, cparams=None, dtype=None, dflt=None, expectedlen=None,
+                 chunklen=None, rootdir=None, mode="a", format=None, allow_pickle=False, safe=True,
+                 checksum=_UNSET, reserve=0, superchunklen=None, meta=None, storage_options=None, **kwargs):
+        if kwargs:
+            raise TypeError(f"carray() got unexpected keyword arguments {sorted(kwargs)}")
+        if mode not in ("r", "w", "a"):
+            raise ValueError(f"mode must be 'r', 'w' or 'a', got {mode!r}")
+        if format not in (None, "bcolz", "blz"):
+            raise ValueError(f"format must be 'bcolz' or 'blz', got {format!r}")
+        self._blz_opts = dict(checksum="crc32" if checksum is _UNSET else checksum, reserve=reserve,
+                              superchunklen=superchunklen, meta=meta)
+        self._format_arg = format
+        self._mode = mode
+        self._rootdir = local_path(os.fspath(rootdir)) if rootdir is not None else None
+        self._bytes = open_bytestore(self._rootdir, storage_options) \
+            if self._rootdir is not None and (is_url(self._rootdir) or storage_options) else None
+        if self._bytes is not None:
+            self._rootdir = self._bytes.root
+        if self._rootdir is None and (meta or reserve or superchunklen or checksum is not _UNSET):
+            raise ValueError("checksum=, reserve=, superchunklen= and meta= apply to on-disk carrays "
+                             "in the 'blz' format (give a rootdir)")
+        self._lock = threading.RLock()
+        self._blockcache = None
+        self.safe = safe
+        if self._bytes is not None and array is None and mode != "w":
+            # object storage: opening tells whether it is there (no existence probe first)
+            try:
+                self._open(allow_pickle)
+                return
+            except MissingError:
+                if self._bytes.exists(f"{META_DIR}/{STORAGE_FILE}"):
+                    raise           # it is there, something else is missing: never replace it
+            exists = False
+        elif self._bytes is not None:
+            exists = self._bytes.exists(f"{META_DIR}/{STORAGE_FILE}")
+        else:
+            exists = self._rootdir is not None and os.path.exists(self._rootdir)
+        if array is None and exists and mode != "w":
+            self._open(allow_pickle)
+            return
+        if array is None and exists and mode == "w":
+            # replace the content but keep the dtype and parameters of what is there
+            self._open(True)
+            if dtype is None:
+                dtype = self._atom.base
+            array = np.empty((0,) + self._atom.shape, dtype=dtype)
+            chunklen = chunklen or self._chunklen
+            cparams = cparams or self._cparams
+            self._format_arg = self._format_arg or self._chunks.format
+            kept = self._chunks.storage_options() if self._chunks.format == self._format_arg else {}
+            if kept:
+                # keep the storage options of what is there unless new ones are given
+                given = self._blz_opts
+                self._blz_opts = dict(
+                    given, checksum=kept["checksum"] if checksum is _UNSET else given["checksum"],
+                    reserve=reserve or kept["reserve"], superchunklen=superchunklen or kept["superchunklen"])
+        if self._rootdir is not None and not exists and mode == "r" and array is None:
+            raise (StorageError if self._bytes is None else MissingError)(
+                f"cannot open '{self._rootdir}' with mode 'r': it does not exist")
+        if array is None:
+            if self._rootdir is not None and dtype is None:
+                raise StorageError(f"'{self._rootdir}' does not exist (pass an array or a dtype to create it)")
+            if dtype is None:
+                raise ValueError("carray() needs an array, or a rootdir to open, or a dtype")
+            array = np.empty(0, dtype=dtype)
+        if exists and mode == "a":
+            raise StorageError(
+                f"'{self._rootdir}' already exists and mode is 'a': use mode='w' to replace it, "
+                "or open it (blzarr.open) and append")
+        self._create(array, cparams, dtype, dflt, expectedlen, chunklen)
+
+    # ---------------------------------------------------------------- creation and opening
+    def _setup(self, atom, cparams, chunklen, dflt, expectedlen):
+        self._atom = atom
+        self._isobj = atom.base.kind == "O"
+        if self._isobj and atom.shape:
+            raise TypeError("object carrays must be one-dimensional")
+        if atom.itemsize == 0 and not self._isobj:
+            raise TypeError(f"dtype {atom} has atoms of size zero")
+        if atom.itemsize >= 2 ** 31:
+            raise ValueError("atom size is too large (>= 2 GB)")
+        self._cparams = cparams
+        self._chunklen = int(chunklen)
+        self._typesize = 1 if self._isobj else blosc_typesize(atom.base)
+        # elements come out as Python scalars (as in bcolz) for these; NumPy ones for the rest
+        self._pyscalars = not atom.shape and atom.kind in _PY_KINDS
+        self._dflt = dflt
+        self.expectedlen = int(expectedlen)
+        # the uncompressed last chunk (object carrays store one pickled object a chunk: none)
+        self._last = np.zeros((0 if self._isobj else self._chunklen,) + atom.shape, dtype=atom.base)
+        self._nleft = 0
+        self._len = 0
+        self._dirty = True     # something flush() must write (the leftover or the sizes)
+        self._blockcache = None
+        # per-chunk min/max/NaN of the full chunks (blzarr.query.stats), for the query planner
+        self._stats = (_stats.ChunkStats(atom, self._chunklen)
+                       if not self._isobj and _stats.supported(atom) else None)
+
+    def _create(self, array, cparams, dtype, dflt, expectedlen, chunklen):
+        cp = _cparams.coerce(cparams)
+        if isinstance(array, carray):
+            array = array[:]
+        if dtype is not None:
+            dtype = np.dtype(dtype)
+        if dtype is not None and dtype.hasobject and dtype != np.dtype(object):
+            raise TypeError(f"dtype {dtype}: objects inside records or subarrays are not supported "
+                            "(use dtype=object to store each record as one object)")
+        if dtype == np.dtype(object) and not (isinstance(array, np.ndarray) and array.dtype == dtype
+                                              and array.ndim == 1):
+            # one object per item of the top-level sequence (tuples stay tuples, as in bcolz)
+            items = list(array)
+            array = np.empty(len(items), dtype=object)
+            for i, v in enumerate(items):
+                array[i] = v
+        if not isinstance(array, np.ndarray):
+            array = np.asarray(array, dtype=dtype)
+        if dtype is None and array.dtype.hasobject and array.dtype != np.dtype(object):
+            raise TypeError(f"dtype {array.dtype}: objects inside records are not supported "
+                            "(pass dtype=object to store each record as one object)")
+        elif dtype is not None and array.dtype != dtype and not (
+                dtype.shape and dtype.base == array.dtype):
+            array = array.astype(dtype.base if dtype.shape else dtype)
+        if array.ndim == 0:
+            array = array.reshape(1)     # a scalar makes a one-element carray, as in bcolz
+        if dtype is not None and dtype.shape:
+            array = np.ascontiguousarray(array, dtype=dtype.base).reshape((-1,) + dtype.shape)
+        atom = np.dtype((array.dtype, array.shape[1:])) if array.ndim > 1 else array.dtype
+        if expectedlen is None:
+            expectedlen = len(array)
+        elif isinstance(expectedlen, bool) or not isinstance(expectedlen, (int, np.integer, float)):
+            raise TypeError(f"expectedlen must be an integer, got {expectedlen!r}")
+        expectedlen = max(int(expectedlen), 0)
+        if cp.quantize and atom.base.kind != "f":
+            raise TypeError(f"the quantize filter works on floats only, not on dtype {atom.base}")
+        if chunklen is None:
+            chunklen = calc_chunklen(expectedlen, max(atom.itemsize, 1))
+        elif isinstance(chunklen, bool) or not isinstance(chunklen, (int, np.integer)) or chunklen < 1:
+            raise ValueError(f"chunklen must be a positive integer, got {chunklen!r}")
+        if not atom.base.kind == "O" and int(chunklen) * atom.itemsize > _chunk.MAX_BUFFERSIZE:
+            raise ValueError(f"chunklen {chunklen} makes chunks of {int(chunklen) * atom.itemsize} bytes, "
+                             f"more than Blosc allows ({_chunk.MAX_BUFFERSIZE})")
+        d = np.zeros((), dtype=atom.base)
+        if dflt is not None:
+            try:
+                d[()] = dflt
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"dflt {dflt!r} does not fit dtype {atom.base}: {e}") from None
+        self._setup(atom, cp, chunklen, d, expectedlen)
+        self._ondisk = False
+        if self._stats is not None:
+            self._stats.persist = self._bytes is not None or self._rootdir is not None
+        self._chunks = MemoryChunks(chunk_nbytes=-1 if self._isobj else self._chunklen * self._chunk_atom.itemsize)
+        tree = None
+        if self._bytes is not None:
+            # object storage: no lock (one writer at a time), what is there is replaced
+            self._bytes.remove_all()
+            self._chunks = self._create_store()
+            self._ondisk = True
+            self._write_storage()
+        elif self._rootdir is not None:
+            old_lock = self.__dict__.get("_dirlock")
+            if os.path.exists(self._rootdir):
+                if os.path.isdir(self._rootdir) and not os.path.islink(self._rootdir):
+                    if old_lock is None:
+                        old_lock = lock_dir(self._rootdir)   # never remove what another process writes
+                    _remove(self._rootdir, fileio.rmtree)
+                else:
+                    _remove(self._rootdir, fileio.unlink)
+            # nothing in the new directory is promised before its first flush writes meta/sizes: its
+            # files are written in place and synced together then (files.NewTree)
+            tree = new_tree(self._rootdir)
+            try:
+                self._chunks = self._create_store()
+                self._ondisk = True
+                self._dirlock = lock_dir(self._rootdir)
+                if old_lock is not None:
+                    old_lock.release()
+                self._write_storage()
+            except BaseException:
+                tree.close()
+                raise
+        try:
+            self._attrs = _attrs(self._rootdir, "a", _new=True, path=self._chunks.attrs_path)
+            if len(array):
+                self._append(array)
+            mode, self._mode = self._mode, "a"  # a new carray is written whole, even one made with 'r'
+            try:
+                self.flush()
+            finally:
+                self._mode = mode
+        finally:
+            if tree is not None:
+                tree.close()
+        if mode == "r" and self.__dict__.get("_dirlock") is not None:
+            self._dirlock.release()
+        self._chunks.mode = self._mode if self._ondisk else "a"
+        self._attrs.mode = self._mode
+
+    @property
+    def _chunk_atom(self):
+        return np.dtype("u1") if self._isobj else self._atom
+
+    def _create_store(self):
+        fmt = self._format_arg or defaults.format
+        return create_store(self._rootdir, fmt, atom=self._chunk_atom, chunklen=self._chunklen,
+                            objects=self._isobj, dtype=str(self._atom.base), atom_shape=self._atom.shape,
+                            typesize=self._typesize, cparams=self._cparams.to_dict(), opts=self._blz_opts,
+                            bytestore=self._bytes)
+
+    def _open(self, allow_pickle):
+        self._allow_pickle = allow_pickle
+        # mode 'a' reads as mode 'r' does (no lock, nothing repaired or changed) until the first call
+        # that writes: `_start_writing` takes the lock then (bcolz readers open with the default mode)
+        lazy = self._mode == "a" and self._bytes is None
+        if self._mode != "r" and not lazy and self._bytes is None and os.path.isdir(self._rootdir):
+            # one writer process at a time (mode 'r' takes no lock); the lock is the directory's
+            self._dirlock = lock_dir(self._rootdir)
+        mode = "r" if lazy else self._mode
+        store = open_dir(self._rootdir, mode, self._bytes)
+        meta = ArrayMeta.read(store, self._rootdir, allow_pickle)
+        atom, chunklen = meta.atom, meta.chunklen
+        try:
+            self._setup(atom, meta.cparams, chunklen, meta.dflt, meta.expectedlen)
+        except (TypeError, ValueError) as e:
+            raise FormatError(f"{meta.where_storage} (with {meta.where_sizes}): {e}") from None
+        length = meta.length
+        nchunks, nleft = self._split(length)
+        self._chunks = open_chunks(store, self._rootdir, mode, self._chunk_atom, chunklen, nchunks,
+                                   nchunks + (1 if nleft else 0), self._isobj)
+        self._ondisk = True
+        self._len = length
+        self._opened_len = length
+        self._nleft = nleft
+        if nleft:
+            self._load_leftover(nchunks, nleft)
+        self._load_stats(nchunks)
+        self._attrs = _attrs(self._rootdir, mode, path=self._chunks.attrs_path)
+        self._dirty = False
+        if lazy:
+            gate = FirstWrite(self._start_writing)
+            self._first_write = self._chunks.store._first_write = self._attrs._first_write = gate
+        if self._mode == "w":
+            self._mode = "a"
+            self._chunks.mode = "a"
+            self._attrs.mode = "a"
+            self.resize(0)
+            self._mode = "w"
+
+    def _load_leftover(self, nchunks, nleft):
+        """The `nleft` atoms of the short last chunk into the leftover buffer.
+
+        The chunk stored there may hold more atoms than meta/sizes counts (up to a full chunk): a
+        writer stores new data before the sizes that make it visible, so after a crash (or while it
+        writes) the chunk can be ahead of meta/sizes.  The first `nleft` atoms are the ones counted.
+        """
+        isz = self._atom.itemsize
+        try:
+            c = self._chunks.load(nchunks, -1)
+            if c.nbytes == nleft * isz:
+                c.decompress(self._last[:nleft])
+                return
+            if c.nbytes % isz or not nleft * isz < c.nbytes <= self._chunklen * isz:
+                where = getattr(c, "_where", None) or f"chunk {nchunks}"
+                raise FormatError(f"the last chunk ({where}) holds {c.nbytes} bytes, but meta/sizes "
+                                  f"'{self._chunks.meta_path('sizes')}' counts {nleft} atoms of {isz} "
+                                  "bytes there")
+            self._last[:nleft] = c.decompress()[:nleft]
+        except (BlzarrError, OSError) as e:
+            # damage stays where it is: the array opens, its other rows read, and every read (or
+            # write) of these rows raises this error, which names the file, the chunk and its rows
+            self._last = _DamagedLast(self._last, e)
+
+    def _truncate_view(self, n):
+        """Show only the first `n` atoms without touching the files (a ctable opened after a crash
+        whose columns were not all flushed presents the rows every column holds)."""
+        if n >= self._len:
+            return
+        self._blockcache = None
+        if self._isobj:
+            keep_full, newleft = n, 0
+        else:
+            keep_full, newleft = divmod(n, self._chunklen)
+        if keep_full < len(self._chunks):
+            if newleft:
+                self._last[:newleft] = self._chunks[keep_full].decompress()[:newleft]
+            self._chunks.set_nchunks(keep_full)
+            if self._stats is not None:
+                self._stats.truncate(keep_full)
+        self._nleft = newleft
+        self._len = n
+
+    # ---------------------------------------------------------------- metadata
+    def _write_storage(self):
+        ArrayMeta(self._atom, self._cparams, self._chunklen, self.expectedlen, self._dflt).write_storage(
+            self._chunks)
+
+    def _write_sizes(self):
+        ArrayMeta.write_sizes(self._chunks, self.shape, self.nbytes, self.cbytes)
+
+    # ---------------------------------------------------------------- properties
+    @property
+    def dtype(self):
+        """The dtype of the elements (the base dtype, as NumPy reports it)."""
+        return self._atom.base
+
+    @property
+    def shape(self):
+        return (self._len,) + self._atom.shape
+
+    @property
+    def ndim(self):
+        return 1 + len(self._atom.shape)
+
+    @property
+    def len(self):
+        return self._len
+
+    def __len__(self):
+        return self._len
+
+    @property
+    def size(self):
+        # a NumPy integer, as bcolz's np.prod(shape)
+        return np.prod(self.shape, dtype=np.int64)
+
+    @property
+    def itemsize(self):
+        return self._atom.base.itemsize
+
+    @property
+    def atomsize(self):
+        return self._atom.itemsize
+
+    @property
+    def nbytes(self):
+        """The size of the data uncompressed, in bytes: ``len(c) * c.atomsize``, NumPy's ``c[:].nbytes``
+        (for ``dtype=object``: the bytes of the pickles).  bcolz's meaning."""
+        if self._isobj:
+            return sum(c.nbytes for c in self._chunks)
+        return self._len * self._atom.itemsize
+
+    @property
+    def cbytes(self):
+        """The size of the compressed data, in bytes, as bcolz counts it: the compressed chunks plus the
+        buffer of the last, partial chunk, which stays uncompressed and is counted whole
+        (``chunklen * atomsize``), so a carray shorter than one chunk has ``cbytes > nbytes``.
+
+        The compression ratio is ``nbytes / cbytes`` (`compression_ratio`), in the repr, `info` and
+        ``blzarr info``/``ls`` alike; the bytes a directory takes on disk (``blzarr info``'s "on
+        disk") also count metadata, attributes, checksums and file headers."""
+        return self._chunks.cbytes + (0 if self._isobj else self._last.nbytes)
+
+    @property
+    def chunklen(self):
+        return self._chunklen
+
+    @property
+    def cparams(self):
+        return self._cparams
+
+    @property
+    def dflt(self):
+        return self._dflt
+
+    @property
+    def rootdir(self):
+        return self._rootdir
+
+    @property
+    def mode(self):
+        return self._mode
+
+    @property
+    def format(self):
+        """'bcolz' or 'blz' for on-disk carrays, None in memory."""
+        return self._chunks.format
+
+    @property
+    def store(self):
+        """The chunk store beneath (`blzarr.storage.chunkstore.ChunkStore`): memory, bcolz layout or BLZ."""
+        return self._chunks
+
+    @property
+    def _store(self):
+        # the layout's directory object (None in memory), for tests that look at the files
+        return self._chunks.store
+
+    @property
+    def meta(self):
+        """Fixed-length metalayers ('blz' format): added before the first chunk, updated at equal size."""
+        return self._chunks.meta
+
+    @property
+    def vlmeta(self):
+        """Variable-length metalayers ('blz' format): any JSON value or bytes, stored compressed."""
+        return self._chunks.vlmeta
+
+    def verify(self):
+        """Check every chunk on disk (checksums in the 'blz' format, structure in both); raise on damage."""
+        self.flush()
+        return self._chunks.verify(len(self._chunks) + bool(self._nleft))
+
+    @storage_op("compact")
+    def compact(self):
+        """'blz' format: reclaim the space left by chunks rewritten elsewhere; returns the bytes freed."""
+        self._check_writable()
+        self.flush()
+        st = self._stats
+        if st is not None and not st.checked:
+            st.check(self._chunks, len(self._chunks))   # drop stale entries before the chunks move
+        freed = self._chunks.compact()
+        if st is not None:
+            # the chunks moved, their values did not: the entries stay, with the new fingerprints
+            st.fresh.update(range(min(st.n, len(self._chunks))))
+            st.dirty = True
+            self._store_stats()
+        return freed
+
+    @property
+    def nchunks(self):
+        return len(self._chunks)
+
+    @property
+    def chunks(self):
+        """The full (compressed) chunks, as a sequence of `blzarr.chunk` objects."""
+        return self._chunks
+
+    @property
+    def nleftover(self):
+        return self._nleft
+
+    leftover_elements = nleftover
+
+    @property
+    def leftover_bytes(self):
+        return self._nleft * self._atom.itemsize
+
+    @property
+    def leftover_array(self):
+        """The buffer of the last, uncompressed chunk (chunklen atoms; the first `nleftover` are data)."""
+        return self._last
+
+    @property
+    def leftover_ptr(self):
+        return self._last.ctypes.data
+
+    @property
+    def attrs(self):
+        return self._attrs
+
+    @property
+    def partitions(self):
+        """(start, stop) of every full compressed chunk, as bcolz gives them (the leftover atoms,
+        `nleftover` of them from ``nchunks * chunklen``, are not a chunk and are not listed)."""
+        n = len(self._chunks)
+        if self._isobj:
+            return [(i, i + 1) for i in range(n)]
+        cl = self._chunklen
+        return [(i * cl, (i + 1) * cl) for i in range(n)]
+
+    def __array__(self, dtype=None, copy=None):
+        if copy is False:
+            raise ValueError("a carray cannot be viewed as a NumPy array without a copy")
+        a = self[:]
+        return a if dtype is None else a.astype(dtype, copy=False)
+
+    def __enter__(self):
+        return self
+
+    def __sizeof__(self):
+        return self.cbytes
+
+    def __reduce__(self):
+        # on disk: pickled by its directory (flushed first, reopened read-only); in memory: by its data
+        if self._rootdir is not None:
+            self.flush()
+            kw = dict(mode="r", allow_pickle=self._isobj)
+            if self._bytes is not None and self._bytes.remote:
+                kw["storage_options"] = self._bytes.storage_options
+            return (_rebuild_carray, (None, self._rootdir, kw))
+        return (_rebuild_carray, (self[:], None, dict(
+            cparams=self._cparams.to_dict(), chunklen=self._chunklen, dflt=self._dflt[()],
+            expectedlen=self.expectedlen, safe=self.safe)))
+
+    def __exit__(self, *exc):
+        """Leaving a ``with`` block closes the carray, as leaving ``with open(...)`` closes a file:
+        on disk it is flushed, the directory's write lock is given back and later writes raise
+        `blzarr.ReadOnlyError` (reads go on working); see `close`."""
+        self.close()
+        return False
+
+    def to_dask(self, partition_chunks=None):
+        """A dask array over this carray, one block per superchunk file (BLZ) or per group of
+        `partition_chunks` chunks (bcolz layout, in memory); see `blzarr.dask_io`."""
+        return integrations.get("carray_to_dask")(self, partition_chunks)
+
+    # ---------------------------------------------------------------- derived objects
+    def copy(self, **kwargs):
+        """A copy, made as bcolz makes it: ``carray(data, expectedlen=len(self), **kwargs)``.
+
+        So what `kwargs` does not give comes from the defaults, not from this carray: the cparams
+        are ``blzarr.defaults.cparams`` and the chunklen is the automatic one for `expectedlen`
+        (the `dflt` is kept).  `dtype` converts.
+        """
+        kw = dict(dtype=None, dflt=self._dflt[()], expectedlen=self._len)
+        kw.update(kwargs)
+        dtype = kw.pop("dtype")
+        if dtype is not None and "dflt" not in kwargs:
+            kw.pop("dflt")
+        if self._isobj:
+            return carray(self[:], **kw)
+        new = carray(np.empty((0,) + self._atom.shape, dtype=dtype or self._atom.base), **kw)
+        for _, block in _iter_blocks(self, max(self._chunklen, 1)):
+            new.append(block)
+        new.flush()
+        return new
+
+    def view(self):
+        """A light new carray object over the same compressed chunks (none is copied).
+
+        In memory, the view and the original then change independently.  A view of an on-disk
+        carray shares its files, so it is read-only (mode 'r'): writing through it would change the
+        directory under the original.
+        """
+        new = carray.__new__(carray)
+        new.__dict__.update(self.__dict__)
+        new._lock = threading.RLock()
+        new._blockcache = None
+        new._next_iter = None
+        new._last = self._last.copy()
+        if self._stats is not None:
+            new._stats = self._stats.copy()
+        new.__dict__.pop("_dirlock", None)      # a view of an on-disk carray is read-only
+        new.__dict__.pop("_first_write", None)
+        if not self._ondisk:
+            new._chunks = self._chunks.copy()
+        else:
+            new._mode = "r"
+            new._why_readonly = (
+                f"this carray is a view of the on-disk carray '{self._rootdir}', and views of on-disk "
+                "carrays are read-only: the view shares the directory's files with the original, so a "
+                "write through it would change the data under the original object (write through the "
+                "original, or make a writable copy with view.copy())")
+        return new
+
+    def reshape(self, newshape):
+        """The same data with shape `newshape` (one dimension may be -1), as a new carray.
+
+        In memory (and for mode 'r') the result is a new in-memory carray.  On disk, as in bcolz,
+        the reshaped carray replaces the directory of this one, and is returned opened from it.
+        """
+        if isinstance(newshape, (int, np.integer)):
+            newshape = (int(newshape),)
+        newshape = tuple(newshape)
+        size = self.size
+        if newshape.count(-1) > 1:
+            raise ValueError("only one dimension of newshape can be -1")
+        if -1 in newshape:
+            known = int(np.prod([d for d in newshape if d != -1]))
+            if known == 0 or size % known:
+                raise ValueError(f"cannot reshape a carray of size {size} into {newshape}")
+            newshape = tuple(size // known if d == -1 else d for d in newshape)
+        if int(np.prod(newshape)) != size:
+            raise ValueError(f"cannot reshape a carray of size {size} into shape {newshape}")
+        data = self[:].reshape(newshape)
+        if self._rootdir is None or self._mode == "r":
+            return carray(data, cparams=self._cparams, dflt=self._dflt[()])
+        # on disk, as bcolz does: the reshaped data replaces this carray's directory (this object
+        # must not be used afterwards); written beside it first, then swapped in
+        parent = os.path.dirname(os.path.abspath(self._rootdir))
+        tmp = os.path.join(parent, f".reshape-{secrets.token_hex(6)}")
+        try:
+            out = carray(data, cparams=self._cparams, dflt=self._dflt[()], rootdir=tmp, mode="w",
+                         format=self.format)
+            out.flush()
+            del out
+            fileio.rmtree(self._rootdir)
+            fileio.rename(tmp, self._rootdir)
+            if fileio.sync_enabled():
+                fileio.fsync_dir(parent)
+        except BaseException:
+            if fileio.exists(tmp):
+                fileio.rmtree(tmp, ignore_errors=True)
+            raise
+        return carray(rootdir=self._rootdir, mode=self._mode if self._mode != "w" else "a")
+
+    def free_cachemem(self):
+        """Drop cached chunk bytes and decoded blocks."""
+        self._blockcache = None
+        self._chunks.free_cachemem()
+
+    @storage_op("purge")
+    def purge(self):
+        """Remove the on-disk data, the whole root directory, in either layout (bcolz's purge).
+
+        In memory: nothing.  To reclaim the space rewrites left in BLZ files and keep the data,
+        use `compact`.
+
+        Raises
+        ------
+        blzarr.StorageError
+            The directory is already gone (an ``OSError``, as bcolz raises).
+        blzarr.ReadOnlyError
+            The carray was opened with mode 'r'.
+        """
+        self._check_writable()
+        if self._bytes is not None:
+            if not self._bytes.exists(f"{META_DIR}/{STORAGE_FILE}"):
+                raise StorageError(f"cannot purge '{self._rootdir}': it does not exist")
+            self._bytes.remove_all()
+        elif self._rootdir:
+            if not os.path.isdir(self._rootdir):
+                raise StorageError(f"cannot purge '{self._rootdir}': it does not exist")
+            fileio.rmtree(self._rootdir)
+
+    # ---------------------------------------------------------------- display
+    def __repr__(self):
+        nb, cb = self.nbytes, self.cbytes
+        ratio = compression_ratio(nb, cb)
+        blocksize = self._chunks[0].blocksize if len(self._chunks) else 0
+        s = (f"carray({self.shape}, {self.dtype})\n"
+             f"  nbytes := {human_readable_size(nb)}; cbytes := {human_readable_size(cb)}; "
+             f"ratio: {ratio:.2f}\n"
+             f"  cparams := {self._cparams!r}\n"
+             f"  chunklen := {self._chunklen}; chunksize: {self._chunklen * self._atom.itemsize}; "
+             f"blocksize: {blocksize}\n")
+        if self._rootdir:
+            s += f"  rootdir := '{self._rootdir}'\n  mode    := '{self._mode}'\n"
+        return s + str(self)
+
+    def __str__(self):
+        return array2string(self)
+
+    @property
+    def info(self):
+        """A multi-line summary of the carray (an object whose repr is the text)."""
+        return _Info(self)
+
+
+class _Info:
+    def __init__(self, obj):
+        nb, cb = obj.nbytes, obj.cbytes
+        rows = [("type", type(obj).__name__), ("shape", obj.shape), ("dtype", obj.dtype),
+                ("nbytes", human_readable_size(nb)), ("cbytes", human_readable_size(cb)),
+                ("ratio", f"{compression_ratio(nb, cb):.2f}"), ("cparams", obj.cparams),
+                ("chunklen", obj.chunklen), ("nchunks", obj.nchunks), ("rootdir", obj.rootdir),
+                ("mode", obj.mode)]
+        self.text = "\n".join(f"{k:10}: {v}" for k, v in rows)
+
+    def __repr__(self):
+        return self.text
+
+
+def _rebuild_carray(array, rootdir, kwargs):
+    return carray(array, rootdir=rootdir, **kwargs)
+
+
+def compression_ratio(nbytes, cbytes):
+    """``nbytes / cbytes``: the compression ratio of a carray or ctable (bcolz's), NaN when `cbytes`
+    is 0.  The repr, ``info`` and the command line's ``info`` and ``ls`` all show this one."""
+    return nbytes / cbytes if cbytes else float("nan")
+
+
+def human_readable_size(n):
+    """bcolz's style: '123' for bytes, then '1.21 KB', 'MB', 'GB', 'TB'."""
+    for unit, scale in (("TB", 2 ** 40), ("GB", 2 ** 30), ("MB", 2 ** 20), ("KB", 2 ** 10)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n}"
+
+
+integrations.register("new_array", carray)     # the class of the expression engine's 'carray' results

@@ -1,0 +1,680 @@
+"""Reading a carray (`CarrayReads`, a part of `carray`): ranges of atoms decoded several chunks at once,
+the scalar path that decodes one Blosc block, NumPy's indexing (slices, steps, tuples, integer and
+boolean arrays, expressions), take, iteration, where and wheretrue."""
+
+import itertools
+import pickle
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from blzarr.query import chunked_eval as _ce
+from blzarr.query import fused
+from blzarr.containers import indexing as ix
+from blzarr.query import planner
+from blzarr._chunk import getitem_into
+from blzarr.storage.blockcache import disk_blocks, new_generation
+from blzarr.storage.chunk import chunk, decode_ranges, rows_chunks, select_ahead, take_chunks, where_scalars
+from blzarr.errors import FormatError
+from blzarr.runtime.params import get_nthreads
+from blzarr.runtime.parallel import run_all
+
+# uncompressed bytes of the chunks a slice of an object-storage carray has in flight at once, in parts
+# of about PREFETCH_PART_BYTES (whole superchunk files where they fit), each part decoded as soon as
+# its bytes are in while the next ones are still being fetched
+PREFETCH_BATCH_BYTES = 64 * 1024 * 1024
+PREFETCH_PART_BYTES = 8 * 1024 * 1024
+# atoms per block-cache entry are chosen so one entry is about this many bytes
+BLOCK_CACHE_BYTES = 32 * 1024
+# kinds whose elements come out as Python scalars (as in bcolz)
+_PY_KINDS = "biufcSUMmV"
+# dtypes whose memoryview yields the same Python scalars as tolist(), without building the list
+_MV_CHARS = frozenset("?bBhHiIlLqQfd")
+
+
+class CarrayBase:
+    """The base of `carray` and of its parts: ``isinstance(x, CarrayBase)`` is how the parts, which the
+    carray module imports, ask whether `x` is a carray."""
+
+
+def _expand_ellipsis(key, ndim):
+    """`key` (a tuple) with its one Ellipsis replaced by full slices; NumPy's error for several."""
+    where = [k for k, v in enumerate(key) if v is Ellipsis]
+    if len(where) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    used = sum(v.ndim if isinstance(v, np.ndarray) and v.dtype == bool else 1
+               for v in key if v is not Ellipsis)
+    k = where[0]
+    return key[:k] + (slice(None),) * max(0, ndim - used) + key[k + 1:]
+
+
+class _CarrayIter(itertools.chain):
+    """What ``iter(c)`` and ``c.iter(...)`` return: an iterator over the elements (at C speed, it is an
+    `itertools.chain`) that, like bcolz's, has ``.iter(start, stop, step, limit, skip)`` itself, to
+    iterate the whole carray again over another range."""
+
+    def iter(self, start=0, stop=None, step=1, limit=None, skip=0, dtype=None):
+        return self._carray.iter(start, stop, step, limit, skip, dtype)
+
+
+def _elements(block):
+    """The elements of a block, as iteration yields them: Python scalars for plain kinds (bcolz)."""
+    if block.ndim == 1 and block.dtype.kind in _PY_KINDS:
+        if block.dtype.char in _MV_CHARS and block.dtype.isnative and block.flags.c_contiguous:
+            return iter(memoryview(block))      # a quarter faster than iterating tolist()
+        return block.tolist()
+    return iter(block)
+
+
+def _handed_out(parts, skip, limit):
+    """The elements (`_elements`) of the arrays `parts` in turn, the first `skip` of them left out and
+    at most `limit` (None: all) given; with a limit of 0 no part is asked for."""
+    if limit == 0:
+        return
+    count = 0
+    for vals in parts:
+        if skip:
+            if skip >= len(vals):
+                skip -= len(vals)
+                continue
+            vals = vals[skip:]
+            skip = 0
+        if limit is not None:
+            vals = vals[:limit - count]
+        if len(vals):
+            yield _elements(vals)
+            count += len(vals)
+            if limit is not None and count >= limit:
+                return
+
+
+def _check_limit_skip(limit, skip):
+    if limit is not None:
+        limit = operator_index(limit, "limit")
+        if limit < 0:
+            raise ValueError(f"limit must be None or >= 0, got {limit}")
+    skip = operator_index(skip or 0, "skip")
+    if skip < 0:
+        raise ValueError(f"skip must be >= 0, got {skip}")
+    return limit, skip
+
+
+def _iter_blocks(obj, blen=None):
+    """(start, block) over a carray or array-like in blocks of `blen` atoms."""
+    n = len(obj)
+    if blen is None:
+        blen = obj.chunklen if isinstance(obj, CarrayBase) else 65536
+    for s in range(0, n, blen):
+        yield s, obj[s:min(s + blen, n)]
+
+
+def operator_index(value, name):
+    if isinstance(value, float) and value.is_integer():
+        return int(value)  # bcolz accepts integral floats for lengths
+    try:
+        return int(np.int64(value)) if isinstance(value, np.integer) else int(value.__index__())
+    except (AttributeError, TypeError):
+        raise TypeError(f"{name} must be an integer, got {value!r}") from None
+
+
+def _mask_blocks(mask, bounds):
+    """(all_true, decode) over the blocks `bounds` of the 1-d boolean `mask`: per block, whether its
+    statistics say it is all true, and whether it must be decoded (neither all true nor all false);
+    (None, None) when `mask` has no statistics."""
+    get = getattr(mask, "chunk_stats", None)
+    if get is None or not bounds or getattr(mask, "ndim", 1) != 1:
+        return None, None
+    st = get()
+    if st is None or not len(st[0]):
+        return None, None
+    r = planner.block_ranges(st, bounds)
+    known = np.asarray(r.known, bool)
+    all_true = known & np.asarray(r.lo, bool)
+    all_false = known & ~np.asarray(r.hi, bool)
+    return all_true.tolist(), (~(all_true | all_false)).tolist()
+
+
+def _true_positions(mask, blen):
+    """(start, positions of the true rows from start) over the 1-d boolean `mask` in blocks of `blen`;
+    a carray's statistics tell the blocks all false (not read) and all true (not decoded)."""
+    n = len(mask)
+    bounds = [(s, min(s + blen, n)) for s in range(0, n, blen)]
+    known = None
+    get = getattr(mask, "chunk_stats", None)
+    if get is not None and bounds and getattr(mask, "ndim", 1) == 1:
+        st = get()
+        if st is not None and len(st[0]):
+            r = planner.block_ranges(st, bounds)
+            known, all_true, any_true = r.known, np.asarray(r.lo, bool), np.asarray(r.hi, bool)
+    for k, (s, e) in enumerate(bounds):
+        if known is not None and known[k]:
+            if not any_true[k]:
+                continue
+            if all_true[k]:
+                yield s, np.arange(e - s)
+                continue
+        yield s, np.flatnonzero(mask[s:e])
+
+
+class CarrayReads(CarrayBase):
+    """Reading a `carray`."""
+
+    # ---------------------------------------------------------------- reading
+    def _read_range(self, start, stop, out):
+        """Atoms [start, stop) into the contiguous array `out`, several chunks at once."""
+        nfull = len(self._chunks)
+        chunks = self._chunks
+        pieces = []
+        for n, lo, hi, off in ix.chunk_pieces(start, stop, self._chunklen):
+            if n >= nfull:
+                out[off:off + hi - lo] = self._last[lo:hi]
+            else:
+                pieces.append((n, lo, hi, out[off:off + hi - lo]))
+        if len(pieces) > 1 and self._bytes is None and out.flags.c_contiguous:
+            datas = chunks.resident(range(pieces[0][0], pieces[-1][0] + 1))
+            if datas is not None:
+                # in-memory chunks: one call per thread decodes them all, straight into `out`
+                isz = self._atom.itemsize
+                first = pieces[0][0] * self._chunklen + pieces[0][1]
+                decode_ranges(datas, out, [(p[0] * self._chunklen + p[1] - first) * isz for p in pieces],
+                              [p[1] * isz for p in pieces], [(p[2] - p[1]) * isz for p in pieces])
+                return out
+        if len(pieces) > 1 and self._bytes is None and out.flags.c_contiguous:
+            # whole chunks of files: read, verified and decoded on every thread in one call per thread
+            whole = [p for p in pieces if p[2] - p[1] == self._chunklen]
+            if len(whole) > 1:
+                base = out.__array_interface__["data"][0]
+                offs = [p[3].__array_interface__["data"][0] - base for p in whole]
+                if chunks.decode_whole([p[0] for p in whole], out, offs):
+                    pieces = [p for p in pieces if p[2] - p[1] != self._chunklen]
+        if self._bytes is not None and len(pieces) > 1:
+            # object storage: the chunks fetched in parts (coalesced, concurrent), several parts in
+            # flight, each part decoded as soon as it is in while the later ones are still fetched
+            nbytes = max(1, self._chunklen * self._atom.itemsize)
+            part_bytes = min(PREFETCH_PART_BYTES, PREFETCH_BATCH_BYTES)
+            K = getattr(getattr(chunks, "store", None), "K", None)     # chunks per superchunk file
+            if isinstance(K, int) and 0 < K * nbytes <= part_bytes:
+                per = K * (part_bytes // (K * nbytes))                  # whole files per part
+            else:
+                per = max(1, part_bytes // nbytes)
+            parts = [list(g) for _, g in itertools.groupby(pieces, key=lambda p: p[0] // per)]
+            inflight = max(1, PREFETCH_BATCH_BYTES // (per * nbytes))
+            with ThreadPoolExecutor(inflight) as ahead:
+                fetching = [ahead.submit(chunks.prefetch, [p[0] for p in part]) for part in parts[:inflight]]
+                for k, part in enumerate(parts):
+                    fetching[k].result()
+                    if k + inflight < len(parts):
+                        fetching.append(ahead.submit(chunks.prefetch, [p[0] for p in parts[k + inflight]]))
+                    run_all(lambda p: chunks[p[0]].read_range(p[1], p[2], p[3]), part)
+            return out
+        run_all(lambda p: chunks[p[0]].read_range(p[1], p[2], p[3]), pieces)
+        return out
+
+    def read_into(self, start, stop, out):
+        """Decode atoms [start, stop) into the contiguous array `out` (of that length) and return it.
+
+        The primitive of the query engine (`blzarr.fused`): no new array is allocated."""
+        if self._isobj:
+            out[...] = self[start:stop]
+            return out
+        return self._read_range(start, stop, out)
+
+    def resident_chunks(self):
+        """(the compressed bytes of the full chunks, a list; the rows after them, an array) when all
+        of them are in memory, else None: what the kernels of `_chunk` read themselves
+        (`blzarr.exprkernel`)."""
+        if self._isobj or self._bytes is not None or not isinstance(self._last, np.ndarray):
+            return None
+        chunks = self._chunks.resident(range(len(self._chunks)))
+        return None if chunks is None else (chunks, self._last[:self._nleft])
+
+    # The last decoded block is kept for the next scalar read; on-disk carrays also keep recent blocks
+    # in the process-wide blockcache.disk_blocks.  Setting _blockcache to None (every change does)
+    # renews the generation in the keys of both, so no stale block is ever found again.
+    @property
+    def _blockcache(self):
+        return self._bc
+
+    @_blockcache.setter
+    def _blockcache(self, value):
+        if value is None:
+            self._gen = new_generation()
+            self._per = {}      # atoms per Blosc block of the on-disk chunks read so far
+        self._bc = value
+
+    def _getitem_scalar(self, i):
+        """Atom `i` (0 <= i < len), decoding at most the one Blosc block that holds it."""
+        bc = self._bc
+        if bc is not None and bc[0] <= i < bc[1]:
+            buf, k = bc[2], i - bc[0]
+        else:
+            if self._isobj:
+                return self._object_at(i)
+            cid, local = divmod(i, self._chunklen)
+            if cid >= len(self._chunks):
+                v = self._last[local]       # (a damaged short chunk raises here)
+                if self._pyscalars:
+                    return v.item()
+                return v.copy() if isinstance(v, (np.ndarray, np.void)) else v
+            else:
+                base = cid * self._chunklen
+                per = self._per.get(cid) if self._ondisk else None
+                buf = None
+                if per is not None:
+                    lo = local // per * per
+                    key = (self._gen, cid, lo)
+                    buf = disk_blocks.get(key)
+                if buf is None:
+                    ch = self._chunks[cid]
+                    isz = self._atom.itemsize
+                    bs = ch.blocksize
+                    # exactly the Blosc block that holds the atom, so one block is decoded
+                    per = bs // isz if bs >= isz and bs % isz == 0 else max(1, BLOCK_CACHE_BYTES // isz)
+                    lo = local // per * per
+                    hi = min(lo + per, self._chunklen)
+                    buf = np.empty(hi - lo, dtype=self._atom)      # (n,) + the atom's shape
+                    if type(ch) is chunk and ch.typesize and isz % ch.typesize == 0:
+                        # an in-memory chunk: its block straight from the codec (as chunk.read_range)
+                        getitem_into(ch._data, lo * isz, (hi - lo) * isz, buf, 0, False, ch._where)
+                    else:
+                        ch.read_range(lo, hi, buf)
+                    if self._ondisk:
+                        self._per[cid] = per
+                        disk_blocks.put((self._gen, cid, lo), buf)
+                self._bc = (base + lo, base + lo + len(buf), buf)
+                k = local - lo
+        if self._pyscalars:
+            return buf.item(k)  # Python scalars, as bcolz gives them
+        v = buf[k]
+        # rows of multidimensional carrays and structured scalars are views: never hand out a buffer
+        return v.copy() if isinstance(v, (np.ndarray, np.void)) else v
+
+    def _object_at(self, i):
+        c = self._chunks[i]
+        raw = c.decompress(np.empty(c.nbytes, dtype="u1"))
+        try:
+            return pickle.loads(raw.tobytes())
+        except Exception as e:  # a damaged pickle can fail in many ways, none of them the caller's
+            where = getattr(c, "_where", None) or f"object {i}"
+            raise FormatError(f"cannot unpickle {where}: {type(e).__name__}: {e}") from None
+
+    def _eval_key(self, key, depth=4):
+        return _ce.eval(key, out_flavor="numpy", depth=depth)
+
+    def __getitem__(self, key):
+        if type(key) is int:
+            i = key + self._len if key < 0 else key
+            if 0 <= i < self._len:
+                return self._getitem_scalar(i)
+            raise IndexError(f"index {key} is out of bounds for axis 0 with size {self._len}")
+        if isinstance(key, (int, np.integer)):
+            return self._getitem_scalar(ix.normalize_int(key, self._len))
+        if isinstance(key, slice):
+            start, stop, step = key.indices(self._len)
+            n = ix.slice_length(start, stop, step)
+            if self._isobj:
+                return self._take(np.arange(start, stop, step)) if n else np.empty(0, dtype=object)
+            out = np.empty((n,) + self._atom.shape, dtype=self._atom.base)
+            if n == 0:
+                return out
+            if step == 1:
+                return self._read_range(start, start + n, out)
+            if step < 0:
+                lo = start + (n - 1) * step
+                return self[lo:start + 1:-step][::-1].copy()
+            # strided: read chunk by chunk, keep every step-th atom
+            stop = start + (n - 1) * step + 1
+            off = 0
+            for cn, lo, hi, _ in ix.chunk_pieces(start, stop, self._chunklen):
+                first = lo + (-(cn * self._chunklen + lo - start)) % step
+                if first >= hi:
+                    continue
+                tmp = np.empty((hi - first,) + self._atom.shape, dtype=self._atom.base)
+                base = cn * self._chunklen
+                self._read_range(base + first, base + hi, tmp)
+                sel = tmp[::step]
+                out[off:off + len(sel)] = sel
+                off += len(sel)
+            return out
+        if isinstance(key, str):
+            return self[self._eval_key(key)]
+        if isinstance(key, tuple):
+            if len(key) == 0:
+                return self[:]
+            if len(key) == 1:
+                return self[key[0]]
+            if any(k is None for k in key):
+                return self[:][key]
+            if any(k is Ellipsis for k in key):
+                key = _expand_ellipsis(key, 1 + len(self._atom.shape))
+                if len(key) == 1:
+                    return self[key[0]]
+            if isinstance(key[0], slice) and not self._isobj:
+                out = self._rows_then(key[0], key[1:])
+                if out is not None:
+                    return out
+            if not isinstance(key[0], (slice, int, np.integer)):
+                return self._rows_by_array(key[0], key[1:])
+            if not isinstance(key[0], slice) and any(
+                    not isinstance(k, (slice, int, np.integer)) for k in key[1:]):
+                # an integer beside index arrays is an advanced index too (it broadcasts with them and,
+                # when a slice separates them, NumPy puts the broadcast axes first)
+                return self._rows_by_array(np.asarray(key[0]), key[1:])
+            first = self[key[0]]
+            if isinstance(key[0], (int, np.integer)):
+                return first[key[1:]]
+            return first[(slice(None),) + key[1:]]
+        if key is Ellipsis:
+            return self[:]
+        if isinstance(key, CarrayBase):
+            if key.dtype == bool and key.ndim == 1:
+                # the mask's statistics skip its all-false chunks and give its all-true ones without
+                # decoding them; the positions come out ascending
+                parts = [idx + s for s, idx in _true_positions(key, key.chunklen)]
+                return self._take(np.concatenate(parts).astype(np.intp, copy=False) if parts
+                                  else np.empty(0, np.intp), check_len=len(key), ascending=True)
+            if key.dtype == bool:
+                return self._take(np.concatenate([np.flatnonzero(b) + s for s, b in
+                                                  _iter_blocks(key)]) if len(key) else np.empty(0, np.intp),
+                                  check_len=len(key))
+            key = key[:]
+        if key is None:
+            return self[:][None]
+        arr = np.asarray(key)
+        if arr.dtype.kind in "iu" and arr.ndim != 1:
+            if arr.ndim == 0:
+                return self[int(arr)]
+            # an n-d integer index: NumPy's result shape, key shape then atom shape
+            flat = self._take(ix.positions_from_array(arr.reshape(-1), self._len))
+            return flat.reshape(arr.shape + flat.shape[1:])
+        return self._take(ix.positions_from_array(arr, self._len))
+
+    def _rows_then(self, rows, rest):
+        """self[rows][:, *rest] for a slice `rows`, read a few chunks of rows at a time (never the whole
+        selection of full atoms), or None when `rest` would move the row axis (NumPy's rule for
+        advanced indices separated by a slice)."""
+        sub = (slice(None),) + tuple(rest)
+        atom, base = self._atom.shape, self._atom.base
+        p2 = np.empty((2,) + atom, dtype=base)[sub]
+        p3 = np.empty((3,) + atom, dtype=base)[sub]
+        if p2.ndim == 0 or p2.shape[0] != 2 or p3.shape[0] != 3 or p2.shape[1:] != p3.shape[1:]:
+            return None
+        start, stop, step = rows.indices(self._len)
+        n = ix.slice_length(start, stop, step)
+        out = np.empty((n,) + p2.shape[1:], dtype=p2.dtype)
+        if step == 1 and n:
+            # chunk by chunk on every thread, each decoded into a buffer of its thread (no temporary
+            # array of full atoms), the key applied from there into the result
+            cl = max(1, self._chunklen)
+            edges = [start] + list(range((start // cl + 1) * cl, start + n, cl)) + [start + n]
+            blocks = list(zip(edges[:-1], edges[1:]))
+            run = self._atom_run(rest, out)
+            if run is not None:
+                # one run of bytes of every atom (a column of a 2-D carray): the run taken out of each
+                # full chunk without the GIL (only the wanted bytes of each block of an LZ4 chunk),
+                # chunks in memory or in BLZ files in one call per thread, others one by one
+                end = len(self._chunks) * cl
+                full = [b for b in blocks if b[1] - b[0] == cl and b[1] <= end]
+                if self._rows_full(full, out, start, run):
+                    full = set(full)
+                    blocks = [b for b in blocks if b not in full]
+            fused.run_blocks(blocks, fused.Decoder({"x": self}, cl),
+                             lambda s, e, b: out.__setitem__(slice(s - start, e - start), b["x"][sub]))
+            return out
+        # rows per step: enough chunks to keep every thread decoding, at most ~32 MB of full atoms
+        isz = max(1, self._atom.itemsize)
+        blen = max(1, self._chunklen) * 2 * max(1, get_nthreads())
+        blen = max(1, min(blen, max(self._chunklen, (32 << 20) // isz)))
+        for o in range(0, n, blen):
+            m = min(blen, n - o)
+            lo = start + o * step
+            hi = lo + m * step
+            block = self[lo:hi if hi >= 0 else None:step]
+            out[o:o + m] = block[sub]
+        return out
+
+    def _rows_full(self, full, out, start, run):
+        """Bytes run = (first, count) of every atom of the full chunks of `full` (row ranges starting at
+        `start`) into `out`; whether it was done (else nothing was)."""
+        if len(full) < 2 or self._bytes is not None:
+            return False
+        cl = self._chunklen
+        ids = [b[0] // cl for b in full]
+        offsets = [(b[0] - start) * run[1] for b in full]
+        isz = self._atom.itemsize
+        datas = self._chunks.resident(ids)
+        if datas is not None:
+            rows_chunks(datas, out, offsets, isz, *run)
+            return True
+        if self._chunks.rows_whole(ids, out, offsets, *run):
+            return True
+        if type(self._chunks[ids[0]]) is not chunk:
+            return False        # chunks read block by block from their files (a BLZ writer's)
+
+        def one(k):
+            # a store's chunks are all of one kind: whole chunks read from their files (bcolz layout)
+            c = self._chunks[ids[k]]
+            rows_chunks([c._data], out, [offsets[k]], isz, *run, nparts=1,
+                        wheres=[c._where or f"chunk {ids[k]}"])
+        run_all(one, range(len(ids)))
+        return True
+
+    def _atom_run(self, rest, out):
+        """(first byte, bytes) of the one run of each atom's bytes that ``atom[rest]`` selects, in order
+        (a column or a range of columns), or None when `rest` picks anything else or `out` is not the
+        C-contiguous result of that shape; `out` being empty gives None too."""
+        atom = self._atom.shape
+        if not atom or out.size == 0 or not out.flags.c_contiguous or out.dtype != self._atom.base:
+            return None
+        picked = np.arange(int(np.prod(atom)), dtype=np.intp).reshape(atom)[tuple(rest)]
+        flat = np.ravel(picked)
+        if flat.size == 0 or flat.size * len(out) != out.size or \
+                (flat.size > 1 and not (np.diff(flat) == 1).all()):
+            return None
+        isz = self._atom.base.itemsize
+        return int(flat[0]) * isz, int(flat.size) * isz
+
+    def _rows_by_array(self, k0, rest):
+        """self[(k0,) + rest] for an integer or boolean array k0 on the first axis, with NumPy's
+        broadcasting of k0 against the arrays in `rest`: only the distinct rows k0 names are read."""
+        if isinstance(k0, CarrayBase):
+            k0 = k0[:]
+        a0 = np.asarray(k0)
+        if a0.dtype == bool and a0.ndim != 1:
+            return self[:][(a0,) + tuple(rest)]
+        shape = (-1,) if a0.dtype == bool else a0.shape
+        pos = ix.positions_from_array(a0.reshape(-1), self._len).reshape(shape)
+        need, inv = np.unique(pos, return_inverse=True)
+        return self._take(need)[(inv.reshape(pos.shape),) + tuple(rest)]
+
+    def _take(self, pos, check_len=None, ascending=False):
+        if check_len is not None and check_len != self._len:
+            raise IndexError(f"boolean index has length {check_len}, the carray has {self._len}")
+        if self._isobj:
+            out = np.empty(len(pos), dtype=object)
+            for k, p in enumerate(pos.tolist()):
+                out[k] = self._object_at(p)
+            return out
+        out = np.empty((len(pos),) + self._atom.shape, dtype=self._atom.base)
+        if len(pos) == 0:
+            return out
+        chunks, cl, nfull, last = self._chunks, self._chunklen, len(self._chunks), self._last
+        # ascending positions, each chunk's a contiguous run: every touched block is decoded once,
+        # the chunks on the pool's threads
+        order = None if ascending or not (np.diff(pos) < 0).any() else np.argsort(pos, kind="stable")
+        spos = pos if order is None else pos[order]
+
+        groups = ix.sorted_groups(spos, cl)
+        inmem = [g for g in groups if g[0] < nfull]
+        datas = chunks.resident([g[0] for g in inmem]) if len(inmem) > 1 and self._bytes is None else None
+        if datas is not None:
+            # in-memory chunks: one call per thread takes from all of them (each chunk's touched blocks
+            # decoded once into the thread's buffer), the leftover's items from NumPy
+            take_chunks(datas, np.ascontiguousarray(spos, np.intp), inmem, cl, self._atom.itemsize, out,
+                        None if order is None else np.ascontiguousarray(order, np.intp))
+            groups = groups[len(inmem):]
+
+        def take(group):
+            cid, s, e = group
+            local = spos[s:e] - cid * cl
+            rows = None if order is None else order[s:e]
+            if cid >= nfull:
+                out[slice(s, e) if rows is None else rows] = last[local]
+            else:
+                chunks[cid].take(local, out, rows, s)
+        run_all(take, groups)
+        return out
+
+    def __iter__(self):
+        return self.iter()
+
+    def __next__(self):
+        # bcolz carrays are their own iterators: next(c) walks one default iteration
+        it = self.__dict__.get("_next_iter")
+        if it is None:
+            it = self._next_iter = self.iter()
+        try:
+            return next(it)
+        except StopIteration:
+            self._next_iter = None
+            raise
+
+    def iter(self, start=0, stop=None, step=1, limit=None, skip=0, dtype=None):
+        """Iterate over the atoms of [start:stop:step], skipping `skip` and yielding at most `limit`."""
+        if step is not None and step <= 0:
+            raise NotImplementedError("iter() supports only positive steps")
+        start, stop, step = slice(start, stop, step).indices(self._len)
+        limit, skip = _check_limit_skip(limit, skip)
+        # the generator works per block; chain hands out the elements at C speed
+        it = _CarrayIter.from_iterable(self._iter(start, stop, step, limit, skip, dtype))
+        it._carray = self
+        return it
+
+    def _iter(self, start, stop, step, limit, skip, dtype):
+        yield from _handed_out(self._iter_blocks(start, stop, step, dtype), skip, limit)
+
+    def _iter_blocks(self, start, stop, step, dtype):
+        """The atoms of [start:stop:step] as arrays of a chunk's worth of steps each (as `dtype`)."""
+        blen = max(self._chunklen, 1)
+        if step > 1:
+            blen = blen * step
+        pos = start
+        while pos < stop:
+            end = min(pos + blen, stop)
+            block = self[pos:end:step]
+            pos = pos + ((end - pos + step - 1) // step) * step
+            yield block if dtype is None else block.astype(dtype)
+
+    def where(self, boolarr, limit=None, skip=0):
+        """Iterate over the values where `boolarr` (a bool carray, array or expression) is true."""
+        if isinstance(boolarr, str):
+            boolarr = self._eval_key(boolarr)
+        if isinstance(boolarr, np.ndarray) and boolarr.dtype != bool or (
+                isinstance(boolarr, CarrayBase) and boolarr.dtype != bool):
+            raise ValueError("`boolarr` must be of boolean type")
+        if not hasattr(boolarr, "dtype"):
+            boolarr = np.asarray(boolarr)
+            if boolarr.dtype != bool:
+                raise ValueError("`boolarr` must be of boolean type")
+        if len(boolarr) != self._len:
+            raise ValueError(f"`boolarr` has length {len(boolarr)}, the carray has {self._len}")
+        limit, skip = _check_limit_skip(limit, skip)
+        found = self._where_resident(boolarr, where_scalars, skip, limit)
+        if found is not None:
+            return found
+        return itertools.chain.from_iterable(self._where(boolarr, limit, skip))
+
+    def _where(self, boolarr, limit, skip):
+        parts = self._where_resident(boolarr, select_ahead)
+        if parts is not None:
+            yield from _handed_out(parts, skip, limit)
+            return
+        if limit is None and not self._isobj and self.ndim == 1 and self._len:
+            # the mask and the values decoded and compacted a window of chunks at a time on every
+            # thread (blzarr.query.fused); this thread only hands out the selected values
+            cl = max(1, self._chunklen)
+            bounds = fused.block_bounds(self._len, cl)
+            # the mask's statistics tell the blocks all false (nothing decoded) and all true (only the
+            # values decoded); the others decode both and keep the selected values
+            all_true, decode = _mask_blocks(boolarr, bounds)
+            empty = np.empty(0, self._atom.base)
+
+            def pick(s, e, b):
+                if b is None:
+                    return self[s:e] if all_true[s // cl] else empty
+                return b["x"][np.flatnonzero(b["m"])]
+            sel = fused.map_blocks(bounds, fused.Decoder({"m": boolarr, "x": self}, cl), pick, decode=decode)
+            yield from _handed_out(sel, skip, None)
+            return
+        count = 0
+        for s, idx in _true_positions(boolarr, self._chunklen):
+            if idx.size == 0:
+                continue
+            if skip:
+                if skip >= idx.size:
+                    skip -= idx.size
+                    continue
+                idx = idx[skip:]
+                skip = 0
+            a = int(idx[0])
+            vals = self[s + a:s + int(idx[-1]) + 1][idx - a]
+            if limit is not None:
+                vals = vals[:limit - count]
+            yield _elements(vals)
+            count += len(vals)
+            if limit is not None and count >= limit:
+                return
+
+    def _where_resident(self, mask, how, *args):
+        """``how(...)`` (`chunk.where_scalars` or `chunk.select_ahead`) over this carray's chunks and the
+        mask's (a carray, or a NumPy array) when they are all in memory, else None."""
+        if self._isobj or self.ndim != 1 or not self._len:
+            return None
+        mine = self.resident_chunks()
+        if mine is None:
+            return None
+        if isinstance(mask, np.ndarray):
+            if mask.ndim != 1:
+                return None
+            theirs, mcl = ([], np.ascontiguousarray(mask)), max(1, len(mask))
+        else:
+            get = getattr(mask, "resident_chunks", None)
+            theirs = get() if get is not None and getattr(mask, "ndim", 1) == 1 else None
+            if theirs is None:
+                return None
+            mcl = mask.chunklen
+        cl = max(1, self._chunklen)
+        bounds = fused.block_bounds(self._len, cl)
+        all_true, decode = _mask_blocks(mask, bounds)
+        if decode is None:
+            modes = np.full(len(bounds), 2, np.uint8)
+        else:
+            modes = np.where(decode, 2, np.where(all_true, 1, 0)).astype(np.uint8)
+        return how(mine[0], np.ascontiguousarray(mine[1]), theirs[0], theirs[1], cl, mcl, self._atom.base,
+                   modes, *args)
+
+    def wheretrue(self, limit=None, skip=0):
+        """Iterate over the positions where this boolean carray is true."""
+        if self.dtype != bool:
+            raise ValueError("wheretrue() needs a carray of boolean type")
+        if self.ndim > 1:
+            raise NotImplementedError("wheretrue() needs a one-dimensional carray")
+        limit, skip = _check_limit_skip(limit, skip)
+        return itertools.chain.from_iterable(self._wheretrue(limit, skip))
+
+    def _wheretrue(self, limit, skip):
+        count = 0
+        for s, idx in _true_positions(self, self._chunklen):
+            if skip:
+                if skip >= idx.size:
+                    skip -= idx.size
+                    continue
+                idx = idx[skip:]
+                skip = 0
+            if limit is not None:
+                idx = idx[:limit - count]
+            yield (idx + s).tolist()
+            count += len(idx)
+            if limit is not None and count >= limit:
+                return
+

@@ -1,0 +1,551 @@
+"""Writing a carray (`CarrayWrites`, a part of `carray`): append (full chunks compressed a batch at a
+time on the pool), flush, close, resize and trim, assignment, and the undo log that leaves a carray and
+its files as they were when a write fails midway (`_UndoLog`); the first write of a carray opened with
+mode 'a', which takes the lock (`_start_writing`)."""
+
+import contextlib
+import pickle
+
+import numpy as np
+
+from blzarr.containers import indexing as ix
+from blzarr.query import stats as _stats
+from blzarr.storage.arraymeta import ArrayMeta
+from blzarr.containers.carray.read import CarrayBase, operator_index
+from blzarr.storage.chunk import chunk, compress_array, quantize
+from blzarr.errors import ConcurrentWriterError, FormatError, ReadOnlyError, storage_op
+from blzarr.storage.locking import lock_dir
+from blzarr.runtime.parallel import run_ordered
+from blzarr.storage.stores import open_dir
+
+WRITE_BATCH = 8         # full chunks handed to the store together by an append
+
+
+class _UndoLog:
+    """Stands for a carray's chunk sequence during one write call and remembers how to undo it: the
+    compressed bytes of every chunk it replaces, and what the first appended chunk replaced on disk."""
+
+    def __init__(self, chunks):
+        self.__dict__.update(_c=chunks, replaced=[], appended_from=None, leftover=None)
+
+    def __len__(self):
+        return len(self._c)
+
+    def __iter__(self):
+        return iter(self._c)
+
+    def __getitem__(self, i):
+        return self._c[i]
+
+    def __getattr__(self, name):
+        return getattr(self._c, name)
+
+    def __setattr__(self, name, value):
+        setattr(self._c, name, value)
+
+    def __setitem__(self, i, c):
+        self.replaced.append((i, bytes(self._c[i].getdata())))
+        self._c[i] = c
+
+    def _first_append(self):
+        if self.appended_from is None:
+            n = len(self._c)
+            self.__dict__["appended_from"] = n
+            self.__dict__["leftover"] = self._c.stored_last(n)
+
+    def append(self, c):
+        self._first_append()
+        self._c.append(c)
+
+    def append_many(self, cs):
+        self._first_append()
+        self._c.append_many(cs)
+
+
+class CarrayWrites(CarrayBase):
+    """Writing a `carray`."""
+
+    # ---------------------------------------------------------------- writing
+    def _split(self, length):
+        """(full chunks, atoms in the short last chunk) of `length` atoms."""
+        return (length, 0) if self._isobj else divmod(length, self._chunklen)
+
+    def _load_stats(self, nchunks):
+        if self._stats is not None:
+            raw = self._chunks.read_stats()
+            st = _stats.decode(raw, self._atom, self._chunklen) if raw is not None else None
+            if st is not None:
+                st.truncate(nchunks)
+                self._stats = st
+
+    def _start_writing(self):
+        """The first call that writes to a carray opened with mode 'a' (through it, its attributes or
+        its metalayers) comes here first: it takes the directory's lock (`LockError`, naming the
+        directory, when another process writes it), then does what opening for writing does (the
+        store repairs what a killed writer left, chunks past meta/sizes are dropped) and reads again
+        what another process may have rewritten since the carray was opened (the short last chunk,
+        the statistics, the attributes).  A carray another process made longer or shorter since
+        raises `ConcurrentWriterError` (reopen it to write)."""
+        with self._lock:
+            if self._mode == "r" or self.__dict__.get("_first_write") is None:
+                return
+            lock = lock_dir(self._rootdir)
+            try:
+                fresh = open_dir(self._rootdir, "a", None)       # repairs (under the lock)
+                meta = ArrayMeta.read(fresh, self._rootdir, self._allow_pickle)
+                if meta.length != self._opened_len:
+                    raise ConcurrentWriterError(
+                        f"'{self._rootdir}' was changed by another process since this object opened it "
+                        f"(it held {self._opened_len} items, it holds {meta.length}): reopen it "
+                        f"(blzarr.open) to write")
+                nchunks, nleft = self._split(meta.length)
+                nstored = nchunks + (1 if nleft else 0)
+                if getattr(fresh, "missing_tail", None) is not None and fresh.nchunks < nstored:
+                    fresh.missing_tail(nstored)             # as open_chunks does
+                store = self._chunks.store
+                store.close()
+                # the same store object writes from now on (metalayer objects handed out hold it)
+                state = {k: v for k, v in fresh.__dict__.items() if k not in ("_lock", "_first_write")}
+                if "_fds" in state:
+                    fresh._fds = type(state["_fds"])()      # its descriptors are the store's now
+                store.__dict__.update(state)
+                self._chunks.mode = "a"
+                self._chunks.set_nchunks(nchunks)
+                self._chunks.remove_stray(nstored)
+                self._len, self._nleft = meta.length, nleft
+                self._blockcache = None
+                if nleft:
+                    self._last = np.zeros_like(np.asarray(self._last))
+                    self._load_leftover(nchunks, nleft)
+                self._load_stats(nchunks)
+                self._attrs.reload()
+                self._attrs.mode = "a"
+            except BaseException:
+                lock.release()
+                raise
+            self._dirlock = lock
+            self._first_write = store._first_write = self._attrs._first_write = None
+
+    def _check_writable(self):
+        if self._mode == "r":
+            why = self.__dict__.get("_why_readonly")
+            if why is not None:
+                raise ReadOnlyError(f"cannot modify data: {why}")
+            raise ReadOnlyError("cannot modify data: the carray was opened with mode 'r'"
+                                + (f" ('{self._rootdir}')" if self._rootdir else ""))
+        if self.__dict__.get("_first_write") is not None:
+            self._start_writing()       # mode 'a': the lock is taken at the first write
+        err = getattr(self._last, "_error", None)
+        if err is not None:
+            raise FormatError(f"cannot modify '{self._rootdir}': its short last chunk cannot be read ({err}); "
+                              f"nothing was written.  Copy what is readable to a new directory with "
+                              f"blzarr.salvage(src, dst) (or `blzarr convert --salvage SRC DST`) and write there")
+
+    def _append_full_chunks(self, arr, pos):
+        """Append the full chunks of arr[pos:], in order; returns the position after the last one.
+
+        Every thread compresses chunks (the codec releases the GIL), each straight from `arr` into its
+        own bytes, while this thread hands the finished ones to the store in order (on disk: writes
+        them), so the store sees the same sequence of appends as one thread would make and the writes
+        overlap the compression of the next chunks."""
+        cl = self._chunklen
+        nfull = (len(arr) - pos) // cl
+        ts, cp, atom, store, st = self._typesize, self._cparams, self._chunk_atom, self._chunks, self._stats
+        first = len(store)
+        pending = []
+        # the entries of the new chunks, written by the compressing threads (past st.n: not yet known)
+        slots = st.slots(first + nfull, arr.dtype) if st is not None and st.n <= first else None
+
+        def compress(k):
+            piece = arr[pos + k * cl:pos + (k + 1) * cl]
+            if slots is not None:
+                # the statistics in the compressing call, first: their pass brings the chunk into this
+                # core's cache and the compressor reads it from there (bench/FINDINGS.md, issue 13)
+                return compress_array(piece, ts, cp, minmax=(slots[0], slots[1], first + k, slots[2]))
+            return compress_array(piece, ts, cp), self._stats_of(piece) if st is not None else None
+
+        def put(k, done):
+            # handed to the store WRITE_BATCH at a time: on disk, BLZ writes such a run in a few calls
+            pending.append(chunk(None, atom, _data=done[0]))
+            if slots is not None:
+                st.put_counted(first + k, done[1], cl)
+            elif st is not None:
+                st.put(first + k, done[1])
+            if len(pending) >= WRITE_BATCH or k == nfull - 1:
+                store.append_many(pending)
+                del pending[:]
+        run_ordered(compress, put, nfull)
+        return pos + nfull * cl
+
+    def _new_chunk(self, arr, minmax=None):
+        """The chunk of `arr`; with `minmax` (`compress_array`'s), (chunk, count of NaN/NaT)."""
+        if minmax is None:
+            return chunk(None, self._chunk_atom, _data=compress_array(arr, self._typesize, self._cparams))
+        data, nan = compress_array(arr, self._typesize, self._cparams, minmax=minmax)
+        return chunk(None, self._chunk_atom, _data=data), nan
+
+    def _coerce_input(self, array):
+        """`array` as a contiguous array of atoms, or a clear error; never modifies self."""
+        if self._isobj:
+            arr = np.empty(len(array), dtype=object) if not isinstance(array, np.ndarray) else array
+            if not isinstance(array, np.ndarray):
+                arr[:] = list(array)
+            return arr.reshape(-1)
+        if isinstance(array, CarrayBase):
+            array = array[:]
+        arr = np.asarray(array)
+        tail = self._atom.shape
+        if arr.dtype != self._atom.base:
+            if self.safe and arr.size and not np.can_cast(arr.dtype, self._atom.base, "same_kind") \
+                    and not (arr.dtype.kind in "iub" and self._atom.base.kind in "iufcb"):
+                raise TypeError(f"array dtype {arr.dtype} does not match the carray dtype {self._atom.base}")
+            arr = arr.astype(self._atom.base)
+        if arr.shape[1:] != tail or arr.ndim == 0:
+            if arr.ndim == len(tail):
+                arr = arr.reshape((1,) + arr.shape)
+            if arr.shape[1:] != tail:
+                try:
+                    arr = np.broadcast_to(arr, (arr.shape[0] if arr.ndim else 1,) + tail)
+                except ValueError:
+                    raise ValueError(
+                        f"array of shape {np.shape(array)} does not fit atoms of shape {tail}") from None
+        return np.ascontiguousarray(arr)
+
+    @storage_op("append to")
+    def append(self, array):
+        """Append the atoms of `array` (anything NumPy can convert) at the end."""
+        self._check_writable()
+        arr = self._coerce_input(array)
+        with self._lock:
+            if not self._isobj and len(arr) < self._chunklen - self._nleft:
+                # only copied into the free end of the leftover buffer, nothing written: nothing to undo
+                self._append(arr)
+                return
+            # the atoms in the leftover buffer change only when the append fills it into a chunk
+            with self._undoable():
+                self._append(arr)
+
+    def _append(self, arr):
+        n = len(arr)
+        if n == 0:
+            return
+        self._dirty = True
+        self._blockcache = None
+        if self._isobj:
+            for obj in arr:
+                data = np.frombuffer(pickle.dumps(obj, pickle.HIGHEST_PROTOCOL), dtype="u1")
+                self._chunks.append(self._new_chunk(data))
+            self._len += n
+            return
+        cl = self._chunklen
+        pos = 0
+        if self._nleft:
+            take = min(cl - self._nleft, n)
+            self._last[self._nleft:self._nleft + take] = arr[:take]
+            pos = take
+            if self._nleft + take == cl:
+                self._put_chunk(len(self._chunks), self._last)
+                self._nleft = 0
+            else:
+                self._nleft += take
+        if n - pos >= cl:
+            pos = self._append_full_chunks(arr, pos)
+        if pos < n:
+            rest = n - pos
+            self._last[:rest] = arr[pos:]
+            self._nleft = rest
+        self._len += n
+
+    @storage_op("flush")
+    def flush(self):
+        """Write the leftover atoms and the sizes to disk (no-op in memory, or when nothing changed)."""
+        if not self._ondisk or self._mode == "r" or not self._dirty:
+            return
+        with self._lock:
+            # the order keeps every flushed atom through a crash at any point: the data first (the
+            # short last chunk may then hold more atoms than meta/sizes counts, which opening
+            # tolerates), then meta/sizes (replaced atomically), then the chunks left past the end
+            nch = len(self._chunks)
+            if self._nleft:
+                c = self._new_chunk(self._last[:self._nleft])
+                self._chunks.put_last(nch, c.getdata())
+            self._chunks.sync()         # the chunks are durable before the sizes that count them
+            self._write_sizes()
+            if not self._nleft or self.__dict__.get("_stale_chunks", True):
+                self._chunks.remove_from(nch + (1 if self._nleft else 0))
+            self._stale_chunks = False
+            self._dirty = False
+            self._store_stats()
+
+    @storage_op("close")
+    def close(self):
+        """Flush, then give back the directory's write lock (``blzarr.locking``): the carray becomes
+        read-only.  Dropping the last reference does the same, without the flush.
+
+        Leaving a ``with`` block calls it: afterwards another process may write the directory, this
+        object still reads it, and a write raises `blzarr.ReadOnlyError` saying to reopen it with
+        ``blzarr.open(rootdir, mode='a')``.  In memory, closing changes nothing.
+        """
+        if self._ondisk and self._mode != "r":
+            self.flush()
+            self._why_readonly = (
+                f"the carray '{self._rootdir}' was closed (by close() or at the end of its `with` block), "
+                f"which gave back the directory's write lock; reopen it with "
+                f"blzarr.open({self._rootdir!r}, mode='a') to write again")
+        lock = self.__dict__.pop("_dirlock", None)
+        if lock is not None:
+            lock.release()
+        if self._ondisk:
+            self._mode = "r"
+            self._chunks.mode = "r"
+            self._attrs.mode = "r"
+            self._attrs._why_readonly = self.__dict__.get("_why_readonly")
+
+    @storage_op("resize")
+    def resize(self, nitems):
+        """Grow (filling with `dflt`) or shrink to `nitems` atoms."""
+        self._check_writable()
+        nitems = operator_index(nitems, "nitems")
+        if nitems < 0:
+            raise ValueError(f"nitems must be >= 0, got {nitems}")
+        if nitems > self._len:
+            if self._isobj:
+                self.append([None] * (nitems - self._len))
+                self.flush()
+                return
+            grow = nitems - self._len
+            step = max(self._chunklen, 1)
+            while grow > 0:
+                k = min(grow, step * 16)
+                block = np.empty((k,) + self._atom.shape, dtype=self._atom.base)
+                block[...] = self._dflt
+                with self._lock:
+                    self._append(block)
+                grow -= k
+            self.flush()
+        elif nitems < self._len:
+            self.trim(self._len - nitems)
+
+    @storage_op("trim")
+    def trim(self, nitems):
+        """Remove the last `nitems` atoms (a negative number grows, like resize)."""
+        self._check_writable()
+        nitems = operator_index(nitems, "nitems")
+        if nitems < 0:
+            return self.resize(self._len - nitems)
+        if nitems > self._len:
+            raise ValueError(f"cannot trim {nitems} atoms from a carray of {self._len}")
+        if nitems == 0:
+            return
+        with self._lock:
+            self._blockcache = None
+            newlen = self._len - nitems
+            self._dirty = True
+            if not self._ondisk:
+                if self._isobj:
+                    self._chunks.truncate(newlen)
+                    self._len = newlen
+                    return
+                cl = self._chunklen
+                keep_full, newleft = divmod(newlen, cl)
+                if keep_full < len(self._chunks):
+                    if newleft:
+                        tail = self._chunks[keep_full].decompress()
+                        self._last[:newleft] = tail[:newleft]
+                    self._chunks.truncate(keep_full)
+                    if self._stats is not None:
+                        self._stats.truncate(keep_full)
+                self._nleft = newleft
+                self._last[newleft:] = np.zeros((), dtype=self._last.dtype)  # void dtypes take no 0
+                self._len = newlen
+                return
+            # on disk, crash-safe: the new length goes to meta/sizes first (the chunks it no longer
+            # counts stay readable meanwhile), then flush rewrites the short last chunk and removes
+            # the chunks past the end
+            first = newlen if self._isobj else newlen // self._chunklen
+            self._chunks.forget_from(first)
+            self._truncate_view(newlen)
+            self._last[self._nleft:] = np.zeros((), dtype=self._last.dtype)  # void dtypes take no 0
+            self._stale_chunks = True
+            self._write_sizes()
+        self.flush()
+
+    def __setitem__(self, key, value):
+        self._check_writable()
+        if self._isobj:
+            raise NotImplementedError("assignment to object carrays is not supported")
+        if isinstance(key, str):
+            key = self._eval_key(key)
+        if isinstance(key, tuple):
+            if len(key) == 0:
+                key = slice(None)
+            elif len(key) == 1:
+                key = key[0]
+            else:
+                # read the rows the first key selects, assign into them, write them back
+                first, rest = key[0], key[1:]
+                if isinstance(first, (int, np.integer)):
+                    row = self[first]
+                    row[rest] = value
+                    self[first] = row
+                    return
+                rows = self[first]
+                rows[(slice(None),) + rest] = value
+                self[first] = rows
+                return
+        with self._lock, self._undoable(leftover=self._may_touch_leftover(key)):
+            self._blockcache = None
+            if isinstance(key, (int, np.integer)):
+                i = ix.normalize_int(key, self._len)
+                self._assign_positions(np.array([i]), self._values(value, 1, scalar=True))
+            elif isinstance(key, slice):
+                start, stop, step = key.indices(self._len)
+                n = ix.slice_length(start, stop, step)
+                if n == 0:
+                    return
+                vals = self._values(value, n)
+                if step < 0:
+                    start, step, vals = start + (n - 1) * step, -step, vals[::-1]
+                if step == 1:
+                    self._assign_range(start, start + n, vals)
+                else:
+                    self._assign_positions(np.arange(start, start + n * step, step), vals)
+            else:
+                if isinstance(key, CarrayBase):
+                    key = key[:]
+                pos = ix.positions_from_array(key, self._len)
+                if pos.size == 0:
+                    return
+                self._assign_positions(pos, self._values(value, pos.size))
+
+    @contextlib.contextmanager
+    def _undoable(self, leftover=True):
+        """Run a write (append, __setitem__) so that an exception in its middle (a full disk, an
+        interrupt) leaves this carray, and its files, as they were before it.  `leftover` False says
+        the write cannot change the atoms already in the leftover buffer (which are then not copied)."""
+        chunks = self._chunks
+        if isinstance(chunks, _UndoLog):      # nested: the outer call undoes
+            yield
+            return
+        keep = leftover and not self._isobj and self._nleft
+        saved = (self._len, self._nleft, self._last[:self._nleft].copy() if keep else None,
+                 self.__dict__.get("_dirty"))
+        log = self._chunks = _UndoLog(chunks)
+        try:
+            yield
+        except BaseException:
+            self._chunks = chunks
+            self._undo(log, saved)
+            raise
+        finally:
+            self._chunks = chunks
+
+    def _may_touch_leftover(self, key):
+        """False when assigning to `key` surely leaves the leftover buffer alone (cheap keys only)."""
+        first = len(self._chunks) * self._chunklen
+        if isinstance(key, (int, np.integer)):
+            return not -self._len <= key < first - self._len and not 0 <= key < first
+        if isinstance(key, slice):
+            start, stop, step = key.indices(self._len)
+            return max(start, stop) > first - (step < 0)
+        return True
+
+    def _undo(self, log, saved):
+        self._blockcache = None
+        chunks = log._c
+        n0 = log.appended_from
+        if n0 is not None:
+            chunks.undo_appends(n0, log.leftover)
+        for i, data in reversed(log.replaced):
+            if i < len(chunks):
+                chunks[i] = chunk(None, self._chunk_atom, _data=data)
+            if self._stats is not None:
+                self._stats.invalidate(i)   # computed again from the chunk when a query needs it
+        if self._stats is not None:
+            self._stats.truncate(len(chunks))
+        length, nleft, last, dirty = saved
+        self._len, self._nleft = length, nleft
+        if last is not None:
+            self._last[:nleft] = last
+        if dirty is not None:
+            self._dirty = dirty
+
+    def _values(self, value, n, scalar=False):
+        arr = np.asarray(value[:] if isinstance(value, CarrayBase) else value)
+        if arr.dtype != self._atom.base:
+            try:
+                arr = arr.astype(self._atom.base)
+            except (TypeError, ValueError) as e:
+                raise TypeError(f"cannot assign values of dtype {arr.dtype} to a carray of {self._atom.base}: {e}") from None
+        shape = (n,) + self._atom.shape
+        try:
+            return np.broadcast_to(arr, shape)
+        except ValueError:
+            raise ValueError(f"cannot assign values of shape {arr.shape} to a selection of shape "
+                             f"{shape if not scalar else self._atom.shape}") from None
+
+    def _assign_range(self, start, stop, vals):
+        self._dirty = True
+        cl = self._chunklen
+        nfull = len(self._chunks)
+        for n, lo, hi, off in ix.chunk_pieces(start, stop, cl):
+            piece = vals[off:off + hi - lo]
+            if n == nfull:
+                self._last[lo:hi] = piece
+            elif lo == 0 and hi == cl:
+                self._put_chunk(n, np.ascontiguousarray(piece))
+            else:
+                data = self._chunks[n].decompress()
+                data[lo:hi] = piece
+                self._put_chunk(n, data)
+
+    def _assign_positions(self, pos, vals):
+        self._dirty = True
+        nfull = len(self._chunks)
+        for cid, sel, local in ix.group_by_chunk(pos, self._chunklen):
+            if cid == nfull:
+                self._last[local] = vals[sel]
+            else:
+                data = self._chunks[cid].decompress()
+                data[local] = vals[sel]
+                self._put_chunk(cid, data)
+
+    def _stats_of(self, arr):
+        """`block_stats` of the values of `arr` as a chunk stores them (after the quantize filter)."""
+        if self._cparams.quantize and arr.dtype.kind == "f":
+            arr = quantize(arr, self._cparams.quantize)
+        return _stats.block_stats(arr)
+
+    def _put_chunk(self, n, arr):
+        """Store `arr` (a full chunk of atoms) as chunk n (n == nchunks appends), with its statistics."""
+        st = self._stats
+        slots = None
+        if st is not None:
+            st.invalidate(n)        # a write that fails half way leaves the entry unknown, not stale
+            slots = st.slots(n + 1, arr.dtype)
+        if slots is not None:
+            # the statistics in the compressing call (its first pass; the chunk is then in cache)
+            c, nan = self._new_chunk(arr, (slots[0], slots[1], n, slots[2]))
+        else:
+            got = self._stats_of(arr) if st is not None else None
+            c = self._new_chunk(arr)
+        if n == len(self._chunks):
+            self._chunks.append(c)
+        else:
+            self._chunks[n] = c
+        if slots is not None:
+            st.put_counted(n, nan, len(arr))
+        elif st is not None:
+            st.put(n, got)
+
+    def _store_stats(self):
+        """Write meta/stats when the statistics changed (after the chunks and meta/sizes: a file
+        older than the chunks is found stale by the chunks' fingerprints, never trusted)."""
+        st = self._stats
+        if st is None or not st.dirty or not self._ondisk or self._mode == "r":
+            return
+        if self.__dict__.get("_first_write") is not None:
+            return      # mode 'a' before its first write reads only: it changes no file
+        st.take_fingerprints(self._chunks)
+        self._chunks.write_stats(_stats.encode(st, len(self._chunks)))
+        st.dirty = False

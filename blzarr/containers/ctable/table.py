@@ -1,0 +1,980 @@
+"""`ctable`: a columnar table, one carray per column, with bcolz's ctable API.
+
+On disk a ctable is a directory holding
+
+    root/__rootdirs__   JSON ``{"names": [...]}``: the column names, in order
+    root/__attrs__      JSON: user attributes
+    root/<name>/        one carray directory per column, in either layout (where bcolz 1.x puts
+                        them, so ``carray(rootdir=os.path.join(root, name))`` opens one column)
+    root/data/<name>/   the columns of BLZ ctables written before blzarr 0.1 (still opened)
+  Queries (`where`, `whereblocks`, `fetchwhere`, a string key)
+evaluate the expression block by block (`blzarr.chunked_eval.evaluate_blocks`) and read only the rows
+of each block they need, so no column is ever decompressed whole to answer one.
+"""
+
+import os
+import sys
+import warnings
+
+import numpy as np
+
+from blzarr.storage import fileio
+from blzarr.containers import indexing as ix
+from blzarr.runtime import integrations
+from blzarr.storage.attrs import attrs as _attrs
+from blzarr.containers.carray.array import carray, compression_ratio, human_readable_size
+from blzarr.errors import ConcurrentWriterError, FormatError, StorageError, storage_error, storage_op
+from blzarr.storage.locking import FirstWrite, lock_dir
+from blzarr.runtime.params import cparams as _cparams, defaults
+from blzarr.storage.files import ATTRS_FILE, ROOTDIRS_FILE, ObjectPath, read_json, write_json
+from blzarr.storage.bytestore import is_url, join, local_path, open_bytestore
+# the parts of ctable, one module each (the moved names stay importable from here)
+from blzarr.containers.ctable.read import NROW, CtableBase, CtableReads, _split_outcols  # noqa: F401
+from blzarr.containers.ctable.write import _CARRAY_KW, CtableWrites, check_name
+from blzarr.containers.ctable.query import MIN_QUERY_BLEN, CtableQueries  # noqa: F401
+
+from blzarr.containers.arrayprint import array2string  # noqa: E402,F401
+
+ROOTDIRS = ROOTDIRS_FILE
+attrs = _attrs
+
+# rows per block when a query has no column to take a chunk length from
+DEFAULT_BLEN = 65536
+
+# the columns of a ctable live at root/<name> in both layouts; BLZ ctables written by earlier blzarr
+# versions keep theirs at root/data/<name> and still open
+BLZ_COLUMNS_DIR = "data"
+
+
+def legacy_columns_dir(root, fmt):
+    """``root/data`` when `root` is a BLZ ctable of the earlier layout (columns at root/data/<name>),
+    else None.  A new-layout table only has ``root/data`` when a column is named 'data', and then it
+    is a carray directory (it has ``meta/storage``)."""
+    d = os.path.join(root, BLZ_COLUMNS_DIR)
+    if fmt == "blz" and os.path.isdir(d) and not os.path.exists(os.path.join(d, "meta", "storage")):
+        return d
+    return None
+
+
+# ------------------------------------------------------------------------------------------- cols
+class cols:
+    """The columns of a ctable (``t.cols``): a mapping of names to carrays, in column order.
+
+    ``t.cols['a']`` (or ``t.cols[0]``) is the carray of column 'a' itself, not a copy.  Assigning
+    ``t.cols['a'] = data`` replaces that column's values (same length; converted to its dtype), or
+    adds a new last column when 'a' is not one.
+
+    Examples
+    --------
+    >>> import numpy as np, blzarr
+    >>> t = blzarr.ctable([np.arange(3), np.zeros(3)], names=["a", "b"])
+    >>> t.cols.keys(), type(t.cols["a"]).__name__, t.cols[1].dtype
+    (['a', 'b'], 'carray', dtype('float64'))
+    >>> t.cols["b"] = [0.5, 1.5, 2.5]
+    >>> t.cols["c"] = np.arange(3) * 2
+    >>> t[2].tolist()
+    (2, 2.5, 4)
+    """
+
+    def __init__(self, table):
+        self._table = table
+        self.names = []
+        self._cols = {}
+
+    def __getitem__(self, name):
+        if isinstance(name, (int, np.integer)):
+            name = self.names[name]
+        try:
+            return self._cols[name]
+        except KeyError:
+            raise KeyError(f"no column named {name!r} (columns: {self.names})") from None
+
+    def __setitem__(self, name, data):
+        """Replace the data of column `name` (same dtype and cparams), or add a new column at the end."""
+        if name in self._cols:
+            self._table._replace_col(name, data)
+        else:
+            self._table.addcol(data, name=name)
+
+    def __contains__(self, name):
+        return name in self._cols
+
+    def __iter__(self):
+        return iter(list(self.names))
+
+    def __len__(self):
+        return len(self.names)
+
+    def keys(self):
+        return list(self.names)
+
+    def values(self):
+        return [self._cols[n] for n in self.names]
+
+    def items(self):
+        return [(n, self._cols[n]) for n in self.names]
+
+    def __str__(self):
+        return "".join(f"{n} : {self._cols[n]}\n" for n in self.names)
+
+    def __repr__(self):
+        return "".join(f"{n} : {self._cols[n]!r}\n" for n in self.names)
+
+
+# ------------------------------------------------------------------------------------------- ctable
+
+def _create_or_open(self, args, kwargs):
+    """The verb of the constructor's StorageError: columns or mode 'w' create, otherwise open."""
+    data = args[0] if args else kwargs.get("columns")
+    return "create" if data is not None or kwargs.get("mode") == "w" else "open"
+
+
+class ctable(CtableQueries, CtableWrites, CtableReads, CtableBase):
+    """ctable(columns=None, names=None, rootdir=None, mode=None, cparams=None, expectedlen=None,
+    chunklen=None, format=None, auto_flush=True, allow_pickle=False, **kwargs)
+
+    A compressed table stored column by column, one `carray` per column.
+
+    Parameters
+    ----------
+    columns : structured array, list/tuple of columns, dict, or ctable, optional
+        The data.  A list may hold NumPy arrays, carrays, or anything `carray` accepts; a dict maps
+        names to columns.  Without it, `rootdir` is opened.
+    names : list of str or str, optional
+        Column names (default: the structured dtype's or dict's names, else 'f0', 'f1', ...).
+        They must be Python identifiers and safe directory names.
+    rootdir : str, optional
+        Persist the table in this directory.  Without `columns`, the table stored there is opened.
+    mode : {'r', 'a', 'w'}, optional
+        'r' read-only, 'a' open for appending (default when `rootdir` exists), 'w' create or replace
+        (default when it does not).
+    cparams, expectedlen, chunklen, dflt :
+        Passed to the carrays this creates.  Carrays given in `columns` are used as they are for an
+        in-memory table (no copy) and copied into `rootdir` for an on-disk one.
+    format : {'blz', 'bcolz'}, optional
+        The on-disk layout of a new table: 'blz' (the default, checksummed superchunk files, columns
+        under ``root/data/``) or 'bcolz' (the bcolz 1.x layout, which bcolz can open).  An existing
+        table keeps its own.
+    auto_flush : bool
+        For an on-disk table, flush the columns after every append/addcol/resize (default True).
+    allow_pickle : bool
+        Opening a table with a column of dtype ``object`` (stored as pickles) needs True.
+
+    Notes
+    -----
+    ``t[i]`` gives a row (a NumPy record), ``t[i:j]``, ``t[[i, j]]`` and ``t[mask]`` structured
+    arrays, ``t['name']`` a column (a carray, the same as ``t.cols['name']``) and ``t['expr']`` the
+    rows where the expression is true.  Queries read the columns block by block.
+
+    Examples
+    --------
+    >>> import numpy as np, blzarr
+    >>> t = blzarr.ctable([np.arange(5), np.arange(5) * 0.5], names=["a", "b"])
+    >>> len(t), t.names, t.dtype
+    (5, ['a', 'b'], dtype([('a', '<i8'), ('b', '<f8')]))
+    >>> t[1].tolist(), t["b"][:3].tolist()
+    ((1, 0.5), [0.0, 0.5, 1.0])
+    >>> t["a > 2"].tolist()
+    [(3, 1.5), (4, 2.0)]
+    >>> [float(r.b) for r in t.where("(a > 1) & (b < 2)")]
+    [1.0, 1.5]
+
+    On disk, and opened again:
+
+    >>> d = blzarr.ctable({"x": np.arange(3), "y": np.array([1.0, 2.0, 3.0])}, rootdir="ctable_example",
+    ...                   mode="w")
+    >>> d.format
+    'blz'
+    >>> blzarr.open("ctable_example", mode="r")["x >= 1"].tolist()
+    [(1, 2.0), (2, 3.0)]
+    >>> import shutil; shutil.rmtree("ctable_example")
+    """
+
+    @storage_op(_create_or_open)
+    def __init__(self, columns=None, names=None, **kwargs):
+        rootdir = kwargs.pop("rootdir", None)
+        mode = kwargs.pop("mode", None)
+        auto_flush = kwargs.pop("auto_flush", True)
+        allow_pickle = kwargs.pop("allow_pickle", False)
+        storage_options = kwargs.pop("storage_options", None)
+        cp = kwargs.get("cparams")
+        unknown = set(kwargs) - set(_CARRAY_KW)
+        if unknown:
+            raise TypeError(f"ctable() got unexpected keyword arguments {sorted(unknown)}")
+        self._rootdir = local_path(os.fspath(rootdir)) if rootdir is not None else None
+        self._bytes = open_bytestore(self._rootdir, storage_options) \
+            if self._rootdir is not None and (is_url(self._rootdir) or storage_options) else None
+        if self._bytes is not None:
+            self._rootdir = self._bytes.root
+            exists = self._bytes.exists(ROOTDIRS_FILE)
+        else:
+            exists = self._rootdir is not None and os.path.exists(self._rootdir)
+        if mode is None:
+            mode = "a" if exists else "w"
+        if mode not in ("r", "a", "w"):
+            raise ValueError(f"mode must be 'r', 'a' or 'w', got {mode!r}")
+        if self._rootdir is None and columns is None:
+            raise ValueError("ctable() needs `columns`, or a `rootdir` to open")
+        self._mode = mode
+        self.auto_flush = bool(auto_flush) and self._rootdir is not None
+        self._cparams = _cparams.coerce(cp)
+        self._cparams_given = cp is not None
+        self._format = None
+        self._columns_base = self._rootdir
+        if self._rootdir is not None and columns is not None:
+            self._format = kwargs.get("format") or defaults.format
+            if self._format not in ("bcolz", "blz"):
+                raise ValueError(f"format must be 'bcolz' or 'blz', got {self._format!r}")
+        self._ckw = {k: v for k, v in kwargs.items() if v is not None}
+        self._ckw.pop("cparams", None)
+        if self._bytes is not None:
+            self._ckw["storage_options"] = storage_options
+        self.cols = cols(self)
+        self._len = 0
+        if columns is None:
+            if not exists:
+                raise StorageError(f"cannot open ctable '{self._rootdir}': it does not exist")
+            self._open(allow_pickle)
+            return
+        if exists and mode != "w":
+            raise StorageError(
+                f"'{self._rootdir}' already exists and mode is {mode!r}: pass mode='w' to replace it, "
+                "or open it (without `columns`) and append")
+        self._create(columns, names, kwargs)
+
+    # ------------------------------------------------------------------ creation and opening
+    def _col_kwargs(self, **extra):
+        kw = dict(self._ckw)
+        kw["cparams"] = self._cparams
+        if self._format is not None:
+            kw.setdefault("format", self._format)
+        kw.update(extra)
+        return kw
+
+    def _col_dir(self, name):
+        if self._rootdir is None:
+            return None
+        return join(self._columns_base, name)
+
+    def _make_rootdir(self):
+        if self._bytes is not None:
+            self._bytes.remove_all()     # object storage: no lock (one writer at a time)
+            return
+        old_lock = None
+        if os.path.exists(self._rootdir):
+            try:
+                if os.path.isdir(self._rootdir) and not os.path.islink(self._rootdir):
+                    old_lock = lock_dir(self._rootdir)   # never remove what another process writes
+                    fileio.rmtree(self._rootdir)
+                else:
+                    fileio.unlink(self._rootdir)
+            except StorageError:
+                raise
+            except OSError as e:
+                raise storage_error(e, f"cannot replace '{self._rootdir}' (mode 'w' removes what it "
+                                       "holds first)") from e
+        fileio.makedirs(self._rootdir)
+        if fileio.sync_enabled():
+            fileio.fsync_dir(os.path.dirname(os.path.abspath(self._rootdir)))
+        self._dirlock = lock_dir(self._rootdir)
+        if old_lock is not None:
+            old_lock.release()
+
+    def _create(self, columns, names, kwargs):
+        if isinstance(names, str):
+            names = _split_outcols(names)
+        elif isinstance(names, tuple):
+            names = list(names)
+        if names is not None and not isinstance(names, list):
+            raise ValueError(f"`names` must be a list, a tuple or a string, got {type(names).__name__}")
+        if isinstance(columns, ctable):
+            names = names if names is not None else columns.names
+            columns = [columns.cols[n] for n in columns.names]
+        if isinstance(columns, dict):
+            if names is None:
+                names = list(columns)
+            data = [columns[k] for k in columns]
+        elif isinstance(columns, np.ndarray) and columns.dtype.names is not None:
+            if columns.ndim != 1:
+                raise ValueError(f"a structured array for a ctable must be one-dimensional, "
+                                 f"got shape {columns.shape}")
+            data = [columns[n] for n in columns.dtype.names]
+            if names is None:
+                names = list(columns.dtype.names)
+        elif isinstance(columns, (list, tuple)):
+            data = list(columns)
+        elif isinstance(columns, np.ndarray):
+            raise ValueError("`columns` must be a structured array (or a list of arrays): "
+                             f"got an array of dtype {columns.dtype}")
+        else:
+            raise ValueError(f"`columns` of type {type(columns).__name__} is not supported "
+                             "(use a structured array, a list of columns, a dict or a ctable)")
+        if names is None:
+            names = [f"f{i}" for i in range(len(data))]
+        if len(names) != len(data):
+            raise ValueError(f"`columns` has {len(data)} columns and `names` has {len(names)}")
+        names = [check_name(n) for n in names]
+        if len(set(names)) != len(names):
+            raise ValueError(f"column names must be unique, got {names}")
+        lengths = set()
+        for name, col in zip(names, data):
+            if isinstance(col, np.ndarray) and col.dtype.kind == "V" and col.dtype.names is None:
+                raise ValueError(f"column {name!r}: void arrays cannot be columns")
+            lengths.add(len(col) if hasattr(col, "__len__") else -1)
+        if len(lengths) > 1:
+            raise ValueError(f"all `columns` must have the same length, got lengths {sorted(lengths)}")
+        if self._bytes is not None:
+            self._make_rootdir()
+        elif self._rootdir is not None:
+            target = os.path.realpath(self._rootdir)
+            for name, col in zip(names, data):
+                src = getattr(col, "rootdir", None) if isinstance(col, carray) else None
+                if src is not None and os.path.commonpath([os.path.realpath(src), target]) == target:
+                    raise ValueError(f"column {name!r} is stored in '{src}', inside the rootdir of the new "
+                                     "ctable, which would be removed first: copy it elsewhere")
+            self._make_rootdir()
+        try:
+            for name, col in zip(names, data):
+                self.cols.names.append(name)
+                self.cols._cols[name] = self._new_column(col, name)
+            self._len = len(self.cols._cols[names[0]]) if names else 0
+            self._write_rootdirs()
+            self._attrs = _attrs(self._rootdir, self._mode, _new=True, path=self._attrs_path)
+        except BaseException:
+            if self._bytes is not None:
+                self._bytes.remove_all()
+            elif self._rootdir is not None and os.path.isdir(self._rootdir):
+                fileio.rmtree(self._rootdir, ignore_errors=True)
+            raise
+        self.flush()
+
+    def _new_column(self, col, name, **kw):
+        """A carray for column `name` from `col` (a carray in memory is kept as it is)."""
+        rd = self._col_dir(name)
+        kwargs = self._col_kwargs(**kw)
+        if isinstance(col, carray):
+            if rd is None:
+                return col
+            keep = {k: v for k, v in kwargs.items() if k in ("chunklen", "dflt", "format", "storage_options")}
+            if "cparams" in kw or self._cparams_given:
+                keep["cparams"] = kwargs["cparams"]
+            return self._copy_carray(col, rd, keep)
+        if rd is not None:
+            kwargs.update(rootdir=rd, mode="w")
+        if not isinstance(col, np.ndarray):
+            col = np.asarray(col)
+            if col.dtype.kind == "U" and col.dtype.itemsize == 0:
+                col = col.astype("U1")
+        if col.dtype.kind == "V" and col.dtype.names is None:
+            raise ValueError(f"column {name!r}: void arrays cannot be columns")
+        if col.dtype.names is not None:
+            raise ValueError(f"column {name!r}: nested structured columns are not supported")
+        if col.ndim == 0:
+            raise ValueError(f"column {name!r} is a scalar, not a sequence")
+        return carray(col, **kwargs)
+
+    @staticmethod
+    def _copy_carray(col, rd, kw):
+        kw = dict(kw)
+        kw.setdefault("cparams", col.cparams)
+        kw.setdefault("chunklen", col.chunklen)
+        kw.setdefault("dflt", col.dflt[()] if col.dtype.kind != "O" else None)
+        fmt = kw.pop("format", None)
+        new = carray(np.empty((0,) + col.shape[1:], dtype=col.dtype), rootdir=rd, mode="w",
+                     **({"format": fmt} if fmt else {}), **kw)
+        for s in range(0, len(col), max(col.chunklen, 1)):
+            new.append(col[s:s + col.chunklen])
+        new.flush()
+        return new
+
+    @property
+    def _attrs_path(self):
+        if self._bytes is not None:
+            return ObjectPath(self._bytes, ATTRS_FILE)
+        return os.path.join(self._rootdir, ATTRS_FILE) if self._rootdir is not None else None
+
+    def _write_rootdirs(self):
+        if self._rootdir is not None:
+            meta = {"names": list(self.cols.names)}
+            if self._format == "blz":
+                meta["format"] = "blz"  # bcolz writes (and expects) only "names"
+            write_json(ObjectPath(self._bytes, ROOTDIRS_FILE) if self._bytes is not None
+                       else os.path.join(self._rootdir, ROOTDIRS_FILE), meta)
+
+    def _open(self, allow_pickle):
+        root = self._rootdir
+        remote = self._bytes is not None
+        if not remote and not os.path.isdir(root):
+            raise StorageError(f"'{root}' is not a directory")
+        path = ObjectPath(self._bytes, ROOTDIRS_FILE) if remote else os.path.join(root, ROOTDIRS_FILE)
+        meta = read_json(path, "ctable column list")
+        if not isinstance(meta, dict) or not isinstance(meta.get("names"), list):
+            raise FormatError(f"'{path}' must hold a JSON object with a 'names' list")
+        names = []
+        for n in meta["names"]:
+            try:
+                names.append(check_name(n))
+            except ValueError as e:
+                raise FormatError(f"'{path}': {e}") from None
+        if len(set(names)) != len(names):
+            raise FormatError(f"'{path}': column names are repeated: {names}")
+        fmt = meta.get("format", "bcolz")
+        if fmt not in ("bcolz", "blz"):
+            raise FormatError(f"'{path}': unknown format {fmt!r} (expected 'bcolz' or 'blz')")
+        self._format = fmt
+        self._columns_base = (None if remote else legacy_columns_dir(root, fmt)) or root
+        mode = self._mode
+        self._allow_pickle = allow_pickle
+        # mode 'a' reads as mode 'r' does (no lock, nothing repaired) until the first call that writes
+        # (`_start_writing`): several processes may open a table with the default mode and read it
+        lazy = mode == "a" and not remote
+        if remote:
+            for n in names:
+                self.cols.names.append(n)
+                self.cols._cols[n] = carray(rootdir=self._col_dir(n), mode=mode, allow_pickle=allow_pickle,
+                                            storage_options=self._bytes.storage_options)
+            names = []
+        elif mode != "r" and not lazy:
+            self._dirlock = lock_dir(root)   # one writer process at a time; mode 'r' takes no lock
+        real_root = None if remote else os.path.realpath(root)
+        for n in names:
+            d = self._col_dir(n)
+            if not os.path.isdir(d):
+                raise StorageError(f"column directory '{d}' listed in '{path}' does not exist")
+            real = os.path.realpath(d)
+            if os.path.commonpath([real, real_root]) != real_root or real == real_root:
+                # a symlink (or a renamed directory) taking a column outside the table
+                raise FormatError(f"column directory '{d}' listed in '{path}' resolves to '{real}', "
+                                  f"outside the ctable's root directory")
+            self.cols.names.append(n)
+            self.cols._cols[n] = carray(rootdir=d, mode=mode, allow_pickle=allow_pickle)
+        lengths = {n: len(c) for n, c in self.cols._cols.items()}
+        if len(set(lengths.values())) > 1:
+            # the columns are flushed one after the other: a writer killed between two of them (or
+            # seen by a reader meanwhile) leaves some longer.  The rows are those every column holds;
+            # a writer opening the table drops the extra atoms, a reader just does not show them.
+            n = min(lengths.values())
+            for c in self.cols._cols.values():
+                if len(c) > n:
+                    if mode == "r" or lazy:
+                        c._truncate_view(n)     # a writer drops the extra atoms (at its first write)
+                    else:
+                        c.trim(len(c) - n)
+            warnings.warn(f"the columns of ctable '{root}' have different lengths {lengths} (an interrupted "
+                          f"write?): only the {n} rows every column holds are used", RuntimeWarning,
+                          stacklevel=3)
+        self._len = min(lengths.values()) if lengths else 0
+        if names:
+            self._cparams = self.cols[names[0]].cparams
+        self._attrs = _attrs(root, "r" if lazy else mode, path=self._attrs_path)
+        if lazy:
+            self._first_write = self._attrs._first_write = FirstWrite(self._start_writing)
+        if mode == "w":
+            self._attrs.mode = "a"
+            for k in [k for k, _ in self._attrs]:
+                del self._attrs[k]
+            self._attrs.mode = "w"
+
+    def _start_writing(self):
+        """The first call that writes to a table opened with mode 'a' (or to its attributes) comes here
+        first: the table's lock is taken (`LockError` naming the directory when another process
+        writes it), each column starts writing (its own lock, its store's repair), the atoms some
+        columns hold past the others are dropped (what opening for writing did), and the attributes
+        are read again.  A table another process changed since it was opened (other columns, another
+        length) raises `ConcurrentWriterError` (reopen it to write)."""
+        if self._mode == "r" or self.__dict__.get("_first_write") is None:
+            return
+        root = self._rootdir
+        lock = lock_dir(root)
+        try:
+            meta = read_json(os.path.join(root, ROOTDIRS_FILE), "ctable column list")
+            names = meta.get("names") if isinstance(meta, dict) else None
+            if names != list(self.cols.names):
+                raise ConcurrentWriterError(
+                    f"'{root}' was changed by another process since this object opened it (columns "
+                    f"{list(self.cols.names)}, now {names}): reopen it (blzarr.open) to write")
+            for c in self.cols.values():
+                c._start_writing()
+            lengths = [len(c) for c in self.cols.values()]
+            n = min(lengths) if lengths else 0
+            if n != self._len:
+                raise ConcurrentWriterError(
+                    f"'{root}' was changed by another process since this object opened it (it held "
+                    f"{self._len} rows, it holds {n}): reopen it (blzarr.open) to write")
+            for c in self.cols.values():
+                if len(c) > n:
+                    c.trim(len(c) - n)
+            self._attrs.reload()
+            self._attrs.mode = "a"
+        except BaseException:
+            lock.release()
+            raise
+        self._dirlock = lock
+        self._first_write = self._attrs._first_write = None
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def names(self):
+        """The column names, in order (a copy)."""
+        return list(self.cols.names)
+
+    @property
+    def dtype(self):
+        """The structured dtype of a row."""
+        fields = []
+        for n in self.cols.names:
+            c = self.cols._cols[n]
+            fields.append((n, c.dtype) if c.ndim == 1 else (n, c.dtype, c.shape[1:]))
+        return np.dtype(fields)
+
+    @property
+    def len(self):
+        return self._len
+
+    def __len__(self):
+        return self._len
+
+    @property
+    def shape(self):
+        return (self._len,)
+
+    @property
+    def ndim(self):
+        return 1
+
+    @property
+    def size(self):
+        # a NumPy integer, as bcolz's np.prod(shape)
+        return np.int64(self._len)
+
+    @property
+    def nbytes(self):
+        """The size of the data uncompressed, in bytes: the sum of the columns' `carray.nbytes`."""
+        return sum(c.nbytes for c in self.cols.values())
+
+    @property
+    def cbytes(self):
+        """The size of the compressed data, in bytes: the sum of the columns' `carray.cbytes` (each
+        counts its compressed chunks plus the whole buffer of its last, partial chunk, as bcolz does).
+        The ratio shown everywhere is ``nbytes / cbytes``."""
+        return sum(c.cbytes for c in self.cols.values())
+
+    @property
+    def cparams(self):
+        return self._cparams
+
+    @property
+    def rootdir(self):
+        return self._rootdir
+
+    @property
+    def mode(self):
+        return self._mode
+
+    @property
+    def attrs(self):
+        return self._attrs
+
+    @property
+    def format(self):
+        """The on-disk layout of the columns: 'bcolz' or 'blz' (both at root/<name>), None in memory."""
+        return self._format
+
+    @property
+    def chunklen(self):
+        """The smallest chunklen of the columns (the natural block length of the table)."""
+        cls = [c.chunklen for c in self.cols.values()]
+        return min(cls) if cls else DEFAULT_BLEN
+
+    def __sizeof__(self):
+        return self.cbytes
+
+    def free_cachemem(self):
+        """Drop the columns' caches of decompressed data."""
+        for c in self.cols.values():
+            c.free_cachemem()
+
+    def copy(self, **kwargs):
+        """A copy of the table, in memory or (with `rootdir`) on disk.
+
+        Parameters
+        ----------
+        **kwargs
+            ``rootdir``, ``mode``, ``cparams``, ``expectedlen``, ``chunklen``, ``names`` and
+            ``format`` of the copy (an on-disk copy keeps the original's layout unless `format`
+            is given).
+
+        Returns
+        -------
+        ctable
+
+        Examples
+        --------
+        >>> import numpy as np, blzarr
+        >>> t = blzarr.ctable([np.arange(3)], names=["a"])
+        >>> c = t.copy(names=["b"], cparams={"clevel": 9})
+        >>> c.names, c.cparams.clevel, c["b"][:].tolist()
+        (['b'], 9, [0, 1, 2])
+        """
+        rootdir = kwargs.pop("rootdir", None)
+        mode = kwargs.pop("mode", "w" if rootdir is not None else "a")
+        names = kwargs.pop("names", None) or self.names
+        unknown = set(kwargs) - set(_CARRAY_KW)
+        if unknown:
+            raise TypeError(f"copy() got unexpected keyword arguments {sorted(unknown)}")
+        if rootdir is not None and self._rootdir is not None and \
+                os.path.abspath(os.fspath(rootdir)) == os.path.abspath(self._rootdir):
+            raise StorageError("copy(): the rootdir of the copy must differ from the original's")
+        if len(names) != len(self.cols.names):
+            raise ValueError(f"copy(): `names` needs {len(self.cols.names)} names, got {len(names)}")
+        if rootdir is not None:
+            if self._format is not None:
+                kwargs.setdefault("format", self._format)
+            return ctable([self.cols._cols[n] for n in self.cols.names], names, rootdir=rootdir,
+                          mode=mode, **kwargs)
+        copies = []
+        for n in self.cols.names:
+            c = self.cols._cols[n]
+            kw = {k: v for k, v in kwargs.items() if k != "format"}
+            copies.append(c.copy(**kw))
+        return ctable(copies, names, **{k: v for k, v in kwargs.items() if k == "cparams"})
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        """Leaving a ``with`` block closes the table, as leaving ``with open(...)`` closes a file:
+        on disk it is flushed, the directory's write lock is given back and later writes raise
+        `blzarr.ReadOnlyError` (reads go on working); see `close`.  In memory it only flushes."""
+        if self._rootdir is None:
+            self.flush()
+        else:
+            self.close()
+        return False
+
+    def __getitem__(self, key):
+        if isinstance(key, str):
+            if key in self.cols._cols:
+                return self.cols._cols[key]
+            return self._fetch(key, None, None, 0, {}, None, sys._getframe(1))
+        if not self.cols.names:
+            raise KeyError("cannot read rows from a ctable with no columns")
+        if isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
+            i = ix.normalize_int(key, self._len)
+            row = np.empty(1, dtype=self.dtype)
+            for n in self.cols.names:
+                row[n][0] = self.cols._cols[n][i]
+            return row[0]
+        if isinstance(key, slice):
+            start, stop, step = key.indices(self._len)
+            out = np.empty(ix.slice_length(start, stop, step), dtype=self.dtype)
+            for n in self.cols.names:
+                out[n] = self.cols._cols[n][key]
+            return out
+        if isinstance(key, tuple):
+            if len(key) != 1:
+                raise IndexError("multidimensional keys are not supported by ctable")
+            return self[key[0]]
+        if key is Ellipsis:
+            return self[:]
+        if isinstance(key, list) and key and all(isinstance(k, str) for k in key):
+            return ctable([self.cols[n] for n in key], list(key))
+        if isinstance(key, list) and not key:
+            return np.empty(0, dtype=self.dtype)
+        if isinstance(key, carray):
+            if key.dtype == bool:
+                return self._rows_at(self._mask_positions(key))
+            key = key[:]
+        arr = np.asarray(key)
+        if arr.dtype == bool:
+            if arr.ndim != 1 or len(arr) != self._len:
+                raise IndexError(f"boolean index has shape {arr.shape}, the ctable has {self._len} rows")
+            return self._rows_at(np.flatnonzero(arr))
+        if arr.dtype.kind not in "iu" and arr.size:
+            raise IndexError(f"ctable indices must be ints, slices, int or bool arrays, column names "
+                             f"or expressions; got {key!r}")
+        return self._rows_at(ix.positions_from_array(arr.astype(np.intp, copy=False), self._len))
+
+    def __array__(self, dtype=None, copy=None):
+        if copy is False:
+            raise ValueError("a ctable cannot be viewed as a NumPy array without a copy")
+        a = self[:]
+        return a if dtype is None else a.astype(dtype)
+
+    def fetchwhere(self, expression, outcols=None, limit=None, skip=0, out_flavor=None, user_dict={},
+                   vm=None, **kwargs):
+        """All the rows where `expression` is true, at once.
+
+        Parameters
+        ----------
+        expression : str, or boolean array or carray
+            As in `where`.
+        outcols, limit, skip, user_dict, vm
+            As in `where`.
+        out_flavor : {'bcolz', 'numpy'}, optional
+            A new ctable ('bcolz', also 'carray') or a NumPy structured array ('numpy').
+            Default: ``blzarr.defaults.out_flavor``.
+        **kwargs
+            Passed to the `ctable` constructor of the result (``rootdir``, ``cparams``, ...).
+
+        Returns
+        -------
+        ctable or numpy.ndarray
+
+        Examples
+        --------
+        >>> import numpy as np, blzarr
+        >>> t = blzarr.ctable([np.arange(6), np.arange(6) * 10], names=["a", "c"])
+        >>> t.fetchwhere("(a > 1) & (c < 50)", out_flavor="numpy").tolist()
+        [(2, 20), (3, 30), (4, 40)]
+        >>> r = t.fetchwhere("a > 3", outcols=["c"])
+        >>> type(r).__name__, r[:].tolist()
+        ('ctable', [(40,), (50,)])
+        """
+        out_flavor = out_flavor or defaults.out_flavor
+        frame = sys._getframe(1)
+        if out_flavor == "numpy":
+            return self._fetch(expression, outcols, limit, skip, user_dict, vm, frame)
+        if out_flavor not in ("bcolz", "carray"):
+            raise ValueError(f"out_flavor must be 'bcolz' or 'numpy', got {out_flavor!r}")
+        names = self._check_outcols(outcols)
+        self._check_expression(expression, user_dict, frame, vm)
+        dt = self._dtype_of(names)
+        # the chunk lengths of bcolz's result (its fromiter(count=-1) expects an unknown length)
+        kwargs.setdefault("expectedlen", -1)
+        out = None
+        for arrays in self._where_blocks(expression, names, limit, skip, user_dict, vm, frame):
+            if out is None:
+                out = ctable(list(arrays), names, **kwargs)
+                out.auto_flush = False
+            else:
+                out.append(list(arrays))
+        if out is None:
+            out = ctable([np.empty(0, dtype=dt[n]) for n in names], names, **kwargs)
+        out.auto_flush = out.rootdir is not None
+        out.flush()
+        return out
+
+    # ------------------------------------------------------------------ dask, arrow, pickling
+    def to_dask(self, columns=None, partition_chunks=None):
+        """A dask DataFrame over the table, without reading it (needs dask).
+
+        The index is the row number.  There is one partition per superchunk file in the BLZ layout
+        (of the column with the smallest superchunks), else per group of whole chunks; each task
+        reads only its own rows.  An on-disk table pickles by its directory, so the frame works on
+        a distributed cluster whose workers see the same files.
+
+        Parameters
+        ----------
+        columns : list of str, optional
+            The columns to include (default: all; they must be 1-d).
+        partition_chunks : int, optional
+            Chunks per partition, instead of the automatic choice.
+
+        Returns
+        -------
+        dask.dataframe.DataFrame
+
+        Examples
+        --------
+        >>> import numpy as np, blzarr
+        >>> t = blzarr.ctable([np.arange(5), np.arange(5) * 0.5], names=["a", "b"])
+        >>> df = t.to_dask()
+        >>> int(df["a"].sum().compute()), list(df.columns)
+        (10, ['a', 'b'])
+        """
+        return integrations.get("ctable_to_dask")(self, columns, partition_chunks)
+
+    def to_arrow(self, columns=None):
+        """A pyarrow Table with the table's columns, built one record batch per block (needs pyarrow).
+
+        Parameters
+        ----------
+        columns : list of str, optional
+            The columns to include (default: all; they must be 1-d).
+
+        Returns
+        -------
+        pyarrow.Table
+
+        Examples
+        --------
+        >>> import numpy as np, blzarr
+        >>> t = blzarr.ctable([np.arange(3), np.array(["x", "y", "z"])], names=["a", "s"])
+        >>> at = t.to_arrow()
+        >>> at.num_rows, at.column_names, at.column("s").to_pylist()
+        (3, ['a', 's'], ['x', 'y', 'z'])
+        """
+        return integrations.get("ctable_to_arrow")(self, columns)
+
+    def __reduce__(self):
+        # on disk: pickled by its directory (flushed first, reopened read-only); in memory: by value
+        pickled = any(c.dtype.kind == "O" for c in self.cols.values())
+        if self._rootdir is not None:
+            self.flush()
+            so = self._bytes.storage_options if self._bytes is not None and self._bytes.remote else None
+            return (_rebuild_ctable, (self._rootdir, None, None, None, pickled, so))
+        return (_rebuild_ctable, (None, [self.cols[n] for n in self.cols.names], list(self.cols.names),
+                                  self._attrs.getall(), pickled))
+
+    # ------------------------------------------------------------------ pandas and HDF5
+    @staticmethod
+    def fromdataframe(df, **kwargs):
+        """A ctable from a pandas DataFrame (needs pandas).
+
+        Columns of strings become fixed-width unicode (or bytes) columns as wide as their longest
+        value, categoricals their values, time-zone-aware datetimes UTC ``datetime64``; a column
+        with missing values that is not numeric stays a column of Python objects.  The index is
+        not stored.
+
+        Parameters
+        ----------
+        df : pandas.DataFrame
+            The data.
+        **kwargs
+            Passed to the `ctable` constructor (``rootdir``, ``mode``, ``cparams``, ``names``, ...).
+
+        Returns
+        -------
+        ctable
+
+        Examples
+        --------
+        >>> import pandas as pd, blzarr
+        >>> t = blzarr.ctable.fromdataframe(pd.DataFrame({"n": [1, 2], "s": ["ab", "c"]}))
+        >>> t.dtype, t[:].tolist()
+        (dtype([('n', '<i8'), ('s', '<U2')]), [(1, 'ab'), (2, 'c')])
+        """
+        return integrations.get("fromdataframe")(df, **kwargs)
+
+    def todataframe(self, columns=None, orient="columns"):
+        """A pandas DataFrame with the table's columns, keeping their dtypes (needs pandas).
+
+        Parameters
+        ----------
+        columns : list of str, optional
+            The columns to include, in this order (default: all, in the table's order).
+        orient : {'columns', 'index'}, optional
+            'index' gives one DataFrame row per column, as ``DataFrame.from_dict`` does.
+
+        Returns
+        -------
+        pandas.DataFrame
+
+        Examples
+        --------
+        >>> import numpy as np, blzarr
+        >>> t = blzarr.ctable([np.arange(3), np.array([0.5, 1.5, 2.5])], names=["a", "b"])
+        >>> df = t.todataframe()
+        >>> df["b"].tolist(), str(df["a"].dtype)
+        ([0.5, 1.5, 2.5], 'int64')
+        >>> list(t.todataframe(columns=["b"]).columns)
+        ['b']
+        """
+        return integrations.get("todataframe")(self, columns, orient)
+
+    @staticmethod
+    def fromhdf5(filepath, nodepath="/ctable", **kwargs):
+        """A ctable from a PyTables Table in an HDF5 file, read block by block (needs PyTables).
+
+        Unicode and datetime columns written by `tohdf5` come back with their NumPy dtypes; the
+        Table's user attributes that JSON can hold become the ctable's attributes.
+
+        Parameters
+        ----------
+        filepath : str
+            The HDF5 file.
+        nodepath : str, optional
+            The path of the Table inside the file.
+        **kwargs
+            Passed to the `ctable` constructor (``rootdir``, ``names``, ...).
+
+        Returns
+        -------
+        ctable
+
+        Raises
+        ------
+        blzarr.StorageError
+            The file does not exist.
+        KeyError
+            There is no node at `nodepath`.
+
+        Examples
+        --------
+        >>> import numpy as np, blzarr, os
+        >>> t = blzarr.ctable([np.arange(3), np.array(["a", "b", "c"])], names=["n", "s"])
+        >>> t.tohdf5("fromhdf5_example.h5")                  # doctest: +SKIP
+        >>> blzarr.ctable.fromhdf5("fromhdf5_example.h5")[:].tolist()  # doctest: +SKIP
+        [(0, 'a'), (1, 'b'), (2, 'c')]
+        >>> os.remove("fromhdf5_example.h5")                 # doctest: +SKIP
+        """
+        return integrations.get("fromhdf5")(filepath, nodepath, **kwargs)
+
+    def tohdf5(self, filepath, nodepath="/ctable", mode="w", cparams=None, cname=None):
+        """Write the table as a PyTables Table in an HDF5 file (needs PyTables).
+
+        HDF5 has no unicode or datetime columns: they are stored as UTF-8 bytes and int64, and
+        their NumPy dtypes are recorded in the Table's ``BLZARR_DTYPES`` attribute so that
+        `fromhdf5` restores them.  The table's attributes become the Table's.
+
+        Parameters
+        ----------
+        filepath : str
+            The HDF5 file.
+        nodepath : str, optional
+            Where to create the Table ('/ctable' by default; missing groups are created).
+        mode : {'w', 'a'}, optional
+            'w' creates the file (it must not exist), 'a' adds a node to an existing one.
+        cparams : cparams or dict, optional
+            Compression of the HDF5 Table (default: the ctable's).
+        cname : str, optional
+            The PyTables compression library (default ``'blosc:' + cparams.cname``).
+
+        Raises
+        ------
+        blzarr.StorageError
+            With mode 'w', the file already exists.
+        TypeError
+            A column has a dtype PyTables cannot store.
+
+        Examples
+        --------
+        >>> import numpy as np, blzarr, os
+        >>> t = blzarr.ctable([np.arange(3)], names=["n"])
+        >>> t.tohdf5("tohdf5_example.h5", nodepath="/group/table")                # doctest: +SKIP
+        >>> blzarr.ctable.fromhdf5("tohdf5_example.h5", "/group/table")["n"][:]   # doctest: +SKIP
+        array([0, 1, 2])
+        >>> os.remove("tohdf5_example.h5")                                       # doctest: +SKIP
+        """
+        return integrations.get("tohdf5")(self, filepath, nodepath, mode, cparams, cname)
+
+    # ------------------------------------------------------------------ display
+    def __str__(self):
+        if not self.cols.names:
+            return "[]"
+        if self._len <= 100:
+            return np.array2string(self[:], separator=", ", threshold=1000)
+        head = np.array2string(self[:3], separator=", ")[:-1]
+        tail = np.array2string(self[-3:], separator=", ")[1:]
+        return f"{head}, ..., {tail}"
+
+    def __repr__(self):
+        nb, cb = self.nbytes, self.cbytes
+        ratio = compression_ratio(nb, cb)
+        s = (f"ctable({self.shape}, {self.dtype})\n"
+             f"  nbytes: {human_readable_size(nb)}; cbytes: {human_readable_size(cb)}; "
+             f"ratio: {ratio:.2f}\n"
+             f"  cparams := {self._cparams!r}\n")
+        if self._rootdir:
+            s += f"  rootdir := '{self._rootdir}'\n  mode    := '{self._mode}'\n"
+        return s + str(self)
+
+
+def _rebuild_ctable(rootdir, columns, names, attrs, allow_pickle, storage_options=None):
+    if rootdir is not None:
+        return ctable(rootdir=rootdir, mode="r", allow_pickle=allow_pickle, storage_options=storage_options)
+    t = ctable(columns, names)
+    for k, v in attrs.items():
+        t.attrs[k] = v
+    return t

@@ -1,0 +1,498 @@
+"""Writing a ctable (`CtableWrites`, a part of `ctable`): append rows, resize and trim, add and delete
+columns, assign rows, flush and close."""
+
+import keyword
+import errno
+import os
+import shutil
+import sys
+
+import numpy as np
+
+from blzarr.storage import fileio
+from blzarr.containers.carray.array import carray, operator_index
+from blzarr.containers.ctable.read import CtableBase
+from blzarr.errors import ReadOnlyError, StorageError, storage_op
+from blzarr.storage.files import ATTRS_FILE, ROOTDIRS_FILE
+
+
+
+def _move(src, dst):
+    """Move directory `src` to `dst`: a rename (through the I/O layer, made durable) on one file
+    system, a copy otherwise."""
+    try:
+        fileio.rename(src, dst)
+    except OSError as e:
+        if e.errno != errno.EXDEV:
+            raise
+        shutil.move(src, dst)
+        return
+    if fileio.sync_enabled():
+        fileio.fsync_dir(os.path.dirname(os.path.abspath(dst)))
+        fileio.fsync_dir(os.path.dirname(os.path.abspath(src)))
+
+class CtableWrites(CtableBase):
+    """Writing a `ctable`."""
+
+    # ------------------------------------------------------------------ writing
+    def _check_writable(self):
+        if self._mode == "r":
+            why = self.__dict__.get("_why_readonly")
+            if why is not None:
+                raise ReadOnlyError(f"cannot modify the ctable: {why}")
+            raise ReadOnlyError("cannot modify the ctable: it was opened with mode 'r'"
+                                + (f" ('{self._rootdir}')" if self._rootdir else ""))
+        if self.__dict__.get("_first_write") is not None:
+            self._start_writing()       # mode 'a': the lock is taken at the first write
+
+    def _coerce_column_values(self, name, value):
+        """`value` as an array of rows for column `name` (a single value becomes one row)."""
+        col = self.cols._cols[name]
+        if isinstance(value, carray):
+            return value
+        arr = np.asarray(value)
+        atom = col.shape[1:]
+        if col.dtype.kind == "S" and arr.dtype.kind == "U":
+            try:  # text for a bytes column, as bcolz accepts: ASCII only
+                arr = arr.astype(col.dtype)
+            except UnicodeEncodeError as e:
+                raise ValueError(f"column {name!r} holds bytes and {value!r} is not ASCII text: {e}") from None
+        if col.dtype.kind == "O":
+            if arr.ndim == 0 or isinstance(value, (str, bytes)):
+                out = np.empty(1, dtype=object)
+                out[0] = value
+                return out
+            return arr
+        if arr.shape == atom:
+            return arr.reshape((1,) + atom)
+        if arr.shape[1:] == atom:
+            return arr
+        raise ValueError(f"column {name!r}: values of shape {arr.shape} do not fit atoms of shape {atom}")
+
+    def _columns_of(self, rows):
+        """Split `rows` (structured array, void, ctable, dict, list of columns, or one row) by column."""
+        names = self.cols.names
+        if isinstance(rows, CtableBase):
+            missing = set(names) - set(rows.names)
+            if missing:
+                raise ValueError(f"the ctable to append lacks columns {sorted(missing)}")
+            return [rows.cols[n] for n in names]
+        if isinstance(rows, (np.ndarray, np.void)) and rows.dtype.names is not None:
+            missing = set(names) - set(rows.dtype.names)
+            if missing:
+                raise ValueError(f"the structured array to append lacks fields {sorted(missing)}")
+            return [rows[n] for n in names]
+        if isinstance(rows, dict):
+            missing = set(names) - set(rows)
+            if missing:
+                raise ValueError(f"the dict to append lacks columns {sorted(missing)}")
+            return [rows[n] for n in names]
+        if isinstance(rows, list) and rows and all(
+                isinstance(r, (tuple, np.void)) and len(r) == len(names) for r in rows):
+            # a list of row tuples (NumPy's convention for structured data)
+            try:
+                arr = np.array([tuple(r) for r in rows], dtype=self.dtype)
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"cannot convert the rows to append into dtype {self.dtype}: {e}") from None
+            return [arr[n] for n in names]
+        if isinstance(rows, (list, tuple)):
+            if len(rows) != len(names):
+                raise ValueError(f"append() needs one item per column ({len(names)}), got {len(rows)}")
+            return list(rows)
+        if isinstance(rows, np.ndarray) and rows.ndim >= 1 and len(rows) == len(names):
+            return list(rows)
+        raise ValueError(f"cannot append an object of type {type(rows).__name__} to a ctable "
+                         "(use a tuple for one row, a list of columns, a structured array or a ctable)")
+
+    @storage_op("append to")
+    def append(self, cols):
+        """Append rows at the end of the table.
+
+        Parameters
+        ----------
+        cols : tuple, list, structured array, dict or ctable
+            (bcolz's name for the argument, kept for ``append(cols=...)``.)
+            A tuple is one row; a list holds one array (or sequence) per column, in column order;
+            a structured array or record gives rows by field; a dict maps column names to arrays.
+            Values are converted to each column's dtype.
+
+        Raises
+        ------
+        ValueError
+            The columns have different lengths, or a value does not convert.  No column keeps part
+            of the rows that failed.
+        blzarr.ReadOnlyError
+            The table was opened with mode 'r'.
+
+        Examples
+        --------
+        >>> import numpy as np, blzarr
+        >>> t = blzarr.ctable([np.arange(2), np.array([0.5, 1.5])], names=["a", "b"])
+        >>> t.append((2, 2.5))
+        >>> t.append([[3, 4], [3.5, 4.5]])
+        >>> t.append({"a": [5], "b": [5.5]})
+        >>> len(t), t[-1].tolist()
+        (6, (5, 5.5))
+        """
+        self._check_writable()
+        if not self.cols.names:
+            raise ValueError("cannot append rows to a ctable without columns")
+        parts = [self._coerce_column_values(n, v) for n, v in zip(self.cols.names, self._columns_of(cols))]
+        lengths = {len(p) for p in parts}
+        if len(lengths) != 1:
+            raise ValueError(f"all the columns to append must have the same length, got {sorted(lengths)}")
+        n = lengths.pop()
+        if n == 0:
+            return
+        # every conversion before the first column changes: a value that does not fit touches nothing
+        parts = [p if isinstance(p, carray) else self.cols._cols[name]._coerce_input(p)
+                 for name, p in zip(self.cols.names, parts)]
+        old = self._len
+        done = []
+        try:
+            for name, part in zip(self.cols.names, parts):
+                col = self.cols._cols[name]
+                if isinstance(part, carray):
+                    for s in range(0, len(part), max(part.chunklen, 1)):
+                        col.append(part[s:s + part.chunklen])
+                else:
+                    col.append(part)
+                done.append(col)
+            if self.auto_flush:
+                self.flush()     # a flush that fails (a full disk) undoes the append too
+        except BaseException:
+            for col in self.cols.values():  # roll back: no column keeps part of the rows
+                if len(col) > old:
+                    col.trim(len(col) - old)
+            raise
+        self._len = old + n
+
+    @storage_op("resize")
+    def resize(self, nitems):
+        """Grow the table to `nitems` rows (new rows take each column's `dflt`) or shrink it.
+
+        Parameters
+        ----------
+        nitems : int
+            The new number of rows (non-negative).
+
+        Examples
+        --------
+        >>> import numpy as np, blzarr
+        >>> t = blzarr.ctable([np.arange(3), np.ones(3)], names=["a", "b"])
+        >>> t.resize(5)
+        >>> t[:].tolist()
+        [(0, 1.0), (1, 1.0), (2, 1.0), (0, 0.0), (0, 0.0)]
+        >>> t.resize(1); len(t)
+        1
+        """
+        self._check_writable()
+        nitems = operator_index(nitems, "nitems")
+        if nitems < 0:
+            raise ValueError(f"nitems must be >= 0, got {nitems}")
+        for c in self.cols.values():
+            c.resize(nitems)
+        self._len = nitems
+        if self.auto_flush:
+            self.flush()
+
+    @storage_op("trim")
+    def trim(self, nitems):
+        """Remove the last `nitems` rows.
+
+        Parameters
+        ----------
+        nitems : int
+            How many rows to remove (a negative number grows the table, as `resize` does).
+
+        Raises
+        ------
+        ValueError
+            `nitems` is larger than the number of rows.
+
+        Examples
+        --------
+        >>> import numpy as np, blzarr
+        >>> t = blzarr.ctable([np.arange(5)], names=["a"])
+        >>> t.trim(2)
+        >>> t["a"][:].tolist()
+        [0, 1, 2]
+        """
+        self._check_writable()
+        nitems = operator_index(nitems, "nitems")
+        if nitems > self._len:
+            raise ValueError(f"cannot trim {nitems} rows from a ctable of {self._len}")
+        if nitems < 0:
+            return self.resize(self._len - nitems)
+        for c in self.cols.values():
+            c.trim(nitems)
+        self._len -= nitems
+        if self.auto_flush:
+            self.flush()
+
+    @storage_op("add a column to")
+    def addcol(self, newcol, name=None, pos=None, move=False, **kwargs):
+        """Add a column.
+
+        Parameters
+        ----------
+        newcol : carray, array or list
+            The data, as long as the table.
+        name : str, optional
+            The column name (default ``'f<pos>'``): a Python identifier, not already used.
+        pos : int, optional
+            The position among the columns (default: last).
+        move : bool, optional
+            An on-disk carray added to an on-disk table is copied into the table's directory, or,
+            with True, moved there (the carray object passed must not be used afterwards).
+        **kwargs
+            Passed to `blzarr.carray` when a column is built (``cparams``, ``chunklen``, ...).
+
+        Raises
+        ------
+        ValueError
+            A bad or repeated name, a bad position, or a length that differs from the table's.
+
+        Examples
+        --------
+        >>> import numpy as np, blzarr
+        >>> t = blzarr.ctable([np.arange(3)], names=["a"])
+        >>> t.addcol(np.arange(3) * 10, name="b")
+        >>> t.addcol(["x", "y", "z"], name="s", pos=0)
+        >>> t.names, t[2].tolist()
+        (['s', 'a', 'b'], ('z', 2, 20))
+        """
+        self._check_writable()
+        if pos is None:
+            pos = len(self.cols.names)
+        else:
+            if isinstance(pos, bool) or not isinstance(pos, (int, np.integer)):
+                raise ValueError(f"`pos` must be an int, got {pos!r}")
+            pos = int(pos)
+            if not 0 <= pos <= len(self.cols.names):
+                raise ValueError(f"`pos` must be between 0 and {len(self.cols.names)}, got {pos}")
+        if name is None:
+            name = f"f{pos}"
+        name = check_name(name)
+        if name in self.cols._cols:
+            raise ValueError(f"column {name!r} already exists")
+        if isinstance(newcol, (str, bytes)) or not hasattr(newcol, "__len__"):
+            raise ValueError(f"`newcol` must be a carray, an array or a list, got {type(newcol).__name__}")
+        if self.cols.names and len(newcol) != self._len:
+            raise ValueError(f"`newcol` has length {len(newcol)}, the ctable has {self._len} rows")
+        unknown = set(kwargs) - set(_CARRAY_KW)
+        if unknown:
+            raise TypeError(f"addcol() got unexpected keyword arguments {sorted(unknown)}")
+        rd = self._col_dir(name)
+        if rd is not None and (self._bytes.child(name).list("") if self._bytes is not None
+                               else os.path.lexists(rd)):
+            raise StorageError(f"cannot add column {name!r}: '{rd}' already exists")
+        if self._bytes is not None:
+            move = False        # object storage has no rename: the column is copied
+        if isinstance(newcol, carray) and rd is not None and newcol.rootdir is not None and move:
+            newcol.flush()
+            _move(newcol.rootdir, rd)  # the old carray object must not be used afterwards
+            col = carray(rootdir=rd, mode="a" if self._mode == "w" else self._mode, allow_pickle=True)
+        elif isinstance(newcol, carray):
+            col = self._new_column(newcol, name, **kwargs) if rd is not None else newcol
+        else:
+            col = self._new_column(newcol if isinstance(newcol, np.ndarray) else np.asarray(newcol),
+                                   name, **kwargs)
+        self.cols.names.insert(pos, name)
+        self.cols._cols[name] = col
+        if len(self.cols.names) == 1:
+            self._len = len(col)
+        self._write_rootdirs()
+        if self.auto_flush:
+            self.flush()
+
+    @storage_op("remove a column from")
+    def delcol(self, name=None, pos=None, keep=False):
+        """Remove a column, given by `name` or by position `pos`.
+
+        Parameters
+        ----------
+        name : str, optional
+            The column to remove.
+        pos : int, optional
+            Its position instead (negative counts from the end).
+        keep : bool, optional
+            Keep the column's data: on disk its directory is left in place, and the column's
+            carray is returned.
+
+        Returns
+        -------
+        carray or None
+            The removed column when `keep` is True.
+
+        Examples
+        --------
+        >>> import numpy as np, blzarr
+        >>> t = blzarr.ctable([np.arange(3), np.zeros(3), np.ones(3)], names=["a", "b", "c"])
+        >>> t.delcol("b")
+        >>> c = t.delcol(pos=-1, keep=True)
+        >>> t.names, c[:].tolist()
+        (['a'], [1.0, 1.0, 1.0])
+        """
+        self._check_writable()
+        if name is None and pos is None:
+            raise ValueError("delcol() needs a `name` or a `pos`")
+        if name is not None and pos is not None:
+            raise ValueError("delcol() takes a `name` or a `pos`, not both")
+        if name is not None:
+            if not isinstance(name, str):
+                raise ValueError(f"`name` must be a string, got {name!r}")
+            if name not in self.cols._cols:
+                raise ValueError(f"no column named {name!r} (columns: {self.cols.names})")
+        else:
+            if isinstance(pos, bool) or not isinstance(pos, (int, np.integer)):
+                raise ValueError(f"`pos` must be an int, got {pos!r}")
+            n = len(self.cols.names)
+            if not -n <= pos < n:
+                raise ValueError(f"`pos` {pos} is out of range for {n} columns")
+            name = self.cols.names[pos]
+        self.cols.names.remove(name)
+        col = self.cols._cols.pop(name)
+        self._write_rootdirs()
+        if not self.cols.names:
+            self._len = 0
+        if not keep and col.rootdir is not None:
+            col.flush()
+            if self._bytes is not None:
+                self._bytes.child(name).remove_all()    # its objects on object storage
+            else:
+                fileio.rmtree(col.rootdir, ignore_errors=True)
+        if self.auto_flush:
+            self.flush()
+        return col if keep else None
+
+    def _replace_col(self, name, data):
+        self._check_writable()
+        old = self.cols._cols[name]
+        if len(data) != self._len:
+            raise ValueError(f"new data for column {name!r} has length {len(data)}, the ctable has {self._len}")
+        try:
+            arr = data[:] if isinstance(data, carray) else np.asarray(data)
+            if arr.dtype != old.dtype:
+                arr = arr.astype(old.dtype)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"cannot convert the new data of column {name!r} to {old.dtype}: {e}") from None
+        if arr.shape != old.shape:
+            raise ValueError(f"new data for column {name!r} has shape {arr.shape}, the column {old.shape}")
+        old.trim(len(old))
+        old.append(arr)
+        old.flush()
+
+    @storage_op("flush")
+    def flush(self):
+        """Write every column's buffered rows and sizes to disk (nothing to do in memory).
+
+        Appends to an on-disk table flush by themselves unless ``auto_flush`` is False; leaving a
+        ``with`` block flushes and closes the table (see `close`).
+        """
+        if self._mode == "r":
+            return
+        for c in self.cols.values():
+            c.flush()
+
+    @storage_op("close")
+    def close(self):
+        """Flush, then give back the directory's write lock (``blzarr.locking``): the table and its
+        columns become read-only.  Dropping the last reference does the same, without the flush.
+
+        Leaving a ``with`` block calls it: afterwards another process may write the directory, this
+        object still reads it, and a write raises `blzarr.ReadOnlyError` saying to reopen it with
+        ``blzarr.open(rootdir, mode='a')``.
+        """
+        if self._mode != "r" and self._rootdir is not None:
+            self._why_readonly = (
+                f"the ctable '{self._rootdir}' was closed (by close() or at the end of its `with` block), "
+                f"which gave back the directory's write lock; reopen it with "
+                f"blzarr.open({self._rootdir!r}, mode='a') to write again")
+        if self._mode != "r":
+            self.flush()
+        for c in self.cols.values():
+            c.close()
+        lock = self.__dict__.pop("_dirlock", None)
+        if lock is not None:
+            lock.release()
+        self._mode = "r"
+        if getattr(self, "_attrs", None) is not None:
+            self._attrs.mode = "r"
+            self._attrs._why_readonly = self.__dict__.get("_why_readonly")
+
+    def _rows_value(self, value):
+        """`value` as a (broadcastable) structured array of this table's dtype."""
+        dt = self.dtype
+        if isinstance(value, CtableBase):
+            value = value[:]
+        if isinstance(value, (np.ndarray, np.void)) and value.dtype.names is not None:
+            missing = set(dt.names) - set(value.dtype.names)
+            if missing:
+                raise ValueError(f"the value lacks fields {sorted(missing)}")
+            out = np.empty(np.shape(value), dtype=dt)
+            for n in dt.names:
+                out[n] = value[n]
+            return out
+        try:
+            if isinstance(value, list) and value and not isinstance(value[0], (tuple, list, np.void)):
+                value = tuple(value)
+            if isinstance(value, list):
+                value = [tuple(v) if isinstance(v, list) else v for v in value]
+            return np.array(value, dtype=dt)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"cannot convert the value into rows of dtype {dt}: {e}") from None
+
+    def __setitem__(self, key, value):
+        self._check_writable()
+        if not self.cols.names:
+            raise KeyError("cannot assign to a ctable with no columns")
+        if isinstance(key, str):
+            if key in self.cols._cols:
+                self._replace_col(key, value)
+                return
+            key = self._positions_where(key, {}, None, sys._getframe(1))
+        elif isinstance(key, tuple):
+            if len(key) != 1:
+                raise IndexError("multidimensional keys are not supported by ctable")
+            key = key[0]
+        vals = self._rows_value(value)
+        if isinstance(key, carray):
+            key = self._mask_positions(key) if key.dtype == bool else key[:]
+        if isinstance(key, (list, np.ndarray)):
+            key = np.asarray(key)
+            if key.dtype == bool and len(key) != self._len:
+                raise IndexError(f"boolean index has length {len(key)}, the ctable has {self._len} rows")
+        for n in self.cols.names:
+            self.cols._cols[n][key] = vals[n]
+        if self.auto_flush:
+            self.flush()
+
+
+# keyword arguments a ctable forwards to the carrays it creates
+_CARRAY_KW = ("cparams", "expectedlen", "chunklen", "dflt", "format", "safe")
+
+
+# ------------------------------------------------------------------------------------------- names
+def check_name(name, what="column name"):
+    """`name` as a str if it is usable as a column name (and directory name), else a ValueError."""
+    if isinstance(name, bytes):
+        try:
+            name = name.decode("ascii")
+        except UnicodeDecodeError:
+            raise ValueError(f"{what} {name!r} is not ASCII") from None
+    if not isinstance(name, str):
+        raise ValueError(f"{what} must be a string, got {type(name).__name__} {name!r}")
+    if (not name or name in (".", "..") or "/" in name or "\\" in name or "\x00" in name
+            or os.sep in name or (os.altsep and os.altsep in name) or os.path.isabs(name)
+            or name in _RESERVED):
+        raise ValueError(f"{what} {name!r} is not a safe file name for a column directory "
+                         "(empty, '.', '..', path separators, absolute paths and "
+                         f"{sorted(_RESERVED)} are refused)")
+    if not name.isidentifier() or keyword.iskeyword(name):
+        raise ValueError(f"{what} {name!r} must be a valid Python identifier (and not a keyword), "
+                         "so that expressions can use it")
+    return name
+
+
+_RESERVED = {ROOTDIRS_FILE, ATTRS_FILE}

@@ -1,0 +1,240 @@
+"""Element-wise float64 expressions compiled for the fused C kernel (`_chunk.ExprChunks`).
+
+An expression of ``+ - * /``, unary minus, comparisons, ``& | ^ ~`` over float64 carrays whose full
+chunks are in memory (and int or float scalars) becomes a register program; the kernel runs it on
+every thread over windows of one Blosc block of each chunk, decoded into buffers that stay in the
+thread's cache, and sums, counts or compacts the result there (no Python per chunk, the GIL released).
+Whatever this module cannot compile (other dtypes, functions, operands on disk, a block length other
+than the chunk length) returns None: the caller then evaluates it the general way (`blzarr.fused`).
+
+The results are the general way's, bit for bit: the operations are IEEE double operations as NumPy's
+and numexpr's, a chunk's sum is NumPy's pairwise sum of that chunk's values, and the callers add the
+chunks' sums in order as the general path adds its blocks'.
+"""
+
+import ast
+import functools
+
+import numpy as np
+
+from blzarr import _chunk
+from blzarr.storage.chunk import run_work
+from blzarr.runtime.params import get_nthreads
+
+ENABLED = True          # the benchmark and the tests switch the kernel off to compare with the general way
+
+_BINARY = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div"}
+_COMPARE = {ast.Gt: "gt", ast.GtE: "ge", ast.Lt: "lt", ast.LtE: "le", ast.Eq: "eq", ast.NotEq: "ne"}
+_LOGICAL = {ast.BitAnd: "and", ast.BitOr: "or", ast.BitXor: "xor"}
+_F8 = np.dtype("f8")
+
+
+class _Unsupported(Exception):
+    pass
+
+
+@functools.lru_cache(maxsize=256)
+def _tree(expression):
+    try:
+        return ast.parse(expression, mode="eval").body
+    except SyntaxError:
+        return None
+
+
+def _scalar(v):
+    """`v` when NumPy would promote it to a float64 of the same value against a float64 array, else
+    raise _Unsupported.  It is kept as it is until the program is built (``-q`` of an int 0 is 0, not
+    -0.0, as in NumPy)."""
+    if isinstance(v, (bool, np.bool_)):
+        raise _Unsupported
+    if isinstance(v, (int, np.integer)):
+        if abs(int(v)) > 2 ** 53:
+            raise _Unsupported
+        return v
+    if isinstance(v, (float, np.floating)) and np.dtype(type(v)).itemsize <= 8:
+        return v
+    raise _Unsupported
+
+
+class Program:
+    """The register program of an expression: `names` are the array operands (registers 0..), then
+    the constants, then the temporaries; `kind` is the result's dtype, "f8" or "b1"."""
+
+    def __init__(self, tree, arrays, scalars):
+        self.names, consts, code = [], [], []
+        temps = []
+
+        def leaf(node):
+            if isinstance(node, ast.Name):
+                if node.id in arrays:
+                    if node.id not in self.names:
+                        self.names.append(node.id)
+                    return ("op", self.names.index(node.id)), "f8"
+                if node.id in scalars:
+                    consts.append(_scalar(scalars[node.id]))
+                    return ("c", len(consts) - 1), "f8"
+                raise _Unsupported
+            if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+                consts.append(_scalar(node.value))
+                return ("c", len(consts) - 1), "f8"
+            raise _Unsupported
+
+        def emit(op, a, b):
+            temps.append(None)
+            code.append((op, ("t", len(temps) - 1), a, b))
+            return ("t", len(temps) - 1)
+
+        def walk(node):
+            if isinstance(node, ast.BinOp):
+                (a, ta), (b, tb) = walk(node.left), walk(node.right)
+                if type(node.op) in _BINARY and ta == tb == "f8" and not a[0] == b[0] == "c":
+                    return emit(_BINARY[type(node.op)], a, b), "f8"
+                if type(node.op) in _LOGICAL and ta == tb == "b1":
+                    return emit(_LOGICAL[type(node.op)], a, b), "b1"
+                raise _Unsupported
+            if isinstance(node, ast.UnaryOp):
+                a, ta = walk(node.operand)
+                if a[0] == "c" and isinstance(node.op, (ast.USub, ast.UAdd)):
+                    with np.errstate(all="ignore"):
+                        v = -consts[a[1]] if isinstance(node.op, ast.USub) else +consts[a[1]]
+                    consts.append(_scalar(v))
+                    return ("c", len(consts) - 1), "f8"
+                if a[0] == "c":
+                    raise _Unsupported
+                if isinstance(node.op, ast.USub) and ta == "f8":
+                    return emit("neg", a, None), "f8"
+                if isinstance(node.op, ast.UAdd) and ta == "f8":
+                    return a, "f8"
+                if isinstance(node.op, ast.Invert) and ta == "b1":
+                    return emit("not", a, None), "b1"
+                raise _Unsupported
+            if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _COMPARE:
+                (a, ta), (b, tb) = walk(node.left), walk(node.comparators[0])
+                if ta == tb == "f8" and not a[0] == b[0] == "c":
+                    return emit(_COMPARE[type(node.ops[0])], a, b), "b1"
+                raise _Unsupported
+            return leaf(node)
+
+        res, self.kind = walk(tree)
+        nops, nc = len(self.names), len(consts)
+        if not nops or res[0] == "c":
+            raise _Unsupported
+
+        def reg(r):
+            if r is None:
+                return -1
+            return {"op": 0, "c": nops, "t": nops + nc}[r[0]] + r[1]
+        ops = _chunk.EXPR_OPCODES
+        self.program = np.array([(ops[op], reg(d), reg(a), reg(b)) for op, d, a, b in code],
+                                dtype=np.int32).reshape(-1, 4)
+        self.consts = np.array([float(c) for c in consts], dtype=np.float64)
+        self.nregs = nops + nc + len(temps)
+        self.result = reg(res)
+
+
+def _resident(v, blen):
+    """(the bytes of `v`'s full chunks, the rows after them) when they are in memory and the chunks
+    hold `blen` rows each, else None."""
+    get = getattr(v, "resident_chunks", None)
+    if get is None or getattr(v, "chunklen", None) != blen:
+        return None
+    return get()
+
+
+class Prepared:
+    """A compiled expression and the chunks it reads: `nfull` full chunks of each operand (`chunks`),
+    and the rows after them (`tails`, None when there are none)."""
+
+    def __init__(self, prog, parts):
+        self.prog = prog
+        self.chunks = [p[0] for p in parts]
+        self.nfull = len(self.chunks[0])
+        ntail = len(parts[0][1])
+        self.tails = [p[1] for p in parts] if ntail else None
+
+
+def prepare(expression, arrays, scalars, blen):
+    """A `Prepared` expression for the kernel, or None where the kernel does not apply."""
+    if not ENABLED or type(expression) is not str:
+        return None
+    tree = _tree(expression)
+    if tree is None:
+        return None
+    try:
+        prog = Program(tree, arrays, scalars)
+    except _Unsupported:
+        return None
+    if any(not (getattr(arrays[k], "dtype", None) == _F8 and getattr(arrays[k], "ndim", 0) == 1)
+           for k in prog.names):
+        return None
+    parts = [_resident(arrays[name], blen) for name in prog.names]
+    if any(p is None for p in parts) or len({(len(p[0]), len(p[1])) for p in parts}) != 1:
+        return None
+    if not len(parts[0][0]) and not len(parts[0][1]):
+        return None
+    return Prepared(prog, parts)
+
+
+def _work(prepared, mode, blen, outputs=(), dest=None):
+    prog = prepared.prog
+    return run_work(_chunk.ExprChunks(prepared.chunks, prog.program, prog.consts, prog.nregs, prog.result,
+                                      mode, blen, outputs, get_nthreads(), None, prepared.tails, dest))
+
+
+def values(expression, arrays, scalars, blen):
+    """The expression over every row, as a new NumPy array (float64 or bool), or None."""
+    p = prepare(expression, arrays, scalars, blen)
+    if p is None:
+        return None
+    out = np.empty(len(arrays[p.prog.names[0]]), np.float64 if p.prog.kind == "f8" else np.bool_)
+    _work(p, "values", blen, (), out)
+    return out
+
+
+def chunk_sums(expression, arrays, scalars, blen):
+    """(the sum of the float64 expression over each chunk and over the rows after the full chunks,
+    the rows covered: all), or None."""
+    p = prepare(expression, arrays, scalars, blen)
+    if p is None or p.prog.kind != "f8":
+        return None
+    return _work(p, "sum", blen).values, len(arrays[p.prog.names[0]])
+
+
+def chunk_counts(expression, arrays, scalars, blen):
+    """(the number of rows of each chunk, and of the rows after the full chunks, where the boolean
+    expression holds; the rows covered: all), or None."""
+    p = prepare(expression, arrays, scalars, blen)
+    if p is None or p.prog.kind != "b1":
+        return None
+    return _work(p, "count", blen).counts, len(arrays[p.prog.names[0]])
+
+
+def select(expression, arrays, scalars, blen, outputs):
+    """The rows where the boolean expression holds, for each of `outputs` (``("positions", None)``,
+    ``("operand", name)`` or ``("read", column)``, as `blzarr.chunked_eval.select_blocks` takes them):
+    the kernel's work, where ``work.counts`` are the rows found per chunk (the rows after the full
+    chunks last) and ``work.fill(j, dest, k0, k1)`` writes output j's; or None."""
+    p = prepare(expression, arrays, scalars, blen)
+    if p is None or p.prog.kind != "b1":
+        return None
+    names = p.prog.names
+    specs = []
+    for kind, x in outputs:
+        if kind == "positions":
+            specs.append(("positions", None))
+        elif kind == "operand" and x in names:
+            specs.append(("operand", names.index(x)))
+        else:
+            col = arrays[x] if kind == "operand" else x
+            same = [i for i, name in enumerate(names) if arrays[name] is col]
+            if same:
+                specs.append(("operand", same[0]))
+                continue
+            dt = getattr(col, "dtype", None)
+            if dt is None or dt == object or getattr(col, "ndim", 0) != 1 or dt.itemsize == 0:
+                return None
+            res = _resident(col, blen)
+            if res is None or len(res[0]) != p.nfull or len(res[1]) != (len(p.tails[0]) if p.tails else 0):
+                return None
+            specs.append(("chunks", (res[0], dt.itemsize, res[1])))
+    return _work(p, "select", blen, specs)

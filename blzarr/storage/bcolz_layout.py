@@ -1,0 +1,413 @@
+"""The bcolz 1.x directory layout on disk: one file per chunk.
+
+    root/data/__N.blp   a 16-byte 'blpk' header (version 1, nchunks 1), then one Blosc chunk
+    root/meta/sizes     JSON: shape, nbytes, cbytes
+    root/meta/storage   JSON: dtype, cparams, chunklen, expectedlen, dflt
+    root/__attrs__      JSON: user attributes
+
+`BcolzDir` reads and writes the files of one directory through a byte store (`blzarr.bytestore`: a
+local directory, or object storage where each file is an object, a chunk file uploaded as it is
+appended and meta/sizes at flush, so that a reader never counts a chunk object that is not there);
+`BcolzChunks` is the sequence of a carray's full chunks over it, a few kept cached.  Metadata files
+are replaced atomically.
+"""
+
+import struct
+import threading
+from collections import OrderedDict
+
+from blzarr.storage.bytestore import LocalStore
+from blzarr.storage.chunk import chunk
+from blzarr.storage.chunkstore import ChunkStore
+from blzarr.errors import FormatError, MissingError, ReadOnlyError, StorageError
+from blzarr.storage.locking import first_write
+from blzarr.storage.files import ATTRS_FILE, DATA_DIR, META_DIR, SIZES_FILE
+
+CHUNK_EXT = ".blp"
+
+BLP_MAGIC = b"blpk"
+BLP_HEADER_SIZE = 16
+BLP_HEADER = BLP_MAGIC + bytes([1, 0, 0, 0]) + struct.pack("<q", 1)
+
+# compressed bytes of recently read chunks a BcolzChunks keeps in memory (per carray)
+DISK_CACHE_BYTES = 32 * 1024 * 1024
+
+
+class BcolzDir:
+    """Files of one carray directory in the bcolz 1.x layout, on a byte store (`blzarr.bytestore`: a
+    local directory by default, or object storage, where each file is an object written whole)."""
+
+    format = "bcolz"
+
+    def __init__(self, rootdir, bytestore=None):
+        self.bytes = bytestore if bytestore is not None else LocalStore(rootdir)
+        self.rootdir = self.bytes.root
+        self.datadir = self.bytes.where(DATA_DIR)
+        self.metadir = self.bytes.where(META_DIR)
+        self._dir_unsynced = False       # chunk files renamed or removed since the last sync()
+        self._listing = None             # {name: size} of data/, listed once
+        self._guard = self.bytes.writer_guard(f"{META_DIR}/{SIZES_FILE}")
+        self._checked = False            # no other writer seen since the last flush
+        self._created = False            # made by this writer: no object existed before
+
+    @property
+    def remote(self):
+        return self.bytes.remote
+
+    @classmethod
+    def create(cls, rootdir, bytestore=None):
+        self = cls(rootdir, bytestore)
+        self.bytes.create_dirs([DATA_DIR, META_DIR])
+        self._guard.created()
+        self._created = True
+        return self
+
+    def _after_open_for_write(self):
+        self._guard.opened()
+
+    def _check_sole_writer(self):
+        """Before the first upload after a flush (where there is no lock): meta/sizes must be as this
+        writer left it."""
+        if self._checked or not self._guard.active():
+            return
+        self._guard.check()
+        self._checked = True
+
+    def check_layout(self):
+        # data/ is not required here: a carray without chunks has it empty, and copies that drop
+        # empty directories (git, some archivers) lose it. A missing chunk file is reported when
+        # the length needs it (check_chunk_files, read_chunk), and data/ is made again on write.
+        if not self.bytes.has_dirs:
+            return      # object stores have no directories: reading meta/storage tells a missing dataset
+        for key, what in (("", "root"), (META_DIR, "meta")):
+            if not self.bytes.isdir(key):
+                raise StorageError(f"{what} directory '{self.bytes.where(key)}' does not exist")
+        if self.bytes.exists(DATA_DIR) and not self.bytes.isdir(DATA_DIR):
+            raise StorageError(f"data directory '{self.datadir}' is not a directory")
+
+    @staticmethod
+    def _key(n):
+        return f"{DATA_DIR}/__{n}{CHUNK_EXT}"
+
+    def chunk_path(self, n):
+        return self.bytes.where(self._key(n))
+
+    def _list(self):
+        """{name: size} of the files in data/ (listed once, kept up to date by this writer)."""
+        if self._listing is None:
+            etags = {}
+            try:
+                self._listing = self.bytes.sizes(DATA_DIR, etags=etags)
+                self._guard.listed(DATA_DIR, etags)
+            except StorageError:
+                raise
+            except OSError as e:
+                raise StorageError(f"cannot list data directory '{self.datadir}': {e}") from None
+        return self._listing
+
+    def _seen(self, name):
+        """The ETag of chunk object `name` as this writer last saw it (None: absent, False: cannot
+        tell), for a conditional put where there is no lock (a writer that did not create the
+        dataset lists data/ once first)."""
+        key = f"{DATA_DIR}/{name}"
+        seen = self._guard.seen
+        if key not in seen and self._listing is None and not self._created and self._guard.active():
+            self._list()
+        if key in seen:
+            return seen[key]
+        return False if self._listing is not None and name in self._listing else None
+
+    def chunk_file_size(self, n):
+        """The size of data/__n.blp, None when it cannot be told."""
+        return self._list().get(f"__{n}{CHUNK_EXT}")
+
+    def read_chunk(self, n):
+        """The Blosc chunk stored in data/__n.blp (the 'blpk' header checked, the chunk not decoded).
+
+        Only the `ctbytes` its Blosc header announces are read: trailing bytes are not part of the
+        chunk (bcolz ignores them too). A chunk that announces more bytes than the file holds is
+        returned whole, for the codec's validation to report.
+        """
+        path = self.chunk_path(n)
+        try:
+            h = self.bytes.open(self._key(n), "r")
+        except FileNotFoundError:
+            raise MissingError(f"chunk file '{path}' is missing") from None
+        except StorageError:
+            raise
+        except OSError as e:
+            raise StorageError(f"cannot read chunk file '{path}': {e}") from None
+        try:
+            size = self.bytes.state(h)[1]
+            if size < BLP_HEADER_SIZE + 16:
+                raise FormatError(f"chunk file '{path}' is truncated ({size} bytes)")
+            head = self.bytes.pread(h, BLP_HEADER_SIZE + 16, 0, path)
+            if head[:4] != BLP_MAGIC:
+                raise FormatError(f"chunk file '{path}' does not start with 'blpk'")
+            ctbytes = int.from_bytes(head[BLP_HEADER_SIZE + 12:], "little", signed=True)
+            avail = size - BLP_HEADER_SIZE
+            want = ctbytes if 16 <= ctbytes <= avail else avail
+            body = bytes(head[BLP_HEADER_SIZE:]) + bytes(self.bytes.pread(h, want - 16, BLP_HEADER_SIZE + 16, path))
+        except OSError as e:
+            raise StorageError(f"cannot read chunk file '{path}': {e}") from None
+        finally:
+            self.bytes.close(h)
+        return body
+
+    def check_chunk_files(self, n):
+        """Raise StorageError naming the first of data/__0.blp ... __{n-1}.blp that is missing.
+
+        One directory listing, so a corrupted meta/sizes that claims an absurd length fails at once
+        instead of looking for billions of files.
+        """
+        if n <= 0:
+            return
+        names = self._list()
+        if not names and self.bytes.http:
+            return      # a server that lists no directory: a missing chunk is reported when read
+        for k in range(min(n, len(names) + 1)):
+            if f"__{k}{CHUNK_EXT}" not in names:
+                raise StorageError(
+                    f"chunk file '{self.chunk_path(k)}' is missing (meta/sizes file "
+                    f"'{self.meta_path(SIZES_FILE)}' implies {n} full chunk files)")
+
+    def write_chunk(self, n, data):
+        # durable: the file's bytes reach the disk before its name does (fsync before the rename);
+        # the name itself is made durable by sync(), before meta/sizes counts the chunk
+        self._check_sole_writer()
+        payload = BLP_HEADER + bytes(data)
+        name = f"__{n}{CHUNK_EXT}"
+        self._dir_unsynced = True
+        try:
+            # where there is no lock, a conditional put: refused when another writer replaced or created it
+            self._guard.put(self._key(n), payload, self._seen(name), parents=False, sync_dir=False)
+        except StorageError:
+            # the first chunk of a directory whose empty data/ was lost: make it again
+            if n != 0 or not self.bytes.has_dirs or self.bytes.exists(DATA_DIR) or not self.bytes.isdir(META_DIR):
+                raise
+            self.bytes.makedirs(DATA_DIR, exist_ok=True)
+            if self.bytes.syncs():
+                self.bytes.sync_dir("")
+            self._guard.put(self._key(n), payload, self._seen(name), parents=False, sync_dir=False)
+        if self._listing is not None:
+            self._listing[name] = len(payload)
+
+    def sync(self):
+        """Make the chunk files written or removed since the last sync durable (their directory; their
+        bytes were synced before their rename).  A flush calls it before replacing meta/sizes."""
+        if self._dir_unsynced and self.bytes.syncs() and self.bytes.isdir(DATA_DIR):
+            self.bytes.sync_dir(DATA_DIR)
+        self._dir_unsynced = False
+
+    def close(self):
+        """Nothing to release: chunk files are opened per read."""
+
+    def read_chunk_file(self, n):
+        """The whole file data/__n.blp (header included), or None when there is none."""
+        try:
+            return self.bytes.get(self._key(n))
+        except OSError:
+            return None
+
+    def restore_chunk_file(self, n, raw):
+        """Put back data/__n.blp as `read_chunk_file` gave it."""
+        self._check_sole_writer()
+        name = f"__{n}{CHUNK_EXT}"
+        self._dir_unsynced = True
+        self._guard.put(self._key(n), raw, self._seen(name), parents=False, sync_dir=False)
+        if self._listing is not None:
+            self._listing[name] = len(raw)
+
+    def stray_files(self, expected):
+        """Names of the chunk files data/__k.blp with k >= `expected`, sorted as text."""
+        self._listing = None
+        return sorted(f for f in self._list() if f.endswith(CHUNK_EXT) and f.startswith("__")
+                      and f[2:-len(CHUNK_EXT)].isdigit() and int(f[2:-len(CHUNK_EXT)]) >= expected)
+
+    def remove_chunks_from(self, n):
+        """Remove data/__k.blp for every k >= n."""
+        if self.bytes.has_dirs and not self.bytes.isdir(DATA_DIR):
+            return
+        names = []
+        for name in self.bytes.names(DATA_DIR):
+            if name.startswith("__") and name.endswith(CHUNK_EXT):
+                try:
+                    k = int(name[2:-len(CHUNK_EXT)])
+                except ValueError:
+                    continue
+                if k >= n:
+                    names.append(name)
+        if names:
+            self._check_sole_writer()
+        for name in names:
+            self.bytes.remove(f"{DATA_DIR}/{name}")
+            self._guard.forget(f"{DATA_DIR}/{name}")
+            self._dir_unsynced = True
+            if self._listing is not None:
+                self._listing.pop(name, None)
+
+    def meta_path(self, name):
+        return self.bytes.where(f"{META_DIR}/{name}")
+
+    def read_meta(self, name):
+        """The JSON object in meta/`name` (a FormatError naming the file if it holds anything else)."""
+        path = self.meta_path(name)
+        obj = self.bytes.read_json(f"{META_DIR}/{name}", f"meta/{name}")
+        if not isinstance(obj, dict):
+            raise FormatError(f"meta/{name} file '{path}' must hold a JSON object, not {type(obj).__name__}")
+        return obj
+
+    def write_meta(self, name, obj):
+        if name != SIZES_FILE:
+            self.bytes.write_json(f"{META_DIR}/{name}", obj)
+            return
+        self._checked = False           # checked again at every flush, whatever the chunks saw
+        self._check_sole_writer()
+        # the commit point: where there is no lock, a conditional put (two writers never both commit)
+        self._guard.commit(obj)
+        self._checked = False
+
+    @property
+    def attrs_path(self):
+        return self.bytes.ref(ATTRS_FILE)
+
+    def chunk_fingerprint(self, n):
+        """(inode, size, modification time) of data/__n.blp, None where the store cannot tell."""
+        return self.bytes.fingerprint(self._key(n))
+
+
+class BcolzChunks(ChunkStore):
+    """The full chunks of an on-disk carray in the bcolz layout (a `ChunkStore`), read from their
+    files on demand, a few kept cached."""
+
+    format = "bcolz"
+
+    def __init__(self, store, atom, chunklen, nchunks, mode, objects=False):
+        self._init_fields(store, atom, chunklen, nchunks, objects)
+        self.rootdir = store.rootdir
+        self.mode = mode
+        self._cache = OrderedDict()
+        self._cache_bytes = 0
+        self._lock = threading.Lock()
+        store.check_chunk_files(nchunks)
+        self._sizes = [self._file_cbytes(i) for i in range(nchunks)]
+
+    def _file_cbytes(self, i):
+        size = self.store.chunk_file_size(i)
+        return max(size - 16, 0) if size is not None else 0
+
+    @property
+    def cbytes(self):
+        return sum(self._sizes)
+
+    def _get(self, i):
+        with self._lock:
+            c = self._cache.get(i)
+            if c is not None:
+                self._cache.move_to_end(i)
+                return c
+        c = self.load(i, self.chunk_nbytes)
+        with self._lock:
+            self._cache[i] = c
+            self._cache_bytes += c.cbytes
+            while self._cache_bytes > DISK_CACHE_BYTES and len(self._cache) > 1:
+                _, old = self._cache.popitem(last=False)
+                self._cache_bytes -= old.cbytes
+        return c
+
+    def load(self, i, expected_nbytes):
+        path = self.store.chunk_path(i)
+        return chunk.from_bytes(self.store.read_chunk(i), self.atom, expected_nbytes,
+                                where=f"chunk {i}, file '{path}'")
+
+    def _forget(self, i):
+        with self._lock:
+            c = self._cache.pop(i, None)
+            if c is not None:
+                self._cache_bytes -= c.cbytes
+
+    def forget_from(self, n):
+        for i in range(n, self.nchunks):
+            self._forget(i)
+
+    def set_nchunks(self, n):
+        self.nchunks = n
+        del self._sizes[n:]
+
+    def __setitem__(self, i, c):
+        self._check_writable()
+        self.store.write_chunk(i, c.getdata())
+        self._forget(i)
+        self._sizes[i] = c.cbytes
+
+    def append(self, c):
+        self._check_writable()
+        self.store.write_chunk(self.nchunks, c.getdata())
+        self._forget(self.nchunks)
+        self._sizes.append(c.cbytes)
+        self.nchunks += 1
+
+    def truncate(self, n):
+        self._check_writable()
+        for i in range(n, self.nchunks):
+            self._forget(i)
+        self.nchunks = n
+        del self._sizes[n:]
+        self.store.remove_chunks_from(n)
+
+    def free_cachemem(self):
+        with self._lock:
+            self._cache.clear()
+            self._cache_bytes = 0
+
+    def _check_writable(self):
+        if self.mode == "r":
+            first_write(self.store)     # opened with mode 'a': the first write takes the lock
+        if self.mode == "r":
+            raise ReadOnlyError(f"cannot modify '{self.store.rootdir}': it was opened with mode 'r'")
+
+    # the short last chunk, metadata, maintenance: see ChunkStore
+    def put_last(self, n, data):
+        self.store.write_chunk(n, data)
+
+    def remove_from(self, n):
+        self.store.remove_chunks_from(n)
+
+    def stored_last(self, n):
+        return self.store.read_chunk_file(n)
+
+    def undo_appends(self, n, last):
+        self.forget_from(n)
+        self.set_nchunks(n)
+        if last is not None:
+            self.store.restore_chunk_file(n, last)
+        self.store.remove_chunks_from(n + (1 if last is not None else 0))
+
+    def stray_files(self, expected):
+        return self.store.stray_files(expected)
+
+    def read_meta(self, name):
+        return self.store.read_meta(name)
+
+    def write_meta(self, name, obj):
+        self.store.write_meta(name, obj)
+
+    def meta_path(self, name):
+        return self.store.meta_path(name)
+
+    @property
+    def attrs_path(self):
+        return self.store.attrs_path
+
+    def fingerprint(self, i):
+        """(inode, size, modification time) of data/__i.blp: bcolz rewrites a chunk file in place,
+        blzarr replaces it (a new inode)."""
+        return self.store.chunk_fingerprint(i)
+
+    def sync(self):
+        self.store.sync()
+
+    def verify(self, expected_chunks):
+        for i in range(self.nchunks):
+            self.load(i, self.chunk_nbytes)
+        return {"chunks": self.nchunks}

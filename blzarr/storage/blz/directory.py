@@ -1,0 +1,764 @@
+"""The BLZ directory layout: checksummed superchunk files with lazy block reads (docs/FORMAT.rst).
+
+    root/data/__1__.bin, __2__.bin ...   superchunk files, `superchunklen` chunks each
+    root/meta/sizes                      JSON: shape, nbytes, cbytes
+    root/meta/storage                    JSON: dtype, cparams, chunklen, dflt, expectedlen, plus
+                                         "format": "blz", "checksum", "superchunklen", "reserve"
+    root/meta/attributes                 JSON: user attributes
+    root/meta/vlmeta                     variable-length metalayers (compressed; rewritten on update)
+
+`BlzDir` is the store of one directory, made of one part per job, each in its own module:
+
+    blz_format.py   the file format: names, a file's header, metadata section and offsets table
+    blz_cache.py    the caches (descriptors, file states, chunk headers, chunks) and their bounds
+    blz_read.py     reads: whole chunks verified and cached, ranges of blocks read lazily
+    blz_write.py    write placement: append, rewrite in place or relocate; removing chunks
+    blz_repair.py   repair after a killed writer, holes, compaction, verification
+    blz_meta.py     fixed-length and variable-length metalayers
+
+Every file operation goes through the directory's byte store (`self.bytes`, `blzarr.bytestore`: a
+local directory by default, through `blzarr.fileio`), superchunk files through handles of the store
+`spool` names (`self._fio`: the byte store itself where files change in place; a local spool uploaded
+whole on object storage).  The hot reads pass the handles, OS descriptors, to `_superchunk` directly.
+A writer without a lock (object storage) is guarded by `bytestore.WriterGuard` (`self._guard`).
+
+Here: creating and opening a directory, its names, the metadata files, the picklable config; `BlzChunks`,
+the sequence of a carray's full chunks over a `BlzDir` (a `ChunkStore`); `LazyChunk`, one chunk read on
+demand.  (`remote_blz.RemoteBlzDir` adds the reads of object storage: ranged GETs, lazily.)
+"""
+
+import os
+import threading
+from collections import OrderedDict
+
+import numpy as np
+
+from blzarr import _superchunk as sc
+from blzarr.storage.bcolz_layout import BcolzDir
+from blzarr.storage.bytestore import LocalStore, open_bytestore
+from blzarr.storage.chunk import chunk
+from blzarr.storage.chunkstore import ChunkStore, auto_superchunklen
+from blzarr.errors import BlzarrError, ChunkError, FormatError, ReadOnlyError, StorageError
+from blzarr.storage.locking import first_write
+from blzarr.storage.files import ATTRIBUTES_FILE, DATA_DIR, META_DIR, SIZES_FILE, read_json
+from blzarr.runtime.parallel import codec_threads
+from blzarr.storage.spool import writes_for
+# the parts of BlzDir; the names other modules and tests import from blzarr.storage.blz.directory stay importable here
+from blzarr.storage.blz.cache import (CHUNK_CACHE_BYTES, FD_CACHE, FILE_STATE_CACHE, HEAD_CACHE_BYTES,  # noqa: F401
+                              TOUCHED_CACHE, VERIFIED_CACHE, BlzCaches, _LRU)
+from blzarr.storage.blz.format import (FORMAT, SUPERCHUNK_EXT, BlzFileFormat, _coerce_reserve, _encode,  # noqa: F401
+                               _File, _Where, superchunk_name)
+from blzarr.storage.blz.metalayers import (VLMETA_FILE, VLMETA_MAGIC, BlzMetalayers, FixedMeta, MetalayerError,  # noqa: F401
+                             VLMeta)
+from blzarr.storage.blz.read import BlzReads
+from blzarr.storage.blz.repair import BlzMaintenance
+from blzarr.storage.blz.write import BlzWrites
+
+DEFAULT_CHECKSUM = "crc32"
+
+
+def detect_format(rootdir):
+    """'blz' or 'bcolz': what the directory's meta/storage says (no "format" key means bcolz)."""
+    path = os.path.join(os.fspath(rootdir), META_DIR, "storage")
+    storage = read_json(path, "meta/storage")
+    if not isinstance(storage, dict):
+        raise FormatError(f"meta file '{path}' must hold a JSON object")
+    fmt = storage.get("format", "bcolz")
+    if fmt not in ("bcolz", FORMAT):
+        raise FormatError(f"'{path}': unknown format {fmt!r} (this blzarr reads 'bcolz' and 'blz')")
+    return fmt
+
+
+def open_store(rootdir, mode="a"):
+    """The store of an existing carray directory, of whichever layout it holds."""
+    base = BcolzDir(rootdir)
+    base.check_layout()
+    if detect_format(rootdir) == FORMAT:
+        return BlzDir.open(rootdir, mode)
+    return base
+
+
+class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, BlzCaches):
+    """The files of one carray directory in the BLZ layout."""
+
+    format = FORMAT
+
+    def __init__(self, rootdir, mode="a", bytestore=None):
+        self.bytes = bytestore if bytestore is not None else LocalStore(rootdir)
+        # how superchunk files are changed (in place, or in a local spool uploaded whole: `spool`),
+        # and the store whose handles they are read and written through
+        self._writes = writes_for(self.bytes)
+        self._fio = self._writes.files
+        self._upload_on_close = False       # a partition writer publishes its file when closed
+        self.rootdir = self.bytes.root
+        self.datadir = self.bytes.where(DATA_DIR)
+        self.metadir = self.bytes.where(META_DIR)
+        self._guard = self.bytes.writer_guard(f"{META_DIR}/{SIZES_FILE}")
+        self.mode = mode
+        self._lock = threading.RLock()
+        self._fds = OrderedDict()
+        self._files = OrderedDict()
+        self._heads = _LRU(HEAD_CACHE_BYTES)
+        self._chunks = _LRU(CHUNK_CACHE_BYTES)
+        self._ctbytes = {}
+        self._fps = {}                      # chunk -> fingerprint, of the chunks written lately
+        self._writeback = {}                # file number -> end of the bytes whose writeback started
+        self._touched = OrderedDict()
+        self._inuse = {}                    # file number -> lazy reads using its descriptor unlocked
+        self._local = threading.local()
+        self.stats = {"appended": 0, "inplace": 0, "relocated": 0}
+        self._unsynced = set()              # superchunk files appended to since the last sync()
+        # rewrites whose offsets entry is switched at the next sync(): file number -> (its pinned
+        # state, {slot: (offset, end) of the bytes the file's table still names: never written})
+        self._pending = {}
+        self._pending_cut = {}              # file number -> size to cut it to once they are switched
+        self._dir_unsynced = False          # superchunk files removed since the last sync()
+        self._damaged = {}                  # file number -> why its chunks cannot be read
+        self._no_writes = {}                # file number -> why nothing may be written to it
+        self._counted = 0                   # chunks meta/sizes counts (a repair never drops them)
+        self._first_write = None            # opened with mode 'a': the owner's locking.FirstWrite
+
+    # ------------------------------------------------------------------ creation / opening
+    @classmethod
+    def create(cls, rootdir, *, dtype, atom_shape, chunklen, typesize, chunk_nbytes, cparams,
+               checksum=DEFAULT_CHECKSUM, reserve=0, superchunklen=None, meta=None, bytestore=None):
+        """A new, empty BLZ directory (one superchunk file with no chunks)."""
+        cid = sc.checksum_id(checksum)
+        reserve = _coerce_reserve(reserve)
+        if superchunklen is None:
+            superchunklen = auto_superchunklen(chunk_nbytes)
+        if isinstance(superchunklen, bool) or not isinstance(superchunklen, (int, np.integer)) \
+                or not 1 <= superchunklen <= 1 << 24:
+            raise ValueError(f"superchunklen must be an int between 1 and {1 << 24}, got {superchunklen!r}")
+        if not 1 <= typesize <= 255:
+            typesize = 1
+        meta = dict(meta or {})
+        for k, v in meta.items():
+            if not isinstance(k, str):
+                raise TypeError(f"metalayer names must be strings, got {k!r}")
+            _encode(v)
+        self = cls(rootdir, "a", bytestore)
+        self._make_dirs()
+        self.checksum_id = cid
+        self.cksize = sc.checksum_size(cid)
+        self.reserve = reserve
+        self.K = int(superchunklen)
+        self.typesize = int(typesize)
+        self.chunk_nbytes = int(chunk_nbytes) if chunk_nbytes > 0 else -1
+        self._fixed = {"format": FORMAT, "dtype": dtype, "chunkshape": [int(chunklen)] + list(atom_shape),
+                       "cparams": cparams, "superchunklen": self.K, "checksum": sc.CHECKSUMS[cid][0],
+                       "reserve": reserve, "meta": meta}
+        self.nfiles = 0
+        self._nphys = 0
+        self._new_file(1)
+        # meta/storage: the carray writes it, with everything it knows (dflt, expectedlen...)
+        return self
+
+    @classmethod
+    def open(cls, rootdir, mode="a", bytestore=None):
+        self = cls(rootdir, mode, bytestore)
+        self.check_layout()
+        storage = self.read_meta("storage")
+        where = f"'{self.meta_path('storage')}'"
+        nums = self._list_files()
+        if not nums:
+            raise FormatError(f"BLZ directory '{self.rootdir}' has no superchunk file data/__1__.bin")
+        if nums != list(range(1, len(nums) + 1)):
+            have = set(nums)   # a hostile name such as __99999999999__.bin must not make a huge range
+            missing = [k for k in range(1, len(nums) + 2) if k not in have]
+            if nums[-1] > 2 * len(nums) + 16:
+                raise FormatError(f"BLZ directory '{self.rootdir}': superchunk files {missing[:5]} are missing")
+            # damage stays where it is: the chunks of a missing file are unreadable, the others not
+            for k in range(1, nums[-1]):
+                if k not in have:
+                    self._damaged[k] = f"superchunk file '{self._path(k)}' is missing"
+        self.nfiles = nums[-1]
+        f1 = self._first_file(nums)
+        fixed = f1.meta_json
+        for key in ("dtype", "chunkshape", "cparams", "superchunklen", "checksum", "meta"):
+            if key not in fixed:
+                raise FormatError(f"superchunk file '{f1.path}': metadata lacks {key!r}")
+        self._fixed = fixed
+        K = fixed["superchunklen"]
+        if not isinstance(K, int) or isinstance(K, bool) or not 1 <= K <= 1 << 24:
+            raise FormatError(f"superchunk file '{f1.path}': bad superchunklen {K!r}")
+        self.K = K
+        self.checksum_id = f1.header["checksum"]
+        self.cksize = f1.header["checksum_size"]
+        self.typesize = f1.header["typesize"]
+        self.chunk_nbytes = f1.header["chunk_size"]
+        try:
+            self.reserve = _coerce_reserve(fixed.get("reserve", 0))
+        except ValueError as e:
+            raise FormatError(f"superchunk file '{f1.path}': {e}") from None
+        if sc.CHECKSUMS[self.checksum_id][0] != fixed["checksum"]:
+            raise FormatError(f"superchunk file '{f1.path}': header checksum id {self.checksum_id} "
+                              f"disagrees with metadata {fixed['checksum']!r}")
+        for key, mine in (("superchunklen", K), ("checksum", fixed["checksum"])):
+            if key in storage and storage[key] != mine:
+                raise FormatError(f"{where}: {key} {storage[key]!r} disagrees with '{f1.path}' ({mine!r})")
+        chunklen = storage.get("chunklen")
+        if chunklen is not None and fixed["chunkshape"][:1] != [chunklen]:
+            raise FormatError(f"{where}: chunklen {chunklen} disagrees with the chunk shape "
+                              f"{fixed['chunkshape']} in '{f1.path}'")
+        self._counted = self._sizes_chunks(storage)
+        last = None
+        if self.nfiles not in self._damaged:
+            try:
+                last = self._load_file(self.nfiles)
+            except (FormatError, StorageError) as e:
+                self._damaged[self.nfiles] = str(e)
+        if last is not None:
+            self._nphys = (self.nfiles - 1) * K + last.nchunks
+        else:
+            # the last file cannot be read: it holds what meta/sizes counts there (those chunks raise)
+            self._nphys = min(max(self._counted, (self.nfiles - 1) * K), self.nfiles * K)
+        self._check_full_files()
+        if mode != "r":
+            self._repair()
+        return self
+
+    def _sizes_chunks(self, storage):
+        """How many chunks meta/sizes counts (the short last one included); 0 when it cannot tell."""
+        try:
+            shape = self.read_meta("sizes").get("shape")
+            chunklen = storage.get("chunklen")
+            n = int(shape[0])
+            return n if self.chunk_nbytes <= 0 else -(-n // int(chunklen))
+        except (BlzarrError, OSError, AttributeError, TypeError, ValueError, IndexError):
+            return 0
+
+    def _first_file(self, nums):
+        """The state of the first superchunk file whose header and metadata read (every file carries
+        the dataset's metadata: a damaged or missing file 1 does not make the others unreadable)."""
+        err = None
+        for fno in [1] + [k for k in nums if k != 1]:
+            if fno in self._damaged:
+                continue
+            try:
+                return self._load_file(fno)
+            except (FormatError, StorageError) as e:
+                err = err or e
+                self._damaged[fno] = str(e)
+        raise err           # no file can tell what the dataset is
+
+    def missing_tail(self, nchunks):
+        """meta/sizes counts `nchunks` chunks but the last superchunk files are gone: count them
+        as missing (their chunks raise when read, the others stay readable)."""
+        with self._lock:
+            want = -(-nchunks // self.K)
+            if want <= self.nfiles or want > self.nfiles + 1024:
+                return
+            if self._file(self.nfiles).nchunks != self.K:
+                return          # the last file present is not full: that is not a lost tail
+            for k in range(self.nfiles + 1, want + 1):
+                self._damaged[k] = f"superchunk file '{self._path(k)}' is missing"
+            self.nfiles = want
+            self._nphys = nchunks
+
+    def damaged_files(self):
+        """{file number: why its chunks cannot be read} of the missing or unreadable superchunk files."""
+        return dict(self._damaged)
+
+    def _check_write_to(self, n, fno):
+        """Refuse to write chunk `n` (to file `fno`) where damage is: to a missing or unreadable file,
+        to a file whose counted chunks run past its end, and to a new file after a damaged last one
+        (appending there would leave a hole of unreadable rows in the middle of the array)."""
+        for k in (fno,) if fno <= self.nfiles else (self.nfiles, fno):
+            why = self._damaged.get(k) or self._no_writes.get(k)
+            if why:
+                raise FormatError(
+                    f"cannot write chunk {n} of '{self.rootdir}': {why}; nothing was written.  Copy what "
+                    f"is readable to a new directory with blzarr.salvage(src, dst) (or `blzarr convert "
+                    f"--salvage SRC DST`) and write there")
+
+    def _list_files(self):
+        """The numbers of the superchunk files in data/, sorted (each a regular file inside the root)."""
+        nums = []
+        for name in self.bytes.names(DATA_DIR):
+            if name.startswith("__") and name.endswith(SUPERCHUNK_EXT):
+                digits = name[2:-len(SUPERCHUNK_EXT)]
+                if digits.isdigit() and digits.isascii():
+                    nums.append(int(digits))
+        nums.sort()
+        for num in nums:
+            real = self.bytes.escapes(self._key(num))
+            if real is not None:
+                raise FormatError(f"superchunk file '{self._path(num)}' resolves to '{real}', which is not a "
+                                  f"regular file inside '{self.rootdir}'")
+        return nums
+
+    def _check_full_files(self):
+        """Every file but the last holds `K` chunks; one that cannot be read or does not is damaged
+        (its chunks raise when read, the other files' chunks stay readable)."""
+        for fno in range(1, self.nfiles):
+            if fno in self._damaged:
+                continue
+            try:
+                f = self._load_file(fno)
+            except (FormatError, StorageError) as e:
+                self._damaged[fno] = str(e)
+                continue
+            if f.nchunks != self.K:
+                self._damaged[fno] = (f"superchunk file '{self._path(fno)}' holds {f.nchunks} chunks, but "
+                                      f"it is not the last file and must be full ({self.K})")
+
+    # ------------------------------------------------------------------ the bcolz-like store interface
+    # the fields that opening or creating sets: a worker rebuilds the store from them (config)
+    _CONFIG = ("K", "_fixed", "checksum_id", "chunk_nbytes", "cksize", "reserve", "typesize")
+
+    def config(self):
+        """Plain values from which `partition_writer` rebuilds this store in another process (with
+        the byte store's options: a URL's storage_options)."""
+        extra = {k: v for k, v in self.bytes.config().items() if k != "root"}
+        return {"format": FORMAT, "rootdir": self.rootdir, **{k: getattr(self, k) for k in self._CONFIG}, **extra}
+
+    @classmethod
+    def partition_writer(cls, config, first_chunk, nchunks):
+        """A store that writes the chunks first_chunk.. (`nchunks` of them, one superchunk file's
+        worth, starting at a file boundary) into their own superchunk file, beside other writers."""
+        self = cls(config["rootdir"], "a", open_bytestore(config["rootdir"], config.get("storage_options")))
+        for k in cls._CONFIG:
+            setattr(self, k, config[k])
+        K = self.K
+        if first_chunk % K or nchunks > K:
+            raise ValueError(f"chunks {first_chunk}..{first_chunk + nchunks - 1} do not fill exactly "
+                             "one superchunk file")
+        fno = first_chunk // K + 1
+        self.nfiles = max(fno - 1, 1)  # file 1 exists (empty): the first partition appends to it
+        self._nphys = first_chunk
+        self._upload_on_close = True
+        return self
+
+    def check_layout(self):
+        if not self.bytes.has_dirs:
+            return      # object stores have no directories: reading meta/storage tells a missing dataset
+        for key, what in (("", "root"), (DATA_DIR, "data"), (META_DIR, "meta")):
+            if not self.bytes.isdir(key):
+                raise StorageError(f"{what} directory '{self.bytes.where(key)}' does not exist")
+
+    def meta_path(self, name):
+        return self.bytes.where(f"{META_DIR}/{name}")
+
+    def read_meta(self, name):
+        return self.bytes.read_json(f"{META_DIR}/{name}", f"meta/{name}")
+
+    def write_meta(self, name, obj):
+        if name == "storage":
+            obj = dict(obj, **self.storage_extra())
+        if name != SIZES_FILE:
+            self.bytes.write_json(f"{META_DIR}/{name}", obj)
+            return
+        self._before_sizes()
+        # the commit point: where there is no lock, a conditional put (two writers never both commit)
+        self._guard.commit(obj)
+
+    def _before_sizes(self):
+        """Before meta/sizes counts them: the files published (where they are uploaded whole), and no
+        other writer seen (where there is no lock)."""
+        self._check_sole_writer()
+        self.flush_files(check=False)
+
+    def _check_sole_writer(self):
+        if not self._upload_on_close:
+            self._guard.check()
+
+    def _after_open_for_write(self):
+        self._guard.opened()
+
+    def storage_extra(self):
+        """What BLZ adds to meta/storage."""
+        return {"format": FORMAT, "checksum": sc.CHECKSUMS[self.checksum_id][0],
+                "superchunklen": self.K, "reserve": self.reserve,
+                "superchunk_nbytes": self.K * self.chunk_nbytes if self.chunk_nbytes > 0 else -1}
+
+    @property
+    def checksum_name(self):
+        """The checksum name, None when there is none."""
+        name = sc.CHECKSUMS[self.checksum_id][0]
+        return None if name == "none" else name
+
+    @property
+    def remote(self):
+        return self.bytes.remote
+
+    @property
+    def attrs_path(self):
+        return self.bytes.ref(f"{META_DIR}/{ATTRIBUTES_FILE}")
+
+    def chunk_path(self, n):
+        """The superchunk file holding chunk `n`."""
+        return self._path(n // self.K + 1)
+
+    @property
+    def nchunks(self):
+        """Chunks physically present in the files (the short last one included)."""
+        return self._nphys
+
+    @staticmethod
+    def _key(fno):
+        """The name of superchunk file `fno` in the byte store."""
+        return f"{DATA_DIR}/{superchunk_name(fno)}"
+
+    def _path(self, fno):
+        return self.bytes.where(self._key(fno))
+
+    def _make_dirs(self):
+        self.bytes.create_dirs([DATA_DIR, META_DIR])
+        self._guard.created()
+
+    def _barrier(self, fd):
+        """Make what was written to `fd` durable (when writers sync)."""
+        if self._fio.syncs():
+            self._fio.datasync(fd)
+
+    def sync(self):
+        """Make every chunk appended or rewritten (and every file cut or removed) since the last sync
+        durable, with syncs batched per file, not per chunk: one fdatasync per superchunk file
+        written makes the new bytes durable; then the offsets entries of the rewritten chunks are
+        switched to their new bytes (with the headers), and one more fdatasync per file rewritten
+        makes the switch durable before the bytes the entries named before can be written again; then
+        the files a rewrite left free bytes at the end of are cut, and the data directory is synced
+        when files were removed.  A flush calls it before meta/sizes, which makes appended chunks
+        visible, is replaced."""
+        with self._lock:
+            sync = self._fio.syncs()
+            pending = sorted(self._pending.items())
+            if sync:
+                for fno in sorted(self._unsynced | set(self._pending)):
+                    if fno <= self.nfiles and fno not in self._damaged:
+                        self._fio.datasync(self._fd(fno))
+            for fno, (f, slots) in pending:
+                fd = self._fd(fno)
+                lo, hi = min(slots), max(slots) + 1     # the entries between are the file's already
+                self._fio.pwrite(fd, sc.pack_offsets(f.offsets[lo:hi]), f.table_pos + 8 * lo, f.path)
+                self._write_header(f, fd)
+                self._after_write(f, fd)
+            if sync:
+                for fno, _ in pending:
+                    self._fio.datasync(self._fd(fno))
+            self._pending.clear()
+            for fno, cut in sorted(self._pending_cut.items()):
+                f = self._file(fno)
+                live = self._full_table(f)[:f.nchunks]
+                if cut < f.fstate[1] and not (live >= cut).any():     # nothing written past it since
+                    fd = self._fd(fno)
+                    self._fio.truncate(fd, cut)
+                    self._after_write(f, fd)
+            self._pending_cut.clear()
+            if sync and self._dir_unsynced:
+                self._fio.sync_dir(DATA_DIR)
+            self._unsynced.clear()
+            self._dir_unsynced = False
+
+    def _remove_file(self, fno):
+        self._close(fno)
+        self._writes.remove(self._key(fno))
+        self._guard.forget(self._key(fno))
+
+    def close(self):
+        """Close the files (a partition writer publishes its file first)."""
+        if self._upload_on_close:
+            self.flush_files()
+        super().close()
+
+    def __del__(self):
+        try:
+            super().close()         # descriptors only: nothing is published from a finalizer
+        except Exception:
+            pass
+        w = self.__dict__.get("_writes")
+        if w is not None:
+            w.close()
+
+    def _where(self, n):
+        """Where chunk n is, for error messages (a cheap object, formatted only when shown)."""
+        return _Where(self, n)
+
+    def _check_writable(self):
+        if self.mode == "r":
+            first_write(self)       # opened with mode 'a': the first write takes the lock
+        if self.mode == "r":
+            raise ReadOnlyError(f"cannot modify '{self.rootdir}': it was opened with mode 'r'")
+
+
+class LazyChunk(chunk):
+    """One chunk of a BLZ file, read on demand.  A full chunk (its size known from the carray) reads
+    nothing until used: a whole decode reads the chunk, a partial one its header, bstarts and blocks."""
+
+    __slots__ = ("_store", "_n", "_head")
+
+    def __init__(self, store, n, atom, expected_nbytes=-1):
+        self._store = store
+        self._n = n
+        self.atom = np.dtype(atom)
+        self._where = store._where(n)
+        self._data = None
+        self._head = None
+        if expected_nbytes >= 0:
+            self.nbytes = expected_nbytes
+        else:
+            self._load_head(-1)
+        self._len = self.nbytes // self.atom.itemsize if self.atom.itemsize else 0
+
+    def _load_head(self, expected_nbytes):
+        h = self._store.head(self._n)
+        nbytes = int.from_bytes(h[4:8], "little")
+        if expected_nbytes >= 0 and nbytes != expected_nbytes:
+            raise ChunkError(f"bad Blosc chunk ({self._where}): it holds {nbytes} bytes, "
+                             f"{expected_nbytes} expected")
+        self.nbytes = nbytes
+        self._head = (h[3], int.from_bytes(h[8:12], "little"), int.from_bytes(h[12:16], "little"))
+        return self._head
+
+    def _fields(self):
+        return self._head or self._load_head(self.nbytes)
+
+    typesize = property(lambda self: self._fields()[0])
+    blocksize = property(lambda self: self._fields()[1])
+    cbytes = property(lambda self: self._fields()[2])
+
+    def getdata(self):
+        return self._store.read_chunk(self._n, self.nbytes)
+
+    def decompress(self, out=None):
+        if out is None:
+            out = np.empty(self._len, dtype=self.atom)
+        return self._store.decode_chunk_into(self._n, out, self.nbytes, codec_threads())
+
+    def read_range(self, start, stop, out):
+        if start == 0 and stop == self._len:
+            return self.decompress(out)
+        if stop > start:
+            self._fields()                  # the header's size checked against the carray's
+            isz = self.atom.itemsize
+            self._store.read_range(self._n, start * isz, (stop - start) * isz, out)
+        return out
+
+
+class BlzChunks(ChunkStore):
+    """The full chunks of an on-disk carray in the BLZ layout (a `ChunkStore`)."""
+
+    format = FORMAT
+
+    def __init__(self, store, atom, chunklen, nchunks, mode, objects=False):
+        self._init_fields(store, atom, chunklen, nchunks, objects)
+        self.rootdir = store.rootdir
+        self._mode = mode
+        self._objs = OrderedDict()          # recently handed-out LazyChunk objects
+        self._cb = None                     # a writer's (k, compressed bytes of chunks 0..k-1)
+        store.mode = mode
+        if nchunks > store.nchunks:
+            store.missing_tail(nchunks)
+        if nchunks > store.nchunks:
+            raise FormatError(f"'{store.rootdir}': meta/sizes needs {nchunks} full chunks, the superchunk "
+                              f"files hold {store.nchunks}")
+
+    @property
+    def mode(self):
+        return self._mode
+
+    @mode.setter
+    def mode(self, value):
+        self._mode = value
+        self._cb = None
+        if value == "r" and self.store.mode != "r":
+            if self.store._pending:
+                self.store.sync()       # rewrites not flushed are switched before writing stops
+            self.store.mode = "r"
+        elif value != "r" and self.store.mode == "r":
+            self.store.close()
+            self.store.mode = value
+
+    @property
+    def cbytes(self):
+        # a writer keeps the total (each flush writes it to meta/sizes: summing 10,000 chunks in
+        # Python would be most of a small flush); appends add to it, any other change of the chunks
+        # drops it; a reader sums what the files say now (another process may have rewritten them)
+        cb = self._cb
+        if cb is not None and cb[0] == self.nchunks and self._mode != "r":
+            return cb[1]
+        total = sum(self._cbytes_or_0(i) for i in range(self.nchunks))
+        self._cb = (self.nchunks, total) if self._mode != "r" else None
+        return total
+
+    def _added(self, n, datas):
+        """Chunks n, n+1, ... were written with `datas`: the running total follows when it was at n."""
+        cb = self._cb
+        self._cb = (n + len(datas), cb[1] + sum(len(d) for d in datas)) if cb is not None and cb[0] == n else None
+
+    def _cbytes_or_0(self, i):
+        try:
+            return self.store.chunk_cbytes(i)
+        except (FormatError, ChunkError, StorageError):
+            return 0        # a damaged chunk (reads of it raise, naming it) counts no bytes
+
+    def _get(self, i):
+        c = self._objs.get(i)
+        if c is None:
+            c = self._objs[i] = LazyChunk(self.store, i, self.atom, self.chunk_nbytes)
+            if len(self._objs) > 256:
+                self._objs.popitem(last=False)
+        return c
+
+    def load(self, i, expected_nbytes):
+        """Chunk i read whole and verified (also the short last chunk, past the full ones)."""
+        return chunk.from_bytes(self.store.read_chunk(i, expected_nbytes), self.atom, expected_nbytes,
+                                where=self.store._where(i))
+
+    def __setitem__(self, i, c):
+        self._check_writable()
+        self._objs.pop(i, None)
+        self._cb = None
+        self.store.write_chunk(i, c.getdata())
+
+    def append(self, c):
+        self._check_writable()
+        n = self.nchunks
+        self._objs.pop(n, None)
+        data = c.getdata()
+        self.store.write_chunk(n, data)
+        self._added(n, [data])
+        self.nchunks += 1
+
+    def append_many(self, cs):
+        self._check_writable()
+        n = self.nchunks
+        for k in range(len(cs)):
+            self._objs.pop(n + k, None)
+        datas = [c.getdata() for c in cs]
+        self.store.append_chunks(n, datas)
+        self._added(n, datas)
+        self.nchunks += len(cs)
+
+    def truncate(self, n):
+        self._check_writable()
+        self._objs.clear()
+        self._cb = None
+        self.nchunks = n
+        self.store.remove_chunks_from(n)
+
+    def free_cachemem(self):
+        self._objs.clear()
+        self.store.drop_caches()
+
+    def decode_whole(self, ids, out, offsets):
+        return self.store.decode_whole(ids, out, offsets, self.chunk_nbytes)
+
+    def rows_whole(self, ids, out, offsets, cstart, csize):
+        return self.store.rows_whole(ids, out, offsets, self.chunk_nbytes, self.atom.itemsize, cstart, csize)
+
+    def sum_whole(self, ids, dtype):
+        return self.store.sum_whole(ids, dtype, self.chunk_nbytes)
+
+    def prefetch(self, ns):
+        fetch = getattr(self.store, "prefetch", None)
+        if fetch is not None:
+            fetch(ns)
+
+    def forget_from(self, n):
+        self._objs.clear()
+        self._cb = None
+
+    def set_nchunks(self, n):
+        self._objs.clear()
+        self._cb = None
+        self.nchunks = n
+
+    # the short last chunk, metadata, maintenance: see ChunkStore
+    def put_last(self, n, data):
+        self.store.write_chunk(n, data)
+
+    def remove_from(self, n):
+        if n < self.nchunks:
+            self._cb = None
+        self.store.remove_chunks_from(n)
+
+    def remove_stray(self, n):
+        if self.store.nchunks > n:
+            if n < self.nchunks:
+                self._cb = None
+            self.store.remove_chunks_from(n)
+
+    def stored_last(self, n):
+        return bytes(self.store.read_chunk(n)) if n < self.store.nchunks else None
+
+    def undo_appends(self, n, last):
+        self._objs.clear()
+        self._cb = None
+        self.nchunks = n
+        self.store.remove_chunks_from(n + (1 if last is not None else 0))
+        if last is not None and self.store.nchunks > n:
+            self.store.write_chunk(n, last)
+
+    def sync(self):
+        self.store.sync()
+
+    def read_meta(self, name):
+        return self.store.read_meta(name)
+
+    def write_meta(self, name, obj):
+        self.store.write_meta(name, obj)
+
+    def meta_path(self, name):
+        return self.store.meta_path(name)
+
+    @property
+    def attrs_path(self):
+        return self.store.attrs_path
+
+    def fingerprint(self, i):
+        if getattr(self.store, "remote", False):
+            return None
+        try:
+            return self.store.chunk_fingerprint(i)
+        except (BlzarrError, OSError):
+            return None
+
+    def fingerprints(self, ids):
+        if getattr(self.store, "remote", False):
+            return [None] * len(ids)
+        try:
+            return self.store.chunk_fingerprints(ids)
+        except (BlzarrError, OSError):
+            return [self.fingerprint(i) for i in ids]
+
+    def storage_options(self):
+        return {"checksum": self.store.checksum_name, "reserve": self.store.reserve,
+                "superchunklen": self.store.K}
+
+    def describe(self):
+        extra = self.store.storage_extra()
+        return {"superchunklen": extra["superchunklen"], "files": self.store.nfiles,
+                "checksum": extra["checksum"], "reserve": extra["reserve"]}
+
+    def partition_chunks(self):
+        return int(self.store.K)
+
+    def verify(self, expected_chunks):
+        return self.store.verify(expected_chunks)
+
+    def compact(self):
+        """Compact holes left by relocated rewrites (bytes reclaimed)."""
+        self._check_writable()
+        return self.store.compact()
+
+    @property
+    def meta(self):
+        return self.store.meta
+
+    @property
+    def vlmeta(self):
+        return self.store.vlmeta
+
+    def config(self):
+        return dict(self.store.config(), rootdir=self.rootdir)
+
+    def close(self):
+        self.store.close()
+
+    def _check_writable(self):
+        if self._mode == "r":
+            first_write(self.store)     # opened with mode 'a': the first write takes the lock
+        if self._mode == "r":
+            raise ReadOnlyError(f"cannot modify '{self.store.rootdir}': it was opened with mode 'r'")

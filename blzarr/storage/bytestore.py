@@ -1,0 +1,896 @@
+"""Byte stores: where the files of a carray or ctable live, local directory or object storage.
+
+A byte store holds named objects ("keys": relative paths with '/' such as ``meta/sizes`` or
+``data/__1__.bin``) under one root, with the operations every store can do:
+
+=====================  =======================================================================
+``get(key)``           the whole object
+``get_range(k, a, b)`` bytes [a, b) of it (one ranged GET on object storage)
+``get_ranges(reqs)``   several ranges, fetched concurrently where the store can
+``put(key, data)``     write an object whole
+``put_atomic(k, d)``   replace it so readers see the old or the new bytes, never a mix
+``put(k, d, if_match=etag | if_none_match=True)``
+                       a conditional put, where the store can (``conditional``): it replaces the
+                       object only if its ETag is still ``etag`` (creates it only if absent), else
+                       `ConcurrentWriterError`; returns the new ETag (None if the store gives none)
+``delete(key)``        remove it
+``list(prefix)``       the objects directly under ``prefix/`` -> their sizes (None if unknown)
+``exists(key)``        whether it exists
+=====================  =======================================================================
+
+and, for the layouts' positioned reads and writes, handle operations: ``open(key, how)`` gives a
+handle ('r', 'rw', 'new', 'trunc' as `blzarr.fileio`), used with ``pread``, ``pwrite``, ``truncate``,
+``datasync``, ``state`` and ``close``.  `LocalStore`'s handle is the OS descriptor itself (the Cython
+readers of `_superchunk` take it directly: the hot paths pay nothing for the interface);
+`FsspecStore`'s read handle holds the object fetched whole (one GET).  What a medium can or cannot
+do is said by the store's capabilities (`has_dirs`: real directories, made, checked and synced;
+`remote`; `writer_guard`: how a writer detects another one where there is no lock).
+
+`LocalStore` keeps today's discipline of local directories, through `blzarr.fileio` like every local
+file operation (`files.atomic_write`: temporary file, fsync, rename, fsync of the directory).  The
+layouts (`bcolz_layout`, `blz`) do every read and write through a byte store, whichever the medium.
+
+`FsspecStore` reaches anything fsspec can (``s3://``, ``gs://``, ``az://``, ``http(s)://``,
+``memory://``...): fsspec and the package of the protocol (s3fs, gcsfs, adlfs, aiohttp) are optional
+dependencies.  Object stores have no rename and no partial write: ``put_atomic`` is a plain put,
+which object stores make atomic (a reader sees the old or the new object).  Transient failures
+(a dropped connection, a server error) are retried a few times; what still fails is a
+`StorageError` naming the URL.  Every store counts its requests and bytes in ``stats``.
+
+Conditional puts (``conditional`` is True): S3 through s3fs (PutObject ``If-Match`` /
+``If-None-Match: *``, which AWS S3 and moto's server honour).  A store that answers them with "not
+implemented" (some S3 compatibles) is used without them from then on (``conditional`` turns False);
+the writers then rely on their check of the ETag before they write (see remote_blz).
+"""
+
+import inspect
+import json
+import os
+import re
+import threading
+import time
+
+from blzarr.storage import fileio
+from blzarr.storage import files
+from blzarr.errors import ConcurrentWriterError, MissingError, StorageError
+from blzarr.storage.files import detect_store
+from blzarr.runtime.optional import need
+
+__all__ = ["ByteStore", "LocalStore", "FsspecStore", "WriterGuard", "is_url", "open_bytestore", "join",
+           "ConcurrentWriterError", "find_objects"]
+
+# attempts of one request on object storage before a StorageError (transient failures only)
+RETRIES = 3
+RETRY_WAIT = 0.05           # seconds before the first retry, doubled each time
+MAX_CONCURRENT = 16         # ranged GETs in flight for one get_ranges call
+CONDITIONAL_MAX = 5 << 30   # a conditional put is one PutObject: at most 5 GiB (S3's limit)
+
+
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+)://")
+
+
+def is_url(path):
+    """True for 'proto://...' paths other than file:// (which are local directories)."""
+    if not isinstance(path, str):
+        return False
+    m = _URL.match(path)
+    return m is not None and m.group(1).lower() != "file"
+
+
+def join(root, *names):
+    """Path join that keeps '/' for URLs and os.path.join for local paths."""
+    if is_url(root):
+        out = root.rstrip("/")
+        for n in names:
+            out = out + "/" + n.strip("/")
+        return out
+    return os.path.join(root, *names)
+
+
+def local_path(path):
+    """A local path for 'file://...' (and the path itself otherwise)."""
+    if isinstance(path, str) and path.startswith("file://"):
+        return path[len("file://"):]
+    return path
+
+
+class ByteStore:
+    """The interface (see the module docstring); `root` is the directory or URL of the store."""
+
+    remote = False
+    conditional = False     # whether put() honours if_match / if_none_match
+    has_dirs = False        # real directories: made, checked and synced (object stores have none)
+    partial_writes = False  # a file can be changed in place through a handle (else: written whole)
+    http = False            # a plain HTTP server: listings may be empty
+
+    def __init__(self, root):
+        self.root = root
+        self.stats = {"get": 0, "get_bytes": 0, "put": 0, "put_bytes": 0, "list": 0, "head": 0}
+        self._stats_lock = threading.Lock()
+        self._primed = {}
+
+    def prime(self, key, data, uses):
+        """Hand `data` (just read) to the next `uses` gets of `key` without asking the store again
+        (the layers of an open each read meta/storage)."""
+        self._primed[key] = [data, uses]
+
+    def _take_primed(self, key):
+        e = self._primed.get(key)
+        if e is None:
+            return None
+        e[1] -= 1
+        if e[1] <= 0:
+            del self._primed[key]
+        return e[0]
+
+    def _count(self, kind, nbytes=None):
+        with self._stats_lock:
+            self.stats[kind] += 1
+            if nbytes is not None:
+                self.stats[kind + "_bytes"] += nbytes
+
+    def where(self, key=""):
+        """The path or URL of `key`, for messages."""
+        return join(self.root, key) if key else self.root
+
+    def child(self, name):
+        """The store rooted at `name` under this one (a ctable's column)."""
+        raise NotImplementedError
+
+    def get_ranges(self, requests):
+        """[(key, start, end), ...] -> the bytes of each, in order (sequentially here)."""
+        return [self.get_range(k, a, b) for k, a, b in requests]
+
+    def get_many(self, keys):
+        """{key: its bytes, or None when it does not exist} for whole objects (concurrently where
+        the store can)."""
+        out = {}
+        for k in keys:
+            try:
+                out[k] = self.get(k)
+            except MissingError:
+                out[k] = None
+        return out
+
+    def size(self, key):
+        raise NotImplementedError
+
+    def fingerprint(self, key):
+        """A tuple of 3 ints that changes when file `key` is replaced; None where the store cannot
+        tell cheaply (object storage)."""
+        return None
+
+    def sizes(self, prefix="", etags=None):
+        """{name: size} of the objects directly under `prefix/` (what a listing tells); `etags`, a
+        dict, receives {name: ETag} where the listing tells them."""
+        return {k: v for k, v in self.list(prefix, etags=etags).items() if v is not None}
+
+    def config(self):
+        """Plain values from which `open_bytestore` rebuilds this store in another process."""
+        return {"root": self.root}
+
+    def syncs(self):
+        """Whether writers make what they publish durable with syncs (`fileio.sync_enabled()` for local
+        directories; object stores make each object durable when it is put)."""
+        return False
+
+    def create_dirs(self, names):
+        """Make the root and the directories `names` under it, where the medium has directories."""
+
+    def sync_dir(self, prefix=""):
+        """Make the names under `prefix` durable, where the medium has directories."""
+
+    def read_json(self, key, what):
+        """The JSON value of object `key` (errors name it as `what`)."""
+        return files.read_json(files.ObjectPath(self, key), what)
+
+    def write_json(self, key, obj):
+        """Replace object `key` with the JSON of `obj`, atomically."""
+        files.write_json(files.ObjectPath(self, key), obj)
+
+    def commit_json(self, key, obj):
+        """Replace `key`, the commit point (meta/sizes), with the JSON of `obj`, atomically."""
+        self.write_json(key, obj)
+
+    def ref(self, key):
+        """What `files.read_json`/`write_json`/`exists` and `attrs` take for the file `key`."""
+        return files.ObjectPath(self, key)
+
+    def writer_guard(self, key):
+        """How a writer detects another writer of this store (see `WriterGuard`); a no-op where a lock
+        keeps writers apart (local directories: `blzarr.locking`)."""
+        return WriterGuard(self, key) if self.remote else LockedGuard(self, key)
+
+
+class LocalStore(ByteStore):
+    """A local directory, every operation through `blzarr.fileio` (the layer the crash simulator
+    records): replacement by `files.atomic_write` (temporary file, fsync, rename, fsync of the
+    directory, as `fileio.sync_enabled()` says)."""
+
+    has_dirs = True
+    partial_writes = True
+
+    def __init__(self, root, durable=True):
+        super().__init__(os.fspath(root))
+        self.durable = durable      # False: a scratch directory (a spool), never synced
+
+    def _p(self, key):
+        return os.path.join(self.root, *key.split("/")) if key else self.root
+
+    def where(self, key=""):
+        """The local path of `key` (no URL to tell apart: the layouts ask it for every message path)."""
+        return self._p(key)
+
+    def child(self, name):
+        return LocalStore(self._p(name))
+
+    def get(self, key):
+        path = self._p(key)
+        try:
+            data = fileio.read_file(path)
+        except FileNotFoundError:
+            raise MissingError(f"'{path}' does not exist") from None
+        except OSError as e:
+            raise StorageError(f"cannot read '{path}': {e}") from None
+        self._count("get", len(data))
+        return data
+
+    def get_range(self, key, start, end):
+        path = self._p(key)
+        try:
+            fd = fileio.open(path, "r")
+        except FileNotFoundError:
+            raise MissingError(f"'{path}' does not exist") from None
+        except OSError as e:
+            raise StorageError(f"cannot read '{path}': {e}") from None
+        try:
+            data = bytes(fileio.pread(fd, max(0, end - start), start, path))
+        finally:
+            fileio.close(fd)
+        self._count("get", len(data))
+        return data
+
+    def put(self, key, data, if_match=None, if_none_match=False):
+        """(The conditions are not honoured here: local writers hold the directory's lock.)"""
+        self.put_atomic(key, data)
+
+    def put_atomic(self, key, data, parents=True, sync_dir=None):
+        """Replace `key` (`files.atomic_write`: temporary file, fsync, rename, fsync of the directory
+        unless `sync_dir` is False); `parents`: make missing directories first."""
+        path = self._p(key)
+        d = os.path.dirname(path)
+        if parents and d and not fileio.isdir(d):
+            try:
+                fileio.makedirs(d, exist_ok=True)
+            except OSError as e:
+                raise StorageError(f"cannot create '{d}': {e}") from None
+        files.atomic_write(path, bytes(data), fsync=self.syncs(), sync_dir=sync_dir)
+        self._count("put", len(data))
+
+    # ---- handles: OS descriptors, through fileio (the Cython readers take them directly)
+    def open(self, key, how="r"):
+        """A descriptor of `key` (FileNotFoundError/OSError as `fileio.open`)."""
+        return fileio.open(self._p(key), how)
+
+    def close(self, h):
+        fileio.close(h)
+
+    def pread(self, h, n, pos, where=None):
+        return fileio.pread(h, n, pos, where)
+
+    def pwrite(self, h, data, pos, where=None):
+        fileio.pwrite(h, data, pos, where)
+
+    def pwritev(self, h, bufs, pos, where=None):
+        fileio.pwritev(h, bufs, pos, where)
+
+    def start_writeback(self, h, pos, n):
+        """Start writing bytes [pos, pos+n) to the disk (a hint; only where flushes sync)."""
+        if self.durable and fileio.sync_enabled():
+            fileio.start_writeback(h, pos, n)
+
+    def truncate(self, h, size):
+        fileio.truncate(h, size)
+
+    def datasync(self, h):
+        fileio.fdatasync(h)
+
+    def state(self, h):
+        """(inode, size, modification time) of the file behind handle `h`: it changes when the file does."""
+        st = fileio.fstat(h)
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def syncs(self):
+        # inside a directory being created (files.NewTree) the syncs wait for its publication, which
+        # syncs every file written there (meta/sizes publishes it)
+        return self.durable and fileio.sync_enabled() and files.new_tree_of(self.root) is None
+
+    def create_dirs(self, names):
+        """Make the directories `names` under the root (the root too, if needed), each new; synced
+        (the root and its parent) when writers sync."""
+        for name in names:
+            fileio.makedirs(self._p(name))
+        tree = files.new_tree_of(self.root)
+        if tree is not None:
+            tree.made_dirs(*[self._p(name) for name in names])     # synced when it is published
+        elif fileio.sync_enabled():
+            fileio.fsync_dir(self.root)
+            fileio.fsync_dir(os.path.dirname(os.path.abspath(self.root)))
+
+    def makedirs(self, key, exist_ok=False):
+        fileio.makedirs(self._p(key), exist_ok=exist_ok)
+
+    def sync_dir(self, prefix=""):
+        fileio.fsync_dir(self._p(prefix))
+
+    def names(self, prefix=""):
+        """The names directly under `prefix` (OSError as `os.listdir`)."""
+        return fileio.listdir(self._p(prefix))
+
+    def sizes(self, prefix="", etags=None):
+        """{name: size} of the entries directly under `prefix` (OSError when it cannot be listed)."""
+        d = self._p(prefix)
+        out = {}
+        for n in fileio.listdir(d):
+            try:
+                out[n] = fileio.getsize(os.path.join(d, n))
+            except OSError:
+                continue
+        return out
+
+    def remove(self, key):
+        """Remove file `key` (OSError, FileNotFoundError included, as `os.remove`)."""
+        fileio.unlink(self._p(key))
+
+    def escapes(self, key):
+        """The real path of `key` when it is not a regular file inside the root (a symlink out of it,
+        a directory...), else None."""
+        real = os.path.realpath(self._p(key))
+        real_root = os.path.realpath(self.root)
+        if os.path.commonpath([real, real_root]) != real_root or not os.path.isfile(real):
+            return real
+        return None
+
+    def read_json(self, key, what):
+        return files.read_json(self._p(key), what)
+
+    def write_json(self, key, obj):
+        files.write_json(self._p(key), obj)
+
+    def commit_json(self, key, obj):
+        """meta/sizes: written over in place once it exists (`files.commit_json`: one sector, its size
+        kept, one fdatasync), else replaced atomically."""
+        files.commit_json(self._p(key), obj)
+
+    def ref(self, key):
+        return self._p(key)
+
+    def delete(self, key):
+        path = self._p(key)
+        try:
+            fileio.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise StorageError(f"cannot remove '{path}': {e}") from None
+
+    def list(self, prefix="", etags=None):
+        d = self._p(prefix)
+        try:
+            names = fileio.listdir(d)
+        except FileNotFoundError:
+            return {}
+        except OSError as e:
+            raise StorageError(f"cannot list '{d}': {e}") from None
+        self._count("list")
+        out = {}
+        for n in names:
+            p = os.path.join(d, n)
+            try:
+                out[n] = fileio.getsize(p) if fileio.isfile(p) else None
+            except OSError:
+                continue
+        return out
+
+    def exists(self, key):
+        return fileio.exists(self._p(key))
+
+    def isdir(self, key=""):
+        return fileio.isdir(self._p(key))
+
+    def size(self, key):
+        try:
+            return fileio.getsize(self._p(key))
+        except OSError as e:
+            raise StorageError(f"cannot stat '{self._p(key)}': {e}") from None
+
+    def etag(self, key):
+        try:
+            st = os.stat(self._p(key))
+        except FileNotFoundError:
+            return None
+        return f"{st.st_ino}-{st.st_size}-{st.st_mtime_ns}"
+
+    def fingerprint(self, key):
+        """(inode, size, modification time) of file `key`, None when it cannot be told."""
+        try:
+            st = os.stat(self._p(key))
+        except OSError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def remove_all(self):
+        fileio.rmtree(self.root, ignore_errors=True)
+
+
+def _transient(e):
+    """Whether an exception from fsspec is worth retrying (not a missing object, not a denial)."""
+    if isinstance(e, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)):
+        return False
+    if isinstance(e, (ValueError, TypeError, KeyError)):
+        return False
+    return True
+
+
+class FsspecStore(ByteStore):
+    """Objects under a URL, through fsspec (s3fs for s3://, aiohttp for http(s)://, ...)."""
+
+    remote = True
+
+    def __init__(self, url, storage_options=None, fs=None):
+        super().__init__(url.rstrip("/"))
+        self.storage_options = dict(storage_options or {})
+        if fs is None:
+            fsspec = need("fsspec", f"opening '{url}'")
+            try:
+                fs, path = fsspec.core.url_to_fs(self.root, **self.storage_options)
+            except ImportError as e:
+                raise ImportError(f"opening '{url}' needs the fsspec backend of its protocol: {e}") from e
+            except (ValueError, TypeError) as e:
+                raise StorageError(f"cannot open '{url}': {e}") from None
+        else:
+            path = fs._strip_protocol(self.root)
+        self.fs = fs
+        self.path = path.rstrip("/")
+        self.protocol = self.root.split("://", 1)[0]
+        self.http = self.protocol in ("http", "https")
+        # s3fs asks an object's size (one HEAD) before a whole GET unless told to read it in one go
+        self._whole = {"max_concurrency": 1} if _takes(getattr(fs, "_cat_file", None), "max_concurrency") else {}
+        # conditional PutObject: s3fs passes IfMatch/IfNoneMatch through to botocore (the s3fs that
+        # knows mode='create' is new enough for a botocore that has them)
+        self.conditional = self.protocol in ("s3", "s3a") and _takes(getattr(fs, "_pipe_file", None), "mode")
+
+    def config(self):
+        return {"root": self.root, "storage_options": self.storage_options}
+
+    def __reduce__(self):
+        return (FsspecStore, (self.root, self.storage_options))
+
+    def _p(self, key):
+        if not key:
+            return self.root if self.http else self.path
+        return (self.root if self.http else self.path) + "/" + key
+
+    def child(self, name):
+        return FsspecStore(join(self.root, name), self.storage_options, fs=self.fs)
+
+    def _call(self, what, key, fn, *args, **kwargs):
+        """fn(*args) with retries of transient failures; StorageError naming the URL otherwise."""
+        wait = RETRY_WAIT
+        conditional = bool(kwargs.keys() & {"IfMatch", "IfNoneMatch"})
+        for attempt in range(RETRIES):
+            try:
+                return fn(*args, **kwargs)
+            except Exception as e:        # fsspec backends raise many kinds (aiohttp, botocore...)
+                if isinstance(e, StorageError):
+                    raise
+                if conditional:
+                    # If-Match on an object another writer removed: refused as well (404)
+                    if _precondition_failed(e) or (isinstance(e, FileNotFoundError) and "IfMatch" in kwargs):
+                        raise ConcurrentWriterError(
+                            f"'{self.where(key)}' was changed by another writer (the store refused a "
+                            "conditional write): object storage has no lock, write a dataset from one "
+                            "writer at a time") from None
+                    if _not_implemented(e):
+                        raise _NoConditions() from None
+                if isinstance(e, FileNotFoundError):
+                    raise MissingError(f"'{self.where(key)}' does not exist") from None
+                if isinstance(e, PermissionError):
+                    raise StorageError(f"access to '{self.where(key)}' denied: {e}") from None
+                status = getattr(e, "status", None)       # aiohttp's answer of an HTTP server
+                if "Credentials" in type(e).__name__:      # botocore's NoCredentialsError and kin
+                    raise StorageError(f"access to '{self.where(key)}' denied: {type(e).__name__}: {e}") from None
+                if status in (401, 403):
+                    raise StorageError(f"access to '{self.where(key)}' denied (HTTP {status})") from None
+                if status == 404:
+                    raise MissingError(f"'{self.where(key)}' does not exist") from None
+                if not _transient(e) or attempt == RETRIES - 1:
+                    raise StorageError(f"cannot {what} '{self.where(key)}' "
+                                       f"(after {attempt + 1} attempt(s)): {type(e).__name__}: {e}") from None
+                time.sleep(wait)
+                wait *= 2
+
+    def get(self, key):
+        data = self._take_primed(key)
+        if data is not None:
+            return data
+        data = self._call("read", key, self.fs.cat_file, self._p(key), **self._whole)
+        self._count("get", len(data))
+        return data
+
+    def get_range(self, key, start, end):
+        if end <= start:
+            return b""
+
+        def fetch():
+            data = self.fs.cat_file(self._p(key), start=start, end=end)
+            if len(data) != end - start:
+                # a connection cut short: retried; a short object is the caller's to report
+                size = self.fs.size(self._p(key))
+                if size is not None and len(data) < min(end, size) - start:
+                    raise ConnectionError(f"short read: {len(data)} of {end - start} bytes")
+            return data
+        data = self._call("read", key, fetch)
+        self._count("get", len(data))
+        return data
+
+    def get_many(self, keys):
+        if len(keys) <= 1 or self.http:
+            return super().get_many(keys)
+        paths = {self._p(k): k for k in keys}
+        try:
+            got = self.fs.cat(list(paths), on_error="return", **self._whole)
+        except Exception:
+            got = {}
+        out = {}
+        for p, k in paths.items():
+            data = got.get(p)
+            if isinstance(data, (bytes, bytearray)):
+                self._count("get", len(data))
+                out[k] = data
+            else:
+                try:                      # failed, missing or not answered: alone, with retries
+                    out[k] = self.get(k)
+                except MissingError:
+                    out[k] = None
+        return out
+
+    def get_ranges(self, requests):
+        if len(requests) <= 1:
+            return [self.get_range(*r) for r in requests]
+        paths = [self._p(k) for k, _, _ in requests]
+        starts = [a for _, a, _ in requests]
+        ends = [b for _, _, b in requests]
+        try:
+            out = self.fs.cat_ranges(paths, starts, ends, max_gap=None, on_error="return",
+                                     batch_size=MAX_CONCURRENT) \
+                if _takes_max_gap(self.fs) else self.fs.cat_ranges(paths, starts, ends, on_error="return")
+        except Exception:
+            out = [None] * len(requests)
+        res = []
+        for r, data in zip(requests, out):
+            if isinstance(data, (bytes, bytearray)) and len(data) == r[2] - r[1]:
+                self._count("get", len(data))
+                res.append(data)
+            else:
+                res.append(self.get_range(*r))    # failed or short: alone, with retries and a clear error
+        return res
+
+    def put(self, key, data, if_match=None, if_none_match=False):
+        """Write `key` whole; with `if_match` (an ETag) or `if_none_match`, only if the object is still
+        that version (still absent), else `ConcurrentWriterError`, where the store can
+        (``conditional``; elsewhere the conditions are left to the caller's checks).  Returns the
+        new ETag, or None when the store does not tell it."""
+        self._primed.pop(key, None)
+        cond = {}
+        if self.conditional and len(data) < CONDITIONAL_MAX:
+            if if_match is not None:
+                cond["IfMatch"] = if_match
+            elif if_none_match:
+                cond["IfNoneMatch"] = "*"
+        if cond:   # one PutObject, not a multipart upload (which takes no If-Match in s3fs)
+            cond["chunksize"] = CONDITIONAL_MAX
+        try:
+            out = self._call("write", key, self.fs.pipe_file, self._p(key), bytes(data), **cond)
+        except _NoConditions:
+            self.conditional = False      # an S3 compatible without conditional writes: checks only
+            out = self._call("write", key, self.fs.pipe_file, self._p(key), bytes(data))
+        self._count("put", len(data))
+        tag = out.get("ETag") if isinstance(out, dict) else None
+        return tag if isinstance(tag, str) else None
+
+    def put_atomic(self, key, data, parents=True, sync_dir=None, **kwargs):
+        """A put: object stores replace an object atomically (and have no directories to make or sync)."""
+        return self.put(key, data, **kwargs)
+
+    # ---- handles: an object read whole at open (one GET); the layouts write objects whole (put)
+    def open(self, key, how="r"):
+        if how != "r":
+            raise StorageError(f"cannot open '{self.where(key)}' for writing: objects are written whole")
+        return _Fetched(self.get(key))
+
+    def close(self, h):
+        pass
+
+    def pread(self, h, n, pos, where=None):
+        return bytearray(h.data[pos:pos + n])
+
+    def state(self, h):
+        return ("object", len(h.data), 0)
+
+    def remove(self, key):
+        self.delete(key)
+
+    def names(self, prefix=""):
+        return list(self.list(prefix))
+
+    def delete(self, key):
+        try:
+            self._call("delete", key, self.fs.rm_file, self._p(key))
+        except MissingError:
+            pass
+
+    def list(self, prefix="", etags=None):
+        """{name: size} of the objects under `prefix`; `etags`, a dict, receives {name: ETag} of the
+        objects whose listing tells it."""
+        self._count("list")
+        try:
+            entries = self._call("list", prefix, self.fs.ls, self._p(prefix), detail=True)
+        except MissingError:
+            return {}
+        out = {}
+        for e in entries:
+            name = e["name"].rstrip("/").rsplit("/", 1)[-1]
+            if e.get("type") == "directory":
+                out[name] = None
+            else:
+                out[name] = e.get("size")
+                tag = e.get("ETag") or e.get("etag")
+                if etags is not None and isinstance(tag, str):
+                    etags[name] = tag
+        if not self.http:
+            self.fs.invalidate_cache(self._p(prefix))
+        return out
+
+    def info(self, key):
+        self._count("head")
+        if not self.http:
+            self.fs.invalidate_cache(self._p(key))
+        return self._call("stat", key, self.fs.info, self._p(key))
+
+    def exists(self, key):
+        try:
+            self.info(key)
+            return True
+        except MissingError:
+            return False
+
+    def isdir(self, key=""):
+        try:
+            return self.info(key).get("type") == "directory"
+        except MissingError:
+            return False
+
+    def size(self, key):
+        return self.info(key).get("size")
+
+    def etag(self, key):
+        """The object's version tag (ETag), None when it does not exist or the store gives none."""
+        try:
+            info = self.info(key)
+        except MissingError:
+            return None
+        tag = info.get("ETag") or info.get("etag")
+        return tag if tag is not None else f"size:{info.get('size')}"
+
+    def remove_all(self):
+        try:
+            self.fs.rm(self._p(""), recursive=True)
+        except FileNotFoundError:
+            pass
+        except Exception as e:
+            raise StorageError(f"cannot remove '{self.root}': {e}") from None
+
+
+class _NoConditions(Exception):
+    """The store answered a conditional put with 'not implemented'."""
+
+
+def _errors_of(e):
+    """`e` and the exceptions it was raised from (s3fs wraps botocore's ClientError)."""
+    seen = []
+    while e is not None and len(seen) < 8:
+        seen.append(e)
+        e = e.__cause__ or e.__context__
+    return seen
+
+
+def _s3_error(e):
+    """(error code, HTTP status) of a botocore ClientError, else (None, None)."""
+    resp = getattr(e, "response", None)
+    if not isinstance(resp, dict):
+        return None, None
+    code = (resp.get("Error") or {}).get("Code")
+    status = (resp.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+    return code, status
+
+
+def _precondition_failed(e):
+    """Whether the store refused a conditional write (412; 409 when conditional writes collide)."""
+    for x in _errors_of(e):
+        code, status = _s3_error(x)
+        if code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412):
+            return True
+        if getattr(x, "status", None) == 412:
+            return True
+    return False
+
+
+def _not_implemented(e):
+    for x in _errors_of(e):
+        code, status = _s3_error(x)
+        if code == "NotImplemented" or status == 501:
+            return True
+    return False
+
+
+class _Fetched:
+    """The handle of an object read whole (`FsspecStore.open`)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data):
+        self.data = data
+
+
+class LockedGuard:
+    """The writer guard of a store whose writers hold a lock (a local directory, `blzarr.locking`):
+    nothing to check, puts plain."""
+
+    def __init__(self, store, key):
+        self.store = store
+        self.key = key
+        self.seen = {}
+
+    def created(self):
+        pass
+
+    def opened(self):
+        pass
+
+    def check(self):
+        pass
+
+    def active(self):
+        return False
+
+    def listed(self, prefix, etags):
+        pass
+
+    def forget(self, key):
+        pass
+
+    def put(self, key, data, seen, **kwargs):
+        """Write data object `key` (`put_atomic` with `kwargs`)."""
+        self.store.put_atomic(key, data, **kwargs)
+
+    def commit(self, obj):
+        """Write meta/sizes, the commit point."""
+        self.store.commit_json(self.key, obj)
+
+
+class WriterGuard:
+    """How a writer detects another writer where there is no lock (object storage).
+
+    It remembers the version tag (ETag) of `key` (meta/sizes, the commit point) as it last wrote or
+    read it (taken before reading it), and of each data object as it last saw it (`seen`).  `check`
+    (before uploads) refuses when meta/sizes changed meanwhile; where the store has conditional puts
+    (``conditional``), every put is one: a data object only over the version seen (or only while
+    absent), meta/sizes only if no other writer committed since (`commit`).  A refusal is a
+    `ConcurrentWriterError` naming the object: two writers never silently interleave.  A writer that
+    does not track what it saw (a dask partition writer: never `opened`) puts without conditions."""
+
+    def __init__(self, store, key):
+        self.store = store
+        self.key = key
+        self.etag = False           # False: not looked at (a reader, or not yet); None: no object
+        self.seen = {}              # data object key -> its ETag as last seen (False: cannot tell)
+
+    def active(self):
+        return self.etag is not False
+
+    def created(self):
+        """A new dataset: there is no `key` yet."""
+        self.etag = None
+
+    def opened(self):
+        """Opened to write: remember `key` as it is now (before reading it)."""
+        if self.etag is False:
+            self.etag = self.store.etag(self.key)
+
+    def check(self):
+        if self.etag is False:
+            return
+        if self.store.etag(self.key) != self.etag:
+            raise ConcurrentWriterError(
+                f"'{self.store.where(self.key)}' was changed by another writer since this one last wrote or "
+                "read it: object storage has no lock, write a dataset from one writer at a time")
+
+    def listed(self, prefix, etags):
+        """ETags of the objects under `prefix` from a listing (what this writer saw)."""
+        for name, tag in etags.items():
+            self.seen.setdefault(f"{prefix}/{name}", tag)
+
+    def forget(self, key):
+        self.seen.pop(key, None)
+
+    def conditions(self, seen):
+        """The conditions of a put over an object last seen with ETag `seen` (None: absent, False:
+        cannot tell)."""
+        if self.etag is False or seen is False or not self.store.conditional:
+            return {}
+        if isinstance(seen, str) and not seen.startswith("size:"):
+            return {"if_match": seen}
+        return {"if_none_match": seen is None}
+
+    def put(self, key, data, seen, **kwargs):
+        """Upload data object `key` over the version `seen` (conditional where the store can)."""
+        tag = self.store.put(key, data, **self.conditions(seen))
+        self.seen[key] = tag if tag is not None else False
+
+    def commit(self, obj):
+        """Write meta/sizes, the commit point (conditional where the store can)."""
+        raw = json.dumps(obj, ensure_ascii=True).encode("ascii") + b"\n"
+        tag = self.store.put(self.key, raw, **self.conditions(self.etag))
+        self.etag = tag if tag is not None else self.store.etag(self.key)
+
+
+def _takes_max_gap(fs):
+    return _takes(fs.cat_ranges, "max_gap")
+
+
+def _takes(fn, name):
+    """Whether callable `fn` has a parameter `name`."""
+    if fn is None:
+        return False
+    try:
+        return name in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def open_bytestore(root, storage_options=None):
+    """The byte store of `root`: a URL (fsspec) or a local directory (file:// too)."""
+    if isinstance(root, ByteStore):
+        return root
+    root = local_path(os.fspath(root))
+    if is_url(root):
+        return FsspecStore(root, storage_options)
+    if storage_options:
+        raise ValueError(f"storage_options are for URLs; '{root}' is a local path")
+    return LocalStore(root)
+
+
+def find_objects(store):
+    """(root URL, kind) of every carray/ctable at or below the root of `store`, in name order,
+    not descending into them: the objects of a level before the levels below it (as `walk`)."""
+    kind = detect_store(store)
+    if kind is not None:
+        yield store.root, kind
+        return
+    yield from _below(store)
+
+
+def _below(store):
+    subs = []
+    for name, size in sorted(store.list("").items()):
+        if size is not None and not (store.remote and store.http and name.endswith("/")):
+            continue
+        child = store.child(name.rstrip("/"))
+        kind = detect_store(child)
+        if kind is not None:
+            yield child.root, kind
+        else:
+            subs.append(child)
+    for child in subs:
+        yield from _below(child)

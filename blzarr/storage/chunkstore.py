@@ -1,0 +1,263 @@
+"""`ChunkStore`: the one interface beneath a carray, whatever holds its chunks.
+
+A carray is a sequence of full chunks (each `chunklen` atoms, compressed) plus a short last chunk
+(the leftover) that only on-disk stores keep, at index `nchunks`.  A chunk store holds them:
+
+- `MemoryChunks` here (a list of `chunk` objects),
+- `bcolz_layout.BcolzChunks` (one file per chunk, the bcolz 1.x layout),
+- `blz.BlzChunks` (checksummed superchunk files, the BLZ layout).
+
+The carray, and everything above it, uses only the methods below: no layout branches, no file paths.
+`stores.create_store` and `stores.open_store` make the on-disk ones.  A byte-store layer (local
+files, object storage) would go beneath the two on-disk layouts without changing this interface.
+"""
+
+from blzarr.storage.files import overwrite
+
+SUPERCHUNK_TARGET_BYTES = 64 * 1024 * 1024
+MAX_SUPERCHUNKLEN = 1024
+
+
+def auto_superchunklen(chunk_nbytes):
+    """Chunks per superchunk file (and per dask partition): files of about SUPERCHUNK_TARGET_BYTES
+    uncompressed; 256 for chunks of any size (pickled objects)."""
+    if chunk_nbytes <= 0:
+        return 256
+    return max(1, min(MAX_SUPERCHUNKLEN, SUPERCHUNK_TARGET_BYTES // chunk_nbytes))
+
+
+class ChunkStore:
+    """The chunks of one carray.  Subclasses give `_get(i)` for 0 <= i < nchunks and override what
+    their layout does differently; the defaults here are those of a store that keeps nothing on disk.
+
+    Sequence of full chunks: ``len``, iteration, ``[i]`` (negative too), ``[i:j]``, ``append(c)``,
+    ``[i] = c``, `truncate(n)`; `load(i, expected_nbytes)` reads a chunk whole and verified (also the
+    stored short chunk at index nchunks); `cbytes`; `free_cachemem()`.
+
+    Fields: `format` ('bcolz', 'blz' or None in memory), `rootdir`, `mode`, `atom`, `nchunks`,
+    `chunk_nbytes` (-1: pickled objects, any size).
+    """
+
+    format = None
+    rootdir = None
+    store = None        # the layout's directory object (files, caches), None in memory
+
+    def _init_fields(self, store, atom, chunklen, nchunks, objects=False):
+        self.store = store
+        self.atom = atom
+        self.chunk_nbytes = -1 if objects else chunklen * atom.itemsize   # -1: pickles, any size
+        self.nchunks = nchunks
+
+    # ------------------------------------------------------------------ the sequence of full chunks
+    def __len__(self):
+        return self.nchunks
+
+    def __iter__(self):
+        for i in range(self.nchunks):
+            yield self._get(i)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self._get(k) for k in range(*i.indices(self.nchunks))]
+        if i < 0:
+            i += self.nchunks
+        if not 0 <= i < self.nchunks:
+            raise IndexError(f"chunk {i} out of range ({self.nchunks} chunks)")
+        return self._get(i)
+
+    def append_many(self, cs):
+        """Append the chunks `cs` in order (a layout may write them together)."""
+        for c in cs:
+            self.append(c)
+
+    def set_nchunks(self, n):
+        """Show only the first `n` chunks, without touching what is stored."""
+        self.nchunks = n
+
+    def resident(self, ids):
+        """The compressed bytes of the full chunks numbered `ids` (a list, in that order) when this
+        store holds them in memory, else None (the caller reads them through the chunk objects)."""
+        return None
+
+    def decode_whole(self, ids, out, offsets):
+        """Decode the full chunks `ids` (a list) whole into the contiguous array `out`, chunk ``ids[k]``
+        at byte ``offsets[k]``, in one call per thread, when this layout can (True); else False and
+        nothing done (the caller reads them through the chunk objects)."""
+        return False
+
+    def rows_whole(self, ids, out, offsets, cstart, csize):
+        """Bytes [cstart, cstart + csize) of every atom of the full chunks `ids`, packed into the
+        contiguous array `out` from byte ``offsets[k]`` for chunk ``ids[k]``, as `decode_whole` does
+        (True), or False."""
+        return False
+
+    def sum_whole(self, ids, dtype):
+        """NumPy's sum of each full chunk of `ids` (values of `dtype`) as an array, read and summed in
+        one call per thread, when this layout can; else None."""
+        return None
+
+    def forget_from(self, n):
+        """Drop cached copies of chunks n and later (about to change)."""
+
+    # ------------------------------------------------------------------ the short last chunk
+    def put_last(self, n, data):
+        """Store the compressed short last chunk at index `n` (= nchunks)."""
+
+    def remove_from(self, n):
+        """Remove the stored chunks at index `n` and later (a stale short chunk, a killed writer's)."""
+
+    def remove_stray(self, n):
+        """On opening for writing: remove what a killed writer left past the `n` chunks meta/sizes counts."""
+
+    def stored_last(self, n):
+        """What stands stored at index `n` past the full chunks, to restore with `undo_appends`."""
+        return None
+
+    def undo_appends(self, n, last):
+        """Forget the chunks appended from index `n` on, and put back `last` (from `stored_last`)."""
+        self.forget_from(n)
+        self.set_nchunks(n)
+
+    def stray_files(self, expected):
+        """Names of chunk files past the `expected` stored chunks, which readers ignore."""
+        return []
+
+    def sync(self):
+        """Make every chunk written since the last sync durable (a flush calls it before meta/sizes); in
+        BLZ, rewrites become visible to other readers here (their offsets entries are switched)."""
+
+    # ------------------------------------------------------------------ metadata and maintenance
+    def read_meta(self, name):
+        raise NotImplementedError
+
+    def write_meta(self, name, obj):
+        pass
+
+    def meta_path(self, name):
+        return None
+
+    @property
+    def attrs_path(self):
+        return None
+
+    # ------------------------------------------------------------------ chunk statistics (blzarr.query.stats)
+    def fingerprint(self, i):
+        """A tuple of 3 ints that changes whenever stored chunk i is rewritten (None: not stored)."""
+        return None
+
+    def fingerprints(self, ids):
+        """[fingerprint(i) for i in ids] (a store may find them faster together)."""
+        return [self.fingerprint(i) for i in ids]
+
+    def _local_stats(self):
+        """Statistics files are kept beside local directories only (a byte store, object storage,
+        keeps none: the statistics are computed in memory when a query needs them)."""
+        return self.store is not None and not getattr(self.store, "remote", False)
+
+    def read_stats(self):
+        """The bytes of the statistics file (meta/stats), or None when there is none."""
+        path = self.meta_path("stats")
+        if path is None or not self._local_stats():
+            return None
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except OSError:
+            return None
+
+    def write_stats(self, raw):
+        """Rewrite the statistics file in place (no rename, no fsync: readers drop a torn, lost or
+        stale file, which is only rebuilt)."""
+        path = self.meta_path("stats")
+        if path is not None and self.mode != "r" and self._local_stats():
+            overwrite(path, raw)
+
+    def storage_options(self):
+        """The layout's own options (checksum, superchunklen, reserve for BLZ), to make a copy alike."""
+        return {}
+
+    def describe(self):
+        """What the layout adds to a description of the carray (`blzarr info`)."""
+        return {}
+
+    def partition_chunks(self):
+        """Chunks per dask partition: the superchunk capacity in BLZ, the same rule elsewhere."""
+        return auto_superchunklen(self.chunk_nbytes)
+
+    def verify(self, expected_chunks):
+        """Check every stored chunk; raise on damage, return a summary."""
+        return {"chunks": self.nchunks}
+
+    def _needs_blz(self, what):
+        raise AttributeError(f"{what} needs an on-disk carray in the 'blz' format "
+                             f"(this one is {self.format or 'in memory'})")
+
+    def compact(self):
+        """BLZ: reclaim the space relocated rewrites left; returns the bytes freed."""
+        self._needs_blz("compact()")
+
+    @property
+    def meta(self):
+        self._needs_blz("meta")
+
+    @property
+    def vlmeta(self):
+        self._needs_blz("vlmeta")
+
+    def config(self):
+        """Plain values from which a worker process reopens this store to write chunks (dask)."""
+        conf = {"format": self.format, "rootdir": self.rootdir}
+        if getattr(self.store, "remote", False):
+            conf["storage_options"] = self.store.bytes.config().get("storage_options", {})
+        return conf
+
+    @property
+    def bytes(self):
+        """The byte store beneath an object-storage carray (`blzarr.bytestore`: URL, request
+        counts in ``.stats``), None elsewhere."""
+        return self.store.bytes if getattr(self.store, "remote", False) else None
+
+    def prefetch(self, ns):
+        """Fetch chunks `ns` ahead of reading them, where that pays (object storage: concurrently,
+        adjacent ones in one request); a no-op elsewhere."""
+
+    def close(self):
+        """Release open files (the store stays usable: they reopen on demand)."""
+
+
+class MemoryChunks(list, ChunkStore):
+    """The full chunks of an in-memory carray: a list of `chunk` objects."""
+
+    mode = "a"
+
+    def __init__(self, chunks=(), chunk_nbytes=-1):
+        super().__init__(chunks)
+        self.chunk_nbytes = chunk_nbytes     # -1: pickled objects, any size
+
+    def copy(self):
+        """A new list of the same chunks (chunks are immutable: a view shares them)."""
+        return MemoryChunks(self, self.chunk_nbytes)
+
+    @property
+    def nchunks(self):
+        return list.__len__(self)
+
+    @property
+    def cbytes(self):
+        return sum(c.cbytes for c in self)
+
+    def resident(self, ids):
+        get = list.__getitem__
+        out = [getattr(get(self, i), "_data", None) for i in ids]
+        return out if all(type(b) is bytes for b in out) else None
+
+    def truncate(self, n):
+        del self[n:]
+
+    set_nchunks = truncate
+
+    def undo_appends(self, n, last):
+        del self[n:]
+
+    def free_cachemem(self):
+        pass

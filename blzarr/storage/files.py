@@ -1,0 +1,401 @@
+"""The file discipline of every on-disk layout: names, atomic replacement, fsync order, JSON files.
+
+Metadata files (meta/storage, attributes, __rootdirs__, a new meta/sizes) are written to a temporary
+file, fsync'ed, renamed over the old one, and their directory fsync'ed: after a crash or a power loss
+a reader finds the old or the new content, never an empty or partial file.  meta/sizes, rewritten by
+every flush, is at most one disk sector: once it exists it is written over in place, its size kept
+(`overwrite_sector`), which a disk applies whole or not at all, and fdatasync'ed; no temporary file,
+rename or directory sync.  BLZARR_FSYNC=0 in the environment (or blzarr.defaults.fsync = False)
+skips the syncs, for scratch data.  Every file operation goes through `blzarr.fileio`, the I/O layer.
+"""
+
+import json
+import os
+import secrets
+import stat
+import threading
+import time
+
+from blzarr.storage import fileio
+from blzarr.errors import FormatError, MissingError, StorageError
+
+DATA_DIR = "data"
+META_DIR = "meta"
+SIZES_FILE = "sizes"
+STORAGE_FILE = "storage"
+ATTRS_FILE = "__attrs__"
+# the attributes file of the BLZ layout, in meta/
+ATTRIBUTES_FILE = "attributes"
+ROOTDIRS_FILE = "__rootdirs__"
+
+# The largest meta JSON file blzarr agrees to parse: real ones are a few hundred bytes.
+MAX_JSON_BYTES = 16 * 1024 * 1024
+
+
+
+def _process_umask():
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+# Files are created with the permissions a plain open() would give them (bcolz's): mkstemp's
+# 0600 would hide a dataset from the other users of a shared directory.
+_UMASK = _process_umask()
+
+
+def _new_file_mode(path):
+    try:
+        return os.stat(path).st_mode & 0o7777   # replacing a file keeps its permissions
+    except OSError:
+        return 0o666 & ~_UMASK
+
+
+# ------------------------------------------------------------------ directories being created
+_new_trees = {}                 # absolute root -> NewTree
+_new_trees_lock = threading.Lock()
+
+
+class NewTree:
+    """A directory this process is creating (a carray's, from its constructor to its first flush).
+
+    Until that flush writes meta/sizes, which names the chunks, nothing in the directory is promised
+    (a crash may leave it unopenable, never showing wrong values: meta/sizes comes last), and no
+    reader can use it (it opens only with meta/sizes).  So its files are written in place, without
+    temporary files and renames, and not synced one by one.  Writing meta/sizes (the first flush,
+    after the store synced its chunk files) publishes the tree first: every file written through
+    `atomic_write` is synced, then the new directories and the root's parent, once; meta/sizes is
+    then written the usual way (a synced temporary file renamed, its directory synced).  Syncs
+    issued in a row after all the writes cost about one journal commit, where a sync per file cost
+    one each."""
+
+    def __init__(self, root):
+        self.root = os.path.abspath(os.fspath(root))
+        self.files = {}             # paths written in place (ordered), synced by publish
+        self.dirs = {}              # directories made inside the root, synced by publish
+
+    def write(self, path, data):
+        fileio.write_new(path, data)
+        self.files[path] = None
+
+    def made_dirs(self, *paths):
+        for p in paths:
+            self.dirs[os.path.abspath(p)] = None
+
+    def publish(self, sync=None, synced_after=None):
+        """Make everything written in the tree durable (files first, then the names: the deepest
+        directories first, the root's parent last) and stop writing in place.  `synced_after`: a
+        directory the caller syncs next anyway (meta/, after meta/sizes), not synced here."""
+        self.close()
+        if not (fileio.sync_enabled() if sync is None else sync):
+            return
+        for path in self.files:
+            fd = fileio.open(path, "rw")
+            try:
+                fileio.fsync(fd)
+            finally:
+                fileio.close(fd)
+        dirs = set(self.dirs) | {os.path.dirname(p) for p in self.files}
+        dirs.add(self.root)
+        dirs.add(os.path.dirname(self.root))
+        dirs.discard(synced_after)
+        for d in sorted(dirs, key=lambda d: -d.count(os.sep)):
+            fileio.fsync_dir(d)
+
+    def close(self):
+        """Stop writing in place (without syncing: an abandoned creation)."""
+        with _new_trees_lock:
+            if _new_trees.get(self.root) is self:
+                del _new_trees[self.root]
+
+
+def new_tree(root):
+    """Register `root`, a directory about to be created, as a `NewTree` and return it."""
+    tree = NewTree(root)
+    with _new_trees_lock:
+        _new_trees[tree.root] = tree
+    return tree
+
+
+def new_tree_of(path):
+    """The `NewTree` that `path` is inside (or is the root of), None when there is none."""
+    if not _new_trees:
+        return None
+    p = os.path.abspath(os.fspath(path))
+    while True:
+        tree = _new_trees.get(p)
+        if tree is not None:
+            return tree
+        parent = os.path.dirname(p)
+        if parent == p:
+            return None
+        p = parent
+
+
+def atomic_write(path, data, fsync=False, sync_dir=None):
+    """Replace `path` with `data` so that readers see either the old or the new content; with
+    `fsync`, the content is durable before the rename, and (unless `sync_dir` is False: the caller
+    syncs the directory later, once for many files) the rename before this returns.
+
+    Inside a directory being created (`NewTree`) the file is written in place instead, and synced
+    when the tree is published."""
+    d = os.path.dirname(path) or "."
+    tree = new_tree_of(path) if _new_trees else None
+    if tree is not None:
+        if os.path.basename(path) == SIZES_FILE:
+            # meta/sizes names the chunks: everything else is durable first (its directory is
+            # synced after its rename below, which makes the other names there durable too)
+            tree.publish(synced_after=os.path.abspath(d) if fsync and sync_dir is not False else None)
+        else:
+            try:
+                tree.write(path, data)
+            except OSError as e:
+                raise StorageError(f"cannot write '{path}': {e}") from None
+            return
+    mode = _new_file_mode(path)
+    tmp = None
+    try:
+        for _ in range(100):
+            tmp = os.path.join(d, f".tmp-{secrets.token_hex(6)}")
+            try:
+                fd = fileio.open(tmp, "new", 0o600)
+                break
+            except FileExistsError:
+                tmp = None
+        else:
+            raise FileExistsError(f"no free temporary name in '{d}'")
+        try:
+            fileio.fchmod(fd, mode)
+            fileio.write(fd, data)
+            if fsync:
+                fileio.fsync(fd)
+        finally:
+            fileio.close(fd)
+        fileio.replace(tmp, path)
+        if fsync if sync_dir is None else sync_dir:
+            fileio.fsync_dir(d)
+    except BaseException as e:
+        if tmp is not None:
+            try:
+                fileio.unlink(tmp)
+            except OSError:
+                pass
+        if isinstance(e, OSError) and not isinstance(e, StorageError):
+            raise StorageError(f"cannot write '{path}': {e}") from None
+        raise
+
+
+# A file of at most one sector written over in place at offset 0, its size unchanged, reaches the disk
+# whole or not at all (disks write a 512-byte sector atomically; PostgreSQL's pg_control relies on
+# the same), and needs no new block, name or size: an fdatasync makes it durable.
+SECTOR = 512
+_LOCK_TRIES = 100           # flock attempts (0.5 ms apart) before giving up on a shared/exclusive lock
+
+
+def _lock_briefly(fd, how):
+    """Take the advisory lock `how` ('sh'/'ex') on `fd`, retrying for up to ~50 ms (the holder keeps
+    it for one small read or write): True when held, None where there are no such locks (platform,
+    file system), False when it could not be had."""
+    for i in range(_LOCK_TRIES):
+        got = fileio.flock(fd, how)
+        if got is not False:
+            return got
+        time.sleep(0.0005)
+    return False
+
+
+def overwrite_sector(path, data, fsync):
+    """Write `data` (ending with a newline) over the existing small file `path` in place, padded with
+    spaces before the newline to the file's size, and fdatasync it when `fsync`; True when done.
+
+    That is as safe as `atomic_write` only when the file is one regular file (no other hard link, not
+    reached through a symbolic link)
+    of at most `SECTOR` bytes, `data` fits its size (the size is never changed: the content is one
+    sector written at offset 0) and the platform has flock; else nothing is written and False is
+    returned (the caller replaces the file atomically).  The write is done under an exclusive flock
+    of the file, which `read_json` takes shared, so that a reader in another process never sees it
+    half done; where there are no flocks (platform, file system) the file is replaced atomically."""
+    if not data.endswith(b"\n") or new_tree_of(path) is not None or os.path.islink(path):
+        return False        # (a symbolic link: the rename replaces the link, as it always did)
+    try:
+        fd = fileio.open(path, "rw")
+    except OSError:
+        return False
+    try:
+        st = fileio.fstat(fd)
+        size = st.st_size
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or not len(data) <= size <= SECTOR:
+            return False
+        if not _lock_briefly(fd, "ex"):
+            return False
+        try:
+            fileio.pwrite(fd, data[:-1] + b" " * (size - len(data)) + b"\n", 0, path)
+        finally:
+            fileio.flock(fd, "un")
+        if fsync:
+            fileio.fdatasync(fd)
+    except OSError as e:
+        raise StorageError(f"cannot write '{path}': {e}") from None
+    finally:
+        fileio.close(fd)
+    return True
+
+
+def overwrite(path, data):
+    """Write `data` over the file `path` in place (created when missing) and cut it to that length:
+    no temporary file, rename or sync.  For files whose readers detect a torn or stale content and
+    then do without it (meta/stats: a checksum, fingerprints): a reader, a kill or a power loss may
+    see it half written.  A file with other hard links, or a symbolic link, is replaced
+    (`atomic_write`) instead."""
+    tree = new_tree_of(path) if _new_trees else None
+    if tree is not None or os.path.islink(path):
+        atomic_write(path, data)
+        return
+    try:
+        try:
+            fd = fileio.open(path, "rw")
+        except FileNotFoundError:
+            fd = fileio.open(path, "trunc")
+        try:
+            st = fileio.fstat(fd)
+            linked = st.st_nlink > 1 or not stat.S_ISREG(st.st_mode)
+            if not linked:
+                fileio.pwrite(fd, data, 0, path)
+                if st.st_size > len(data):
+                    fileio.truncate(fd, len(data))
+        finally:
+            fileio.close(fd)
+    except OSError as e:
+        if isinstance(e, StorageError):
+            raise
+        raise StorageError(f"cannot write '{path}': {e}") from None
+    if linked:
+        atomic_write(path, data)
+
+
+def _read_shared(path, limit):
+    """The first `limit` bytes of `path`, read under a shared flock (see `overwrite_sector`; when it
+    cannot be had within ~50 ms the file is read anyway: a reader never waits long)."""
+    fd = fileio.open(path, "r")
+    try:
+        locked = _lock_briefly(fd, "sh")
+        try:
+            parts = []
+            while limit > 0:
+                b = os.read(fd, min(limit, 1 << 16))
+                if not b:
+                    break
+                parts.append(b)
+                limit -= len(b)
+            return b"".join(parts)
+        finally:
+            if locked:
+                fileio.flock(fd, "un")
+    finally:
+        fileio.close(fd)
+
+
+def _fsync_dir(d):
+    """Make a rename in directory `d` durable (best effort: not every platform can open a directory)."""
+    fileio.fsync_dir(d)
+
+
+class ObjectPath:
+    """A file of a byte store (`blzarr.bytestore`, e.g. object storage), accepted by `read_json`,
+    `write_json` and `exists` beside local paths; shown as its URL."""
+
+    __slots__ = ("store", "key")
+
+    def __init__(self, store, key):
+        self.store = store
+        self.key = key
+
+    def __str__(self):
+        return self.store.where(self.key)
+
+    __format__ = lambda self, spec: format(str(self), spec)
+
+
+def exists(path):
+    """Whether the file `path` (local, or an `ObjectPath`) exists."""
+    if isinstance(path, ObjectPath):
+        return path.store.exists(path.key)
+    return os.path.exists(path)
+
+
+def read_json(path, what="metadata"):
+    """Parse a JSON file, raising FormatError / StorageError that name the file."""
+    if isinstance(path, ObjectPath):
+        try:
+            raw = path.store.get(path.key)
+        except MissingError:
+            raise MissingError(f"{what} file '{path}' does not exist") from None
+        return parse_json(raw, path, what)
+    try:
+        if os.path.basename(path) == SIZES_FILE:
+            raw = _read_shared(path, MAX_JSON_BYTES + 1)     # it may be written over in place
+        else:
+            raw = fileio.read_file(path, MAX_JSON_BYTES + 1)
+    except FileNotFoundError:
+        raise StorageError(f"{what} file '{path}' does not exist") from None
+    except OSError as e:
+        raise StorageError(f"cannot read {what} file '{path}': {e}") from None
+    return parse_json(raw, path, what)
+
+
+def parse_json(raw, path, what="metadata"):
+    """The JSON value in `raw` (the bytes of file `path`), FormatError naming the file otherwise."""
+    if len(raw) > MAX_JSON_BYTES:
+        raise FormatError(f"{what} file '{path}' is larger than {MAX_JSON_BYTES} bytes")
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise FormatError(f"{what} file '{path}' is not valid JSON: {e}") from None
+
+
+def json_bytes(obj):
+    """The bytes blzarr writes for a JSON metadata file: ASCII JSON and a newline."""
+    return json.dumps(obj, ensure_ascii=True).encode("ascii") + b"\n"
+
+
+def write_json(path, obj, fsync=None):
+    if isinstance(path, ObjectPath):
+        path.store.put_atomic(path.key, json_bytes(obj))
+        return
+    atomic_write(path, json_bytes(obj), fsync=fileio.sync_enabled() if fsync is None else fsync)
+
+
+def commit_json(path, obj):
+    """Replace meta/sizes (the commit point of a flush) with the JSON of `obj`: written over in place
+    when `overwrite_sector` can, else atomically (`write_json`)."""
+    data = json_bytes(obj)
+    if not overwrite_sector(path, data, fsync=fileio.sync_enabled()):
+        atomic_write(path, data, fsync=fileio.sync_enabled())
+
+
+
+
+def detect_store(store):
+    """`detect` for a byte store (object storage): 'ctable', 'carray' or None."""
+    if store.exists(f"{META_DIR}/{STORAGE_FILE}"):     # first: one request for a carray
+        return "carray"
+    if store.exists(ROOTDIRS_FILE):
+        return "ctable"
+    return None
+
+
+def detect(path):
+    """What the directory `path` holds: 'ctable' (a ``__rootdirs__`` file), 'carray' (a
+    ``meta/storage`` file, in either layout) or None.  The one place this is decided.
+
+    Only names are looked at: an unreadable or damaged metadata file is reported by its reader,
+    naming it.
+    """
+    path = os.fspath(path)
+    if not fileio.isdir(path):
+        return None
+    if fileio.exists(os.path.join(path, ROOTDIRS_FILE)):
+        return "ctable"
+    if fileio.exists(os.path.join(path, META_DIR, STORAGE_FILE)):
+        return "carray"
+    return None
