@@ -67,9 +67,14 @@ from blzarr.errors import (  # noqa: E402
     BlzarrError, ChecksumError, ChunkError, ConcurrentWriterError, FormatError, MissingError, PickleNotAllowedError,
     ReadOnlyError, StorageError,
 )
-from blzarr.storage import attrs  # noqa: E402  (the module, as bcolz.attrs)
+import blzarr.attrs  # noqa: E402  (the module, as bcolz.attrs)
+import blzarr.arrayprint  # noqa: E402,F401
+import blzarr.chunked_eval  # noqa: E402,F401
 from blzarr.storage.chunk import chunk  # noqa: E402
 from blzarr.containers.carray.array import carray  # noqa: E402
+# bcolz's module path first, so a later `import blzarr.ctable` finds it loaded and leaves the class
+# below as the package's `ctable`
+import blzarr.ctable  # noqa: E402,F401
 from blzarr.containers.ctable.table import ctable  # noqa: E402
 from blzarr.query.chunked_eval import eval, explain  # noqa: E402
 from blzarr.query.lazyexpr import LazyExpr, lazyexpr  # noqa: E402
