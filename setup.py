@@ -51,6 +51,7 @@ ext_kwargs = dict(
 extensions = [
     Extension("blzarr._chunk", ["blzarr/_chunk.pyx"], **ext_kwargs),
     Extension("blzarr._superchunk", ["blzarr/_superchunk.pyx"], **ext_kwargs),
+    Extension("blzarr._groupby", ["blzarr/_groupby.pyx"], **ext_kwargs),
 ]
 
 setup(

@@ -32,6 +32,7 @@ from blzarr.storage.bytestore import is_url, join, local_path, open_bytestore
 from blzarr.containers.ctable.read import NROW, CtableBase, CtableReads, _split_outcols  # noqa: F401
 from blzarr.containers.ctable.write import _CARRAY_KW, CtableWrites, check_name
 from blzarr.containers.ctable.query import MIN_QUERY_BLEN, CtableQueries  # noqa: F401
+from blzarr.containers.ctable.groupby import CtableGroupby
 
 from blzarr.containers.arrayprint import array2string  # noqa: E402,F401
 
@@ -129,7 +130,7 @@ def _create_or_open(self, args, kwargs):
     return "create" if data is not None or kwargs.get("mode") == "w" else "open"
 
 
-class ctable(CtableQueries, CtableWrites, CtableReads, CtableBase):
+class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase):
     """ctable(columns=None, names=None, rootdir=None, mode=None, cparams=None, expectedlen=None,
     chunklen=None, format=None, auto_flush=True, allow_pickle=False, **kwargs)
 

@@ -1,0 +1,397 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""Group-by kernels: keys to dense group ids, and per-group aggregates updated block by block.
+
+A key is a row of 64-bit words (the key columns' bytes packed side by side, zero padded; floats
+canonical: one NaN, no negative zero), so any fixed-width key, one column or several, goes through
+the same table.  `KeyTable` is an open-addressing table (linear probing, power-of-two capacity)
+giving each distinct key a dense id in order of first insertion.  Small integer key ranges skip the
+table: `direct_codes` makes the id from the values themselves.
+
+Every function here works on one block and releases the GIL, so that each thread of a query updates
+its own partial aggregates; the Python side (`blzarr.query.groupby`) merges the partials.  A group id
+of -1 marks a row the filter drops.
+"""
+
+from libc.stdint cimport int64_t, uint64_t, uint8_t, uint32_t, int32_t
+from libc.string cimport memcpy, memcmp, memset
+from libc.stdlib cimport malloc, realloc, free
+from libc.math cimport isnan, NAN
+
+import numpy as np
+
+cdef int64_t I64_MAX = 0x7fffffffffffffff
+cdef int64_t I64_MIN = -0x7fffffffffffffff - 1
+
+
+cdef inline uint64_t _mix(uint64_t x) noexcept nogil:
+    # the splitmix64 finalizer: every input bit reaches every output bit, so the low bits that pick
+    # the slot are good even for keys that differ only in their high bytes (short strings)
+    x ^= x >> 30
+    x *= <uint64_t>0xbf58476d1ce4e5b9
+    x ^= x >> 27
+    x *= <uint64_t>0x94d049bb133111eb
+    x ^= x >> 31
+    return x
+
+
+cdef inline uint64_t _hash(const uint64_t* k, Py_ssize_t nw) noexcept nogil:
+    cdef uint64_t h = _mix(k[0] + <uint64_t>0x9e3779b97f4a7c15)
+    cdef Py_ssize_t j
+    for j in range(1, nw):
+        h = _mix(h ^ (k[j] + <uint64_t>0x9e3779b97f4a7c15 * <uint64_t>(j + 1)))
+    return h
+
+
+cdef class KeyTable:
+    """Distinct keys of `nwords` 64-bit words each, numbered 0, 1, ... in order of insertion."""
+
+    cdef readonly Py_ssize_t nwords
+    cdef readonly Py_ssize_t n
+    cdef uint64_t* keys         # n * nwords words, the keys in id order
+    cdef int64_t* slots         # cap entries: the id stored in each slot, -1 for an empty one
+    cdef Py_ssize_t cap, kcap
+
+    def __cinit__(self, Py_ssize_t nwords, Py_ssize_t expected=0):
+        if nwords < 1:
+            raise ValueError("a key has at least one word")
+        self.nwords = nwords
+        self.n = 0
+        self.cap = 16
+        while self.cap < 2 * expected:
+            self.cap *= 2
+        self.kcap = self.cap // 2
+        self.slots = <int64_t*> malloc(self.cap * sizeof(int64_t))
+        self.keys = <uint64_t*> malloc(self.kcap * nwords * sizeof(uint64_t))
+        if self.slots == NULL or self.keys == NULL:
+            raise MemoryError()
+        memset(self.slots, 0xff, self.cap * sizeof(int64_t))
+
+    def __dealloc__(self):
+        free(self.slots)
+        free(self.keys)
+
+    cdef int _grow(self) except -1 nogil:
+        cdef Py_ssize_t newcap = self.cap * 2, i, j, mask = newcap - 1
+        cdef int64_t* slots = <int64_t*> malloc(newcap * sizeof(int64_t))
+        cdef uint64_t* keys = <uint64_t*> realloc(self.keys, (newcap // 2) * self.nwords * sizeof(uint64_t))
+        if slots == NULL or keys == NULL:
+            free(slots)
+            with gil:
+                raise MemoryError()
+        self.keys = keys
+        memset(slots, 0xff, newcap * sizeof(int64_t))
+        for i in range(self.n):
+            j = _hash(keys + i * self.nwords, self.nwords) & mask
+            while slots[j] != -1:
+                j = (j + 1) & mask
+            slots[j] = i
+        free(self.slots)
+        self.slots = slots
+        self.cap = newcap
+        self.kcap = newcap // 2
+        return 0
+
+    cdef inline int64_t _find(self, const uint64_t* k, bint insert) except -2 nogil:
+        cdef Py_ssize_t nw = self.nwords, mask = self.cap - 1
+        cdef Py_ssize_t j = _hash(k, nw) & mask
+        cdef int64_t s
+        while True:
+            s = self.slots[j]
+            if s == -1:
+                break
+            if nw == 1:
+                if self.keys[s] == k[0]:
+                    return s
+            elif memcmp(self.keys + s * nw, k, nw * sizeof(uint64_t)) == 0:
+                return s
+            j = (j + 1) & mask
+        if not insert:
+            return -1
+        if self.n >= self.kcap:
+            self._grow()
+            return self._find(k, insert)
+        s = self.n
+        memcpy(self.keys + s * nw, k, nw * sizeof(uint64_t))
+        self.slots[j] = s
+        self.n += 1
+        return s
+
+    def ids(self, const uint64_t[:, ::1] keys, int64_t[::1] out, const uint8_t[::1] mask=None,
+            bint insert=True):
+        """The id of every key row into `out` (-1 where `mask` is 0, or, without `insert`, where the
+        key is not in the table); with `insert`, new keys get the next ids."""
+        cdef Py_ssize_t i, n = keys.shape[0]
+        if keys.shape[1] != self.nwords:
+            raise ValueError(f"keys of {keys.shape[1]} words for a table of {self.nwords}")
+        if out.shape[0] < n or (mask is not None and mask.shape[0] < n):
+            raise ValueError("output or mask shorter than the keys")
+        cdef bint masked = mask is not None
+        cdef int64_t last_id = -1
+        cdef uint64_t last_key = 0
+        with nogil:
+            if self.nwords == 1:
+                for i in range(n):
+                    if masked and not mask[i]:
+                        out[i] = -1
+                    elif last_id >= 0 and keys[i, 0] == last_key:
+                        # runs of one key (sorted or clustered columns) skip the probe
+                        out[i] = last_id
+                    else:
+                        last_id = self._find(&keys[i, 0], insert)
+                        last_key = keys[i, 0]
+                        out[i] = last_id
+                        if last_id < 0:
+                            last_id = -1
+            else:
+                for i in range(n):
+                    if masked and not mask[i]:
+                        out[i] = -1
+                    else:
+                        out[i] = self._find(&keys[i, 0], insert)
+
+    def keys_array(self):
+        """The keys in id order, a new (n, nwords) uint64 array."""
+        out = np.empty((self.n, self.nwords), dtype=np.uint64)
+        cdef uint64_t[:, ::1] o = out
+        if self.n:
+            memcpy(&o[0, 0], self.keys, self.n * self.nwords * sizeof(uint64_t))
+        return out
+
+
+def pack_column(const uint8_t[:, ::1] src, uint64_t[:, ::1] out, Py_ssize_t offset, int fkind):
+    """Copy the rows of `src` (n, itemsize bytes) into the key rows `out` at byte `offset`; `fkind`
+    4 or 8 marks a float32/float64 column, whose NaNs become one NaN and -0.0 becomes 0.0."""
+    cdef Py_ssize_t i, n = src.shape[0], isz = src.shape[1]
+    cdef Py_ssize_t stride = out.shape[1] * 8
+    cdef uint8_t* dst
+    cdef double d
+    cdef float f
+    if out.shape[0] < n or offset + isz > stride:
+        raise ValueError("key rows too small for the column")
+    if n == 0:
+        return
+    dst = (<uint8_t*> &out[0, 0]) + offset
+    with nogil:
+        if fkind == 8:
+            for i in range(n):
+                memcpy(&d, &src[i, 0], 8)
+                if isnan(d):
+                    d = NAN
+                elif d == 0.0:
+                    d = 0.0
+                memcpy(dst + i * stride, &d, 8)
+        elif fkind == 4:
+            for i in range(n):
+                memcpy(&f, &src[i, 0], 4)
+                if isnan(f):
+                    f = <float> NAN
+                elif f == 0.0:
+                    f = 0.0
+                memcpy(dst + i * stride, &f, 4)
+        else:
+            for i in range(n):
+                memcpy(dst + i * stride, &src[i, 0], isz)
+
+
+def direct_codes(const int64_t[::1] vals, int64_t lo, int64_t stride, int64_t[::1] out, bint first,
+                 const uint8_t[::1] mask=None):
+    """Dense ids from integer keys: out = (vals - lo) * stride, added to `out` unless `first`; rows
+    whose `mask` is 0 get -1 (on the first key column; later ones leave them -1)."""
+    cdef Py_ssize_t i, n = vals.shape[0]
+    cdef bint masked = mask is not None
+    with nogil:
+        if first:
+            for i in range(n):
+                if masked and not mask[i]:
+                    out[i] = -1
+                else:
+                    out[i] = (vals[i] - lo) * stride
+        else:
+            for i in range(n):
+                if out[i] >= 0:
+                    out[i] += (vals[i] - lo) * stride
+
+
+def rows_seen(const int64_t[::1] codes, int64_t base, int64_t[::1] nrows, int64_t[::1] first_row):
+    """Per group: rows counted, and the first row (numbered from `base`) that fell in it."""
+    cdef Py_ssize_t i, n = codes.shape[0]
+    cdef int64_t g
+    with nogil:
+        for i in range(n):
+            g = codes[i]
+            if g >= 0:
+                nrows[g] += 1
+                if first_row[g] > base + i:
+                    first_row[g] = base + i
+
+
+def sum_int(const int64_t[::1] codes, const int64_t[::1] vals, int64_t[::1] acc):
+    cdef Py_ssize_t i, n = codes.shape[0]
+    cdef int64_t g
+    with nogil:
+        for i in range(n):
+            g = codes[i]
+            if g >= 0:
+                acc[g] += vals[i]
+
+
+def sum_float(const int64_t[::1] codes, const double[::1] vals, double[::1] acc):
+    """NaN propagates into its group's sum (as in bquery)."""
+    cdef Py_ssize_t i, n = codes.shape[0]
+    cdef int64_t g
+    with nogil:
+        for i in range(n):
+            g = codes[i]
+            if g >= 0:
+                acc[g] += vals[i]
+
+
+def count_float(const int64_t[::1] codes, const double[::1] vals, int64_t[::1] acc):
+    """Values that are not NaN, per group."""
+    cdef Py_ssize_t i, n = codes.shape[0]
+    cdef int64_t g
+    with nogil:
+        for i in range(n):
+            g = codes[i]
+            if g >= 0 and not isnan(vals[i]):
+                acc[g] += 1
+
+
+def welford(const int64_t[::1] codes, const double[::1] vals, int64_t[::1] cnt, double[::1] mean,
+            double[::1] m2):
+    """Count, running mean and sum of squared deviations per group (Welford's update: stable where
+    sum and sum of squares would cancel); a NaN value makes its group's mean and M2 NaN."""
+    cdef Py_ssize_t i, n = codes.shape[0]
+    cdef int64_t g
+    cdef double d, x
+    with nogil:
+        for i in range(n):
+            g = codes[i]
+            if g >= 0:
+                x = vals[i]
+                cnt[g] += 1
+                d = x - mean[g]
+                mean[g] += d / cnt[g]
+                m2[g] += d * (x - mean[g])
+
+
+def minmax_int(const int64_t[::1] codes, const int64_t[::1] vals, int64_t[::1] acc, bint is_max):
+    cdef Py_ssize_t i, n = codes.shape[0]
+    cdef int64_t g
+    with nogil:
+        if is_max:
+            for i in range(n):
+                g = codes[i]
+                if g >= 0 and vals[i] > acc[g]:
+                    acc[g] = vals[i]
+        else:
+            for i in range(n):
+                g = codes[i]
+                if g >= 0 and vals[i] < acc[g]:
+                    acc[g] = vals[i]
+
+
+def minmax_float(const int64_t[::1] codes, const double[::1] vals, double[::1] acc, bint is_max):
+    """NaN values are skipped; a group with no other value keeps its NaN start."""
+    cdef Py_ssize_t i, n = codes.shape[0]
+    cdef int64_t g
+    cdef double x
+    with nogil:
+        for i in range(n):
+            g = codes[i]
+            if g < 0:
+                continue
+            x = vals[i]
+            if isnan(x):
+                continue
+            if isnan(acc[g]) or (is_max and x > acc[g]) or (not is_max and x < acc[g]):
+                acc[g] = x
+
+
+def first_last(const int64_t[::1] codes, int64_t base, int64_t[::1] pos, bint last,
+               const uint8_t[::1] valid=None):
+    """Per group, the first (or last) row numbered from `base` whose `valid` is not 0 (every row when
+    `valid` is None)."""
+    cdef Py_ssize_t i, n = codes.shape[0]
+    cdef int64_t g
+    cdef bint checked = valid is not None
+    with nogil:
+        for i in range(n):
+            g = codes[i]
+            if g < 0 or (checked and not valid[i]):
+                continue
+            if last:
+                if base + i > pos[g]:
+                    pos[g] = base + i
+            elif base + i < pos[g]:
+                pos[g] = base + i
+
+
+def pair_keys(const int64_t[::1] codes, const uint64_t[:, ::1] vals, uint64_t[:, ::1] out):
+    """Rows (group id, value words) for counting distinct values per group; returns how many rows
+    were kept (those with a group), packed at the front of `out`."""
+    cdef Py_ssize_t i, j, k = 0, n = codes.shape[0], nw = vals.shape[1]
+    with nogil:
+        for i in range(n):
+            if codes[i] >= 0:
+                out[k, 0] = <uint64_t> codes[i]
+                for j in range(nw):
+                    out[k, j + 1] = vals[i, j]
+                k += 1
+    return k
+
+
+cdef class SortedRuns:
+    """bquery's sorted_count_distinct over blocks taken in row order: every run of equal values
+    counts once for each group that has a row in the run."""
+
+    cdef Py_ssize_t nwords
+    cdef uint64_t* prev
+    cdef bint started
+    cdef readonly int64_t run
+
+    def __cinit__(self, Py_ssize_t nwords):
+        self.nwords = nwords
+        self.prev = <uint64_t*> malloc(max(nwords, 1) * sizeof(uint64_t))
+        if self.prev == NULL:
+            raise MemoryError()
+        self.started = False
+        self.run = 0
+
+    def __dealloc__(self):
+        free(self.prev)
+
+    def update(self, const int64_t[::1] codes, const uint64_t[:, ::1] vals, int64_t[::1] stamp,
+               int64_t[::1] out):
+        """`stamp` (one per group, starting at -1) holds the last run each group was counted in."""
+        cdef Py_ssize_t i, n = codes.shape[0], nw = self.nwords
+        cdef int64_t g
+        with nogil:
+            for i in range(n):
+                g = codes[i]
+                if g < 0:
+                    continue
+                if not self.started or memcmp(self.prev, &vals[i, 0], nw * sizeof(uint64_t)) != 0:
+                    if self.started:
+                        self.run += 1
+                    self.started = True
+                    memcpy(self.prev, &vals[i, 0], nw * sizeof(uint64_t))
+                if stamp[g] != self.run:
+                    stamp[g] = self.run
+                    out[g] += 1
+
+
+def isin_mask(KeyTable table, const uint64_t[:, ::1] keys, uint8_t[::1] out, bint negate):
+    """out[i] = whether key row i is in `table` (or is not, with `negate`)."""
+    cdef Py_ssize_t i, n = keys.shape[0]
+    cdef int64_t last_id = -2
+    cdef uint64_t last_key = 0
+    cdef bint one = table.nwords == 1
+    with nogil:
+        for i in range(n):
+            if one and last_id != -2 and keys[i, 0] == last_key:
+                pass
+            else:
+                last_id = table._find(&keys[i, 0], False)
+                last_key = keys[i, 0]
+            out[i] = (last_id >= 0) != negate

@@ -1,0 +1,106 @@
+"""bquery's API on a ctable (`CtableGroupby`, a part of `ctable`): groupby, where_terms, cache_factor,
+unique, factorize_groupby_cols and is_in_ordered_subgroups, thin methods over `blzarr.query.groupby`,
+so that code written for bquery's ctable runs with blzarr's."""
+
+import numpy as np
+
+from blzarr.containers.carray.array import carray
+from blzarr.query import factor_cache
+from blzarr.query import groupby as _gb
+
+
+class CtableGroupby:
+    """Group-by and bquery's query helpers of a `ctable`."""
+
+    def groupby(self, groupby_cols, agg_list, bool_arr=None, rootdir=None, out_flavor=None):
+        """Aggregate the rows by the values of `groupby_cols` (bquery's ``groupby``).
+
+        Parameters
+        ----------
+        groupby_cols : list of str
+            The key columns (any fixed-width scalar dtype; several make one combined key; none
+            makes one total row).
+        agg_list : list
+            Column names (each summed into a column of its name), ``[col, op]`` pairs or
+            ``[col, op, out]`` triples; `op` is one of ``sum``, ``mean``, ``std`` (population),
+            ``count``, ``count_na`` (both count the values that are not NaN), ``count_distinct``,
+            ``sorted_count_distinct``, ``min``, ``max``, ``first``, ``last``.
+        bool_arr : boolean carray or array, optional
+            Only the rows where it is true are aggregated (`where_terms` makes one).
+        rootdir : str, optional
+            Where to write the result (in memory when None).
+        out_flavor : {'bcolz', 'numpy', 'pandas'}, optional
+            A ctable (the default), a structured NumPy array or a pandas DataFrame.
+
+        Returns
+        -------
+        ctable, numpy.ndarray or pandas.DataFrame
+            The key columns first, then the aggregates; one row per group, the groups in the order
+            of their first row.
+
+        Examples
+        --------
+        >>> import numpy as np, blzarr
+        >>> t = blzarr.ctable([np.array([b"a", b"b", b"a"]), np.array([1, 2, 3])], names=["k", "v"])
+        >>> r = t.groupby(["k"], ["v", ["v", "mean", "v_mean"]])
+        >>> r["k"][:].tolist(), r["v"][:].tolist(), r["v_mean"][:].tolist()
+        ([b'a', b'b'], [4, 2], [2.0, 2.0])
+        """
+        return _gb.groupby(self, groupby_cols, agg_list, bool_arr=bool_arr, rootdir=rootdir,
+                           make_table=type(self), out_flavor=out_flavor)
+
+    def where_terms(self, term_list, cache=False):
+        """A boolean carray, true where every term of `term_list` holds (bquery's ``where_terms``).
+
+        A term is ``(column, operator, value)`` with the operators ``==`` (``eq``), ``!=``
+        (``neq``), ``in``, ``not in`` (``nin``), ``>``, ``>=``, ``<``, ``<=``; ``in`` and ``not in``
+        take a list, tuple or set of values.  `cache` is accepted for bquery's signature.
+
+        Examples
+        --------
+        >>> import numpy as np, blzarr
+        >>> t = blzarr.ctable([np.array([b"a", b"b", b"c"]), np.array([1, 2, 3])], names=["k", "v"])
+        >>> t.where_terms([("k", "in", ["a", "c"]), ("v", ">", 1)])[:].tolist()
+        [False, False, True]
+        """
+        return carray(_gb.where_terms_mask(self, term_list))
+
+    def cache_factor(self, col_list, refresh=False):
+        """Factorize the columns `col_list` and keep their codes and distinct values beside them
+        (``<rootdir>/<col>.factor``; in memory for an in-memory table), for later group-bys,
+        `unique` and `factorize_groupby_cols`.  A cache is rebuilt when `refresh` is true or when
+        the column changed since (by any program)."""
+        if isinstance(col_list, str):
+            col_list = [col_list]
+        for name in col_list:
+            if name not in self.names:
+                raise KeyError(f"cache_factor: {name!r} is not a column of the table (columns: {self.names})")
+            if not refresh and factor_cache.load(self, name) is not None:
+                continue
+            snap = factor_cache.snapshot(self, name)
+            codes, uniques = _gb.factorize(self[name])
+            factor_cache.store(self, name, codes, uniques, snap)
+
+    def unique(self, col_or_col_list):
+        """The distinct values of a column, in order of first appearance (a list), or one such list
+        per column of a list of columns (bquery's ``unique``)."""
+        return _gb.unique(self, col_or_col_list)
+
+    def factorize_groupby_cols(self, groupby_cols):
+        """([codes carray per column], [distinct values carray per column]) (bquery's
+        ``factorize_groupby_cols``): codes number the values in order of first appearance; a valid
+        cache is used."""
+        factors, values = [], []
+        for name in groupby_cols:
+            got = factor_cache.load(self, name)
+            if got is None:
+                got = _gb.factorize(self[name])
+            factors.append(carray(np.asarray(got[0], dtype=np.int64)))
+            values.append(carray(np.asarray(got[1])))
+        return factors, values
+
+    def is_in_ordered_subgroups(self, basket_col=None, bool_arr=None, _max_len_subgroup=1000):
+        """With the rows sorted into runs of `basket_col` (baskets), a boolean carray true on every
+        row of each basket where `bool_arr` is true on some row; None without `bool_arr`."""
+        r = _gb.is_in_ordered_subgroups(self, basket_col, bool_arr, _max_len_subgroup)
+        return None if r is None else carray(r)

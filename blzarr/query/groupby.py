@@ -1,0 +1,810 @@
+"""Group-by and bquery's query API over a ctable's columns, chunk by chunk on every thread.
+
+The engine reads the key columns (and, for blocks where the filter keeps a row, the value columns)
+block by block through the columns' own decoding (`read_into`), on every thread at once.  Each thread
+keeps partial aggregates of its own: the keys of a block become dense group ids (directly from the
+values when the keys are integers of a small combined range, else through an open-addressing table of
+the packed key bytes, `blzarr._groupby.KeyTable`), and the kernels update the thread's per-group
+state.  At the end the partials are merged: memory holds the groups and one block per thread, never
+a column.
+
+Groups come out in bquery's order, the order of their first row (among the rows the filter keeps).
+NaN follows bquery: it propagates into ``sum``, ``mean`` and ``std``; ``count`` and ``count_na``
+count the values that are not NaN (bquery's two names for one count); ``std`` is the population
+standard deviation (ddof=0).  Beyond bquery: ``min``/``max`` skip NaN, ``first``/``last`` give the
+first/last value that is not NaN (or NaT), as pandas does.  NaN keys form one group, and -0.0 is
+the group of 0.0.
+
+This module knows no container class: the thin methods of ctable pass the table (columns with
+``len``, ``dtype``, ``chunklen``, ``read_into`` and ``chunk_stats``) and the constructors of the
+result (`make_table`, `make_array`).
+"""
+
+
+import threading
+
+import numpy as np
+
+from blzarr import _groupby as _gb
+from blzarr.runtime import parallel
+from blzarr.query import stats as _stats
+from blzarr.query import factor_cache
+
+OPS = ("sum", "mean", "std", "count", "count_na", "count_distinct", "sorted_count_distinct",
+       "min", "max", "first", "last")
+# a direct-index table is used up to this many slots (per-thread state is a few int64 per slot)
+DIRECT_MAX_SLOTS = 1 << 21
+# blocks shorter than this make the per-block Python work dominate
+MIN_BLEN = 1 << 14
+# bquery's term operators, by their accepted spellings
+TERM_OPS = {"==": "==", "eq": "==", "!=": "!=", "neq": "!=", "in": "in", "nin": "not in",
+            "not in": "not in", ">": ">", ">=": ">=", "<": "<", "<=": "<="}
+
+_I64_MAX = np.iinfo(np.int64).max
+_I64_MIN = np.iinfo(np.int64).min
+
+
+# ----------------------------------------------------------------------------- the agg list
+def parse_agg_list(table, agg_list):
+    """[(input column, op, output column)] from bquery's three forms of `agg_list`."""
+    if isinstance(agg_list, (str, bytes)) or not hasattr(agg_list, "__iter__"):
+        raise TypeError(f"agg_list must be a list of column names, [col, op] or [col, op, out], "
+                        f"got {agg_list!r}")
+    out = []
+    for item in agg_list:
+        if isinstance(item, str):
+            col, op, name = item, "sum", item
+        elif isinstance(item, (list, tuple)) and len(item) in (2, 3):
+            col, op = item[0], item[1]
+            name = item[2] if len(item) == 3 else col
+        else:
+            raise ValueError(f"agg_list: {item!r} is neither a column name, [col, op] nor [col, op, out]")
+        if col not in table.names:
+            raise KeyError(f"agg_list: {col!r} is not a column of the table (columns: {table.names})")
+        if op not in OPS:
+            raise NotImplementedError(f"agg_list: unknown aggregation {op!r} on {col!r} (known: {', '.join(OPS)})")
+        _check_op(op, col, table[col].dtype)
+        out.append((col, op, name))
+    names = [n for _, _, n in out]
+    if len(set(names)) != len(names):
+        raise ValueError(f"agg_list: output column names repeat: {names}")
+    return out
+
+
+def _check_op(op, col, dtype):
+    kind = dtype.kind
+    if dtype.shape != () or dtype.names is not None or kind == "O":
+        raise TypeError(f"column {col!r} of dtype {dtype} cannot be aggregated (only scalar fixed-width dtypes)")
+    if op in ("sum", "mean", "std") and kind not in "biuf":
+        raise TypeError(f"{op} of column {col!r} needs numbers, it holds {dtype}")
+    if op in ("min", "max") and kind not in "biufmM":
+        raise TypeError(f"{op} of column {col!r} needs numbers or datetimes, it holds {dtype}")
+
+
+def _out_dtype(op, dtype):
+    if op in ("count", "count_na", "count_distinct", "sorted_count_distinct"):
+        return np.dtype(np.int64)
+    if op in ("mean", "std"):
+        return np.dtype(np.float64)
+    if op == "sum":
+        if dtype.kind == "f":
+            return dtype
+        return np.dtype(np.uint64) if dtype.kind == "u" else np.dtype(np.int64)
+    return dtype
+
+
+# ----------------------------------------------------------------------------- keys
+class _Key:
+    """One group-by column as the engine reads it: `src` (the column, or its cached codes), the
+    integer range (lo, nslots) of `src` when known, and `decode` mapping src values back to the
+    column's values."""
+
+    def __init__(self, name, src, dtype, decode=None, rng=None):
+        self.name, self.src, self.dtype = name, src, np.dtype(dtype)
+        self.decode = decode
+        self.rng = rng
+        self.src_dtype = np.dtype(src.dtype)
+
+
+def _int_range(col):
+    """(lo, number of values) of an integer/bool column from its chunk statistics, or None."""
+    dt = np.dtype(col.dtype)
+    if dt.kind == "b":
+        return 0, 2
+    if dt.kind not in "iu":
+        return None
+    if len(col) == 0:
+        return 0, 1
+    try:
+        st = col.chunk_stats() if hasattr(col, "chunk_stats") else None
+    except Exception:  # statistics are an optimisation: the hash path works without them
+        st = None
+    if st is None:
+        if isinstance(col, np.ndarray):
+            lo, hi = int(col.min()), int(col.max())
+        else:
+            return None
+    else:
+        mins, maxs, flags = st[0], st[1], st[2]
+        if not len(flags) or not np.all(flags & _stats.KNOWN):
+            return None
+        lo, hi = int(np.min(mins)), int(np.max(maxs))
+    if hi > _I64_MAX or lo < _I64_MIN:
+        return None
+    return lo, hi - lo + 1
+
+
+def _make_keys(table, groupby_cols, use_cache):
+    keys = []
+    for name in groupby_cols:
+        col = table[name]
+        dt = np.dtype(col.dtype)
+        if dt.shape != () or dt.names is not None or dt.kind == "O":
+            raise TypeError(f"group-by column {name!r} of dtype {dt} is not a fixed-width scalar dtype")
+        cached = factor_cache.load(table, name) if use_cache else None
+        if cached is not None:
+            codes, uniques = cached
+            keys.append(_Key(name, codes, dt, decode=uniques, rng=(0, max(len(uniques), 1))))
+        else:
+            keys.append(_Key(name, col, dt, rng=_int_range(col)))
+    return keys
+
+
+class _Plan:
+    """How rows become group ids: 'direct' (integer keys, strides over the combined range) or 'hash'
+    (packed key words through a KeyTable)."""
+
+    def __init__(self, keys, nrows):
+        self.keys = keys
+        rngs = [k.rng for k in keys]
+        slots = 1
+        for r in rngs:
+            slots = slots * r[1] if r is not None and slots is not None else None
+        limit = min(DIRECT_MAX_SLOTS, max(4 * nrows, 1 << 16))
+        if not keys:
+            self.kind, self.nslots, self.strides = "direct", 1, []
+        elif slots is not None and slots <= limit:
+            self.kind, self.nslots = "direct", slots
+            self.strides = []
+            s = 1
+            for r in reversed(rngs):
+                self.strides.insert(0, s)
+                s *= r[1]
+        else:
+            self.kind = "hash"
+            self.offsets = []
+            off = 0
+            for k in keys:
+                self.offsets.append(off)
+                off += k.src_dtype.itemsize
+            self.nwords = max(1, -(-off // 8))
+            # a single 8-byte integer key is its own word: no packing
+            self.raw = (len(keys) == 1 and keys[0].src_dtype.itemsize == 8
+                        and keys[0].src_dtype.kind in "iumM")
+
+    def key_values(self, ids, table_keys):
+        """The columns' values of the groups `ids` (slots, or rows of `table_keys`)."""
+        out = []
+        for j, k in enumerate(self.keys):
+            if self.kind == "direct":
+                lo, n = k.rng
+                raw = (ids // self.strides[j]) % n + lo
+                vals = raw.astype(k.src_dtype)
+            else:
+                b = table_keys[ids].view(np.uint8).reshape(len(ids), self.nwords * 8)
+                isz = k.src_dtype.itemsize
+                vals = np.ascontiguousarray(b[:, self.offsets[j]:self.offsets[j] + isz]).view(k.src_dtype).reshape(len(ids))
+            if k.decode is not None:
+                vals = np.asarray(k.decode)[vals.astype(np.int64)] if len(vals) else np.empty(0, k.dtype)
+            out.append(vals.astype(k.dtype, copy=False))
+        return out
+
+
+# ----------------------------------------------------------------------------- blocks
+def _block_len(arrays):
+    cls = [int(a.chunklen) for a in arrays if getattr(a, "chunklen", None)]
+    return max(min(cls) if cls else 65536, MIN_BLEN)
+
+
+class _Reader:
+    """Per-thread buffers; `read(arr, s, e)` decodes rows [s, e) of a column into this thread's."""
+
+    def __init__(self, blen):
+        self.blen = blen
+        self.tls = threading.local()
+
+    def bufs(self):
+        b = getattr(self.tls, "b", None)
+        if b is None:
+            b = self.tls.b = {}
+        return b
+
+    def buf(self, key, shape, dtype):
+        b = self.bufs()
+        a = b.get(key)
+        if a is None or a.shape[0] < shape[0] or a.shape[1:] != tuple(shape[1:]) or a.dtype != dtype:
+            a = b[key] = np.empty((max(shape[0], self.blen),) + tuple(shape[1:]), dtype)
+        return a[:shape[0]]
+
+    def read(self, arr, s, e, tag=""):
+        if isinstance(arr, np.ndarray):
+            return arr[s:e]
+        if hasattr(arr, "read_into") and np.dtype(arr.dtype) != object:
+            out = self.buf(("col", id(arr), tag), (e - s,), np.dtype(arr.dtype))
+            return arr.read_into(s, e, out)
+        return np.asarray(arr[s:e])
+
+    def as_int64(self, a, tag):
+        if a.dtype == np.int64 and a.flags.c_contiguous:
+            return a
+        out = self.buf(("i64", tag), (len(a),), np.dtype(np.int64))
+        if a.dtype.kind in "mM":
+            np.copyto(out, a.view(np.int64))
+        else:
+            np.copyto(out, a, casting="unsafe")
+        return out
+
+    def as_float64(self, a, tag):
+        if a.dtype == np.float64 and a.flags.c_contiguous:
+            return a
+        out = self.buf(("f64", tag), (len(a),), np.dtype(np.float64))
+        np.copyto(out, a, casting="unsafe")
+        return out
+
+    def words(self, cols, offsets, nwords, tag):
+        """The key rows of the columns `cols` packed at `offsets` into (n, nwords) uint64."""
+        n = len(cols[0])
+        out = self.buf(("w", tag), (n, nwords), np.dtype(np.uint64))
+        if sum(c.dtype.itemsize for c in cols) < nwords * 8:
+            out[:] = 0
+        for c, off in zip(cols, offsets):
+            c = np.ascontiguousarray(c)
+            src = c.view(np.uint8).reshape(n, c.dtype.itemsize)
+            fk = c.dtype.itemsize if c.dtype.kind in "fc" and c.dtype.itemsize in (4, 8) else 0
+            _gb.pack_column(src, out, off, fk)
+        return out
+
+
+def _value_words(vals, reader, tag):
+    nwords = max(1, -(-vals.dtype.itemsize // 8))
+    return reader.words([vals], [0], nwords, tag)
+
+
+# ----------------------------------------------------------------------------- partial state
+class _Partial:
+    """One thread's aggregates: per-group arrays (grown with the groups of the hash path)."""
+
+    def __init__(self, plan, aggs, cap):
+        self.plan = plan
+        self.aggs = aggs
+        self.table = _gb.KeyTable(plan.nwords) if plan.kind == "hash" else None
+        self.cap = 0
+        self.nrows = np.zeros(0, np.int64)
+        self.first_row = np.zeros(0, np.int64)
+        self.state = [dict() for _ in aggs]
+        self.pairs = [None] * len(aggs)
+        for j, a in enumerate(aggs):
+            if a.op == "count_distinct":
+                self.pairs[j] = _gb.KeyTable(1 + a.vwords)
+        self.grow(cap)
+
+    def grow(self, need):
+        if need <= self.cap:
+            return
+        cap = max(need, 2 * self.cap, 64) if self.plan.kind == "hash" else need
+
+        def grown(a, fill):
+            b = np.full(cap, fill, a.dtype)
+            b[:len(a)] = a
+            return b
+        self.nrows = grown(self.nrows, 0)
+        self.first_row = grown(self.first_row, _I64_MAX)
+        for st, a in zip(self.state, self.aggs):
+            for name, (dt, fill) in a.fields().items():
+                st[name] = grown(st.get(name, np.zeros(0, dt)), fill)
+        self.cap = cap
+
+    @property
+    def n(self):
+        return self.table.n if self.table is not None else self.plan.nslots
+
+
+class _Agg:
+    """One aggregation: its input column, op, output name and what state it keeps."""
+
+    def __init__(self, col, op, out, dtype):
+        self.col, self.op, self.out, self.dtype = col, op, out, np.dtype(dtype)
+        k = self.dtype.kind
+        self.isfloat = k in "fc"
+        self.vwords = max(1, -(-self.dtype.itemsize // 8))
+
+    def fields(self):
+        op, f = self.op, self.isfloat
+        if op == "sum":
+            return {"acc": (np.float64, 0.0)} if f else {"acc": (np.int64, 0)}
+        if op in ("mean", "std"):
+            return {"cnt": (np.int64, 0), "mean": (np.float64, 0.0), "m2": (np.float64, 0.0)}
+        if op in ("count", "count_na"):
+            return {"cnt": (np.int64, 0)} if f else {}
+        if op in ("min", "max"):
+            if f:
+                return {"acc": (np.float64, np.nan)}
+            return {"acc": (np.int64, _I64_MAX if op == "min" else _I64_MIN)}
+        if op == "first":
+            return {"pos": (np.int64, _I64_MAX)}
+        if op == "last":
+            return {"pos": (np.int64, -1)}
+        return {}
+
+
+def _valid_mask(vals, reader, tag):
+    """uint8 per row: the value is not NaN/NaT; None when every value of the dtype is valid."""
+    k = vals.dtype.kind
+    if k in "fc":
+        out = reader.buf(("valid", tag), (len(vals),), np.dtype(bool))
+        np.logical_not(np.isnan(vals), out=out)
+        return out.view(np.uint8)
+    if k in "mM":
+        out = reader.buf(("valid", tag), (len(vals),), np.dtype(bool))
+        np.not_equal(vals.view(np.int64), _I64_MIN, out=out)
+        return out.view(np.uint8)
+    return None
+
+
+def _update(P, codes, s, e, table, aggs, reader):
+    _gb.rows_seen(codes, s, P.nrows, P.first_row)
+    for j, a in enumerate(aggs):
+        if a.op == "sorted_count_distinct":
+            continue
+        if a.op in ("count", "count_na") and not a.isfloat:
+            continue                                 # every row counts: nrows is the answer
+        raw = reader.read(table[a.col], s, e)
+        st = P.state[j]
+        op = a.op
+        if op == "sum":
+            if a.isfloat:
+                _gb.sum_float(codes, reader.as_float64(raw, a.col), st["acc"])
+            else:
+                _gb.sum_int(codes, reader.as_int64(raw, a.col), st["acc"])
+        elif op in ("mean", "std"):
+            _gb.welford(codes, reader.as_float64(raw, a.col), st["cnt"], st["mean"], st["m2"])
+        elif op in ("count", "count_na"):
+            _gb.count_float(codes, reader.as_float64(raw, a.col), st["cnt"])
+        elif op in ("min", "max"):
+            if a.isfloat:
+                _gb.minmax_float(codes, reader.as_float64(raw, a.col), st["acc"], op == "max")
+            else:
+                _gb.minmax_int(codes, reader.as_int64(raw, a.col), st["acc"], op == "max")
+        elif op in ("first", "last"):
+            _gb.first_last(codes, s, st["pos"], op == "last", _valid_mask(raw, reader, a.col))
+        elif op == "count_distinct":
+            w = _value_words(raw, reader, a.col)
+            pr = reader.buf(("pairs", j), (e - s, 1 + a.vwords), np.dtype(np.uint64))
+            k = _gb.pair_keys(codes, w, pr)
+            if k:
+                ids = reader.buf(("pairids",), (k,), np.dtype(np.int64))
+                P.pairs[j].ids(pr[:k], ids)
+
+
+def _codes(plan, keys, s, e, mask, reader, table_or_none, insert=True):
+    """Group ids of rows [s, e) (int64, -1 where `mask` drops the row)."""
+    n = e - s
+    codes = reader.buf(("codes",), (n,), np.dtype(np.int64))
+    if plan.kind == "direct":
+        if not keys:
+            if mask is None:
+                codes[:] = 0
+            else:
+                np.subtract(mask.astype(np.int64), 1, out=codes)
+            return codes
+        for j, k in enumerate(keys):
+            v = reader.as_int64(reader.read(k.src, s, e, "key"), ("key", j))
+            _gb.direct_codes(v, k.rng[0], plan.strides[j], codes, j == 0, mask if j == 0 else None)
+        return codes
+    cols = [reader.read(k.src, s, e, "key") for k in keys]
+    if plan.raw:
+        words = np.ascontiguousarray(cols[0]).view(np.uint64).reshape(n, 1)
+    else:
+        words = reader.words(cols, plan.offsets, plan.nwords, "key")
+    table_or_none.ids(words, codes, mask, insert)
+    return codes
+
+
+def _mask_block(bool_arr, s, e, reader):
+    if bool_arr is None:
+        return None
+    m = reader.read(bool_arr, s, e, "mask")
+    if m.dtype != bool:
+        m = m.astype(bool)
+    return np.ascontiguousarray(m).view(np.uint8)
+
+
+# ----------------------------------------------------------------------------- the engine
+def aggregate(table, groupby_cols, agg_list, bool_arr=None, use_cache=True):
+    """{'keys': [arrays of the key columns], 'aggs': [(name, array)]} for the groups in bquery's
+    order."""
+    groupby_cols = _check_groupby_cols(table, groupby_cols)
+    specs = parse_agg_list(table, agg_list)
+    n = len(table)
+    bool_arr = _check_bool_arr(bool_arr, n)
+    keys = _make_keys(table, groupby_cols, use_cache)
+    plan = _Plan(keys, n)
+    aggs = [_Agg(c, op, out, table[c].dtype) for c, op, out in specs]
+    arrays = [k.src for k in keys] + [table[a.col] for a in aggs]
+    blen = _block_len(arrays + ([bool_arr] if bool_arr is not None else []))
+    bounds = [(s, min(s + blen, n)) for s in range(0, n, blen)]
+    reader = _Reader(blen)
+    partials = []
+    lock = threading.Lock()
+    tls = threading.local()
+
+    def partial():
+        P = getattr(tls, "p", None)
+        if P is None:
+            P = tls.p = _Partial(plan, aggs, plan.nslots if plan.kind == "direct" else 64)
+            with lock:
+                partials.append(P)
+        return P
+
+    def block(k):
+        s, e = bounds[k]
+        mask = _mask_block(bool_arr, s, e, reader)
+        if mask is not None and not mask.any():
+            return                      # no row kept: no value column decoded
+        P = partial()
+        codes = _codes(plan, keys, s, e, mask, reader, P.table)
+        if P.table is not None:
+            P.grow(P.table.n)
+        _update(P, codes, s, e, table, aggs, reader)
+
+    parallel.run_each(block, range(len(bounds)))
+    G = _merge(plan, aggs, partials)
+    gid = np.flatnonzero(G.nrows[:G.n] > 0)
+    if not keys and bool_arr is None:
+        gid = np.zeros(1, np.int64)         # no key: one total row, as bquery gives
+    order = np.argsort(G.first_row[gid], kind="stable")
+    gid = gid[order]
+    key_values = plan.key_values(gid, G.table.keys_array() if G.table is not None else None)
+    # sorted_count_distinct needs the rows in order: one more pass, on this thread
+    scd = {j: _sorted_count_distinct(table, plan, keys, a, bool_arr, bounds, reader, G)
+           for j, a in enumerate(aggs) if a.op == "sorted_count_distinct"}
+    results = []
+    for j, a in enumerate(aggs):
+        results.append((a.out, _finish(table, a, G, j, gid, scd.get(j))))
+    return {"keys": list(zip(groupby_cols, key_values)), "aggs": results}
+
+
+def _check_groupby_cols(table, groupby_cols):
+    if isinstance(groupby_cols, str):
+        groupby_cols = [groupby_cols]
+    groupby_cols = list(groupby_cols)
+    for c in groupby_cols:
+        if c not in table.names:
+            raise KeyError(f"groupby_cols: {c!r} is not a column of the table (columns: {table.names})")
+    if len(set(groupby_cols)) != len(groupby_cols):
+        raise ValueError(f"groupby_cols repeat a column: {groupby_cols}")
+    return groupby_cols
+
+
+def _check_bool_arr(bool_arr, n):
+    if bool_arr is None:
+        return None
+    if not hasattr(bool_arr, "dtype"):
+        bool_arr = np.asarray(bool_arr)
+    if np.dtype(bool_arr.dtype) != bool:
+        raise ValueError(f"bool_arr must be boolean, got dtype {bool_arr.dtype}")
+    if len(bool_arr) != n:
+        raise ValueError(f"bool_arr has {len(bool_arr)} rows, the table {n}")
+    return bool_arr
+
+
+def _merge(plan, aggs, partials):
+    """The partials of every thread merged into one (groups renumbered through one table)."""
+    if plan.kind == "hash":
+        expected = max((p.table.n for p in partials), default=0)
+        G = _Partial.__new__(_Partial)
+        G.plan, G.aggs, G.cap = plan, aggs, 0
+        G.table = _gb.KeyTable(plan.nwords, expected)
+        G.nrows = np.zeros(0, np.int64)
+        G.first_row = np.zeros(0, np.int64)
+        G.state = [dict() for _ in aggs]
+        G.pairs = [_gb.KeyTable(1 + a.vwords) if a.op == "count_distinct" else None for a in aggs]
+        maps = []
+        for p in partials:
+            ka = p.table.keys_array()
+            m = np.empty(len(ka), np.int64)
+            if len(ka):
+                G.table.ids(ka, m)
+            maps.append(m)
+        G.grow(G.table.n)
+    else:
+        G = _Partial(plan, aggs, plan.nslots)
+        maps = [np.arange(plan.nslots) for _ in partials]
+    for p, m in zip(partials, maps):
+        k = len(m)
+        G.nrows[m] += p.nrows[:k]
+        G.first_row[m] = np.minimum(G.first_row[m], p.first_row[:k])
+        for j, a in enumerate(aggs):
+            gs, ps = G.state[j], p.state[j]
+            op = a.op
+            if op == "sum" or (op in ("count", "count_na") and a.isfloat):
+                name = "acc" if op == "sum" else "cnt"
+                gs[name][m] += ps[name][:k]
+            elif op in ("mean", "std"):
+                na, nb = gs["cnt"][m], ps["cnt"][:k]
+                ma, mb = gs["mean"][m], ps["mean"][:k]
+                tot = na + nb
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    d = mb - ma
+                    frac = np.where(tot > 0, nb / np.maximum(tot, 1), 0.0)
+                    mean = np.where(nb > 0, ma + d * frac, ma)
+                    m2 = np.where(nb > 0, gs["m2"][m] + ps["m2"][:k] + d * d * na * frac, gs["m2"][m])
+                gs["cnt"][m], gs["mean"][m], gs["m2"][m] = tot, mean, m2
+            elif op in ("min", "max"):
+                f = (np.fmin if op == "min" else np.fmax) if a.isfloat else (np.minimum if op == "min" else np.maximum)
+                gs["acc"][m] = f(gs["acc"][m], ps["acc"][:k])
+            elif op == "first":
+                gs["pos"][m] = np.minimum(gs["pos"][m], ps["pos"][:k])
+            elif op == "last":
+                gs["pos"][m] = np.maximum(gs["pos"][m], ps["pos"][:k])
+            elif op == "count_distinct":
+                ka = p.pairs[j].keys_array()
+                if len(ka):
+                    ka[:, 0] = m[ka[:, 0].astype(np.int64)].astype(np.uint64)
+                    G.pairs[j].ids(ka, np.empty(len(ka), np.int64))
+    return G
+
+
+def _finish(table, a, G, j, gid, scd):
+    st, op = G.state[j], a.op
+    odt = _out_dtype(op, a.dtype)
+    if op == "sum":
+        return st["acc"][gid].astype(odt)
+    if op == "mean":
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(st["cnt"][gid] > 0, st["mean"][gid], np.nan)
+    if op == "std":
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.sqrt(st["m2"][gid] / st["cnt"][gid])
+    if op in ("count", "count_na"):
+        return (st["cnt"] if a.isfloat else G.nrows)[gid].astype(np.int64)
+    if op in ("min", "max"):
+        acc = st["acc"][gid]
+        if a.isfloat:
+            return acc.astype(odt)
+        return acc.astype(np.int64).view(odt) if a.dtype.kind in "mM" else acc.astype(odt)
+    if op in ("first", "last"):
+        pos = st["pos"][gid]
+        ok = (pos >= 0) & (pos < _I64_MAX)
+        out = np.zeros(len(gid), odt)
+        if a.dtype.kind in "fc":
+            out[:] = np.nan
+        elif a.dtype.kind in "mM":
+            out[:] = np.array("NaT", odt)
+        if ok.any():
+            col = table[a.col]
+            idx = pos[ok]
+            out[ok] = np.asarray(col[idx]) if not isinstance(col, np.ndarray) else col[idx]
+        return out
+    if op == "count_distinct":
+        ka = G.pairs[j].keys_array()
+        counts = np.bincount(ka[:, 0].astype(np.int64), minlength=G.n) if len(ka) else np.zeros(G.n, np.int64)
+        return counts[gid].astype(np.int64)
+    if op == "sorted_count_distinct":
+        return scd[gid]
+    raise AssertionError(op)
+
+
+def _sorted_count_distinct(table, plan, keys, a, bool_arr, bounds, reader, G):
+    runs = _gb.SortedRuns(a.vwords)
+    stamp = np.full(G.n, -1, np.int64)
+    out = np.zeros(G.n, np.int64)
+    for s, e in bounds:
+        mask = _mask_block(bool_arr, s, e, reader)
+        if mask is not None and not mask.any():
+            continue
+        codes = _codes(plan, keys, s, e, mask, reader, G.table, insert=False)
+        w = _value_words(reader.read(table[a.col], s, e), reader, a.col)
+        runs.update(codes, w, stamp, out)
+    return out
+
+
+# ----------------------------------------------------------------------------- results
+def groupby(table, groupby_cols, agg_list, bool_arr=None, rootdir=None, make_table=None,
+            out_flavor=None, use_cache=True):
+    """bquery's ``ctable.groupby``: a ctable (at `rootdir` when given) of the group columns first,
+    then the aggregates, one row per group in the order of the groups' first rows.  `out_flavor`
+    'pandas' gives a DataFrame, 'numpy' a structured array."""
+    res = aggregate(table, groupby_cols, agg_list, bool_arr, use_cache)
+    cols = res["keys"] + res["aggs"]
+    names = [c for c, _ in cols]
+    if len(set(names)) != len(names):
+        raise ValueError(f"the result would have repeated column names: {names}")
+    arrays = [v for _, v in cols]
+    if out_flavor in (None, "bcolz", "ctable"):
+        if not names:
+            raise ValueError("a group-by with no group column and no aggregation has no columns")
+        return make_table(arrays, names=names, rootdir=rootdir, mode="w") if rootdir else \
+            make_table(arrays, names=names)
+    if out_flavor == "numpy":
+        out = np.empty(len(arrays[0]) if arrays else 0, dtype=[(nm, a.dtype) for nm, a in zip(names, arrays)])
+        for nm, a in zip(names, arrays):
+            out[nm] = a
+        return out
+    if out_flavor == "pandas":
+        import pandas as pd
+        return pd.DataFrame({nm: a for nm, a in zip(names, arrays)}, columns=names)
+    raise ValueError(f"out_flavor must be 'bcolz', 'numpy' or 'pandas', got {out_flavor!r}")
+
+
+# ----------------------------------------------------------------------------- where_terms
+def _normalise_term(table, term):
+    if not isinstance(term, (list, tuple)) or len(term) != 3:
+        raise ValueError(f"a term is (column, operator, value), got {term!r}")
+    col, op, value = term
+    if col not in table.names:
+        raise KeyError(f"where_terms: {col!r} is not a column of the table (columns: {table.names})")
+    if not isinstance(op, str) or op.lower().strip() not in TERM_OPS:
+        raise KeyError(f"where_terms: {op!r} is not an operator (known: {', '.join(sorted(TERM_OPS))})")
+    op = TERM_OPS[op.lower().strip()]
+    if op in ("in", "not in"):
+        if not isinstance(value, (list, tuple, set, frozenset, np.ndarray)):
+            raise ValueError(f"where_terms: {op!r} on {col!r} needs a list, tuple or set of values, got {value!r}")
+        if len(value) < 1:
+            raise ValueError(f"where_terms: the value list of {op!r} on {col!r} is empty")
+    return col, op, value
+
+
+def isin_table(values, dtype):
+    """A KeyTable of `values` converted to `dtype` (those that do not convert exactly are left out)."""
+    dtype = np.dtype(dtype)
+    vals = []
+    for v in values:
+        try:
+            x = np.array([v]).astype(dtype, casting="same_kind" if dtype.kind not in "SU" else "unsafe")
+        except (TypeError, ValueError):
+            continue
+        if dtype.kind in "SU":
+            if isinstance(v, bytes) and dtype.kind == "U" or isinstance(v, str) and dtype.kind == "S":
+                try:
+                    x = np.array([v.decode() if isinstance(v, bytes) else v.encode()], dtype=dtype)
+                except (UnicodeError, ValueError):
+                    continue
+            if np.array([v]).dtype.itemsize > dtype.itemsize * (1 if dtype.kind == "S" else 1) and \
+                    len(v) > (dtype.itemsize // (4 if dtype.kind == "U" else 1)):
+                continue        # longer than the column's strings: cannot be in it
+        elif dtype.kind in "biu" and isinstance(v, float) and not float(v).is_integer():
+            continue
+        vals.append(x)
+    nwords = max(1, -(-dtype.itemsize // 8))
+    table = _gb.KeyTable(nwords, len(vals))
+    if vals:
+        arr = np.concatenate(vals)
+        r = _Reader(len(arr))
+        w = r.words([arr], [0], nwords, "v")
+        table.ids(np.ascontiguousarray(w), np.empty(len(arr), np.int64))
+    return table, nwords
+
+
+def isin_block(vals, table, nwords, negate, reader, tag="isin"):
+    """uint8 mask of the rows of `vals` that are (not) in `table`."""
+    out = reader.buf(("isin", tag), (len(vals),), np.dtype(np.uint8))
+    if len(vals) == 0:
+        return out
+    if nwords == 1 and vals.dtype.itemsize == 8 and vals.dtype.kind in "iumM":
+        w = np.ascontiguousarray(vals).view(np.uint64).reshape(len(vals), 1)
+    else:
+        w = reader.words([vals], [0], nwords, tag)
+    _gb.isin_mask(table, w, out, negate)
+    return out
+
+
+def where_terms_mask(table, term_list):
+    """A NumPy boolean array: the rows where every term holds."""
+    if not isinstance(term_list, (list, tuple, set)):
+        raise ValueError(f"where_terms: only term lists are supported, got {type(term_list).__name__}")
+    terms = [_normalise_term(table, t) for t in term_list]
+    n = len(table)
+    out = np.ones(n, bool)
+    if not terms or n == 0:
+        return out
+    tables = {}
+    for k, (col, op, value) in enumerate(terms):
+        if op in ("in", "not in"):
+            tables[k] = isin_table(list(value), table[col].dtype)
+    blen = _block_len([table[c] for c, _, _ in terms])
+    bounds = [(s, min(s + blen, n)) for s in range(0, n, blen)]
+    reader = _Reader(blen)
+    cmp = {"==": np.equal, "!=": np.not_equal, ">": np.greater, ">=": np.greater_equal,
+           "<": np.less, "<=": np.less_equal}
+
+    def block(b):
+        s, e = bounds[b]
+        o = out[s:e]
+        for k, (col, op, value) in enumerate(terms):
+            vals = reader.read(table[col], s, e)
+            if op in ("in", "not in"):
+                t, nw = tables[k]
+                m = isin_block(vals, t, nw, op == "not in", reader).view(bool)
+            else:
+                m = cmp[op](vals, _scalar_for(value, vals.dtype))
+            if k == 0:
+                np.copyto(o, m)
+            else:
+                np.logical_and(o, m, out=o)
+            if not o.any():
+                return
+    parallel.run_all(block, range(len(bounds)))
+    return out
+
+
+def _scalar_for(value, dtype):
+    if dtype.kind == "S" and isinstance(value, str):
+        return value.encode()
+    if dtype.kind == "U" and isinstance(value, bytes):
+        return value.decode()
+    return value
+
+
+# ----------------------------------------------------------------------------- factorizations
+def factorize(col):
+    """(codes, uniques) of a column: int64 codes numbered in order of first appearance (NaNs one
+    value), and the distinct values in that order."""
+    n = len(col)
+    dt = np.dtype(col.dtype)
+    key = _Key("c", col, dt, rng=None)
+    plan = _Plan.__new__(_Plan)
+    plan.keys = [key]
+    plan.kind = "hash"
+    plan.offsets = [0]
+    plan.nwords = max(1, -(-dt.itemsize // 8))
+    plan.raw = dt.itemsize == 8 and dt.kind in "iumM"
+    blen = _block_len([col])
+    reader = _Reader(blen)
+    table = _gb.KeyTable(plan.nwords)
+    codes = np.empty(n, np.int64)
+    for s in range(0, n, blen):
+        e = min(s + blen, n)
+        c = _codes(plan, [key], s, e, None, reader, table)
+        codes[s:e] = c
+    uniques = plan.key_values(np.arange(table.n), table.keys_array())[0]
+    return codes, uniques
+
+
+def unique(table, col_or_col_list):
+    """bquery's ``unique``: the distinct values of a column (a list) in order of first appearance,
+    or a list of them for a list of columns."""
+    single = not isinstance(col_or_col_list, (list, tuple))
+    cols = [col_or_col_list] if single else list(col_or_col_list)
+    out = []
+    for c in cols:
+        if c not in table.names:
+            raise KeyError(f"unique: {c!r} is not a column of the table (columns: {table.names})")
+        cached = factor_cache.load(table, c)
+        if cached is not None:
+            out.append(list(np.asarray(cached[1])))
+        else:
+            out.append(list(factorize(table[c])[1]))
+    return out[0] if single else out
+
+
+def is_in_ordered_subgroups(table, basket_col=None, bool_arr=None, _max_len_subgroup=1000):
+    """bquery's ``is_in_ordered_subgroups``: with the table sorted into runs of `basket_col` (baskets),
+    a boolean array true on every row of each basket that has a row where `bool_arr` is true;
+    None without `bool_arr`."""
+    if basket_col is None:
+        raise ValueError("is_in_ordered_subgroups needs basket_col")
+    if basket_col not in table.names:
+        raise KeyError(f"is_in_ordered_subgroups: {basket_col!r} is not a column (columns: {table.names})")
+    if bool_arr is None:
+        return None
+    n = len(table)
+    bool_arr = _check_bool_arr(bool_arr, n)
+    b = np.asarray(table[basket_col][:])
+    m = np.asarray(bool_arr[:], dtype=bool)
+    if n == 0:
+        return np.zeros(0, bool)
+    starts = np.flatnonzero(np.concatenate([[True], b[1:] != b[:-1]]))
+    hit = np.logical_or.reduceat(m, starts)
+    lengths = np.diff(np.concatenate([starts, [n]]))
+    return np.repeat(hit, lengths)
