@@ -23,6 +23,18 @@ cdef int64_t I64_MAX = 0x7fffffffffffffff
 cdef int64_t I64_MIN = -0x7fffffffffffffff - 1
 
 
+cdef inline bint _little_endian() noexcept nogil:
+    cdef uint32_t one = 1
+    return (<uint8_t*> &one)[0] == 1
+
+
+cdef inline int _log2(Py_ssize_t x) noexcept nogil:
+    cdef int r = 0
+    while (<Py_ssize_t> 1 << r) < x:
+        r += 1
+    return r
+
+
 cdef inline uint64_t _mix(uint64_t x) noexcept nogil:
     # the splitmix64 finalizer: every input bit reaches every output bit, so the low bits that pick
     # the slot are good even for keys that differ only in their high bytes (short strings)
@@ -50,6 +62,7 @@ cdef class KeyTable:
     cdef uint64_t* keys         # n * nwords words, the keys in id order
     cdef int64_t* slots         # cap entries: the id stored in each slot, -1 for an empty one
     cdef Py_ssize_t cap, kcap
+    cdef int shift              # 64 - log2(cap): the product's top bits pick a slot (one-word keys)
 
     def __cinit__(self, Py_ssize_t nwords, Py_ssize_t expected=0):
         if nwords < 1:
@@ -60,6 +73,7 @@ cdef class KeyTable:
         while self.cap < 2 * expected:
             self.cap *= 2
         self.kcap = self.cap // 2
+        self.shift = 64 - _log2(self.cap)
         self.slots = <int64_t*> malloc(self.cap * sizeof(int64_t))
         self.keys = <uint64_t*> malloc(self.kcap * nwords * sizeof(uint64_t))
         if self.slots == NULL or self.keys == NULL:
@@ -70,18 +84,24 @@ cdef class KeyTable:
         free(self.slots)
         free(self.keys)
 
-    cdef int _grow(self) except -1 nogil:
+    cdef int _grow(self) noexcept nogil:
         cdef Py_ssize_t newcap = self.cap * 2, i, j, mask = newcap - 1
+        cdef int shift = 64 - _log2(newcap)
         cdef int64_t* slots = <int64_t*> malloc(newcap * sizeof(int64_t))
-        cdef uint64_t* keys = <uint64_t*> realloc(self.keys, (newcap // 2) * self.nwords * sizeof(uint64_t))
-        if slots == NULL or keys == NULL:
+        cdef uint64_t* keys
+        if slots == NULL:
+            return -1
+        keys = <uint64_t*> realloc(self.keys, (newcap // 2) * self.nwords * sizeof(uint64_t))
+        if keys == NULL:
             free(slots)
-            with gil:
-                raise MemoryError()
+            return -1
         self.keys = keys
         memset(slots, 0xff, newcap * sizeof(int64_t))
         for i in range(self.n):
-            j = _hash(keys + i * self.nwords, self.nwords) & mask
+            if self.nwords == 1:
+                j = <Py_ssize_t> ((keys[i] * <uint64_t>0x9e3779b97f4a7c15) >> shift)
+            else:
+                j = _hash(keys + i * self.nwords, self.nwords) & mask
             while slots[j] != -1:
                 j = (j + 1) & mask
             slots[j] = i
@@ -89,7 +109,34 @@ cdef class KeyTable:
         self.slots = slots
         self.cap = newcap
         self.kcap = newcap // 2
+        self.shift = shift
         return 0
+
+    cdef inline int64_t _find1(self, uint64_t k, bint insert) noexcept nogil:
+        # one-word keys: Fibonacci hashing (one multiply; the top bits of the product depend on
+        # every bit of the key) and a loop without memcmp; -3 when the table cannot grow
+        cdef Py_ssize_t mask = self.cap - 1
+        cdef Py_ssize_t j = <Py_ssize_t> ((k * <uint64_t>0x9e3779b97f4a7c15) >> self.shift)
+        cdef int64_t s
+        cdef int64_t* slots = self.slots
+        while True:
+            s = slots[j]
+            if s == -1:
+                break
+            if self.keys[s] == k:
+                return s
+            j = (j + 1) & mask
+        if not insert:
+            return -1
+        if self.n >= self.kcap:
+            if self._grow() < 0:
+                return -3
+            return self._find1(k, insert)
+        s = self.n
+        self.keys[s] = k
+        slots[j] = s
+        self.n += 1
+        return s
 
     cdef inline int64_t _find(self, const uint64_t* k, bint insert) except -2 nogil:
         cdef Py_ssize_t nw = self.nwords, mask = self.cap - 1
@@ -108,7 +155,9 @@ cdef class KeyTable:
         if not insert:
             return -1
         if self.n >= self.kcap:
-            self._grow()
+            if self._grow() < 0:
+                with gil:
+                    raise MemoryError()
             return self._find(k, insert)
         s = self.n
         memcpy(self.keys + s * nw, k, nw * sizeof(uint64_t))
@@ -137,17 +186,90 @@ cdef class KeyTable:
                         # runs of one key (sorted or clustered columns) skip the probe
                         out[i] = last_id
                     else:
-                        last_id = self._find(&keys[i, 0], insert)
+                        last_id = self._find1(keys[i, 0], insert)
+                        if last_id == -3:
+                            break
                         last_key = keys[i, 0]
                         out[i] = last_id
-                        if last_id < 0:
-                            last_id = -1
             else:
                 for i in range(n):
                     if masked and not mask[i]:
                         out[i] = -1
                     else:
                         out[i] = self._find(&keys[i, 0], insert)
+
+        if last_id == -3:
+            raise MemoryError()
+
+    def ids_column(self, const uint8_t[:, ::1] src, int fkind, int64_t[::1] out,
+                   const uint8_t[::1] mask=None, bint insert=True):
+        """`ids` for one key column of at most 8 bytes per value, read straight from its rows
+        (`fkind` 4 or 8: float32/float64 values, made canonical as `pack_column` does)."""
+        cdef Py_ssize_t i, n = src.shape[0], isz = src.shape[1]
+        cdef bint masked = mask is not None
+        cdef int64_t gid = -1
+        cdef uint64_t k = 0, last_key = 0
+        cdef double d
+        cdef float f
+        cdef const uint8_t* p
+        if self.nwords != 1 or isz > 8:
+            raise ValueError("ids_column takes one-word keys")
+        if out.shape[0] < n or (masked and mask.shape[0] < n):
+            raise ValueError("output or mask shorter than the keys")
+        if n == 0:
+            return
+        p = &src[0, 0]
+        # rows whose 8 bytes from their start lie inside the buffer are loaded whole and masked
+        # (little-endian: the low bytes are the first ones); the last few are copied byte-wise
+        cdef Py_ssize_t nfast = 0
+        cdef uint64_t keep = 0xffffffffffffffff if isz == 8 else ((<uint64_t> 1 << (8 * isz)) - 1)
+        if fkind == 0 and _little_endian():
+            nfast = n if isz == 8 else max(0, n - (8 // isz) - 1)
+        with nogil:
+            for i in range(nfast):
+                if masked and not mask[i]:
+                    out[i] = -1
+                    continue
+                memcpy(&k, p + i * isz, 8)
+                k &= keep
+                if gid < 0 or k != last_key:
+                    gid = self._find1(k, insert)
+                    if gid == -3:
+                        break
+                    last_key = k
+                out[i] = gid
+            for i in range(nfast, n):
+                if gid == -3:
+                    break
+                if masked and not mask[i]:
+                    out[i] = -1
+                    continue
+                if fkind == 8:
+                    memcpy(&d, p + i * 8, 8)
+                    if isnan(d):
+                        d = NAN
+                    elif d == 0.0:
+                        d = 0.0
+                    memcpy(&k, &d, 8)
+                elif fkind == 4:
+                    memcpy(&f, p + i * 4, 4)
+                    if isnan(f):
+                        f = <float> NAN
+                    elif f == 0.0:
+                        f = 0.0
+                    k = 0
+                    memcpy(&k, &f, 4)
+                else:
+                    k = 0
+                    memcpy(&k, p + i * isz, isz)
+                if gid < 0 or k != last_key:
+                    gid = self._find1(k, insert)
+                    if gid == -3:
+                        break
+                    last_key = k
+                out[i] = gid
+        if gid == -3:
+            raise MemoryError()
 
     def keys_array(self):
         """The keys in id order, a new (n, nwords) uint64 array."""
@@ -213,16 +335,35 @@ def direct_codes(const int64_t[::1] vals, int64_t lo, int64_t stride, int64_t[::
 
 
 def rows_seen(const int64_t[::1] codes, int64_t base, int64_t[::1] nrows, int64_t[::1] first_row):
-    """Per group: rows counted, and the first row (numbered from `base`) that fell in it."""
+    """Per group: rows counted, and the first row (numbered from `base`) that fell in it.  A thread
+    gives its blocks in ascending order, so a group's first row is where its count was 0."""
     cdef Py_ssize_t i, n = codes.shape[0]
     cdef int64_t g
     with nogil:
         for i in range(n):
             g = codes[i]
             if g >= 0:
-                nrows[g] += 1
-                if first_row[g] > base + i:
+                if nrows[g] == 0:
                     first_row[g] = base + i
+                nrows[g] += 1
+
+
+def direct_rows(const int64_t[::1] vals, int64_t lo, int64_t[::1] out, int64_t base, int64_t[::1] nrows,
+                int64_t[::1] first_row, const uint8_t[::1] mask=None):
+    """One integer key: `direct_codes` and `rows_seen` in one pass."""
+    cdef Py_ssize_t i, n = vals.shape[0]
+    cdef int64_t g
+    cdef bint masked = mask is not None
+    with nogil:
+        for i in range(n):
+            if masked and not mask[i]:
+                out[i] = -1
+                continue
+            g = vals[i] - lo
+            out[i] = g
+            if nrows[g] == 0:
+                first_row[g] = base + i
+            nrows[g] += 1
 
 
 def sum_int(const int64_t[::1] codes, const int64_t[::1] vals, int64_t[::1] acc):
@@ -275,20 +416,34 @@ def welford(const int64_t[::1] codes, const double[::1] vals, int64_t[::1] cnt, 
                 m2[g] += d * (x - mean[g])
 
 
-def minmax_int(const int64_t[::1] codes, const int64_t[::1] vals, int64_t[::1] acc, bint is_max):
+def minmax_int(const int64_t[::1] codes, const int64_t[::1] vals, int64_t[::1] acc, bint is_max,
+               const uint8_t[::1] valid=None):
+    """Rows whose `valid` is 0 (NaT) are skipped."""
     cdef Py_ssize_t i, n = codes.shape[0]
     cdef int64_t g
+    cdef bint checked = valid is not None
     with nogil:
         if is_max:
             for i in range(n):
                 g = codes[i]
-                if g >= 0 and vals[i] > acc[g]:
+                if g >= 0 and vals[i] > acc[g] and (not checked or valid[i]):
                     acc[g] = vals[i]
         else:
             for i in range(n):
                 g = codes[i]
-                if g >= 0 and vals[i] < acc[g]:
+                if g >= 0 and vals[i] < acc[g] and (not checked or valid[i]):
                     acc[g] = vals[i]
+
+
+def count_valid(const int64_t[::1] codes, const uint8_t[::1] valid, int64_t[::1] acc):
+    """Rows whose `valid` is not 0, per group."""
+    cdef Py_ssize_t i, n = codes.shape[0]
+    cdef int64_t g
+    with nogil:
+        for i in range(n):
+            g = codes[i]
+            if g >= 0 and valid[i]:
+                acc[g] += 1
 
 
 def minmax_float(const int64_t[::1] codes, const double[::1] vals, double[::1] acc, bint is_max):
@@ -391,7 +546,9 @@ def isin_mask(KeyTable table, const uint64_t[:, ::1] keys, uint8_t[::1] out, bin
         for i in range(n):
             if one and last_id != -2 and keys[i, 0] == last_key:
                 pass
+            elif one:
+                last_id = table._find1(keys[i, 0], False)
+                last_key = keys[i, 0]
             else:
                 last_id = table._find(&keys[i, 0], False)
-                last_key = keys[i, 0]
             out[i] = (last_id >= 0) != negate

@@ -178,9 +178,6 @@ class _Plan:
                 self.offsets.append(off)
                 off += k.src_dtype.itemsize
             self.nwords = max(1, -(-off // 8))
-            # a single 8-byte integer key is its own word: no packing
-            self.raw = (len(keys) == 1 and keys[0].src_dtype.itemsize == 8
-                        and keys[0].src_dtype.kind in "iumM")
 
     def key_values(self, ids, table_keys):
         """The columns' values of the groups `ids` (slots, or rows of `table_keys`)."""
@@ -316,16 +313,19 @@ class _Agg:
         self.col, self.op, self.out, self.dtype = col, op, out, np.dtype(dtype)
         k = self.dtype.kind
         self.isfloat = k in "fc"
+        self.hasna = k in "fcmM"        # NaN or NaT can be among the values
         self.vwords = max(1, -(-self.dtype.itemsize // 8))
 
     def fields(self):
         op, f = self.op, self.isfloat
         if op == "sum":
             return {"acc": (np.float64, 0.0)} if f else {"acc": (np.int64, 0)}
-        if op in ("mean", "std"):
+        if op == "mean":
+            return {"acc": (np.float64, 0.0)}
+        if op == "std":
             return {"cnt": (np.int64, 0), "mean": (np.float64, 0.0), "m2": (np.float64, 0.0)}
         if op in ("count", "count_na"):
-            return {"cnt": (np.int64, 0)} if f else {}
+            return {"cnt": (np.int64, 0)} if self.hasna else {}
         if op in ("min", "max"):
             if f:
                 return {"acc": (np.float64, np.nan)}
@@ -352,11 +352,10 @@ def _valid_mask(vals, reader, tag):
 
 
 def _update(P, codes, s, e, table, aggs, reader):
-    _gb.rows_seen(codes, s, P.nrows, P.first_row)
     for j, a in enumerate(aggs):
         if a.op == "sorted_count_distinct":
             continue
-        if a.op in ("count", "count_na") and not a.isfloat:
+        if a.op in ("count", "count_na") and not a.hasna:
             continue                                 # every row counts: nrows is the answer
         raw = reader.read(table[a.col], s, e)
         st = P.state[j]
@@ -366,15 +365,21 @@ def _update(P, codes, s, e, table, aggs, reader):
                 _gb.sum_float(codes, reader.as_float64(raw, a.col), st["acc"])
             else:
                 _gb.sum_int(codes, reader.as_int64(raw, a.col), st["acc"])
-        elif op in ("mean", "std"):
+        elif op == "mean":
+            _gb.sum_float(codes, reader.as_float64(raw, a.col), st["acc"])
+        elif op == "std":
             _gb.welford(codes, reader.as_float64(raw, a.col), st["cnt"], st["mean"], st["m2"])
         elif op in ("count", "count_na"):
-            _gb.count_float(codes, reader.as_float64(raw, a.col), st["cnt"])
+            if a.isfloat:
+                _gb.count_float(codes, reader.as_float64(raw, a.col), st["cnt"])
+            else:
+                _gb.count_valid(codes, _valid_mask(raw, reader, a.col), st["cnt"])
         elif op in ("min", "max"):
             if a.isfloat:
                 _gb.minmax_float(codes, reader.as_float64(raw, a.col), st["acc"], op == "max")
             else:
-                _gb.minmax_int(codes, reader.as_int64(raw, a.col), st["acc"], op == "max")
+                _gb.minmax_int(codes, reader.as_int64(raw, a.col), st["acc"], op == "max",
+                               _valid_mask(raw, reader, a.col))
         elif op in ("first", "last"):
             _gb.first_last(codes, s, st["pos"], op == "last", _valid_mask(raw, reader, a.col))
         elif op == "count_distinct":
@@ -386,8 +391,9 @@ def _update(P, codes, s, e, table, aggs, reader):
                 P.pairs[j].ids(pr[:k], ids)
 
 
-def _codes(plan, keys, s, e, mask, reader, table_or_none, insert=True):
-    """Group ids of rows [s, e) (int64, -1 where `mask` drops the row)."""
+def _codes(plan, keys, s, e, mask, reader, table_or_none, insert=True, P=None):
+    """Group ids of rows [s, e) (int64, -1 where `mask` drops the row); with the partial `P`, its
+    rows are counted as well (`_gb.rows_seen`)."""
     n = e - s
     codes = reader.buf(("codes",), (n,), np.dtype(np.int64))
     if plan.kind == "direct":
@@ -396,17 +402,27 @@ def _codes(plan, keys, s, e, mask, reader, table_or_none, insert=True):
                 codes[:] = 0
             else:
                 np.subtract(mask.astype(np.int64), 1, out=codes)
+        elif len(keys) == 1 and P is not None:
+            v = reader.as_int64(reader.read(keys[0].src, s, e, "key"), ("key", 0))
+            _gb.direct_rows(v, keys[0].rng[0], codes, s, P.nrows, P.first_row, mask)
             return codes
-        for j, k in enumerate(keys):
-            v = reader.as_int64(reader.read(k.src, s, e, "key"), ("key", j))
-            _gb.direct_codes(v, k.rng[0], plan.strides[j], codes, j == 0, mask if j == 0 else None)
-        return codes
-    cols = [reader.read(k.src, s, e, "key") for k in keys]
-    if plan.raw:
-        words = np.ascontiguousarray(cols[0]).view(np.uint64).reshape(n, 1)
+        else:
+            for j, k in enumerate(keys):
+                v = reader.as_int64(reader.read(k.src, s, e, "key"), ("key", j))
+                _gb.direct_codes(v, k.rng[0], plan.strides[j], codes, j == 0, mask if j == 0 else None)
     else:
-        words = reader.words(cols, plan.offsets, plan.nwords, "key")
-    table_or_none.ids(words, codes, mask, insert)
+        cols = [reader.read(k.src, s, e, "key") for k in keys]
+        if plan.nwords == 1 and len(cols) == 1:
+            c = np.ascontiguousarray(cols[0])
+            fk = c.dtype.itemsize if c.dtype.kind in "fc" and c.dtype.itemsize in (4, 8) else 0
+            table_or_none.ids_column(c.view(np.uint8).reshape(n, c.dtype.itemsize), fk, codes, mask, insert)
+        else:
+            words = reader.words(cols, plan.offsets, plan.nwords, "key")
+            table_or_none.ids(words, codes, mask, insert)
+        if P is not None:
+            P.grow(table_or_none.n)
+    if P is not None:
+        _gb.rows_seen(codes, s, P.nrows, P.first_row)
     return codes
 
 
@@ -452,9 +468,7 @@ def aggregate(table, groupby_cols, agg_list, bool_arr=None, use_cache=True):
         if mask is not None and not mask.any():
             return                      # no row kept: no value column decoded
         P = partial()
-        codes = _codes(plan, keys, s, e, mask, reader, P.table)
-        if P.table is not None:
-            P.grow(P.table.n)
+        codes = _codes(plan, keys, s, e, mask, reader, P.table, P=P)
         _update(P, codes, s, e, table, aggs, reader)
 
     parallel.run_each(block, range(len(bounds)))
@@ -516,7 +530,7 @@ def _merge(plan, aggs, partials):
             if len(ka):
                 G.table.ids(ka, m)
             maps.append(m)
-        G.grow(G.table.n)
+        G.grow(max(G.table.n, 1))
     else:
         G = _Partial(plan, aggs, plan.nslots)
         maps = [np.arange(plan.nslots) for _ in partials]
@@ -527,10 +541,10 @@ def _merge(plan, aggs, partials):
         for j, a in enumerate(aggs):
             gs, ps = G.state[j], p.state[j]
             op = a.op
-            if op == "sum" or (op in ("count", "count_na") and a.isfloat):
-                name = "acc" if op == "sum" else "cnt"
+            if op in ("sum", "mean") or (op in ("count", "count_na") and a.hasna):
+                name = "cnt" if op in ("count", "count_na") else "acc"
                 gs[name][m] += ps[name][:k]
-            elif op in ("mean", "std"):
+            elif op == "std":
                 na, nb = gs["cnt"][m], ps["cnt"][:k]
                 ma, mb = gs["mean"][m], ps["mean"][:k]
                 tot = na + nb
@@ -562,17 +576,21 @@ def _finish(table, a, G, j, gid, scd):
         return st["acc"][gid].astype(odt)
     if op == "mean":
         with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(st["cnt"][gid] > 0, st["mean"][gid], np.nan)
+            return st["acc"][gid] / G.nrows[gid]
     if op == "std":
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.sqrt(st["m2"][gid] / st["cnt"][gid])
     if op in ("count", "count_na"):
-        return (st["cnt"] if a.isfloat else G.nrows)[gid].astype(np.int64)
+        return (st["cnt"] if a.hasna else G.nrows)[gid].astype(np.int64)
     if op in ("min", "max"):
         acc = st["acc"][gid]
         if a.isfloat:
             return acc.astype(odt)
-        return acc.astype(np.int64).view(odt) if a.dtype.kind in "mM" else acc.astype(odt)
+        if a.dtype.kind in "mM":
+            acc = acc.astype(np.int64)
+            acc[acc == (_I64_MAX if op == "min" else _I64_MIN)] = _I64_MIN    # no value: NaT
+            return acc.view(odt)
+        return acc.astype(odt)
     if op in ("first", "last"):
         pos = st["pos"][gid]
         ok = (pos >= 0) & (pos < _I64_MAX)
@@ -758,7 +776,6 @@ def factorize(col):
     plan.kind = "hash"
     plan.offsets = [0]
     plan.nwords = max(1, -(-dt.itemsize // 8))
-    plan.raw = dt.itemsize == 8 and dt.kind in "iumM"
     blen = _block_len([col])
     reader = _Reader(blen)
     table = _gb.KeyTable(plan.nwords)
