@@ -38,6 +38,18 @@ def _py_prod(x, axis=0):
     return np.prod(x, axis=axis)
 
 
+def _py_isin(x, values):
+    """`isin` of the python vm (what ``x in (...)`` of a query becomes): strings compared as the
+    array's kind (str with bytes columns, bytes with str ones)."""
+    x = np.asarray(x)
+    if x.dtype.kind == "S":
+        values = [v.encode() if isinstance(v, str) else v for v in values]
+    elif x.dtype.kind == "U":
+        values = [v.decode() if isinstance(v, bytes) else v for v in values]
+    return np.isin(x, list(values))
+
+
+_PY_NAMESPACE["isin"] = _py_isin
 _PY_NAMESPACE["sum"] = _py_sum
 _PY_NAMESPACE["prod"] = _py_prod
 # how the results of a reduction over consecutive blocks combine
@@ -648,6 +660,7 @@ def eval(expression, vm=None, out_flavor=None, user_dict=None, blen=None, depth=
     >>> blzarr.eval("x + y", user_dict={"x": np.arange(3), "y": 1}, out_flavor="numpy", vm="python")
     array([1, 2, 3])
     """
+    expression = planner.rewrite_in(expression)
     out_flavor = out_flavor or defaults.out_flavor
     if out_flavor not in ("bcolz", "carray", "numpy"):
         raise ValueError(f"out_flavor must be 'bcolz', 'carray' or 'numpy', got {out_flavor!r}")

@@ -174,6 +174,95 @@ def _not(a):
     return np.where(a == SCAN, SCAN, 1 - a).astype(np.int8)
 
 
+# `x in (v1, ...)` with at most this many values becomes ``(x == v1) | ...`` (numexpr evaluates it);
+# longer lists become ``isin(x, (v1, ...))``, evaluated by NumPy
+IN_AS_COMPARISONS = 8
+
+
+def _literal_values(node, expression):
+    """The constants of the container `node` on the right of `in`, or a ValueError."""
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        try:
+            values = [ast.literal_eval(e) for e in node.elts]
+        except ValueError:
+            values = None
+        if values is not None and all(isinstance(v, (int, float, str, bytes, bool)) for v in values):
+            return values
+    raise ValueError(f"in the expression {expression!r}: `in` and `not in` take a literal tuple, "
+                     "list or set of numbers or strings on their right")
+
+
+class _InRewriter(ast.NodeTransformer):
+    def __init__(self, expression):
+        self.expression = expression
+
+    def visit_Compare(self, node):
+        self.generic_visit(node)
+        if not any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops):
+            return node
+        if len(node.ops) != 1:
+            raise ValueError(f"in the expression {self.expression!r}: `in`/`not in` cannot be chained "
+                             "with other comparisons")
+        negate = isinstance(node.ops[0], ast.NotIn)
+        # `&` and `|` bind tighter than `in` in Python, so ``s in ('A', 'B') & (p > 1)`` parses as
+        # ``s in (('A', 'B') & (p > 1))``: the list is the leftmost operand of the right side, and
+        # what follows it combines with the membership test, as the query means
+        right, rest = node.comparators[0], []
+        while isinstance(right, ast.BinOp) and isinstance(right.op, (ast.BitAnd, ast.BitOr)):
+            rest.append((right.op, right.right))
+            right = right.left
+        out = self._membership(node.left, _literal_values(right, self.expression), negate)
+        for op, operand in reversed(rest):
+            out = ast.BinOp(left=out, op=op, right=operand)
+        return out
+
+    def _membership(self, left, values, negate):
+        if not values:
+            return ast.Constant(negate)
+        if len(values) <= IN_AS_COMPARISONS:
+            op, join = (ast.NotEq(), ast.BitAnd()) if negate else (ast.Eq(), ast.BitOr())
+            out = None
+            for v in values:
+                c = ast.Compare(left=left, ops=[op], comparators=[ast.Constant(v)])
+                out = c if out is None else ast.BinOp(left=out, op=join, right=c)
+            return out
+        call = ast.Call(func=ast.Name("isin", ast.Load()),
+                        args=[left, ast.Tuple([ast.Constant(v) for v in values], ast.Load())], keywords=[])
+        return ast.UnaryOp(ast.Invert(), call) if negate else call
+
+
+@functools.lru_cache(maxsize=256)
+def rewrite_in(expression):
+    """`expression` with its ``x in (...)`` and ``x not in (...)`` written as comparisons (or calls
+    of ``isin``) that the evaluators and the planner read; the same string when it has none."""
+    if not isinstance(expression, str) or " in" not in expression:
+        return expression
+    try:
+        tree = ast.parse(expression, mode="eval")
+    except SyntaxError:
+        return expression       # reported by the evaluator
+    if not any(isinstance(n, (ast.In, ast.NotIn)) for n in ast.walk(tree)):
+        return expression
+    tree = ast.fix_missing_locations(_InRewriter(expression).visit(tree))
+    return ast.unparse(tree)
+
+
+def _isin_classes(r, values):
+    """Classes of ``isin(x, values)`` from the block ranges `r` of x: SKIP where no value lies
+    between the block's minimum and maximum, WHOLE where the block holds one value, in the list."""
+    try:
+        v = np.sort(np.asarray([x for x in values if not (isinstance(x, float) and np.isnan(x))]))
+        if v.dtype.kind not in "biuf":
+            raise TypeError
+        lo, hi = np.asarray(r.lo), np.asarray(r.hi)
+        with np.errstate(all="ignore"):
+            none = np.searchsorted(v, lo, "left") >= np.searchsorted(v, hi, "right")
+            single = (lo == hi) & np.isin(lo, v)
+    except (TypeError, ValueError):
+        return None
+    return _classes(single & ~r.nan, none | r.novalue, r.known)
+
+
 @functools.lru_cache(maxsize=256)
 def _parse(expression):
     """The tree of `expression` (cached: a query plans on every call; the trees are never changed)."""
@@ -274,6 +363,16 @@ class _Classifier:
                 return _compare(op, x, y)
             except (TypeError, ValueError, OverflowError):
                 return self.scan()      # values NumPy does not compare: the engine says why
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "isin":
+            if len(node.args) != 2 or node.keywords or not isinstance(node.args[0], ast.Name):
+                return self.scan()
+            try:
+                values = ast.literal_eval(node.args[1])
+            except ValueError:
+                return self.scan()
+            r = self.side(node.args[0])
+            cls = None if r is None or not isinstance(r.known, np.ndarray) else _isin_classes(r, values)
+            return self.scan() if cls is None else cls
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("isnan", "isinf"):
             if len(node.args) != 1 or node.keywords:
                 raise _NoPlan("isnan/isinf take one argument")

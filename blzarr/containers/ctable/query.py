@@ -75,18 +75,20 @@ class CtableQueries:
             if not have(vm):
                 raise ImportError(f"vm={vm!r} needs {vm}, which is not installed")
         if isinstance(expression, str):
+            expression = planner.rewrite_in(expression)
             ops = self._operands(expression, user_dict, frame)
             for k, v in ops.items():
                 if _ce._is_array(v) and len(v) != self._len:
                     raise ValueError(f"{k!r} in the expression {expression!r} has length {len(v)}, "
                                      f"the ctable has {self._len} rows")
-            return
+            return expression
         if not isinstance(expression, (carray, np.ndarray)) or expression.dtype != bool \
                 or expression.ndim != 1:
             raise ValueError("a query needs a string expression or a one-dimensional boolean array or "
                              f"carray, got {type(expression).__name__}")
         if len(expression) != self._len:
             raise ValueError(f"the boolean mask has length {len(expression)}, the ctable has {self._len} rows")
+        return expression
 
     def _query_blen(self, operands):
         cls = [v.chunklen for v in operands.values() if isinstance(v, carray)]
@@ -96,6 +98,7 @@ class CtableQueries:
         """(start, boolean block) over the table, evaluating `expression` block by block."""
         n = self._len
         if isinstance(expression, str):
+            expression = planner.rewrite_in(expression)
             ops = self._operands(expression, user_dict, frame)
             blen = self._query_blen(ops)
             vm = vm or defaults.vm
@@ -169,6 +172,7 @@ class CtableQueries:
     def _selected_blocks(self, expression, names, user_dict, vm, frame):
         """(start, positions in the block, column arrays) of the blocks holding matching rows."""
         if isinstance(expression, str):
+            expression = planner.rewrite_in(expression)
             ops = self._operands(expression, user_dict, frame)
             if (vm or defaults.vm) != "dask" and any(_ce._is_array(v) for v in ops.values()):
                 yield from _ce.select_blocks(expression, ops, vm or defaults.vm, self._query_blen(ops),
@@ -248,7 +252,7 @@ class CtableQueries:
         names = self._check_outcols(outcols)
         self._row_maker(names, out_flavor)
         frame = sys._getframe(1)
-        self._check_expression(expression, user_dict, frame, vm)  # errors now, not at the first next()
+        expression = self._check_expression(expression, user_dict, frame, vm)  # errors now, not at the first next()
         blocks = self._where_blocks(expression, names, limit, skip, user_dict, vm, frame)
         return Query(self._emit_rows(blocks, names, out_flavor),
                      lambda: self._count(expression, limit, skip, user_dict, vm, frame),
@@ -285,7 +289,7 @@ class CtableQueries:
         if blen < 1:
             raise ValueError(f"blen must be positive, got {blen}")
         frame = sys._getframe(1)
-        self._check_expression(expression, user_dict, frame, vm)
+        expression = self._check_expression(expression, user_dict, frame, vm)
         blocks = self._where_blocks(expression, names, limit, skip, user_dict, vm, frame)
         return self._rebatch(blocks, names, blen)
 
@@ -311,7 +315,7 @@ class CtableQueries:
 
     def _fetch(self, expression, names, limit, skip, user_dict, vm, frame):
         names = self._check_outcols(names)
-        self._check_expression(expression, user_dict, frame, vm)
+        expression = self._check_expression(expression, user_dict, frame, vm)
         if isinstance(expression, str) and limit is None and not skip and (vm or defaults.vm) != "dask":
             ops = self._operands(expression, user_dict, frame)
             if any(_ce._is_array(v) for v in ops.values()):
@@ -404,5 +408,5 @@ class CtableQueries:
         25000
         """
         frame = sys._getframe(1)
-        self._check_expression(expression, user_dict, frame, vm)
+        expression = self._check_expression(expression, user_dict, frame, vm)
         return self._explain(expression, user_dict, vm, frame)

@@ -739,7 +739,7 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         if out_flavor not in ("bcolz", "carray"):
             raise ValueError(f"out_flavor must be 'bcolz' or 'numpy', got {out_flavor!r}")
         names = self._check_outcols(outcols)
-        self._check_expression(expression, user_dict, frame, vm)
+        expression = self._check_expression(expression, user_dict, frame, vm)
         dt = self._dtype_of(names)
         # the chunk lengths of bcolz's result (its fromiter(count=-1) expects an unknown length)
         kwargs.setdefault("expectedlen", -1)
