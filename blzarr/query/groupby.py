@@ -476,7 +476,7 @@ def aggregate(table, groupby_cols, agg_list, bool_arr=None, use_cache=True):
     gid = np.flatnonzero(G.nrows[:G.n] > 0)
     if not keys and bool_arr is None:
         gid = np.zeros(1, np.int64)         # no key: one total row, as bquery gives
-    order = np.argsort(G.first_row[gid], kind="stable")
+    order = np.argsort(G.first_row[gid])      # distinct row numbers: no ties to keep stable
     gid = gid[order]
     key_values = plan.key_values(gid, G.table.keys_array() if G.table is not None else None)
     # sorted_count_distinct needs the rows in order: one more pass, on this thread
@@ -533,9 +533,9 @@ def _merge(plan, aggs, partials):
         G.grow(max(G.table.n, 1))
     else:
         G = _Partial(plan, aggs, plan.nslots)
-        maps = [np.arange(plan.nslots) for _ in partials]
+        maps = [slice(0, plan.nslots) for _ in partials]      # the same slots in every partial
     for p, m in zip(partials, maps):
-        k = len(m)
+        k = plan.nslots if isinstance(m, slice) else len(m)
         G.nrows[m] += p.nrows[:k]
         G.first_row[m] = np.minimum(G.first_row[m], p.first_row[:k])
         for j, a in enumerate(aggs):
@@ -564,7 +564,8 @@ def _merge(plan, aggs, partials):
             elif op == "count_distinct":
                 ka = p.pairs[j].keys_array()
                 if len(ka):
-                    ka[:, 0] = m[ka[:, 0].astype(np.int64)].astype(np.uint64)
+                    if not isinstance(m, slice):
+                        ka[:, 0] = m[ka[:, 0].astype(np.int64)].astype(np.uint64)
                     G.pairs[j].ids(ka, np.empty(len(ka), np.int64))
     return G
 
