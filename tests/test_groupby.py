@@ -489,3 +489,28 @@ def test_bquery_style_code_runs_unchanged(tmp_path):
     ref = sel.groupby(["f0", "f1"], sort=False).f2.sum().reset_index()
     assert d["f0"][:].tolist() == ref.f0.tolist() and d["f2"][:].tolist() == ref.f2.tolist()
     assert sorted(ct.unique("f0")) == [b"ES", b"NL"]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(runs=st.lists(st.tuples(st.integers(1, 6), st.integers(0, 3)), max_size=12), seed=st.integers(0, 99))
+def test_is_in_ordered_subgroups_against_a_loop(runs, seed, blen):
+    baskets = np.concatenate([[v] * k for k, v in runs]).astype("i8") if runs else np.zeros(0, "i8")
+    mask = np.random.default_rng(seed).random(len(baskets)) < 0.2
+    ref = np.zeros(len(baskets), bool)
+    i = 0
+    while i < len(baskets):
+        j = i
+        while j < len(baskets) and baskets[j] == baskets[i]:
+            j += 1
+        ref[i:j] = mask[i:j].any()
+        i = j
+    t = blzarr.ctable([baskets], names=["b"], chunklen=4)
+    assert t.is_in_ordered_subgroups("b", mask)[:].tolist() == ref.tolist()
+
+
+def test_where_terms_values_no_element_can_equal():
+    t = blzarr.ctable([np.array([1, 100, -3], "i1"), np.array([b"ab", b"abc", b""])], names=["i", "s"])
+    assert t.where_terms([("i", "in", [356, 100, 1.5, "x"])])[:].tolist() == [False, True, False]
+    assert t.where_terms([("i", "not in", [356])])[:].tolist() == [True, True, True]
+    assert t.where_terms([("s", "in", ["abcd", "ab", b"ab\0"])])[:].tolist() == [True, False, False]
+    assert t.where_terms([("s", "in", ["", "\u00e9"])])[:].tolist() == [False, False, True]

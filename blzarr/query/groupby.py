@@ -674,27 +674,43 @@ def _normalise_term(table, term):
     return col, op, value
 
 
+def _as_dtype(v, dtype):
+    """`v` as a one-element array of `dtype`, or None when no element of that dtype equals it (a
+    string longer than the column's, a number out of range or with a fraction for integers)."""
+    k = dtype.kind
+    if k in "SU":
+        if k == "S" and isinstance(v, str):
+            try:
+                v = v.encode("ascii")
+            except UnicodeEncodeError:
+                return None
+        elif k == "U" and isinstance(v, bytes):
+            try:
+                v = v.decode("ascii")
+            except UnicodeDecodeError:
+                return None
+        if not isinstance(v, (bytes, str)) or len(v) > dtype.itemsize // (4 if k == "U" else 1):
+            return None
+        if len(v) and v[-1:] in (b"\0", "\0"):
+            return None         # NumPy strips trailing NULs: no element ends with one
+        return np.array([v], dtype=dtype)
+    try:
+        x = np.array([v]).astype(dtype)
+        back = x.astype(np.array([v]).dtype)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    same = back[0] == np.array([v])[0]
+    if not same and k in "fc" and np.isnan(np.asarray(v, dtype=float)):
+        same = True
+    if not same and k in "mM" and np.isnat(x[0]) and np.isnat(np.array([v]).astype(dtype)[0]):
+        same = True
+    return x if same else None
+
+
 def isin_table(values, dtype):
-    """A KeyTable of `values` converted to `dtype` (those that do not convert exactly are left out)."""
+    """A KeyTable of the `values` that are elements of `dtype` (others can match no row)."""
     dtype = np.dtype(dtype)
-    vals = []
-    for v in values:
-        try:
-            x = np.array([v]).astype(dtype, casting="same_kind" if dtype.kind not in "SU" else "unsafe")
-        except (TypeError, ValueError):
-            continue
-        if dtype.kind in "SU":
-            if isinstance(v, bytes) and dtype.kind == "U" or isinstance(v, str) and dtype.kind == "S":
-                try:
-                    x = np.array([v.decode() if isinstance(v, bytes) else v.encode()], dtype=dtype)
-                except (UnicodeError, ValueError):
-                    continue
-            if np.array([v]).dtype.itemsize > dtype.itemsize * (1 if dtype.kind == "S" else 1) and \
-                    len(v) > (dtype.itemsize // (4 if dtype.kind == "U" else 1)):
-                continue        # longer than the column's strings: cannot be in it
-        elif dtype.kind in "biu" and isinstance(v, float) and not float(v).is_integer():
-            continue
-        vals.append(x)
+    vals = [x for x in (_as_dtype(v, dtype) for v in values) if x is not None]
     nwords = max(1, -(-dtype.itemsize // 8))
     table = _gb.KeyTable(nwords, len(vals))
     if vals:
@@ -818,11 +834,25 @@ def is_in_ordered_subgroups(table, basket_col=None, bool_arr=None, _max_len_subg
         return None
     n = len(table)
     bool_arr = _check_bool_arr(bool_arr, n)
-    b = np.asarray(table[basket_col][:])
-    m = np.asarray(bool_arr[:], dtype=bool)
-    if n == 0:
-        return np.zeros(0, bool)
-    starts = np.flatnonzero(np.concatenate([[True], b[1:] != b[:-1]]))
-    hit = np.logical_or.reduceat(m, starts)
-    lengths = np.diff(np.concatenate([starts, [n]]))
-    return np.repeat(hit, lengths)
+    col = table[basket_col]
+    out = np.zeros(n, bool)
+    blen = _block_len([col])
+    reader = _Reader(blen)
+    pend_start, pend_hit, prev = 0, False, None     # the basket still open at the block's start
+    for s in range(0, n, blen):
+        e = min(s + blen, n)
+        b = reader.read(col, s, e)
+        m = np.asarray(bool_arr[s:e], dtype=bool)
+        cut = np.flatnonzero(b[1:] != b[:-1]) + 1   # baskets starting inside the block
+        if prev is not None and b[0] != prev:       # one starts at s: the open one ends
+            out[pend_start:s] = pend_hit
+            pend_start, pend_hit = s, False
+        hits = np.logical_or.reduceat(m, np.concatenate([[0], cut]))
+        pend_hit = pend_hit or bool(hits[0])
+        if len(cut):
+            out[pend_start:s + cut[0]] = pend_hit
+            out[s + cut[0]:s + cut[-1]] = np.repeat(hits[1:-1], np.diff(cut))
+            pend_start, pend_hit = s + cut[-1], bool(hits[-1])
+        prev = b[-1]
+    out[pend_start:n] = pend_hit
+    return out
