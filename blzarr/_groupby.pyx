@@ -12,12 +12,22 @@ its own partial aggregates; the Python side (`blzarr.query.groupby`) merges the 
 of -1 marks a row the filter drops.
 """
 
-from libc.stdint cimport int64_t, uint64_t, uint8_t, uint32_t, int32_t
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memcmp, memset
 from libc.stdlib cimport malloc, realloc, free
 from libc.math cimport isnan, NAN
 
 import numpy as np
+
+ctypedef fused intkey_t:
+    int8_t
+    int16_t
+    int32_t
+    int64_t
+    uint8_t
+    uint16_t
+    uint32_t
+
 
 cdef int64_t I64_MAX = 0x7fffffffffffffff
 cdef int64_t I64_MIN = -0x7fffffffffffffff - 1
@@ -315,7 +325,7 @@ def pack_column(const uint8_t[:, ::1] src, uint64_t[:, ::1] out, Py_ssize_t offs
                 memcpy(dst + i * stride, &src[i, 0], isz)
 
 
-def direct_codes(const int64_t[::1] vals, int64_t lo, int64_t stride, int64_t[::1] out, bint first,
+def direct_codes(const intkey_t[::1] vals, int64_t lo, int64_t stride, int64_t[::1] out, bint first,
                  const uint8_t[::1] mask=None):
     """Dense ids from integer keys: out = (vals - lo) * stride, added to `out` unless `first`; rows
     whose `mask` is 0 get -1 (on the first key column; later ones leave them -1)."""
@@ -327,11 +337,11 @@ def direct_codes(const int64_t[::1] vals, int64_t lo, int64_t stride, int64_t[::
                 if masked and not mask[i]:
                     out[i] = -1
                 else:
-                    out[i] = (vals[i] - lo) * stride
+                    out[i] = (<int64_t> vals[i] - lo) * stride
         else:
             for i in range(n):
                 if out[i] >= 0:
-                    out[i] += (vals[i] - lo) * stride
+                    out[i] += (<int64_t> vals[i] - lo) * stride
 
 
 def rows_seen(const int64_t[::1] codes, int64_t base, int64_t[::1] nrows, int64_t[::1] first_row):
@@ -348,7 +358,7 @@ def rows_seen(const int64_t[::1] codes, int64_t base, int64_t[::1] nrows, int64_
                 nrows[g] += 1
 
 
-def direct_rows(const int64_t[::1] vals, int64_t lo, int64_t[::1] out, int64_t base, int64_t[::1] nrows,
+def direct_rows(const intkey_t[::1] vals, int64_t lo, int64_t[::1] out, int64_t base, int64_t[::1] nrows,
                 int64_t[::1] first_row, const uint8_t[::1] mask=None):
     """One integer key: `direct_codes` and `rows_seen` in one pass."""
     cdef Py_ssize_t i, n = vals.shape[0]
@@ -359,7 +369,7 @@ def direct_rows(const int64_t[::1] vals, int64_t lo, int64_t[::1] out, int64_t b
             if masked and not mask[i]:
                 out[i] = -1
                 continue
-            g = vals[i] - lo
+            g = <int64_t> vals[i] - lo
             out[i] = g
             if nrows[g] == 0:
                 first_row[g] = base + i

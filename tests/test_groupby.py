@@ -169,9 +169,7 @@ def frames(draw, max_rows=40):
     return cols, [f"k{j}" for j in range(nkeys)], vk, mask
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
-@given(data=frames(), filt=st.booleans())
-def test_every_op_and_key_dtype_against_pandas(data, filt, where, blen):
+def _every_op(data, filt, where):
     cols, keys, vk, mask = data
     if where:
         where = dict(where, rootdir=where["rootdir"] + "h")
@@ -179,6 +177,19 @@ def test_every_op_and_key_dtype_against_pandas(data, filt, where, blen):
     df = pd.DataFrame(cols)
     aggs = [("v", op, f"v_{op}") for op in _ops_for(vk)]
     _check(t, df, keys, aggs, bool_arr=blzarr.carray(mask) if filt else None)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=frames(), filt=st.booleans())
+def test_every_op_and_key_dtype_against_pandas(data, filt, where, blen):
+    _every_op(data, filt, where)
+
+
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=frames(max_rows=120), filt=st.booleans())
+def test_every_op_and_key_dtype_against_pandas_longer(data, filt, where, blen):
+    _every_op(data, filt, where)
 
 
 def test_groups_in_order_of_first_row_and_bquery_forms(where):

@@ -231,6 +231,15 @@ class _Reader:
             return arr.read_into(s, e, out)
         return np.asarray(arr[s:e])
 
+    def as_key(self, a, tag):
+        """Integer keys as a dtype the direct kernels take without a copy where possible."""
+        a = np.ascontiguousarray(a)
+        if a.dtype.kind == "b":
+            return a.view(np.uint8)
+        if a.dtype.kind in "iu" and a.dtype.itemsize <= 4 or a.dtype == np.int64:
+            return a if a.dtype.isnative else self.as_int64(a, tag)
+        return self.as_int64(a, tag)
+
     def as_int64(self, a, tag):
         if a.dtype == np.int64 and a.flags.c_contiguous:
             return a
@@ -403,12 +412,12 @@ def _codes(plan, keys, s, e, mask, reader, table_or_none, insert=True, P=None):
             else:
                 np.subtract(mask.astype(np.int64), 1, out=codes)
         elif len(keys) == 1 and P is not None:
-            v = reader.as_int64(reader.read(keys[0].src, s, e, "key"), ("key", 0))
+            v = reader.as_key(reader.read(keys[0].src, s, e, "key"), ("key", 0))
             _gb.direct_rows(v, keys[0].rng[0], codes, s, P.nrows, P.first_row, mask)
             return codes
         else:
             for j, k in enumerate(keys):
-                v = reader.as_int64(reader.read(k.src, s, e, "key"), ("key", j))
+                v = reader.as_key(reader.read(k.src, s, e, "key"), ("key", j))
                 _gb.direct_codes(v, k.rng[0], plan.strides[j], codes, j == 0, mask if j == 0 else None)
     else:
         cols = [reader.read(k.src, s, e, "key") for k in keys]
