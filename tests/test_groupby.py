@@ -427,7 +427,7 @@ class _Boom(Exception):
 def test_cache_write_survives_a_fault_before_every_file_operation(tmp_path):
     """A fault before the k-th file operation of cache_factor, for every k: the cache is then the
     old one, the new one or none (never a wrong one), and a retry builds a valid one."""
-    from blzarr import fileio
+    from blzarr.storage import fileio
     root = str(tmp_path / "t")
     t = blzarr.ctable([np.array([4, 5, 4, 6] * 25), np.arange(100.0)], names=["k", "v"], rootdir=root, mode="w")
     t.cache_factor(["k"])              # an old cache, replaced below

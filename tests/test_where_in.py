@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import blzarr
-from blzarr import planner
+from blzarr.query import planner
 
 
 @pytest.fixture(params=["memory", "blz", "bcolz"])
