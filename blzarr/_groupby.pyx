@@ -562,3 +562,17 @@ def isin_mask(KeyTable table, const uint64_t[:, ::1] keys, uint8_t[::1] out, bin
             else:
                 last_id = table._find(&keys[i, 0], False)
             out[i] = (last_id >= 0) != negate
+
+
+def isin_span(const intkey_t[::1] vals, int64_t lo, const uint8_t[::1] table, uint8_t[::1] out,
+              bint negate):
+    """out[i] = whether vals[i] - lo indexes a nonzero entry of `table` (or not, with `negate`):
+    membership in a list of integers spanning a small range, one load per row and no hashing."""
+    cdef Py_ssize_t i, n = vals.shape[0]
+    cdef uint64_t span = table.shape[0], k
+    if out.shape[0] < n:
+        raise ValueError("output shorter than the values")
+    with nogil:
+        for i in range(n):
+            k = <uint64_t> (<int64_t> vals[i] - lo)
+            out[i] = (k < span and table[k] != 0) != negate

@@ -36,6 +36,8 @@ OPS = ("sum", "mean", "std", "count", "count_na", "count_distinct", "sorted_coun
 DIRECT_MAX_SLOTS = 1 << 21
 # blocks shorter than this make the per-block Python work dominate
 MIN_BLEN = 1 << 14
+# integer `in` lists spanning fewer values than this are looked up in a byte table, not hashed
+ISIN_SPAN = 1 << 22
 # bquery's term operators, by their accepted spellings
 TERM_OPS = {"==": "==", "eq": "==", "!=": "!=", "neq": "!=", "in": "in", "nin": "not in",
             "not in": "not in", ">": ">", ">=": ">=", "<": "<", "<=": "<="}
@@ -717,9 +719,17 @@ def _as_dtype(v, dtype):
 
 
 def isin_table(values, dtype):
-    """A KeyTable of the `values` that are elements of `dtype` (others can match no row)."""
+    """What `isin_block` looks values up in: the `values` that are elements of `dtype` (others can
+    match no row), as a KeyTable, or, for integers spanning at most ISIN_SPAN, a byte table."""
     dtype = np.dtype(dtype)
     vals = [x for x in (_as_dtype(v, dtype) for v in values) if x is not None]
+    if dtype.kind in "iub" and dtype.itemsize <= 8 and not (dtype.kind == "u" and dtype.itemsize == 8):
+        arr = np.concatenate(vals).astype(np.int64) if vals else np.zeros(0, np.int64)
+        lo = int(arr.min()) if len(arr) else 0
+        if not len(arr) or int(arr.max()) - lo < ISIN_SPAN:
+            span = np.zeros(int(arr.max()) - lo + 1 if len(arr) else 0, np.uint8)
+            span[arr - lo] = 1
+            return ("span", lo, span), 1
     nwords = max(1, -(-dtype.itemsize // 8))
     table = _gb.KeyTable(nwords, len(vals))
     if vals:
@@ -731,15 +741,16 @@ def isin_table(values, dtype):
 
 
 def isin_block(vals, table, nwords, negate, reader, tag="isin"):
-    """uint8 mask of the rows of `vals` that are (not) in `table`."""
+    """uint8 mask of the rows of `vals` that are (not) in `table` (`isin_table`'s)."""
     out = reader.buf(("isin", tag), (len(vals),), np.dtype(np.uint8))
     if len(vals) == 0:
         return out
-    if nwords == 1 and vals.dtype.itemsize == 8 and vals.dtype.kind in "iumM":
-        w = np.ascontiguousarray(vals).view(np.uint64).reshape(len(vals), 1)
+    if isinstance(table, tuple):
+        _gb.isin_span(reader.as_key(vals, tag), table[1], table[2], out, negate)
+    elif nwords == 1 and vals.dtype.itemsize == 8 and vals.dtype.kind in "iumM":
+        _gb.isin_mask(table, np.ascontiguousarray(vals).view(np.uint64).reshape(len(vals), 1), out, negate)
     else:
-        w = reader.words([vals], [0], nwords, tag)
-    _gb.isin_mask(table, w, out, negate)
+        _gb.isin_mask(table, reader.words([vals], [0], nwords, tag), out, negate)
     return out
 
 
