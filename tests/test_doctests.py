@@ -8,7 +8,7 @@ import pytest
 MODULES = ["blzarr", "blzarr.containers.carray.array", "blzarr.containers.carray.stats", "blzarr.ctable", "blzarr.containers.ctable.read",
            "blzarr.containers.ctable.write", "blzarr.containers.ctable.query", "blzarr.toplevel", "blzarr.chunked_eval",
            "blzarr.runtime.params", "blzarr.attrs", "blzarr.storage.chunk", "blzarr.io.dask", "blzarr.cli", "blzarr.io.pandas_hdf5",
-           "blzarr.errors", "blzarr.arrayprint"]
+           "blzarr.errors", "blzarr.arrayprint", "blzarr.containers.ctable.groupby"]
 
 # the optional packages some modules' examples need (the test extra installs them all)
 NEEDS = {"blzarr.ctable": ("pandas", "pyarrow", "dask"), "blzarr.io.pandas_hdf5": ("pandas",),

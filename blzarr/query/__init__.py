@@ -1,6 +1,7 @@
 """Queries: per-chunk statistics (`stats`), the planner that uses them to skip or take whole
 blocks (`planner`), the fused C kernels' compiler (`exprkernel`) and block engine (`fused`),
-expressions block by block (`chunked_eval`) and lazy expressions (`lazyexpr`).
+expressions block by block (`chunked_eval`), lazy expressions (`lazyexpr`), and group-by with
+bquery's helpers (`groupby`) and the factorization cache beside a column (`factor_cache`).
 
 Modules here may import `blzarr.runtime`, `blzarr.storage`, the Cython kernels and each other, never
 the containers: they take anything with a length, slicing and chunks.
