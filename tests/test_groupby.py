@@ -525,3 +525,16 @@ def test_where_terms_values_no_element_can_equal():
     assert t.where_terms([("i", "not in", [356])])[:].tolist() == [True, True, True]
     assert t.where_terms([("s", "in", ["abcd", "ab", b"ab\0"])])[:].tolist() == [True, False, False]
     assert t.where_terms([("s", "in", ["", "\u00e9"])])[:].tolist() == [False, False, True]
+
+
+def test_bquery_auto_cache_option(tmp_path):
+    root = str(tmp_path / "t")
+    blzarr.ctable([np.array([3, 1, 3]), np.ones(3)], names=["k", "v"], rootdir=root, mode="w").flush()
+    t = blzarr.ctable(rootdir=root, auto_cache=True)
+    assert t.groupby(["k"], ["v"])["v"][:].tolist() == [2.0, 1.0]
+    assert factor_cache.load(t, "k")[1].tolist() == [3, 1]
+    r = blzarr.ctable(rootdir=root, mode="r", auto_cache=True)
+    assert r.unique("v") == [1.0] and not os.path.exists(os.path.join(root, "v.factor"))
+    plain = blzarr.open(root)
+    assert plain.groupby(["v"], ["k"])["k"][:].tolist() == [7]
+    assert not os.path.exists(os.path.join(root, "v.factor"))

@@ -140,6 +140,9 @@ def snapshot(table, name):
     col = table[name]
     if not getattr(table, "rootdir", None):
         return _gen(col)
+    if getattr(table, "_bytes", None) is not None:
+        raise ValueError(f"cache_factor: '{table.rootdir}' is on object storage, where no "
+                         "factorization cache is kept (group-bys factorize as they go)")
     table.flush()
     built_ns = time.time_ns()
     return built_ns, _source(_col_dir(table, name), built_ns)

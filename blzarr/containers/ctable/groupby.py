@@ -46,8 +46,16 @@ class CtableGroupby:
         >>> r["k"][:].tolist(), r["v"][:].tolist(), r["v_mean"][:].tolist()
         ([b'a', b'b'], [4, 2], [2.0, 2.0])
         """
+        self._auto_cache(groupby_cols)
         return _gb.groupby(self, groupby_cols, agg_list, bool_arr=bool_arr, rootdir=rootdir,
                            make_table=type(self), out_flavor=out_flavor)
+
+    def _auto_cache(self, cols):
+        """With bquery's ``auto_cache=True`` (a ctable option), cache the factorizations of `cols`
+        of a writable on-disk table first."""
+        if getattr(self, "auto_cache", False) and self.rootdir and self.mode != "r" \
+                and getattr(self, "_bytes", None) is None:
+            self.cache_factor([cols] if isinstance(cols, str) else list(cols))
 
     def where_terms(self, term_list, cache=False):
         """A boolean carray, true where every term of `term_list` holds (bquery's ``where_terms``).
@@ -84,12 +92,14 @@ class CtableGroupby:
     def unique(self, col_or_col_list):
         """The distinct values of a column, in order of first appearance (a list), or one such list
         per column of a list of columns (bquery's ``unique``)."""
+        self._auto_cache(col_or_col_list)
         return _gb.unique(self, col_or_col_list)
 
     def factorize_groupby_cols(self, groupby_cols):
         """([codes carray per column], [distinct values carray per column]) (bquery's
         ``factorize_groupby_cols``): codes number the values in order of first appearance; a valid
         cache is used."""
+        self._auto_cache(groupby_cols)
         factors, values = [], []
         for name in groupby_cols:
             got = factor_cache.load(self, name)

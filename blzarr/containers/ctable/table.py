@@ -198,6 +198,8 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         auto_flush = kwargs.pop("auto_flush", True)
         allow_pickle = kwargs.pop("allow_pickle", False)
         storage_options = kwargs.pop("storage_options", None)
+        # bquery's ctable option: group-bys cache the factorizations of their keys on disk
+        self.auto_cache = bool(kwargs.pop("auto_cache", False))
         cp = kwargs.get("cparams")
         unknown = set(kwargs) - set(_CARRAY_KW)
         if unknown:
