@@ -538,3 +538,29 @@ def test_bquery_auto_cache_option(tmp_path):
     plain = blzarr.open(root)
     assert plain.groupby(["v"], ["k"])["k"][:].tolist() == [7]
     assert not os.path.exists(os.path.join(root, "v.factor"))
+
+
+def test_filter_statistics_spare_the_reads(monkeypatch):
+    """Blocks whose filter chunks are all false are not read at all; all-true ones read no filter."""
+    n = 64 * 1024
+    k = np.arange(n) % 7
+    v = np.arange(n, dtype=float)
+    mask = np.zeros(n, bool)
+    mask[n // 2:] = True
+    mask[n // 2 + 5] = False
+    t = blzarr.ctable([k, v], names=["k", "v"], chunklen=4096)
+    m = blzarr.carray(mask, chunklen=4096)
+    monkeypatch.setattr(gbmod, "_block_len", lambda arrays: 4096)
+    reads = {"v": [], "m": []}
+    for name, obj in (("v", t["v"]), ("m", m)):
+        orig = obj.read_into
+
+        def spy(s, e, out, orig=orig, name=name):
+            reads[name].append(s)
+            return orig(s, e, out)
+        monkeypatch.setattr(obj, "read_into", spy)
+    r = t.groupby(["k"], ["v"], bool_arr=m, out_flavor="pandas")
+    ref = pd.DataFrame({"k": k, "v": v})[mask].groupby("k", sort=False).v.sum().reset_index()
+    pd.testing.assert_frame_equal(r, ref)
+    assert min(reads["v"]) == n // 2                       # the first half: nothing read
+    assert reads["m"] == [n // 2]                          # the filter read only where it is mixed

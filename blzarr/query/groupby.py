@@ -27,6 +27,7 @@ import numpy as np
 
 from blzarr import _groupby as _gb
 from blzarr.runtime import parallel
+from blzarr.query import planner
 from blzarr.query import stats as _stats
 from blzarr.query import factor_cache
 
@@ -437,8 +438,28 @@ def _codes(plan, keys, s, e, mask, reader, table_or_none, insert=True, P=None):
     return codes
 
 
-def _mask_block(bool_arr, s, e, reader):
-    if bool_arr is None:
+def _mask_classes(bool_arr, bounds):
+    """Per block, from the filter's chunk statistics: SKIP (no row kept: nothing is read), WHOLE
+    (every row kept: the filter is not read either) or SCAN; None without statistics."""
+    get = getattr(bool_arr, "chunk_stats", None)
+    if get is None or not bounds:
+        return None
+    try:
+        st = get()
+    except Exception:       # statistics only spare reads: without them every block is read
+        return None
+    if st is None or not len(st[0]):
+        return None
+    r = planner.block_ranges(st, bounds)
+    known = np.asarray(r.known, bool)
+    cls = np.full(len(bounds), planner.SCAN, np.int8)
+    cls[known & ~np.asarray(r.hi, bool)] = planner.SKIP
+    cls[known & np.asarray(r.lo, bool)] = planner.WHOLE
+    return cls
+
+
+def _mask_block(bool_arr, s, e, reader, cls=None):
+    if bool_arr is None or cls == planner.WHOLE:
         return None
     m = reader.read(bool_arr, s, e, "mask")
     if m.dtype != bool:
@@ -473,9 +494,14 @@ def aggregate(table, groupby_cols, agg_list, bool_arr=None, use_cache=True):
                 partials.append(P)
         return P
 
+    classes = _mask_classes(bool_arr, bounds) if bool_arr is not None else None
+
     def block(k):
         s, e = bounds[k]
-        mask = _mask_block(bool_arr, s, e, reader)
+        cls = None if classes is None else classes[k]
+        if cls == planner.SKIP:
+            return                      # the filter's statistics: no row kept, nothing read
+        mask = _mask_block(bool_arr, s, e, reader, cls)
         if mask is not None and not mask.any():
             return                      # no row kept: no value column decoded
         P = partial()
