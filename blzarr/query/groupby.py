@@ -17,9 +17,8 @@ the group of 0.0.
 
 This module knows no container class: the thin methods of ctable pass the table (columns with
 ``len``, ``dtype``, ``chunklen``, ``read_into`` and ``chunk_stats``) and the constructors of the
-result (`make_table`, `make_array`).
+result (`make_table`).
 """
-
 
 import threading
 
