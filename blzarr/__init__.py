@@ -80,6 +80,7 @@ from blzarr.query.chunked_eval import eval, explain  # noqa: E402
 from blzarr.query.lazyexpr import LazyExpr, lazyexpr  # noqa: E402
 from blzarr.io.dask import from_dask  # noqa: E402
 from blzarr.io import pandas_hdf5 as ctable_io  # noqa: E402,F401  (registers ctable's pandas and HDF5 methods)
+from blzarr.io import arrow as _io_arrow, parquet as _io_parquet  # noqa: E402,F401  (Arrow, Parquet)
 from blzarr.toplevel import (  # noqa: E402
     arange, blosc_compressor_list, blosc_version, fill, fromiter, iterblocks, ones, open, print_versions,
     salvage, walk, zeros,

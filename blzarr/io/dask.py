@@ -1,4 +1,4 @@
-"""blzarr and the wider ecosystem: dask arrays and dataframes, pyarrow tables.
+"""blzarr and dask: dask arrays and dataframes over carrays and ctables.
 
 * ``carray.to_dask()`` / ``ctable.to_dask()``: a dask array / dataframe with one partition per
   superchunk file (BLZ) or per group of chunks (bcolz layout, in memory); every task reads its own
@@ -8,7 +8,6 @@
   a ctable) with one task per partition, each writing its own chunk files (bcolz layout) or its own
   superchunk file (BLZ); the sizes are written once, at the end.
 * ``blzarr.eval(..., vm='dask')``: the expression evaluated by dask.array over the operands.
-* ``ctable.to_arrow()``: a pyarrow Table, built one record batch per block of rows.
 """
 
 import builtins
@@ -476,39 +475,7 @@ def eval_dask(expression, code, operands, namespace, out_flavor, kwargs):
     return out
 
 
-# ----------------------------------------------------------------------------------- arrow
-def ctable_to_arrow(t, columns=None, blen=None):
-    """A pyarrow Table with the columns of `t` (1-d ones), built one record batch per block."""
-    pa = _need("pyarrow", "ctable.to_arrow()")
-    names = t.names if columns is None else list(columns)
-    for n in names:
-        if n not in t.cols:
-            raise KeyError(f"no column named {n!r} (columns: {t.names})")
-        if t.cols[n].ndim != 1:
-            raise ValueError(f"column {n!r} has shape {t.cols[n].shape}: an arrow column must be 1-d")
-        if t.cols[n].dtype.kind == "V":
-            raise TypeError(f"column {n!r} of dtype {t.cols[n].dtype} has no arrow type")
-    blen = blen or max(t.chunklen, 65536)
-    batches = []
-    schema = None
-    for s in list(range(0, len(t), blen)) or [0]:
-        e = min(s + blen, len(t))
-        arrays = []
-        for n in names:
-            try:
-                arrays.append(pa.array(t.cols[n][s:e]))
-            except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-                raise TypeError(f"column {n!r} of dtype {t.cols[n].dtype} cannot become an arrow "
-                                f"column: {exc}") from None
-        batch = pa.RecordBatch.from_arrays(arrays, names=names) if schema is None else \
-            pa.RecordBatch.from_arrays(arrays, schema=schema)
-        schema = batch.schema
-        batches.append(batch)
-    return pa.Table.from_batches(batches, schema=schema)
-
-
 # what carray's and ctable's methods, and eval(..., vm='dask'), call (blzarr.runtime.integrations)
 integrations.register("eval_dask", eval_dask)
 integrations.register("carray_to_dask", carray_to_dask)
 integrations.register("ctable_to_dask", ctable_to_dask)
-integrations.register("ctable_to_arrow", ctable_to_arrow)

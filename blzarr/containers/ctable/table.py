@@ -788,6 +788,85 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         """
         return integrations.get("ctable_to_dask")(self, columns, partition_chunks)
 
+    def __arrow_c_stream__(self, requested_schema=None):
+        """The table as an Arrow C stream (the Arrow PyCapsule protocol; needs pyarrow).
+
+        One record batch of whole chunks is decoded at a time, so ``polars.DataFrame(t)``,
+        ``pyarrow.table(t)`` and DuckDB (``duckdb.sql("SELECT ... FROM t")``) read the table
+        directly.  A column with a validity column (``blzarr:validity``) has its missing rows as
+        nulls and the validity column is left out; a time zone attribute gives a timestamp with
+        that zone.  `requested_schema` (a schema capsule) is a request pyarrow tries to cast to.
+        """
+        return integrations.get("arrow_c_stream")(self, requested_schema)
+
+    def __arrow_c_schema__(self):
+        """The Arrow schema of the table's stream, as a PyCapsule (needs pyarrow)."""
+        return integrations.get("arrow_c_schema")(self)
+
+    @staticmethod
+    def fromarrow(obj, rootdir=None, mode=None, columns=None, **kwargs):
+        """A ctable from Arrow data, read one record batch at a time (needs pyarrow).
+
+        Parameters
+        ----------
+        obj : object with ``__arrow_c_stream__``, pyarrow Table, RecordBatch or RecordBatchReader
+            The data (a Polars or pandas DataFrame, a DuckDB relation... have the method).
+        rootdir : str, optional
+            Write the table there: it is built in a directory beside `rootdir` and moved there when
+            complete, so an interrupted call leaves `rootdir` as it was.
+        mode : {'w', None}
+            'w' replaces an existing `rootdir`; otherwise an existing one is an error.
+        columns : list of str, optional
+            Only these columns.
+        **kwargs
+            Passed to the `ctable` constructor (``cparams``, ``format``, ``chunklen``...).
+
+        Strings become ``U`` columns (binary ``S``) as wide as their longest value; nulls become a
+        validity column beside the values (NaT in datetime columns); a timestamp's time zone
+        becomes the column attribute ``blzarr:timezone``.  A column of a type a ctable cannot hold
+        (lists, structs, decimals...) raises TypeError naming it.
+
+        Examples
+        --------
+        >>> import pyarrow as pa, blzarr
+        >>> t = blzarr.ctable.fromarrow(pa.table({"n": [1, None, 3], "s": ["a", "bc", None]}))
+        >>> t.names, t.dtype["s"]
+        (['n', 'n_valid', 's', 's_valid'], dtype('<U2'))
+        >>> pa.table(t).to_pydict()
+        {'n': [1, None, 3], 's': ['a', 'bc', None]}
+        """
+        return integrations.get("fromarrow")(obj, rootdir, mode, columns, **kwargs)
+
+    @staticmethod
+    def fromparquet(path, rootdir=None, mode=None, columns=None, **kwargs):
+        """A ctable from a Parquet file, read one row group at a time (needs pyarrow).
+
+        The parameters and the type mapping are those of `fromarrow`; with `rootdir` the table is
+        built beside it and moved there when complete.
+        """
+        return integrations.get("fromparquet")(path, rootdir, mode, columns, **kwargs)
+
+    def toparquet(self, path, columns=None, row_group_size=None, compression="snappy", **kwargs):
+        """Write the table to the Parquet file `path`, one row group at a time (needs pyarrow).
+
+        The file is written beside `path` and renamed there when complete (replacing a file
+        there), so an interrupted call leaves `path` as it was.  `row_group_size` (default 1Mi
+        rows), `compression` and `**kwargs` go to ``pyarrow.parquet.ParquetWriter``.  Missing values
+        and time zones are written as Arrow nulls and zoned timestamps (see `__arrow_c_stream__`).
+
+        Examples
+        --------
+        >>> import numpy as np, blzarr, pyarrow.parquet as pq
+        >>> t = blzarr.ctable([np.arange(3), np.array(["x", "y", "z"])], names=["a", "s"])
+        >>> t.toparquet("toparquet_example.parquet")
+        >>> pq.read_table("toparquet_example.parquet").to_pydict()
+        {'a': [0, 1, 2], 's': ['x', 'y', 'z']}
+        >>> blzarr.ctable.fromparquet("toparquet_example.parquet")["s"][:].tolist()
+        ['x', 'y', 'z']
+        >>> import os; os.remove("toparquet_example.parquet")
+        """
+        return integrations.get("toparquet")(self, path, columns, row_group_size, compression, **kwargs)
+
     def to_arrow(self, columns=None):
         """A pyarrow Table with the table's columns, built one record batch per block (needs pyarrow).
 

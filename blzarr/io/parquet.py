@@ -1,0 +1,177 @@
+"""ctables and Parquet files, through pyarrow: ``ctable.fromparquet(path)`` and ``t.toparquet(path)``.
+
+Both stream by row group: one row group (and one record batch of the table) is in memory at a
+time.  ``toparquet`` writes the file beside `path` and renames it there when complete (synced
+first), so an interrupted write leaves what was at `path` before; ``fromparquet`` into a `rootdir`
+builds the table beside it and moves it there when complete (`blzarr.io.arrow.build_beside`).
+The type mapping is the Arrow one (`blzarr.io.arrow`).
+"""
+
+import os
+import queue
+import threading
+import uuid
+
+from blzarr.runtime import integrations
+from blzarr.storage import fileio
+from blzarr.errors import StorageError
+from blzarr.io import arrow as _arrow
+
+# rows per row group written by toparquet (pyarrow's default), rounded to whole stream batches
+ROW_GROUP_ROWS = 1 << 20
+
+
+class _FdFile:
+    """A binary file pyarrow writes through (`blzarr.fileio`, so writes can be counted and failed)."""
+
+    def __init__(self, fd):
+        self.fd, self.pos, self.closed = fd, 0, False
+
+    def write(self, data):
+        view = memoryview(data)
+        fileio.write(self.fd, view)
+        self.pos += view.nbytes
+        return view.nbytes
+
+    def tell(self):
+        return self.pos
+
+    def flush(self):
+        pass
+
+    def writable(self):
+        return True
+
+    def readable(self):
+        return False
+
+    def seekable(self):
+        return False
+
+    def close(self):
+        self.closed = True
+
+
+def _ahead(gen, depth=2):
+    """The items of `gen`, produced by a thread up to `depth` items ahead of the consumer (the
+    decoding of the next row group overlaps the encoding of this one: both release the GIL).  An
+    exception in the thread is raised here; leaving early stops the thread."""
+    q = queue.Queue(depth)
+    stop = threading.Event()
+    end = object()
+
+    def run():
+        try:
+            for item in gen:
+                while not stop.is_set():
+                    try:
+                        q.put((item, None), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            q.put((end, None))
+        except BaseException as e:      # handed to the consumer
+            q.put((None, e))
+
+    th = threading.Thread(target=run, daemon=True, name="blzarr-parquet-ahead")
+    th.start()
+    try:
+        while True:
+            item, err = q.get()
+            if err is not None:
+                raise err
+            if item is end:
+                return
+            yield item
+    finally:
+        stop.set()
+        while th.is_alive():
+            try:
+                q.get_nowait()
+            except queue.Empty:
+                th.join(0.05)
+
+
+def toparquet(t, path, columns=None, row_group_size=None, compression="snappy", **kwargs):
+    """Write ctable `t` to the Parquet file `path`; see `blzarr.ctable.toparquet`."""
+    pa = _arrow.need_pyarrow("ctable.toparquet()")
+    import pyarrow.parquet as pq
+    path = os.fspath(path)
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise StorageError(f"toparquet(): the directory of '{path}', '{parent}', does not exist")
+    if os.path.isdir(path):
+        raise StorageError(f"toparquet(): '{path}' is a directory")
+    ex = _arrow._Export(pa, t, columns)
+    rg = ROW_GROUP_ROWS if row_group_size is None else int(row_group_size)
+    if rg < 1:
+        raise ValueError(f"row_group_size must be >= 1, got {row_group_size!r}")
+    per = max(1, -(-rg // ex.blen)) if rg >= ex.blen else 1
+    if rg < ex.blen:
+        ex.blen = rg
+    group_rows = ex.blen * per
+
+    def groups():
+        for s in range(0, len(t), group_rows):
+            yield pa.Table.from_batches(list(ex.batches(s, min(s + group_rows, len(t)))), schema=ex.schema)
+
+    tmp = os.path.join(parent, f".{os.path.basename(path)}.writing-{uuid.uuid4().hex[:8]}")
+    fd = fileio.open(tmp, "new")
+    try:
+        sink = _FdFile(fd)
+        with pq.ParquetWriter(pa.PythonFile(sink, mode="w"), ex.schema, compression=compression,
+                              **kwargs) as w:
+            for table in _ahead(groups()):
+                w.write_table(table, row_group_size=group_rows)
+        if fileio.sync_enabled():
+            fileio.fsync(fd)
+        fileio.close(fd)
+        fd = None
+        fileio.replace(tmp, path)
+        if fileio.sync_enabled():
+            fileio.fsync_dir(parent)
+    except BaseException:
+        if fd is not None:
+            fileio.close(fd)
+        if os.path.lexists(tmp):
+            fileio.unlink(tmp)
+        raise
+
+
+def fromparquet(path, rootdir=None, mode=None, columns=None, **kwargs):
+    """A ctable from the Parquet file `path`; see `blzarr.ctable.fromparquet`."""
+    pa = _arrow.need_pyarrow("ctable.fromparquet()")
+    import pyarrow.parquet as pq
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise StorageError(f"fromparquet(): '{path}' does not exist")
+    try:
+        pf = pq.ParquetFile(path)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise StorageError(f"fromparquet(): '{path}' is not a readable Parquet file: {e}") from None
+    schema = pf.schema_arrow
+    if columns is not None:
+        columns = list(columns)
+        missing = [c for c in columns if c not in schema.names]
+        if missing:
+            raise KeyError(f"fromparquet(): '{path}' has no column named {missing[0]!r} (columns: "
+                           f"{schema.names})")
+        schema = pa.schema([schema.field(c) for c in columns])
+    _arrow._import_plan(pa, schema)              # refuse what a ctable cannot hold before reading
+
+    def batches():
+        for i in range(pf.num_row_groups):
+            try:
+                table = pf.read_row_group(i, columns=columns)
+            except (pa.ArrowInvalid, OSError) as e:
+                raise StorageError(f"fromparquet(): row group {i} of '{path}' cannot be read: {e}") from None
+            yield from table.to_batches()
+
+    return _arrow.build_beside(rootdir, mode, lambda kw: _arrow.fill_from_batches(
+        pa, schema, _ahead(batches()), {**kwargs, **kw}), "fromparquet()")
+
+
+integrations.register("toparquet", toparquet)
+integrations.register("fromparquet", fromparquet)
