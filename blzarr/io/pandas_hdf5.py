@@ -12,6 +12,7 @@ from blzarr.runtime import integrations
 from blzarr.errors import StorageError
 from blzarr.containers.ctable.table import ctable
 from blzarr.runtime.params import cparams as _cparams
+from blzarr.io import colmeta
 
 
 def _need(module, what):
@@ -22,33 +23,63 @@ def _need(module, what):
 
 
 def _column_from_series(pd, name, series):
-    """A NumPy array for one DataFrame column (strings as 'U'/'S', categoricals as their values)."""
+    """(NumPy values, validity or None, column attributes) for one DataFrame column.
+
+    Strings become 'U'/'S' columns and categoricals their values.  Missing values of a column of
+    strings, or of a pandas nullable dtype (``Int64``, ``boolean``, ``Float64``, ``string``...), are
+    a validity column beside the values; a time zone is the column attribute ``blzarr:timezone``
+    (the values are UTC); pandas dtypes NumPy has not are recorded to be given back."""
+    attrs = {}
     if isinstance(series.dtype, pd.CategoricalDtype):
         series = series.astype(series.dtype.categories.dtype)
     if isinstance(series.dtype, pd.DatetimeTZDtype):
-        # stored as UTC datetime64 (NumPy has no time zones)
-        return series.dt.tz_convert("UTC").dt.tz_localize(None).to_numpy()
+        attrs[colmeta.TIMEZONE] = str(series.dtype.tz)
+        return series.dt.tz_convert("UTC").dt.tz_localize(None).to_numpy(), None, attrs
+    if isinstance(series.dtype, np.dtype) and series.dtype.kind in "biufcmM":
+        return series.to_numpy(), None, attrs
     kind = getattr(series.dtype, "kind", "O")
-    if kind in "biufcmM" and isinstance(series.dtype, np.dtype):
-        return series.to_numpy()
-    if kind in "biufc" and not series.isna().any():
-        # pandas extension numbers without missing values (Int64, Float64, boolean...)
-        return series.to_numpy(dtype=series.dtype.numpy_dtype if hasattr(series.dtype, "numpy_dtype")
-                               else None)
+    missing = series.isna().to_numpy(dtype=bool)
+    has_missing = bool(missing.any())
+    if not isinstance(series.dtype, np.dtype):
+        attrs[colmeta.PANDAS_DTYPE] = str(series.dtype)
+    if kind in "biuf" and hasattr(series.dtype, "numpy_dtype"):
+        # pandas' nullable numbers and booleans: the values with a fill where they are missing
+        dt = series.dtype.numpy_dtype
+        values = series.to_numpy(dtype=dt, na_value=colmeta.fill_value(dt)) if has_missing \
+            else series.to_numpy(dtype=dt)
+        return values, (~missing if has_missing else None), attrs
     vals = series.to_numpy(dtype=object)
-    if len(vals) and series.isna().any():
-        return vals  # missing values: kept as Python objects, nothing is silently replaced
-    inferred = pd.api.types.infer_dtype(vals, skipna=False)
-    if inferred in ("string", "unicode", "empty"):
-        width = max((len(v) for v in vals), default=1) or 1
-        return vals.astype(f"U{width}")
-    if inferred == "bytes":
-        width = max((len(v) for v in vals), default=1) or 1
-        return vals.astype(f"S{width}")
-    return vals
+    present = vals[~missing] if has_missing else vals
+    inferred = pd.api.types.infer_dtype(present, skipna=False) if len(present) else "empty"
+    if inferred in ("string", "unicode", "empty", "bytes"):
+        fill = b"" if inferred == "bytes" else ""
+        if has_missing:
+            vals = vals.copy()
+            vals[missing] = fill
+        width = max((len(v) for v in present), default=1) or 1
+        out = vals.astype(f"{'S' if inferred == 'bytes' else 'U'}{width}")
+        return out, (~missing if has_missing else None), attrs
+    attrs.pop(colmeta.PANDAS_DTYPE, None)
+    return vals, None, attrs  # other Python objects, missing ones included: stored as objects
 
 
-def fromdataframe(df, **kwargs):
+def _index_names(df, taken):
+    """Column names for the levels of `df`'s index, as ``DataFrame.reset_index`` names them."""
+    levels = list(df.index.names)
+    out = []
+    for k, lvl in enumerate(levels):
+        if isinstance(lvl, str) and lvl:
+            name = lvl
+        else:
+            name = "index" if len(levels) == 1 else f"level_{k}"
+        if name in taken or name in out:
+            raise ValueError(f"the index level {lvl!r} would be the column {name!r}, which the "
+                             "DataFrame already has: rename the index (df.rename_axis) first")
+        out.append(name)
+    return out
+
+
+def fromdataframe(df, index=False, **kwargs):
     """A ctable from a pandas DataFrame; see `blzarr.ctable.fromdataframe`.
 
     Raises
@@ -78,11 +109,67 @@ def fromdataframe(df, **kwargs):
         raise ValueError(f"the DataFrame has repeated column names: {list(df.columns)}")
     if len(names) != df.shape[1]:
         raise ValueError(f"`names` has {len(names)} names, the DataFrame {df.shape[1]} columns")
-    cols = [_column_from_series(pd, label, df.iloc[:, i]) for i, label in enumerate(df.columns)]
-    return ctable(cols, [str(n) if not isinstance(n, str) else n for n in names], **kwargs)
+    names = [str(n) if not isinstance(n, str) else n for n in names]
+    series = [df.iloc[:, i] for i in range(df.shape[1])]
+    idx_attrs = []
+    if index:
+        inames = _index_names(df, set(names))
+        for k, iname in enumerate(inames):
+            series.insert(k, df.index.get_level_values(k).to_series(index=pd.RangeIndex(len(df))))
+            lvl = df.index.names[k]
+            idx_attrs.append({colmeta.INDEX: k, colmeta.INDEX_NAME: lvl if isinstance(lvl, (str, int)) else None})
+        names = inames + names
+    cols, out_names, attrs = [], [], {}
+    taken = set(names)
+    for k, (name, s) in enumerate(zip(names, series)):
+        values, valid, a = _column_from_series(pd, name, s)
+        if k < len(idx_attrs):
+            a.update(idx_attrs[k])
+        cols.append(values)
+        out_names.append(name)
+        if valid is not None:
+            vname = colmeta.validity_name(name, taken)
+            taken.add(vname)
+            a[colmeta.VALIDITY] = vname
+            cols.append(valid)
+            out_names.append(vname)
+        if a:
+            attrs[name] = a
+    t = ctable(cols, out_names, **kwargs)
+    for name, a in attrs.items():
+        for key, v in a.items():
+            t.cols[name].attrs[key] = v
+    return t
 
 
-def todataframe(t, columns=None, orient="columns"):
+def _series_of(pd, t, name, valid_name):
+    """The pandas values of column `name` of `t` as it went in (missing values, zone, dtype)."""
+    col = t.cols[name]
+    values = col[:]
+    missing = ~t.cols[valid_name][:] if valid_name is not None else None
+    if missing is not None and not missing.any():
+        missing = None
+    tz = colmeta.get(col, colmeta.TIMEZONE) if values.dtype.kind == "M" else None
+    pdt = colmeta.get(col, colmeta.PANDAS_DTYPE)
+    if tz is not None:
+        return pd.Series(pd.DatetimeIndex(values).tz_localize("UTC").tz_convert(tz)).array
+    if pdt is None and missing is None:
+        return values
+    if values.dtype.kind in "US" or pdt is not None and values.dtype.kind == "O":
+        obj = values.astype(object)
+        if missing is not None:
+            obj[missing] = None
+        return pd.array(obj, dtype=pdt) if pdt is not None else obj
+    if pdt is None:
+        pdt = {"b": "boolean", "f": f"Float{values.dtype.itemsize * 8}"}.get(
+            values.dtype.kind, f"{'U' if values.dtype.kind == 'u' else ''}Int{values.dtype.itemsize * 8}")
+    arr = pd.array(values, dtype=pdt)
+    if missing is not None:
+        arr[missing] = pd.NA
+    return arr
+
+
+def todataframe(t, columns=None, orient="columns", index=None):
     """ctable `t` as a pandas DataFrame; see `blzarr.ctable.todataframe`.
 
     Raises
@@ -105,16 +192,27 @@ def todataframe(t, columns=None, orient="columns"):
     pd = _need("pandas", "todataframe()")
     if orient not in ("columns", "index"):
         raise ValueError(f"orient must be 'columns' or 'index', got {orient!r}")
-    keys = t.names if (columns is None or orient == "index") else list(columns)
+    links = colmeta.validity_columns(t)
+    data_names = colmeta.data_names(t)
+    keys = data_names if (columns is None or orient == "index") else list(columns)
     data = {}
     for k in keys:
         col = t.cols[k]
         if col.ndim != 1:
             raise ValueError(f"column {k!r} has shape {col.shape}: a DataFrame column must be 1-d")
-        data[k] = col[:]
+        data[k] = _series_of(pd, t, k, links.get(k))
     if orient == "index":
         return pd.DataFrame.from_dict(data, orient="index", columns=columns)
-    return pd.DataFrame(data, columns=keys, copy=False)  # the arrays are fresh: no second copy
+    df = pd.DataFrame(data, columns=keys, copy=False)  # the arrays are fresh: no second copy
+    levels = sorted((colmeta.get(t.cols[k], colmeta.INDEX), k) for k in keys
+                    if isinstance(colmeta.get(t.cols[k], colmeta.INDEX), int))
+    if levels and index is not False:
+        df = df.set_index([k for _, k in levels])
+        df.index.names = [colmeta.get(t.cols[k], colmeta.INDEX_NAME) for _, k in levels]
+    elif index:
+        raise ValueError("todataframe(index=True): the table has no column that was a DataFrame's "
+                         "index (written by fromdataframe(df, index=True))")
+    return df
 
 
 def fromhdf5(filepath, nodepath="/ctable", **kwargs):

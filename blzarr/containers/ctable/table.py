@@ -901,18 +901,24 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
 
     # ------------------------------------------------------------------ pandas and HDF5
     @staticmethod
-    def fromdataframe(df, **kwargs):
+    def fromdataframe(df, index=False, **kwargs):
         """A ctable from a pandas DataFrame (needs pandas).
 
         Columns of strings become fixed-width unicode (or bytes) columns as wide as their longest
-        value, categoricals their values, time-zone-aware datetimes UTC ``datetime64``; a column
-        with missing values that is not numeric stays a column of Python objects.  The index is
-        not stored.
+        value, categoricals their values.  Time-zone-aware datetimes are UTC ``datetime64`` with
+        the zone in the column attribute ``blzarr:timezone``.  Missing values of a column of
+        strings or of a pandas nullable dtype (``Int64``, ``boolean``, ``string``...) are kept in
+        a boolean validity column ``<name>_valid`` beside it (linked by the attribute
+        ``blzarr:validity``; docs/FORMAT.rst), not as pickled objects; a column of other Python
+        objects stays one.  `todataframe` gives back the dtypes, missing values and zones.
 
         Parameters
         ----------
         df : pandas.DataFrame
             The data.
+        index : bool, optional
+            Store the index too, as the first columns (named as ``df.reset_index()`` names them),
+            which `todataframe` makes the index again.  Default False: the index is dropped.
         **kwargs
             Passed to the `ctable` constructor (``rootdir``, ``mode``, ``cparams``, ``names``, ...).
 
@@ -927,9 +933,9 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         >>> t.dtype, t[:].tolist()
         (dtype([('n', '<i8'), ('s', '<U2')]), [(1, 'ab'), (2, 'c')])
         """
-        return integrations.get("fromdataframe")(df, **kwargs)
+        return integrations.get("fromdataframe")(df, index=index, **kwargs)
 
-    def todataframe(self, columns=None, orient="columns"):
+    def todataframe(self, columns=None, orient="columns", index=None):
         """A pandas DataFrame with the table's columns, keeping their dtypes (needs pandas).
 
         Parameters
@@ -938,6 +944,11 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
             The columns to include, in this order (default: all, in the table's order).
         orient : {'columns', 'index'}, optional
             'index' gives one DataFrame row per column, as ``DataFrame.from_dict`` does.
+        index : bool, optional
+            Columns stored as a DataFrame's index (``fromdataframe(df, index=True)``) become the
+            index again unless this is False.
+
+        Validity columns are not columns of the DataFrame: their column's missing rows are NA.
 
         Returns
         -------
@@ -953,7 +964,7 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         >>> list(t.todataframe(columns=["b"]).columns)
         ['b']
         """
-        return integrations.get("todataframe")(self, columns, orient)
+        return integrations.get("todataframe")(self, columns, orient, index)
 
     @staticmethod
     def fromhdf5(filepath, nodepath="/ctable", **kwargs):
