@@ -593,8 +593,11 @@ def test_dataframe_bytes_missing_and_bad_names():
     df = pd.DataFrame({"b": [b"x", b"yy"], "m": ["a", None], "x": [1, 2]})
     t = ctable.fromdataframe(df)
     assert t.dtype["b"] == np.dtype("S2")
-    assert t.dtype["m"] == np.dtype(object)
-    assert t["m"][0] == "a" and pd.isna(t["m"][1])
+    # a missing string is a validity column beside the values, not a pickled object
+    assert t.dtype["m"] == np.dtype("U1") and t.names == ["b", "m", "m_valid", "x"]
+    assert t["m"][:].tolist() == ["a", ""] and t["m_valid"][:].tolist() == [True, False]
+    back = t.todataframe()
+    assert list(back.columns) == ["b", "m", "x"] and back["m"][0] == "a" and pd.isna(back["m"][1])
     with pytest.raises(ValueError, match="name"):
         ctable.fromdataframe(pd.DataFrame({"bad name": [1]}))
     with pytest.raises(ValueError, match="1-d"):

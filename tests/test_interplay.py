@@ -189,7 +189,7 @@ def test_pandas_round_trip_of_selected_columns_and_extension_types():
 def test_to_arrow(tmp_path):
     pa = pytest.importorskip("pyarrow")
     pd = pytest.importorskip("pandas")
-    n = 70_000   # more than one record batch
+    n = 270_000   # more than one record batch
     cols = {"i": np.arange(n, dtype="i4"), "f": np.linspace(0, 1, n), "b": np.arange(n) % 3 == 0,
             "t": np.arange(n).astype("M8[ms]"), "s": np.array(["ab", "c"] * (n // 2)),
             "y": np.array([b"q", b"rr"] * (n // 2))}

@@ -118,7 +118,7 @@ def _export_type(pa, name, col, tz):
     """(Arrow type, NumPy dtype to convert the values to first or None) of carray column `col`."""
     dt = col.dtype
     if col.ndim != 1:
-        raise TypeError(f"column {name!r} has shape {col.shape}: an Arrow column must be 1-d")
+        raise ValueError(f"column {name!r} has shape {col.shape}: an Arrow column must be 1-d")
     if dt.kind in "biu" or (dt.kind == "f" and dt.itemsize in (2, 4, 8)):
         return pa.from_numpy_dtype(dt), None
     if dt.kind == "U":
@@ -373,7 +373,7 @@ class _Builder:
         attrs = old.attrs.getall()
         rd = None if t.rootdir is None else os.path.join(t.rootdir, f".widen-{uuid.uuid4().hex[:8]}")
         kw = {"format": t.format} if rd is not None else {}
-        new = carray(np.empty(0, dt), rootdir=rd, mode="w" if rd else None, cparams=old.cparams,
+        new = carray(np.empty(0, dt), rootdir=rd, mode="w", cparams=old.cparams,
                      expectedlen=max(len(old), 1), **kw)
         step = max(old.chunklen, 1) * 16
         for s in range(0, len(old), step):

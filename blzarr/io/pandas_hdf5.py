@@ -57,6 +57,8 @@ def _column_from_series(pd, name, series):
             vals = vals.copy()
             vals[missing] = fill
         width = max((len(v) for v in present), default=1) or 1
+        if series.dtype == np.dtype(object):
+            attrs[colmeta.PANDAS_DTYPE] = "object"     # given back as Python strings, not pandas' str
         out = vals.astype(f"{'S' if inferred == 'bytes' else 'U'}{width}")
         return out, (~missing if has_missing else None), attrs
     attrs.pop(colmeta.PANDAS_DTYPE, None)
@@ -159,7 +161,9 @@ def _series_of(pd, t, name, valid_name):
         obj = values.astype(object)
         if missing is not None:
             obj[missing] = None
-        return pd.array(obj, dtype=pdt) if pdt is not None else obj
+        if pdt == "object":
+            return pd.Series(obj, dtype=object, copy=False)   # pandas would infer its str dtype
+        return obj if pdt is None else pd.array(obj, dtype=pdt)
     if pdt is None:
         pdt = {"b": "boolean", "f": f"Float{values.dtype.itemsize * 8}"}.get(
             values.dtype.kind, f"{'U' if values.dtype.kind == 'u' else ''}Int{values.dtype.itemsize * 8}")
