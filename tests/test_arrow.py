@@ -15,7 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import blzarr
-from blzarr import ctable, fileio
+from blzarr import ctable
+from blzarr.storage import fileio
 from blzarr.io import arrow as arrow_io, colmeta, parquet as parquet_io
 
 pa = pytest.importorskip("pyarrow")
