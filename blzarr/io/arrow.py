@@ -85,6 +85,8 @@ def _fixed_to_arrow(pa, values, valid):
     else:
         units = np.ascontiguousarray(values).view(np.uint32 if values.dtype.kind == "U" else np.uint8)
         units = units.reshape(n, w)
+    if values.dtype.kind == "U" and w and n and int(units.max()) < 0x80:
+        return _ascii_to_arrow(pa, units, valid)
     nz = units != 0
     if w:
         lengths = np.where(nz.any(axis=1), w - np.argmax(nz[:, ::-1], axis=1), 0)
@@ -112,6 +114,20 @@ def _fixed_to_arrow(pa, values, valid):
             bitmap = pa.array(valid, type=pa.bool_()).buffers()[1]
     return pa.Array.from_buffers(typ, n, [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)],
                                  null_count=nulls)
+
+
+def _ascii_to_arrow(pa, units, valid):
+    """The Arrow strings of ASCII code points `units` (rows x width): the bytes as fixed-size
+    binary, cast to strings and the trailing NULs trimmed by Arrow's kernels (a few C passes
+    instead of NumPy's temporaries)."""
+    import pyarrow.compute as pc
+    n, w = units.shape
+    fixed = pa.Array.from_buffers(pa.binary(w), n, [None, pa.py_buffer(units.astype(np.uint8))])
+    out = pc.utf8_rtrim(fixed.cast(pa.binary()).cast(pa.string()), characters="\x00")
+    if valid is not None and not valid.all():
+        bitmap = pa.array(valid, type=pa.bool_()).buffers()[1]
+        out = pa.Array.from_buffers(out.type, n, [bitmap] + out.buffers()[1:], offset=out.offset)
+    return out
 
 
 def _export_type(pa, name, col, tz):
@@ -259,6 +275,7 @@ def _arrow_to_fixed(pa, arr, kind, width, name):
     """NumPy ``U``/``S`` values of width `width` of the string or binary Array `arr` (nulls as
     empty); a value NumPy would not give back (ending with a NUL) is refused."""
     n = len(arr)
+    w = max(width, 1)
     large = arr.type in (pa.large_string(), pa.large_binary())
     bufs = arr.buffers()
     offsets = np.frombuffer(bufs[1], np.int64 if large else np.int32)[arr.offset:arr.offset + n + 1]
@@ -267,18 +284,26 @@ def _arrow_to_fixed(pa, arr, kind, width, name):
     lengths = np.diff(offsets)
     if arr.null_count:
         lengths = np.where(np.asarray(arr.is_valid()), lengths, 0)
-    total = int(lengths.sum())
-    rows = np.repeat(np.arange(n), lengths)
-    starts = np.repeat(offsets[:-1] - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
-    raw = data[np.arange(total) + starts] if total else np.zeros(0, np.uint8)
-    last = np.cumsum(lengths) - 1
-    if total and (raw[last[lengths > 0]] == 0).any():
+    filled = lengths > 0
+    if filled.any() and not (data[offsets[1:][filled] - 1]).all():
         raise ValueError(f"column {name!r} has a value ending with a NUL character, which a "
                          "fixed-width NumPy column drops: strip or replace it first")
-    if kind == "S":
-        out = np.zeros((n, max(width, 1)), np.uint8)
-        out[rows, _positions(lengths, total)] = raw
-        return out.view(f"S{max(width, 1)}").reshape(n)
+    lo, hi = int(offsets[0]), int(offsets[-1])
+    if kind == "S" or hi == lo or int(data[lo:hi].max()) < 0x80:
+        # one byte per character: a (rows x width) gather of the bytes, zero past each value's end
+        if not len(data):
+            return np.zeros(n, f"{kind}{w}")
+        idx = offsets[:-1, None] + np.arange(w)
+        np.minimum(idx, len(data) - 1, out=idx)
+        out = data[idx]
+        out[np.arange(w)[None, :] >= lengths[:, None]] = 0
+        if kind == "S":
+            return out.view(f"S{w}").reshape(n)
+        return out.astype(np.uint32).view(f"U{w}").reshape(n)
+    total = int(lengths.sum())
+    rows = np.repeat(np.arange(n), lengths)
+    raw = data[_positions(lengths, total) + np.repeat(offsets[:-1], lengths)] if total \
+        else np.zeros(0, np.uint8)
     lead = (raw & 0xC0) != 0x80
     if lead.all():                              # ASCII
         out = np.zeros((n, max(width, 1)), np.uint32)
@@ -385,6 +410,16 @@ class _Builder:
             t.cols[name].attrs[k] = v
 
     def append(self, batch):
+        # a long batch (a Parquet row group) in slices, which bounds the conversion's temporaries
+        if batch.num_rows > self.SLICE:
+            for s in range(0, batch.num_rows, self.SLICE):
+                self._append(batch.slice(s, self.SLICE))
+        else:
+            self._append(batch)
+
+    SLICE = 1 << 16
+
+    def _append(self, batch):
         pa, t = self.pa, self.t
         n = batch.num_rows
         if n == 0:

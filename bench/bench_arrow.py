@@ -1,0 +1,129 @@
+"""Time ctable <-> Parquet and the Arrow stream against pyarrow and pandas on the same rows.
+
+    python bench/bench_arrow.py [--n 5000000] [--repeats 7] [--quick] [--compression snappy]
+
+Rows (each the median of `--repeats` runs, the two sides of a row run one after the other in every
+repeat, so load on the machine falls on both; ratios are peer time / blzarr time, > 1 means blzarr
+is faster):
+
+    toparquet        t.toparquet(path)  vs  pyarrow.parquet.write_table(table, path) of the same rows
+                     held in memory as an Arrow table (same compression, same row group size)
+    fromparquet      ctable.fromparquet(path) in memory, and into a BLZ directory, vs
+                     pyarrow.parquet.read_table(path)
+    polars           polars.DataFrame(t) (the Arrow stream)  vs  polars.from_pandas(t.todataframe())
+
+The table: an int64 row id, a float64 random walk, int32 small integers, a boolean, a 5-character
+key of 100 values and a timestamp; on disk in the BLZ layout (page cache warm).  Results are checked
+before timing.
+"""
+
+import argparse
+import gc
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+import blzarr  # noqa: E402
+
+
+def make_table(n, root):
+    rng = np.random.default_rng(7)
+    cols = {
+        "id": np.arange(n, dtype="i8"),
+        "x": np.cumsum(rng.normal(size=n)),
+        "k": rng.integers(0, 100, n).astype("i4"),
+        "flag": rng.random(n) < 0.3,
+        "key": np.char.add("id", (rng.integers(0, 100, n)).astype("U3")).astype("U5"),
+        "when": np.datetime64("2024-01-01", "s") + np.arange(n).astype("m8[s]"),
+    }
+    return blzarr.ctable(list(cols.values()), list(cols), rootdir=root, mode="w", format="blz"), cols
+
+
+def interleaved(pairs, repeats):
+    """{name: median seconds} of the callables of `pairs` [(name, fn)], each run once per repeat, in
+    turn."""
+    times = {name: [] for name, _ in pairs}
+    for _ in range(repeats):
+        for name, fn in pairs:
+            gc.collect()
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, default=5_000_000)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--quick", action="store_true", help="500,000 rows, 3 repeats")
+    ap.add_argument("--compression", default="snappy")
+    ap.add_argument("--tmpdir", default=None)
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.n, args.repeats = 500_000, 3
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        print("note: pyarrow is not installed: nothing to compare (pip install pyarrow)")
+        return 0
+    tmp = tempfile.mkdtemp(prefix="bench_arrow_", dir=args.tmpdir)
+    try:
+        t, cols = make_table(args.n, os.path.join(tmp, "t.blz"))
+        at = pa.table(t)
+        rg = 1 << 20
+        ours, theirs = os.path.join(tmp, "ours.parquet"), os.path.join(tmp, "theirs.parquet")
+        # checks first: the same rows both ways
+        t.toparquet(ours, compression=args.compression, row_group_size=rg)
+        pq.write_table(at, theirs, compression=args.compression, row_group_size=rg)
+        assert pq.read_table(ours).equals(pq.read_table(theirs))
+        back = blzarr.ctable.fromparquet(theirs)
+        for name, v in cols.items():
+            np.testing.assert_array_equal(back[name][:], v)
+        print(f"bench_arrow: {args.n:,} rows x {len(cols)} columns, {t.nbytes / 2**20:.0f} MB, "
+              f"compression {args.compression}, row groups of {rg:,}, {args.repeats} repeats "
+              f"(interleaved, medians)")
+        print(f"{'operation':<34}{'blzarr':>10}{'peer':>10}{'peer/blzarr':>13}  peer")
+        rows = []
+
+        def row(label, ours_t, peer_t, peer):
+            rows.append((label, ours_t, peer_t))
+            print(f"{label:<34}{ours_t * 1e3:>8.0f}ms{peer_t * 1e3:>8.0f}ms{peer_t / ours_t:>13.2f}  {peer}",
+                  flush=True)
+
+        m = interleaved([("ours", lambda: t.toparquet(ours, compression=args.compression, row_group_size=rg)),
+                         ("pyarrow", lambda: pq.write_table(at, theirs, compression=args.compression,
+                                                            row_group_size=rg))], args.repeats)
+        row("toparquet", m["ours"], m["pyarrow"], "pyarrow write_table (Arrow table in memory)")
+        dest = os.path.join(tmp, "from.blz")
+        m = interleaved([("mem", lambda: blzarr.ctable.fromparquet(theirs)),
+                         ("disk", lambda: blzarr.ctable.fromparquet(theirs, rootdir=dest, mode="w")),
+                         ("pyarrow", lambda: pq.read_table(theirs))], args.repeats)
+        row("fromparquet (in memory)", m["mem"], m["pyarrow"], "pyarrow read_table")
+        row("fromparquet (BLZ directory)", m["disk"], m["pyarrow"], "pyarrow read_table")
+        try:
+            import polars as pl
+            import pandas  # noqa: F401
+        except ImportError:
+            print("note: polars or pandas is not installed: the stream row is skipped")
+        else:
+            assert pl.DataFrame(t).equals(pl.from_pandas(t.todataframe()))
+            m = interleaved([("stream", lambda: pl.DataFrame(t)),
+                             ("pandas", lambda: pl.from_pandas(t.todataframe()))], args.repeats)
+            row("Arrow stream into Polars", m["stream"], m["pandas"], "polars.from_pandas(t.todataframe())")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
