@@ -530,3 +530,25 @@ def test_dangling_validity_link_warns():
     with pytest.warns(RuntimeWarning, match="i_valid"):
         df = t.todataframe()
     assert df["i"].tolist() == [1, 0]
+
+
+@pytest.mark.parametrize("rootdir", [False, True])
+def test_copy_keeps_validity_and_zone(tmp_path, rootdir):
+    pd = pytest.importorskip("pandas")
+    df = pd.DataFrame({"i": pd.array([1, None, 3], dtype="Int64"),
+                       "when": pd.date_range("2024-01-01", periods=3, tz="Asia/Kolkata")})
+    t = ctable.fromdataframe(df)
+    kw = {"rootdir": str(tmp_path / "c")} if rootdir else {}
+    c = t.copy(names=["j", "j_ok", "w"], **kw)
+    assert c.cols["j"].attrs[colmeta.VALIDITY] == "j_ok"
+    pd.testing.assert_frame_equal(c.todataframe(), df.rename(columns={"i": "j", "when": "w"}))
+
+
+@pytest.mark.slow
+def test_bench_arrow_runs(tmp_path):
+    pytest.importorskip("polars")
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "bench_arrow.py"), "--n", "20000",
+                          "--repeats", "1", "--tmpdir", str(tmp_path)], capture_output=True, text=True,
+                         cwd=ROOT, check=True).stdout
+    for row in ("toparquet", "fromparquet (in memory)", "fromparquet (BLZ directory)", "Arrow stream into Polars"):
+        assert row in out

@@ -10,7 +10,7 @@ import sys
 
 from blzarr.bench import harness
 
-EXTRA_SCRIPTS = ("bench_ctable.py", "bench_blz.py", "bench_queries.py", "bench_groupby.py")
+EXTRA_SCRIPTS = ("bench_ctable.py", "bench_blz.py", "bench_queries.py", "bench_groupby.py", "bench_arrow.py")
 
 
 def parse(argv, prog="python -m bench"):
@@ -48,8 +48,8 @@ def parse(argv, prog="python -m bench"):
                     help="run only the peak-RSS measurements (with --big: the 2 GiB case)")
     ap.add_argument("--memory-ops", nargs="+", choices=("sum", "where", "iter", "eval"))
     ap.add_argument("--extra", action="store_true",
-                    help="also run bench/bench_ctable.py, bench_blz.py, bench_queries.py and "
-                         "bench_groupby.py when present")
+                    help="also run bench/bench_ctable.py, bench_blz.py, bench_queries.py, "
+                         "bench_groupby.py and bench_arrow.py when present")
     ap.add_argument("--tmpdir", default=None, help="where the on-disk arrays are written")
     args = ap.parse_args(argv)
     if args.n is None:

@@ -22,7 +22,9 @@ import warnings
 
 import numpy as np
 
-VALIDITY = "blzarr:validity"
+from blzarr.containers.ctable.table import VALIDITY_ATTR
+
+VALIDITY = VALIDITY_ATTR
 TIMEZONE = "blzarr:timezone"
 PANDAS_DTYPE = "blzarr:pandas_dtype"
 INDEX = "blzarr:index"

@@ -39,6 +39,9 @@ from blzarr.containers.arrayprint import array2string  # noqa: E402,F401
 ROOTDIRS = ROOTDIRS_FILE
 attrs = _attrs
 
+# the column attribute naming a column's validity column (docs/FORMAT.rst; blzarr.io.colmeta)
+VALIDITY_ATTR = "blzarr:validity"
+
 # rows per block when a query has no column to take a chunk length from
 DEFAULT_BLEN = 65536
 
@@ -633,14 +636,23 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         if rootdir is not None:
             if self._format is not None:
                 kwargs.setdefault("format", self._format)
-            return ctable([self.cols._cols[n] for n in self.cols.names], names, rootdir=rootdir,
-                          mode=mode, **kwargs)
-        copies = []
-        for n in self.cols.names:
-            c = self.cols._cols[n]
-            kw = {k: v for k, v in kwargs.items() if k != "format"}
-            copies.append(c.copy(**kw))
-        return ctable(copies, names, **{k: v for k, v in kwargs.items() if k == "cparams"})
+            out = ctable([self.cols._cols[n] for n in self.cols.names], names, rootdir=rootdir,
+                         mode=mode, **kwargs)
+        else:
+            copies = []
+            for n in self.cols.names:
+                c = self.cols._cols[n]
+                kw = {k: v for k, v in kwargs.items() if k != "format"}
+                copies.append(c.copy(**kw))
+            out = ctable(copies, names, **{k: v for k, v in kwargs.items() if k == "cparams"})
+        # the columns' attributes go with them (a validity column's link follows a renamed column)
+        renamed = dict(zip(self.cols.names, names))
+        for old, new in renamed.items():
+            for key, value in self.cols._cols[old].attrs:
+                if key == VALIDITY_ATTR and value in renamed:
+                    value = renamed[value]
+                out.cols._cols[new].attrs[key] = value
+        return out
 
     def __enter__(self):
         return self
