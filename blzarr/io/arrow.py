@@ -230,9 +230,11 @@ def _import_plan(pa, schema):
         if types.is_dictionary(typ):
             typ = typ.value_type
         tz = None
-        if types.is_boolean(typ) or types.is_integer(typ) or types.is_floating(typ):
-            dt = np.dtype(typ.to_pandas_dtype())
-            kind = "num"
+        if types.is_boolean(typ):
+            dt, kind = np.dtype(bool), "num"
+        elif types.is_integer(typ) or types.is_floating(typ):
+            code = "f" if types.is_floating(typ) else "i" if types.is_signed_integer(typ) else "u"
+            dt, kind = np.dtype(f"{code}{typ.bit_width // 8}"), "num"
         elif types.is_string(typ) or types.is_large_string(typ) or \
                 (hasattr(types, "is_string_view") and types.is_string_view(typ)):
             dt, kind = None, "U"
@@ -293,6 +295,8 @@ def _arrow_to_fixed(pa, arr, kind, width, name):
         # one byte per character: a (rows x width) gather of the bytes, zero past each value's end
         if not len(data):
             return np.zeros(n, f"{kind}{w}")
+        if kind == "U":
+            return _ascii_from_arrow(pa, arr, w)
         idx = offsets[:-1, None] + np.arange(w)
         np.minimum(idx, len(data) - 1, out=idx)
         out = data[idx]
@@ -324,6 +328,21 @@ def _arrow_to_fixed(pa, arr, kind, width, name):
     return out.view(f"U{max(width, 1)}").reshape(n)
 
 
+def _ascii_from_arrow(pa, arr, w):
+    """``U{w}`` values of the ASCII Arrow strings `arr` (nulls as empty): Arrow's kernel pads every
+    value with NULs to `w` bytes, so the data buffer is the (rows x w) characters as they are."""
+    import pyarrow.compute as pc
+    if arr.null_count:
+        arr = arr.fill_null("")
+    padded = pc.utf8_rpad(arr, width=w, padding="\x00")
+    bufs = padded.buffers()
+    large = padded.type == pa.large_string()
+    offsets = np.frombuffer(bufs[1], np.int64 if large else np.int32)
+    lo, hi = int(offsets[padded.offset]), int(offsets[padded.offset + len(padded)])
+    chars = np.frombuffer(bufs[2], np.uint8)[lo:hi]
+    return chars.reshape(len(padded), w).astype(np.uint32).view(f"U{w}").reshape(len(padded))
+
+
 def _positions(lengths, total):
     """For runs of `lengths` items laid end to end (`total` in all), each item's place in its run."""
     starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
@@ -345,13 +364,23 @@ def _convert(pa, arr, kind, dt):
         valid = np.asarray(arr.is_valid())
         arr = arr.fill_null(pa.scalar(colmeta.fill_value(dt).item(), type=arr.type))
     if kind == "time":
-        values = arr.to_numpy(zero_copy_only=False)   # nulls as NaT
-        if values.dtype != dt:
-            values = values.astype(dt)
+        # the stored integers as they are (pyarrow's own conversion of times imports pandas)
+        ints = arr.view(pa.int32() if pa.types.is_date32(arr.type) else pa.int64())
+        if arr.null_count:
+            ints = ints.fill_null(pa.scalar(np.iinfo(np.int64).min, type=ints.type)
+                                  if ints.type == pa.int64() else pa.scalar(0, type=ints.type))
+        values = np.frombuffer(ints.buffers()[1], np.int32 if ints.type == pa.int32() else np.int64)
+        values = values[ints.offset:ints.offset + len(ints)].astype(np.int64, copy=False)
+        if arr.null_count and pa.types.is_date32(arr.type):
+            values = np.where(np.asarray(arr.is_valid()), values, np.iinfo(np.int64).min)
+        values = values.view(dt)                 # nulls as NaT (the smallest int64)
+    elif dt == np.bool_:
+        # the bits unpacked (pyarrow's own conversion of booleans imports pandas)
+        bits = np.frombuffer(arr.buffers()[1], np.uint8)
+        values = np.unpackbits(bits, bitorder="little")[arr.offset:arr.offset + len(arr)].view(np.bool_)
     else:
-        values = arr.to_numpy(zero_copy_only=False)
-        if values.dtype != dt:
-            values = values.astype(dt)
+        # the values buffer as it is, without a copy (pyarrow's to_numpy imports pandas)
+        values = np.frombuffer(arr.buffers()[1], dt)[arr.offset:arr.offset + len(arr)]
     return values, valid
 
 
