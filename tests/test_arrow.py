@@ -552,3 +552,25 @@ def test_bench_arrow_runs(tmp_path):
                          cwd=ROOT, check=True).stdout
     for row in ("toparquet", "fromparquet (in memory)", "fromparquet (BLZ directory)", "Arrow stream into Polars"):
         assert row in out
+
+
+def test_fromparquet_does_not_replace_a_table_another_process_writes(tmp_path):
+    root = str(tmp_path / "t")
+    ctable([np.arange(3)], names=["old"], rootdir=root, mode="w")
+    src = str(tmp_path / "in.parquet")
+    pq.write_table(pa.table({"a": [1, 2]}), src)
+    code = ("import sys, time, blzarr; t = blzarr.open(sys.argv[1], mode='a'); t.attrs['x'] = 1; "
+            "print('ready', flush=True); time.sleep(60)")
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.Popen([sys.executable, "-c", code, root], stdout=subprocess.PIPE, env=env)
+    try:
+        assert p.stdout.readline().strip() == b"ready"
+        with pytest.raises(blzarr.LockError):
+            ctable.fromparquet(src, rootdir=root, mode="w")
+    finally:
+        p.kill()
+        p.wait()
+    assert sorted(os.listdir(tmp_path)) == ["in.parquet", "t"]
+    assert blzarr.open(root, mode="r")["old"][:].tolist() == [0, 1, 2]
+    ctable.fromparquet(src, rootdir=root, mode="w")
+    assert blzarr.open(root, mode="r")["a"][:].tolist() == [1, 2]

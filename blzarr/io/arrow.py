@@ -543,41 +543,42 @@ def build_beside(rootdir, mode, make, what):
     if not os.path.isdir(parent):
         fileio.makedirs(parent, exist_ok=True)
     tmp = os.path.join(parent, f".{os.path.basename(os.path.abspath(rootdir))}.building-{uuid.uuid4().hex[:8]}")
+    # the table being replaced is locked first: never replace what another process writes
+    lock = lock_dir(rootdir) if exists and os.path.isdir(rootdir) and not os.path.islink(rootdir) else None
     try:
-        t = make({"rootdir": tmp, "mode": "w"})
-        t.flush()
-        t.close()
-        del t
-    except BaseException:
-        if os.path.lexists(tmp):
-            fileio.rmtree(tmp, ignore_errors=True)
-        raise
-    try:
-        if os.path.lexists(rootdir):
-            lock = lock_dir(rootdir) if os.path.isdir(rootdir) and not os.path.islink(rootdir) else None
-            try:
+        try:
+            t = make({"rootdir": tmp, "mode": "w"})
+            t.flush()
+            t.close()
+            del t
+        except BaseException:
+            if os.path.lexists(tmp):
+                fileio.rmtree(tmp, ignore_errors=True)
+            raise
+        try:
+            if os.path.lexists(rootdir):
                 if lock is not None and _exchange(tmp, rootdir):
                     old = tmp             # the old table is now where the new one was built
                 else:
                     old = tmp + ".old"
                     fileio.replace(rootdir, old)
                     fileio.replace(tmp, rootdir)
-            finally:
-                if lock is not None:
-                    lock.release()
-            if fileio.sync_enabled():
-                fileio.fsync_dir(parent)
-            if os.path.isdir(old) and not os.path.islink(old):
-                fileio.rmtree(old, ignore_errors=True)
+                if fileio.sync_enabled():
+                    fileio.fsync_dir(parent)
+                if os.path.isdir(old) and not os.path.islink(old):
+                    fileio.rmtree(old, ignore_errors=True)
+                else:
+                    fileio.unlink(old)
             else:
-                fileio.unlink(old)
-        else:
-            fileio.replace(tmp, rootdir)
-            if fileio.sync_enabled():
-                fileio.fsync_dir(parent)
-    except OSError as e:
-        raise StorageError(f"{what}: cannot move the new table to '{rootdir}' (it is left at "
-                           f"'{tmp}'): {e}") from e
+                fileio.replace(tmp, rootdir)
+                if fileio.sync_enabled():
+                    fileio.fsync_dir(parent)
+        except OSError as e:
+            raise StorageError(f"{what}: cannot move the new table to '{rootdir}' (it is left at "
+                               f"'{tmp}'): {e}") from e
+    finally:
+        if lock is not None:
+            lock.release()
     return ctable(rootdir=rootdir, mode="a")
 
 
