@@ -122,6 +122,19 @@ def test_stream_read_by_polars_and_duckdb():
     assert by[0][1] == pytest.approx(f64[~cols["b"]].sum()) and by[1][1] == pytest.approx(f64[cols["b"]].sum())
 
 
+def test_stream_casts_to_a_requested_schema():
+    t = ctable([np.arange(5), np.arange(5) * 0.5], names=["a", "b"])
+    want = pa.schema([("a", pa.float64()), ("b", pa.float32())])
+    capsule = t.__arrow_c_stream__(want.__arrow_c_schema__())
+
+    class Given:
+        def __arrow_c_stream__(self, requested_schema=None):
+            return capsule
+    got = pa.RecordBatchReader.from_stream(Given()).read_all()
+    assert got.schema == want
+    assert got.to_pydict() == {"a": [0.0, 1.0, 2.0, 3.0, 4.0], "b": [0.0, 0.5, 1.0, 1.5, 2.0]}
+
+
 def test_stream_refuses_columns_without_arrow_type():
     t = ctable([np.zeros(3, complex), np.arange(3)], names=["z", "a"])
     with pytest.raises(TypeError, match="'z'"):
@@ -359,7 +372,7 @@ def test_fromparquet_interrupted_leaves_the_old_table(tmp_path, monkeypatch, fau
     pq.write_table(pa.table({"a": np.arange(n), "s": np.array(["ab", "c"])[np.arange(n) % 2]}), src,
                    row_group_size=20_000)
     root = str(tmp_path / "t")
-    ctable([np.arange(3)], names=["old"], rootdir=root, mode="w")
+    ctable([np.arange(3)], names=["old"], rootdir=root, mode="w").close()
     calls = {"n": 0}
     if fault == "enospc":
         real = fileio.pwrite
@@ -432,7 +445,7 @@ def test_killed_parquet_writes_leave_before(tmp_path, what):
     pq.write_table(pa.table({"a": np.arange(300_000)}), src, row_group_size=50_000)
     if what == "from":
         path = str(tmp_path / "t")
-        ctable([np.arange(3)], names=["old"], rootdir=path, mode="w")
+        ctable([np.arange(3)], names=["old"], rootdir=path, mode="w").close()
     else:
         path = _old_file(tmp_path)
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -442,13 +455,17 @@ def test_killed_parquet_writes_leave_before(tmp_path, what):
     p.wait()
     if what == "from":
         assert blzarr.open(path, mode="r")[:].tolist() == [(0,), (1,), (2,)]
+        assert any(n.startswith(".t.building-") for n in os.listdir(tmp_path))   # the killed build's
         ctable.fromparquet(src, rootdir=path, mode="w")
         np.testing.assert_array_equal(blzarr.open(path)["a"][:], np.arange(300_000))
+        assert sorted(os.listdir(tmp_path)) == ["in.parquet", "t"]              # removed by the retry
     else:
         assert pq.read_table(path).to_pydict() == {"old": [1, 2, 3]}
+        assert any(n.startswith(".out.parquet.writing-") for n in os.listdir(tmp_path))
         t = ctable([np.arange(300_000)], names=["a"])
         t.toparquet(path)
         _same(pq.read_table(path), pa.table(t))
+        assert sorted(os.listdir(tmp_path)) == ["in.parquet", "out.parquet"]    # removed by the retry
 
 
 # ------------------------------------------------------------------------------ pandas
@@ -556,7 +573,7 @@ def test_bench_arrow_runs(tmp_path):
 
 def test_fromparquet_does_not_replace_a_table_another_process_writes(tmp_path):
     root = str(tmp_path / "t")
-    ctable([np.arange(3)], names=["old"], rootdir=root, mode="w")
+    ctable([np.arange(3)], names=["old"], rootdir=root, mode="w").close()
     src = str(tmp_path / "in.parquet")
     pq.write_table(pa.table({"a": [1, 2]}), src)
     code = ("import sys, time, blzarr; t = blzarr.open(sys.argv[1], mode='a'); t.attrs['x'] = 1; "

@@ -524,6 +524,27 @@ def _rename_exchange(a, b):
 _exchange = _rename_exchange
 
 
+def _remove_abandoned(parent, prefix):
+    """Remove the directories an earlier, killed build left beside the target (named `prefix`...).
+    One that another process is still building is locked by it, and left alone."""
+    try:
+        names = [n for n in os.listdir(parent) if n.startswith(prefix)]
+    except OSError:
+        return
+    for n in names:
+        path = os.path.join(parent, n)
+        if not os.path.isdir(path) or os.path.islink(path):
+            continue
+        try:
+            lock = lock_dir(path)
+        except (StorageError, OSError):
+            continue
+        try:
+            fileio.rmtree(path, ignore_errors=True)
+        finally:
+            lock.release()
+
+
 def build_beside(rootdir, mode, make, what):
     """Run ``make(kwargs)``, which creates and fills a ctable with ``ctable(..., **kwargs)``; with a
     `rootdir`, the table is made in a directory beside it and moved to `rootdir` only when complete,
@@ -542,7 +563,9 @@ def build_beside(rootdir, mode, make, what):
     parent = os.path.dirname(os.path.abspath(rootdir))
     if not os.path.isdir(parent):
         fileio.makedirs(parent, exist_ok=True)
-    tmp = os.path.join(parent, f".{os.path.basename(os.path.abspath(rootdir))}.building-{uuid.uuid4().hex[:8]}")
+    base = os.path.basename(os.path.abspath(rootdir))
+    _remove_abandoned(parent, f".{base}.building-")
+    tmp = os.path.join(parent, f".{base}.building-{uuid.uuid4().hex[:8]}")
     # the table being replaced is locked first: never replace what another process writes
     lock = lock_dir(rootdir) if exists and os.path.isdir(rootdir) and not os.path.islink(rootdir) else None
     try:

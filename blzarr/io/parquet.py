@@ -94,6 +94,27 @@ def _ahead(gen, depth=2):
                 th.join(0.05)
 
 
+def _remove_abandoned_files(parent, prefix):
+    """Remove the files a killed toparquet left beside its target (named `prefix`...); one that
+    another process is still writing is locked by it, and left alone."""
+    try:
+        names = [n for n in os.listdir(parent) if n.startswith(prefix)]
+    except OSError:
+        return
+    for n in names:
+        path = os.path.join(parent, n)
+        try:
+            fd = fileio.open(path, "rw")
+        except OSError:
+            continue
+        try:
+            if fileio.flock(fd, "ex") is False:
+                continue
+            fileio.unlink(path)
+        finally:
+            fileio.close(fd)
+
+
 def toparquet(t, path, columns=None, row_group_size=None, compression="snappy", **kwargs):
     """Write ctable `t` to the Parquet file `path`; see `blzarr.ctable.toparquet`."""
     pa = _arrow.need_pyarrow("ctable.toparquet()")
@@ -114,12 +135,17 @@ def toparquet(t, path, columns=None, row_group_size=None, compression="snappy", 
     group_rows = ex.blen * per
 
     def groups():
+        # a row group's columns decoded in one call each (fewer hand-offs to the decoding threads
+        # than batch by batch; memory is bounded by the row group either way)
         for s in range(0, len(t), group_rows):
-            yield pa.Table.from_batches(list(ex.batches(s, min(s + group_rows, len(t)))), schema=ex.schema)
+            yield pa.Table.from_batches([ex.batch(s, min(s + group_rows, len(t)))], schema=ex.schema)
 
-    tmp = os.path.join(parent, f".{os.path.basename(path)}.writing-{uuid.uuid4().hex[:8]}")
+    prefix = f".{os.path.basename(path)}.writing-"
+    _remove_abandoned_files(parent, prefix)
+    tmp = os.path.join(parent, f"{prefix}{uuid.uuid4().hex[:8]}")
     fd = fileio.open(tmp, "new")
     try:
+        fileio.flock(fd, "ex")          # tells a later call that this file is not abandoned
         sink = _FdFile(fd)
         with pq.ParquetWriter(pa.PythonFile(sink, mode="w"), ex.schema, compression=compression,
                               **kwargs) as w:
