@@ -591,3 +591,19 @@ def test_fromparquet_does_not_replace_a_table_another_process_writes(tmp_path):
     assert blzarr.open(root, mode="r")["old"][:].tolist() == [0, 1, 2]
     ctable.fromparquet(src, rootdir=root, mode="w")
     assert blzarr.open(root, mode="r")["a"][:].tolist() == [1, 2]
+
+
+@pytest.mark.parametrize("fmt", [None, "bcolz"])
+def test_parquet_written_by_pandas_comes_back_whole(tmp_path, fmt):
+    pd = pytest.importorskip("pandas")
+    df = pd.DataFrame({"v": [1.5, 2.5, None], "i": pd.array([1, None, 3], dtype="Int64"),
+                       "s": ["x", None, "zz"], "b": pd.array([True, None, False], dtype="boolean")},
+                      index=pd.Index(["a", "b", "c"], name="key"))
+    path = str(tmp_path / "df.parquet")
+    df.to_parquet(path)
+    kw = {"rootdir": str(tmp_path / "t"), "format": fmt} if fmt else {}
+    t = ctable.fromparquet(path, **kw)
+    pd.testing.assert_frame_equal(t.todataframe(), df)          # NaN floats, NA ints, the index
+    unnamed = pd.DataFrame({"v": [1, 2]}, index=pd.Index([5, 7]))
+    unnamed.to_parquet(path)
+    pd.testing.assert_frame_equal(ctable.fromparquet(path).todataframe(), unnamed)

@@ -384,6 +384,36 @@ def _convert(pa, arr, kind, dt):
     return values, valid
 
 
+# pandas dtypes a column's pandas metadata may give back (NumPy floats: missing values as NaN)
+_PANDAS_DTYPES = {"float16", "float32", "float64", "Float32", "Float64", "boolean", "string", "str", "object",
+                  *(f"{u}Int{b}" for u in ("", "U") for b in (8, 16, 32, 64))}
+
+
+def _pandas_meta(schema):
+    """({column: (level, index name)}, {column: pandas dtype}) from the pandas metadata of the schema
+    (``DataFrame.to_parquet`` and ``pyarrow.Table.from_pandas`` write it), so that `todataframe`
+    gives back the index and the dtypes; empty without such metadata or when it does not parse."""
+    import json
+    raw = (schema.metadata or {}).get(b"pandas")
+    if not raw:
+        return {}, {}
+    try:
+        meta = json.loads(raw)
+        cols = [c for c in meta.get("columns", []) if isinstance(c, dict)]
+        labels = {c.get("field_name"): c.get("name") for c in cols}
+        index = {}
+        for level, col in enumerate(meta.get("index_columns", [])):
+            if isinstance(col, str):
+                label = labels.get(col)
+                index[col] = (level, None if col.startswith("__index_level_") and label == col
+                              else label if isinstance(label, (str, int)) else None)
+        dtypes = {c.get("field_name"): c.get("numpy_type") for c in cols
+                  if c.get("numpy_type") in _PANDAS_DTYPES}
+        return index, dtypes
+    except (ValueError, TypeError, AttributeError):
+        return {}, {}
+
+
 class _Builder:
     """Appends Arrow record batches to a ctable, adding validity columns at the first null of a
     column and widening a string column when a longer value comes."""
@@ -408,6 +438,14 @@ class _Builder:
         for name, kind, dt, tz in self.plan:
             if tz is not None:
                 self.t.cols[name].attrs[colmeta.TIMEZONE] = tz
+        index, dtypes = _pandas_meta(schema)
+        for name, (level, label) in index.items():
+            if name in self.t.cols:
+                self.t.cols[name].attrs[colmeta.INDEX] = level
+                self.t.cols[name].attrs[colmeta.INDEX_NAME] = label
+        for name, pdt in dtypes.items():
+            if name in self.t.cols:
+                self.t.cols[name].attrs[colmeta.PANDAS_DTYPE] = pdt
         self.valid = {}                         # value column -> validity column
 
     def _add_validity(self, name):

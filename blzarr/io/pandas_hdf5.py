@@ -157,6 +157,11 @@ def _series_of(pd, t, name, valid_name):
         return pd.Series(pd.DatetimeIndex(values).tz_localize("UTC").tz_convert(tz)).array
     if pdt is None and missing is None:
         return values
+    if pdt in ("float16", "float32", "float64"):
+        values = values.astype(pdt)             # NumPy floats: missing values are NaN
+        if missing is not None:
+            values[missing] = np.nan
+        return values
     if values.dtype.kind in "US" or pdt is not None and values.dtype.kind == "O":
         obj = values.astype(object)
         if missing is not None:
