@@ -607,3 +607,60 @@ def test_parquet_written_by_pandas_comes_back_whole(tmp_path, fmt):
     unnamed = pd.DataFrame({"v": [1, 2]}, index=pd.Index([5, 7]))
     unnamed.to_parquet(path)
     pd.testing.assert_frame_equal(ctable.fromparquet(path).todataframe(), unnamed)
+
+
+_PD_KINDS = ("obj_str", "str", "Int64", "UInt8", "boolean", "float", "tz", "naive", "bytes")
+
+
+@st.composite
+def frames(draw):
+    pd = pytest.importorskip("pandas")
+    n = draw(st.integers(0, 40))
+    kinds = draw(st.lists(st.sampled_from(_PD_KINDS), min_size=1, max_size=4, unique=True))
+    miss = lambda: draw(st.lists(st.booleans(), min_size=n, max_size=n))   # noqa: E731
+    cols = {}
+    text = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=5).filter(
+        lambda s: not s.endswith("\x00"))
+    for k in kinds:
+        m = miss()
+        if k in ("obj_str", "str"):
+            vals = [None if x else draw(text) for x in m]
+            cols[k] = pd.Series(vals, dtype=object if k == "obj_str" else "string")
+        elif k == "bytes":
+            cols[k] = pd.Series([draw(st.binary(min_size=1, max_size=4).filter(lambda b: not b.endswith(b"\x00")))
+                                 for _ in range(n)], dtype=object)
+        elif k in ("Int64", "UInt8"):
+            hi = 255 if k == "UInt8" else 2 ** 62
+            lo = 0 if k == "UInt8" else -hi
+            cols[k] = pd.array([None if x else draw(st.integers(lo, hi)) for x in m], dtype=k)
+        elif k == "boolean":
+            cols[k] = pd.array([None if x else draw(st.booleans()) for x in m], dtype="boolean")
+        elif k == "float":
+            cols[k] = np.array([np.nan if x else draw(st.floats(allow_nan=False)) for x in m])
+        else:
+            secs = np.array(draw(st.lists(st.integers(0, 2 * 10 ** 9), min_size=n, max_size=n)), dtype="i8")
+            vals = pd.to_datetime(secs, unit="s")
+            vals = vals.where(~np.array(m, dtype=bool)) if n else vals
+            cols[k] = pd.Series(vals).dt.tz_localize("UTC").dt.tz_convert("America/Sao_Paulo") \
+                if k == "tz" else pd.Series(vals)
+    df = pd.DataFrame(cols)
+    if draw(st.booleans()):
+        df.index = pd.Index(draw(st.lists(st.integers(-5, 5), min_size=n, max_size=n)), name="k")
+    return df
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                 HealthCheck.too_slow])
+@given(df=frames(), fmt=st.sampled_from([None, "blz", "bcolz"]))
+def test_dataframe_roundtrip_hypothesis(tmp_path, df, fmt):
+    pd = pytest.importorskip("pandas")
+    index = df.index.name == "k"
+    root = None if fmt is None else str(tmp_path / f"t{next(_SEQ)}")
+    t = ctable.fromdataframe(df, index=index, **({"rootdir": root, "format": fmt} if fmt else {}))
+    assert all(c.dtype != np.dtype(object) for c in t.cols.values())
+    if root is not None:
+        t = blzarr.open(root, mode="r")
+    back = t.todataframe()
+    if not index:
+        back = back.set_axis(df.index)
+    pd.testing.assert_frame_equal(back, df)
