@@ -291,28 +291,22 @@ def _arrow_to_fixed(pa, arr, kind, width, name):
         raise ValueError(f"column {name!r} has a value ending with a NUL character, which a "
                          "fixed-width NumPy column drops: strip or replace it first")
     lo, hi = int(offsets[0]), int(offsets[-1])
-    if kind == "S" or hi == lo or int(data[lo:hi].max()) < 0x80:
-        # one byte per character: a (rows x width) gather of the bytes, zero past each value's end
-        if not len(data):
-            return np.zeros(n, f"{kind}{w}")
-        if kind == "U":
-            return _ascii_from_arrow(pa, arr, w)
+    if not len(data) or hi == lo:
+        return np.zeros(n, f"{kind}{w}")
+    if kind == "U" and int(data[lo:hi].max()) < 0x80:
+        return _ascii_from_arrow(pa, arr, w)
+    if kind == "S":
+        # a (rows x width) gather of the bytes, zero past each value's end
         idx = offsets[:-1, None] + np.arange(w)
         np.minimum(idx, len(data) - 1, out=idx)
         out = data[idx]
         out[np.arange(w)[None, :] >= lengths[:, None]] = 0
-        if kind == "S":
-            return out.view(f"S{w}").reshape(n)
-        return out.astype(np.uint32).view(f"U{w}").reshape(n)
+        return out.view(f"S{w}").reshape(n)
     total = int(lengths.sum())
     rows = np.repeat(np.arange(n), lengths)
     raw = data[_positions(lengths, total) + np.repeat(offsets[:-1], lengths)] if total \
         else np.zeros(0, np.uint8)
     lead = (raw & 0xC0) != 0x80
-    if lead.all():                              # ASCII
-        out = np.zeros((n, max(width, 1)), np.uint32)
-        out[rows, _positions(lengths, total)] = raw
-        return out.view(f"U{max(width, 1)}").reshape(n)
     # UTF-8 decoded: one code point per lead byte, the continuation bytes folded in
     li = np.flatnonzero(lead)
     b0 = raw[li].astype(np.uint32)
