@@ -469,6 +469,22 @@ def test_killed_parquet_writes_leave_before(tmp_path, what):
 
 
 # ------------------------------------------------------------------------------ pandas
+def _as_given_back(pd, df):
+    """`df` as todataframe gives it back: an ``object`` column of strings (bytes) without a missing
+    value comes back as bcolz gives it, what pandas makes of a NumPy ``U`` (``S``) array (pandas'
+    default string dtype, a NumPy bytes column); everything else as it went in."""
+    cols = {}
+    for c in df.columns:
+        kind = pd.api.types.infer_dtype(df[c], skipna=False)
+        if df[c].dtype == np.dtype(object) and not df[c].isna().any() and kind in ("string", "empty"):
+            cols[c] = df[c].to_numpy(dtype=str) if len(df) else np.zeros(0, "U1")
+        elif df[c].dtype == np.dtype(object) and not df[c].isna().any() and kind == "bytes":
+            cols[c] = df[c].to_numpy().astype("S")
+        else:
+            cols[c] = df[c].reset_index(drop=True)
+    return pd.DataFrame(cols, columns=list(df.columns), copy=False).set_axis(df.index)   # as todataframe builds it
+
+
 def _frame(pd, n, rng):
     miss = rng.random(n) < 0.3
     words = np.array(["a", "bb", "ççç", ""], dtype=object)[rng.integers(0, 4, n)]
@@ -502,7 +518,7 @@ def test_dataframe_roundtrip_keeps_missing_zones_and_index(tmp_path, fmt, n):
     if root is not None:
         t = blzarr.open(root, mode="r")                                  # no allow_pickle needed
     back = t.todataframe()
-    pd.testing.assert_frame_equal(back, df)
+    pd.testing.assert_frame_equal(back, _as_given_back(pd, df))
     flat = t.todataframe(index=False)
     assert list(flat.columns) == ["key"] + list(df.columns)
     # the stream carries the same: nulls where pandas has NA, zoned timestamps
@@ -663,4 +679,5 @@ def test_dataframe_roundtrip_hypothesis(tmp_path, df, fmt):
     back = t.todataframe()
     if not index:
         back = back.set_axis(df.index)
-    pd.testing.assert_frame_equal(back, df)
+    # (an empty frame's index is typed by how it was made, not by its values)
+    pd.testing.assert_frame_equal(back, _as_given_back(pd, df), check_index_type="equiv" if len(df) else False)

@@ -57,8 +57,10 @@ def _column_from_series(pd, name, series):
             vals = vals.copy()
             vals[missing] = fill
         width = max((len(v) for v in present), default=1) or 1
-        if series.dtype == np.dtype(object):
-            attrs[colmeta.PANDAS_DTYPE] = "object"     # given back as Python strings, not pandas' str
+        if series.dtype == np.dtype(object) and has_missing:
+            # given back as Python strings with None, as bcolz (which pickled such a column) does;
+            # without missing values it comes back as bcolz gives it, a column of pandas' own strings
+            attrs[colmeta.PANDAS_DTYPE] = "object"
         out = vals.astype(f"{'S' if inferred == 'bytes' else 'U'}{width}")
         return out, (~missing if has_missing else None), attrs
     attrs.pop(colmeta.PANDAS_DTYPE, None)
