@@ -283,38 +283,6 @@ def test_dask_cluster_of_processes_without_shared_disk(s3):
         np.testing.assert_array_equal(back.index.to_numpy(), np.arange(n))
 
 
-@pytest.fixture(params=["local", "memory"])
-def bytestore(request, tmp_path):
-    from blzarr.storage.bytestore import open_bytestore
-    if request.param == "local":
-        return open_bytestore(str(tmp_path / "root"))
-    pytest.importorskip("fsspec")
-    import uuid
-    return open_bytestore(f"memory://bs{uuid.uuid4().hex[:8]}/root")
-
-
-def test_bytestore_interface(bytestore):
-    """Every byte store does the same: whole and ranged gets, atomic puts, list, exists, delete."""
-    s = bytestore
-    assert not s.exists("meta/x") and s.list("meta") == {}
-    s.put_atomic("meta/x", b"0123456789")
-    s.put("data/__1__.bin", bytes(range(256)) * 4)
-    assert s.get("meta/x") == b"0123456789"
-    assert s.get_range("meta/x", 2, 5) == b"234"
-    assert s.get_ranges([("meta/x", 0, 1), ("data/__1__.bin", 256, 260)]) == [b"0", bytes([0, 1, 2, 3])]
-    assert s.list("data") == {"__1__.bin": 1024}
-    assert s.exists("meta/x") and s.size("data/__1__.bin") == 1024
-    t0 = s.etag("meta/x")
-    s.put_atomic("meta/x", b"abc")
-    assert s.get("meta/x") == b"abc" and s.etag("meta/x") != t0
-    s.delete("meta/x")
-    s.delete("meta/x")                   # already gone: fine
-    assert not s.exists("meta/x")
-    with pytest.raises(StorageError, match="does not exist"):
-        s.get("meta/x")
-    assert s.stats["get"] >= 4 and s.stats["put"] == 3
-
-
 @pytest.mark.parametrize("fmt", ["blz", "bcolz"])
 def test_http_server_without_directory_listings(http_root, fmt):
     """Static hosting lists no directory: the files come from meta/sizes, their sizes from HEAD."""
@@ -456,7 +424,7 @@ def test_s3_conditional_put_refuses_a_stale_or_existing_object(s3):
     s = open_bytestore(f"{url}/c", opts)
     assert s.conditional
     t0 = s.put("meta/sizes", b"0", if_none_match=True)
-    assert t0 and t0 == s.etag("meta/sizes")
+    assert t0 and t0 == s.version("meta/sizes")
     with pytest.raises(ConcurrentWriterError, match=f"'{url}/c/meta/sizes' was changed by another writer"):
         s.put("meta/sizes", b"1", if_none_match=True)
     t1 = s.put("meta/sizes", b"1", if_match=t0)
@@ -466,7 +434,7 @@ def test_s3_conditional_put_refuses_a_stale_or_existing_object(s3):
     with pytest.raises(ConcurrentWriterError, match=f"{url}/c/meta/sizes"):
         s.put("meta/sizes", b"3", if_match=t1)          # gone: removed by another writer
     assert not s.exists("meta/sizes")
-    assert s.put("x", b"no conditions") == s.etag("x")
+    assert s.put("x", b"no conditions") == s.version("x")
 
 
 def test_s3_store_without_conditional_writes_falls_back(s3, monkeypatch):

@@ -97,7 +97,9 @@ class BcolzDir:
         if self._listing is None:
             etags = {}
             try:
-                self._listing = self.bytes.sizes(DATA_DIR, etags=etags)
+                self._listing = {name: size for name, size in
+                                 self.bytes.list(DATA_DIR, etags=etags, missing_ok=False).items()
+                                 if size is not None}
                 self._guard.listed(DATA_DIR, etags)
             except StorageError:
                 raise
@@ -229,7 +231,7 @@ class BcolzDir:
         if self.bytes.has_dirs and not self.bytes.isdir(DATA_DIR):
             return
         names = []
-        for name in self.bytes.names(DATA_DIR):
+        for name in self.bytes.list(DATA_DIR, missing_ok=False):
             if name.startswith("__") and name.endswith(CHUNK_EXT):
                 try:
                     k = int(name[2:-len(CHUNK_EXT)])
@@ -240,7 +242,7 @@ class BcolzDir:
         if names:
             self._check_sole_writer()
         for name in names:
-            self.bytes.remove(f"{DATA_DIR}/{name}")
+            self.bytes.delete(f"{DATA_DIR}/{name}", missing_ok=False)
             self._guard.forget(f"{DATA_DIR}/{name}")
             self._dir_unsynced = True
             if self._listing is not None:
@@ -273,7 +275,7 @@ class BcolzDir:
 
     def chunk_fingerprint(self, n):
         """(inode, size, modification time) of data/__n.blp, None where the store cannot tell."""
-        return self.bytes.fingerprint(self._key(n))
+        return None if self.bytes.remote else self.bytes.version(self._key(n))
 
 
 class BcolzChunks(ChunkStore):

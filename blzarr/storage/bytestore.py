@@ -1,34 +1,55 @@
 """Byte stores: where the files of a carray or ctable live, local directory or object storage.
 
 A byte store holds named objects ("keys": relative paths with '/' such as ``meta/sizes`` or
-``data/__1__.bin``) under one root, with the operations every store can do:
+``data/__1__.bin``) under one root.  `ByteStore` is the abstract base: one method per operation,
+each store implements them all (tests/bytestore_suite.py is the suite every store runs):
 
 =====================  =======================================================================
-``get(key)``           the whole object
+``get(key)``           the whole object (`MissingError` when it does not exist)
 ``get_range(k, a, b)`` bytes [a, b) of it (one ranged GET on object storage)
 ``get_ranges(reqs)``   several ranges, fetched concurrently where the store can
+``get_many(keys)``     several whole objects, None for the missing ones
 ``put(key, data)``     write an object whole
 ``put_atomic(k, d)``   replace it so readers see the old or the new bytes, never a mix
 ``put(k, d, if_match=etag | if_none_match=True)``
                        a conditional put, where the store can (``conditional``): it replaces the
-                       object only if its ETag is still ``etag`` (creates it only if absent), else
-                       `ConcurrentWriterError`; returns the new ETag (None if the store gives none)
-``delete(key)``        remove it
-``list(prefix)``       the objects directly under ``prefix/`` -> their sizes (None if unknown)
-``exists(key)``        whether it exists
+                       object only if its version is still ``etag`` (creates it only if absent),
+                       else `ConcurrentWriterError`; returns the new version (None if the store
+                       gives none)
+``delete(key)``        remove it (absent already: nothing to do, unless ``missing_ok=False``)
+``list(prefix)``       the names directly under ``prefix/`` -> their sizes (None for a prefix
+                       that has more names under it)
+``exists(key)``        whether it exists; ``isdir(key)`` whether it is a directory (a prefix)
+``size(key)``          its size in bytes
+``version(key)``       a value that changes when the object is replaced (None: absent): the ETag
+                       on object storage, (inode, size, modification time) for a local file
+``child(name)``        the store rooted at ``name`` under this one
+``remove_all()``       remove the root and everything under it
 =====================  =======================================================================
 
 and, for the layouts' positioned reads and writes, handle operations: ``open(key, how)`` gives a
-handle ('r', 'rw', 'new', 'trunc' as `blzarr.fileio`), used with ``pread``, ``pwrite``, ``truncate``,
-``datasync``, ``state`` and ``close``.  `LocalStore`'s handle is the OS descriptor itself (the Cython
-readers of `_superchunk` take it directly: the hot paths pay nothing for the interface);
-`FsspecStore`'s read handle holds the object fetched whole (one GET).  What a medium can or cannot
-do is said by the store's capabilities (`has_dirs`: real directories, made, checked and synced;
-`remote`; `writer_guard`: how a writer detects another one where there is no lock).
+handle ('r', 'rw', 'new', 'trunc' as `blzarr.storage.fileio`), used with ``pread``, ``state`` and
+``close``, and where the store changes files in place (``in_place_writes``) ``pwrite``,
+``pwritev``, ``truncate``, ``datasync`` and ``start_writeback``.  `LocalStore`'s handle is the OS
+descriptor itself (the Cython readers of `_superchunk` take it directly: the hot paths pay nothing
+for the interface); the read handle of the others holds the object fetched whole (one GET).
 
-`LocalStore` keeps today's discipline of local directories, through `blzarr.fileio` like every local
-file operation (`files.atomic_write`: temporary file, fsync, rename, fsync of the directory).  The
-layouts (`bcolz_layout`, `blz`) do every read and write through a byte store, whichever the medium.
+What a medium can or cannot do is declared by the store's capabilities (class attributes), which
+the layouts read instead of the store's type:
+
+====================  ========================================================================
+``remote``            objects over a network: requests are costly, nothing is locked
+``ranged_reads``      ``get_range`` fetches only the bytes asked for
+``in_place_writes``   a file can be changed in place through a handle (else: written whole)
+``has_dirs``          real directories, made, checked and synced (object stores have none)
+``conditional``       ``put`` honours ``if_match`` / ``if_none_match``
+``http``              a plain HTTP server: listings may be empty
+====================  ========================================================================
+
+`LocalStore` keeps the discipline of local directories, through `blzarr.storage.fileio` like every
+local file operation (`files.atomic_write`: temporary file, fsync, rename, fsync of the directory).
+The layouts (`bcolz_layout`, `blz`) do every read and write through a byte store, whichever the
+medium.  `MemoryStore` keeps its objects in a dict (tests, scratch data).
 
 `FsspecStore` reaches anything fsspec can (``s3://``, ``gs://``, ``az://``, ``http(s)://``,
 ``memory://``...): fsspec and the package of the protocol (s3fs, gcsfs, adlfs, aiohttp) are optional
@@ -40,9 +61,11 @@ which object stores make atomic (a reader sees the old or the new object).  Tran
 Conditional puts (``conditional`` is True): S3 through s3fs (PutObject ``If-Match`` /
 ``If-None-Match: *``, which AWS S3 and moto's server honour).  A store that answers them with "not
 implemented" (some S3 compatibles) is used without them from then on (``conditional`` turns False);
-the writers then rely on their check of the ETag before they write (see remote_blz).
+the writers then rely on their check of the version before they write (see
+`blzarr.storage.blz.remote`).
 """
 
+import abc
 import inspect
 import json
 import os
@@ -56,7 +79,7 @@ from blzarr.errors import ConcurrentWriterError, MissingError, StorageError
 from blzarr.storage.files import detect_store
 from blzarr.runtime.optional import need
 
-__all__ = ["ByteStore", "LocalStore", "FsspecStore", "WriterGuard", "is_url", "open_bytestore", "join",
+__all__ = ["ByteStore", "LocalStore", "MemoryStore", "FsspecStore", "WriterGuard", "is_url", "open_bytestore", "join",
            "ConcurrentWriterError", "find_objects"]
 
 # attempts of one request on object storage before a StorageError (transient failures only)
@@ -94,14 +117,20 @@ def local_path(path):
     return path
 
 
-class ByteStore:
-    """The interface (see the module docstring); `root` is the directory or URL of the store."""
+class ByteStore(abc.ABC):
+    """The interface (see the module docstring); `root` is the directory or URL of the store.
 
+    The abstract methods are the operations every store implements; the others have a default here
+    that a store overrides where it can do better (`get_ranges` concurrently) or where its medium has
+    the capability (the in-place writes of handles, directories)."""
+
+    # capabilities (see the module docstring)
     remote = False
-    conditional = False     # whether put() honours if_match / if_none_match
-    has_dirs = False        # real directories: made, checked and synced (object stores have none)
-    partial_writes = False  # a file can be changed in place through a handle (else: written whole)
-    http = False            # a plain HTTP server: listings may be empty
+    ranged_reads = True
+    in_place_writes = False
+    has_dirs = False
+    conditional = False
+    http = False
 
     def __init__(self, root):
         self.root = root
@@ -109,6 +138,105 @@ class ByteStore:
         self._stats_lock = threading.Lock()
         self._primed = {}
 
+    # ---- objects
+    @abc.abstractmethod
+    def get(self, key):
+        """The bytes of object `key` (`MissingError` when it does not exist)."""
+
+    @abc.abstractmethod
+    def get_range(self, key, start, end):
+        """Bytes [start, end) of object `key` (b"" when end <= start); past its end, the bytes there
+        are (object storage) or a `FormatError` naming the object (a local file)."""
+
+    @abc.abstractmethod
+    def put(self, key, data, if_match=None, if_none_match=False):
+        """Write object `key` whole; the conditions where the store is ``conditional``.  Returns the
+        new version, or None when the store does not tell it."""
+
+    @abc.abstractmethod
+    def put_atomic(self, key, data, parents=True, sync_dir=None):
+        """Replace object `key` so that a reader sees the old or the new bytes (`parents`: make the
+        missing directories first; `sync_dir`: whether to sync the directory after, where it has one)."""
+
+    @abc.abstractmethod
+    def delete(self, key, missing_ok=True):
+        """Remove object `key`; one that does not exist is nothing to do (with ``missing_ok=False``,
+        `FileNotFoundError` where the store can tell: S3 deletes without looking).  Other failures
+        raise OSError."""
+
+    @abc.abstractmethod
+    def list(self, prefix="", etags=None, missing_ok=True):
+        """{name: size} of the names directly under `prefix/` (size None for a directory or prefix);
+        `etags`, a dict, receives {name: version} where the listing tells them.  A `prefix` that does
+        not exist lists as {} (with ``missing_ok=False``, a store with directories raises
+        FileNotFoundError); a directory that cannot be listed raises OSError."""
+
+    @abc.abstractmethod
+    def exists(self, key):
+        """Whether object (or directory) `key` exists."""
+
+    @abc.abstractmethod
+    def isdir(self, key=""):
+        """Whether `key` is a directory (a prefix with names under it on object storage)."""
+
+    @abc.abstractmethod
+    def size(self, key):
+        """The size of object `key` in bytes."""
+
+    @abc.abstractmethod
+    def version(self, key):
+        """A value that changes when object `key` is replaced or changed, None when it does not exist
+        (or cannot be told)."""
+
+    @abc.abstractmethod
+    def child(self, name):
+        """The store rooted at `name` under this one (a ctable's column)."""
+
+    @abc.abstractmethod
+    def remove_all(self):
+        """Remove the root and everything under it."""
+
+    # ---- handles
+    @abc.abstractmethod
+    def open(self, key, how="r"):
+        """A handle of file `key`: how='r' (every store), 'rw', 'new', 'trunc' (``in_place_writes``)."""
+
+    @abc.abstractmethod
+    def close(self, h):
+        """Release handle `h`."""
+
+    @abc.abstractmethod
+    def pread(self, h, n, pos, where=None):
+        """`n` bytes at `pos` of the file of handle `h` (fewer, or `FormatError` for a local file,
+        past its end)."""
+
+    @abc.abstractmethod
+    def state(self, h):
+        """A tuple of which item 1 is the file's size, that changes when the file does."""
+
+    def _whole_objects(self, what):
+        raise StorageError(f"cannot {what} in '{self.root}': its objects are written whole")
+
+    def pwrite(self, h, data, pos, where=None):
+        """Write `data` at `pos` (``in_place_writes`` only)."""
+        self._whole_objects("write in place")
+
+    def pwritev(self, h, bufs, pos, where=None):
+        """Write the buffers `bufs` one after the other from `pos` (``in_place_writes`` only)."""
+        self._whole_objects("write in place")
+
+    def truncate(self, h, size):
+        """Cut or extend the file of `h` to `size` bytes (``in_place_writes`` only)."""
+        self._whole_objects("truncate a file")
+
+    def datasync(self, h):
+        """Make the bytes written through `h` durable (``in_place_writes`` only)."""
+        self._whole_objects("sync a file")
+
+    def start_writeback(self, h, pos, n):
+        """Start writing bytes [pos, pos+n) to the medium (a hint: nothing where it cannot)."""
+
+    # ---- what every store gets from the operations above
     def prime(self, key, data, uses):
         """Hand `data` (just read) to the next `uses` gets of `key` without asking the store again
         (the layers of an open each read meta/storage)."""
@@ -133,10 +261,6 @@ class ByteStore:
         """The path or URL of `key`, for messages."""
         return join(self.root, key) if key else self.root
 
-    def child(self, name):
-        """The store rooted at `name` under this one (a ctable's column)."""
-        raise NotImplementedError
-
     def get_ranges(self, requests):
         """[(key, start, end), ...] -> the bytes of each, in order (sequentially here)."""
         return [self.get_range(k, a, b) for k, a, b in requests]
@@ -152,18 +276,10 @@ class ByteStore:
                 out[k] = None
         return out
 
-    def size(self, key):
-        raise NotImplementedError
-
-    def fingerprint(self, key):
-        """A tuple of 3 ints that changes when file `key` is replaced; None where the store cannot
-        tell cheaply (object storage)."""
+    def escapes(self, key):
+        """The real path of `key` when it is not a regular file inside the root (a symlink out of it,
+        a directory...), else None (object stores have no links)."""
         return None
-
-    def sizes(self, prefix="", etags=None):
-        """{name: size} of the objects directly under `prefix/` (what a listing tells); `etags`, a
-        dict, receives {name: ETag} where the listing tells them."""
-        return {k: v for k, v in self.list(prefix, etags=etags).items() if v is not None}
 
     def config(self):
         """Plain values from which `open_bytestore` rebuilds this store in another process."""
@@ -176,6 +292,9 @@ class ByteStore:
 
     def create_dirs(self, names):
         """Make the root and the directories `names` under it, where the medium has directories."""
+
+    def makedirs(self, key, exist_ok=False):
+        """Make directory `key` and its parents, where the medium has directories."""
 
     def sync_dir(self, prefix=""):
         """Make the names under `prefix` durable, where the medium has directories."""
@@ -198,7 +317,7 @@ class ByteStore:
 
     def writer_guard(self, key):
         """How a writer detects another writer of this store (see `WriterGuard`); a no-op where a lock
-        keeps writers apart (local directories: `blzarr.locking`)."""
+        keeps writers apart (local directories: `blzarr.storage.locking`)."""
         return WriterGuard(self, key) if self.remote else LockedGuard(self, key)
 
 
@@ -208,7 +327,7 @@ class LocalStore(ByteStore):
     directory, as `fileio.sync_enabled()` says)."""
 
     has_dirs = True
-    partial_writes = True
+    in_place_writes = True
 
     def __init__(self, root, durable=True):
         super().__init__(os.fspath(root))
@@ -323,25 +442,6 @@ class LocalStore(ByteStore):
     def sync_dir(self, prefix=""):
         fileio.fsync_dir(self._p(prefix))
 
-    def names(self, prefix=""):
-        """The names directly under `prefix` (OSError as `os.listdir`)."""
-        return fileio.listdir(self._p(prefix))
-
-    def sizes(self, prefix="", etags=None):
-        """{name: size} of the entries directly under `prefix` (OSError when it cannot be listed)."""
-        d = self._p(prefix)
-        out = {}
-        for n in fileio.listdir(d):
-            try:
-                out[n] = fileio.getsize(os.path.join(d, n))
-            except OSError:
-                continue
-        return out
-
-    def remove(self, key):
-        """Remove file `key` (OSError, FileNotFoundError included, as `os.remove`)."""
-        fileio.unlink(self._p(key))
-
     def escapes(self, key):
         """The real path of `key` when it is not a regular file inside the root (a symlink out of it,
         a directory...), else None."""
@@ -365,23 +465,23 @@ class LocalStore(ByteStore):
     def ref(self, key):
         return self._p(key)
 
-    def delete(self, key):
-        path = self._p(key)
+    def delete(self, key, missing_ok=True):
+        """(OSError as `os.remove`, FileNotFoundError only with ``missing_ok=False``.)"""
         try:
-            fileio.unlink(path)
+            fileio.unlink(self._p(key))
         except FileNotFoundError:
-            pass
-        except OSError as e:
-            raise StorageError(f"cannot remove '{path}': {e}") from None
+            if not missing_ok:
+                raise
 
-    def list(self, prefix="", etags=None):
+    def list(self, prefix="", etags=None, missing_ok=True):
+        """(OSError as `os.listdir` when the directory cannot be listed.)"""
         d = self._p(prefix)
         try:
             names = fileio.listdir(d)
         except FileNotFoundError:
+            if not missing_ok:
+                raise
             return {}
-        except OSError as e:
-            raise StorageError(f"cannot list '{d}': {e}") from None
         self._count("list")
         out = {}
         for n in names:
@@ -404,14 +504,7 @@ class LocalStore(ByteStore):
         except OSError as e:
             raise StorageError(f"cannot stat '{self._p(key)}': {e}") from None
 
-    def etag(self, key):
-        try:
-            st = os.stat(self._p(key))
-        except FileNotFoundError:
-            return None
-        return f"{st.st_ino}-{st.st_size}-{st.st_mtime_ns}"
-
-    def fingerprint(self, key):
+    def version(self, key):
         """(inode, size, modification time) of file `key`, None when it cannot be told."""
         try:
             st = os.stat(self._p(key))
@@ -421,6 +514,117 @@ class LocalStore(ByteStore):
 
     def remove_all(self):
         fileio.rmtree(self.root, ignore_errors=True)
+
+
+class MemoryStore(ByteStore):
+    """Objects in a dict of this process: {key: bytes}.  Nothing is durable; puts are atomic and
+    conditional (a version counter stands for the ETag).  Its children share the dict."""
+
+    conditional = True
+
+    def __init__(self, root="memory", objects=None):
+        super().__init__(root.rstrip("/"))
+        self._objects = {} if objects is None else objects   # full key (root/key) -> (bytes, version)
+        self._lock = threading.Lock() if objects is None else None
+        self._counter = [0]
+
+    def _k(self, key):
+        return f"{self.root}/{key}" if key else self.root
+
+    def child(self, name):
+        c = MemoryStore(self._k(name.strip("/")), self._objects)
+        c._lock, c._counter = self._lock, self._counter
+        return c
+
+    def _missing(self, key):
+        return MissingError(f"'{self.where(key)}' does not exist")
+
+    def get(self, key):
+        entry = self._objects.get(self._k(key))
+        if entry is None:
+            raise self._missing(key)
+        self._count("get", len(entry[0]))
+        return entry[0]
+
+    def get_range(self, key, start, end):
+        entry = self._objects.get(self._k(key))
+        if entry is None:
+            raise self._missing(key)
+        data = entry[0][start:max(start, end)]
+        self._count("get", len(data))
+        return data
+
+    def put(self, key, data, if_match=None, if_none_match=False):
+        k = self._k(key)
+        with self._lock:
+            entry = self._objects.get(k)
+            if (if_match is not None and (entry is None or entry[1] != if_match)) or \
+                    (if_none_match and entry is not None):
+                raise ConcurrentWriterError(f"'{self.where(key)}' was changed by another writer (a "
+                                            "conditional write was refused)")
+            self._counter[0] += 1
+            tag = f"v{self._counter[0]}"
+            self._objects[k] = (bytes(data), tag)
+        self._count("put", len(data))
+        return tag
+
+    def put_atomic(self, key, data, parents=True, sync_dir=None, **kwargs):
+        return self.put(key, data, **kwargs)
+
+    def delete(self, key, missing_ok=True):
+        with self._lock:
+            if self._objects.pop(self._k(key), None) is None and not missing_ok:
+                raise self._missing(key)
+
+    def list(self, prefix="", etags=None, missing_ok=True):
+        self._count("list")
+        base = self._k(prefix) + "/"
+        out = {}
+        for k, (data, tag) in list(self._objects.items()):
+            if not k.startswith(base):
+                continue
+            name, sep, _ = k[len(base):].partition("/")
+            if sep:
+                out[name] = None
+            else:
+                out[name] = len(data)
+                if etags is not None:
+                    etags[name] = tag
+        return out
+
+    def exists(self, key):
+        return self._k(key) in self._objects or self.isdir(key)
+
+    def isdir(self, key=""):
+        base = self._k(key) + "/"
+        return any(k.startswith(base) for k in list(self._objects))
+
+    def size(self, key):
+        return len(self.get(key))
+
+    def version(self, key):
+        entry = self._objects.get(self._k(key))
+        return None if entry is None else entry[1]
+
+    def remove_all(self):
+        base = self.root + "/"
+        with self._lock:
+            for k in [k for k in self._objects if k.startswith(base) or k == self.root]:
+                del self._objects[k]
+
+    def open(self, key, how="r"):
+        if how != "r":
+            self._whole_objects("open a file for writing")
+        return _Fetched(self.get(key))
+
+    def close(self, h):
+        pass
+
+    def pread(self, h, n, pos, where=None):
+        return bytearray(h.data[pos:pos + n])
+
+    def state(self, h):
+        return ("object", len(h.data), 0)
 
 
 def _transient(e):
@@ -618,21 +822,17 @@ class FsspecStore(ByteStore):
     def state(self, h):
         return ("object", len(h.data), 0)
 
-    def remove(self, key):
-        self.delete(key)
-
-    def names(self, prefix=""):
-        return list(self.list(prefix))
-
-    def delete(self, key):
+    def delete(self, key, missing_ok=True):
         try:
             self._call("delete", key, self.fs.rm_file, self._p(key))
         except MissingError:
-            pass
+            if not missing_ok:
+                raise
 
-    def list(self, prefix="", etags=None):
+    def list(self, prefix="", etags=None, missing_ok=True):
         """{name: size} of the objects under `prefix`; `etags`, a dict, receives {name: ETag} of the
-        objects whose listing tells it."""
+        objects whose listing tells it.  (Object storage cannot tell a missing prefix from an empty
+        one: both list as {}.)"""
         self._count("list")
         try:
             entries = self._call("list", prefix, self.fs.ls, self._p(prefix), detail=True)
@@ -674,8 +874,8 @@ class FsspecStore(ByteStore):
     def size(self, key):
         return self.info(key).get("size")
 
-    def etag(self, key):
-        """The object's version tag (ETag), None when it does not exist or the store gives none."""
+    def version(self, key):
+        """The object's ETag ("size:N" when the store gives none), None when it does not exist."""
         try:
             info = self.info(key)
         except MissingError:
@@ -806,12 +1006,12 @@ class WriterGuard:
     def opened(self):
         """Opened to write: remember `key` as it is now (before reading it)."""
         if self.etag is False:
-            self.etag = self.store.etag(self.key)
+            self.etag = self.store.version(self.key)
 
     def check(self):
         if self.etag is False:
             return
-        if self.store.etag(self.key) != self.etag:
+        if self.store.version(self.key) != self.etag:
             raise ConcurrentWriterError(
                 f"'{self.store.where(self.key)}' was changed by another writer since this one last wrote or "
                 "read it: object storage has no lock, write a dataset from one writer at a time")
@@ -842,7 +1042,7 @@ class WriterGuard:
         """Write meta/sizes, the commit point (conditional where the store can)."""
         raw = json.dumps(obj, ensure_ascii=True).encode("ascii") + b"\n"
         tag = self.store.put(self.key, raw, **self.conditions(self.etag))
-        self.etag = tag if tag is not None else self.store.etag(self.key)
+        self.etag = tag if tag is not None else self.store.version(self.key)
 
 
 def _takes_max_gap(fs):

@@ -1,4 +1,4 @@
-"""How a layout changes a file in place, by what its byte store can do (`ByteStore.partial_writes`).
+"""How a layout changes a file in place, by what its byte store can do (`ByteStore.in_place_writes`).
 
 A layout changes a superchunk file with positioned writes on a handle (`ByteStore.open`).  A local
 directory can do that to the file itself: `InPlace` (every call here is a no-op, and `files` is the
@@ -54,7 +54,7 @@ class InPlace:
 
     def remove(self, key):
         """Remove file `key` (OSError when it cannot)."""
-        self.files.remove(key)
+        self.files.delete(key, missing_ok=False)
 
     def close(self):
         """Release what the strategy holds."""
@@ -128,4 +128,4 @@ class Spool(InPlace):
 
 def writes_for(store):
     """The write strategy of `store`: in place where it can write part of a file, else a spool."""
-    return InPlace(store) if store.partial_writes else Spool(store)
+    return InPlace(store) if store.in_place_writes else Spool(store)
