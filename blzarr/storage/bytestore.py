@@ -196,23 +196,24 @@ class ByteStore(abc.ABC):
     def remove_all(self):
         """Remove the root and everything under it."""
 
-    # ---- handles
-    @abc.abstractmethod
+    # ---- handles: here an object read whole at open (one GET); a store with in-place writes has its own
     def open(self, key, how="r"):
         """A handle of file `key`: how='r' (every store), 'rw', 'new', 'trunc' (``in_place_writes``)."""
+        if how != "r":
+            raise StorageError(f"cannot open '{self.where(key)}' for writing: objects are written whole")
+        return _Fetched(self.get(key))
 
-    @abc.abstractmethod
     def close(self, h):
         """Release handle `h`."""
 
-    @abc.abstractmethod
     def pread(self, h, n, pos, where=None):
         """`n` bytes at `pos` of the file of handle `h` (fewer, or `FormatError` for a local file,
         past its end)."""
+        return bytearray(h.data[pos:pos + n])
 
-    @abc.abstractmethod
     def state(self, h):
         """A tuple of which item 1 is the file's size, that changes when the file does."""
+        return ("object", len(h.data), 0)
 
     def _whole_objects(self, what):
         raise StorageError(f"cannot {what} in '{self.root}': its objects are written whole")
@@ -612,19 +613,6 @@ class MemoryStore(ByteStore):
             for k in [k for k in self._objects if k.startswith(base) or k == self.root]:
                 del self._objects[k]
 
-    def open(self, key, how="r"):
-        if how != "r":
-            self._whole_objects("open a file for writing")
-        return _Fetched(self.get(key))
-
-    def close(self, h):
-        pass
-
-    def pread(self, h, n, pos, where=None):
-        return bytearray(h.data[pos:pos + n])
-
-    def state(self, h):
-        return ("object", len(h.data), 0)
 
 
 def _transient(e):
@@ -806,21 +794,6 @@ class FsspecStore(ByteStore):
     def put_atomic(self, key, data, parents=True, sync_dir=None, **kwargs):
         """A put: object stores replace an object atomically (and have no directories to make or sync)."""
         return self.put(key, data, **kwargs)
-
-    # ---- handles: an object read whole at open (one GET); the layouts write objects whole (put)
-    def open(self, key, how="r"):
-        if how != "r":
-            raise StorageError(f"cannot open '{self.where(key)}' for writing: objects are written whole")
-        return _Fetched(self.get(key))
-
-    def close(self, h):
-        pass
-
-    def pread(self, h, n, pos, where=None):
-        return bytearray(h.data[pos:pos + n])
-
-    def state(self, h):
-        return ("object", len(h.data), 0)
 
     def delete(self, key, missing_ok=True):
         try:
