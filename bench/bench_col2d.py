@@ -7,7 +7,7 @@ The array (a random walk per column) is written once per library, block by block
 memory), with each library's default chunking and lz4 / clevel 5 / byte shuffle / 2 threads.  Every
 measurement runs in a fresh interpreter that opens the array and takes ``a[:, 0]``, so its peak
 resident memory (VmHWM) is that of the operation alone; the runs of the libraries are interleaved
-and the column of each is checked against the other's.  Issue 12 asks for a peak under 200 MB with a
+and the column of each is checked against the other's.  The target: a peak under 200 MB with a
 2 GiB array and a time at least python-blosc2's.
 """
 

@@ -1,4 +1,4 @@
-"""Queries with per-chunk statistics and the fused engine (issue #13), against their peers, in one run.
+"""Queries with per-chunk statistics and the fused engine, against their peers, in one run.
 
     python bench/bench_queries.py [--n 50000000] [--n-expr 10000000] [--quick] [--big] [--json PATH]
 

@@ -1,4 +1,4 @@
-"""CPU time (user+sys of the process, threads included) of a fixed workload over the paths issue 11's refactor
+"""CPU time (user+sys of the process, threads included) of a fixed workload over the paths the layering refactor
 moved (create/append, scalar/slice/fancy reads, sum, where, disk create/append/open/read/scalars/sum in both
 layouts, ctable where/fetchwhere/append): one JSON line {op: best CPU seconds of 3 batches of 10 calls}.
 CPU time moves far less than wall time on a loaded box; run it interleaved on two checkouts:

@@ -26,7 +26,7 @@ from blzarr import _superchunk
 from blzarr.bench import command as bench_command
 from blzarr.storage import fileio
 from blzarr.containers.carray.array import carray, compression_ratio, human_readable_size
-from blzarr.containers.ctable.table import check_name, ctable, legacy_columns_dir
+from blzarr.containers.ctable.table import check_name, ctable
 from blzarr.errors import storage_error
 from blzarr.storage.files import ROOTDIRS_FILE, ObjectPath, detect, detect_store, read_json
 from blzarr.storage.bytestore import find_objects, is_url, join, open_bytestore
@@ -376,12 +376,11 @@ def verify_ctable(path):
     meta = read_json(where, "ctable column list")
     if not isinstance(meta, dict) or not isinstance(meta.get("names"), list):
         raise CLIError(f"'{where}' must hold a JSON object with a 'names' list")
-    base = (None if is_url(path) else legacy_columns_dir(path, meta.get("format"))) or path
     notes = []
     for n in meta["names"]:
         try:
             n = check_name(n)
-            _, nn = verify_carray(join(base, n))
+            _, nn = verify_carray(join(path, n))
         except Exception as e:
             raise CLIError(f"column {n!r}: {_message(e)}") from None
         notes += [f"column {n!r}: {x}" for x in nn]

@@ -83,37 +83,7 @@ def generate(outdir=FIXTURES_DIR, names=None):
     return outdir
 
 
-# A BLZ ctable as blzarr wrote them before 0.1: the column directories under root/data/<name> (they are
-# now at root/<name>, where bcolz puts them).  Kept so that opening such tables stays tested.
-OLD_BLZ_CTABLE = "ctable_columns_in_data"
-OLD_BLZ_CTABLE_DIR = os.path.join(HERE, "fixtures", "blz", OLD_BLZ_CTABLE)
-
-
-def old_blz_ctable_columns():
-    return {"i": np.arange(-20, 80, dtype="i4"), "x": np.arange(100) * 0.25,
-            "s": np.array([b"r%02d" % (i % 50) for i in range(100)], dtype="S3")}
-
-
-def generate_old_blz_ctable(path=OLD_BLZ_CTABLE_DIR):
-    """Write the earlier BLZ ctable layout: a ctable in today's layout, its columns moved into data/
-    (a BLZ column directory holds no path, so this is byte for byte what the earlier code wrote)."""
-    import blzarr
-
-    if os.path.exists(path):
-        shutil.rmtree(path)
-    cols = old_blz_ctable_columns()
-    t = blzarr.ctable(cols, rootdir=path, mode="w", format="blz", chunklen=32)
-    t.attrs["fixture"] = OLD_BLZ_CTABLE
-    t.flush()
-    del t
-    os.mkdir(os.path.join(path, "data"))
-    for n in cols:
-        os.rename(os.path.join(path, n), os.path.join(path, "data", n))
-    return path
-
-
 if __name__ == "__main__":
-    generate_old_blz_ctable()
     out = generate(sys.argv[1] if len(sys.argv) > 1 else FIXTURES_DIR)
     total = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(out) for f in fs)
     print(f"wrote {len(FIXTURES)} fixtures to {out} ({total} bytes)")

@@ -809,7 +809,7 @@ def test_concurrent_lazy_reads_from_threads(tmp_path):
     # 20 files: more than the store keeps open, so descriptors are evicted while other threads read
     p, arr = _big(tmp_path, "th", 1 << 12, checksum=None, superchunklen=1, nchunks=20)
     c = blzarr.open(p, mode="r")
-    assert nfiles(p) == 20 > blzarr.storage.blz.directory.FD_CACHE
+    assert nfiles(p) == 20 > blzarr.storage.blz.cache.FD_CACHE
 
     def work(seed):
         rng = np.random.default_rng(seed)

@@ -223,34 +223,6 @@ def test_colliding_column_names_refused(tmp_path, fmt):
     assert t.names == ["a", "b"]
 
 
-def test_old_blz_ctable_with_columns_in_data_opens(tmp_path):
-    import shutil
-    import sys
-    sys.path.insert(0, os.path.dirname(__file__))
-    import make_fixtures
-    cols = make_fixtures.old_blz_ctable_columns()
-    src = make_fixtures.OLD_BLZ_CTABLE_DIR
-    assert os.path.isdir(os.path.join(src, "data", "i"))
-    r = blzarr.open(src, mode="r")
-    assert r.format == "blz" and r.names == list(cols) and r.attrs["fixture"] == make_fixtures.OLD_BLZ_CTABLE
-    for n, v in cols.items():
-        np.testing.assert_array_equal(r[n][:], v)
-    # appending, adding and removing columns keep the table in its own (earlier) layout
-    root = str(tmp_path / "old")
-    shutil.copytree(src, root)
-    t = blzarr.ctable(rootdir=root, mode="a")
-    t.append((1, 2.0, b"z"))
-    t.addcol(np.arange(101), name="n")
-    t.delcol("x")
-    t.flush()
-    del t
-    assert sorted(os.listdir(os.path.join(root, "data"))) == ["i", "n", "s"]
-    r = blzarr.open(root, mode="r")
-    assert r.names == ["i", "s", "n"] and len(r) == 101
-    np.testing.assert_array_equal(r["n"][:], np.arange(101))
-    np.testing.assert_array_equal(r["i"][:], np.append(cols["i"], 1))
-
-
 # ---------------------------------------------------------------------------------------------------------
 # defaults.format (item 3)
 

@@ -97,7 +97,7 @@ def machine():
 
 
 def datasets(n, which=("smooth", "walk"), seed=12345):
-    """The two series of the issue: `arange(n) * 0.25` and a random walk (cumsum of N(0, 1))."""
+    """The two series of the benchmark: `arange(n) * 0.25` and a random walk (cumsum of N(0, 1))."""
     out = {}
     if "smooth" in which:
         out["smooth"] = np.arange(n, dtype=np.float64) * 0.25
@@ -512,7 +512,7 @@ def format_table(results, peer_names, sizes=None):
 
 
 def check_targets(results):
-    """The issue's targets, evaluated on this run: a list of (target, ok or None, detail)."""
+    """blzarr's performance targets, evaluated on this run: a list of (target, ok or None, detail)."""
     out = []
 
     def ratio(d, op, peer):
@@ -540,7 +540,7 @@ def check_targets(results):
                    "disk_slices_cold", "disk_slices_warm", "disk_append"):
             q = ratio(d, op, "bcolz")
             out.append((f"{d}: {op} at least as fast as bcolz", None if q is None else q >= 1, q))
-        # issue 12: every operation at least as fast as python-blosc2, zarr and bcolz; a[:] as fast as
+        # every operation at least as fast as python-blosc2, zarr and bcolz; a[:] as fast as
         # a NumPy copy, sum() within 1.5x of NumPy's
         for op in MEMORY_OPS + DISK_OPS:
             for peer in ("blosc2", "zarr"):
@@ -551,7 +551,7 @@ def check_targets(results):
             out.append((f"{d}: {op} at least as fast as bcolz", None if q is None else q >= 1, q))
         q = ratio(d, "sum", "numpy")
         out.append((f"{d}: sum within 1.5x of NumPy", None if q is None else q >= 1 / 1.5, q))
-    # issue 15, on the local S3 server: at most one GET per random a[i] after warm-up, fewer bytes
+    # on the local S3 server: at most one GET per random a[i] after warm-up, fewer bytes
     # than zarr per scalar read, read-all throughput at least zarr's
     for d in ("smooth", "walk"):
         row = next((r for r in results if r["dataset"] == d and r["op"] == "s3_scalars"), None)
@@ -651,7 +651,7 @@ def print_report(report, out=sys.stdout):
     tg = format_targets([(t["target"], t["ok"], t["ratio"]) for t in report["targets"]])
     if tg:
         quick = "; they are set for the full run: a --quick run misses more" if report["settings"].get("quick") else ""
-        print(f"\ntargets (issue 5; README.rst lists the latest full run's misses{quick}):\n" + tg, file=out)
+        print(f"\ntargets (README.rst lists the latest full run's misses{quick}):\n" + tg, file=out)
     if report["notes"]:
         print("\nnotes:", file=out)
         for n in report["notes"]:

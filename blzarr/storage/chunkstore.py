@@ -8,8 +8,8 @@ A carray is a sequence of full chunks (each `chunklen` atoms, compressed) plus a
 - `blz.BlzChunks` (checksummed superchunk files, the BLZ layout).
 
 The carray, and everything above it, uses only the methods below: no layout branches, no file paths.
-`stores.create_store` and `stores.open_store` make the on-disk ones.  A byte-store layer (local
-files, object storage) would go beneath the two on-disk layouts without changing this interface.
+`stores.create_store` and `stores.open_store` make the on-disk ones; beneath them, the files are in a
+byte store (`bytestore`: a local directory or object storage).
 """
 
 from blzarr.storage.files import overwrite

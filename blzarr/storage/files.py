@@ -295,11 +295,6 @@ def _read_shared(path, limit):
         fileio.close(fd)
 
 
-def _fsync_dir(d):
-    """Make a rename in directory `d` durable (best effort: not every platform can open a directory)."""
-    fileio.fsync_dir(d)
-
-
 class ObjectPath:
     """A file of a byte store (`blzarr.bytestore`, e.g. object storage), accepted by `read_json`,
     `write_json` and `exists` beside local paths; shown as its URL."""

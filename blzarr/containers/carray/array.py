@@ -23,8 +23,7 @@ from blzarr.storage.bytestore import is_url, local_path, open_bytestore
 from blzarr.storage.files import META_DIR, STORAGE_FILE, new_tree
 from blzarr.storage.arraymeta import ArrayMeta, dflt_from_json, dflt_to_json, parse_dtype  # noqa: F401
 # the parts of carray, one module each (the moved names stay importable from here)
-from blzarr.containers.carray.read import (BLOCK_CACHE_BYTES, PREFETCH_BATCH_BYTES, _PY_KINDS, CarrayBase,  # noqa: F401
-                                CarrayReads, _iter_blocks, operator_index)
+from blzarr.containers.carray.read import _PY_KINDS, CarrayBase, CarrayReads, _iter_blocks, operator_index  # noqa: F401
 from blzarr.containers.carray.reduce import CarrayReductions
 from blzarr.containers.carray.stats import CarrayStatistics
 from blzarr.containers.carray.write import CarrayWrites, _UndoLog  # noqa: F401

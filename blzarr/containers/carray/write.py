@@ -160,7 +160,7 @@ class CarrayWrites(CarrayBase):
             piece = arr[pos + k * cl:pos + (k + 1) * cl]
             if slots is not None:
                 # the statistics in the compressing call, first: their pass brings the chunk into this
-                # core's cache and the compressor reads it from there (bench/FINDINGS.md, issue 13)
+                # core's cache and the compressor reads it from there (bench/FINDINGS.md)
                 return compress_array(piece, ts, cp, minmax=(slots[0], slots[1], first + k, slots[2]))
             return compress_array(piece, ts, cp), self._stats_of(piece) if st is not None else None
 

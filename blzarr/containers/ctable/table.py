@@ -31,7 +31,7 @@ from blzarr.storage.bytestore import is_url, join, local_path, open_bytestore
 # the parts of ctable, one module each (the moved names stay importable from here)
 from blzarr.containers.ctable.read import NROW, CtableBase, CtableReads, _split_outcols  # noqa: F401
 from blzarr.containers.ctable.write import _CARRAY_KW, CtableWrites, check_name
-from blzarr.containers.ctable.query import MIN_QUERY_BLEN, CtableQueries  # noqa: F401
+from blzarr.containers.ctable.query import CtableQueries
 from blzarr.containers.ctable.groupby import CtableGroupby
 
 from blzarr.containers.arrayprint import array2string  # noqa: E402,F401
@@ -44,21 +44,6 @@ VALIDITY_ATTR = "blzarr:validity"
 
 # rows per block when a query has no column to take a chunk length from
 DEFAULT_BLEN = 65536
-
-# the columns of a ctable live at root/<name> in both layouts; BLZ ctables written by earlier blzarr
-# versions keep theirs at root/data/<name> and still open
-BLZ_COLUMNS_DIR = "data"
-
-
-def legacy_columns_dir(root, fmt):
-    """``root/data`` when `root` is a BLZ ctable of the earlier layout (columns at root/data/<name>),
-    else None.  A new-layout table only has ``root/data`` when a column is named 'data', and then it
-    is a carray directory (it has ``meta/storage``)."""
-    d = os.path.join(root, BLZ_COLUMNS_DIR)
-    if fmt == "blz" and os.path.isdir(d) and not os.path.exists(os.path.join(d, "meta", "storage")):
-        return d
-    return None
-
 
 # ------------------------------------------------------------------------------------------- cols
 class cols:
@@ -428,7 +413,7 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         if fmt not in ("bcolz", "blz"):
             raise FormatError(f"'{path}': unknown format {fmt!r} (expected 'bcolz' or 'blz')")
         self._format = fmt
-        self._columns_base = (None if remote else legacy_columns_dir(root, fmt)) or root
+        self._columns_base = root
         mode = self._mode
         self._allow_pickle = allow_pickle
         # mode 'a' reads as mode 'r' does (no lock, nothing repaired) until the first call that writes

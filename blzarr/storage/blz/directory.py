@@ -44,8 +44,7 @@ from blzarr.storage.files import ATTRIBUTES_FILE, DATA_DIR, META_DIR, SIZES_FILE
 from blzarr.runtime.parallel import codec_threads
 from blzarr.storage.spool import writes_for
 # the parts of BlzDir; the names other modules and tests import from blzarr.storage.blz.directory stay importable here
-from blzarr.storage.blz.cache import (CHUNK_CACHE_BYTES, FD_CACHE, FILE_STATE_CACHE, HEAD_CACHE_BYTES,  # noqa: F401
-                              TOUCHED_CACHE, VERIFIED_CACHE, BlzCaches, _LRU)
+from blzarr.storage.blz.cache import CHUNK_CACHE_BYTES, HEAD_CACHE_BYTES, BlzCaches, _LRU
 from blzarr.storage.blz.format import (FORMAT, SUPERCHUNK_EXT, BlzFileFormat, _coerce_reserve, _encode,  # noqa: F401
                                _File, _Where, superchunk_name)
 from blzarr.storage.blz.metalayers import (VLMETA_FILE, VLMETA_MAGIC, BlzMetalayers, FixedMeta, MetalayerError,  # noqa: F401
@@ -255,10 +254,6 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
                 self._damaged[k] = f"superchunk file '{self._path(k)}' is missing"
             self.nfiles = want
             self._nphys = nchunks
-
-    def damaged_files(self):
-        """{file number: why its chunks cannot be read} of the missing or unreadable superchunk files."""
-        return dict(self._damaged)
 
     def _check_write_to(self, n, fno):
         """Refuse to write chunk `n` (to file `fno`) where damage is: to a missing or unreadable file,
