@@ -3,16 +3,39 @@ import os
 import pytest
 from hypothesis import HealthCheck, settings
 
-settings.register_profile(
-    "ci", max_examples=int(os.environ.get("BLZARR_HYPOTHESIS_EXAMPLES", "60")), deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-settings.load_profile("ci")
+from helpers import SWEEP_BASE
+
+# Hypothesis examples per test: few in the default run (pyproject's addopts deselect the slow tests), many
+# in a run that includes the slow tests (CI's second step, `pytest -m slow`), where the property tests
+# run again as sweeps.  A test that asks for its own count asks it through helpers.examples(n), n being
+# its count in the slow run.  BLZARR_HYPOTHESIS_EXAMPLES sets the slow run's default count.
+SWEEP_EXAMPLES = int(os.environ.get("BLZARR_HYPOTHESIS_EXAMPLES", str(SWEEP_BASE)))
+QUICK_FRACTION = 4          # the default run's counts are a quarter of the sweep's
+_COMMON = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+settings.register_profile("sweep", max_examples=SWEEP_EXAMPLES, **_COMMON)
+settings.register_profile("quick", max_examples=max(1, SWEEP_EXAMPLES // QUICK_FRACTION), **_COMMON)
+
+
+def _runs_slow_tests(config):
+    """Whether the slow tests are selected (`-m slow`, `-m ""`...), not deselected (`-m "not slow"`)."""
+    return "not slow" not in (config.option.markexpr or "")
 
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "slow: kill and concurrency tests that fork processes and run for seconds (kept in CI; "
-                   "deselect with -m 'not slow' while developing)")
+        "markers", "slow: sweeps, kill and concurrency tests that run for seconds (run by CI's second step, "
+                   "`python -m pytest -q -m slow tests`; the default run deselects them)")
+    settings.load_profile("sweep" if _runs_slow_tests(config) else "quick")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """In a run of the slow tests, the property (hypothesis) tests are sweeps too: marked slow there so
+    that `-m slow` runs them again with the sweep's counts."""
+    if _runs_slow_tests(config):
+        for item in items:
+            if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
+                item.add_marker(pytest.mark.slow)
 
 
 class Layout(dict):
@@ -27,12 +50,14 @@ class Layout(dict):
         return self.name != "memory"
 
 
-LAYOUTS = ["memory", "bcolz", "blz"]
+# the bcolz layout runs in the slow set only: the default run covers it through the interoperability
+# tests (tests/test_bcolz_interop.py, test_fixtures.py, test_apps.py), which compare it with the real bcolz
+LAYOUTS = ["memory", pytest.param("bcolz", marks=pytest.mark.slow), "blz"]
 
 
 @pytest.fixture(params=LAYOUTS)
 def layout(request, tmp_path):
-    """A new object in memory, in the bcolz 1.x layout or in the BLZ layout (the default)."""
+    """A new object in memory, in the bcolz 1.x layout (slow set) or in the BLZ layout (the default)."""
     if request.param == "memory":
         return Layout("memory", {})
     return Layout(request.param, {"rootdir": str(tmp_path / "obj"), "format": request.param})

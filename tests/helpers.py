@@ -5,7 +5,8 @@
 - `make_ra`, `make_typed_ra`: structured arrays of every column kind for the ctable tests;
 - `tree`, `flip_byte`: the bytes of a directory, and damaging one byte of a file;
 - `fork_child`, `read_line`, `read_all`, `wait_for`: the fork/pipe loop of the kill and
-  concurrency tests (a child reports on a pipe; the parent reads lines until a marker).
+  concurrency tests (a child reports on a pipe; the parent reads lines until a marker);
+- `examples`: a property test's own count of hypothesis examples, scaled to the run (conftest.py).
 """
 
 import os
@@ -13,8 +14,19 @@ import signal
 import time
 
 import numpy as np
+from hypothesis import settings
 
 import blzarr
+
+# the default count of examples of a sweep (the run of the slow tests) that the counts tests ask for
+# through `examples` are relative to
+SWEEP_BASE = 60
+
+
+def examples(n):
+    """The hypothesis examples of a test that wants `n` in a sweep: scaled as conftest's profile for
+    this run scales the default count (a quarter of `n` in the default run)."""
+    return max(1, round(n * settings.default.max_examples / SWEEP_BASE))
 
 
 def assert_same(got, expected):

@@ -109,8 +109,13 @@ def reference(tmp_path_factory):
     return get
 
 
+# the default run: the daily bars and the pandas round trips, every way; all four workloads in the slow set
+QUICK_WORKLOADS = ("daily_bars", "pandas")
+
+
 @pytest.mark.parametrize("writer,reader", WAYS, ids=[f"{w}-writes-{r}-reads" for w, r in WAYS])
-@pytest.mark.parametrize("workload", list(app_workloads.WORKLOADS))
+@pytest.mark.parametrize("workload", [w if w in QUICK_WORKLOADS else pytest.param(w, marks=pytest.mark.slow)
+                                      for w in app_workloads.WORKLOADS])
 def test_application(tmp_path, reference, workload, writer, reader):
     root = str(tmp_path / workload)
     got, again = run(workload, writer, reader, root)

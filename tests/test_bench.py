@@ -17,6 +17,7 @@ sys.path.insert(0, ROOT)
 from bench import harness, peers as P  # noqa: E402
 
 
+@pytest.mark.slow
 def test_cli_tiny_run_writes_json(tmp_path):
     out = tmp_path / "report.json"
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -192,6 +193,7 @@ def test_readme_lists_the_misses_as_the_harness_prints_them():
         assert harness.format_targets([(name, False, float(ratio.rstrip(")")))]).strip() == line
 
 
+@pytest.mark.slow
 def test_peak_rss_of_bcolz_is_measured_without_blzarr(tmp_path):
     # the child of each peak-RSS measurement imports only the library it measures
     pytest.importorskip("bcolz")
@@ -213,6 +215,7 @@ def _s3_args(tmp_path, *extra):
                   *extra])
 
 
+@pytest.mark.slow
 def test_s3_rows_count_requests_beside_zarr_and_stop_their_server(tmp_path, monkeypatch):
     pytest.importorskip("moto.server")
     s3fs = pytest.importorskip("s3fs")

@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 import blzarr
 from blzarr import _chunk, carray
-from helpers import assert_item, assert_same
+from helpers import assert_item, assert_same, examples
 
 DTYPES = ["?", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f2", "f4", "f8", "c8", "c16",
           "M8[ns]", "M8[D]", "m8[s]", "S5", "U4", "i4,f8,S3", [("a", "i2"), ("b", "f4", (2,))]]
@@ -1079,7 +1079,7 @@ def test_run_ordered_consumes_in_order_and_raises_the_first_error(nthreads):
        skip=st.integers(0, 40_000), dtype=st.sampled_from(["f8", "f4", "i8", "i1", "u2", "?", ">i4", "f2", "c8"]),
        kind=st.sampled_from(["carray", "numpy", "list"]), limit=st.sampled_from([None, 0, 1, 999, 5000]),
        nthreads=st.sampled_from([1, 2]))
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 def test_where_equals_numpy_through_every_mask_kind(seed, n, p, skip, dtype, kind, limit, nthreads):
     # the selected values of each chunk are produced ahead of the caller (on a thread of their own
     # with 2 threads); they come out as Python scalars in order, skip and limit applied across chunks

@@ -156,7 +156,7 @@ def test_objects_on_worker_processes(tmp_path, client):
 
 
 # ------------------------------------------------------------------------------------ from_dask
-@pytest.mark.parametrize("fmt", ["blz", "bcolz"])
+@pytest.mark.parametrize("fmt", ["blz", pytest.param("bcolz", marks=pytest.mark.slow)])
 def test_from_dask_array(tmp_path, client, fmt):
     a = np.arange(10_007, dtype="f8").reshape(-1, 1) * np.array([[1.0, -1.0]])
     x = da.from_array(a, chunks=(777, 2))          # not aligned to chunks: rechunked
@@ -207,7 +207,7 @@ def test_from_dask_edge_cases(tmp_path, client):
     assert_array_equal(c3[:], a + 1)
 
 
-@pytest.mark.parametrize("fmt", ["blz", "bcolz"])
+@pytest.mark.parametrize("fmt", ["blz", pytest.param("bcolz", marks=pytest.mark.slow)])
 def test_from_dask_dataframe(tmp_path, client, fmt):
     n = 2500
     pdf = pd.DataFrame({"i": np.arange(n, dtype="i2"), "f": np.linspace(-1, 1, n, dtype="f4"),
@@ -243,6 +243,7 @@ def test_from_dask_dataframe_refusals(tmp_path):
 
 
 # ------------------------------------------------------------------------------------ eval
+@pytest.mark.slow
 def test_eval_vm_dask(tmp_path, client):
     a = np.arange(5000, dtype="f8")
     b = np.linspace(0, 1, 5000)

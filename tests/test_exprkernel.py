@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
-from helpers import assert_same
+from helpers import assert_same, examples
 
 import blzarr
 from blzarr import _chunk
@@ -112,7 +112,7 @@ def kernel_calls(monkeypatch):
     return calls
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(seed=st.integers(0, 2 ** 32 - 1), chunklen=st.sampled_from([1, 7, 64, 129, 300]),
        extra=st.sampled_from([-1, 0, 1, 5]), nchunks=st.sampled_from([1, 2, 5]), special=st.booleans(),
        raw=st.booleans(), q=SCALARS, sum_expr=arithmetic(), count_expr=predicate(),
@@ -152,7 +152,7 @@ def test_lazy_sum_and_count_equal_numpy(nthreads, kernel_calls, seed, chunklen, 
     assert kernel_calls.count("values") == 2 * (sum_ok + count_ok)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(seed=st.integers(0, 2 ** 32 - 1), chunklen=st.sampled_from([1, 7, 64, 300]),
        extra=st.sampled_from([-1, 0, 3]), nchunks=st.sampled_from([1, 3]), special=st.booleans(),
        raw=st.booleans(), q=SCALARS, expression=predicate(),

@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
-from helpers import assert_same
+from helpers import assert_same, examples
 
 import blzarr
 from blzarr.query import fused
@@ -86,7 +86,7 @@ def nthreads(request):
     blzarr.set_nthreads(old)
 
 
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 @given(n=st.sampled_from([0, 1, 2, 37, 1000, 3001]), seed=st.integers(0, 2 ** 32 - 1),
        expression=st.one_of(predicates(), arithmetic()), blen=st.integers(1, 400),
        vm=st.sampled_from(["numexpr", "python"]), chunklen=st.sampled_from([7, 100, 1024]))
@@ -118,7 +118,7 @@ def test_lazyexpr_equals_numpy(nthreads, n, seed, expression, blen, vm, chunklen
     np.testing.assert_allclose(mean, np.mean(expected), rtol=1e-5 if expected.dtype == "f4" else 1e-12)
 
 
-@pytest.fixture(params=["memory", "bcolz", "blz"])
+@pytest.fixture(params=["memory", pytest.param("bcolz", marks=pytest.mark.slow), "blz"])
 def layout(request, tmp_path_factory):
     return request.param, tmp_path_factory
 
@@ -132,7 +132,7 @@ def make_table(ra, layout, chunklen):
     return blzarr.ctable(cols, names=list(COLS), **kw)
 
 
-@settings(max_examples=25)
+@settings(max_examples=examples(25))
 @given(n=st.sampled_from([0, 1, 5, 900, 2500]), seed=st.integers(0, 2 ** 32 - 1), expression=predicates(),
        vm=st.sampled_from(["numexpr", "python"]), limit=st.sampled_from([None, 0, 3, 500]),
        skip=st.sampled_from([0, 2, 400]), outcols=st.sampled_from([None, ["b", "nrow__"], ["d"]]))
@@ -162,7 +162,7 @@ def test_queries_equal_numpy(nthreads, layout, monkeypatch, n, seed, expression,
     assert_same(t_eval, mask)
 
 
-@settings(max_examples=30)
+@settings(max_examples=examples(30))
 @given(n=st.sampled_from([1, 2, 999, 5000]), seed=st.integers(0, 2 ** 32 - 1),
        name=st.sampled_from(NUMERIC + ["g"]), chunklen=st.sampled_from([3, 64, 1000]))
 def test_carray_reductions_equal_numpy(nthreads, n, seed, name, chunklen):

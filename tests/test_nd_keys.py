@@ -10,6 +10,7 @@ from hypothesis import given, settings, strategies as st
 import blzarr
 from blzarr import _chunk
 from blzarr.errors import ChunkError
+from helpers import examples
 
 
 def sub_key(size):
@@ -44,7 +45,7 @@ def nd_key(draw, shape):
     return (k0,) + tuple(rest)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(data=st.data(), atom=st.sampled_from([(3,), (4, 2), (5,), (2, 3, 2)]), n=st.integers(1, 3000),
        chunklen=st.sampled_from([7, 100, 1000]), dtype=st.sampled_from(["f8", "i2", "u1"]))
 def test_nd_keys_equal_numpy(layout, data, atom, n, chunklen, dtype):

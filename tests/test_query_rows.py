@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
-from helpers import assert_same
+from helpers import assert_same, examples
 
 import blzarr
 from blzarr import _chunk
@@ -102,7 +102,7 @@ def test_rows_written_together_or_field_by_field(layout, monkeypatch):
         t.close()
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(n=st.integers(0, 300), row=st.integers(0, 50), seed=st.integers(0, 2 ** 32 - 1),
        fields=st.lists(st.sampled_from(["i8", "f8", "f4", "i2", "u1", "?", "S3", "S7", "c16"]), min_size=1, max_size=5))
 def test_zip_fields_equals_numpy(n, row, seed, fields):

@@ -231,6 +231,7 @@ def _matrix_child(workdir):
     print(json.dumps({"done": k}), flush=True)
 
 
+@pytest.mark.slow
 def test_corruption_matrix_never_crashes_hangs_or_misreports(tmp_path):
     proc = subprocess.run([sys.executable, HERE, "--matrix", str(tmp_path)], capture_output=True, text=True,
                           timeout=300)

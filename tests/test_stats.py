@@ -16,7 +16,7 @@ import zlib
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
-from helpers import assert_same
+from helpers import assert_same, examples
 
 import blzarr
 from blzarr.query import planner
@@ -102,7 +102,7 @@ def check_plan(p, mask):
 
 
 # ------------------------------------------------------------------------------------------ statistics
-@settings(max_examples=80)
+@settings(max_examples=examples(80))
 @given(n=st.integers(0, 40), seed=st.integers(0, 2 ** 32 - 1), name=st.sampled_from(list(COLS)))
 def test_block_stats_equal_numpy(n, seed, name):
     a = make_data(n, seed)[name]
@@ -143,7 +143,7 @@ WRITES = st.lists(st.one_of(
     st.tuples(st.just("reopen"),)), max_size=8)
 
 
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 @given(seed=st.integers(0, 2 ** 32 - 1), name=st.sampled_from(["ts", "px", "g", "d"]), writes=WRITES)
 def test_writes_keep_statistics(layout, seed, name, writes):
     """append, __setitem__, resize, trim (and reopening) keep each chunk's statistics exact."""
@@ -371,7 +371,7 @@ def make_table(ra, layout, state):
     return blzarr.open(root, mode="r")
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(n=st.sampled_from([0, 1, 2, 15, 16, 17, 64, 200, 777]), seed=st.integers(0, 2 ** 32 - 1),
        expression=predicates(), vm=st.sampled_from(["numexpr", "python"]),
        state=st.sampled_from(["present", "missing", "stale"]), blen=st.sampled_from([1, 7, 16, 40]))
@@ -403,7 +403,7 @@ def test_queries_with_statistics_equal_numpy(layout, monkeypatch, n, seed, expre
         assert_same(ev[:], mask)
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(n=st.integers(1, 300), seed=st.integers(0, 2 ** 32 - 1), expression=predicates(),
        blen=st.integers(1, 50), chunklen=st.sampled_from([1, 3, 16, 50]))
 def test_plans_are_sound(n, seed, expression, blen, chunklen):
@@ -449,7 +449,7 @@ def nthreads(request):
     blzarr.set_nthreads(old)
 
 
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 @given(n=st.sampled_from([0, 1, 3, 64, 300, 1000]), seed=st.integers(0, 2 ** 32 - 1),
        lo=st.floats(-0.1, 1.1), width=st.floats(0, 0.7), extra=st.sampled_from(["", " & (v > 0.3)", " | (v > 0.95)"]),
        outcols=st.sampled_from([None, ["nrow__", "v"], ["s", "ts"], ["m"], ["v"], ["s"], ["v", "nrow__", "s"]]),
@@ -479,7 +479,7 @@ def test_fetch_of_ranges_equals_numpy(nthreads, layout, monkeypatch, n, seed, lo
         assert_same(got[k], want)
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(n=st.sampled_from([1, 2, 17, 64, 300]), seed=st.integers(0, 2 ** 32 - 1),
        dt=st.sampled_from(["i8", "u8", "i2", "f8", "f4", "M8[s]"]),
        terms=st.lists(st.tuples(st.sampled_from([">", ">=", "<", "<=", "=="]), st.floats(-0.3, 1.3),
@@ -592,7 +592,7 @@ def test_bcolz_writes_behind_blzarr(tmp_path, bcolz, chunklen):
 
 
 # ------------------------------------------------------------------------------------------ searchsorted
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(n=st.integers(0, 300), seed=st.integers(0, 2 ** 32 - 1), chunklen=st.sampled_from([1, 4, 32, 1000]),
        kind=st.sampled_from(["i8", "f8", "M8[s]", "S2", "?"]), side=st.sampled_from(["left", "right"]))
 def test_searchsorted_equals_numpy(n, seed, chunklen, kind, side):
@@ -695,7 +695,7 @@ def numpy_stats(a):
     return valid.min(), valid.max(), valid.size != a.size, False
 
 
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @given(dt=st.sampled_from(MINMAX_DTYPES), n=st.integers(1, 300), seed=st.integers(0, 2 ** 32 - 1),
        special=st.sampled_from(SPECIALS))
 def test_minmax_equals_numpy(dt, n, seed, special):
@@ -740,7 +740,7 @@ def test_minmax_refuses_what_it_cannot_do():
 
 
 # ------------------------------------------------------------------------------------------ min/max in the compression call
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @given(dt=st.sampled_from(MINMAX_DTYPES), n=st.integers(1, 300), seed=st.integers(0, 2 ** 32 - 1),
        special=st.sampled_from(SPECIALS), at=st.integers(0, 3))
 def test_compress_with_minmax_equals_numpy(dt, n, seed, special, at):
@@ -781,7 +781,7 @@ def test_compress_with_minmax_refuses_what_it_cannot_do():
             _chunk.compress(src, src.itemsize, 5, 1, "lz4", 0, 1, mins, maxs, at)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(dt=st.sampled_from(MINMAX_DTYPES + ["f2", ">f8"]), n=st.sampled_from([1, 15, 16, 17, 64, 250]),
        seed=st.integers(0, 2 ** 32 - 1), special=st.sampled_from(SPECIALS), step=st.sampled_from([1, 5, 16, 40]),
        nthreads=st.sampled_from([1, 2]), rootdir=st.booleans())

@@ -13,6 +13,7 @@ from hypothesis import given, settings, strategies as st
 from blzarr import _chunk
 from blzarr import _superchunk as sc
 from blzarr.errors import ChecksumError, ChunkError, FormatError
+from helpers import examples
 
 
 def hand_header(version=2, options=3, checksum=2, typesize=8, chunk_size=8000, last_chunk=4000,
@@ -103,7 +104,7 @@ def test_every_checksum_id(cid):
             sc.verify_checksum(cid, bytes(bad), got, "chunk 3")
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(data=st.binary(max_size=5000), start=st.integers(0, 64), cid=st.sampled_from([1, 2]))
 def test_crc32_and_adler32_equal_zlibs(data, start, cid):
     # the fast backend (zlib-ng when installed) must give zlib's bytes on any length and alignment,
