@@ -19,6 +19,7 @@ from blzarr.query import fused
 from blzarr.runtime import parallel
 from blzarr.storage.chunkstore import MemoryChunks
 from blzarr.errors import ChunkError
+from helpers import examples
 
 INT_DTYPES = ["i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8"]
 
@@ -329,7 +330,7 @@ def _rows_ref(x2, cstart, csize):
     return np.ascontiguousarray(b[:, cstart:cstart + csize])
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), nrows=st.integers(1, 1500),
        ncols=st.sampled_from([8, 8, 8, 4, 16, 1, 2, 3, 5, 12, 18]), blocksize=st.sampled_from([0, 128, 1024, 4096, 16384]),
        cname=st.sampled_from(["lz4", "lz4", "blosclz", "zstd"]), shuffle=st.sampled_from([1, 1, 0, 2]),

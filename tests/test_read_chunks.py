@@ -14,6 +14,7 @@ from blzarr import _chunk
 from blzarr import _superchunk as sc
 from blzarr.storage.blz.directory import BlzDir
 from blzarr.errors import BlzarrError, ChecksumError, ChunkError
+from helpers import examples
 
 pytestmark = pytest.mark.skipif(not sc.native_checksum(2), reason="no C-level crc32 (zlib-ng) here")
 
@@ -34,7 +35,7 @@ def no_chunk_path(monkeypatch):
 
 
 # ------------------------------------------------------------------ the acceptance test of a chunk
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.integers(0, 10**9), st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), min_size=1,
                                         max_size=4), st.sampled_from([0, 1]))
 def test_chunk_valid_agrees_with_the_explained_checks(seed, flips, shuffle):
