@@ -1,5 +1,6 @@
 """A process-wide thread pool for per-chunk work: the codec releases the GIL, so chunks decode at once."""
 
+import contextlib
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -11,6 +12,17 @@ MIN_TASKS = 4
 _lock = threading.Lock()
 _pool = {"n": 0, "executor": None}
 _local = threading.local()          # .busy: this thread runs a share of run_all
+
+
+@contextlib.contextmanager
+def _busy():
+    """Within the block this thread counts as running pool work (`_local.busy`); as before after it."""
+    outer = getattr(_local, "busy", False)
+    _local.busy = True
+    try:
+        yield
+    finally:
+        _local.busy = outer
 
 
 def codec_threads():
@@ -70,13 +82,9 @@ def run_all(fn, items):
     step = -(-len(items) // n)
 
     def share(k):
-        outer = getattr(_local, "busy", False)
-        _local.busy = True
-        try:
+        with _busy():
             for item in items[k * step:(k + 1) * step]:
                 fn(item)
-        finally:
-            _local.busy = outer
     futures = [_executor(n - 1).submit(share, k) for k in range(1, n)]
     _here_then_join(lambda: share(0), futures)
 
@@ -95,17 +103,13 @@ def run_each(fn, items):
     lock = threading.Lock()
 
     def loop():
-        outer = getattr(_local, "busy", False)
-        _local.busy = True
-        try:
+        with _busy():
             while True:
                 with lock:
                     item = next(it, _DONE)
                 if item is _DONE:
                     return
                 fn(item)
-        finally:
-            _local.busy = outer
     futures = [_executor(n - 1).submit(loop) for _ in range(1, min(n, len(items)))]
 
     def drain():
@@ -158,9 +162,7 @@ def run_ordered(produce, consume, count, window=None):
             cond.notify_all()
 
     def worker():
-        outer = getattr(_local, "busy", False)
-        _local.busy = True
-        try:
+        with _busy():
             while True:
                 with cond:
                     k = claim()
@@ -170,32 +172,28 @@ def run_ordered(produce, consume, count, window=None):
                         cond.wait()
                         k = claim()
                 make(k)
-        finally:
-            _local.busy = outer
     futures = [_executor(n - 1).submit(worker) for _ in range(n - 1)]
-    outer = getattr(_local, "busy", False)
-    _local.busy = True
     try:
-        for k in range(count):
-            while True:
+        with _busy():
+            for k in range(count):
+                while True:
+                    with cond:
+                        if st["error"] is not None:
+                            raise st["error"]
+                        if k in done:
+                            r = done.pop(k)
+                            break
+                        j = claim()
+                        if j is None:
+                            cond.wait()
+                            continue
+                    make(j)             # nothing ready: produce one more here
+                consume(k, r)
+                del r
                 with cond:
-                    if st["error"] is not None:
-                        raise st["error"]
-                    if k in done:
-                        r = done.pop(k)
-                        break
-                    j = claim()
-                    if j is None:
-                        cond.wait()
-                        continue
-                make(j)             # nothing ready: produce one more here
-            consume(k, r)
-            del r
-            with cond:
-                st["consumed"] = k + 1
-                cond.notify_all()
+                    st["consumed"] = k + 1
+                    cond.notify_all()
     finally:
-        _local.busy = outer
         with cond:
             st["stop"] = True
             cond.notify_all()
