@@ -319,7 +319,12 @@ def rmtree(path, ignore_errors=False):
 def write_new(path, data, sync=False, mode=None):
     """Create (or empty) `path` and write `data`; fsync it when `sync`.  Not atomic: see
     files.atomic_write."""
-    fd = _impl.open(path, "trunc")
+    fill(_impl.open(path, "trunc"), data, sync, mode)
+
+
+def fill(fd, data, sync=False, mode=None):
+    """Give the new file of descriptor `fd` its `mode` (unless None) and `data`, fsync it when `sync`,
+    and close `fd` (also when one of these fails)."""
     try:
         if mode is not None:
             _impl.fchmod(fd, mode)

@@ -164,13 +164,7 @@ def atomic_write(path, data, fsync=False, sync_dir=None):
                 tmp = None
         else:
             raise FileExistsError(f"no free temporary name in '{d}'")
-        try:
-            fileio.fchmod(fd, mode)
-            fileio.write(fd, data)
-            if fsync:
-                fileio.fsync(fd)
-        finally:
-            fileio.close(fd)
+        fileio.fill(fd, data, fsync, mode)
         fileio.replace(tmp, path)
         if fsync if sync_dir is None else sync_dir:
             fileio.fsync_dir(d)
