@@ -18,7 +18,7 @@ from collections import OrderedDict
 
 from blzarr.storage.bytestore import LocalStore
 from blzarr.storage.chunk import chunk
-from blzarr.storage.chunkstore import ChunkStore
+from blzarr.storage.chunkstore import LayoutChunks
 from blzarr.errors import FormatError, MissingError, ReadOnlyError, StorageError
 from blzarr.storage.locking import first_write
 from blzarr.storage.files import ATTRS_FILE, DATA_DIR, META_DIR, SIZES_FILE
@@ -278,7 +278,7 @@ class BcolzDir:
         return None if self.bytes.remote else self.bytes.version(self._key(n))
 
 
-class BcolzChunks(ChunkStore):
+class BcolzChunks(LayoutChunks):
     """The full chunks of an on-disk carray in the bcolz layout (a `ChunkStore`), read from their
     files on demand, a few kept cached."""
 
@@ -388,26 +388,10 @@ class BcolzChunks(ChunkStore):
     def stray_files(self, expected):
         return self.store.stray_files(expected)
 
-    def read_meta(self, name):
-        return self.store.read_meta(name)
-
-    def write_meta(self, name, obj):
-        self.store.write_meta(name, obj)
-
-    def meta_path(self, name):
-        return self.store.meta_path(name)
-
-    @property
-    def attrs_path(self):
-        return self.store.attrs_path
-
     def fingerprint(self, i):
         """(inode, size, modification time) of data/__i.blp: bcolz rewrites a chunk file in place,
         blzarr replaces it (a new inode)."""
         return self.store.chunk_fingerprint(i)
-
-    def sync(self):
-        self.store.sync()
 
     def verify(self, expected_chunks):
         for i in range(self.nchunks):

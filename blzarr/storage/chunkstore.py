@@ -225,6 +225,27 @@ class ChunkStore:
         """Release open files (the store stays usable: they reopen on demand)."""
 
 
+class LayoutChunks(ChunkStore):
+    """The chunks of an on-disk layout: `store` is its directory object (`bcolz_layout.BcolzDir`,
+    `blz.BlzDir`), which keeps the meta files and makes the writes durable."""
+
+    def sync(self):
+        self.store.sync()
+
+    def read_meta(self, name):
+        return self.store.read_meta(name)
+
+    def write_meta(self, name, obj):
+        self.store.write_meta(name, obj)
+
+    def meta_path(self, name):
+        return self.store.meta_path(name)
+
+    @property
+    def attrs_path(self):
+        return self.store.attrs_path
+
+
 class MemoryChunks(list, ChunkStore):
     """The full chunks of an in-memory carray: a list of `chunk` objects."""
 

@@ -37,7 +37,7 @@ from blzarr import _superchunk as sc
 from blzarr.storage.bcolz_layout import BcolzDir
 from blzarr.storage.bytestore import LocalStore, open_bytestore
 from blzarr.storage.chunk import chunk
-from blzarr.storage.chunkstore import ChunkStore, auto_superchunklen
+from blzarr.storage.chunkstore import LayoutChunks, auto_superchunklen
 from blzarr.errors import BlzarrError, ChunkError, FormatError, ReadOnlyError, StorageError
 from blzarr.storage.locking import first_write
 from blzarr.storage.files import ATTRIBUTES_FILE, DATA_DIR, META_DIR, SIZES_FILE, read_json
@@ -531,7 +531,7 @@ class LazyChunk(chunk):
         return out
 
 
-class BlzChunks(ChunkStore):
+class BlzChunks(LayoutChunks):
     """The full chunks of an on-disk carray in the BLZ layout (a `ChunkStore`)."""
 
     format = FORMAT
@@ -685,22 +685,6 @@ class BlzChunks(ChunkStore):
         self.store.remove_chunks_from(n + (1 if last is not None else 0))
         if last is not None and self.store.nchunks > n:
             self.store.write_chunk(n, last)
-
-    def sync(self):
-        self.store.sync()
-
-    def read_meta(self, name):
-        return self.store.read_meta(name)
-
-    def write_meta(self, name, obj):
-        self.store.write_meta(name, obj)
-
-    def meta_path(self, name):
-        return self.store.meta_path(name)
-
-    @property
-    def attrs_path(self):
-        return self.store.attrs_path
 
     def fingerprint(self, i):
         if getattr(self.store, "remote", False):
