@@ -1,4 +1,4 @@
-"""bcolz applications, unmodified, on blzarr (issue #10): the workloads of tests/app_workloads.py
+"""bcolz applications, unmodified, on blzarr: the workloads of tests/app_workloads.py
 (zipline's daily and minute bars, pandas round trips, iteration and queries) run three ways:
 
 - blzarr writes and reads, in its default (BLZ) layout;

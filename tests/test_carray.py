@@ -1,4 +1,4 @@
-"""The carray API (issue 2), asserted against NumPy, and against real bcolz where bcolz defines it."""
+"""The carray API, asserted against NumPy, and against real bcolz where bcolz defines it."""
 
 import os
 import pickle

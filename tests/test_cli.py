@@ -343,7 +343,7 @@ def test_subprocess_python_m_blzarr(store):
     assert "does not exist" in one_error_line(p.stderr)
 
 
-# ----------------------------------------------------------------------------- issue 16: the command line
+# ----------------------------------------------------------------------------- the command line
 @pytest.mark.parametrize("argv, what", [
     (["--cname", "foo"], "argument --cname: invalid choice: 'foo'"),
     (["--clevel", "12"], "argument --clevel: 12 is not in 0-9"),

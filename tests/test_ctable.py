@@ -686,7 +686,7 @@ def test_columns_of_different_lengths_on_disk(tmp_path):
     col.trim(3)
     del col
     # what a writer killed between two column flushes leaves: the rows every column holds are the
-    # table (issue 6); a reader shows them and leaves the files, a writer drops the extra atoms
+    # table; a reader shows them and leaves the files, a writer drops the extra atoms
     with pytest.warns(RuntimeWarning, match="different lengths"):
         t = blzarr.open(root, mode="r")
     assert len(t) == 17 and t[:].tolist() == make_ra(20)[:17].tolist()

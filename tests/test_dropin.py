@@ -1,4 +1,4 @@
-"""Drop-in: bcolz's import paths and public names resolve the same way in blzarr (issue #10).
+"""Drop-in: bcolz's import paths and public names resolve the same way in blzarr.
 
 The name sets are read from the installed bcolz (bcolz-zipline), so a name bcolz has and blzarr
 lacks fails here unless it is listed in OMITTED with the reason.
@@ -178,7 +178,7 @@ def test_utils_like_bcolz():
 
 
 # ---------------------------------------------------------------------------------------------------------
-# ctable columns at root/<name> in both layouts (item 2)
+# ctable columns at root/<name> in both layouts
 
 def _table(root, fmt):
     cols = {"a": np.arange(300, dtype="i8"), "b": np.arange(300) * 0.5}
@@ -224,7 +224,7 @@ def test_colliding_column_names_refused(tmp_path, fmt):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# defaults.format (item 3)
+# defaults.format
 
 def test_defaults_format(tmp_path):
     assert blzarr.defaults.format == "blz"
@@ -250,7 +250,7 @@ def test_defaults_format(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# iteration objects (item 4)
+# iteration objects
 
 def test_iter_objects_have_iter_like_bcolz():
     data = np.arange(50)
@@ -269,8 +269,8 @@ def test_iter_objects_have_iter_like_bcolz():
 
 
 # ---------------------------------------------------------------------------------------------------------
-# eval with vm='dask' and da. names (item 5), ctable.copy(cparams=) (item 6), purge (item 7),
-# chunk.atomsize / itemsize (item 8)
+# eval with vm='dask' and da. names, ctable.copy(cparams=), purge,
+# chunk.atomsize / itemsize
 
 def test_eval_dask_with_da_names():
     pytest.importorskip("dask")

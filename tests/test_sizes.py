@@ -1,4 +1,4 @@
-"""One meaning of nbytes, cbytes and ratio (issue 16): the repr, ``info``, ``blzarr info`` (text and
+"""One meaning of nbytes, cbytes and ratio: the repr, ``info``, ``blzarr info`` (text and
 JSON) and ``blzarr ls`` show the same numbers for one object, carray or ctable, in both layouts, and in
 the bcolz layout they are the numbers the real bcolz gives for the same directory."""
 

@@ -1,6 +1,6 @@
 """Every filesystem failure reaches the user as a blzarr StorageError that names the path and keeps the
 operating system's reason ("[Errno 28] No space left on device"), on every path: create, replace with
-mode 'w', append, flush, compact, convert, purge, ctable create/append/addcol (issue 16).
+mode 'w', append, flush, compact, convert, purge, ctable create/append/addcol.
 
 The failures are injected by patching the os functions each path calls (through the I/O layer,
 `blzarr.fileio`, whose makedirs and rmtree are patched themselves) (a counter checks the patched
