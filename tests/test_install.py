@@ -75,10 +75,12 @@ def test_blzarr_bench_quick_from_an_installed_wheel(tmp_path):
     wheel, = wheels.glob("blzarr-*.whl")
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     bindir = venv / ("Scripts" if os.name == "nt" else "bin")
-    subprocess.run([str(bindir / "python"), "-m", "pip", "--disable-pip-version-check", "-q", "install",
-                    str(wheel)], check=True, timeout=600, capture_output=True)
-    blz = str(bindir / "blzarr")
+    # without PYTHONPATH: a checkout on it (with the blzarr.egg-info the wheel build leaves there) would
+    # make pip find blzarr "already installed" and skip it
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    subprocess.run([str(bindir / "python"), "-m", "pip", "--disable-pip-version-check", "-q", "install",
+                    str(wheel)], check=True, timeout=600, capture_output=True, env=env)
+    blz = str(bindir / "blzarr")
     help_ = subprocess.run([blz, "bench", "--help"], cwd=work, env=env, capture_output=True, text=True,
                            timeout=120)
     assert help_.returncode == 0 and help_.stdout.startswith("usage: blzarr bench")
