@@ -42,17 +42,19 @@ def find_blosc():
 
 include_dir, static_lib = find_blosc()
 ext_kwargs = dict(
-    include_dirs=[include_dir, numpy.get_include()],
+    include_dirs=[include_dir, numpy.get_include(), "blzarr/_include"],
     extra_objects=[static_lib],
     libraries=["pthread"],
     define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     extra_compile_args=["-O3"],
 )
-extensions = [
-    Extension("blzarr._chunk", ["blzarr/_chunk.pyx"], **ext_kwargs),
-    Extension("blzarr._superchunk", ["blzarr/_superchunk.pyx"], **ext_kwargs),
-    Extension("blzarr._groupby", ["blzarr/_groupby.pyx"], **ext_kwargs),
-]
+# The Cython layer, one extension per module; the .pxd files beside them say what one cimports of
+# another, and the C headers of blzarr/_include hold the inline C they share.
+CYTHON_MODULES = ["_chunk", "_minmax", "_workpool", "_decode", "_sums", "_rows", "_exprkernel", "_where",
+                  "_superchunk", "_groupby"]
+extensions = [Extension(f"blzarr.{name}", [f"blzarr/{name}.pyx"],
+                        depends=[str(p) for p in Path("blzarr/_include").glob("*.h")], **ext_kwargs)
+              for name in CYTHON_MODULES]
 
 setup(
     ext_modules=cythonize(extensions, language_level=3,

@@ -24,8 +24,13 @@ __version__ = "0.1.0"
 import importlib.machinery as _machinery  # noqa: E402
 import os as _os  # noqa: E402
 
+import importlib as _importlib  # noqa: E402
+
 try:
-    from blzarr import _chunk as _chunk_ext, _superchunk as _superchunk_ext  # noqa: E402,F401
+    # every compiled module, so that a build missing one fails here with the message below
+    for _ext in ("_chunk", "_minmax", "_workpool", "_decode", "_sums", "_rows", "_exprkernel", "_where",
+                 "_superchunk", "_groupby"):
+        _importlib.import_module("blzarr." + _ext)
 except ImportError as _e:
     _here = _os.path.dirname(_os.path.abspath(__file__))
     _built = [f for f in _os.listdir(_here)
@@ -39,7 +44,7 @@ except ImportError as _e:
         f"(and which hides any installed blzarr): build them there with `pip install -e .` in "
         f"{_os.path.dirname(_here)}, or run Python from another directory", name="blzarr") from None
 
-del _machinery, _os, _chunk_ext, _superchunk_ext
+del _machinery, _os, _importlib, _ext
 
 
 from blzarr.runtime.optional import have as _have  # noqa: E402

@@ -1,7 +1,9 @@
-# What `_superchunk` uses of `_chunk` at the C level (reading, checking and reducing chunks of files
-# without the GIL): the parsed header, the acceptance test of a chunk, the per-chunk sum.
+# What the other Cython modules use of `_chunk` at the C level: the parsed header of a chunk, how it is
+# parsed and checked (with the GIL, raising ChunkError; or without it, as a yes/no), and the item
+# reader of one chunk that the batch classes run on their threads.
 
-from libc.stdint cimport uint8_t
+from libc.stdint cimport int32_t, uint8_t, uint32_t
+cimport numpy as cnp
 
 cdef struct header_t:
     int version
@@ -14,15 +16,23 @@ cdef struct header_t:
     Py_ssize_t nblocks
 
 cdef enum:
-    SUM_F8 = 0
-    SUM_F4 = 1
-    SUM_SIGNED = 2       # accumulated in int64, wrapping as NumPy's does
-    SUM_UNSIGNED = 3     # accumulated in uint64
+    C_MEMCPYED = 0x02          # the header flag of a chunk stored raw, for code without the GIL
+    C_DONT_SPLIT = 0x10        # the header flag of a chunk whose blocks are one stream each
+    MIN_SPLIT_ITEMS = 128      # blocksize / typesize from which a block is split into typesize streams
+    MAX_SPLITS = 16
 
+
+cdef inline int32_t read_i32(const uint8_t *p) noexcept nogil:
+    # little-endian whatever the machine: the header's fields are stored so
+    return <int32_t>(<uint32_t>p[0] | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16) | (<uint32_t>p[3] << 24))
+
+
+cdef str located(object where)
+cdef const uint8_t[::1] bytes_view(object buf)
+cdef int parse_header(const uint8_t *p, Py_ssize_t buflen, header_t *h, object where,
+                      bint lazy) except -1
 cdef int chunk_valid(const uint8_t *p, Py_ssize_t buflen, Py_ssize_t expected_nbytes,
                      header_t *h) noexcept nogil
-cdef void sum_values(int kind, Py_ssize_t isz, bint is_signed, const char *v, Py_ssize_t n, char *sums,
-                     Py_ssize_t k) noexcept nogil
-cdef int rows_of_chunk(const uint8_t *p, const header_t *h, char *dst, Py_ssize_t rowsize,
-                       Py_ssize_t cstart, Py_ssize_t csize, char *scratch,
-                       Py_ssize_t scratch_bytes) noexcept nogil
+cdef int take_core(const uint8_t *src, header_t *h, const cnp.intp_t *pos, Py_ssize_t n, Py_ssize_t base,
+                   Py_ssize_t itemsize, char *out, const cnp.intp_t *rows, Py_ssize_t first_row,
+                   char *scratch, Py_ssize_t *ndec, bint whole) noexcept nogil

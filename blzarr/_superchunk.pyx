@@ -2,9 +2,13 @@
 """BLZ superchunk files, the low level: the 32-byte header, offsets tables, checksums, positioned reads.
 
 A superchunk file is ``header | metadata (JSON) | offsets (int64[capacity]) | chunk, checksum, reserve ...``
-(see docs/FORMAT.rst).  This module knows byte layouts and file descriptors, not arrays or directories.
-Every read goes through `pread_into`, which releases the GIL around the system call and counts the bytes
-it reads (`io_stats`), so tests can check that lazy reads touch only what they need.
+(see docs/FORMAT.rst).  Every read is a positioned read with the GIL released, counted in `io_stats`, so
+tests can check that lazy reads touch only what they need: `read_blocks_into` reads only the blocks of
+a chunk that hold the wanted bytes, `fetch_decode` one whole chunk (verified, validated, decoded), and
+`ReadChunks` many whole chunks on the threads of the work pool (`_workpool`) without the GIL.
+
+What it does not do: know arrays or directories (that is `blzarr.blz`), or decode chunks itself
+(`_chunk`, `_sums` and `_rows` do, called from here).
 """
 
 import ctypes
@@ -55,7 +59,10 @@ cdef extern from *:
 
 from blzarr import _chunk
 from blzarr._blosc cimport blosc_decompress_ctx
-from blzarr._chunk cimport header_t, chunk_valid, rows_of_chunk, sum_values, SUM_F8, SUM_F4, SUM_SIGNED, SUM_UNSIGNED
+from blzarr._chunk cimport header_t, chunk_valid, read_i32
+from blzarr._rows cimport rows_of_chunk
+from blzarr._sums cimport sum_values, SUM_F8, SUM_F4, SUM_SIGNED, SUM_UNSIGNED
+from blzarr._workpool cimport Work
 from blzarr.errors import ChecksumError, ChunkError, FormatError, StorageError
 
 cnp.import_array()
@@ -108,10 +115,6 @@ cdef inline void _put_i64(uint8_t *p, int64_t v) noexcept nogil:
     cdef int k
     for k in range(8):
         p[k] = (u >> (8 * k)) & 0xff
-
-
-cdef inline int32_t _get_i32(const uint8_t *p) noexcept nogil:
-    return <int32_t>(<uint32_t>p[0] | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16) | (<uint32_t>p[3] << 24))
 
 
 cdef inline int64_t _get_i64(const uint8_t *p) noexcept nogil:
@@ -204,9 +207,9 @@ def unpack_header(buf, where=None):
     cdef const uint8_t *p = &v[0]
     if bytes(buf[:4]) != MAGIC:
         raise FormatError(f"superchunk file{w} does not start with the magic 'blpk' (got {bytes(buf[:4])!r})")
-    h = dict(version=p[4], options=p[5], checksum=p[6], typesize=p[7], chunk_size=_get_i32(p + 8),
-             last_chunk=_get_i32(p + 12), nchunks=_get_i64(p + 16), meta_size=_get_i32(p + 24),
-             reserved=_get_i32(p + 28))
+    h = dict(version=p[4], options=p[5], checksum=p[6], typesize=p[7], chunk_size=read_i32(p + 8),
+             last_chunk=read_i32(p + 12), nchunks=_get_i64(p + 16), meta_size=read_i32(p + 24),
+             reserved=read_i32(p + 28))
     if h["version"] != VERSION:
         raise FormatError(f"superchunk file{w}: header version {h['version']}, this reader knows {VERSION} "
                           "(version 1 is the single-chunk bcolz 1.x '.blp' file)")
@@ -240,23 +243,33 @@ def pack_i64(int64_t value):
     return bytes(out)
 
 
+cdef Py_ssize_t _pread_nogil(int fd, char *dest, Py_ssize_t n, int64_t pos, Py_ssize_t *calls,
+                             int *err) noexcept nogil:
+    """pread until `n` bytes, the end of the file or an error (its errno into `*err`, else 0); the
+    count read.  `*calls` counts the system calls (for io_stats)."""
+    cdef Py_ssize_t done = 0, r
+    err[0] = 0
+    while done < n:
+        r = c_pread(fd, dest + done, n - done, <off_t>(pos + done))
+        calls[0] += 1
+        if r < 0:
+            if errno == EINTR:
+                continue
+            err[0] = errno
+            break
+        if r == 0:
+            break
+        done += r
+    return done
+
+
 cdef Py_ssize_t _pread_all(int fd, char *dest, Py_ssize_t n, int64_t pos) except -2:
-    """pread until `n` bytes or end of file; returns the count.  GIL released for the calls."""
+    """`_pread_nogil` with the GIL released, counted in io_stats; an error raises StorageError."""
     global _stat_bytes, _stat_calls
-    cdef Py_ssize_t done = 0, r = 0
-    cdef int calls = 0, err = 0
+    cdef Py_ssize_t done, calls = 0
+    cdef int err
     with nogil:
-        while done < n:
-            r = c_pread(fd, dest + done, n - done, <off_t>(pos + done))
-            calls += 1
-            if r < 0:
-                if errno == EINTR:
-                    continue
-                err = errno
-                break
-            if r == 0:
-                break
-            done += r
+        done = _pread_nogil(fd, dest, n, pos, &calls, &err)
     _stat_calls += calls
     _stat_bytes += done
     if err:
@@ -376,7 +389,7 @@ def fetch_decode(int fd, int64_t off, int64_t ct, int64_t limit, int cid, buf, c
         got = _pread_all(fd, <char *>h16, 16, off)
         if got != 16:
             raise FormatError(f"{where or 'file'} is truncated: 16 bytes wanted at {off}, only {got} there")
-        ct = _get_i32(h16 + 12)
+        ct = read_i32(h16 + 12)
     if ct < 16 or off + ct + cksize > limit:
         raise FormatError(f"{where}: the chunk claims {ct} bytes (+{cksize} of checksum), "
                           f"past the end of the file ({limit} bytes)")
@@ -431,9 +444,9 @@ def read_head(int fd, int64_t offset, int64_t limit, where=None):
     if got != 16:
         raise FormatError(f"{where}: truncated Blosc header at {offset}")
     flags = h16[2]
-    nbytes = _get_i32(h16 + 4)
-    blocksize = _get_i32(h16 + 8)
-    ctbytes = _get_i32(h16 + 12)
+    nbytes = read_i32(h16 + 4)
+    blocksize = read_i32(h16 + 8)
+    ctbytes = read_i32(h16 + 12)
     if ctbytes < 16 or offset + ctbytes > limit:
         raise FormatError(f"{where}: the chunk at {offset} claims {ctbytes} bytes, past the end of the file "
                           f"({limit} bytes)")
@@ -464,7 +477,7 @@ def read_blocks_into(int fd, int64_t offset, head, Py_ssize_t start, Py_ssize_t 
     Returns the number of bytes read from the file.
     """
     cdef bytes hb = bytes(head)
-    cdef Py_ssize_t ctbytes = _get_i32(<const uint8_t *><const char *>hb + 12) if len(hb) >= 16 else 0
+    cdef Py_ssize_t ctbytes = read_i32(<const uint8_t *><const char *>hb + 12) if len(hb) >= 16 else 0
     cdef Py_ssize_t b, e, total = 0
     head = hb
     if ctbytes < 16:
@@ -550,43 +563,11 @@ def native_checksum(int cid):
     return cid == 0 or (cid in (1, 2) and NATIVE_CHECKSUMS)
 
 
-cdef extern from *:
-    """
-    #if defined(_MSC_VER)
-    #include <intrin.h>
-    #if defined(_WIN64)
-    #define BLZS_FETCH_ADD(p, v) ((Py_ssize_t)_InterlockedExchangeAdd64((volatile __int64 *)(p), (__int64)(v)))
-    #else
-    #define BLZS_FETCH_ADD(p, v) ((Py_ssize_t)_InterlockedExchangeAdd((volatile long *)(p), (long)(v)))
-    #endif
-    #else
-    #define BLZS_FETCH_ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_RELAXED)
-    #endif
-    """
-    Py_ssize_t BLZS_FETCH_ADD(Py_ssize_t *p, Py_ssize_t v) noexcept nogil
-
-
-cdef Py_ssize_t _pread_nogil(int fd, char *dest, Py_ssize_t n, int64_t pos, Py_ssize_t *calls) noexcept nogil:
-    """pread until `n` bytes, end of file or an error; the count read (-1 on an error)."""
-    cdef Py_ssize_t done = 0, r
-    while done < n:
-        r = c_pread(fd, dest + done, n - done, <off_t>(pos + done))
-        calls[0] += 1
-        if r < 0:
-            if errno == EINTR:
-                continue
-            return -1
-        if r == 0:
-            break
-        done += r
-    return done
-
-
-# buffers of the threads of ReadChunks, kept for the next call (a fresh chunk-sized buffer comes from
-# mmap: page faults and zeroing each time); taken and given back with the GIL held
-cdef list _rc_pool = []
-cdef Py_ssize_t RC_KEEP_BYTES = 8 * 1024 * 1024
-cdef Py_ssize_t RC_KEEP_COUNT = 8
+# the head of a thread's scratch: its counts of bytes read and pread calls (added to io_stats when the
+# thread is done, with the GIL), then the read buffer (`cap`), then the decode buffer of the mode
+cdef enum:
+    RC_LEAD = 64
+    RC_KEEP_BYTES = 8 * 1024 * 1024 + RC_LEAD   # ReadChunks' buffers kept in the work pool between calls
 
 cdef enum:
     RC_NONE = 0
@@ -595,7 +576,7 @@ cdef enum:
     RC_ROWS = 3         # bytes [cstart, cstart + csize) of each row of rowsize bytes, packed into dest
 
 
-cdef class ReadChunks:
+cdef class ReadChunks(Work):
     """ReadChunks(fds, offsets, limits, entries, cid, expected_nbytes, nparts=1)
 
     Item k is the chunk at byte ``offsets[k]`` of file descriptor ``fds[k]`` (whose size is
@@ -604,14 +585,13 @@ cdef class ReadChunks:
     validates the structure (`_chunk.validate`'s test), then, with ``entries[k]`` >= 0, reads the
     chunk's offsets entry there again and requires it to still be ``offsets[k]`` (a reader beside a
     writer), and uses the chunk as set by `decode_into`, `sum_as` or `rows_into`.  Call `run()` from up
-    to `nparts` threads.  Nothing raises for a chunk: ``status[k]`` is 0 for a chunk done, nonzero for
+    to `nparts` threads (the work pool of `_workpool`: each thread's own share first, then the others').  Nothing raises for a chunk: ``status[k]`` is 0 for a chunk done, nonzero for
     one that was not (a short read, a checksum or structure that does not hold, a moved chunk, a failed
     decode): the caller reads those again its slow way, which says what is wrong (or retries).
     ``cts[k]`` is chunk k's compressed size once read.
     """
 
-    cdef readonly Py_ssize_t nparts, nitems
-    cdef Py_ssize_t expected, cksize, cap, callers, nread, ncalls, scratch_bytes
+    cdef Py_ssize_t expected, cksize, cap, work_bytes
     cdef int cid, mode, kind
     cdef Py_ssize_t isz, rowsize, cstart, csize
     cdef bint is_signed
@@ -627,14 +607,12 @@ cdef class ReadChunks:
     cdef char *out
     cdef char *sums
     cdef Py_ssize_t outbytes
-    cdef Py_ssize_t nxt[64]
-    cdef Py_ssize_t end[64]
     cdef readonly object status, cts, sums_arr
     cdef object keep
 
     def __init__(self, fds, offsets, limits, entries, int cid, Py_ssize_t expected_nbytes,
                  Py_ssize_t nparts=1, ctbytes=None, verified=None):
-        cdef Py_ssize_t p, n
+        cdef Py_ssize_t n
         if not native_checksum(cid):
             raise ValueError(f"ReadChunks: checksum {cid} is not verified without the GIL here")
         if expected_nbytes <= 0:
@@ -656,8 +634,8 @@ cdef class ReadChunks:
         self.off = <const int64_t *>cnp.PyArray_DATA(arrs[1])
         self.lim = <const int64_t *>cnp.PyArray_DATA(arrs[2])
         self.ent = <const int64_t *>cnp.PyArray_DATA(arrs[3])
-        self.nitems = n
-        self.nparts = max(1, min(nparts, n, 64))
+        self._share(n, min(nparts, 64))
+        self.keep_bytes = RC_KEEP_BYTES
         self.cid = cid
         self.cksize = CHECKSUMS[cid][1]
         self.expected = expected_nbytes
@@ -666,10 +644,13 @@ cdef class ReadChunks:
         self.cts = np.full(n, -1, dtype=np.int64)
         self.st = <int8_t *>cnp.PyArray_DATA(self.status)
         self.ct = <int64_t *>cnp.PyArray_DATA(self.cts)
-        for p in range(self.nparts):
-            self.nxt[p] = n * p // self.nparts
-            self.end[p] = n * (p + 1) // self.nparts
-        self.mode = RC_NONE
+        self._set_mode(RC_NONE, 0)
+
+    cdef int _set_mode(self, int mode, Py_ssize_t work_bytes) except -1:
+        self.mode = mode
+        self.work_bytes = work_bytes
+        self.scratch_bytes = RC_LEAD + self.cap + work_bytes
+        return 0
 
     cdef int _set_dest(self, cnp.ndarray dest, dest_offsets, Py_ssize_t each) except -1:
         cdef Py_ssize_t k
@@ -690,7 +671,7 @@ cdef class ReadChunks:
     def decode_into(self, cnp.ndarray dest not None, dest_offsets):
         """Decode chunk k whole into `dest` at byte ``dest_offsets[k]``."""
         self._set_dest(dest, dest_offsets, self.expected)
-        self.mode = RC_DECODE
+        self._set_mode(RC_DECODE, 0)
         return self
 
     def rows_into(self, cnp.ndarray dest not None, dest_offsets, Py_ssize_t rowsize, Py_ssize_t cstart,
@@ -701,12 +682,11 @@ cdef class ReadChunks:
             raise ValueError(f"ReadChunks: bytes [{cstart}, {cstart + csize}) of rows of {rowsize} bytes")
         self._set_dest(dest, dest_offsets, self.expected // rowsize * csize)
         self.rowsize, self.cstart, self.csize = rowsize, cstart, csize
-        self.scratch_bytes = self.expected
-        self.mode = RC_ROWS
+        self._set_mode(RC_ROWS, self.expected)
         return self
 
     def sum_as(self, dtype):
-        """NumPy's sum of chunk k's values of `dtype` into ``sums[k]`` (as `_chunk.SumChunks`)."""
+        """NumPy's sum of chunk k's values of `dtype` into ``sums[k]`` (as `_sums.SumChunks`)."""
         dt = np.dtype(dtype)
         if not dt.isnative or not (dt.kind in "iu" or dt.char in "fd") or dt.itemsize not in (1, 2, 4, 8):
             raise ValueError(f"ReadChunks: cannot sum dtype {dt}")
@@ -724,8 +704,7 @@ cdef class ReadChunks:
         self.is_signed = dt.kind != "u"
         self.sums_arr = np.zeros(self.nitems, acc)
         self.sums = <char *>cnp.PyArray_DATA(self.sums_arr)
-        self.scratch_bytes = self.expected
-        self.mode = RC_SUM
+        self._set_mode(RC_SUM, self.expected)
         return self
 
     cdef int _one(self, Py_ssize_t k, char *rbuf, char *scratch, Py_ssize_t *nread,
@@ -738,26 +717,27 @@ cdef class ReadChunks:
         cdef uint8_t ebuf[8]
         cdef const char *v
         cdef bint check = self.cid != 0 and not self.ver[k]
+        cdef int err         # a failed read is a short one here: the slow path says what went wrong
         if off < 0:
             return 2
         if ct < 0:
-            got = _pread_nogil(fd, rbuf, 16, off, calls)
+            got = _pread_nogil(fd, rbuf, 16, off, calls, &err)
             if got != 16:
                 return 3
             nread[0] += got
             have = 16
-            ct = _get_i32(<const uint8_t *>rbuf + 12)
+            ct = read_i32(<const uint8_t *>rbuf + 12)
         if ct < 16 or ct + self.cksize > self.cap or off + ct + self.cksize > self.lim[k]:
             return 4
         # a chunk verified before at this offset in this state of its file is read without its
         # checksum (as the lazy block reads and decode_chunk_into do); its entry is still re-checked
         total = ct + self.cksize if check else ct
-        got = _pread_nogil(fd, rbuf + have, total - have, off + have, calls)
+        got = _pread_nogil(fd, rbuf + have, total - have, off + have, calls, &err)
         if got != total - have:
             return 3
         nread[0] += got
         if check:
-            stored = <uint32_t>_get_i32(<const uint8_t *>rbuf + ct)
+            stored = <uint32_t>read_i32(<const uint8_t *>rbuf + ct)
             if self.cid == 2:
                 cs = _c_crc32(0, <const uint8_t *>rbuf, <uint32_t>ct)
             else:
@@ -768,7 +748,7 @@ cdef class ReadChunks:
             return 6
         pos = self.ent[k]
         if pos >= 0:
-            got = _pread_nogil(fd, <char *>ebuf, 8, pos, calls)
+            got = _pread_nogil(fd, <char *>ebuf, 8, pos, calls, &err)
             if got != 8:
                 return 3
             nread[0] += 8
@@ -782,7 +762,7 @@ cdef class ReadChunks:
         if self.mode == RC_ROWS:
             # the wanted bytes of every row (one LZ4 block at a time where the chunk allows)
             if rows_of_chunk(<const uint8_t *>rbuf, &h, self.out + self.doff[k], self.rowsize,
-                             self.cstart, self.csize, scratch, self.scratch_bytes) != 0:
+                             self.cstart, self.csize, scratch, self.work_bytes) != 0:
                 return 8
             return 0
         if h.flags & 0x02:
@@ -794,41 +774,23 @@ cdef class ReadChunks:
         sum_values(self.kind, self.isz, self.is_signed, v, nb // self.isz, self.sums, k)
         return 0
 
-    cdef void _loop(self, Py_ssize_t t, char *rbuf, char *scratch, Py_ssize_t *nread,
-                    Py_ssize_t *calls) noexcept nogil:
-        # a thread does its own contiguous share first, then helps with the others'
-        cdef Py_ssize_t q, p, k
-        for q in range(self.nparts):
-            p = (t + q) % self.nparts
-            while True:
-                k = BLZS_FETCH_ADD(&self.nxt[p], 1)
-                if k >= self.end[p]:
-                    break
-                self.st[k] = self._one(k, rbuf, scratch, nread, calls)
+    cdef int _do(self, Py_ssize_t k, char *scratch) noexcept nogil:
+        # a chunk that cannot be used here is not a failure of the work: its status sends it to the
+        # caller's slow path, and the other chunks go on
+        cdef Py_ssize_t *counts = <Py_ssize_t *>scratch
+        self.st[k] = self._one(k, scratch + RC_LEAD, scratch + RC_LEAD + self.cap, &counts[0], &counts[1])
+        return 0
 
-    def run(self):
-        """Do chunks until none is left (call it from up to `nparts` threads at once)."""
-        global _stat_bytes, _stat_calls
-        cdef Py_ssize_t t = BLZS_FETCH_ADD(&self.callers, 1) % self.nparts
-        cdef Py_ssize_t nread = 0, calls = 0, need = self.cap + self.scratch_bytes, i
-        cdef bytearray buf = None
-        cdef char *rbuf
+    cdef int _ready(self) except -1:
         if self.mode == RC_NONE:
             raise ValueError("ReadChunks: call decode_into, sum_as or rows_into first")
-        for i in range(len(_rc_pool)):
-            if len(_rc_pool[i]) >= need:
-                buf = _rc_pool.pop(i)
-                break
-        if buf is None:
-            buf = PyByteArray_FromStringAndSize(NULL, need)
-        rbuf = PyByteArray_AS_STRING(buf)
-        try:
-            with nogil:
-                self._loop(t, rbuf, rbuf + self.cap, &nread, &calls)
-        finally:
-            _stat_bytes += nread
-            _stat_calls += calls
-            if len(buf) <= RC_KEEP_BYTES:
-                _rc_pool.append(buf)
-                if len(_rc_pool) > RC_KEEP_COUNT:
-                    del _rc_pool[0]
+        return 0
+
+    cdef void _started(self, char *scratch) noexcept:
+        (<Py_ssize_t *>scratch)[0] = 0
+        (<Py_ssize_t *>scratch)[1] = 0
+
+    cdef void _finished(self, char *scratch) noexcept:
+        global _stat_bytes, _stat_calls
+        _stat_bytes += (<Py_ssize_t *>scratch)[0]
+        _stat_calls += (<Py_ssize_t *>scratch)[1]

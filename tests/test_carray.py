@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import blzarr
-from blzarr import _chunk, carray
+from blzarr import _where, carray
 from helpers import assert_item, assert_same, examples
 
 DTYPES = ["?", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f2", "f4", "f8", "c8", "c16",
@@ -1096,4 +1096,4 @@ def test_where_equals_numpy_through_every_mask_kind(seed, n, p, skip, dtype, kin
     ref = x[m][skip:].tolist()[:limit]
     assert got == ref
     assert [type(v) for v in got] == [type(v) for v in ref]
-    assert _chunk.where_threads() == 0
+    assert _where.where_threads() == 0

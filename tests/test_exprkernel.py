@@ -1,4 +1,4 @@
-"""The fused C kernel of float64 expressions (blzarr.query.exprkernel, _chunk.ExprChunks): lazy sums and counts
+"""The fused C kernel of float64 expressions (blzarr.query.exprkernel, _exprkernel.ExprChunks): lazy sums and counts
 and fetchwhere over in-memory float64 carrays must give NumPy's values, bit for bit the general path's,
 whatever the chunk edges, NaN, infinities, signed zeros, raw (uncompressed) chunks and thread count."""
 
@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 from helpers import assert_same, examples
 
 import blzarr
-from blzarr import _chunk
+from blzarr import _exprkernel
 from blzarr.query import exprkernel
 from blzarr.query import planner
 
@@ -232,9 +232,9 @@ def test_what_the_kernel_leaves_to_the_general_path():
 def test_malformed_programs_are_refused():
     a = blzarr.carray(np.arange(10.0), chunklen=5)
     chunks = [a.resident_chunks()[0]]
-    ok = np.array([[_chunk.EXPR_OPCODES["mul"], 1, 0, 0]], np.int32)
+    ok = np.array([[_exprkernel.EXPR_OPCODES["mul"], 1, 0, 0]], np.int32)
     consts = np.zeros(0)
-    w = _chunk.ExprChunks(chunks, ok, consts, 2, 1, "sum", 5)
+    w = _exprkernel.ExprChunks(chunks, ok, consts, 2, 1, "sum", 5)
     w.run()
     w.check()
     assert w.values.tolist() == [30.0, 255.0]
@@ -244,33 +244,33 @@ def test_malformed_programs_are_refused():
                                       (np.array([[0, 1, 0, -1]], np.int32), 2, 1, "sum"),  # a binary op, one operand
                                       (ok, 2, 2, "sum"), (ok, 2, 1, "mean"), (ok, 1, 0, "sum")):
         with pytest.raises(ValueError):
-            _chunk.ExprChunks(chunks, prog, consts, nregs, result, mode, 5)
+            _exprkernel.ExprChunks(chunks, prog, consts, nregs, result, mode, 5)
     with pytest.raises(ValueError):
-        _chunk.ExprChunks(chunks, ok, consts, 2, 1, "sum", 4)             # chunks of another length
+        _exprkernel.ExprChunks(chunks, ok, consts, 2, 1, "sum", 4)             # chunks of another length
     with pytest.raises(ValueError):
-        _chunk.ExprChunks(chunks, ok, consts, 2, 1, "select", 5, [("operand", 3)])
+        _exprkernel.ExprChunks(chunks, ok, consts, 2, 1, "select", 5, [("operand", 3)])
     with pytest.raises(ValueError):
-        _chunk.ExprChunks(chunks, ok, consts, 2, 1, "select", 5, [("chunks", (chunks[0][:1], 8))])
+        _exprkernel.ExprChunks(chunks, ok, consts, 2, 1, "select", 5, [("chunks", (chunks[0][:1], 8))])
     with pytest.raises(blzarr.ChunkError):
-        _chunk.ExprChunks([[chunks[0][0][:-1], chunks[0][1]]], ok, consts, 2, 1, "sum", 5)
+        _exprkernel.ExprChunks([[chunks[0][0][:-1], chunks[0][1]]], ok, consts, 2, 1, "sum", 5)
     # the rows after the full chunks: one more item, read in place
-    w = _chunk.ExprChunks(chunks, ok, consts, 2, 1, "sum", 5, (), 2, None, [np.array([3.0, 4.0])])
+    w = _exprkernel.ExprChunks(chunks, ok, consts, 2, 1, "sum", 5, (), 2, None, [np.array([3.0, 4.0])])
     w.run()
     w.check()
     assert w.values.tolist() == [30.0, 255.0, 25.0]
-    w = _chunk.ExprChunks([[]], ok, consts, 2, 1, "sum", 5, (), 1, None, [np.array([3.0])])
+    w = _exprkernel.ExprChunks([[]], ok, consts, 2, 1, "sum", 5, (), 1, None, [np.array([3.0])])
     w.run()
     assert w.values.tolist() == [9.0]
     for tails in ([np.array([1, 2])], [np.arange(4.0)[::2]], [np.zeros(0)], [np.zeros(1), np.zeros(1)]):
         with pytest.raises(ValueError):
-            _chunk.ExprChunks(chunks, ok, consts, 2, 1, "sum", 5, (), 1, None, tails)
+            _exprkernel.ExprChunks(chunks, ok, consts, 2, 1, "sum", 5, (), 1, None, tails)
     with pytest.raises(ValueError):
-        _chunk.ExprChunks([[]], ok, consts, 2, 1, "sum", 5)                 # nothing to do
-    sel = np.array([[_chunk.EXPR_OPCODES["gt"], 1, 0, 0]], np.int32)
+        _exprkernel.ExprChunks([[]], ok, consts, 2, 1, "sum", 5)                 # nothing to do
+    sel = np.array([[_exprkernel.EXPR_OPCODES["gt"], 1, 0, 0]], np.int32)
     with pytest.raises(ValueError):                                        # a column without its tail
-        _chunk.ExprChunks(chunks, sel, consts, 2, 1, "select", 5, [("chunks", (chunks[0], 8))], 1, None,
+        _exprkernel.ExprChunks(chunks, sel, consts, 2, 1, "select", 5, [("chunks", (chunks[0], 8))], 1, None,
                           [np.array([3.0])])
-    w = _chunk.ExprChunks(chunks, sel, consts, 2, 1, "select", 5, [("operand", 0)])
+    w = _exprkernel.ExprChunks(chunks, sel, consts, 2, 1, "select", 5, [("operand", 0)])
     w.run()
     w.check()
     with pytest.raises(ValueError):

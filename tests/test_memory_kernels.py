@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import blzarr
-from blzarr import _chunk
+from blzarr import _chunk, _decode, _rows, _sums, _where
 from blzarr.query import fused
 from blzarr.runtime import parallel
 from blzarr.storage.chunkstore import MemoryChunks
@@ -70,17 +70,17 @@ def _without_resident(fn):
 def test_pairwise_sum_is_numpys_bit_for_bit(seed, n, dtype, scale):
     rng = np.random.default_rng(seed)
     x = (_values(rng, n, "f8") * (scale if dtype == "f8" else 1.0)).astype(dtype)
-    got = _chunk.pairwise_sum(x)
+    got = _sums.pairwise_sum(x)
     want = np.sum(x)
     assert np.array(got, dtype=dtype).tobytes() == np.array(want, dtype=dtype).tobytes()
 
 
 def test_pairwise_sum_of_negative_zero_and_lengths_around_the_blocks():
-    assert math.copysign(1.0, _chunk.pairwise_sum(np.array([-0.0]))) == 1.0     # 0.0 + -0.0, as NumPy
+    assert math.copysign(1.0, _sums.pairwise_sum(np.array([-0.0]))) == 1.0     # 0.0 + -0.0, as NumPy
     rng = np.random.default_rng(3)
     for n in [7, 8, 9, 127, 128, 129, 255, 256, 257, 1023, 65536, 65537]:
         x = _values(rng, n, "f8")
-        assert _chunk.pairwise_sum(x) == np.sum(x)
+        assert _sums.pairwise_sum(x) == np.sum(x)
 
 
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 40000), chunklen=st.integers(1, 5000),
@@ -139,7 +139,7 @@ def test_sum_chunks_rejects_what_it_cannot_sum():
     data = [blzarr.chunk(np.arange(10, dtype="f8"), "f8").getdata()]
     for dt in ["c16", "f2", "bool", ">f8", "S3"]:
         with pytest.raises(ValueError):
-            _chunk.SumChunks(data, dt)
+            _sums.SumChunks(data, dt)
 
 
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 30000), chunklen=st.integers(1, 4000),
@@ -167,22 +167,22 @@ def test_decode_chunks_parts_not_in_typesize_units_and_errors():
     raw = values.view(np.uint8)
     out = np.zeros(100, np.uint8)
     # a part whose ends are not whole typesize (8-byte) units: cut from a whole decode
-    w = _chunk.DecodeChunks([c.getdata(), c.getdata()], out, np.array([0, 50], np.intp),
+    w = _decode.DecodeChunks([c.getdata(), c.getdata()], out, np.array([0, 50], np.intp),
                             np.array([3, 80_001], np.intp), np.array([45, 50], np.intp))
     parallel.run_threads(w.run, w.nparts)
     w.check()
     assert out[:45].tobytes() == raw[3:48].tobytes() and out[50:].tobytes() == raw[80_001:80_051].tobytes()
     with pytest.raises(ValueError, match="do not fit"):
-        _chunk.DecodeChunks([c.getdata()], out, np.array([60], np.intp), np.array([0], np.intp),
+        _decode.DecodeChunks([c.getdata()], out, np.array([60], np.intp), np.array([0], np.intp),
                             np.array([50], np.intp))
     with pytest.raises(IndexError, match="outside chunk 0"):
-        _chunk.DecodeChunks([c.getdata()], out, np.array([0], np.intp), np.array([159_990], np.intp),
+        _decode.DecodeChunks([c.getdata()], out, np.array([0], np.intp), np.array([159_990], np.intp),
                             np.array([20], np.intp))
     with pytest.raises(ChunkError, match="chunk 1 of a batch"):
-        _chunk.DecodeChunks([c.getdata(), c.getdata()[:-3]], out, np.zeros(2, np.intp),
+        _decode.DecodeChunks([c.getdata(), c.getdata()[:-3]], out, np.zeros(2, np.intp),
                             np.zeros(2, np.intp), np.zeros(2, np.intp))
     with pytest.raises(ValueError, match="C-contiguous"):
-        _chunk.DecodeChunks([c.getdata()], np.zeros((20, 20), np.uint8)[:, ::2], np.zeros(1, np.intp),
+        _decode.DecodeChunks([c.getdata()], np.zeros((20, 20), np.uint8)[:, ::2], np.zeros(1, np.intp),
                             np.zeros(1, np.intp), np.zeros(1, np.intp))
 
 
@@ -194,7 +194,7 @@ def test_decode_failure_is_a_chunk_error_naming_the_chunk():
     start = int.from_bytes(bad[16:20], "little")
     bad[start:start + 4] = (2**30).to_bytes(4, "little")
     out = np.zeros(3 * values.nbytes, np.uint8)
-    w = _chunk.DecodeChunks([good, bytes(bad), good], out, np.arange(3, dtype=np.intp) * values.nbytes,
+    w = _decode.DecodeChunks([good, bytes(bad), good], out, np.arange(3, dtype=np.intp) * values.nbytes,
                             np.zeros(3, np.intp), np.full(3, values.nbytes, np.intp), 2,
                             ["first", "the damaged one", "third"])
     parallel.run_threads(w.run, w.nparts)
@@ -243,19 +243,19 @@ def test_take_chunks_with_a_typesize_that_does_not_divide_the_items():
     assert _chunk.header(data)["typesize"] == 3
     pos = np.array([1, 2, 2, 29_999, 30_000 + 5, 30_000 + 7], np.intp)
     out = np.zeros(6, "f8")
-    w = _chunk.TakeChunks([data, data], pos, np.array([0, 4], np.intp), np.array([4, 6], np.intp),
+    w = _decode.TakeChunks([data, data], pos, np.array([0, 4], np.intp), np.array([4, 6], np.intp),
                           np.array([0, 30_000], np.intp), 8, out, None, 2)
     parallel.run_threads(w.run, w.nparts)
     w.check()
     assert out.tolist() == [1, 2, 2, 29_999, 5, 7]
     with pytest.raises(IndexError, match="outside chunk 1"):
-        _chunk.TakeChunks([data, data], pos, np.array([0, 4], np.intp), np.array([4, 6], np.intp),
+        _decode.TakeChunks([data, data], pos, np.array([0, 4], np.intp), np.array([4, 6], np.intp),
                           np.array([0, 0], np.intp), 8, out)
     with pytest.raises(IndexError, match="not ascending"):
-        _chunk.TakeChunks([data], pos[::-1].copy(), np.array([0], np.intp), np.array([6], np.intp),
+        _decode.TakeChunks([data], pos[::-1].copy(), np.array([0], np.intp), np.array([6], np.intp),
                           np.array([0], np.intp), 8, out)
     with pytest.raises(IndexError, match="row 9"):
-        _chunk.TakeChunks([data], pos[:1].copy(), np.array([0], np.intp), np.array([1], np.intp),
+        _decode.TakeChunks([data], pos[:1].copy(), np.array([0], np.intp), np.array([1], np.intp),
                           np.array([0], np.intp), 8, out, np.array([9], np.intp))
 
 
@@ -362,10 +362,10 @@ def test_rows_chunks_equal_numpy(seed, nrows, ncols, blocksize, cname, shuffle, 
     h = _chunk.header(bufs[0])
     if (cname == "lz4" and shuffle == 1 and isz == 8 and cstart % 8 == 0 and csize % 8 == 0
             and not h["memcpyed"] and h["blocksize"] % rowsize == 0 and _cheap_gather(rowsize, csize)):
-        assert _chunk.rows_by_block(bufs[0], rowsize, cstart, csize)
+        assert _rows.rows_by_block(bufs[0], rowsize, cstart, csize)
     each = nrows * csize
     out = np.full(2 * each + 3, 0xAB, np.uint8)
-    w = _chunk.RowsChunks(bufs, out, np.array([0, each + 3], np.intp), rowsize, cstart, csize,
+    w = _rows.RowsChunks(bufs, out, np.array([0, each + 3], np.intp), rowsize, cstart, csize,
                           data.draw(st.sampled_from([1, 2])))
     parallel.run_threads(w.run, w.nparts)
     w.check()
@@ -374,7 +374,7 @@ def test_rows_chunks_equal_numpy(seed, nrows, ncols, blocksize, cname, shuffle, 
     assert out[each + 3:].tobytes() == _rows_ref(x2[::-1], cstart, csize).tobytes()
 
 
-def _cheap_gather(rowsize, csize, avx2=_chunk.GATHER_AVX2):
+def _cheap_gather(rowsize, csize, avx2=_rows.GATHER_AVX2):
     """Whether the block-by-block path takes `csize` bytes of rows of `rowsize` (at most an eighth of
     each row, or one value of rows of 8 with the AVX2 gather in use)."""
     return csize * 8 <= rowsize or (rowsize == 64 and csize == 8 and avx2)
@@ -383,9 +383,9 @@ def _cheap_gather(rowsize, csize, avx2=_chunk.GATHER_AVX2):
 @pytest.fixture(params=["avx2", "scalar"])
 def gather(request):
     """The AVX2 gather where the CPU has it, then the scalar loop."""
-    old = _chunk._use_gather_avx2(request.param == "avx2")
+    old = _rows._use_gather_avx2(request.param == "avx2")
     yield request.param
-    _chunk._use_gather_avx2(old)
+    _rows._use_gather_avx2(old)
 
 
 @pytest.mark.parametrize("ncols", [8, 4, 16, 32, 2])
@@ -402,10 +402,10 @@ def test_rows_chunks_block_by_block_every_column_range(ncols, nrows, blocksize, 
     for c0, c1 in ranges:
         cstart, csize = 8 * c0, 8 * (c1 - c0)
         # (5 rows do not compress: the chunk is stored raw, its rows copied in place)
-        expect = _cheap_gather(8 * ncols, csize, gather == "avx2" and _chunk.GATHER_AVX2)
-        assert _chunk.rows_by_block(buf, 8 * ncols, cstart, csize) == (expect and not _chunk.header(buf)["memcpyed"])
+        expect = _cheap_gather(8 * ncols, csize, gather == "avx2" and _rows.GATHER_AVX2)
+        assert _rows.rows_by_block(buf, 8 * ncols, cstart, csize) == (expect and not _chunk.header(buf)["memcpyed"])
         out = np.empty(nrows * csize, np.uint8)
-        w = _chunk.RowsChunks([buf], out, np.zeros(1, np.intp), 8 * ncols, cstart, csize)
+        w = _rows.RowsChunks([buf], out, np.zeros(1, np.intp), 8 * ncols, cstart, csize)
         parallel.run_threads(w.run, w.nparts)
         w.check()
         assert out.tobytes() == _rows_ref(x2, cstart, csize).tobytes(), (c0, c1)
@@ -416,25 +416,25 @@ def test_rows_chunks_of_a_raw_chunk_and_argument_errors():
     raw = _chunk.compress(x2, 8, 0, 1, "lz4")                  # clevel 0: stored raw (memcpyed)
     assert _chunk.header(raw)["memcpyed"]
     out = np.empty(4000 * 16, np.uint8)
-    w = _chunk.RowsChunks([raw], out, np.zeros(1, np.intp), 64, 16, 16)
+    w = _rows.RowsChunks([raw], out, np.zeros(1, np.intp), 64, 16, 16)
     parallel.run_threads(w.run, w.nparts)
     w.check()
     np.testing.assert_array_equal(out.view("f8").reshape(4000, 2), x2[:, 2:4])
     with pytest.raises(ValueError, match="do not fit"):
-        _chunk.RowsChunks([raw], out, np.array([8], np.intp), 64, 16, 16)
+        _rows.RowsChunks([raw], out, np.array([8], np.intp), 64, 16, 16)
     with pytest.raises(ValueError, match="rows of 64 bytes"):
-        _chunk.RowsChunks([raw], out, np.zeros(1, np.intp), 64, 60, 8)
+        _rows.RowsChunks([raw], out, np.zeros(1, np.intp), 64, 60, 8)
     with pytest.raises(ValueError, match="whole rows"):
-        _chunk.RowsChunks([raw], out, np.zeros(1, np.intp), 48, 0, 8)
+        _rows.RowsChunks([raw], out, np.zeros(1, np.intp), 48, 0, 8)
     with pytest.raises(ValueError, match="C-contiguous"):
-        _chunk.RowsChunks([raw], np.zeros((20, 20), np.uint8)[:, ::2], np.zeros(1, np.intp), 64, 0, 8)
+        _rows.RowsChunks([raw], np.zeros((20, 20), np.uint8)[:, ::2], np.zeros(1, np.intp), 64, 0, 8)
 
 
 @pytest.mark.parametrize("damage", ["stream size", "lz4 payload", "block start"])
 def test_rows_chunks_of_a_damaged_lz4_chunk_is_a_chunk_error_naming_it(damage):
     x2 = np.cumsum(np.random.default_rng(3).standard_normal((3000, 8)), axis=0)
     good = _chunk.compress(x2, 8, 5, 1, "lz4")
-    assert _chunk.header(good)["flags"] == 0x31 and _chunk.rows_by_block(good, 64, 8, 8)
+    assert _chunk.header(good)["flags"] == 0x31 and _rows.rows_by_block(good, 64, 8, 8)
     bad = bytearray(good)
     start = int.from_bytes(bad[20:24], "little")      # block 1
     if damage == "stream size":
@@ -447,7 +447,7 @@ def test_rows_chunks_of_a_damaged_lz4_chunk_is_a_chunk_error_naming_it(damage):
     if damage == "lz4 payload":
         _chunk.validate(bytes(bad))                   # the structure holds: LZ4 itself must refuse it
     out = np.empty(3 * 3000 * 8, np.uint8)
-    w = _chunk.RowsChunks([good, bytes(bad), good], out, np.arange(3, dtype=np.intp) * 3000 * 8, 64, 8, 8, 2,
+    w = _rows.RowsChunks([good, bytes(bad), good], out, np.arange(3, dtype=np.intp) * 3000 * 8, 64, 8, 8, 2,
                           ["first", "the damaged one", "third"])
     parallel.run_threads(w.run, w.nparts)
     with pytest.raises(ChunkError, match="the damaged one"):
@@ -477,7 +477,7 @@ def test_where_stops_producing_when_the_caller_stops(nthreads):
         for v in a.where(mc):
             assert v == want[0]
             break
-        assert _chunk.where_threads() == 0
+        assert _where.where_threads() == 0
         it = a.where(mc)
         first = [next(it) for _ in range(10)]
         assert first == want[:10]
@@ -487,7 +487,7 @@ def test_where_stops_producing_when_the_caller_stops(nthreads):
         assert it.work.decoded[0] <= 1 + it.work.win
         assert it.work.running == (nthreads > 1)
         it.close()
-        assert not it.work.running and _chunk.where_threads() == 0
+        assert not it.work.running and _where.where_threads() == 0
         # chunks of 4 MB: a window of 16 MB of them
         big = blzarr.carray(np.arange(2_000_000.0), chunklen=500_000)
         it = big.where(np.ones(len(big), bool))
@@ -495,17 +495,17 @@ def test_where_stops_producing_when_the_caller_stops(nthreads):
         it.close()
         assert list(it) == []
         assert list(a.where(mc, limit=1234)) == want[:1234]
-        assert _chunk.where_threads() == 0
+        assert _where.where_threads() == 0
         with pytest.raises(ZeroDivisionError):
             for k, v in enumerate(a.where(mc)):
                 if k == 5000:
                     1 / 0
-        assert _chunk.where_threads() == 0
+        assert _where.where_threads() == 0
         it = a.where(mc)
         next(it)
         del it
         gc.collect()
-        assert _chunk.where_threads() == 0
+        assert _where.where_threads() == 0
     finally:
         blzarr.set_nthreads(old)
 
@@ -529,7 +529,7 @@ def test_where_raises_a_corrupt_chunk_when_its_turn_comes(nthreads, which):
     # every value before the bad chunk came out first
     first = 10_000 if which == "values" else 20_000
     assert got == x[m][x[m] < first].tolist()
-    assert _chunk.where_threads() == 0
+    assert _where.where_threads() == 0
 
 
 def test_where_floats_kept_by_the_caller_stay_put():
@@ -553,19 +553,19 @@ def test_where_chunks_checks_its_input():
     mtail = np.ones(100, bool)
     modes = np.full(10, 2, np.uint8)
     with pytest.raises(ValueError, match="the mask holds 99 rows, the values 100"):
-        _chunk.WhereChunks(chunks, tail, [], mtail[:99], 10, 99, "f8", modes)
+        _where.WhereChunks(chunks, tail, [], mtail[:99], 10, 99, "f8", modes)
     with pytest.raises(ValueError, match="9 modes for 10 chunks"):
-        _chunk.WhereChunks(chunks, tail, [], mtail, 10, 100, "f8", modes[:9])
+        _where.WhereChunks(chunks, tail, [], mtail, 10, 100, "f8", modes[:9])
     with pytest.raises(ChunkError, match="it holds 80 bytes, not 40"):
-        _chunk.WhereChunks(chunks, tail.astype("f4"), [], mtail, 10, 100, "f4", modes, wheres=["c0"] * 10)
-    w = _chunk.WhereChunks(chunks, tail, [], mtail, 10, 100, "f8", np.array([0, 1] * 5, np.uint8), 3, False)
+        _where.WhereChunks(chunks, tail.astype("f4"), [], mtail, 10, 100, "f4", modes, wheres=["c0"] * 10)
+    w = _where.WhereChunks(chunks, tail, [], mtail, 10, 100, "f8", np.array([0, 1] * 5, np.uint8), 3, False)
     parts = []
     while (p := w.next_part()) is not None:
         parts.append(p.tolist())
     assert parts == [list(range(10 * k + 10, 10 * k + 20)) for k in range(0, 10, 2)]
     with pytest.raises(ValueError, match="no Python scalars"):
         h = blzarr.carray(np.arange(100, dtype="f2"), chunklen=10)
-        _chunk.WhereIter(_chunk.WhereChunks(*h.resident_chunks(), [], mtail, 10, 100, "f2", modes))
+        _where.WhereIter(_where.WhereChunks(*h.resident_chunks(), [], mtail, 10, 100, "f2", modes))
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")

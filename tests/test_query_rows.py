@@ -1,6 +1,6 @@
 """How `fetchwhere(..., out_flavor='numpy')` writes the rows of a range into its result
 (`chunked_eval.select_into`): pieces whose every field is a one-dimensional column are decoded column by
-column into buffers and written row by row (`_chunk.zip_fields`), the others field by field; and the
+column into buffers and written row by row (`_rows.zip_fields`), the others field by field; and the
 plans kept between queries (`planner.plan`) are reused only while the statistics they came from hold.
 Every result is checked against NumPy's."""
 
@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 from helpers import assert_same, examples
 
 import blzarr
-from blzarr import _chunk
+from blzarr import _rows
 from blzarr.query import planner
 
 CL = 8192          # 4 Blosc blocks of 16 KB per int64/float64 chunk: range ends fall inside blocks
@@ -29,9 +29,9 @@ def nthreads(request):
 @pytest.fixture(params=["streamed", "cached"])
 def stores(request):
     """Rows of packed 8-byte fields written by streaming stores from any size on, or never."""
-    old = _chunk._zip_stream_min(0 if request.param == "streamed" else 1 << 62)
+    old = _rows._zip_stream_min(0 if request.param == "streamed" else 1 << 62)
     yield request.param
-    _chunk._zip_stream_min(old)
+    _rows._zip_stream_min(old)
 
 
 def make_table(layout, n=N):
@@ -85,12 +85,12 @@ def test_rows_written_together_or_field_by_field(layout, monkeypatch):
     expression = f"(ts >= {int(ts[CL + 100])}) & (ts < {int(ts[3 * CL + 500])})"
     pos = np.flatnonzero(eval(expression, {}, cols))
     calls = []
-    real = _chunk.zip_fields
+    real = _rows.zip_fields
 
     def counted(*args):
         calls.append(1)
         return real(*args)
-    monkeypatch.setattr(sys.modules["blzarr.chunked_eval"]._chunk, "zip_fields", counted)
+    monkeypatch.setattr(sys.modules["blzarr.chunked_eval"]._rows, "zip_fields", counted)
     for outcols, zipped in ((["ts", "px", "f", "q", "b", "s"], True), (["m", "px"], False),
                             (["nrow__", "ts"], None)):
         del calls[:]
@@ -107,11 +107,11 @@ def test_rows_written_together_or_field_by_field(layout, monkeypatch):
        fields=st.lists(st.sampled_from(["i8", "f8", "f4", "i2", "u1", "?", "S3", "S7", "c16"]), min_size=1, max_size=5))
 def test_zip_fields_equals_numpy(n, row, seed, fields):
     for stream in (0, 1 << 62):
-        old = _chunk._zip_stream_min(stream)
+        old = _rows._zip_stream_min(stream)
         try:
             _check_zip_fields(n, row, seed, fields)
         finally:
-            _chunk._zip_stream_min(old)
+            _rows._zip_stream_min(old)
 
 
 def test_zip_fields_streamed_rows_equal_numpy():
@@ -127,7 +127,7 @@ def _check_zip_fields(n, row, seed, fields):
     out = np.zeros(n + row + 3, dt)
     want = out.copy()
     srcs = [np.frombuffer(rng.bytes(n * np.dtype(f).itemsize), f).copy() for f in fields]
-    assert _chunk.zip_fields(out, row, srcs, [dt.fields[f"c{k}"][1] for k in range(len(fields))]) == n
+    assert _rows.zip_fields(out, row, srcs, [dt.fields[f"c{k}"][1] for k in range(len(fields))]) == n
     for k, s in enumerate(srcs):
         want[f"c{k}"][row:row + n] = s
     assert out.tobytes() == want.tobytes()
@@ -138,29 +138,29 @@ def test_zip_fields_refuses_what_it_cannot_do():
     out = np.zeros(10, dt)
     a, b = np.arange(4), np.arange(4, dtype="f4")
     with pytest.raises(IndexError, match="outside the output"):
-        _chunk.zip_fields(out, 7, [a, b], [0, 8])
+        _rows.zip_fields(out, 7, [a, b], [0, 8])
     with pytest.raises(IndexError, match="outside the output"):
-        _chunk.zip_fields(out, -1, [a, b], [0, 8])
+        _rows.zip_fields(out, -1, [a, b], [0, 8])
     with pytest.raises(ValueError, match="holds 3 values, 4 expected"):
-        _chunk.zip_fields(out, 0, [a, b[:3]], [0, 8])
+        _rows.zip_fields(out, 0, [a, b[:3]], [0, 8])
     with pytest.raises(ValueError, match="outside a row"):
-        _chunk.zip_fields(out, 0, [a, b], [0, 10])
+        _rows.zip_fields(out, 0, [a, b], [0, 10])
     with pytest.raises(ValueError, match="outside a row"):
-        _chunk.zip_fields(out, 0, [a, b], [-1, 8])
+        _rows.zip_fields(out, 0, [a, b], [-1, 8])
     with pytest.raises(ValueError, match="offsets"):
-        _chunk.zip_fields(out, 0, [a, b], [0])
+        _rows.zip_fields(out, 0, [a, b], [0])
     with pytest.raises(ValueError, match="not a C-contiguous"):
-        _chunk.zip_fields(out, 0, [np.arange(8)[::2], b], [0, 8])
+        _rows.zip_fields(out, 0, [np.arange(8)[::2], b], [0, 8])
     with pytest.raises(ValueError, match="not a C-contiguous"):
-        _chunk.zip_fields(out, 0, [np.zeros((4, 1)), b], [0, 8])
+        _rows.zip_fields(out, 0, [np.zeros((4, 1)), b], [0, 8])
     with pytest.raises(ValueError, match="writeable C-contiguous"):
-        _chunk.zip_fields(out[::2], 0, [a, b], [0, 8])
+        _rows.zip_fields(out[::2], 0, [a, b], [0, 8])
     ro = out.copy()
     ro.setflags(write=False)
     with pytest.raises(ValueError, match="writeable C-contiguous"):
-        _chunk.zip_fields(ro, 0, [a, b], [0, 8])
+        _rows.zip_fields(ro, 0, [a, b], [0, 8])
     with pytest.raises(TypeError):
-        _chunk.zip_fields(out, 0, [[1, 2], b], [0, 8])
+        _rows.zip_fields(out, 0, [[1, 2], b], [0, 8])
     assert out.tobytes() == bytes(out.nbytes)      # nothing written by the calls refused
 
 

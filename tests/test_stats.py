@@ -699,16 +699,16 @@ def numpy_stats(a):
 @given(dt=st.sampled_from(MINMAX_DTYPES), n=st.integers(1, 300), seed=st.integers(0, 2 ** 32 - 1),
        special=st.sampled_from(SPECIALS))
 def test_minmax_equals_numpy(dt, n, seed, special):
-    """The C pass of the statistics (blzarr._chunk.minmax, vectorized, with a scalar tail) against
+    """The C pass of the statistics (blzarr._minmax.minmax, vectorized, with a scalar tail) against
     NumPy: every dtype it takes, lengths around the vector widths, NaN/NaT anywhere or everywhere,
     infinities, signed zeros, the dtype's extreme values."""
-    from blzarr import _chunk
+    from blzarr import _minmax
     a = minmax_data(dt, n, seed, special)
     x = np.dtype(dt)
     nat = x.kind in "mM"
     v = a.view("i8") if nat else a
     out = np.empty(2, v.dtype)
-    count = _chunk.minmax(v, out, nat)
+    count = _minmax.minmax(v, out, nat)
     valid = a[~np.isnan(a)] if x.kind in "fmM" else a
     assert count == n - valid.size
     if valid.size:
@@ -724,16 +724,16 @@ def test_minmax_equals_numpy(dt, n, seed, special):
 
 
 def test_minmax_refuses_what_it_cannot_do():
-    from blzarr import _chunk
+    from blzarr import _minmax
     out = np.empty(2, "f8")
     for bad in (np.empty(0), np.arange(10.0)[::2], np.arange(4.0).reshape(2, 2), np.arange(3.0).astype(">f8"),
                 np.arange(3, dtype="f2"), np.array(["a"])):
         with pytest.raises(ValueError):
-            _chunk.minmax(bad, np.empty(2, bad.dtype) if bad.dtype != ">f8" else out)
+            _minmax.minmax(bad, np.empty(2, bad.dtype) if bad.dtype != ">f8" else out)
     with pytest.raises(ValueError):
-        _chunk.minmax(np.arange(3.0), np.empty(1))
+        _minmax.minmax(np.arange(3.0), np.empty(1))
     with pytest.raises(ValueError):
-        _chunk.minmax(np.arange(3.0), np.empty(2, "f4"))
+        _minmax.minmax(np.arange(3.0), np.empty(2, "f4"))
     # what it does not take, block_stats gives from NumPy
     assert stats.block_stats(np.array([3, np.nan, 1], ">f8")) == (1.0, 3.0, stats.KNOWN | stats.HAS_NAN)
     assert stats.block_stats(np.arange(5, dtype="f2")[::2]) == (0.0, 4.0, stats.KNOWN)
@@ -843,7 +843,7 @@ def test_minmax_at_every_alignment_and_length(dt, special):
     """The C pass starts its vector loop at a 64-byte boundary and runs 256 bytes of accumulators: every
     start address within a cache line, lengths around those widths, and the extreme values placed in
     the head, in the vector part and in the tail, against NumPy."""
-    from blzarr import _chunk
+    from blzarr import _minmax
     base = minmax_data(dt, 1200, 7, special)
     nat = base.dtype.kind in "mM"
     rng = np.random.default_rng(1)
@@ -859,7 +859,7 @@ def test_minmax_at_every_alignment_and_length(dt, special):
                     b[where] = np.iinfo(b.dtype).min
                 v = b.view("i8") if nat else b
                 out = np.empty(2, v.dtype)
-                count = _chunk.minmax(v, out, nat)
+                count = _minmax.minmax(v, out, nat)
                 mn, mx, has_nan, only_nan = numpy_stats(b)
                 assert (count > 0) == has_nan
                 if not only_nan:

@@ -12,7 +12,7 @@ import threading
 
 import numpy as np
 
-from blzarr import _chunk
+from blzarr import _rows
 from blzarr.query import exprkernel
 from blzarr.query import fused
 from blzarr.runtime import integrations
@@ -536,7 +536,7 @@ def select_into(expression, operands, vm, blen, outputs, dtype):
                 dst[...] = src[s:s + m]
     # a piece whose every field is a one-dimensional column read by `read_into` or compacted rows of
     # the field's dtype is one task: its columns decoded into buffers of the thread, then written
-    # into the result's rows together, a tile of rows at a time (`_chunk.zip_fields`: each row's
+    # into the result's rows together, a tile of rows at a time (`_rows.zip_fields`: each row's
     # cache line written once, where a strided copy per field brings it in once per field)
     offsets = [dtype.fields[name][1] for name in dtype.names]
     readable = [not positions[k] and hasattr(src, "read_into") and getattr(src, "ndim", 0) == 1
@@ -560,7 +560,7 @@ def select_into(expression, operands, vm, blen, outputs, dtype):
         s, m, o, parts = piece
         cols = [part if part is not None else sources[k].read_into(s, s + m, column_buffer(k, sources[k])[:m])
                 for k, part in enumerate(parts)]
-        _chunk.zip_fields(out, o, cols, offsets)
+        _rows.zip_fields(out, o, cols, offsets)
 
     def run(task):
         if task[1] is None:

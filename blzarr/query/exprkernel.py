@@ -1,4 +1,4 @@
-"""Element-wise float64 expressions compiled for the fused C kernel (`_chunk.ExprChunks`).
+"""Element-wise float64 expressions compiled for the fused C kernel (`_exprkernel.ExprChunks`).
 
 An expression of ``+ - * /``, unary minus, comparisons, ``& | ^ ~`` over float64 carrays whose full
 chunks are in memory (and int or float scalars) becomes a register program; the kernel runs it on
@@ -17,7 +17,7 @@ import functools
 
 import numpy as np
 
-from blzarr import _chunk
+from blzarr import _exprkernel
 from blzarr.storage.chunk import run_work
 from blzarr.runtime.params import get_nthreads
 
@@ -124,7 +124,7 @@ class Program:
             if r is None:
                 return -1
             return {"op": 0, "c": nops, "t": nops + nc}[r[0]] + r[1]
-        ops = _chunk.EXPR_OPCODES
+        ops = _exprkernel.EXPR_OPCODES
         self.program = np.array([(ops[op], reg(d), reg(a), reg(b)) for op, d, a, b in code],
                                 dtype=np.int32).reshape(-1, 4)
         self.consts = np.array([float(c) for c in consts], dtype=np.float64)
@@ -177,7 +177,7 @@ def prepare(expression, arrays, scalars, blen):
 
 def _work(prepared, mode, blen, outputs=(), dest=None):
     prog = prepared.prog
-    return run_work(_chunk.ExprChunks(prepared.chunks, prog.program, prog.consts, prog.nregs, prog.result,
+    return run_work(_exprkernel.ExprChunks(prepared.chunks, prog.program, prog.consts, prog.nregs, prog.result,
                                       mode, blen, outputs, get_nthreads(), None, prepared.tails, dest))
 
 

@@ -22,7 +22,7 @@ import zlib
 
 import numpy as np
 
-from blzarr import _chunk
+from blzarr import _minmax
 
 STATS_FILE = "stats"
 MAGIC = b"BLZS"
@@ -52,7 +52,7 @@ def _store_dtype(dtype):
 
 
 def _c_pass(dtype):
-    """Whether the C pass (`blzarr._chunk.minmax`) takes items of `dtype`: native-endian bool, integer,
+    """Whether the C pass (`blzarr._minmax.minmax`) takes items of `dtype`: native-endian bool, integer,
     float32 and float64, datetime64 and timedelta64."""
     k = dtype.kind
     return dtype.isnative and (k in "biu" or (k == "f" and dtype.itemsize in (4, 8))
@@ -69,7 +69,7 @@ def _flags(nan, count):
 def block_stats(a):
     """(min, max, flags) of the 1-d array `a` (NaN/NaT left out of min and max).
 
-    One pass in C (`blzarr._chunk.minmax`, the GIL released) for native-endian bool, integer, float32
+    One pass in C (`blzarr._minmax.minmax`, the GIL released) for native-endian bool, integer, float32
     and float64, datetime64 and timedelta64; NumPy's passes for anything else (float16, a non-native
     byte order, a strided view)."""
     if a.size == 0:
@@ -79,7 +79,7 @@ def block_stats(a):
         if k in "mM":
             a = a.view(np.int64)
         mm = np.empty(2, a.dtype)
-        nan = _chunk.minmax(a, mm, k in "mM")
+        nan = _minmax.minmax(a, mm, k in "mM")
         if nan == len(a):
             return 0, 0, KNOWN | HAS_NAN | NO_VALUE
         if k == "b":

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from blzarr import _chunk
+from blzarr import _chunk, _decode, _rows, _sums, _where
 from blzarr.runtime.parallel import codec_threads, run_threads
 from blzarr.runtime.params import DEFAULT_BLOCKSIZE, cparams as _cparams, get_nthreads
 
@@ -52,7 +52,7 @@ def blosc_blocksize_request(target, nbytes):
 
 
 def run_work(work):
-    """Run a work object of `_chunk` (DecodeChunks, ...) on every thread, then raise what failed."""
+    """Run a work object of the work pool (`_decode.DecodeChunks`, ...) on every thread, then raise what failed."""
     run_threads(work.run, work.nparts)
     work.check()
     return work
@@ -61,9 +61,9 @@ def run_work(work):
 def decode_ranges(datas, out, offsets, starts, sizes):
     """Bytes [starts[k], starts[k] + sizes[k]) of the in-memory chunk bytes ``datas[k]`` into the
     contiguous array `out` at byte ``offsets[k]``, for every k, on every thread at once (one call into
-    `_chunk` per thread, the GIL released, the threads taking chunks as they become free)."""
+    `_decode` per thread, the GIL released, the threads taking chunks as they become free)."""
     intp = np.intp
-    run_work(_chunk.DecodeChunks(datas, out, np.asarray(offsets, intp), np.asarray(starts, intp),
+    run_work(_decode.DecodeChunks(datas, out, np.asarray(offsets, intp), np.asarray(starts, intp),
                                  np.asarray(sizes, intp), get_nthreads()))
     return out
 
@@ -73,7 +73,7 @@ def rows_chunks(datas, out, offsets, rowsize, cstart, csize, nparts=None, wheres
     packed into the contiguous array `out` from byte ``offsets[k]`` (a column of a 2-D carray), on
     `nparts` threads (all of them by default), the GIL released: an LZ4 chunk of shuffled 8-byte values
     a block at a time, only the wanted bytes taken out of each block."""
-    run_work(_chunk.RowsChunks(datas, out, np.asarray(offsets, np.intp), rowsize, cstart, csize,
+    run_work(_rows.RowsChunks(datas, out, np.asarray(offsets, np.intp), rowsize, cstart, csize,
                                get_nthreads() if nparts is None else nparts, wheres))
     return out
 
@@ -84,7 +84,7 @@ def take_chunks(datas, positions, groups, chunklen, itemsize, out, rows=None):
     one chunk and ``datas[k]`` holds group k's chunk bytes (in memory): one call per thread, each chunk's
     touched blocks decoded once."""
     intp = np.intp
-    run_work(_chunk.TakeChunks(datas, positions, np.array([g[1] for g in groups], intp),
+    run_work(_decode.TakeChunks(datas, positions, np.array([g[1] for g in groups], intp),
                                np.array([g[2] for g in groups], intp),
                                np.array([g[0] * chunklen for g in groups], intp), itemsize, out, rows,
                                get_nthreads()))
@@ -94,11 +94,11 @@ def take_chunks(datas, positions, groups, chunklen, itemsize, out, rows=None):
 def sum_chunks(datas, dtype):
     """NumPy's sum of each of the in-memory chunk bytes `datas` of values of `dtype` (an array), each
     chunk decoded into a buffer of its thread and summed there, on every thread at once; None when the
-    dtype is not one `_chunk.SumChunks` sums (floats of 4 or 8 bytes, integers, native order)."""
+    dtype is not one `_sums.SumChunks` sums (floats of 4 or 8 bytes, integers, native order)."""
     dtype = np.dtype(dtype)
     if not dtype.isnative or not (dtype.kind in "iu" or dtype.char in "fd"):
         return None
-    return run_work(_chunk.SumChunks(datas, dtype, get_nthreads())).sums
+    return run_work(_sums.SumChunks(datas, dtype, get_nthreads())).sums
 
 
 # chunks of values whose selection `select_ahead` keeps ready ahead of its caller
@@ -108,7 +108,7 @@ SELECT_WINDOW_BYTES = 16 * 1024 * 1024
 
 
 class _Names:
-    """The names of a `_chunk.WhereChunks`'s items in its errors: the value chunks, then the mask's."""
+    """The names of a `_where.WhereChunks`'s items in its errors: the value chunks, then the mask's."""
 
     def __init__(self, nvalues):
         self.nvalues = nvalues
@@ -120,27 +120,27 @@ class _Names:
 
 
 def _where_work(values, vtail, masks, mtail, chunklen, mchunklen, dtype, modes):
-    """A `_chunk.WhereChunks` (see there for the arguments), produced ahead of its caller on a thread of
+    """A `_where.WhereChunks` (see there for the arguments), produced ahead of its caller on a thread of
     its own when there are threads and more than one chunk to decode."""
     ahead = get_nthreads() > 1 and int(np.count_nonzero(modes)) > 1
     window = max(2, min(SELECT_WINDOW, SELECT_WINDOW_BYTES // max(1, chunklen * np.dtype(dtype).itemsize)))
-    return _chunk.WhereChunks(values, vtail, masks, mtail, chunklen, mchunklen, dtype,
+    return _where.WhereChunks(values, vtail, masks, mtail, chunklen, mchunklen, dtype,
                               np.asarray(modes, np.uint8), window, ahead, _Names(len(values)))
 
 
 def where_scalars(values, vtail, masks, mtail, chunklen, mchunklen, dtype, modes, skip=0, limit=None):
-    """An iterator over the values where the mask is true, as Python scalars (`_chunk.WhereIter`), or
+    """An iterator over the values where the mask is true, as Python scalars (`_where.WhereIter`), or
     None when the dtype has no such scalars there (see `select_ahead`)."""
     dtype = np.dtype(dtype)
-    if not dtype.isnative or dtype.char not in _chunk.WHERE_ITER_CHARS:
+    if not dtype.isnative or dtype.char not in _where.WHERE_ITER_CHARS:
         return None
     work = _where_work(values, vtail, masks, mtail, chunklen, mchunklen, dtype, modes)
-    return _chunk.WhereIter(work, skip, -1 if limit is None else limit)
+    return _where.WhereIter(work, skip, -1 if limit is None else limit)
 
 
 def select_ahead(values, vtail, masks, mtail, chunklen, mchunklen, dtype, modes):
     """Yield, chunk of values by chunk, the values where the mask is true, as arrays valid until the
-    next one is asked for (see `_chunk.WhereChunks` for the arguments): produced without the GIL on a
+    next one is asked for (see `_where.WhereChunks` for the arguments): produced without the GIL on a
     thread of this call, up to SELECT_WINDOW chunks ahead, while the caller uses the earlier ones (it
     may hold the GIL meanwhile).  A chunk that fails to decode raises `ChunkError` when its turn comes;
     stopping early (close, garbage collection) stops the thread and waits for it."""

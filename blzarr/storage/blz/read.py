@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from blzarr import _chunk
+from blzarr import _chunk, _sums
 from blzarr import _superchunk as sc
 from blzarr.runtime.parallel import run_threads
 from blzarr.runtime.params import get_nthreads
@@ -408,7 +408,7 @@ class BlzReads:
         return True
 
     def sum_whole(self, ns, dtype, expected_nbytes):
-        """NumPy's sum of each of the whole chunks `ns` (values of `dtype`), as `_chunk.SumChunks` gives
+        """NumPy's sum of each of the whole chunks `ns` (values of `dtype`), as `_sums.SumChunks` gives
         it, read, verified, decoded and summed on every thread without the GIL; None where that path
         does not apply (see `_whole_work`)."""
         dt = np.dtype(dtype)
@@ -423,7 +423,7 @@ class BlzReads:
             return None
         sums = np.concatenate([w.sums_arr for w in parts])
         for k in failed:
-            one = _chunk.SumChunks([self.read_chunk(int(ns[k]), expected_nbytes)], dt, 1)
+            one = _sums.SumChunks([self.read_chunk(int(ns[k]), expected_nbytes)], dt, 1)
             one.run()
             one.check()
             sums[k] = one.sums[0]

@@ -1,0 +1,563 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""The fused expression kernel: an element-wise float64 expression over the chunks of its operands,
+reduced or compacted where it is computed.
+
+`ExprChunks` runs a small register program (compiled by `blzarr.exprkernel` from an expression such
+as ``(a > 0) & (b < c * 2)``) over the full chunks of its operands on the threads of the work pool.
+Each thread decodes a chunk of every operand whole into a buffer of its own, then runs the program
+window by window (XK_WINDOW values: the registers stay in the core's cache) and at once reduces the
+window there (a sum, bit for bit NumPy's pairwise sum of the chunk; a count of true values),
+compacts the rows where the result holds (a query's selected values, positions or other columns),
+or writes the result out.  No evaluated array or mask of a whole chunk reaches memory.  The loops of
+the operations are C (blz_exprkernel.h), vectorized.
+
+What it does not do: parse or compile expressions (`blzarr.exprkernel` does), take operands other
+than float64, or read files (the caller hands it chunk bytes and the uncompressed tail of a carray).
+"""
+
+from libc.stdint cimport int32_t, int64_t, uint8_t
+from libc.stdlib cimport malloc, free, realloc, calloc
+from libc.string cimport memcpy
+
+cimport numpy as cnp
+
+from blzarr._blosc cimport blosc_decompress_ctx, blosc_getitem
+from blzarr._chunk cimport header_t, C_MEMCPYED, bytes_view, parse_header
+from blzarr._sums cimport pairwise, PAIRWISE_LEAF
+from blzarr._workpool cimport ChunkWork
+
+cdef extern from "blz_exprkernel.h" nogil:
+    void xk_exec(const int32_t *prog, int64_t nins, char **rp, int64_t m)
+    int64_t xk_count(const uint8_t *v, int64_t m)
+
+cnp.import_array()
+
+from numpy import dtype as np_dtype, zeros as np_zeros
+
+np_f8 = np_dtype("f8")
+np_i8 = np_dtype("i8")
+
+cdef enum:
+    XK_ADD = 0
+    XK_SUB = 1
+    XK_MUL = 2
+    XK_DIV = 3
+    XK_NEG = 4
+    XK_GT = 5
+    XK_GE = 6
+    XK_LT = 7
+    XK_LE = 8
+    XK_EQ = 9
+    XK_NE = 10
+    XK_AND = 11
+    XK_OR = 12
+    XK_XOR = 13
+    XK_NOT = 14
+    XK_NOPS = 15
+
+cdef enum:
+    XK_SUM = 0          # the result (float64) summed per chunk, as np.sum sums the chunk's values
+    XK_COUNT = 1        # the result (booleans) counted per chunk
+    XK_SELECT = 2       # the rows where the result (booleans) holds, of each output, per chunk
+    XK_VALUES = 3       # the result itself, into an array of every row
+
+EXPR_OPCODES = {"add": XK_ADD, "sub": XK_SUB, "mul": XK_MUL, "div": XK_DIV, "neg": XK_NEG,
+                "gt": XK_GT, "ge": XK_GE, "lt": XK_LT, "le": XK_LE, "eq": XK_EQ, "ne": XK_NE,
+                "and": XK_AND, "or": XK_OR, "xor": XK_XOR, "not": XK_NOT}
+EXPR_MODES = {"sum": XK_SUM, "count": XK_COUNT, "select": XK_SELECT, "values": XK_VALUES}
+
+
+# A chunk's result arrives window by window, so its sum cannot be one recursive `pairwise` call over
+# the chunk.  The recursion's tree is the same for every chunk of a length: it is laid out once, in
+# postfix, and each thread walks it with a small stack as the windows come -- the same additions in
+# the same order, so the same bits as NumPy's sum of the chunk.
+cdef int64_t *_pairwise_plan(Py_ssize_t n, Py_ssize_t *nplan) except NULL:
+    """NumPy's pairwise tree over n values in postfix (malloc'ed): a leaf's length (> 0) or 0 (add the
+    two partial sums on top of the stack)."""
+    cdef list out = []
+    cdef int64_t *plan
+    cdef Py_ssize_t i
+    _pairwise_postfix(n, out)
+    nplan[0] = len(out)
+    plan = <int64_t *>malloc(max(1, len(out)) * sizeof(int64_t))
+    if plan == NULL:
+        raise MemoryError()
+    for i in range(len(out)):
+        plan[i] = out[i]
+    return plan
+
+
+cdef void _pairwise_postfix(Py_ssize_t n, list out):
+    """The tree of `pairwise` over n values in postfix (see _pairwise_plan)."""
+    cdef Py_ssize_t n2
+    if n <= PAIRWISE_LEAF:
+        out.append(n)
+        return
+    n2 = n // 2
+    n2 -= n2 % 8
+    _pairwise_postfix(n2, out)
+    _pairwise_postfix(n - n2, out)
+    out.append(0)
+
+
+cdef class ExprChunks(ChunkWork):
+    """ExprChunks(operands, program, consts, nregs, result, mode, chunklen, outputs=(), nparts=1, wheres=None)
+
+    Evaluate a register program over the full chunks of float64 operands, window by window, on every
+    thread that calls `run()` (then call `check()`).
+
+    `operands`: one list of chunk bytes per operand, all of `chunklen` float64 values; register i is
+    operand i's window.  `consts`: float64 values, registers ``len(operands) + j``.  `program`: int32
+    rows ``(opcode, dst, a, b)`` (`EXPR_OPCODES`; b is -1 for a unary op); `nregs` registers in all;
+    `result` the register that holds the expression.  `mode` (`EXPR_MODES`):
+
+    - "sum": `values` holds each chunk's sum of the (float64) result, bit for bit NumPy's sum of it;
+    - "count": `counts` holds each chunk's number of true (boolean) results;
+    - "values": the result of every row into `dest` (float64, or bool for a boolean result);
+    - "select": for each of `outputs`, the rows of each chunk where the (boolean) result holds, and
+      `counts` their number; `fill(j, dest)` copies output j's rows of every chunk into `dest`.  An
+      output is ``("operand", i)`` (operand i's values), ``("positions", None)`` (int64 row numbers)
+      or ``("chunks", (list of chunk bytes, itemsize[, tail]))``, another column with the same chunk
+      length.
+
+    `tails`: the rows after the full chunks (a carray's last, uncompressed rows), one 1-d C-contiguous
+    float64 array per operand, all of one length, and a tail array for every "chunks" output: one
+    more item after the chunks, without decoding.
+    """
+
+    cdef Py_ssize_t nops, nconst, nregs_, nins, res, mode, clen, win, nouts, nchunks
+    cdef int32_t *prog
+    cdef double *consts
+    cdef int64_t *plan
+    cdef Py_ssize_t nplan
+    cdef int64_t *tplan            # the pairwise tree of the tail
+    cdef Py_ssize_t ntplan, ntail
+    cdef char **tptr               # the tail of each operand, and of each output ("chunks" kind)
+    cdef char **otail
+    cdef object values_arr, counts_arr, dest_arr
+    cdef char *dest
+    cdef Py_ssize_t disz
+    cdef double *vals
+    cdef int64_t *cnts
+    # outputs: kind (0 operand, 1 positions, 2 chunks), operand index or column, itemsize
+    cdef int *okind
+    cdef Py_ssize_t *oarg
+    cdef Py_ssize_t *osize
+    cdef Py_ssize_t *ooff          # each output's decode buffer in the thread's scratch
+    cdef const uint8_t **osrc      # [column chunk pointers], nchunks per column output
+    cdef header_t *ohdr            # their headers
+    cdef char **obuf               # [chunk * nouts + j]: the selected rows
+    cdef Py_ssize_t *ocap
+    cdef Py_ssize_t regs_bytes, idx_off, carry_off, ptr_off, whole_off
+
+    def __cinit__(self, *args, **kwargs):
+        self.prog = NULL
+        self.consts = NULL
+        self.plan = NULL
+        self.tplan = NULL
+        self.tptr = NULL
+        self.otail = NULL
+        self.ntail = 0
+        self.okind = NULL
+        self.oarg = NULL
+        self.osize = NULL
+        self.ooff = NULL
+        self.osrc = NULL
+        self.ohdr = NULL
+        self.obuf = NULL
+        self.ocap = NULL
+        self.nouts = 0
+        self.nchunks = 0
+
+    def __init__(self, list operands not None, const int32_t[:, ::1] program not None,
+                 const double[::1] consts not None, Py_ssize_t nregs, Py_ssize_t result, mode,
+                 Py_ssize_t chunklen, outputs=(), Py_ssize_t nparts=1, wheres=None, tails=None, dest=None):
+        cdef Py_ssize_t nops = len(operands), n, k, i, j, t, off, nitems
+        cdef cnp.ndarray ta
+        cdef list flat = []
+        cdef header_t *h
+        if nops < 1:
+            raise ValueError("ExprChunks: at least one operand is needed")
+        n = len(operands[0])
+        for i in range(nops):
+            if len(operands[i]) != n:
+                raise ValueError("ExprChunks: every operand needs the same number of chunks")
+        if chunklen < 1:
+            raise ValueError(f"ExprChunks: chunklen must be positive, got {chunklen}")
+        if mode not in EXPR_MODES:
+            raise ValueError(f"ExprChunks: unknown mode {mode!r}")
+        self.mode = EXPR_MODES[mode]
+        self.nops = nops
+        self.nconst = consts.shape[0]
+        self.nregs_ = nregs
+        self.nins = program.shape[0]
+        self.res = result
+        self.clen = chunklen
+        self.nchunks = n
+        if program.shape[1] != 4 or nregs < nops + self.nconst or not 0 <= result < nregs:
+            raise ValueError("ExprChunks: a malformed program")
+        for t in range(self.nins):
+            if not 0 <= program[t, 0] < XK_NOPS or not nops + self.nconst <= program[t, 1] < nregs \
+                    or not 0 <= program[t, 2] < nregs or not -1 <= program[t, 3] < nregs:
+                raise ValueError(f"ExprChunks: instruction {t} is malformed")
+            if program[t, 3] < 0 and program[t, 0] not in (XK_NEG, XK_NOT):
+                raise ValueError(f"ExprChunks: instruction {t} lacks its second operand")
+        # (every register index is checked above: the C loop indexes with them unchecked, and never
+        # writes an operand's or a constant's register)
+        # the chunks in item order: chunk k of operand i is item k * nops + i
+        for k in range(n):
+            for i in range(nops):
+                flat.append(operands[i][k])
+        self._set_chunks(flat, nparts, wheres)
+        self.tptr = <char **>calloc(nops, sizeof(char *))
+        if self.tptr == NULL:
+            raise MemoryError()
+        if tails is not None:
+            if len(tails) != nops:
+                raise ValueError("ExprChunks: one tail per operand is needed")
+            for i in range(nops):
+                ta = tails[i]
+                if (ta.dtype != np_f8 or cnp.PyArray_NDIM(ta) != 1 or not cnp.PyArray_IS_C_CONTIGUOUS(ta)
+                        or cnp.PyArray_DIM(ta, 0) != cnp.PyArray_DIM(<cnp.ndarray>tails[0], 0)
+                        or cnp.PyArray_DIM(ta, 0) < 1):
+                    raise ValueError("ExprChunks: the tails must be C-contiguous float64 arrays of one "
+                                     "positive length")
+                self.tptr[i] = <char *>cnp.PyArray_DATA(ta)
+                self.keep.append(ta)
+            self.ntail = cnp.PyArray_DIM(<cnp.ndarray>tails[0], 0)
+        # one item per chunk (all its operands), then the tail: the threads' shares over them
+        nitems = n + (self.ntail > 0)
+        if nitems < 1:
+            raise ValueError("ExprChunks: no chunk and no tail")
+        self._share(nitems, nparts)
+        for k in range(n * nops):
+            h = &self.hdr[k]
+            if h.nbytes != chunklen * 8:
+                raise ValueError(f"ExprChunks: a chunk holds {h.nbytes} bytes, not {chunklen} float64")
+            if 8 % h.typesize:
+                raise ValueError(f"ExprChunks: typesize {h.typesize} does not divide float64 values")
+        # the window: the temporaries of 2048 values each stay in L1/L2; at least a pairwise leaf, so
+        # that a leaf spans at most two windows (the carry below holds what a leaf has so far)
+        self.win = max(PAIRWISE_LEAF, min(chunklen, XK_WINDOW))
+        self.prog = <int32_t *>malloc(max(1, self.nins * 4) * sizeof(int32_t))
+        self.consts = <double *>malloc(max(1, self.nconst) * sizeof(double))
+        if self.prog == NULL or self.consts == NULL:
+            raise MemoryError()
+        for t in range(self.nins):
+            for j in range(4):
+                self.prog[4 * t + j] = program[t, j]
+        for j in range(self.nconst):
+            self.consts[j] = consts[j]
+        if self.mode == XK_SUM:
+            self.plan = _pairwise_plan(chunklen, &self.nplan)
+            if self.ntail:
+                self.tplan = _pairwise_plan(self.ntail, &self.ntplan)
+            self.values_arr = np_zeros(nitems, np_f8)
+            self.vals = <double *>cnp.PyArray_DATA(<cnp.ndarray>self.values_arr)
+        self.counts_arr = np_zeros(nitems, np_i8)
+        if self.mode == XK_VALUES:
+            if (not isinstance(dest, cnp.ndarray) or cnp.PyArray_NDIM(dest) != 1
+                    or not cnp.PyArray_IS_C_CONTIGUOUS(dest) or not cnp.PyArray_ISWRITEABLE(dest)
+                    or cnp.PyArray_ITEMSIZE(dest) not in (1, 8)
+                    or cnp.PyArray_DIM(dest, 0) != n * chunklen + self.ntail):
+                raise ValueError(f"ExprChunks: mode 'values' needs a writeable C-contiguous array of "
+                                 f"{n * chunklen + self.ntail} items of 8 (float64) or 1 (bool) bytes")
+            self.dest_arr = dest
+            self.dest = <char *>cnp.PyArray_DATA(<cnp.ndarray>dest)
+            self.disz = cnp.PyArray_ITEMSIZE(<cnp.ndarray>dest)
+        self.cnts = <int64_t *>cnp.PyArray_DATA(<cnp.ndarray>self.counts_arr)
+        self._set_outputs(list(outputs) if self.mode == XK_SELECT else [], n, chunklen)
+        # the thread's scratch: registers, the outputs' windows, the selected positions, the carry
+        # of a pairwise leaf across two windows, the register pointers, then every operand's chunk
+        # decoded whole (64-byte aligned, for the vector loads)
+        self.regs_bytes = nregs * self.win * 8
+        off = self.regs_bytes
+        for j in range(self.nouts):
+            self.ooff[j] = off
+            if self.okind[j] == 2:
+                off += (self.win * self.osize[j] + 63) // 64 * 64
+        self.idx_off = off
+        off += self.win * sizeof(int32_t)
+        self.carry_off = off
+        off += 2 * PAIRWISE_LEAF * 8
+        self.ptr_off = off
+        off += (nregs + nops) * sizeof(char *)
+        self.whole_off = (off + 63) // 64 * 64
+        self.scratch_bytes = self.whole_off + nops * chunklen * 8
+
+    cdef int _set_outputs(self, list outputs, Py_ssize_t n, Py_ssize_t chunklen) except -1:
+        cdef Py_ssize_t j, k, ncol = 0, c = 0, isz
+        cdef cnp.ndarray ta
+        cdef const uint8_t[::1] v
+        cdef header_t h
+        self.nouts = len(outputs)
+        m = max(1, self.nouts)
+        self.okind = <int *>malloc(m * sizeof(int))
+        self.oarg = <Py_ssize_t *>malloc(m * sizeof(Py_ssize_t))
+        self.osize = <Py_ssize_t *>malloc(m * sizeof(Py_ssize_t))
+        self.ooff = <Py_ssize_t *>malloc(m * sizeof(Py_ssize_t))
+        self.obuf = <char **>calloc(max(1, self.nitems * self.nouts), sizeof(char *))
+        self.ocap = <Py_ssize_t *>calloc(max(1, self.nitems * self.nouts), sizeof(Py_ssize_t))
+        self.otail = <char **>calloc(m, sizeof(char *))
+        if (self.okind == NULL or self.oarg == NULL or self.osize == NULL or self.ooff == NULL
+                or self.obuf == NULL or self.ocap == NULL or self.otail == NULL):
+            raise MemoryError()
+        for kind, arg in outputs:
+            if kind == "chunks":
+                ncol += 1
+        self.osrc = <const uint8_t **>malloc(max(1, ncol * n) * sizeof(uint8_t *))
+        self.ohdr = <header_t *>malloc(max(1, ncol * n) * sizeof(header_t))
+        if self.osrc == NULL or self.ohdr == NULL:
+            raise MemoryError()
+        for j, (kind, arg) in enumerate(outputs):
+            if kind == "operand":
+                if not 0 <= arg < self.nops:
+                    raise ValueError(f"ExprChunks: output {j} names operand {arg} of {self.nops}")
+                self.okind[j], self.oarg[j], self.osize[j] = 0, arg, 8
+            elif kind == "positions":
+                self.okind[j], self.oarg[j], self.osize[j] = 1, 0, 8
+            elif kind == "chunks":
+                bufs, isz = arg[0], arg[1]
+                if len(bufs) != n or isz < 1:
+                    raise ValueError(f"ExprChunks: output {j} needs {n} chunks of items of a positive size")
+                self.okind[j], self.oarg[j], self.osize[j] = 2, c * n, isz
+                if self.ntail:
+                    ta = arg[2] if len(arg) > 2 else None
+                    if (not isinstance(ta, cnp.ndarray) or cnp.PyArray_NDIM(ta) != 1
+                            or not cnp.PyArray_IS_C_CONTIGUOUS(ta) or cnp.PyArray_ITEMSIZE(ta) != isz
+                            or cnp.PyArray_DIM(ta, 0) != self.ntail):
+                        raise ValueError(f"ExprChunks: output {j} needs a C-contiguous tail of {self.ntail} "
+                                         f"items of {isz} bytes")
+                    self.otail[j] = <char *>cnp.PyArray_DATA(ta)
+                    self.keep.append(ta)
+                for k in range(n):
+                    b = bufs[k]
+                    v = bytes_view(b)
+                    parse_header(&v[0] if v.shape[0] else NULL, v.shape[0], &h, self._name_of(k), False)
+                    if h.nbytes != chunklen * isz:
+                        raise ValueError(f"ExprChunks: output {j}'s chunk {k} holds {h.nbytes} bytes, "
+                                         f"not {chunklen} items of {isz}")
+                    if isz % h.typesize or (not (h.flags & C_MEMCPYED) and h.blocksize % h.typesize):
+                        raise ValueError(f"ExprChunks: output {j}'s typesize does not divide its items")
+                    self.osrc[c * n + k] = &v[0]
+                    self.ohdr[c * n + k] = h
+                    self.keep.append(v)
+                c += 1
+            else:
+                raise ValueError(f"ExprChunks: unknown output kind {kind!r}")
+        return 0
+
+    def __dealloc__(self):
+        cdef Py_ssize_t i
+        free(self.prog)
+        free(self.consts)
+        free(self.plan)
+        free(self.tplan)
+        free(self.tptr)
+        free(self.otail)
+        free(self.okind)
+        free(self.oarg)
+        free(self.osize)
+        free(self.ooff)
+        free(self.osrc)
+        free(self.ohdr)
+        if self.obuf != NULL:
+            for i in range(self.nitems * self.nouts):
+                free(self.obuf[i])
+        free(self.obuf)
+        free(self.ocap)
+
+    @property
+    def values(self):
+        """Each chunk's sum (mode "sum"), valid after `check()`."""
+        return self.values_arr
+
+    @property
+    def counts(self):
+        """Each chunk's count of true results (modes "count" and "select"), valid after `check()`."""
+        return self.counts_arr
+
+    def fill(self, Py_ssize_t j, cnp.ndarray dest not None, Py_ssize_t k0=0, Py_ssize_t k1=-1):
+        """Copy output j's selected rows of chunks k0 to k1 (excluded; -1: to the last), in order, into
+        the 1-d array `dest` (whose items are that output's size; it may be strided, e.g. a field of a
+        structured array).  Calls for different outputs or chunks may run on several threads at once."""
+        cdef Py_ssize_t total = 0, k, i, isz, stride, m
+        cdef char *d
+        cdef const char *s
+        if self.mode != XK_SELECT or not 0 <= j < self.nouts:
+            raise ValueError(f"ExprChunks.fill: no output {j}")
+        if k1 < 0:
+            k1 = self.nitems
+        if not 0 <= k0 <= k1 <= self.nitems:
+            raise ValueError(f"ExprChunks.fill: chunks [{k0}, {k1}) outside the {self.nitems}")
+        isz = self.osize[j]
+        for k in range(k0, k1):
+            total += self.cnts[k]
+        if cnp.PyArray_NDIM(dest) != 1 or cnp.PyArray_DIM(dest, 0) != total \
+                or cnp.PyArray_ITEMSIZE(dest) != isz or not cnp.PyArray_ISWRITEABLE(dest):
+            raise ValueError(f"ExprChunks.fill: dest must be a writeable 1-d array of {total} items of "
+                             f"{isz} bytes")
+        stride = cnp.PyArray_STRIDE(dest, 0)
+        d = <char *>cnp.PyArray_DATA(dest)
+        with nogil:
+            for k in range(k0, k1):
+                m = self.cnts[k]
+                s = self.obuf[k * self.nouts + j]
+                if m == 0:
+                    continue
+                if stride == isz:
+                    memcpy(d, s, m * isz)
+                    d += m * isz
+                elif isz == 8:
+                    for i in range(m):
+                        (<int64_t *>d)[0] = (<const int64_t *>s)[i]
+                        d += stride
+                else:
+                    for i in range(m):
+                        memcpy(d, s + i * isz, isz)
+                        d += stride
+        return total
+
+    cdef int _decode(self, const uint8_t *src, header_t *h, Py_ssize_t isz, Py_ssize_t w0, Py_ssize_t m,
+                     char *dst, char **at) noexcept nogil:
+        """Values [w0, w0 + m) of a chunk of `isz`-byte items: `*at` points at them (into the chunk
+        when it is stored raw, else at `dst`, where they are decoded).  Only the window's blocks are
+        decoded: an output column is read only where a window selects something."""
+        cdef int ret
+        cdef Py_ssize_t ts = h.typesize
+        if h.flags & C_MEMCPYED:
+            at[0] = <char *>src + 16 + w0 * isz
+            return 0
+        ret = blosc_getitem(src, <int>(w0 * isz // ts), <int>(m * isz // ts), dst)
+        if ret != m * isz:
+            return ret if ret != 0 else -1
+        at[0] = dst
+        return 0
+
+    cdef int _do(self, Py_ssize_t k, char *scratch) noexcept nogil:
+        cdef Py_ssize_t i, j, w0, m, W = self.win, n = self.clen, nops = self.nops, sel, cnt = 0
+        cdef Py_ssize_t li = 0, lo = 0, pi = 0, sp = 0, fill = 0, need, isz, cap, t
+        cdef char **rp = <char **>(scratch + self.ptr_off)
+        cdef char **whole = rp + self.nregs_
+        cdef int32_t *idx = <int32_t *>(scratch + self.idx_off)
+        cdef double *carry = <double *>(scratch + self.carry_off)
+        cdef double stack[72]      # the pairwise tree's partial sums: depth log2(chunklen / 128) + 1
+        cdef double *v
+        cdef double s
+        cdef const uint8_t *mask
+        cdef const uint8_t *col
+        cdef char *src
+        cdef char *dst
+        cdef char *nb
+        cdef int ret
+        cdef int64_t count = 0, row0 = k * n
+        cdef const int64_t *plan = self.plan
+        cdef Py_ssize_t nplan = self.nplan
+        cdef bint tail = k == self.nchunks
+        if tail:
+            n = self.ntail
+            plan = self.tplan
+            nplan = self.ntplan
+        # every register is a window of the thread's scratch; an operand's register is pointed into its
+        # decoded chunk at each window instead (no copy), and a constant fills its register once, so
+        # the C loops have no scalar cases
+        for i in range(self.nregs_):
+            rp[i] = scratch + i * W * 8
+        for j in range(self.nconst):
+            v = <double *>rp[nops + j]
+            s = self.consts[j]
+            for i in range(W):
+                v[i] = s
+        w0 = 0
+        # every operand's chunk decoded whole into the thread's buffers (a whole decode writes each
+        # block straight to its place; blosc_getitem of a block copies it once more, ~1.4x the CPU)
+        for i in range(nops):
+            j = k * nops + i
+            if tail:
+                whole[i] = self.tptr[i]
+            elif self.hdr[j].flags & C_MEMCPYED:
+                whole[i] = <char *>self.src[j] + 16
+            else:
+                whole[i] = scratch + self.whole_off + i * n * 8
+                ret = blosc_decompress_ctx(self.src[j], whole[i], n * 8, 1)
+                if ret != n * 8:
+                    return ret if ret != 0 else -1
+        while w0 < n:
+            m = min(W, n - w0)
+            for i in range(nops):
+                rp[i] = whole[i] + w0 * 8
+            xk_exec(self.prog, self.nins, rp, m)
+            if self.mode == XK_COUNT:
+                count += xk_count(<const uint8_t *>rp[self.res], m)
+            elif self.mode == XK_VALUES:
+                memcpy(self.dest + (row0 + w0) * self.disz, rp[self.res], m * self.disz)
+            elif self.mode == XK_SELECT:
+                sel = xk_positions(<const uint8_t *>rp[self.res], m, idx)
+                if sel:
+                    for j in range(self.nouts):
+                        isz = self.osize[j]
+                        t = k * self.nouts + j
+                        need = cnt + sel
+                        # the chunk's selected rows so far, grown geometrically; no memory (-2)
+                        # fails the item, and check() raises
+                        if need > self.ocap[t]:
+                            cap = max(need, 2 * self.ocap[t], min(n, 4096))
+                            nb = <char *>realloc(self.obuf[t], cap * isz)
+                            if nb == NULL:
+                                return -2
+                            self.obuf[t] = nb
+                            self.ocap[t] = cap
+                        dst = self.obuf[t] + cnt * isz
+                        if self.okind[j] == 1:
+                            for i in range(sel):
+                                (<int64_t *>dst)[i] = row0 + w0 + idx[i]
+                            continue
+                        if self.okind[j] == 0:
+                            src = rp[self.oarg[j]]
+                        elif tail:
+                            src = self.otail[j] + w0 * isz
+                        else:
+                            ret = self._decode(self.osrc[self.oarg[j] + k], &self.ohdr[self.oarg[j] + k], isz, w0, m,
+                                               scratch + self.ooff[j], &src)
+                            if ret != 0:
+                                return ret
+                        gather(dst, src, idx, sel, m, isz)
+                    cnt += sel
+            else:
+                # NumPy's pairwise sum of the chunk, leaf by leaf as the windows come (a leaf across two
+                # windows is gathered in `carry`)
+                v = <double *>rp[self.res]
+                while pi < nplan:
+                    if plan[pi] == 0:
+                        sp -= 1
+                        stack[sp - 1] = stack[sp - 1] + stack[sp]
+                        pi += 1
+                        continue
+                    t = plan[pi]
+                    if lo + t > w0 + m:
+                        # the leaf ends in a later window: keep its values here so far
+                        i = max(lo, w0)
+                        memcpy(carry + fill, v + (i - w0), (w0 + m - i) * 8)
+                        fill += w0 + m - i
+                        break
+                    if lo >= w0:
+                        s = pairwise(<const double *>(v + (lo - w0)), t)
+                    else:
+                        memcpy(carry + fill, v, (lo + t - w0) * 8)
+                        s = pairwise(<const double *>carry, t)
+                        fill = 0
+                    stack[sp] = s
+                    sp += 1
+                    lo += t
+                    pi += 1
+            w0 += m
+        if self.mode == XK_SUM:
+            s = 0.0
+            s += stack[0]
+            self.vals[k] = s
+        elif self.mode == XK_COUNT:
+            self.cnts[k] = count
+        else:
+            self.cnts[k] = cnt
+        return 0
+
