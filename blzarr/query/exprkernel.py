@@ -2,8 +2,9 @@
 
 An expression of ``+ - * /``, unary minus, comparisons, ``& | ^ ~`` over float64 carrays whose full
 chunks are in memory (and int or float scalars) becomes a register program; the kernel runs it on
-every thread over windows of one Blosc block of each chunk, decoded into buffers that stay in the
-thread's cache, and sums, counts or compacts the result there (no Python per chunk, the GIL released).
+every thread, each chunk of every operand decoded whole into the thread's buffer and the program run
+over windows of it whose temporaries stay in the thread's cache, and sums, counts or compacts the
+result there (no Python per chunk, the GIL released).
 Whatever this module cannot compile (other dtypes, functions, operands on disk, a block length other
 than the chunk length) returns None: the caller then evaluates it the general way (`blzarr.fused`).
 
@@ -178,7 +179,7 @@ def prepare(expression, arrays, scalars, blen):
 def _work(prepared, mode, blen, outputs=(), dest=None):
     prog = prepared.prog
     return run_work(_exprkernel.ExprChunks(prepared.chunks, prog.program, prog.consts, prog.nregs, prog.result,
-                                      mode, blen, outputs, get_nthreads(), None, prepared.tails, dest))
+                                           mode, blen, outputs, get_nthreads(), None, prepared.tails, dest))
 
 
 def values(expression, arrays, scalars, blen):
