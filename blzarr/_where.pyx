@@ -147,6 +147,9 @@ cdef class WhereChunks(ChunkWork):
 
     cdef readonly Py_ssize_t win    # slots: parts ready ahead of the caller at most
     cdef Py_ssize_t nrows, nv, nm, vcl, mcl, isz, total, taken, idx_off
+    # the parts claimed (by either side) and taken by the caller; stop / halted / exited: the caller
+    # wants no more, the thread produces no more, the thread has returned; bad: the part that failed;
+    # pwait / cwait: the producer / the caller sleeps on its lock; nvdec / nmdec: chunks decoded
     cdef Py_ssize_t claimed, consumed, stop, halted, exited, bad, pwait, cwait, nvdec, nmdec
     cdef Py_ssize_t *done            # per slot: 1 + the part it holds, once that part is ready
     cdef mask_cache_t cmc           # the caller's mask chunk
@@ -196,6 +199,8 @@ cdef class WhereChunks(ChunkWork):
                              f"rows, the values {self.nrows}")
         if modes.shape[0] != nv + (ntail > 0):
             raise ValueError(f"WhereChunks: {modes.shape[0]} modes for {nv + (ntail > 0)} chunks")
+        # the value chunks are items 0..nv-1, the mask's nv..; one "part" of the pool (the pool's
+        # threads are not used: the producer is this object's own thread)
         self._set_chunks(values + masks, 1, wheres)
         for k in range(nv + nm):
             if self.hdr[k].nbytes != (chunklen * self.isz if k < nv else mchunklen):
@@ -288,6 +293,8 @@ cdef class WhereChunks(ChunkWork):
                 memcpy(dst, v, nb)
             cnt = r1 - r0
         else:
+            # the mask's chunks need not line up with the values' (another chunk length, or a NumPy
+            # mask as one tail): walk the part's rows mask chunk by mask chunk, a window at a time
             pos = r0
             while pos < r1:
                 j = pos // self.mcl
