@@ -585,8 +585,9 @@ cdef class ReadChunks(Work):
     validates the structure (`_chunk.validate`'s test), then, with ``entries[k]`` >= 0, reads the
     chunk's offsets entry there again and requires it to still be ``offsets[k]`` (a reader beside a
     writer), and uses the chunk as set by `decode_into`, `sum_as` or `rows_into`.  Call `run()` from up
-    to `nparts` threads (the work pool of `_workpool`: each thread's own share first, then the others').  Nothing raises for a chunk: ``status[k]`` is 0 for a chunk done, nonzero for
-    one that was not (a short read, a checksum or structure that does not hold, a moved chunk, a failed
+    to `nparts` threads (the work pool of `_workpool`: each thread's own share first, then the
+    others').  Nothing raises for a chunk: ``status[k]`` is 0 for a chunk done, nonzero for one that
+    was not (a short read, a checksum or structure that does not hold, a moved chunk, a failed
     decode): the caller reads those again its slow way, which says what is wrong (or retries).
     ``cts[k]`` is chunk k's compressed size once read.
     """
