@@ -140,6 +140,8 @@ cdef class Work:
         cdef Py_ssize_t t
         cdef char *scratch = NULL
         cdef bytearray buf = None
+        if self.nxt == NULL:
+            raise ValueError(f"{type(self).__name__}: no items to work on (the object was not set up)")
         self._ready()
         t = BLZ_FETCH_ADD(&self.callers, 1) % self.nparts
         if self.scratch_bytes > 0:

@@ -6,6 +6,8 @@ import gc
 import importlib
 import math
 import os
+import subprocess
+import sys
 import time
 import threading
 
@@ -600,3 +602,20 @@ def test_where_begun_before_a_fork_neither_hangs_nor_lies_in_the_child():
         assert list(it) == (x[x > 10][1:]).tolist()
     finally:
         blzarr.set_nthreads(old)
+
+
+def test_a_work_object_never_set_up_raises_instead_of_crashing():
+    """run() on a work object whose items were never set (the pool's base classes made directly)
+    raises ValueError, rather than dividing by a share count of 0 (SIGFPE).  In a child process, so that
+    a crash fails this test only."""
+    code = ("from blzarr import _workpool\n"
+            "for cls in (_workpool.Work, _workpool.ChunkWork):\n"
+            "    try:\n"
+            "        cls().run()\n"
+            "    except ValueError as e:\n"
+            "        assert 'no items' in str(e), e\n"
+            "    else:\n"
+            "        raise SystemExit('no error')\n"
+            "print('ok')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stdout, r.stderr)
