@@ -235,6 +235,8 @@ cdef class ExprChunks(ChunkWork):
             if h.nbytes != chunklen * 8:
                 raise ValueError(f"ExprChunks: a chunk holds {h.nbytes} bytes, not {chunklen} float64")
             if 8 % h.typesize:
+                # (Blosc decodes whole typesize units; a chunk of float64 saved with another typesize
+                # would not split at value boundaries)
                 raise ValueError(f"ExprChunks: typesize {h.typesize} does not divide float64 values")
         # the window: the temporaries of 2048 values each stay in L1/L2; at least a pairwise leaf, so
         # that a leaf spans at most two windows (the carry below holds what a leaf has so far)
@@ -296,6 +298,8 @@ cdef class ExprChunks(ChunkWork):
         self.oarg = <Py_ssize_t *>malloc(m * sizeof(Py_ssize_t))
         self.osize = <Py_ssize_t *>malloc(m * sizeof(Py_ssize_t))
         self.ooff = <Py_ssize_t *>malloc(m * sizeof(Py_ssize_t))
+        # one growing buffer per (chunk, output): the threads append to their own chunks' buffers only,
+        # and `fill` concatenates them in chunk order afterwards
         self.obuf = <char **>calloc(max(1, self.nitems * self.nouts), sizeof(char *))
         self.ocap = <Py_ssize_t *>calloc(max(1, self.nitems * self.nouts), sizeof(Py_ssize_t))
         self.otail = <char **>calloc(m, sizeof(char *))
@@ -337,6 +341,7 @@ cdef class ExprChunks(ChunkWork):
                     if h.nbytes != chunklen * isz:
                         raise ValueError(f"ExprChunks: output {j}'s chunk {k} holds {h.nbytes} bytes, "
                                          f"not {chunklen} items of {isz}")
+                    # a window of such a column is read with blosc_getitem, in typesize units
                     if isz % h.typesize or (not (h.flags & C_MEMCPYED) and h.blocksize % h.typesize):
                         raise ValueError(f"ExprChunks: output {j}'s typesize does not divide its items")
                     self.osrc[c * n + k] = &v[0]
