@@ -166,6 +166,12 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
             exists = self._bytes.exists(f"{META_DIR}/{STORAGE_FILE}")
         else:
             exists = self._rootdir is not None and os.path.exists(self._rootdir)
+        if array is not None and mode == "r" and self._rootdir is not None:
+            # mode 'r' never writes: bcolz refuses this too (an OSError)
+            raise StorageError(
+                f"'{self._rootdir}' already exists and mode is 'r': open it without data, or pass "
+                "mode='w' to replace it" if exists else
+                f"cannot create '{self._rootdir}' with mode 'r' (it never writes): pass mode='w'")
         if array is None and exists and mode != "w":
             self._open(allow_pickle)
             return
@@ -314,7 +320,7 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
             self._attrs = _attrs(self._rootdir, "a", _new=True, path=self._chunks.attrs_path)
             if len(array):
                 self._append(array)
-            mode, self._mode = self._mode, "a"  # a new carray is written whole, even one made with 'r'
+            mode, self._mode = self._mode, "a"  # a new carray is written whole (in memory, even with 'r')
             try:
                 self.flush()
             finally:

@@ -227,6 +227,9 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
                 raise StorageError(f"cannot open ctable '{self._rootdir}': it does not exist")
             self._open(allow_pickle)
             return
+        if not exists and mode == "r" and self._rootdir is not None:
+            raise StorageError(f"cannot create '{self._rootdir}' with mode 'r' (it never writes): "
+                               "pass mode='w'")
         if exists and mode != "w":
             raise StorageError(
                 f"'{self._rootdir}' already exists and mode is {mode!r}: pass mode='w' to replace it, "
