@@ -2,9 +2,14 @@
 
 * mode 'r' never writes: a constructor given data and an existing or missing rootdir with mode 'r'
   raises (as bcolz does) and leaves the disk as it was.
+* A writer flushes when it is closed, garbage-collected or at interpreter exit, as Python's files do
+  (checked in subprocesses that append and exit without flush), in both layouts.
 """
 
 import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -62,3 +67,87 @@ def test_ctable_columns_with_mode_r_writes_nothing(tmp_path, fmt):
         blzarr.ctable([[5]], names=["a"], rootdir=p, mode="r")
     assert tree(p) == before
     assert blzarr.open(p)["a"][:].tolist() == [1, 2]
+
+
+# ===================================================== a writer flushes when closed, collected or at exit
+def _run(code, **env):
+    """Run `code` in a fresh interpreter with this tree on its path; its stderr must be empty."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    e = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""), **env)
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=e, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    return r.stdout
+
+
+@pytest.mark.parametrize("how", ["exit", "collected", "exit_from_a_new_array"])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_carray_appends_are_flushed_without_flush(tmp_path, fmt, how):
+    p = str(tmp_path / "c")
+    blzarr.carray(np.arange(10), rootdir=p, mode="w", format=fmt, chunklen=4).flush()
+    if how == "exit":            # a global still refers to it when the interpreter exits
+        _run(f"""
+            import blzarr
+            c = blzarr.open({p!r})
+            c.append(range(10, 15))
+            c[0] = -1
+            """)
+    elif how == "collected":     # the last reference goes away in a running program
+        out = _run(f"""
+            import blzarr
+            def work():
+                c = blzarr.open({p!r})
+                c.append(range(10, 15))
+                c[0] = -1
+            work()
+            print(len(blzarr.open({p!r}, mode="r")))
+            """)
+        assert out.split() == ["15"]
+    else:
+        _run(f"""
+            import blzarr, numpy as np
+            c = blzarr.carray(np.arange(10), rootdir={p!r}, mode="w", format={fmt!r}, chunklen=4)
+            c.append(range(10, 15))
+            c[0] = -1
+            """)
+    want = np.arange(15)
+    want[0] = -1
+    np.testing.assert_array_equal(blzarr.open(p, mode="r")[:], want)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_ctable_appends_are_flushed_at_exit(tmp_path, fmt, bcolz):
+    p = str(tmp_path / "t")
+    _run(f"""
+        import blzarr
+        t = blzarr.ctable([[1, 2], [1.5, 2.5]], names=["a", "b"], rootdir={p!r}, mode="w",
+                          format={fmt!r}, auto_flush=False)
+        t.append((3, 3.5))
+        t.append([[4, 5], [4.5, 5.5]])
+        u = blzarr.open({p!r})
+        """)
+    t = blzarr.open(p, mode="r")
+    assert t["a"][:].tolist() == [1, 2, 3, 4, 5] and t["b"][:].tolist() == [1.5, 2.5, 3.5, 4.5, 5.5]
+    if fmt == "bcolz":
+        assert bcolz.open(p, mode="r")["a"][:].tolist() == [1, 2, 3, 4, 5]
+
+
+def test_a_forked_child_does_not_flush_its_parents_writer(tmp_path):
+    # the child's copy of a writer is not the writer: only the process that wrote flushes
+    p = str(tmp_path / "c")
+    out = _run(f"""
+        import os, blzarr
+        c = blzarr.carray(range(10), rootdir={p!r}, mode="w", chunklen=4)
+        c.append([10, 11])
+        pid = os.fork()
+        if pid == 0:
+            c.append([99])
+            del c
+            os._exit(0)
+        os.waitpid(pid, 0)
+        print(len(blzarr.open({p!r}, mode="r")))
+        c.flush()
+        print(len(blzarr.open({p!r}, mode="r")))
+        """)
+    assert out.split() == ["10", "12"]
+

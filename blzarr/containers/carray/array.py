@@ -157,6 +157,7 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
             # object storage: opening tells whether it is there (no existence probe first)
             try:
                 self._open(allow_pickle)
+                self._track_writer()
                 return
             except MissingError:
                 if self._bytes.exists(f"{META_DIR}/{STORAGE_FILE}"):
@@ -174,6 +175,7 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
                 f"cannot create '{self._rootdir}' with mode 'r' (it never writes): pass mode='w'")
         if array is None and exists and mode != "w":
             self._open(allow_pickle)
+            self._track_writer()
             return
         if array is None and exists and mode == "w":
             # replace the content but keep the dtype and parameters of what is there
@@ -205,6 +207,7 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
                 f"'{self._rootdir}' already exists and mode is 'a': use mode='w' to replace it, "
                 "or open it (blzarr.open) and append")
         self._create(array, cparams, dtype, dflt, expectedlen, chunklen)
+        self._track_writer()
 
     # ---------------------------------------------------------------- creation and opening
     def _setup(self, atom, cparams, chunklen, dflt, expectedlen):

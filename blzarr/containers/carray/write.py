@@ -3,8 +3,13 @@ time on the pool), flush, close, resize and trim, assignment, and the undo log t
 its files as they were when a write fails midway (`_UndoLog`); the first write of a carray opened with
 mode 'a', which takes the lock (`_start_writing`)."""
 
+import atexit
 import contextlib
+import os
 import pickle
+import sys
+import threading
+import weakref
 
 import numpy as np
 
@@ -19,6 +24,22 @@ from blzarr.runtime.parallel import run_ordered
 from blzarr.storage.stores import open_dir
 
 WRITE_BATCH = 8         # full chunks handed to the store together by an append
+
+# On-disk carrays that may write, so that what they hold unflushed is written at interpreter exit as
+# Python's own files do (held weakly: a writer that is collected flushes in its __del__ instead)
+_WRITERS = weakref.WeakSet()
+_writers_lock = threading.Lock()
+_at_exit_registered = False
+
+
+
+def _flush_writers_at_exit():
+    for c in list(_WRITERS):
+        try:
+            c._flush_unattended()
+        except Exception as e:
+            print(f"blzarr: the unflushed changes of '{c._rootdir}' could not be written at "
+                  f"interpreter exit: {type(e).__name__}: {e}", file=sys.stderr)
 
 
 class _UndoLog:
@@ -64,6 +85,41 @@ class _UndoLog:
 
 class CarrayWrites(CarrayBase):
     """Writing a `carray`."""
+
+    # ---------------------------------------------------------------- flushing without flush()
+    def _track_writer(self):
+        """Called when a constructor returns: an on-disk carray that may write is flushed when it is
+        garbage-collected or at interpreter exit, by this process only (not by a forked child)."""
+        global _at_exit_registered
+        if not self._ondisk or self._mode == "r":
+            return
+        self._owner_pid = os.getpid()
+        with _writers_lock:
+            _WRITERS.add(self)
+            if not _at_exit_registered:
+                # registered after the object store's client (when there is one) was imported, so it
+                # runs before that client's own exit handlers stop its event loop
+                atexit.register(_flush_writers_at_exit)
+                _at_exit_registered = True
+
+    def _flush_unattended(self):
+        """Flush what a writer nobody flushed still holds (at GC or exit)."""
+        d = self.__dict__
+        if not d.get("_dirty") or d.get("_owner_pid") != os.getpid() or d.get("_mode", "r") == "r":
+            return
+        lock = d.get("_dirlock")
+        if self._bytes is None and lock is not None and not lock.held:
+            # its lock was collected first (both in one garbage cycle): take it again for the flush
+            self._dirlock = lock_dir(self._rootdir)
+            try:
+                self.flush()
+            finally:
+                self.__dict__.pop("_dirlock").release()
+            return
+        self.flush()
+
+    def __del__(self):
+        self._flush_unattended()
 
     # ---------------------------------------------------------------- writing
     def _split(self, length):
@@ -280,7 +336,8 @@ class CarrayWrites(CarrayBase):
     @storage_op("close")
     def close(self):
         """Flush, then give back the directory's write lock (``blzarr.locking``): the carray becomes
-        read-only.  Dropping the last reference does the same, without the flush.
+        read-only.  As with Python's files, a carray that is garbage-collected, or still open at
+        interpreter exit, is flushed too (an error then is printed, not raised).
 
         Leaving a ``with`` block calls it: afterwards another process may write the directory, this
         object still reads it, and a write raises `blzarr.ReadOnlyError` saying to reopen it with

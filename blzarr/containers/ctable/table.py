@@ -146,6 +146,8 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         table keeps its own.
     auto_flush : bool
         For an on-disk table, flush the columns after every append/addcol/resize (default True).
+        With False, what is not flushed yet is still written when the table is closed, collected,
+        or still open at interpreter exit, as Python's files are flushed.
     allow_pickle : bool
         Opening a table with a column of dtype ``object`` (stored as pickles) needs True.
 

@@ -398,7 +398,8 @@ class CtableWrites(CtableBase):
     @storage_op("close")
     def close(self):
         """Flush, then give back the directory's write lock (``blzarr.locking``): the table and its
-        columns become read-only.  Dropping the last reference does the same, without the flush.
+        columns become read-only.  As with Python's files, a table that is garbage-collected, or
+        still open at interpreter exit, is flushed too (an error then is printed, not raised).
 
         Leaving a ``with`` block calls it: afterwards another process may write the directory, this
         object still reads it, and a write raises `blzarr.ReadOnlyError` saying to reopen it with
