@@ -4,6 +4,7 @@
   raises (as bcolz does) and leaves the disk as it was.
 * A writer flushes when it is closed, garbage-collected or at interpreter exit, as Python's files do
   (checked in subprocesses that append and exit without flush), in both layouts.
+* Every kind of read works in a child made by fork (after a read on two threads), forkserver or spawn.
 """
 
 import os
@@ -151,3 +152,82 @@ def test_a_forked_child_does_not_flush_its_parents_writer(tmp_path):
         """)
     assert out.split() == ["10", "12"]
 
+
+# ============================================================== fork, forkserver and spawn children
+_FORK_SCRIPT = r'''
+import sys, threading, multiprocessing as mp
+import numpy as np, blzarr
+
+
+def ops(objs):
+    """Every kind of read, each as a small NumPy array or number."""
+    out = {}
+    for name, a in objs.items():
+        if name == "table":
+            t = a
+            out["t[:]"] = t[:]
+            out["t.eval"] = t.eval("x + y")[:]
+            out["t[expr]"] = t["x > 150_000"]
+            out["t.where"] = np.array([r.x for r in t.where("x > 150_000")])
+            out["t.fetchwhere"] = t.fetchwhere("(x > 150_000) & (y < 50)")[:]
+            out["t iter"] = np.array([r[0] for r in t.iter(0, 20_000, 7)])
+            continue
+        x = 150_000
+        out[name + " a[:]"] = a[:]
+        out[name + " a[::7]"] = a[::7]
+        out[name + " fancy"] = a[[3, 70_000, 199_999]]
+        out[name + " a[i]"] = a[123_457]
+        out[name + " sum"] = a.sum()
+        out[name + " where"] = np.fromiter(a.where(a[:] > x), dtype=a.dtype)
+        out[name + " a[expr]"] = a["a > x"]
+        out[name + " eval"] = blzarr.eval("a * 2").sum()
+        out[name + " iter"] = np.fromiter(a.iter(0, 50_000), dtype=a.dtype)
+        out[name + " iterblocks"] = np.array([b.sum() for b in blzarr.iterblocks(a, 30_000)])
+    return out
+
+
+def child(objs, q):
+    q.put(ops(objs))
+
+
+if __name__ == "__main__":
+    root, method = sys.argv[1:]
+    blzarr.set_nthreads(2)
+    n = 200_000
+    objs = {"memory": blzarr.carray(np.arange(n), chunklen=1000)}
+    for fmt in ("bcolz", "blz"):
+        blzarr.carray(np.arange(n), rootdir=f"{root}/{fmt}", mode="w", format=fmt, chunklen=1000).flush()
+        objs[fmt] = blzarr.open(f"{root}/{fmt}")
+    objs["table"] = blzarr.ctable([np.arange(n), np.arange(n) % 100 * 1.0], names=["x", "y"],
+                                  rootdir=f"{root}/t", mode="w", chunklen=1000)
+    want = ops(objs)
+    # a read on two threads in this process first: the pool then has threads a forked child lacks
+    ts = [threading.Thread(target=ops, args=(objs,)) for _ in range(2)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    ctx = mp.get_context(method)
+    q = ctx.Queue()
+    p = ctx.Process(target=child, args=(objs, q))
+    p.start()
+    try:
+        got = q.get(timeout=90)
+    except Exception:
+        p.kill()
+        print("the child hung")
+        sys.exit(0)
+    p.join(30)
+    bad = [k for k in want if not np.array_equal(np.asarray(want[k]), np.asarray(got[k]))]
+    print(len(want), "bad:", bad)
+'''
+
+
+@pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
+def test_every_read_works_in_a_child_process(tmp_path, method):
+    script = tmp_path / "forked.py"
+    script.write_text(_FORK_SCRIPT)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, str(script), str(tmp_path), method], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["36", "bad:", "[]"], r.stdout + r.stderr

@@ -15,6 +15,7 @@ buffer: a carray), or anything else with ``len()`` and slicing.
 
 import contextlib
 import functools
+import os
 import threading
 
 import numpy as np
@@ -27,6 +28,15 @@ WINDOW_PER_THREAD = 8
 
 _ne_lock = threading.Lock()
 _ne_state = {"users": 0, "saved": None}
+
+
+def _after_fork_in_child():
+    global _ne_lock
+    _ne_lock = threading.Lock()     # a parent thread may have held it when the process forked
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @contextlib.contextmanager

@@ -1,6 +1,7 @@
 """A process-wide thread pool for per-chunk work: the codec releases the GIL, so chunks decode at once."""
 
 import contextlib
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -23,6 +24,19 @@ def _busy():
         yield
     finally:
         _local.busy = outer
+
+
+def _after_fork_in_child():
+    # a forked child has only the thread that forked: the parent's pool threads are not there, so a
+    # task handed to the inherited executor would never run (and its lock may be held): start afresh
+    global _lock, _local
+    _lock = threading.Lock()
+    _local = threading.local()
+    _pool["n"], _pool["executor"] = 0, None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def codec_threads():

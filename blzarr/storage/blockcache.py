@@ -6,6 +6,7 @@ changed, so stale blocks are never found again and simply age out.
 """
 
 import itertools
+import os
 import threading
 from collections import OrderedDict
 
@@ -53,3 +54,13 @@ class BlockCache:
 
 
 disk_blocks = BlockCache()
+
+
+def _after_fork_in_child():
+    # a forked child starts with an empty cache and a free lock (a parent thread may have held it)
+    disk_blocks._lock = threading.Lock()
+    disk_blocks.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

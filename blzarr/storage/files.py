@@ -56,6 +56,15 @@ _new_trees = {}                 # absolute root -> NewTree
 _new_trees_lock = threading.Lock()
 
 
+def _after_fork_in_child():
+    global _new_trees_lock
+    _new_trees_lock = threading.Lock()  # a parent thread may have held it when the process forked
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class NewTree:
     """A directory this process is creating (a carray's, from its constructor to its first flush).
 

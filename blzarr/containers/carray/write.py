@@ -32,6 +32,14 @@ _writers_lock = threading.Lock()
 _at_exit_registered = False
 
 
+def _after_fork_in_child():
+    global _writers_lock
+    _writers_lock = threading.Lock()    # a parent thread may have held it when the process forked
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
 
 def _flush_writers_at_exit():
     for c in list(_WRITERS):
