@@ -5,6 +5,7 @@
 * A writer flushes when it is closed, garbage-collected or at interpreter exit, as Python's files do
   (checked in subprocesses that append and exit without flush), in both layouts.
 * Every kind of read works in a child made by fork (after a read on two threads), forkserver or spawn.
+* Python integers out of a dtype's range raise OverflowError on append and assignment, as in NumPy 2.
 """
 
 import os
@@ -14,6 +15,7 @@ import textwrap
 
 import numpy as np
 import pytest
+from hypothesis import given, strategies as st
 
 import blzarr
 from helpers import tree
@@ -231,3 +233,72 @@ def test_every_read_works_in_a_child_process(tmp_path, method):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["36", "bad:", "[]"], r.stdout + r.stderr
+
+
+# ====================================================================== integers out of range raise
+INT_DTYPES = ["i1", "u1", "i2", "u2", "i4", "u4", "i8", "u8"]
+
+
+def _numpy_outcome(values, dtype):
+    try:
+        return np.asarray(values, dtype=dtype)
+    except OverflowError:
+        return OverflowError
+
+
+@given(dtype=st.sampled_from(INT_DTYPES),
+       values=st.lists(st.integers(-2 ** 65, 2 ** 65) | st.integers(-300, 300), min_size=1, max_size=5),
+       where=st.sampled_from(["append", "scalar", "slice", "fancy", "ctable"]))
+def test_out_of_range_integers_raise_as_numpy(dtype, values, where):
+    want = _numpy_outcome(values, dtype)
+    c = blzarr.carray(np.arange(6, dtype=dtype), chunklen=4)
+    t = blzarr.ctable([np.arange(3), np.arange(3, dtype=dtype)], names=["a", "b"])
+    before = c[:]
+
+    def do():
+        if where == "append":
+            c.append(values)
+        elif where == "scalar":
+            c[1] = values[0]
+        elif where == "slice":
+            c[0:len(values)] = values
+        elif where == "fancy":
+            c[list(range(len(values)))] = values
+        else:
+            t.append([list(range(len(values))), values])
+    if where == "scalar":
+        want = _numpy_outcome(values[:1], dtype)
+    if want is OverflowError:
+        with pytest.raises(OverflowError, match="out of bounds|too large"):
+            do()
+        np.testing.assert_array_equal(c[:], before)       # nothing was written
+        assert len(t) == len(t["a"]) == len(t["b"]) == 3
+        return
+    do()
+    if where == "append":
+        np.testing.assert_array_equal(c[6:], want)
+    elif where == "scalar":
+        assert c[1] == want[0]
+    elif where in ("slice", "fancy"):
+        np.testing.assert_array_equal(c[:len(values)], want)
+    else:
+        np.testing.assert_array_equal(t["b"][3:], want)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_out_of_range_on_disk_changes_nothing(tmp_path, fmt, bcolz):
+    p = str(tmp_path / "c")
+    c = blzarr.carray(np.arange(3, dtype="i1"), rootdir=p, mode="w", format=fmt)
+    for bad in (lambda: c.append([1000]), lambda: c.__setitem__(0, 1000),
+                lambda: c.__setitem__(slice(0, 2), [5, -129]), lambda: c.append(np.int64(200))):
+        with pytest.raises(OverflowError, match="1000|-129|200"):
+            bad()
+    c.flush()
+    assert blzarr.open(p)[:].tolist() == [0, 1, 2]
+    b = bcolz.carray(np.arange(3, dtype="i1"))
+    with pytest.raises(OverflowError):
+        b.append([1000])
+    # arrays are cast as NumPy casts them into a slice (wrapping), as bcolz does
+    c.append(np.array([1000]))
+    b.append(np.array([1000]))
+    assert c[-1] == b[-1] == np.array([1000]).astype("i1")[0]

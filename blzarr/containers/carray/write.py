@@ -41,6 +41,15 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def _in_event_loop():
+    try:
+        import asyncio
+        asyncio.get_running_loop()
+        return True
+    except (ImportError, RuntimeError):
+        return False
+
+
 def _flush_writers_at_exit():
     for c in list(_WRITERS):
         try:
@@ -91,6 +100,17 @@ class _UndoLog:
         self._c.append_many(cs)
 
 
+def _python_values(value, probe, base):
+    """`probe` (``np.asarray(value)``) converted to `base` as NumPy 2 converts Python values (lists,
+    Python and NumPy scalars, not arrays) into an integer dtype: an integer out of its range raises
+    OverflowError ("Python integer 1000 out of bounds for int8") instead of wrapping."""
+    if base.kind in "iu" and probe.dtype != base and probe.dtype.kind in "iuO" \
+            and not isinstance(value, np.ndarray):
+        # a NumPy integer scalar is checked as a Python one (NumPy's `a[0] = np.int64(200)` raises too)
+        return np.asarray(value.item() if isinstance(value, np.generic) else value, dtype=base)
+    return probe
+
+
 class CarrayWrites(CarrayBase):
     """Writing a `carray`."""
 
@@ -111,9 +131,17 @@ class CarrayWrites(CarrayBase):
                 _at_exit_registered = True
 
     def _flush_unattended(self):
-        """Flush what a writer nobody flushed still holds (at GC or exit)."""
+        """Flush what a writer nobody flushed still holds (at GC or exit); not one whose last write or
+        flush raised (its caller was told, and a retry here would only repeat the error)."""
         d = self.__dict__
-        if not d.get("_dirty") or d.get("_owner_pid") != os.getpid() or d.get("_mode", "r") == "r":
+        if not d.get("_dirty") or d.get("_owner_pid") != os.getpid() or d.get("_mode", "r") == "r" \
+                or d.get("_flush_failed"):
+            return
+        if self._bytes is not None and _in_event_loop():
+            # collected on an object store client's event-loop thread, where its blocking calls
+            # cannot run: say what is lost rather than fail there
+            print(f"blzarr: '{self._rootdir}' was collected on an event-loop thread with unflushed "
+                  "changes, which were not written (call flush() or close())", file=sys.stderr)
             return
         lock = d.get("_dirlock")
         if self._bytes is None and lock is not None and not lock.held:
@@ -257,7 +285,7 @@ class CarrayWrites(CarrayBase):
             return arr.reshape(-1)
         if isinstance(array, CarrayBase):
             array = array[:]
-        arr = np.asarray(array)
+        arr = _python_values(array, np.asarray(array), self._atom.base)
         tail = self._atom.shape
         if arr.dtype != self._atom.base:
             if self.safe and arr.size and not np.can_cast(arr.dtype, self._atom.base, "same_kind") \
@@ -325,6 +353,7 @@ class CarrayWrites(CarrayBase):
         """Write the leftover atoms and the sizes to disk (no-op in memory, or when nothing changed)."""
         if not self._ondisk or self._mode == "r" or not self._dirty:
             return
+        self._flush_failed = True
         with self._lock:
             # the order keeps every flushed atom through a crash at any point: the data first (the
             # short last chunk may then hold more atoms than meta/sizes counts, which opening
@@ -339,6 +368,7 @@ class CarrayWrites(CarrayBase):
                 self._chunks.remove_from(nch + (1 if self._nleft else 0))
             self._stale_chunks = False
             self._dirty = False
+            self._flush_failed = False
             self._store_stats()
 
     @storage_op("close")
@@ -500,6 +530,7 @@ class CarrayWrites(CarrayBase):
             yield
         except BaseException:
             self._chunks = chunks
+            self._flush_failed = True      # nothing is flushed behind the back of a caller told of an error
             self._undo(log, saved)
             raise
         finally:
@@ -536,7 +567,8 @@ class CarrayWrites(CarrayBase):
             self._dirty = dirty
 
     def _values(self, value, n, scalar=False):
-        arr = np.asarray(value[:] if isinstance(value, CarrayBase) else value)
+        value = value[:] if isinstance(value, CarrayBase) else value
+        arr = _python_values(value, np.asarray(value), self._atom.base)
         if arr.dtype != self._atom.base:
             try:
                 arr = arr.astype(self._atom.base)

@@ -11,6 +11,7 @@ import numpy as np
 
 from blzarr.storage import fileio
 from blzarr.containers.carray.array import carray, operator_index
+from blzarr.containers.carray.write import _python_values
 from blzarr.containers.ctable.read import CtableBase
 from blzarr.errors import ReadOnlyError, StorageError, storage_op
 from blzarr.storage.files import ATTRS_FILE, ROOTDIRS_FILE
@@ -50,7 +51,7 @@ class CtableWrites(CtableBase):
         col = self.cols._cols[name]
         if isinstance(value, carray):
             return value
-        arr = np.asarray(value)
+        arr = _python_values(value, np.asarray(value), col.dtype)   # integers out of range raise
         atom = col.shape[1:]
         if col.dtype.kind == "S" and arr.dtype.kind == "U":
             try:  # text for a bytes column, as bcolz accepts: ASCII only
