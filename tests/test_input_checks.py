@@ -6,8 +6,10 @@
   (checked in subprocesses that append and exit without flush), in both layouts.
 * Every kind of read works in a child made by fork (after a read on two threads), forkserver or spawn.
 * Python integers out of a dtype's range raise OverflowError on append and assignment, as in NumPy 2.
+* A BLZ meta/storage whose dtype disagrees with the superchunk files is refused, naming both files.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -302,3 +304,32 @@ def test_out_of_range_on_disk_changes_nothing(tmp_path, fmt, bcolz):
     c.append(np.array([1000]))
     b.append(np.array([1000]))
     assert c[-1] == b[-1] == np.array([1000]).astype("i1")[0]
+
+
+# ============================================================ meta/storage against the superchunk files
+def _edit_json(path, **changes):
+    with open(path) as f:
+        d = json.load(f)
+    d.update(changes)
+    with open(path, "w") as f:
+        json.dump(d, f)
+
+
+@pytest.mark.parametrize("dtype,lie", [("i8", "float64"), ("f8", "uint64"), ("i4", "float32"),
+                                       ("i2", "float16"), ("f8", "<M8[s]")])
+def test_blz_storage_dtype_must_match_the_superchunk_files(tmp_path, dtype, lie):
+    p = str(tmp_path / "c")
+    blzarr.carray(np.arange(10_000).astype(dtype), rootdir=p, mode="w", format="blz", chunklen=1000).flush()
+    _edit_json(os.path.join(p, "meta", "storage"), dtype=lie)
+    for mode in ("r", "a"):
+        with pytest.raises(blzarr.FormatError, match="dtype") as e:
+            blzarr.open(p, mode=mode)[:]
+        assert os.path.join(p, "meta", "storage") in str(e.value) and "__1__.bin" in str(e.value)
+
+
+def test_blz_storage_dtype_written_another_way_is_accepted(tmp_path):
+    # the same dtype spelled otherwise ('<i8' for 'int64') is the same dtype
+    p = str(tmp_path / "c")
+    blzarr.carray(np.arange(10), rootdir=p, mode="w", format="blz").flush()
+    _edit_json(os.path.join(p, "meta", "storage"), dtype=np.dtype("i8").str)
+    assert blzarr.open(p)[:].tolist() == list(range(10))

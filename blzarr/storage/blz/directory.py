@@ -27,6 +27,7 @@ the sequence of a carray's full chunks over a `BlzDir` (a `ChunkStore`); `LazyCh
 demand.  (`remote_blz.RemoteBlzDir` adds the reads of object storage: ranged GETs, lazily.)
 """
 
+import ast
 import os
 import threading
 from collections import OrderedDict
@@ -36,7 +37,7 @@ import numpy as np
 from blzarr import _superchunk as sc
 from blzarr.storage.bcolz_layout import BcolzDir
 from blzarr.storage.bytestore import LocalStore, open_bytestore
-from blzarr.storage.chunk import chunk
+from blzarr.storage.chunk import blosc_typesize, chunk
 from blzarr.storage.chunkstore import LayoutChunks, auto_superchunklen
 from blzarr.errors import BlzarrError, ChunkError, FormatError, ReadOnlyError, StorageError
 from blzarr.storage.locking import first_write
@@ -76,6 +77,21 @@ def open_store(rootdir, mode="a"):
         return BlzDir.open(rootdir, mode)
     return base
 
+
+
+def _dtype_or_none(text):
+    """The dtype a meta/storage or superchunk metadata string names (structured ones as their list
+    form, read without eval), or None."""
+    if not isinstance(text, str):
+        return None
+    try:
+        return np.dtype(text)
+    except (TypeError, ValueError):
+        pass
+    try:
+        return np.dtype(ast.literal_eval(text))
+    except (TypeError, ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
 
 class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, BlzCaches):
     """The files of one carray directory in the BLZ layout."""
@@ -153,6 +169,26 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         # meta/storage: the carray writes it, with everything it knows (dflt, expectedlen...)
         return self
 
+    def _check_dtype(self, storage, where, f1):
+        """meta/storage's dtype must be the one the superchunk files were written with (in their
+        metadata, and its Blosc typesize in their header): another one of the same item size would
+        read every value wrongly and silently."""
+        fixed_dtype = f1.meta_json["dtype"]
+        theirs = _dtype_or_none(fixed_dtype)
+        if theirs is None:
+            raise FormatError(f"superchunk file '{f1.path}': cannot understand dtype {fixed_dtype!r}")
+        if "dtype" in storage:
+            ours = _dtype_or_none(storage["dtype"])
+            if ours != theirs:
+                raise FormatError(f"{where}: dtype {storage['dtype']!r} disagrees with the dtype "
+                                  f"{fixed_dtype!r} that '{f1.path}' was written with")
+        want = 1 if theirs.kind == "O" else blosc_typesize(theirs)
+        if not 1 <= want <= 255:
+            want = 1
+        if f1.header["typesize"] != want:
+            raise FormatError(f"superchunk file '{f1.path}': header typesize {f1.header['typesize']} "
+                              f"does not fit its dtype {fixed_dtype!r} (typesize {want})")
+
     @classmethod
     def open(cls, rootdir, mode="a", bytestore=None):
         self = cls(rootdir, mode, bytestore)
@@ -193,6 +229,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         if sc.CHECKSUMS[self.checksum_id][0] != fixed["checksum"]:
             raise FormatError(f"superchunk file '{f1.path}': header checksum id {self.checksum_id} "
                               f"disagrees with metadata {fixed['checksum']!r}")
+        self._check_dtype(storage, where, f1)
         for key, mine in (("superchunklen", K), ("checksum", fixed["checksum"])):
             if key in storage and storage[key] != mine:
                 raise FormatError(f"{where}: {key} {storage[key]!r} disagrees with '{f1.path}' ({mine!r})")
