@@ -7,6 +7,7 @@
 * Every kind of read works in a child made by fork (after a read on two threads), forkserver or spawn.
 * Python integers out of a dtype's range raise OverflowError on append and assignment, as in NumPy 2.
 * A BLZ meta/storage whose dtype disagrees with the superchunk files is refused, naming both files.
+* meta/ or data/ symlinked out of the root, or a bcolz chunk file that is a symlink, is refused.
 """
 
 import json
@@ -333,3 +334,60 @@ def test_blz_storage_dtype_written_another_way_is_accepted(tmp_path):
     blzarr.carray(np.arange(10), rootdir=p, mode="w", format="blz").flush()
     _edit_json(os.path.join(p, "meta", "storage"), dtype=np.dtype("i8").str)
     assert blzarr.open(p)[:].tolist() == list(range(10))
+
+
+# =============================================================== symlinks that lead out of the root
+def _outside_copy(p, sub, tmp_path):
+    """Move `p`/`sub` outside the root and leave a symlink to it in its place; the new location."""
+    out = str(tmp_path / f"elsewhere_{sub}")
+    os.rename(os.path.join(p, sub), out)
+    os.symlink(out, os.path.join(p, sub))
+    return out
+
+
+@pytest.mark.parametrize("sub", ["meta", "data"])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_meta_or_data_symlinked_out_of_the_root_is_refused(tmp_path, fmt, sub):
+    p = str(tmp_path / "c")
+    blzarr.carray(np.arange(5000), rootdir=p, mode="w", format=fmt, chunklen=1000).flush()
+    out = _outside_copy(p, sub, tmp_path)
+    before = tree(out)
+    for mode in ("r", "a"):
+        with pytest.raises(blzarr.BlzarrError, match="outside|not a regular file inside") as e:
+            c = blzarr.open(p, mode=mode)
+            c[:]
+            c.append([1])
+            c.flush()
+        assert os.path.join(p, sub) in str(e.value)
+    assert tree(out) == before          # nothing written outside the root
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_ctable_column_meta_symlinked_out_is_refused(tmp_path, fmt):
+    p = str(tmp_path / "t")
+    blzarr.ctable([np.arange(3000), np.arange(3000) * 0.5], names=["a", "b"], rootdir=p, mode="w",
+                  format=fmt, chunklen=1000)
+    col = blzarr.open(p)["b"].rootdir
+    out = _outside_copy(col, "meta", tmp_path)
+    before = tree(out)
+    with pytest.raises(blzarr.BlzarrError, match="outside") as e:
+        t = blzarr.open(p)
+        t.append((1, 1.0))
+        t.flush()
+    assert os.path.join(col, "meta") in str(e.value)
+    assert tree(out) == before
+
+
+def test_bcolz_chunk_file_symlinked_elsewhere_is_refused(tmp_path, bcolz):
+    p, q = str(tmp_path / "c"), str(tmp_path / "other")
+    blzarr.carray(np.arange(5000), rootdir=p, mode="w", format="bcolz", chunklen=1000).flush()
+    blzarr.carray(np.arange(5000) * 7, rootdir=q, mode="w", format="bcolz", chunklen=1000).flush()
+    chunk = os.path.join(p, "data", "__2.blp")
+    os.remove(chunk)
+    os.symlink(os.path.join(q, "data", "__2.blp"), chunk)
+    c = blzarr.open(p, mode="r")
+    with pytest.raises(blzarr.BlzarrError, match="symbolic link") as e:
+        c[:]
+    assert chunk in str(e.value)
+    with pytest.raises(blzarr.BlzarrError, match="symbolic link"):
+        c[2500]

@@ -12,6 +12,8 @@ appended and meta/sizes at flush, so that a reader never counts a chunk object t
 are replaced atomically.
 """
 
+import errno
+import os
 import struct
 import threading
 from collections import OrderedDict
@@ -84,6 +86,7 @@ class BcolzDir:
                 raise StorageError(f"{what} directory '{self.bytes.where(key)}' does not exist")
         if self.bytes.exists(DATA_DIR) and not self.bytes.isdir(DATA_DIR):
             raise StorageError(f"data directory '{self.datadir}' is not a directory")
+        self.bytes.check_inside([META_DIR, DATA_DIR])
 
     @staticmethod
     def _key(n):
@@ -132,12 +135,17 @@ class BcolzDir:
         """
         path = self.chunk_path(n)
         try:
-            h = self.bytes.open(self._key(n), "r")
+            # a chunk file that is a symlink (to another array's chunk, say) is not this array's chunk
+            h = self.bytes.open(self._key(n), "r_nofollow")
         except FileNotFoundError:
             raise MissingError(f"chunk file '{path}' is missing") from None
         except StorageError:
             raise
         except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise FormatError(f"chunk file '{path}' is a symbolic link (to "
+                                  f"'{os.path.realpath(path)}'): refused, a chunk file must be a regular "
+                                  "file of this directory") from None
             raise StorageError(f"cannot read chunk file '{path}': {e}") from None
         try:
             size = self.bytes.state(h)[1]

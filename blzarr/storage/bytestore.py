@@ -75,7 +75,7 @@ import time
 
 from blzarr.storage import fileio
 from blzarr.storage import files
-from blzarr.errors import ConcurrentWriterError, MissingError, StorageError
+from blzarr.errors import ConcurrentWriterError, FormatError, MissingError, StorageError
 from blzarr.storage.files import detect_store
 from blzarr.runtime.optional import need
 
@@ -199,7 +199,7 @@ class ByteStore(abc.ABC):
     # ---- handles: here an object read whole at open (one GET); a store with in-place writes has its own
     def open(self, key, how="r"):
         """A handle of file `key`: how='r' (every store), 'rw', 'new', 'trunc' (``in_place_writes``)."""
-        if how != "r":
+        if how not in ("r", "r_nofollow"):
             raise StorageError(f"cannot open '{self.where(key)}' for writing: objects are written whole")
         return _Fetched(self.get(key))
 
@@ -442,6 +442,20 @@ class LocalStore(ByteStore):
 
     def sync_dir(self, prefix=""):
         fileio.fsync_dir(self._p(prefix))
+
+    def check_inside(self, keys):
+        """Refuse (FormatError) a directory of `keys` that is a symlink leading out of the root: a
+        writer would write outside it, a reader read another dataset.  One lstat each when none is
+        a symlink."""
+        for key in keys:
+            path = self._p(key)
+            if not os.path.islink(path):
+                continue
+            real = os.path.realpath(path)
+            real_root = os.path.realpath(self.root)
+            if os.path.commonpath([real, real_root]) != real_root:
+                raise FormatError(f"'{path}' is a symbolic link to '{real}', outside '{self.root}': refused "
+                                  "(every file of a dataset must be inside its root directory)")
 
     def escapes(self, key):
         """The real path of `key` when it is not a regular file inside the root (a symlink out of it,

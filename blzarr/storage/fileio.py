@@ -26,7 +26,8 @@ from blzarr.runtime import params
 
 
 _BINARY = getattr(os, "O_BINARY", 0)
-_FLAGS = {"r": os.O_RDONLY | _BINARY, "rw": os.O_RDWR | _BINARY,
+_FLAGS = {"r": os.O_RDONLY | _BINARY, "r_nofollow": os.O_RDONLY | _BINARY | getattr(os, "O_NOFOLLOW", 0),
+          "rw": os.O_RDWR | _BINARY,
           "new": os.O_RDWR | os.O_CREAT | os.O_EXCL | _BINARY,
           "trunc": os.O_RDWR | os.O_CREAT | os.O_TRUNC | _BINARY}
 

@@ -78,7 +78,6 @@ def open_store(rootdir, mode="a"):
     return base
 
 
-
 def _dtype_or_none(text):
     """The dtype a meta/storage or superchunk metadata string names (structured ones as their list
     form, read without eval), or None."""
@@ -86,12 +85,13 @@ def _dtype_or_none(text):
         return None
     try:
         return np.dtype(text)
-    except (TypeError, ValueError):
+    except Exception:  # noqa: BLE001 - NumPy's parser raises several kinds (SyntaxError too)
         pass
     try:
         return np.dtype(ast.literal_eval(text))
-    except (TypeError, ValueError, SyntaxError, MemoryError, RecursionError):
+    except Exception:  # noqa: BLE001
         return None
+
 
 class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, BlzCaches):
     """The files of one carray directory in the BLZ layout."""
@@ -368,6 +368,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         for key, what in (("", "root"), (DATA_DIR, "data"), (META_DIR, "meta")):
             if not self.bytes.isdir(key):
                 raise StorageError(f"{what} directory '{self.bytes.where(key)}' does not exist")
+        self.bytes.check_inside([META_DIR, DATA_DIR])
 
     def meta_path(self, name):
         return self.bytes.where(f"{META_DIR}/{name}")
