@@ -46,6 +46,13 @@ class LazyExpr:
     def __len__(self):
         return self._n
 
+    def __bool__(self):
+        # as NumPy's arrays: only a one-element result has a truth value
+        if self._n != 1 or len(self.shape) != 1:
+            raise ValueError(f"the truth value of an expression of {self._n} elements is ambiguous: use "
+                             ".any() or .all() (or & and | between conditions, not `and` / `or`)")
+        return bool(self[:][0])
+
     @property
     def ndim(self):
         return len(self.shape)

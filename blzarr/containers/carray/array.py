@@ -1,6 +1,7 @@
 """`carray`: a compressed, chunked, enlargeable array, in memory or on disk (bcolz-compatible API)."""
 
 import math
+import operator
 import os
 import secrets
 import threading
@@ -10,6 +11,7 @@ import numpy as np
 from blzarr.storage import fileio
 from blzarr import _chunk
 from blzarr.runtime import integrations
+from blzarr.query import lazyexpr
 from blzarr.query import stats as _stats
 from blzarr.containers.arrayprint import array2string
 from blzarr.storage.attrs import attrs as _attrs
@@ -457,6 +459,45 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
 
     def __len__(self):
         return self._len
+
+    # ---------------------------------------------------------------- comparisons
+    # Element-wise, as NumPy's (bcolz compared identities: `a == 3` was False, `a > 3` a TypeError).
+    # The answer is a lazy boolean expression: a mask for a[...], reduced (.sum()) in one pass, or
+    # made an array by np.asarray / [:].  A carray stays hashable (identity), unlike an ndarray.
+    __hash__ = object.__hash__
+
+    def _compare(self, other, symbol, op):
+        if isinstance(other, (list, tuple)):
+            other = np.asarray(other)
+        if self._isobj or self._atom.shape or self._atom.kind in "SUV" or (
+                isinstance(other, np.ndarray) and other.dtype.kind in "OSUV"):
+            return op(self[:], other[:] if isinstance(other, CarrayBase) else other)   # NumPy's answer
+        if isinstance(other, (np.ndarray, CarrayBase)) and other.shape != self.shape and other.ndim:
+            raise ValueError(f"operands could not be broadcast together with shapes {self.shape} "
+                             f"{tuple(other.shape)}")
+        try:
+            return lazyexpr.LazyExpr(f"a {symbol} b", {"a": self, "b": other})
+        except Exception as e:
+            raise TypeError(f"cannot compare a carray of {self.dtype} with {other!r} by {symbol!r}: "
+                            f"{e}") from None
+
+    def __eq__(self, other):
+        return self._compare(other, "==", operator.eq)
+
+    def __ne__(self, other):
+        return self._compare(other, "!=", operator.ne)
+
+    def __lt__(self, other):
+        return self._compare(other, "<", operator.lt)
+
+    def __le__(self, other):
+        return self._compare(other, "<=", operator.le)
+
+    def __gt__(self, other):
+        return self._compare(other, ">", operator.gt)
+
+    def __ge__(self, other):
+        return self._compare(other, ">=", operator.ge)
 
     @property
     def size(self):

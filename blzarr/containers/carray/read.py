@@ -307,6 +307,9 @@ class CarrayReads(CarrayBase):
             if 0 <= i < self._len:
                 return self._getitem_scalar(i)
             raise IndexError(f"index {key} is out of bounds for axis 0 with size {self._len}")
+        if isinstance(key, (bool, np.bool_)):
+            # NumPy's: a new axis of length 1 (True) or 0 (False), not the element 1 or 0
+            return self[:][key]
         if isinstance(key, (int, np.integer)):
             return self._getitem_scalar(ix.normalize_int(key, self._len))
         if isinstance(key, slice):

@@ -1,0 +1,68 @@
+"""NumPy habits a newcomer brings to a carray answer as NumPy answers, or raise; never a bare bool.
+
+* ``a == 3``, ``a > 3`` (every comparison, scalars, arrays and carrays on the other side) give NumPy's
+  element-wise answer (a lazy boolean expression), whose truth value is ambiguous as NumPy's is.
+* ``a[a == 3]``, ``a[True]``, ``a[False]`` select what NumPy selects.
+"""
+
+import operator
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import blzarr
+
+OPS = [operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge]
+
+
+@pytest.mark.parametrize("op", OPS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("other", ["scalar", "array", "carray", "list"])
+def test_comparisons_are_element_wise(op, other, layout):
+    n = np.arange(5000) % 17 * 0.5
+    a = blzarr.carray(n, chunklen=1000, **layout)
+    o = {"scalar": 3.0, "array": n[::-1].copy(), "carray": blzarr.carray(n[::-1].copy(), chunklen=700),
+         "list": list(n[::-1])}[other]
+    want = op(n, o[:] if other == "carray" else o)
+    got = op(a, o)
+    assert not isinstance(got, (bool, np.bool_))
+    np.testing.assert_array_equal(np.asarray(got), want)
+    np.testing.assert_array_equal(got[:], want)
+    assert got.sum() == want.sum()
+    np.testing.assert_array_equal(a[got], n[want])      # a mask, as in NumPy
+    with pytest.raises(ValueError, match="ambiguous"):
+        bool(got)
+
+
+def test_reflected_comparisons_and_lengths():
+    n = np.arange(10)
+    a = blzarr.carray(n, chunklen=4)
+    np.testing.assert_array_equal(np.asarray(3 < a), 3 < n)
+    np.testing.assert_array_equal(np.asarray(n == a), n == n)
+    with pytest.raises(ValueError):
+        a == np.arange(3)        # NumPy: shapes (10,) and (3,) do not broadcast
+    # a carray stays hashable (a dict key, a set member) although == is element-wise
+    assert {a: 1}[a] == 1 and a in {a}
+    assert len([x for x in [a, blzarr.carray(n)] if x is a]) == 1
+
+
+@given(st.lists(st.integers(-5, 5), min_size=1, max_size=40), st.integers(-5, 5))
+def test_mask_from_a_comparison_matches_numpy(values, x):
+    n = np.array(values)
+    a = blzarr.carray(n, chunklen=7)
+    np.testing.assert_array_equal(a[a == x], n[n == x])
+    np.testing.assert_array_equal(a[a >= x], n[n >= x])
+
+
+@pytest.mark.parametrize("key", [True, False, np.True_, np.False_])
+def test_a_boolean_scalar_key_selects_as_numpy(key):
+    n = np.arange(6.0)
+    a = blzarr.carray(n, chunklen=4)
+    np.testing.assert_array_equal(a[key], n[key])
+    assert a[key].shape == n[key].shape
+
+
+def test_comparing_with_what_does_not_compare_raises_clearly():
+    a = blzarr.carray(np.arange(4))
+    with pytest.raises(TypeError, match="compare"):
+        a < "x"
