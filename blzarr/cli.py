@@ -26,6 +26,7 @@ from blzarr import _superchunk
 from blzarr.bench import command as bench_command
 from blzarr.storage import fileio
 from blzarr.containers.carray.array import carray, compression_ratio, human_readable_size
+from blzarr.query import chunked_eval as _ce
 from blzarr.containers.ctable.table import check_name, ctable
 from blzarr.errors import storage_error
 from blzarr.storage.files import ROOTDIRS_FILE, ObjectPath, detect, detect_store, read_json
@@ -265,10 +266,16 @@ def render_info(d):
 
 
 def _explain(obj, expression):
-    """The plan line of `expression` (a ctable's columns, or a carray named x) over `obj`."""
+    """The plan line of `expression` (a ctable's columns, or a carray under any one name) over `obj`."""
     try:
         if isinstance(obj, carray):
-            return str(blzarr.explain(expression, user_dict={"x": obj}))
+            # the one array of a carray's query may have any name: x, or the one its author uses
+            _, names = _ce._operand_names(expression)
+            free = [n for n in names if n not in _ce._PY_NAMESPACE]
+            if len(free) > 1:
+                raise CLIError(f"cannot plan the query {expression!r}: a carray's query names one array "
+                               f"(x, or any one name), and this one names {', '.join(map(repr, free))}")
+            return str(blzarr.explain(expression, user_dict={free[0] if free else "x": obj}))
         return str(obj.explain(expression))
     except (NameError, ValueError, TypeError, SyntaxError) as e:
         raise CLIError(f"cannot plan the query {expression!r}: {e}") from None
@@ -692,7 +699,8 @@ def build_parser():
     s.add_argument("--json", action="store_true", help="print JSON instead of a table")
     _storage_arg(s)
     s.add_argument("--where", metavar="EXPR",
-                   help="also tell what the query EXPR reads (its columns by name; a carray is x): "
+                   help="also tell what the query EXPR reads (its columns by name; a carray under any "
+                        "one name, e.g. x): "
                         "blocks skipped, taken whole and scanned, from the per-chunk statistics")
     s.set_defaults(func=cmd_info)
     s = sub.add_parser("ls", help="the carrays and ctables below a directory")

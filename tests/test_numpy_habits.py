@@ -3,8 +3,11 @@
 * ``a == 3``, ``a > 3`` (every comparison, scalars, arrays and carrays on the other side) give NumPy's
   element-wise answer (a lazy boolean expression), whose truth value is ambiguous as NumPy's is.
 * ``a[a == 3]``, ``a[True]``, ``a[False]`` select what NumPy selects.
+* ``a.where(...)`` has ``count()`` and ``explain()``, as a ctable's query has; ``blzarr info X --where``
+  takes the array under any one name.
 """
 
+import json
 import operator
 
 import numpy as np
@@ -66,3 +69,39 @@ def test_comparing_with_what_does_not_compare_raises_clearly():
     a = blzarr.carray(np.arange(4))
     with pytest.raises(TypeError, match="compare"):
         a < "x"
+
+
+# ====================================================== carray.where(...): count() and explain()
+@pytest.mark.parametrize("limit,skip", [(None, 0), (None, 7), (5, 0), (5, 3), (10_000, 0), (0, 0), (None, 10**6)])
+def test_carray_where_count_and_explain(layout, limit, skip):
+    n = np.arange(20_000) % 101
+    a = blzarr.carray(n, chunklen=1000, **layout)
+    want = n[n > 90][skip:][:limit]
+    for key in ("a > 90", a > 90, n > 90, blzarr.carray(n > 90)):
+        q = a.where(key, limit=limit, skip=skip)
+        assert q.count() == len(want)
+        assert q.count() == len(want)        # counting does not consume the rows
+        np.testing.assert_array_equal(np.fromiter(q, dtype=n.dtype), want)
+        plan = q.explain()
+        assert "blocks" in str(plan)
+    other = dict(layout, rootdir=layout["rootdir"] + "2") if layout.on_disk else {}
+    s = blzarr.carray(np.arange(20_000), chunklen=1000, **other)
+    plan = s.where("s >= 19_500").explain()
+    assert plan.skipped == len(plan.bounds) - 1 and plan.scanned == 1, str(plan)
+    assert s.where("s >= 19_500").count() == 500
+
+
+def test_cli_info_where_accepts_the_arrays_own_name(tmp_path):
+    from test_cli import run, one_error_line
+    p = str(tmp_path / "series.blz")
+    blzarr.carray(np.arange(10_000), rootdir=p, mode="w", chunklen=1000).flush()
+    plans = []
+    for expr in ("b > 8_999", "x > 8_999", "series > 8_999"):
+        rc, out, err = run("info", p, "--where", expr, "--json")
+        assert rc == 0, err
+        plans.append(json.loads(out)["query"])
+    assert len({q.rsplit(";", 1)[0] for q in plans}) == 1 and " 2 skipped" in plans[0], plans
+    rc, out, err = run("info", p, "--where", "(a > 1) & (b < 3)")
+    assert rc != 0
+    line = one_error_line(err)
+    assert "one name" in line and "'a'" in line and "'b'" in line

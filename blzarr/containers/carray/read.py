@@ -4,6 +4,7 @@ boolean arrays, expressions), take, iteration, where and wheretrue."""
 
 import itertools
 import pickle
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -31,6 +32,31 @@ _PY_KINDS = "biufcSUMmV"
 # dtypes whose memoryview yields the same Python scalars as tolist(), without building the list
 _MV_CHARS = frozenset("?bBhHiIlLqQfd")
 
+
+
+class Query:
+    """The iterator a carray's or ctable's `where` returns: the matching values (rows) one by one, and
+
+    - ``count()``: how many it gives in all (its `limit` and `skip` applied), counted in one pass
+      without building them;
+    - ``explain()``: its `blzarr.query.planner.Plan` (blocks skipped, taken whole, scanned)."""
+
+    __slots__ = ("_rows", "_count_fn", "_explain_fn")
+
+    def __init__(self, rows, count, explain):
+        self._rows, self._count_fn, self._explain_fn = rows, count, explain
+
+    def __iter__(self):
+        return self._rows           # a for loop takes the values straight from the underlying iterator
+
+    def __next__(self):
+        return next(self._rows)
+
+    def count(self):
+        return self._count_fn()
+
+    def explain(self):
+        return self._explain_fn()
 
 class CarrayBase:
     """The base of `carray` and of its parts: ``isinstance(x, CarrayBase)`` is how the parts, which the
@@ -569,8 +595,25 @@ class CarrayReads(CarrayBase):
             yield block if dtype is None else block.astype(dtype)
 
     def where(self, boolarr, limit=None, skip=0):
-        """Iterate over the values where `boolarr` (a bool carray, array or expression) is true."""
+        """Iterate over the values where `boolarr` (a bool carray, array or expression) is true.
+
+        The iterator also has ``count()`` (how many values it gives in all, `limit` and `skip`
+        applied, without building them) and ``explain()`` (the `blzarr.query.planner.Plan` of an
+        expression: blocks skipped, taken whole and scanned), as a ctable's `where` has.
+
+        Examples
+        --------
+        >>> import numpy as np, blzarr
+        >>> a = blzarr.carray(np.arange(100_000), chunklen=10_000)
+        >>> q = a.where("a >= 95_000")
+        >>> q.count(), next(q)
+        (5000, 95000)
+        >>> print(q.explain())
+        10 blocks: 9 skipped, 1 taken whole, 0 scanned (0 of 100000 rows evaluated); statistics of a
+        """
+        expression = None
         if isinstance(boolarr, str):
+            expression, frame = boolarr, sys._getframe(1)
             boolarr = self._eval_key(boolarr)
         if isinstance(boolarr, np.ndarray) and boolarr.dtype != bool or (
                 isinstance(boolarr, CarrayBase) and boolarr.dtype != bool):
@@ -583,9 +626,30 @@ class CarrayReads(CarrayBase):
             raise ValueError(f"`boolarr` has length {len(boolarr)}, the carray has {self._len}")
         limit, skip = _check_limit_skip(limit, skip)
         found = self._where_resident(boolarr, where_scalars, skip, limit)
-        if found is not None:
-            return found
-        return itertools.chain.from_iterable(self._where(boolarr, limit, skip))
+        if found is None:
+            found = itertools.chain.from_iterable(self._where(boolarr, limit, skip))
+
+        def count():
+            if hasattr(boolarr, "count_nonzero"):
+                total = int(boolarr.count_nonzero())
+            elif isinstance(boolarr, CarrayBase):
+                total = int(boolarr.sum())
+            else:
+                total = int(np.count_nonzero(boolarr))
+            total = max(0, total - skip)
+            return total if limit is None else min(total, limit)
+
+        def explain():
+            if expression is not None:
+                scope = dict(frame.f_globals)
+                scope.update(frame.f_locals)
+                return _ce.explain(expression, user_dict=scope)
+            if hasattr(boolarr, "explain"):
+                return boolarr.explain()
+            cl = max(self._chunklen, 1)
+            return planner.Plan("<mask>", [(s, min(s + cl, self._len)) for s in range(0, self._len, cl)],
+                                None, reason="the query is a mask, not an expression")
+        return Query(found, count, explain)
 
     def _where(self, boolarr, limit, skip):
         parts = self._where_resident(boolarr, select_ahead)

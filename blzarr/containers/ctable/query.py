@@ -10,6 +10,7 @@ import numpy as np
 from blzarr.query import chunked_eval as _ce
 from blzarr.query import planner
 from blzarr.containers.carray.array import carray, operator_index
+from blzarr.containers.carray.read import Query
 from blzarr.containers.ctable.read import NROW
 from blzarr.query.lazyexpr import LazyExpr
 from blzarr.runtime.optional import have
@@ -17,29 +18,6 @@ from blzarr.runtime.params import defaults
 
 # the block length used for queries is at least this (tiny chunklens would make Python overhead dominate)
 MIN_QUERY_BLEN = 4096
-
-
-class Query:
-    """The iterator `ctable.where` returns: the matching rows one by one, and
-
-    - ``count()``: how many rows the query gives in all (its `limit` and `skip` applied), counted
-      in one pass without building them;
-    - ``explain()``: its `blzarr.query.planner.Plan` (blocks skipped, taken whole, scanned)."""
-
-    def __init__(self, rows, count, explain):
-        self._rows, self._count_fn, self._explain_fn = rows, count, explain
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        return next(self._rows)
-
-    def count(self):
-        return self._count_fn()
-
-    def explain(self):
-        return self._explain_fn()
 
 
 class CtableQueries:
