@@ -105,3 +105,35 @@ def test_cli_info_where_accepts_the_arrays_own_name(tmp_path):
     assert rc != 0
     line = one_error_line(err)
     assert "one name" in line and "'a'" in line and "'b'" in line
+
+
+# ================================================================== multidimensional carrays
+@pytest.mark.parametrize("shape", [(9, 3), (7, 2, 3)])
+def test_where_and_masks_on_nd_carrays_give_numpys_result(layout, shape):
+    n = np.arange(np.prod(shape)).reshape(shape)
+    a = blzarr.carray(n, chunklen=4, **layout)
+    x = n.size - 7
+    want = n[n > x]
+    np.testing.assert_array_equal(np.array(list(a.where("a > x"))), want)
+    np.testing.assert_array_equal(np.array(list(a.where(n > x, limit=3, skip=2))), want[2:5])
+    assert a.where("a > x").count() == len(want)
+    np.testing.assert_array_equal(a["a > x"], want)
+    np.testing.assert_array_equal(a[a > x], want)
+    np.testing.assert_array_equal(a[n > x], want)
+    lead = n.reshape(len(n), -1)[:, 0] > 10          # a mask of the first axis: rows, as before
+    np.testing.assert_array_equal(a[lead], n[lead])
+    with pytest.raises(ValueError, match="does not fit"):
+        a.where(np.ones((len(n), 99), dtype=bool))
+
+
+def test_too_many_indices_as_numpy():
+    n = np.arange(5.0)
+    a = blzarr.carray(n)
+    with pytest.raises(IndexError, match="too many indices") as e:
+        a[1, 2]
+    with pytest.raises(IndexError) as e2:
+        n[1, 2]
+    assert str(e.value) == str(e2.value)
+    b = blzarr.carray(np.zeros((4, 2)))
+    with pytest.raises(IndexError, match="too many indices"):
+        b[1, 1, 0]

@@ -378,6 +378,9 @@ class CarrayReads(CarrayBase):
                 key = _expand_ellipsis(key, 1 + len(self._atom.shape))
                 if len(key) == 1:
                     return self[key[0]]
+            if len(key) > 1 + len(self._atom.shape):
+                raise IndexError(f"too many indices for array: array is {1 + len(self._atom.shape)}-"
+                                 f"dimensional, but {len(key)} were indexed")
             if isinstance(key[0], slice) and not self._isobj:
                 out = self._rows_then(key[0], key[1:])
                 if out is not None:
@@ -410,6 +413,8 @@ class CarrayReads(CarrayBase):
         if key is None:
             return self[:][None]
         arr = np.asarray(key)
+        if arr.dtype == bool and arr.ndim > 1 and arr.shape == self.shape[:arr.ndim]:
+            return self[:][arr]     # NumPy's: the elements where a mask of the array's shape is true
         if arr.dtype.kind in "iu" and arr.ndim != 1:
             if arr.ndim == 0:
                 return self[int(arr)]
@@ -625,7 +630,16 @@ class CarrayReads(CarrayBase):
         if len(boolarr) != self._len:
             raise ValueError(f"`boolarr` has length {len(boolarr)}, the carray has {self._len}")
         limit, skip = _check_limit_skip(limit, skip)
-        found = self._where_resident(boolarr, where_scalars, skip, limit)
+        if getattr(boolarr, "ndim", 1) > 1:
+            # NumPy's a[mask] for a mask over more than the first axis: the elements, one by one
+            boolarr = np.asarray(boolarr[:] if isinstance(boolarr, CarrayBase) else boolarr)
+            if boolarr.shape != self.shape[:boolarr.ndim]:
+                raise ValueError(f"where(): a mask of shape {boolarr.shape} does not fit the carray's shape "
+                                 f"{self.shape} (it takes a mask of length {self._len}, or of the "
+                                 f"carray's leading dimensions)")
+            found = iter(self[:][boolarr][skip:None if limit is None else skip + limit])
+        else:
+            found = self._where_resident(boolarr, where_scalars, skip, limit)
         if found is None:
             found = itertools.chain.from_iterable(self._where(boolarr, limit, skip))
 
