@@ -137,3 +137,37 @@ def test_too_many_indices_as_numpy():
     b = blzarr.carray(np.zeros((4, 2)))
     with pytest.raises(IndexError, match="too many indices"):
         b[1, 1, 0]
+
+
+# ================================================================ datetimes read can be written back
+@pytest.mark.parametrize("unit", ["s", "ms", "D"])
+def test_datetimes_are_accepted_as_numpy_accepts_them(layout, unit):
+    import datetime
+    dt = np.dtype(f"M8[{unit}]")
+    n = np.array(["2024-01-01", "2024-01-03"], dtype=dt)
+    a = blzarr.carray(n, **layout)
+    values = [a[0], datetime.datetime(2024, 1, 2), "2024-01-02T12", np.datetime64("2024-01-05"),
+              datetime.date(2024, 1, 6), np.datetime64("2024-01-07T10:00:00.5", "ms")]
+    want = np.array(list(n) + [np.asarray(v, dtype=dt)[()] for v in values], dtype=dt)
+    for v in values:
+        a.append([v])
+    np.testing.assert_array_equal(a[:], want)
+    a.append(values[2])                                  # a scalar too
+    a[0] = "2023-12-31"
+    a[1:3] = [datetime.datetime(2023, 1, 1), "2023-01-02"]
+    ref = np.concatenate([want, np.asarray([values[2]], dtype=dt)])
+    ref[0] = "2023-12-31"
+    ref[1:3] = [datetime.datetime(2023, 1, 1), "2023-01-02"]
+    np.testing.assert_array_equal(a[:], ref)
+    with pytest.raises(ValueError, match="cannot convert"):
+        a.append(["not a date"])
+    np.testing.assert_array_equal(a[:], ref)
+
+
+def test_ctable_rows_with_datetimes_are_accepted():
+    import datetime
+    t = blzarr.ctable([np.array(["2024-01-01"], dtype="M8[s]"), np.array([1.0])], names=["ts", "v"])
+    t.append((datetime.datetime(2024, 1, 2), 2.0))
+    t.append((t[0]["ts"], 3.0))
+    t.append([["2024-01-04", "2024-01-05"], [4.0, 5.0]])
+    assert t["ts"][:].tolist() == [datetime.datetime(2024, 1, d) for d in (1, 2, 1, 4, 5)]

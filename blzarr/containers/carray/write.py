@@ -103,7 +103,14 @@ class _UndoLog:
 def _python_values(value, probe, base):
     """`probe` (``np.asarray(value)``) converted to `base` as NumPy 2 converts Python values (lists,
     Python and NumPy scalars, not arrays) into an integer dtype: an integer out of its range raises
-    OverflowError ("Python integer 1000 out of bounds for int8") instead of wrapping."""
+    OverflowError ("Python integer 1000 out of bounds for int8") instead of wrapping.  For a datetime
+    or timedelta dtype, what NumPy's datetime64/timedelta64 accept (datetime objects, ISO strings,
+    NumPy scalars of another unit) is converted as NumPy converts it."""
+    if base.kind in "mM" and probe.dtype != base and probe.dtype.kind in "OSUmM":
+        try:
+            return np.asarray(value, dtype=base)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"cannot convert {value!r} to {base}: {e}") from None
     if base.kind in "iu" and probe.dtype != base and probe.dtype.kind in "iuO" \
             and not isinstance(value, np.ndarray):
         # a NumPy integer scalar is checked as a Python one (NumPy's `a[0] = np.int64(200)` raises too)
