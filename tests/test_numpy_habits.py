@@ -171,3 +171,17 @@ def test_ctable_rows_with_datetimes_are_accepted():
     t.append((t[0]["ts"], 3.0))
     t.append([["2024-01-04", "2024-01-05"], [4.0, 5.0]])
     assert t["ts"][:].tolist() == [datetime.datetime(2024, 1, d) for d in (1, 2, 1, 4, 5)]
+
+
+def test_queries_compare_datetimes_with_iso_strings(layout):
+    n = np.arange("2024-01-01", "2024-03-01", dtype="M8[h]")
+    c = blzarr.carray(n, chunklen=100, **layout)
+    lo = np.datetime64("2024-01-02")
+    np.testing.assert_array_equal(np.array(list(c.where("c < '2024-01-02'")), dtype=n.dtype), n[n < lo])
+    np.testing.assert_array_equal(c["'2024-01-02' > c"], n[n < lo])
+    assert c.where("c < '2024-01-02'").count() == (n < lo).sum()
+    t = blzarr.ctable([n, np.arange(len(n)) * 1.0], names=["ts", "v"])
+    got = t.fetchwhere("(ts >= '2024-02-01T06') & (v > 0)", out_flavor="numpy")
+    np.testing.assert_array_equal(got["ts"], n[n >= np.datetime64("2024-02-01T06")])
+    with pytest.raises(ValueError, match="no date"):
+        c["c < 'yesterday-ish'"]

@@ -218,12 +218,51 @@ def default_blen(arrays):
     return max(min(cls) if cls else 65536, 4096)
 
 
+def _datetime_literals(expression, arrays):
+    """(expression, scalars) with every string constant compared with a datetime64 operand
+    (``ts < '2024-01-02'``) replaced by a name holding ``np.datetime64`` of it, as NumPy's datetime64
+    reads an ISO string; None when the expression has no such comparison."""
+    kinds = {}
+    for k, v in arrays.items():
+        dt = getattr(v, "dtype", None)
+        if dt is not None and dt.kind == "M":
+            kinds[k] = dt
+    if not kinds or ("'" not in expression and '"' not in expression):
+        return None
+    tree = ast.parse(expression, mode="eval")
+    extra = {}
+
+    def convert(node):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            try:
+                value = np.datetime64(node.value)
+            except ValueError as e:
+                raise ValueError(f"in {expression!r}: {node.value!r} is compared with a datetime64 "
+                                 f"column but is no date NumPy reads: {e}") from None
+            name = f"_blzarr_datetime_{len(extra)}"
+            extra[name] = value
+            return ast.copy_location(ast.Name(name, ast.Load()), node)
+        return node
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and any(
+                isinstance(x, ast.Name) and x.id in kinds for x in [node.left] + node.comparators):
+            node.left = convert(node.left)
+            node.comparators = [convert(c) for c in node.comparators]
+    return (ast.unparse(tree), extra) if extra else None
+
+
 def make_kernel(expression, code, arrays, scalars, vm):
     """(kernel, numexpr module or None, probe): kernel(local, out=None) evaluates `expression` over
     one block of the arrays (`local` maps their names to the block's rows; the scalars are added),
     into `out` when given (of the probe's dtype).  The probe is the value over the first row: numexpr
     is tried on it, and NumPy evaluates what numexpr does not support."""
     ns = {"__builtins__": {}, **_PY_NAMESPACE}
+    fixed = _datetime_literals(expression, arrays)
+    if fixed is not None:
+        expression, extra = fixed
+        code, _ = _operand_names(expression)
+        scalars = dict(scalars, **extra)
     probe = dict(scalars)
     for k, v in arrays.items():
         probe[k] = np.asarray(v[0:1])
