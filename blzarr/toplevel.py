@@ -65,6 +65,8 @@ def open(rootdir, mode="a", allow_pickle=False, storage_options=None):
     blzarr.errors.ReadOnlyError: cannot modify data: the carray was opened with mode 'r' (...)
     >>> import shutil; shutil.rmtree("open_example")
     """
+    if mode not in ("r", "a", "w"):
+        raise ValueError(f"mode must be 'r', 'a' or 'w', got {mode!r}")
     rootdir = local_path(os.fspath(rootdir))
     if is_url(rootdir) or storage_options:
         store = open_bytestore(rootdir, storage_options)
@@ -74,8 +76,10 @@ def open(rootdir, mode="a", allow_pickle=False, storage_options=None):
         if kind is None:
             raise StorageError(f"'{rootdir}' does not exist (no carray or ctable is stored there)")
     else:
+        if os.path.exists(rootdir) and not os.path.isdir(rootdir):
+            raise StorageError(f"'{rootdir}' is a file, not a carray or ctable directory")
         if not os.path.isdir(rootdir):
-            raise StorageError(f"'{rootdir}' does not exist or is not a directory")
+            raise StorageError(f"'{rootdir}' does not exist")
         kind = detect(rootdir)
         kw = {}
     if kind == "ctable":

@@ -19,7 +19,8 @@ def _need(module, what):
     try:
         return __import__(module)
     except ImportError:
-        raise ImportError(f"{what} needs the '{module}' package, which is not installed") from None
+        raise ImportError(f"{what} needs the '{module}' package, which is not installed "
+                          f"(pip install {module})") from None
 
 
 def _column_from_series(pd, name, series):

@@ -281,12 +281,30 @@ def make_kernel(expression, code, arrays, scalars, vm):
 
     def py_kernel(local, out=None):
         local.update(scalars)
-        r = builtins.eval(code, ns, local)
+        try:
+            r = builtins.eval(code, ns, local)
+        except ValueError as e:
+            _python_logic_hint(e, expression)
+            raise
         if out is None:
             return r
         out[...] = r
         return out
-    return py_kernel, None, np.asarray(builtins.eval(code, ns, dict(probe)))
+    try:
+        value = builtins.eval(code, ns, dict(probe))
+    except ValueError as e:
+        _python_logic_hint(e, expression)
+        raise
+    return py_kernel, None, np.asarray(value)
+
+
+def _python_logic_hint(e, expression):
+    """NumPy's "truth value ... is ambiguous", raised by `and`, `or`, `not` or a chained comparison
+    over arrays, as an error that says which operators work element-wise."""
+    if "truth value" in str(e) and "ambiguous" in str(e):
+        raise ValueError(f"{expression!r}: the truth value of an array is ambiguous: `and`, `or`, `not` "
+                         "and chained comparisons (1 < x < 3) do not work element-wise; write "
+                         "(x > 1) & (x < 3), | and ~ instead, each comparison in parentheses") from None
 
 
 def evaluate_into(expression, operands, vm, blen, n):

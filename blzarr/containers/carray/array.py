@@ -136,6 +136,9 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
                  checksum=_UNSET, reserve=0, superchunklen=None, meta=None, storage_options=None, **kwargs):
         if kwargs:
             raise TypeError(f"carray() got unexpected keyword arguments {sorted(kwargs)}")
+        if hasattr(array, "__next__") and not isinstance(array, np.ndarray):
+            raise TypeError(f"carray() takes an array or a sequence, not a {type(array).__name__} (an "
+                            "iterator): use blzarr.fromiter(iterable, dtype, count)")
         if mode not in ("r", "w", "a"):
             raise ValueError(f"mode must be 'r', 'w' or 'a', got {mode!r}")
         if format not in (None, "bcolz", "blz"):

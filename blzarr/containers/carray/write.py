@@ -194,7 +194,7 @@ class CarrayWrites(CarrayBase):
                 meta = ArrayMeta.read(fresh, self._rootdir, self._allow_pickle)
                 if meta.length != self._opened_len:
                     raise ConcurrentWriterError(
-                        f"'{self._rootdir}' was changed by another process since this object opened it "
+                        f"'{self._rootdir}' was changed by another writer (another process, or another object of this process) since this object opened it "
                         f"(it held {self._opened_len} items, it holds {meta.length}): reopen it "
                         f"(blzarr.open) to write")
                 nchunks, nleft = self._split(meta.length)

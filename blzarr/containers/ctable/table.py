@@ -487,7 +487,7 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
             names = meta.get("names") if isinstance(meta, dict) else None
             if names != list(self.cols.names):
                 raise ConcurrentWriterError(
-                    f"'{root}' was changed by another process since this object opened it (columns "
+                    f"'{root}' was changed by another writer (another process, or another object of this process) since this object opened it (columns "
                     f"{list(self.cols.names)}, now {names}): reopen it (blzarr.open) to write")
             for c in self.cols.values():
                 c._start_writing()
@@ -495,7 +495,7 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
             n = min(lengths) if lengths else 0
             if n != self._len:
                 raise ConcurrentWriterError(
-                    f"'{root}' was changed by another process since this object opened it (it held "
+                    f"'{root}' was changed by another writer (another process, or another object of this process) since this object opened it (it held "
                     f"{self._len} rows, it holds {n}): reopen it (blzarr.open) to write")
             for c in self.cols.values():
                 if len(c) > n:
