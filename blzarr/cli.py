@@ -226,21 +226,31 @@ def _stats_short(st):
     return "-" if st is None else f"{st['known']}/{st['chunks']}"
 
 
+def _partial_note(d):
+    """Why a carray shorter than one chunk shows a tiny ratio and more on disk than its data."""
+    if d.get("nchunks") == 0 and d.get("nleftover") and d.get("chunk_bytes"):
+        return (" (less than one chunk: cbytes counts the partial chunk whole, uncompressed, until it "
+                "fills; on disk it is compressed, beside the headers and metadata)")
+    return ""
+
+
 def render_info(d):
     if d["type"] == "carray":
         layout = {"blz": "blz (superchunk files)", "bcolz": "bcolz 1.x (one file a chunk)"}.get(
             d["format"], d["format"])
         pairs = [("path", d["path"]), ("type", "carray"), ("layout", layout), ("dtype", d["dtype"]),
                  ("shape", tuple(d["shape"])),
-                 ("chunklen", f"{d['chunklen']} ({_size(d['chunk_bytes'])} a chunk)"),
+                 ("chunklen", f"{d['chunklen']} ({_size(d['chunk_bytes'])} a chunk)" if d["chunk_bytes"]
+                  else f"{d['chunklen']} (one pickled object a chunk)"),
                  ("chunks", f"{d['nchunks']} full + {_n(d['nleftover'], 'leftover row')}")]
         if d["format"] == "blz":
-            pairs += [("superchunklen", f"{_n(d['superchunklen'], 'chunk')} ({_size(d['superchunk_bytes'])} "
-                                        f"a file), {_n(d['files'], 'file')}"),
+            per_file = f" ({_size(d['superchunk_bytes'])} a file)" if d["superchunk_bytes"] else ""
+            pairs += [("superchunklen", f"{_n(d['superchunklen'], 'chunk')}{per_file}, {_n(d['files'], 'file')}"),
                       ("checksum", d["checksum"]), ("reserve", d["reserve"])]
         pairs += [("codec", _codec_text(d["codec"])), ("nbytes", _size(d["nbytes"])),
                   ("cbytes", _size(d["cbytes"])), ("on disk", _size(d.get("disk_bytes"))),
-                  ("ratio", _fmt_ratio(d["ratio"])), ("statistics", _stats_text(d["statistics"])),
+                  ("ratio", _fmt_ratio(d["ratio"]) + _partial_note(d)),
+                  ("statistics", _stats_text(d["statistics"])),
                   ("attrs", d["attrs"])]
         if d["format"] == "blz":
             pairs += [("meta", d["meta"]), ("vlmeta", d["vlmeta"])]

@@ -573,6 +573,13 @@ def salvage(src, dst, format=None, overwrite=False):
     return {"rows": rows, "lost": lost, "lost_rows": sum(b - a for a, b, _, _ in lost)}
 
 
+def _blosc_version_text():
+    """'1.21.7.dev (2024-06-24)': the date without the version-control keyword around it."""
+    version, date = blosc_version()
+    date = date.strip().removeprefix("$Date::").removesuffix("$").strip().rstrip("#").strip()
+    return f"{version} ({date})" if date else version
+
+
 def blosc_version():
     """The version and date of the C-Blosc library blzarr is linked with.
 
@@ -607,7 +614,7 @@ def print_versions():
     """Print the versions of blzarr, its C library and the optional packages."""
     package = sys.modules[__name__.rpartition(".")[0]]     # blzarr, loaded before this module runs
     lines = [("blzarr", package.__version__), ("NumPy", np.__version__),
-             ("C-Blosc", "%s (%s)" % blosc_version()),
+             ("C-Blosc", _blosc_version_text()),
              ("Codecs", ", ".join(blosc_compressor_list()))]
     for mod in ("numexpr", "pandas", "tables", "dask"):
         try:

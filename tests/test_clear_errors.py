@@ -65,3 +65,29 @@ def test_missing_optional_packages_say_how_to_install(monkeypatch):
     t = blzarr.ctable([np.arange(3)], names=["a"])
     with pytest.raises(ImportError, match="pip install pandas"):
         t.todataframe()
+
+
+# =============================================================================== first-day cosmetics
+def test_print_versions_shows_a_plain_blosc_date(capsys):
+    blzarr.print_versions()
+    line = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("C-Blosc")][0]
+    version, date = blzarr.blosc_version()          # bcolz's tuple, unchanged
+    assert version in line and "$" not in line and "Date::" not in line
+
+
+def test_info_of_object_and_tiny_carrays_says_what_it_means(tmp_path):
+    from test_cli import run
+    o = str(tmp_path / "objects")
+    blzarr.carray(np.array([{"a": 1}], dtype=object), rootdir=o, mode="w").flush()
+    rc, out, err = run("info", o)
+    assert rc == 0 and "(- a chunk)" not in out and "pickled object a chunk" in out
+    assert "(- a file)" not in out
+    tiny = str(tmp_path / "tiny")
+    blzarr.carray(np.arange(5), rootdir=tiny, mode="w").flush()
+    rc, out, err = run("info", tiny)
+    ratio = [ln for ln in out.splitlines() if ln.startswith("ratio")][0]
+    assert "less than one chunk" in ratio
+    big = str(tmp_path / "big")
+    blzarr.carray(np.arange(100_000), rootdir=big, mode="w").flush()
+    rc, out, err = run("info", big)
+    assert "less than one chunk" not in out
