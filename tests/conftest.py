@@ -104,7 +104,15 @@ def http_root(tmp_path_factory):
 
 
 def pytest_terminal_summary(terminalreporter):
-    """The crash simulator's count of states checked per workload (tests/test_crashsim.py)."""
+    """The crash simulator's count of states checked (tests/test_crashsim.py): one line, or one per
+    workload with -v."""
     import crashsim
-    for line in crashsim.REPORT:
-        terminalreporter.write_line(line)
+    if not crashsim.REPORT:
+        return
+    if terminalreporter.verbosity > 0:
+        for line in crashsim.REPORT:
+            terminalreporter.write_line(line)
+        return
+    states = sum(int(line.split("; ")[1].split()[0]) for line in crashsim.REPORT)
+    terminalreporter.write_line(f"crash states: {len(crashsim.REPORT)} workloads, {states} distinct "
+                                "states checked (-v lists each workload)")
