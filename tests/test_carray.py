@@ -419,7 +419,7 @@ def test_setitem_multidim():
     a = np.zeros((53, 3, 2), dtype="i4")
     c = carray(a, chunklen=5)
     ops = [((4,), 1), ((4, 1), [7, 8]), ((slice(10, 30, 3), 2, 1), 5), ((slice(None), 0), 3),
-           (([1, 50],), np.ones((2, 3, 2))), ((-1, -1, -1), 99), ((slice(None, None, -2),), 4)]
+           (([1, 50],), np.ones((2, 3, 2), dtype="i8")), ((-1, -1, -1), 99), ((slice(None, None, -2),), 4)]
     for key, v in ops:
         c[key] = v
         a[key] = v
@@ -428,7 +428,9 @@ def test_setitem_multidim():
 
 def test_setitem_dtype_conversion_and_errors():
     c = carray(np.zeros(10, dtype="i4"))
-    c[2] = 3.7
+    with pytest.raises(TypeError, match="same_kind"):      # NumPy's 'same_kind' rule, as append
+        c[2] = 3.7
+    c[2] = np.float64(3.7).astype("i4")
     assert c[2] == 3
     with pytest.raises((TypeError, ValueError)):
         c[3] = "abc"

@@ -185,3 +185,48 @@ def test_queries_compare_datetimes_with_iso_strings(layout):
     np.testing.assert_array_equal(got["ts"], n[n >= np.datetime64("2024-02-01T06")])
     with pytest.raises(ValueError, match="no date"):
         c["c < 'yesterday-ish'"]
+
+
+# ======================================================================== NumPy's same-kind casting
+CAST_DTYPES = ["?", "i1", "u2", "i8", "f4", "f8", "c16", "U3", "S3", "M8[s]"]
+
+
+@given(src=st.sampled_from(CAST_DTYPES), dst=st.sampled_from(CAST_DTYPES),
+       how=st.sampled_from(["append", "setitem", "setslice"]))
+def test_writes_follow_numpys_same_kind_rule(src, dst, how):
+    values = np.zeros(3, dtype=src)
+    a = blzarr.carray(np.zeros(4, dtype=dst))
+    before = a[:]
+    allowed = np.can_cast(values.dtype, a.dtype, "same_kind") or (
+        values.dtype.kind in "iub" and a.dtype.kind in "iufcb") or (
+        values.dtype.kind in "SU" and a.dtype.kind in "M")     # ISO text into datetimes, as datetime64 reads it
+    do = {"append": lambda: a.append(values), "setitem": lambda: a.__setitem__(0, values[0]),
+          "setslice": lambda: a.__setitem__(slice(0, 3), values)}[how]
+    if allowed:
+        try:
+            do()
+        except ValueError:
+            assert values.dtype.kind in "SU"       # '' is no date: refused as NumPy refuses it
+        return
+    with pytest.raises(TypeError, match="same_kind") as e:
+        do()
+    assert str(a.dtype) in str(e.value)
+    np.testing.assert_array_equal(a[:], before)
+
+
+def test_floats_into_ints_need_an_explicit_conversion():
+    a = blzarr.carray(np.arange(3))
+    for bad in (lambda: a.append([1.7]), lambda: a.__setitem__(0, 1.7), lambda: a.__setitem__(slice(0, 2), [1.5, 2.5])):
+        with pytest.raises(TypeError, match="same_kind"):
+            bad()
+    a.append(np.asarray([1.7]).astype(a.dtype))          # what the message suggests
+    assert a[:].tolist() == [0, 1, 2, 1]
+    f = blzarr.carray(np.zeros(2))
+    with pytest.raises(TypeError, match="same_kind"):
+        f.append(["1.5"])
+    f.append(np.asarray(["1.5"]).astype(float))
+    assert f[-1] == 1.5
+    # unsafe=False is the default; safe=False skips the check (bcolz's fast path), NumPy's unsafe cast
+    u = blzarr.carray(np.arange(3), safe=False)
+    u.append([1.7])
+    assert u[-1] == 1

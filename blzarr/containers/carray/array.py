@@ -136,7 +136,7 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
                  checksum=_UNSET, reserve=0, superchunklen=None, meta=None, storage_options=None, **kwargs):
         if kwargs:
             raise TypeError(f"carray() got unexpected keyword arguments {sorted(kwargs)}")
-        if hasattr(array, "__next__") and not isinstance(array, np.ndarray):
+        if hasattr(array, "__next__") and not hasattr(array, "__len__"):
             raise TypeError(f"carray() takes an array or a sequence, not a {type(array).__name__} (an "
                             "iterator): use blzarr.fromiter(iterable, dtype, count)")
         if mode not in ("r", "w", "a"):

@@ -144,6 +144,8 @@ class CarrayWrites(CarrayBase):
         if not d.get("_dirty") or d.get("_owner_pid") != os.getpid() or d.get("_mode", "r") == "r" \
                 or d.get("_flush_failed"):
             return
+        if self._bytes is None and not os.path.isdir(self._rootdir):
+            return      # its directory was removed under it: there is nowhere to flush to
         if self._bytes is not None and _in_event_loop():
             # collected on an object store client's event-loop thread, where its blocking calls
             # cannot run: say what is lost rather than fail there
@@ -295,9 +297,7 @@ class CarrayWrites(CarrayBase):
         arr = _python_values(array, np.asarray(array), self._atom.base)
         tail = self._atom.shape
         if arr.dtype != self._atom.base:
-            if self.safe and arr.size and not np.can_cast(arr.dtype, self._atom.base, "same_kind") \
-                    and not (arr.dtype.kind in "iub" and self._atom.base.kind in "iufcb"):
-                raise TypeError(f"array dtype {arr.dtype} does not match the carray dtype {self._atom.base}")
+            self._check_cast(arr, "append")
             arr = arr.astype(self._atom.base)
         if arr.shape[1:] != tail or arr.ndim == 0:
             if arr.ndim == len(tail):
@@ -573,10 +573,21 @@ class CarrayWrites(CarrayBase):
         if dirty is not None:
             self._dirty = dirty
 
+    def _check_cast(self, arr, doing):
+        """NumPy's 'same_kind' casting rule for the values written (integers and booleans also go into
+        any number: their range is checked, `_python_values`); ``safe=False`` skips it."""
+        base = self._atom.base
+        if self.safe and arr.size and not np.can_cast(arr.dtype, base, "same_kind") \
+                and not (arr.dtype.kind in "iub" and base.kind in "iufcb"):
+            raise TypeError(f"cannot {doing} values of dtype {arr.dtype} to a carray of {base}: blzarr "
+                            f"casts as NumPy's 'same_kind' rule allows (not floats to integers, nor text "
+                            f"to numbers); convert them first, e.g. np.asarray(values).astype({str(base)!r})")
+
     def _values(self, value, n, scalar=False):
         value = value[:] if isinstance(value, CarrayBase) else value
         arr = _python_values(value, np.asarray(value), self._atom.base)
         if arr.dtype != self._atom.base:
+            self._check_cast(arr, "assign")
             try:
                 arr = arr.astype(self._atom.base)
             except (TypeError, ValueError) as e:
