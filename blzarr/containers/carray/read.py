@@ -52,6 +52,9 @@ class Query:
     def __next__(self):
         return next(self._rows)
 
+    def __getattr__(self, name):
+        return getattr(self._rows, name)        # what the underlying iterator has (close, ...)
+
     def count(self):
         return self._count_fn()
 

@@ -586,18 +586,19 @@ class CarrayWrites(CarrayBase):
     def _values(self, value, n, scalar=False):
         value = value[:] if isinstance(value, CarrayBase) else value
         arr = _python_values(value, np.asarray(value), self._atom.base)
+        shape = (n,) + self._atom.shape
+        try:
+            np.broadcast_to(arr, shape)     # a shape that does not fit is told before a dtype that does not
+        except ValueError:
+            raise ValueError(f"cannot assign values of shape {arr.shape} to a selection of shape "
+                             f"{shape if not scalar else self._atom.shape}") from None
         if arr.dtype != self._atom.base:
             self._check_cast(arr, "assign")
             try:
                 arr = arr.astype(self._atom.base)
             except (TypeError, ValueError) as e:
                 raise TypeError(f"cannot assign values of dtype {arr.dtype} to a carray of {self._atom.base}: {e}") from None
-        shape = (n,) + self._atom.shape
-        try:
-            return np.broadcast_to(arr, shape)
-        except ValueError:
-            raise ValueError(f"cannot assign values of shape {arr.shape} to a selection of shape "
-                             f"{shape if not scalar else self._atom.shape}") from None
+        return np.broadcast_to(arr, shape)
 
     def _assign_range(self, start, stop, vals):
         self._dirty = True
