@@ -230,3 +230,16 @@ def test_floats_into_ints_need_an_explicit_conversion():
     u = blzarr.carray(np.arange(3), safe=False)
     u.append([1.7])
     assert u[-1] == 1
+
+
+def test_a_carray_works_as_a_weak_key_and_in_a_weak_set():
+    import weakref
+    a, b = blzarr.carray(np.arange(5)), blzarr.carray(np.arange(5))
+    d = weakref.WeakKeyDictionary({a: 1, b: 2})
+    assert d[a] == 1 and d[b] == 2 and a in d
+    s = weakref.WeakSet([a])
+    s.add(a)
+    assert len(s) == 1 and a in s and b not in s
+    np.testing.assert_array_equal(np.asarray(a == a), np.ones(5, bool))     # still element-wise
+    f = blzarr.carray(np.array([1.0, np.nan]))
+    np.testing.assert_array_equal(np.asarray(f == f), [True, False])       # as NumPy, NaN != NaN

@@ -46,7 +46,11 @@ class LazyExpr:
     def __len__(self):
         return self._n
 
+    _truth = None       # set by a carray compared with itself (==, !=): identity, for weak references
+
     def __bool__(self):
+        if self._truth is not None:
+            return self._truth
         # as NumPy's arrays: only a one-element result has a truth value
         if self._n != 1 or len(self.shape) != 1:
             raise ValueError(f"the truth value of an expression of {self._n} elements is ambiguous: use "

@@ -479,10 +479,15 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
             raise ValueError(f"operands could not be broadcast together with shapes {self.shape} "
                              f"{tuple(other.shape)}")
         try:
-            return lazyexpr.LazyExpr(f"a {symbol} b", {"a": self, "b": other})
+            out = lazyexpr.LazyExpr(f"a {symbol} b", {"a": self, "b": other})
         except Exception as e:
             raise TypeError(f"cannot compare a carray of {self.dtype} with {other!r} by {symbol!r}: "
                             f"{e}") from None
+        if other is self and symbol in ("==", "!="):
+            # weak references (WeakSet, WeakKeyDictionary) compare their referents with == and take
+            # its truth: a carray is itself (the values of `a == a` stay element-wise)
+            out._truth = symbol == "=="
+        return out
 
     def __eq__(self, other):
         return self._compare(other, "==", operator.eq)
