@@ -226,7 +226,8 @@ if __name__ == "__main__":
 '''
 
 
-@pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
+@pytest.mark.parametrize("method", ["fork", pytest.param("forkserver", marks=pytest.mark.slow),
+                                    pytest.param("spawn", marks=pytest.mark.slow)])
 def test_every_read_works_in_a_child_process(tmp_path, method):
     script = tmp_path / "forked.py"
     script.write_text(_FORK_SCRIPT)
