@@ -579,8 +579,9 @@ def test_bcolz_layout_kept_on_append(tmp_path):
         a.append(src[10:])
     assert sorted(os.listdir(tmp_path / "d")) == ["__attrs__", "data", "meta"]
     assert sorted(os.listdir(tmp_path / "d" / "data")) == sorted(f"__{i}.blp" for i in range(7))
-    # meta/stats: blzarr's per-chunk statistics, which bcolz ignores (check_bcolz_reads)
-    assert sorted(os.listdir(tmp_path / "d" / "meta")) == ["sizes", "stats", "storage"]
+    # meta/stats and meta/commit: blzarr's per-chunk statistics and commit record, which bcolz
+    # ignores (check_bcolz_reads)
+    assert sorted(os.listdir(tmp_path / "d" / "meta")) == ["commit", "sizes", "stats", "storage"]
     check_bcolz_reads(tmp_path / "d", src)
 
 

@@ -203,6 +203,8 @@ def test_blzarr_writes_the_files_bcolz_wrote(tmp_path, name):
     assert (stats in mine) == (expected.ndim == 1 and expected.dtype.kind in "biufmM"
                                and len(expected) >= chunklen), name
     mine.pop(stats, None)
+    # and the commit record meta/commit, another file bcolz ignores (docs/FORMAT.rst)
+    assert mine.pop(os.path.join("meta", "commit"))[:8] == b"blzcmt\x01\x00"
     assert sorted(mine) == sorted(theirs)
     for rel in theirs:
         if rel == os.path.join("meta", "sizes"):

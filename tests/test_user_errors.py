@@ -168,7 +168,11 @@ def test_full_disk_in_the_middle_of_a_ctable_append(tmp_path, faults, fmt):
             assert t[:].tolist() == before.tolist() and len(t) == 250
             assert blzarr.open(root, mode="r")[:].tolist() == before.tolist()
             if fmt == "bcolz":
-                assert _tree(root) == tree
+                # byte for byte, but for the commit records of the columns the undo flushed again
+                # (a generation number, which readers take as "load again")
+                def data(t):
+                    return {k: v for k, v in t.items() if os.path.basename(k) != "commit"}
+                assert data(_tree(root)) == data(tree)
             continue
         faults.budget = None
         if faults.hits == 0:

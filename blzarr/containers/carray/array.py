@@ -29,6 +29,8 @@ from blzarr.containers.carray.read import _PY_KINDS, CarrayBase, CarrayReads, _i
 from blzarr.containers.carray.reduce import CarrayReductions
 from blzarr.containers.carray.stats import CarrayStatistics
 from blzarr.containers.carray.write import CarrayWrites, _UndoLog  # noqa: F401
+from blzarr.containers.carray.version import CarrayVersions, fresh_call
+from blzarr.storage import commitrec
 
 _MB = 1024 * 1024
 _UNSET = object()
@@ -84,7 +86,7 @@ def _remove(path, how):
         raise storage_error(e, f"cannot replace '{path}' (mode 'w' removes what it holds first)") from e
 
 
-class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, CarrayBase):
+class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, CarrayBase):
     """carray(array=None, cparams=None, dtype=None, dflt=None, expectedlen=None, chunklen=None,
     rootdir=None, mode='a', format=None, allow_pickle=False, safe=True, checksum='crc32', reserve=0,
     superchunklen=None, meta=None)
@@ -321,6 +323,7 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
                 if old_lock is not None:
                     old_lock.release()
                 self._write_storage()
+                commitrec.create(self._rootdir)
             except BaseException:
                 tree.close()
                 raise
@@ -361,6 +364,8 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
             # one writer process at a time (mode 'r' takes no lock); the lock is the directory's
             self._dirlock = lock_dir(self._rootdir)
         mode = "r" if lazy else self._mode
+        # a reader (mode 'r', or 'a' before its first write) watches for commits by other processes
+        seen = self._start_watching() if mode == "r" else None
         store = open_dir(self._rootdir, mode, self._bytes)
         meta = ArrayMeta.read(store, self._rootdir, allow_pickle)
         atom, chunklen = meta.atom, meta.chunklen
@@ -381,6 +386,8 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
         self._load_stats(nchunks)
         self._attrs = _attrs(self._rootdir, mode, path=self._chunks.attrs_path)
         self._dirty = False
+        if seen is not None:
+            self._watch.accept(seen)
         if lazy:
             gate = FirstWrite(self._start_writing)
             self._first_write = self._chunks.store._first_write = self._attrs._first_write = gate
@@ -603,6 +610,7 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
             st.fresh.update(range(min(st.n, len(self._chunks))))
             st.dirty = True
             self._store_stats()
+        self._publish()         # readers open the new files
         return freed
 
     @property
@@ -859,3 +867,14 @@ def human_readable_size(n):
 
 
 integrations.register("new_array", carray)     # the class of the expression engine's 'carray' results
+
+
+# the public read calls load the committed version first (`version`); __getitem__ and where,
+# which read the caller's frame for expressions, check themselves
+for _name in ("__len__", "__iter__", "iter", "wheretrue", "sum", "mean", "min", "max", "chunk_stats",
+              "searchsorted", "stats_state", "read_into", "__array__", "copy", "to_dask", "__repr__", "__str__",
+              "verify"):
+    setattr(carray, _name, fresh_call(getattr(carray, _name)))
+for _name in ("shape", "len", "size", "nbytes", "cbytes", "nchunks", "nleftover"):
+    setattr(carray, _name, property(fresh_call(getattr(carray, _name).fget)))
+del _name

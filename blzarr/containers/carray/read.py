@@ -331,11 +331,29 @@ class CarrayReads(CarrayBase):
         return _ce.eval(key, out_flavor="numpy", depth=depth)
 
     def __getitem__(self, key):
+        w = self._watch
         if type(key) is int:
+            if w is not None:
+                # a reader of a directory another process may write: a scalar compares one integer
+                # of the mapped commit record with the generation loaded (no system call)
+                v = w.view
+                if v is None or v[1] != w.seen:
+                    self._fresh()
             i = key + self._len if key < 0 else key
             if 0 <= i < self._len:
                 return self._getitem_scalar(i)
             raise IndexError(f"index {key} is out of bounds for axis 0 with size {self._len}")
+        if w is not None and not self._pinned:
+            # other keys: the whole check, then one version for the whole call
+            self._fresh()
+            self._pinned += 1
+            try:
+                return self._getitem(key)
+            finally:
+                self._pinned -= 1
+        return self._getitem(key)
+
+    def _getitem(self, key):
         if isinstance(key, (bool, np.bool_)):
             # NumPy's: a new axis of length 1 (True) or 0 (False), not the element 1 or 0
             return self[:][key]
@@ -369,7 +387,7 @@ class CarrayReads(CarrayBase):
                 off += len(sel)
             return out
         if isinstance(key, str):
-            return self[self._eval_key(key)]
+            return self[self._eval_key(key, depth=5)]     # the caller of __getitem__
         if isinstance(key, tuple):
             if len(key) == 0:
                 return self[:]
@@ -619,6 +637,8 @@ class CarrayReads(CarrayBase):
         >>> print(q.explain())
         10 blocks: 9 skipped, 1 taken whole, 0 scanned (0 of 100000 rows evaluated); statistics of a
         """
+        if self._watch is not None:
+            self._fresh()
         expression = None
         if isinstance(boolarr, str):
             expression, frame = boolarr, sys._getframe(1)

@@ -192,6 +192,18 @@ class CarrayWrites(CarrayBase):
                 return
             lock = lock_dir(self._rootdir)
             try:
+                w = self._watch
+                if w is not None and w.changed():
+                    # another process committed since this object loaded its state: load it again (its
+                    # caches included) so that this write never puts back values read before; a new
+                    # length is refused (the caller decided what to write from the old one)
+                    seen = self._len
+                    self._reload()
+                    if self._len != seen:
+                        raise ConcurrentWriterError(
+                            f"'{self._rootdir}' was changed by another process since this object read it "
+                            f"(it held {seen} items, it holds {self._len}): nothing was written; write "
+                            f"again (this object now shows the new length), or reopen it (blzarr.open)")
                 fresh = open_dir(self._rootdir, "a", None)       # repairs (under the lock)
                 meta = ArrayMeta.read(fresh, self._rootdir, self._allow_pickle)
                 if meta.length != self._opened_len:
@@ -225,6 +237,7 @@ class CarrayWrites(CarrayBase):
                 lock.release()
                 raise
             self._dirlock = lock
+            self._watch = None          # the lock holder is the only writer: nothing to watch
             self._first_write = store._first_write = self._attrs._first_write = None
 
     def _check_writable(self):
@@ -377,6 +390,7 @@ class CarrayWrites(CarrayBase):
             self._dirty = False
             self._flush_failed = False
             self._store_stats()
+            self._publish()
 
     @storage_op("close")
     def close(self):
@@ -395,8 +409,14 @@ class CarrayWrites(CarrayBase):
                 f"which gave back the directory's write lock; reopen it with "
                 f"blzarr.open({self._rootdir!r}, mode='a') to write again")
         lock = self.__dict__.pop("_dirlock", None)
+        self._stop_publishing()
         if lock is not None:
             lock.release()
+            if self.__dict__.get("_watch") is None:
+                # another process may write from now on: this object, which still reads, watches
+                seen = self._start_watching()
+                if seen is not None:
+                    self._watch.accept(seen)
         if self._ondisk:
             self._mode = "r"
             self._chunks.mode = "r"

@@ -227,6 +227,8 @@ class CtableQueries:
         >>> [int(r.a) for r in t.where(np.array([True, False] * 3), limit=2)]
         [0, 2]
         """
+        if self._watch and not self._pinned:
+            self._fresh()
         names = self._check_outcols(outcols)
         self._row_maker(names, out_flavor)
         frame = sys._getframe(1)
@@ -260,6 +262,8 @@ class CtableQueries:
         >>> [b["a"].tolist() for b in t.whereblocks("a >= 3", blen=2)]
         [[3, 4], [5, 6], [7]]
         """
+        if self._watch and not self._pinned:
+            self._fresh()
         names = self._check_outcols(outcols)
         if blen is None:
             blen = self.chunklen
@@ -337,14 +341,15 @@ class CtableQueries:
         >>> t.eval("c + k", out_flavor="numpy").tolist()
         [2, 12, 22, 32]
         """
-        user_dict = kwargs.pop("user_dict", None) or {}
-        if not isinstance(expression, str):
-            raise ValueError(f"eval() needs a string expression, got {type(expression).__name__}")
-        vm = kwargs.get("vm") or defaults.vm
-        ops = self._operands(expression, user_dict, sys._getframe(1), ("da",) if vm == "dask" else ())
-        if kwargs.get("blen") is None:
-            kwargs["blen"] = self._query_blen(ops)
-        return _ce.eval(expression, user_dict=ops, **kwargs)
+        with self._one_version():
+            user_dict = kwargs.pop("user_dict", None) or {}
+            if not isinstance(expression, str):
+                raise ValueError(f"eval() needs a string expression, got {type(expression).__name__}")
+            vm = kwargs.get("vm") or defaults.vm
+            ops = self._operands(expression, user_dict, sys._getframe(1), ("da",) if vm == "dask" else ())
+            if kwargs.get("blen") is None:
+                kwargs["blen"] = self._query_blen(ops)
+            return _ce.eval(expression, user_dict=ops, **kwargs)
 
     def _count(self, expression, limit, skip, user_dict, vm, frame):
         total = None
@@ -385,6 +390,7 @@ class CtableQueries:
         >>> t.where("ts < 25_000").count()
         25000
         """
-        frame = sys._getframe(1)
-        expression = self._check_expression(expression, user_dict, frame, vm)
-        return self._explain(expression, user_dict, vm, frame)
+        with self._one_version():
+            frame = sys._getframe(1)
+            expression = self._check_expression(expression, user_dict, frame, vm)
+            return self._explain(expression, user_dict, vm, frame)

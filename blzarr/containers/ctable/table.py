@@ -12,9 +12,11 @@ evaluate the expression block by block (`blzarr.chunked_eval.evaluate_blocks`) a
 of each block they need, so no column is ever decompressed whole to answer one.
 """
 
+import contextlib
 import os
 import sys
 import warnings
+import weakref
 
 import numpy as np
 
@@ -23,6 +25,7 @@ from blzarr.containers import indexing as ix
 from blzarr.runtime import integrations
 from blzarr.storage.attrs import attrs as _attrs
 from blzarr.containers.carray.array import carray, compression_ratio, human_readable_size
+from blzarr.containers.carray.version import fresh_call
 from blzarr.errors import ConcurrentWriterError, FormatError, StorageError, storage_error, storage_op
 from blzarr.storage.locking import FirstWrite, lock_dir
 from blzarr.runtime.params import cparams as _cparams, defaults
@@ -463,6 +466,8 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         if names:
             self._cparams = self.cols[names[0]].cparams
         self._attrs = _attrs(root, "r" if lazy else mode, path=self._attrs_path)
+        if (mode == "r" or lazy) and not remote:
+            self._watch_columns()
         if lazy:
             self._first_write = self._attrs._first_write = FirstWrite(self._start_writing)
         if mode == "w":
@@ -483,6 +488,7 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         root = self._rootdir
         lock = lock_dir(root)
         try:
+            self._fresh()           # what other processes committed since (each column checks again)
             meta = read_json(os.path.join(root, ROOTDIRS_FILE), "ctable column list")
             names = meta.get("names") if isinstance(meta, dict) else None
             if names != list(self.cols.names):
@@ -506,7 +512,56 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
             lock.release()
             raise
         self._dirlock = lock
+        self._watch = None
         self._first_write = self._attrs._first_write = None
+
+    # ------------------------------------------------------------------ the committed version
+    _watch = None           # True: a reader of a directory other processes may write
+    _pinned = 0             # > 0 while a public call runs (containers.carray.version.fresh_call)
+
+    @contextlib.contextmanager
+    def _one_version(self):
+        """Run a public read call on one committed version: loaded first, then not again by the
+        calls it makes (see `_fresh`)."""
+        if not self._watch or self._pinned:
+            yield
+            return
+        self._fresh()
+        self._pinned += 1
+        try:
+            yield
+        finally:
+            self._pinned -= 1
+
+    def _watch_columns(self):
+        """Read as a reader of a directory other processes may write: every column watches its own
+        directory, and a column asks the table (`_fresh`) before each call."""
+        self._watch = True
+        ref = weakref.ref(self)
+        for c in self.cols._cols.values():
+            c._owner = ref
+
+    def _fresh(self):
+        """Load again the columns another process committed since they were loaded; the rows are
+        those every column holds (a writer flushes the columns one after the other, so a reader may
+        come between two of them): the longer columns are cut short in memory, and loaded whole
+        again at the next change."""
+        if not self._watch or self._pinned:
+            return
+        cols = list(self.cols._cols.values())
+        if not any(c._watch is not None and c._watch.changed() for c in cols):
+            return
+        for c in cols:
+            if c._watch is not None:
+                if c.__dict__.get("_cut") or c._watch.changed():
+                    c._reload()
+                c._cut = False
+        n = min(c._len for c in cols) if cols else 0
+        for c in cols:
+            if c._len > n:
+                c._truncate_view(n)
+                c._cut = True
+        self._len = n
 
     # ------------------------------------------------------------------ properties
     @property
@@ -658,10 +713,14 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         return False
 
     def __getitem__(self, key):
+        with self._one_version():
+            return self._getitem(key, sys._getframe(1))
+
+    def _getitem(self, key, frame):
         if isinstance(key, str):
             if key in self.cols._cols:
                 return self.cols._cols[key]
-            return self._fetch(key, None, None, 0, {}, None, sys._getframe(1))
+            return self._fetch(key, None, None, 0, {}, None, frame)
         if not self.cols.names:
             raise KeyError("cannot read rows from a ctable with no columns")
         if isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
@@ -736,8 +795,12 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         >>> type(r).__name__, r[:].tolist()
         ('ctable', [(40,), (50,)])
         """
+        with self._one_version():
+            return self._fetchwhere(expression, outcols, limit, skip, out_flavor, user_dict, vm,
+                                    sys._getframe(1), kwargs)
+
+    def _fetchwhere(self, expression, outcols, limit, skip, out_flavor, user_dict, vm, frame, kwargs):
         out_flavor = out_flavor or defaults.out_flavor
-        frame = sys._getframe(1)
         if out_flavor == "numpy":
             return self._fetch(expression, outcols, limit, skip, user_dict, vm, frame)
         if out_flavor not in ("bcolz", "carray"):
@@ -1073,3 +1136,13 @@ def _rebuild_ctable(rootdir, columns, names, attrs, allow_pickle, storage_option
     for k, v in attrs.items():
         t.attrs[k] = v
     return t
+
+
+# the public read calls load the committed version first; those that read the caller's frame for
+# expressions (__getitem__, fetchwhere, where, whereblocks, eval, explain) check themselves
+for _name in ("__len__", "__iter__", "iter", "__array__", "copy", "to_dask", "to_arrow", "todataframe",
+              "__repr__", "__str__"):
+    setattr(ctable, _name, fresh_call(getattr(ctable, _name)))
+for _name in ("shape", "len", "size", "nbytes", "cbytes"):
+    setattr(ctable, _name, property(fresh_call(getattr(ctable, _name).fget)))
+del _name

@@ -418,6 +418,8 @@ class CtableWrites(CtableBase):
         lock = self.__dict__.pop("_dirlock", None)
         if lock is not None:
             lock.release()
+            if self._rootdir is not None and self._bytes is None:
+                self._watch_columns()   # another process may write from now on
         self._mode = "r"
         if getattr(self, "_attrs", None) is not None:
             self._attrs.mode = "r"

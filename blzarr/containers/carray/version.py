@@ -1,0 +1,119 @@
+"""Which committed version of its directory an on-disk carray shows (`CarrayVersions`, a part of
+`carray`), and publishing a new one.
+
+A carray that reads a directory another process may write (opened with mode 'r', with mode 'a'
+before its first write, or closed) holds a `commitrec.Watch`.  Every public read call first asks it
+whether a writer committed since the state in memory was loaded and, if so, loads the committed
+state again (`_reload`): length, the chunk store (file descriptors and chunk caches included), the
+short last chunk, the statistics (so plans, which are keyed by them, too) and a new generation for
+the decoded-block cache.  A call then reads one committed version, the latest before it began.  The
+writer (holding the directory's lock) needs no check; each of its flushes bumps the record
+(`_publish`)."""
+
+import numpy as np
+
+from blzarr.query import stats as _stats
+from blzarr.storage import commitrec
+from blzarr.storage.arraymeta import ArrayMeta
+from blzarr.containers.carray.read import CarrayBase
+from blzarr.storage.stores import open_chunks, open_dir
+
+
+class CarrayVersions(CarrayBase):
+    """Loading the committed version of an on-disk carray again, and publishing one."""
+
+    _watch = None           # None: in memory, on object storage, or the writer holding the lock
+    _pinned = 0             # > 0 while a public call runs: the calls it makes do not reload
+    _recw = None            # the writer's commitrec.Writer
+
+    def _start_watching(self):
+        """Watch the directory for commits by other processes, from the state about to be loaded
+        (call before reading meta/sizes)."""
+        if self._bytes is not None or self._rootdir is None:
+            return None
+        w = commitrec.Watch(self._rootdir, check_fp=True)
+        state = w.current()
+        self._watch = w
+        return state
+
+    _owner = None           # the column of a table: a weak reference to it, which loads its columns
+
+    def _fresh(self):
+        """Load the committed state again when another process committed since it was loaded (a
+        column of a table asks its table, which keeps its columns at one length)."""
+        w = self._watch
+        if w is None or self._pinned:
+            return
+        owner = self._owner
+        table = owner() if owner is not None else None
+        if table is not None and table._watch:
+            table._fresh()
+        elif w.changed():
+            self._reload()
+
+    def _reload(self):
+        with self._lock:
+            w = self._watch
+            if w is None:
+                return
+            state = w.current()
+            fresh = open_dir(self._rootdir, "r", None)
+            meta = ArrayMeta.read(fresh, self._rootdir, self.__dict__.get("_allow_pickle", False))
+            if meta.atom != self._atom or meta.chunklen != self._chunklen:
+                self._setup(meta.atom, meta.cparams, meta.chunklen, meta.dflt, meta.expectedlen)
+            nchunks, nleft = self._split(meta.length)
+            store = self._chunks.store
+            store.close()
+            # the same store object reads from now on (metalayer objects handed out hold it); its
+            # descriptors are closed above, so files replaced since (compaction) are opened again
+            moved = {k: v for k, v in fresh.__dict__.items() if k not in ("_lock", "_first_write")}
+            if "_fds" in moved:
+                fresh._fds = type(moved["_fds"])()
+            store.__dict__.update(moved)
+            self._chunks = open_chunks(store, self._rootdir, "r", self._chunk_atom, self._chunklen, nchunks,
+                                       nchunks + (1 if nleft else 0), self._isobj)
+            self._len = self._opened_len = meta.length
+            self._nleft = nleft
+            self._last = np.zeros((0 if self._isobj else self._chunklen,) + self._atom.shape,
+                                  dtype=self._atom.base)
+            if nleft:
+                self._load_leftover(nchunks, nleft)
+            self._blockcache = None
+            if self._stats is not None:
+                self._stats = _stats.ChunkStats(self._atom, self._chunklen)
+                self._load_stats(nchunks)
+            self._dirty = False
+            w.accept(state)
+
+    def _publish(self):
+        """Bump the commit record: what this writer flushed is now what readers load."""
+        if self._bytes is not None or self._rootdir is None:
+            return
+        rec = self._recw
+        if rec is None:
+            rec = self._recw = commitrec.Writer(self._rootdir)
+        rec.bump(self._len)
+
+    def _stop_publishing(self):
+        rec = self.__dict__.pop("_recw", None)
+        if rec is not None:
+            rec.close()
+
+
+def fresh_call(method):
+    """`method` of a carray or ctable as a public read call: the committed version is loaded first
+    when another process committed since, and the calls it makes do not load again."""
+    def call(self, *args, **kwargs):
+        if self._watch is None or self._pinned:
+            return method(self, *args, **kwargs)
+        self._fresh()
+        self._pinned += 1
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._pinned -= 1
+    call.__name__ = method.__name__
+    call.__qualname__ = method.__qualname__
+    call.__doc__ = method.__doc__
+    call.__wrapped__ = method
+    return call

@@ -1,0 +1,178 @@
+"""The commit record of an on-disk carray (meta/commit, both layouts) and how readers watch it.
+
+Every flush, trim or compaction that changes what a carray directory holds ends by bumping a
+generation number in a 64-byte file beside meta/sizes.  A process that keeps the array open for
+reading maps that file into memory (`Watch`): before a read call it compares one integer of the map
+with the generation it last loaded, which costs no system call, and reloads the array's state
+(length, chunks, caches, statistics) when it differs.  The real bcolz writes the bcolz layout without
+knowing the record; its flushes are caught by a fingerprint of meta/sizes (inode, size, modification
+time), which a `Watch` checks, with one stat, at calls that are not scalar reads.
+
+Layout (little-endian), docs/FORMAT.rst "Commit record"::
+
+    0   8  magic b"blzcmt\\x01\\x00"
+    8   8  u64 latest generation (what readers compare; written last)
+    16 24  slot 0: u64 generation, u64 length (atoms meta/sizes counts), u32 flags (0), u32 CRC-32
+    40 24  slot 1: the same; generation g is written in slot g % 2, the other slot keeps g - 1
+
+The record is not a commit point of the data (meta/sizes is), so it is written in place and never
+synced: a record lost or torn by a crash only makes readers reload once more.  It is never replaced
+once it exists (a replaced file would leave the readers' maps on the old one).
+"""
+
+import mmap
+import os
+import struct
+import zlib
+
+from blzarr.storage import fileio
+from blzarr.storage.files import META_DIR, SIZES_FILE, atomic_write
+
+COMMIT_FILE = "commit"
+MAGIC = b"blzcmt\x01\x00"
+SIZE = 64
+_SLOT = struct.Struct("<QQI")
+_SLOTS = (16, 40)
+
+
+def record_path(rootdir):
+    return os.path.join(rootdir, META_DIR, COMMIT_FILE)
+
+
+def _slot(gen, length):
+    body = _SLOT.pack(gen, length, 0)
+    return body + struct.pack("<I", zlib.crc32(body))
+
+
+def encode(gen, length, prev=None):
+    """The 64 bytes of a record whose latest generation is `gen` (slot gen % 2), the other slot
+    keeping `prev` (its 24 bytes, or a slot of generation 0)."""
+    slots = [None, None]
+    slots[gen % 2] = _slot(gen, length)
+    slots[1 - gen % 2] = prev if prev is not None else _slot(0, 0)
+    return MAGIC + struct.pack("<Q", gen) + slots[0] + slots[1]
+
+
+def decode(raw):
+    """(generation, length) of the newest valid slot of the record bytes `raw`, or None."""
+    if len(raw) < SIZE or raw[:8] != MAGIC:
+        return None
+    best = None
+    for off in _SLOTS:
+        body = raw[off:off + 20]
+        if zlib.crc32(body) != struct.unpack_from("<I", raw, off + 20)[0]:
+            continue
+        gen, length, _ = _SLOT.unpack(body)
+        if best is None or gen > best[0]:
+            best = (gen, length)
+    return best
+
+
+def create(rootdir, length=0):
+    """Write a new record of generation 1 (a new directory, or one that had none)."""
+    atomic_write(record_path(rootdir), encode(1, length))
+
+
+class Writer:
+    """The record as the one writer of a directory bumps it (its descriptor kept open)."""
+
+    __slots__ = ("path", "fd")
+
+    def __init__(self, rootdir):
+        self.path = record_path(rootdir)
+        self.fd = None
+
+    def bump(self, length):
+        """Publish a new generation: called after meta/sizes (and the chunks it counts) are in place."""
+        if self.fd is None:
+            try:
+                self.fd = fileio.open(self.path, "rw")
+            except FileNotFoundError:
+                create(os.path.dirname(os.path.dirname(self.path)), length)
+                self.fd = fileio.open(self.path, "rw")
+        raw = bytes(fileio.pread(self.fd, SIZE, 0, self.path))
+        got = decode(raw)
+        if got is None:         # torn or damaged: start again above what the hint said
+            hint = struct.unpack_from("<Q", raw, 8)[0] if len(raw) >= 16 else 0
+            gen, prev = hint + 1, None
+        else:
+            gen = got[0] + 1
+            prev = raw[_SLOTS[got[0] % 2]:_SLOTS[got[0] % 2] + 24]
+        fileio.pwrite(self.fd, encode(gen, length, prev), 0, self.path)
+        return gen
+
+    def close(self):
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            fileio.close(fd)
+
+
+def sizes_fingerprint(rootdir):
+    """(inode, size, mtime in ns) of meta/sizes, None when it cannot be read."""
+    try:
+        st = os.stat(os.path.join(rootdir, META_DIR, SIZES_FILE))
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+class Watch:
+    """What a reader of one carray directory last loaded, and whether that is still current.
+
+    `view` is the record mapped as eight u64 (None when the directory has none yet); ``view[1] !=
+    seen`` is the check of a scalar read.  `changed()` is the check of every other call: the record
+    (mapped now if it appeared since), and for the bcolz layout the fingerprint of meta/sizes."""
+
+    __slots__ = ("rootdir", "view", "seen", "fp", "check_fp", "_map")
+
+    def __init__(self, rootdir, check_fp):
+        self.rootdir = rootdir
+        self.check_fp = check_fp
+        self.view = self._map = None
+        self.seen = None
+        self.fp = None
+        self._open_map()
+
+    def _open_map(self):
+        try:
+            fd = fileio.open(record_path(self.rootdir), "r")
+        except OSError:
+            return
+        try:
+            m = mmap.mmap(fd, SIZE, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):       # shorter than a record: treated as none
+            return
+        finally:
+            fileio.close(fd)
+        if m[:8] != MAGIC:
+            m.close()
+            return
+        self._map = m
+        self.view = memoryview(m).cast("Q")
+
+    def current(self):
+        """The state to remember once the array is loaded: read it before loading (a commit in
+        between is then seen as a change, never missed)."""
+        if self.view is None:
+            self._open_map()
+        return (self.view[1] if self.view is not None else None,
+                sizes_fingerprint(self.rootdir) if self.check_fp or self.view is None else None)
+
+    def accept(self, state):
+        self.seen, self.fp = state
+
+    def changed(self):
+        if self.view is None:
+            self._open_map()
+            if self.view is not None:
+                return True
+        elif self.view[1] != self.seen:
+            return True
+        if self.check_fp or self.view is None:
+            return sizes_fingerprint(self.rootdir) != self.fp
+        return False
+
+    def forget(self):
+        """Make the next check find a change (the state loaded was cut short, e.g. to the rows every
+        column of a table holds)."""
+        self.seen = self.fp = -1
