@@ -172,7 +172,16 @@ class BcolzDir:
         """
         if n <= 0:
             return
-        names = self._list()
+        if self._listing is None and not self.bytes.remote:
+            # names only: the sizes (a stat per file) are listed when they are needed (cbytes)
+            try:
+                names = set(self.bytes.names(DATA_DIR))
+            except FileNotFoundError:
+                names = set()
+            except OSError as e:
+                raise StorageError(f"cannot list data directory '{self.datadir}': {e}") from None
+        else:
+            names = self._list()
         if not names and self.bytes.http:
             return      # a server that lists no directory: a missing chunk is reported when read
         for k in range(min(n, len(names) + 1)):
@@ -300,15 +309,20 @@ class BcolzChunks(LayoutChunks):
         self._cache_bytes = 0
         self._lock = threading.Lock()
         store.check_chunk_files(nchunks)
-        self._sizes = [self._file_cbytes(i) for i in range(nchunks)]
+        self._sizes = None          # compressed bytes of each chunk, from its file's size when asked
 
     def _file_cbytes(self, i):
         size = self.store.chunk_file_size(i)
         return max(size - 16, 0) if size is not None else 0
 
+    def _chunk_sizes(self):
+        if self._sizes is None:
+            self._sizes = [self._file_cbytes(i) for i in range(self.nchunks)]
+        return self._sizes
+
     @property
     def cbytes(self):
-        return sum(self._sizes)
+        return sum(self._chunk_sizes())
 
     def _get(self, i):
         with self._lock:
@@ -342,19 +356,21 @@ class BcolzChunks(LayoutChunks):
 
     def set_nchunks(self, n):
         self.nchunks = n
-        del self._sizes[n:]
+        if self._sizes is not None:
+            del self._sizes[n:]
 
     def __setitem__(self, i, c):
         self._check_writable()
         self.store.write_chunk(i, c.getdata())
         self._forget(i)
-        self._sizes[i] = c.cbytes
+        self._chunk_sizes()[i] = c.cbytes
 
     def append(self, c):
         self._check_writable()
+        sizes = self._chunk_sizes()
         self.store.write_chunk(self.nchunks, c.getdata())
         self._forget(self.nchunks)
-        self._sizes.append(c.cbytes)
+        sizes.append(c.cbytes)
         self.nchunks += 1
 
     def truncate(self, n):
@@ -362,7 +378,8 @@ class BcolzChunks(LayoutChunks):
         for i in range(n, self.nchunks):
             self._forget(i)
         self.nchunks = n
-        del self._sizes[n:]
+        if self._sizes is not None:
+            del self._sizes[n:]
         self.store.remove_chunks_from(n)
 
     def free_cachemem(self):

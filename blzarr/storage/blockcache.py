@@ -28,11 +28,16 @@ class BlockCache:
         self._lock = threading.Lock()
 
     def get(self, key):
-        with self._lock:
-            v = self._d.get(key)
-            if v is not None:
-                self._d.move_to_end(key)
-            return v
+        # without the lock: each OrderedDict call is atomic under the GIL, and a block evicted by
+        # another thread between the two calls is simply not moved (put keeps the byte count locked)
+        d = self._d
+        v = d.get(key)
+        if v is not None:
+            try:
+                d.move_to_end(key)
+            except KeyError:
+                pass
+        return v
 
     def put(self, key, block):
         if block.nbytes > self.limit // 4:

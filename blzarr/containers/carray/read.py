@@ -280,7 +280,8 @@ class CarrayReads(CarrayBase):
             if self._isobj:
                 return self._object_at(i)
             cid, local = divmod(i, self._chunklen)
-            if cid >= len(self._chunks):
+            # (on disk `nchunks` is a plain field: len() would call ChunkStore.__len__ in Python)
+            if cid >= (self._chunks.nchunks if self._ondisk else len(self._chunks)):
                 v = self._last[local]       # (a damaged short chunk raises here)
                 if self._pyscalars:
                     return v.item()
