@@ -250,3 +250,46 @@ def test_a_repeated_table_query_sees_the_committed_rows(tmp_path, fmt, lib):
     assert int(t.eval("a > 999").sum()) == int((want > 999).sum())
     np.testing.assert_array_equal(t["a"][:], want)
     np.testing.assert_array_equal(t[:]["a"], want)
+
+
+# ------------------------------------------------------------------------------------ the commit record
+def test_every_commit_bumps_the_record_and_a_torn_slot_falls_back_to_the_other(tmp_path):
+    from blzarr.storage import commitrec
+    root = str(tmp_path / "a")
+    a = blzarr.carray(np.arange(10), rootdir=root, mode="w", format="blz")
+    path = commitrec.record_path(root)
+    gens = [commitrec.decode(open(path, "rb").read())]
+    for k in range(3):
+        a.append([k])
+        a.flush()
+        gens.append(commitrec.decode(open(path, "rb").read()))
+    a.trim(2)
+    gens.append(commitrec.decode(open(path, "rb").read()))
+    a.close()
+    assert [g[0] for g in gens] == list(range(gens[0][0], gens[0][0] + 5))
+    assert [g[1] for g in gens] == [10, 11, 12, 13, 11]
+    raw = bytearray(open(path, "rb").read())
+    newest = gens[-1][0]
+    off = 16 if newest % 2 == 0 else 40
+    raw[off + 3] ^= 0xFF                # the newest slot torn: the other one, one generation older
+    assert commitrec.decode(bytes(raw)) == (newest - 1, 13)
+    raw[:8] = b"x" * 8
+    assert commitrec.decode(bytes(raw)) is None
+
+
+@pytest.mark.parametrize("fmt", ["bcolz", "blz"])
+def test_readers_write_nothing_and_see_a_directory_that_had_no_record(tmp_path, fmt):
+    from helpers import tree
+    from blzarr.storage import commitrec
+    root = str(tmp_path / "a")
+    make_carray(root, fmt)
+    os.remove(commitrec.record_path(root))        # as bcolz or an older blzarr left it
+    before = tree(root)
+    a = blzarr.open(root, mode="r")
+    b = blzarr.open(root)
+    assert a[205] == 205 == b[205] and len(a) == N and int(b.sum()) == np.arange(N).sum()
+    assert tree(root) == before
+    run_b("blzarr", root, "a[205] = -1; a.append([1, 2, 3])")
+    assert os.path.exists(commitrec.record_path(root))     # the writer made one
+    for r in (a, b):
+        assert r[205] == -1 and len(r) == N + 3 and r[-1] == 3

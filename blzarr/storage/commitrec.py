@@ -76,21 +76,25 @@ def create(rootdir, length=0):
 class Writer:
     """The record as the one writer of a directory bumps it (its descriptor kept open)."""
 
-    __slots__ = ("path", "fd")
+    __slots__ = ("path", "fd", "last")
 
     def __init__(self, rootdir):
         self.path = record_path(rootdir)
         self.fd = None
+        self.last = None        # the 64 bytes this writer wrote last (it holds the lock: nobody else writes)
 
     def bump(self, length):
         """Publish a new generation: called after meta/sizes (and the chunks it counts) are in place."""
+        raw = self.last
         if self.fd is None:
             try:
                 self.fd = fileio.open(self.path, "rw")
             except FileNotFoundError:
                 create(os.path.dirname(os.path.dirname(self.path)), length)
                 self.fd = fileio.open(self.path, "rw")
-        raw = bytes(fileio.pread(self.fd, SIZE, 0, self.path))
+            raw = None
+        if raw is None:
+            raw = bytes(fileio.pread(self.fd, SIZE, 0, self.path))
         got = decode(raw)
         if got is None:         # torn or damaged: start again above what the hint said
             hint = struct.unpack_from("<Q", raw, 8)[0] if len(raw) >= 16 else 0
@@ -98,10 +102,14 @@ class Writer:
         else:
             gen = got[0] + 1
             prev = raw[_SLOTS[got[0] % 2]:_SLOTS[got[0] % 2] + 24]
-        fileio.pwrite(self.fd, encode(gen, length, prev), 0, self.path)
+        data = encode(gen, length, prev)
+        self.last = None
+        fileio.pwrite(self.fd, data, 0, self.path)
+        self.last = data
         return gen
 
     def close(self):
+        self.last = None
         fd, self.fd = self.fd, None
         if fd is not None:
             fileio.close(fd)
