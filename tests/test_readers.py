@@ -130,8 +130,6 @@ def _body(change):
 @pytest.mark.parametrize("change", sorted(CHANGES))
 @pytest.mark.parametrize("fmt,lib", WRITERS)
 def test_an_open_reader_sees_what_another_process_flushed(tmp_path, fmt, lib, change, mode):
-    if lib == "bcolz" and change == "trim":
-        pytest.skip("bcolz's trim of an on-disk carray is not what this tests")
     root = str(tmp_path / "a")
     make_carray(root, fmt)
     a = blzarr.open(root, mode=mode)
@@ -293,3 +291,13 @@ def test_readers_write_nothing_and_see_a_directory_that_had_no_record(tmp_path, 
     assert os.path.exists(commitrec.record_path(root))     # the writer made one
     for r in (a, b):
         assert r[205] == -1 and len(r) == N + 3 and r[-1] == 3
+
+
+@pytest.mark.parametrize("fmt", ["bcolz", "blz"])
+def test_attributes_come_with_the_commit_that_follows_them(tmp_path, fmt):
+    root = str(tmp_path / "a")
+    make_carray(root, fmt)
+    a = blzarr.open(root, mode="r")
+    assert "x" not in a.attrs
+    run_b("blzarr", root, "a.attrs['x'] = 7; a.append([1])")
+    assert len(a) == N + 1 and a.attrs["x"] == 7

@@ -82,6 +82,9 @@ class CarrayVersions(CarrayBase):
             if self._stats is not None:
                 self._stats = _stats.ChunkStats(self._atom, self._chunklen)
                 self._load_stats(nchunks)
+            attrs = self.__dict__.get("_attrs")
+            if attrs is not None:
+                attrs.reload()
             self._dirty = False
             w.accept(state)
 
