@@ -18,6 +18,7 @@ import struct
 import threading
 from collections import OrderedDict
 
+from blzarr.storage import fileio
 from blzarr.storage.bytestore import LocalStore
 from blzarr.storage.chunk import chunk
 from blzarr.storage.chunkstore import LayoutChunks
@@ -173,9 +174,10 @@ class BcolzDir:
         if n <= 0:
             return
         if self._listing is None and not self.bytes.remote:
-            # names only: the sizes (a stat per file) are listed when they are needed (cbytes)
+            # names only (one listdir of the local directory): the sizes, a stat per file, are listed
+            # when they are needed (cbytes)
             try:
-                names = set(self.bytes.names(DATA_DIR))
+                names = set(fileio.listdir(self.datadir))
             except FileNotFoundError:
                 names = set()
             except OSError as e:
