@@ -126,6 +126,7 @@ def _body(change):
     return CHANGES[change].replace("N0", str(N))
 
 
+@pytest.mark.slow          # the sweep; the quick run keeps the scalar, compaction and query scenarios
 @pytest.mark.parametrize("mode", ["r", "a"])
 @pytest.mark.parametrize("change", sorted(CHANGES))
 @pytest.mark.parametrize("fmt,lib", WRITERS)
