@@ -201,15 +201,15 @@ class CarrayWrites(CarrayBase):
                     self._reload()
                     if self._len != seen:
                         raise ConcurrentWriterError(
-                            f"'{self._rootdir}' was changed by another process since this object read it "
-                            f"(it held {seen} items, it holds {self._len}): nothing was written; write "
+                            f"'{self._rootdir}' was changed by another writer (another process, or another "
+                            f"object of this process) since this object read it (it held {seen} items, it holds {self._len}): nothing was written; write "
                             f"again (this object now shows the new length), or reopen it (blzarr.open)")
                 fresh = open_dir(self._rootdir, "a", None)       # repairs (under the lock)
                 meta = ArrayMeta.read(fresh, self._rootdir, self._allow_pickle)
                 if meta.length != self._opened_len:
                     raise ConcurrentWriterError(
-                        f"'{self._rootdir}' was changed by another writer (another process, or another object of this process) since this object opened it "
-                        f"(it held {self._opened_len} items, it holds {meta.length}): reopen it "
+                        f"'{self._rootdir}' was changed by another writer (another process, or another "
+                        f"object of this process) since this object opened it (it held {self._opened_len} items, it holds {meta.length}): reopen it "
                         f"(blzarr.open) to write")
                 nchunks, nleft = self._split(meta.length)
                 nstored = nchunks + (1 if nleft else 0)
