@@ -11,8 +11,9 @@ compacts the rows where the result holds (a query's selected values, positions o
 or writes the result out.  No evaluated array or mask of a whole chunk reaches memory.  The loops of
 the operations are C (blz_exprkernel.h), vectorized.
 
-What it does not do: parse or compile expressions (`blzarr.exprkernel` does), take operands other
-than float64, or read files (the caller hands it chunk bytes and the uncompressed tail of a carray).
+What it does not do: parse or compile expressions (`blzarr.exprkernel` does), decide which operand
+dtypes an expression may convert to float64 (the compiler does, after NumPy's type promotion), or
+read files (the caller hands it chunk bytes and the uncompressed tail of a carray).
 """
 
 from libc.stdint cimport int32_t, int64_t, uint8_t
@@ -29,6 +30,12 @@ from blzarr._workpool cimport ChunkWork
 cdef extern from "blz_exprkernel.h" nogil:
     void xk_exec(const int32_t *prog, int64_t nins, char **rp, int64_t m)
     int64_t xk_count(const uint8_t *v, int64_t m)
+    void xk_widen(int kind, const char *src, double *d, int64_t m)
+    enum: XK_FROM_F8
+
+# the operand dtypes the kernel reads, each converted to float64 window by window (blz_exprkernel.h)
+OPERAND_KINDS = {"f8": 0, "f4": 1, "i1": 2, "i2": 3, "i4": 4, "i8": 5, "u1": 6, "u2": 7, "u4": 8, "u8": 9,
+                 "b1": 10}
 
 cnp.import_array()
 
@@ -103,11 +110,12 @@ cdef void _pairwise_postfix(Py_ssize_t n, list out):
 cdef class ExprChunks(ChunkWork):
     """ExprChunks(operands, program, consts, nregs, result, mode, chunklen, outputs=(), nparts=1, wheres=None)
 
-    Evaluate a register program over the full chunks of float64 operands, window by window, on every
+    Evaluate a register program over the full chunks of numeric operands (converted to float64), window by window, on every
     thread that calls `run()` (then call `check()`).
 
-    `operands`: one list of chunk bytes per operand, all of `chunklen` float64 values; register i is
-    operand i's window.  `consts`: float64 values, registers ``len(operands) + j``.  `program`: int32
+    `operands`: one list of chunk bytes per operand, all of `chunklen` values; register i is operand
+    i's window, as float64.  `kinds`: each operand's dtype, an `OPERAND_KINDS` key ("i8", "f4", "b1",
+    ...; None: all "f8"); one other than "f8" is converted to float64 window by window.  `consts`: float64 values, registers ``len(operands) + j``.  `program`: int32
     rows ``(opcode, dst, a, b)`` (`EXPR_OPCODES`; b is -1 for a unary op); `nregs` registers in all;
     `result` the register that holds the expression.  `mode` (`EXPR_MODES`):
 
@@ -116,12 +124,12 @@ cdef class ExprChunks(ChunkWork):
     - "values": the result of every row into `dest` (float64, or bool for a boolean result);
     - "select": for each of `outputs`, the rows of each chunk where the (boolean) result holds, and
       `counts` their number; `fill(j, dest)` copies output j's rows of every chunk into `dest`.  An
-      output is ``("operand", i)`` (operand i's values), ``("positions", None)`` (int64 row numbers)
+      output is ``("operand", i)`` (float64 operand i's values), ``("positions", None)`` (int64 row numbers)
       or ``("chunks", (list of chunk bytes, itemsize[, tail]))``, another column with the same chunk
       length.
 
     `tails`: the rows after the full chunks (a carray's last, uncompressed rows), one 1-d C-contiguous
-    float64 array per operand, all of one length, and a tail array for every "chunks" output: one
+    array per operand of its dtype, all of one length, and a tail array for every "chunks" output: one
     more item after the chunks, without decoding.
     """
 
@@ -141,6 +149,8 @@ cdef class ExprChunks(ChunkWork):
     cdef int64_t *cnts
     # outputs: kind (0 operand, 1 positions, 2 chunks), operand index or column, itemsize
     cdef int *okind
+    cdef int *kind_                # each operand's dtype (OPERAND_KINDS); other than float64 it is
+    cdef Py_ssize_t *isz_          # converted to float64 window by window, into its own register
     cdef Py_ssize_t *oarg
     cdef Py_ssize_t *osize
     cdef Py_ssize_t *ooff          # each output's decode buffer in the thread's scratch
@@ -159,6 +169,8 @@ cdef class ExprChunks(ChunkWork):
         self.otail = NULL
         self.ntail = 0
         self.okind = NULL
+        self.kind_ = NULL
+        self.isz_ = NULL
         self.oarg = NULL
         self.osize = NULL
         self.ooff = NULL
@@ -171,8 +183,9 @@ cdef class ExprChunks(ChunkWork):
 
     def __init__(self, list operands not None, const int32_t[:, ::1] program not None,
                  const double[::1] consts not None, Py_ssize_t nregs, Py_ssize_t result, mode,
-                 Py_ssize_t chunklen, outputs=(), Py_ssize_t nparts=1, wheres=None, tails=None, dest=None):
-        cdef Py_ssize_t nops = len(operands), n, k, i, j, t, off, nitems
+                 Py_ssize_t chunklen, outputs=(), Py_ssize_t nparts=1, wheres=None, tails=None, dest=None,
+                 kinds=None):
+        cdef Py_ssize_t nops = len(operands), n, k, i, j, t, off, nitems, isz
         cdef cnp.ndarray ta
         cdef list flat = []
         cdef header_t *h
@@ -204,6 +217,19 @@ cdef class ExprChunks(ChunkWork):
                 raise ValueError(f"ExprChunks: instruction {t} lacks its second operand")
         # (every register index is checked above: the C loop indexes with them unchecked, and never
         # writes an operand's or a constant's register)
+        # each operand's dtype: float64 unless `kinds` names another (an OPERAND_KINDS key)
+        self.kind_ = <int *>calloc(nops, sizeof(int))
+        self.isz_ = <Py_ssize_t *>calloc(nops, sizeof(Py_ssize_t))
+        if self.kind_ == NULL or self.isz_ == NULL:
+            raise MemoryError()
+        if kinds is not None and len(kinds) != nops:
+            raise ValueError("ExprChunks: one kind per operand is needed")
+        for i in range(nops):
+            kd = "f8" if kinds is None else kinds[i]
+            if kd not in OPERAND_KINDS:
+                raise ValueError(f"ExprChunks: operand {i} has an unknown kind {kd!r}")
+            self.kind_[i] = OPERAND_KINDS[kd]
+            self.isz_[i] = np_dtype(kd).itemsize
         # the chunks in item order: chunk k of operand i is item k * nops + i
         for k in range(n):
             for i in range(nops):
@@ -217,11 +243,13 @@ cdef class ExprChunks(ChunkWork):
                 raise ValueError("ExprChunks: one tail per operand is needed")
             for i in range(nops):
                 ta = tails[i]
-                if (ta.dtype != np_f8 or cnp.PyArray_NDIM(ta) != 1 or not cnp.PyArray_IS_C_CONTIGUOUS(ta)
+                if (not isinstance(ta, cnp.ndarray)
+                        or ta.dtype.str[1:] != ("f8" if kinds is None else kinds[i])
+                        or not ta.dtype.isnative or cnp.PyArray_NDIM(ta) != 1 or not cnp.PyArray_IS_C_CONTIGUOUS(ta)
                         or cnp.PyArray_DIM(ta, 0) != cnp.PyArray_DIM(<cnp.ndarray>tails[0], 0)
                         or cnp.PyArray_DIM(ta, 0) < 1):
-                    raise ValueError("ExprChunks: the tails must be C-contiguous float64 arrays of one "
-                                     "positive length")
+                    raise ValueError("ExprChunks: the tails must be C-contiguous arrays of one positive "
+                                     "length, of their operands' dtypes")
                 self.tptr[i] = <char *>cnp.PyArray_DATA(ta)
                 self.keep.append(ta)
             self.ntail = cnp.PyArray_DIM(<cnp.ndarray>tails[0], 0)
@@ -232,12 +260,14 @@ cdef class ExprChunks(ChunkWork):
         self._share(nitems, nparts)
         for k in range(n * nops):
             h = &self.hdr[k]
-            if h.nbytes != chunklen * 8:
-                raise ValueError(f"ExprChunks: a chunk holds {h.nbytes} bytes, not {chunklen} float64")
-            if 8 % h.typesize:
-                # (Blosc decodes whole typesize units; a chunk of float64 saved with another typesize
-                # would not split at value boundaries)
-                raise ValueError(f"ExprChunks: typesize {h.typesize} does not divide float64 values")
+            isz = self.isz_[k % nops]
+            if h.nbytes != chunklen * isz:
+                raise ValueError(f"ExprChunks: a chunk holds {h.nbytes} bytes, not {chunklen} values of "
+                                 f"{isz} bytes")
+            if isz % h.typesize:
+                # (Blosc decodes whole typesize units; a chunk saved with another typesize would not
+                # split at value boundaries)
+                raise ValueError(f"ExprChunks: typesize {h.typesize} does not divide values of {isz} bytes")
         # the window: the temporaries of 2048 values each stay in L1/L2; at least a pairwise leaf, so
         # that a leaf spans at most two windows (the carry below holds what a leaf has so far)
         self.win = max(PAIRWISE_LEAF, min(chunklen, XK_WINDOW))
@@ -314,6 +344,9 @@ cdef class ExprChunks(ChunkWork):
         if self.osrc == NULL or self.ohdr == NULL:
             raise MemoryError()
         for j, (kind, arg) in enumerate(outputs):
+            if kind == "operand" and 0 <= arg < self.nops and self.kind_[arg] != XK_FROM_F8:
+                # (its register holds the values converted to float64, not the column's own)
+                raise ValueError(f"ExprChunks: output {j}: operand {arg} is not float64")
             if kind == "operand":
                 if not 0 <= arg < self.nops:
                     raise ValueError(f"ExprChunks: output {j} names operand {arg} of {self.nops}")
@@ -361,6 +394,8 @@ cdef class ExprChunks(ChunkWork):
         free(self.tptr)
         free(self.otail)
         free(self.okind)
+        free(self.kind_)
+        free(self.isz_)
         free(self.oarg)
         free(self.osize)
         free(self.ooff)
@@ -484,13 +519,19 @@ cdef class ExprChunks(ChunkWork):
                 whole[i] = <char *>self.src[j] + 16
             else:
                 whole[i] = scratch + self.whole_off + i * n * 8
-                ret = blosc_decompress_ctx(self.src[j], whole[i], n * 8, 1)
-                if ret != n * 8:
+                ret = blosc_decompress_ctx(self.src[j], whole[i], n * self.isz_[i], 1)
+                if ret != n * self.isz_[i]:
                     return ret if ret != 0 else -1
         while w0 < n:
             m = min(W, n - w0)
             for i in range(nops):
-                rp[i] = whole[i] + w0 * 8
+                if self.kind_[i] == XK_FROM_F8:
+                    rp[i] = whole[i] + w0 * 8
+                else:
+                    # converted into the operand's own register window (only float64 operands are
+                    # pointed into their chunk)
+                    rp[i] = scratch + i * W * 8
+                    xk_widen(self.kind_[i], whole[i] + w0 * self.isz_[i], <double *>rp[i], m)
             xk_exec(self.prog, self.nins, rp, m)
             if self.mode == XK_COUNT:
                 count += xk_count(<const uint8_t *>rp[self.res], m)

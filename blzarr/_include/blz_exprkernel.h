@@ -39,6 +39,26 @@ static BLZ_CLONES void xk_exec(const int32_t *prog, int64_t nins, char **rp, int
         }
     }
 }
+/* An operand's window of other values converted to float64 values in `d`, as C's (and NumPy's) casts
+   round them; `kind` is one of XK_FROM_*.  A bool is any non-zero byte. */
+enum { XK_FROM_F8 = 0, XK_FROM_F4, XK_FROM_I1, XK_FROM_I2, XK_FROM_I4, XK_FROM_I8,
+       XK_FROM_U1, XK_FROM_U2, XK_FROM_U4, XK_FROM_U8, XK_FROM_B1, XK_FROM_N };
+#define XK_WIDEN(T) { const T *restrict a = (const T *)src; XK_LOOP(d[i] = (double)a[i]) } break;
+static BLZ_CLONES void xk_widen(int kind, const char *src, double *restrict d, int64_t m) {
+    switch (kind) {
+    case XK_FROM_F8: XK_WIDEN(double)
+    case XK_FROM_F4: XK_WIDEN(float)
+    case XK_FROM_I1: XK_WIDEN(int8_t)
+    case XK_FROM_I2: XK_WIDEN(int16_t)
+    case XK_FROM_I4: XK_WIDEN(int32_t)
+    case XK_FROM_I8: XK_WIDEN(int64_t)
+    case XK_FROM_U1: XK_WIDEN(uint8_t)
+    case XK_FROM_U2: XK_WIDEN(uint16_t)
+    case XK_FROM_U4: XK_WIDEN(uint32_t)
+    case XK_FROM_U8: XK_WIDEN(uint64_t)
+    case XK_FROM_B1: { const uint8_t *restrict a = (const uint8_t *)src; XK_LOOP(d[i] = a[i] != 0) } break;
+    }
+}
 static BLZ_CLONES int64_t xk_count(const uint8_t *restrict v, int64_t m) {
     uint32_t c = 0;
     for (int64_t i = 0; i < m; i++) c += v[i];

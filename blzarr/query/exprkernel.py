@@ -28,6 +28,8 @@ _BINARY = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div"}
 _COMPARE = {ast.Gt: "gt", ast.GtE: "ge", ast.Lt: "lt", ast.LtE: "le", ast.Eq: "eq", ast.NotEq: "ne"}
 _LOGICAL = {ast.BitAnd: "and", ast.BitOr: "or", ast.BitXor: "xor"}
 _F8 = np.dtype("f8")
+_B1 = np.dtype("?")
+_UFUNC = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide}
 
 
 class _Unsupported(Exception):
@@ -57,27 +59,72 @@ def _scalar(v):
     raise _Unsupported
 
 
+def _operand_kind(v):
+    """The kernel's name for the dtype of array `v` (a key of `_exprkernel.OPERAND_KINDS`), or None."""
+    dt = getattr(v, "dtype", None)
+    if not isinstance(dt, np.dtype) or getattr(v, "ndim", 0) != 1 or not dt.isnative:
+        return None
+    kind = dt.str[1:]
+    return kind if kind in _exprkernel.OPERAND_KINDS and dt == np.dtype(kind) else None
+
+
+def _like(t):
+    """What stands for a value of type `t` (a dtype, or a scalar) in NumPy's promotion: an empty
+    array of the dtype, or the scalar itself (Python scalars are weak, NumPy's are not)."""
+    return np.empty(0, t) if isinstance(t, np.dtype) else t
+
+
+@functools.lru_cache(maxsize=1024, typed=True)
+def _promoted(op, ta, tb):
+    """The dtype NumPy computes the binary `op` in (for a comparison: the dtype both sides are
+    converted to) for operands of types `ta`, `tb` (dtypes or scalars); None where NumPy refuses them."""
+    try:
+        with np.errstate(all="ignore"):
+            if op in _UFUNC:
+                return _UFUNC[op](_like(ta), _like(tb)).dtype
+            return np.result_type(_like(ta), _like(tb))
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _type_of(v):
+    """A scalar's stand-in for `_promoted`: one value of its type (the promotion depends on the type
+    only; one value keeps the cache small)."""
+    return type(v)(1)
+
+
 class Program:
     """The register program of an expression: `names` are the array operands (registers 0..), then
-    the constants, then the temporaries; `kind` is the result's dtype, "f8" or "b1"."""
+    the constants, then the temporaries; `kind` is the result's dtype, "f8" or "b1"; `kinds` each
+    operand's dtype (an `_exprkernel.OPERAND_KINDS` key: the kernel converts it to float64).
+
+    Every value is typed twice: where it lives ("f8": a float64 register, which an operand of any
+    dtype becomes; "b1": the bytes of a comparison) and the type NumPy gives it (the operand's dtype,
+    a constant's scalar, an operation's result dtype).  An operation is compiled only where NumPy
+    computes it in float64, on the float64 conversions of its operands, which the registers hold."""
 
     def __init__(self, tree, arrays, scalars):
-        self.names, consts, code = [], [], []
+        self.names, self.kinds, consts, code = [], [], [], []
         temps = []
 
         def leaf(node):
             if isinstance(node, ast.Name):
                 if node.id in arrays:
                     if node.id not in self.names:
+                        kind = _operand_kind(arrays[node.id])
+                        if kind is None:
+                            raise _Unsupported
                         self.names.append(node.id)
-                    return ("op", self.names.index(node.id)), "f8"
+                        self.kinds.append(kind)
+                    i = self.names.index(node.id)
+                    return ("op", i), "f8", np.dtype(self.kinds[i])
                 if node.id in scalars:
                     consts.append(_scalar(scalars[node.id]))
-                    return ("c", len(consts) - 1), "f8"
+                    return ("c", len(consts) - 1), "f8", _type_of(consts[-1])
                 raise _Unsupported
             if isinstance(node, ast.Constant) and type(node.value) in (int, float):
                 consts.append(_scalar(node.value))
-                return ("c", len(consts) - 1), "f8"
+                return ("c", len(consts) - 1), "f8", _type_of(consts[-1])
             raise _Unsupported
 
         def emit(op, a, b):
@@ -85,40 +132,53 @@ class Program:
             code.append((op, ("t", len(temps) - 1), a, b))
             return ("t", len(temps) - 1)
 
+        def numeric(a, ta, na):
+            # a float64 register whose values are NumPy's float64 conversion of the value: an operand,
+            # a constant, or a float64 temporary (a comparison's bytes are not)
+            return ta == "f8" and (a[0] != "t" or _is_f8(na))
+
         def walk(node):
             if isinstance(node, ast.BinOp):
-                (a, ta), (b, tb) = walk(node.left), walk(node.right)
-                if type(node.op) in _BINARY and ta == tb == "f8" and not a[0] == b[0] == "c":
-                    return emit(_BINARY[type(node.op)], a, b), "f8"
+                (a, ta, na), (b, tb, nb) = walk(node.left), walk(node.right)
+                if type(node.op) in _BINARY and numeric(a, ta, na) and numeric(b, tb, nb) \
+                        and not a[0] == b[0] == "c":
+                    op = _BINARY[type(node.op)]
+                    if not _is_f8(_promoted(op, na, nb)):
+                        raise _Unsupported
+                    return emit(op, a, b), "f8", _F8
                 if type(node.op) in _LOGICAL and ta == tb == "b1":
-                    return emit(_LOGICAL[type(node.op)], a, b), "b1"
+                    return emit(_LOGICAL[type(node.op)], a, b), "b1", _B1
                 raise _Unsupported
             if isinstance(node, ast.UnaryOp):
-                a, ta = walk(node.operand)
+                a, ta, na = walk(node.operand)
                 if a[0] == "c" and isinstance(node.op, (ast.USub, ast.UAdd)):
                     with np.errstate(all="ignore"):
                         v = -consts[a[1]] if isinstance(node.op, ast.USub) else +consts[a[1]]
                     consts.append(_scalar(v))
-                    return ("c", len(consts) - 1), "f8"
+                    return ("c", len(consts) - 1), "f8", _type_of(consts[-1])
                 if a[0] == "c":
                     raise _Unsupported
-                if isinstance(node.op, ast.USub) and ta == "f8":
-                    return emit("neg", a, None), "f8"
-                if isinstance(node.op, ast.UAdd) and ta == "f8":
-                    return a, "f8"
+                if isinstance(node.op, ast.USub) and numeric(a, ta, na) and _is_f8(na):
+                    return emit("neg", a, None), "f8", _F8
+                if isinstance(node.op, ast.UAdd) and ta == "f8" and a[0] == "op":
+                    return a, "f8", na
+                if isinstance(node.op, ast.UAdd) and numeric(a, ta, na):
+                    return a, "f8", _F8
                 if isinstance(node.op, ast.Invert) and ta == "b1":
-                    return emit("not", a, None), "b1"
+                    return emit("not", a, None), "b1", _B1
                 raise _Unsupported
             if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _COMPARE:
-                (a, ta), (b, tb) = walk(node.left), walk(node.comparators[0])
-                if ta == tb == "f8" and not a[0] == b[0] == "c":
-                    return emit(_COMPARE[type(node.ops[0])], a, b), "b1"
+                (a, ta, na), (b, tb, nb) = walk(node.left), walk(node.comparators[0])
+                if numeric(a, ta, na) and numeric(b, tb, nb) and not a[0] == b[0] == "c" \
+                        and _is_f8(_promoted("cmp", na, nb)) and (_floating(na) or _floating(nb)):
+                    return emit(_COMPARE[type(node.ops[0])], a, b), "b1", _B1
                 raise _Unsupported
             return leaf(node)
 
-        res, self.kind = walk(tree)
+        res, tres, nres = walk(tree)
+        self.kind = tres
         nops, nc = len(self.names), len(consts)
-        if not nops or res[0] == "c":
+        if not nops or res[0] == "c" or (tres == "f8" and not _is_f8(nres)):
             raise _Unsupported
 
         def reg(r):
@@ -131,6 +191,17 @@ class Program:
         self.consts = np.array([float(c) for c in consts], dtype=np.float64)
         self.nregs = nops + nc + len(temps)
         self.result = reg(res)
+
+
+def _is_f8(t):
+    """Whether `t` is the float64 dtype (None is not: NumPy's dtype(None) is float64, so `None == _F8`)."""
+    return isinstance(t, np.dtype) and t == _F8
+
+
+def _floating(t):
+    """Whether a value of type `t` is a float in NumPy's eyes: a comparison of two integers is exact
+    in NumPy (mixed signs included) and is left to it."""
+    return t.kind == "f" if isinstance(t, np.dtype) else isinstance(t, (float, np.floating))
 
 
 def _resident(v, blen):
@@ -165,9 +236,6 @@ def prepare(expression, arrays, scalars, blen):
         prog = Program(tree, arrays, scalars)
     except _Unsupported:
         return None
-    if any(not (getattr(arrays[k], "dtype", None) == _F8 and getattr(arrays[k], "ndim", 0) == 1)
-           for k in prog.names):
-        return None
     parts = [_resident(arrays[name], blen) for name in prog.names]
     if any(p is None for p in parts) or len({(len(p[0]), len(p[1])) for p in parts}) != 1:
         return None
@@ -179,7 +247,8 @@ def prepare(expression, arrays, scalars, blen):
 def _work(prepared, mode, blen, outputs=(), dest=None):
     prog = prepared.prog
     return run_work(_exprkernel.ExprChunks(prepared.chunks, prog.program, prog.consts, prog.nregs, prog.result,
-                                           mode, blen, outputs, get_nthreads(), None, prepared.tails, dest))
+                                           mode, blen, outputs, get_nthreads(), None, prepared.tails, dest,
+                                           prog.kinds))
 
 
 def values(expression, arrays, scalars, blen):
@@ -223,11 +292,13 @@ def select(expression, arrays, scalars, blen, outputs):
     for kind, x in outputs:
         if kind == "positions":
             specs.append(("positions", None))
-        elif kind == "operand" and x in names:
+        elif kind == "operand" and x in names and p.prog.kinds[names.index(x)] == "f8":
             specs.append(("operand", names.index(x)))
         else:
             col = arrays[x] if kind == "operand" else x
-            same = [i for i, name in enumerate(names) if arrays[name] is col]
+            # (the kernel's register of an operand of another dtype holds it converted to float64: such
+            # a column is read from its own chunks)
+            same = [i for i, name in enumerate(names) if arrays[name] is col and p.prog.kinds[i] == "f8"]
             if same:
                 specs.append(("operand", same[0]))
                 continue

@@ -1,0 +1,248 @@
+"""The fused expression kernel over operands of every numeric dtype (integers, float32, bool, and
+their mixes with float64): where NumPy's type promotion computes an operation in float64, the kernel
+converts the operands as it reads them and gives NumPy's values bit for bit; the operations NumPy
+computes in integer or float32 arithmetic stay on the general path, with NumPy's answer too."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from helpers import assert_same, examples
+
+import blzarr
+from blzarr import _exprkernel
+from blzarr.query import exprkernel
+from test_exprkernel import (blockwise_sum, ctable_query_module, kernel_calls, nthreads,  # noqa: F401 (fixtures)
+                             numpy_value, same_number, same_values)
+
+KINDS = ["i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f4", "f8", "b1"]
+
+
+def make_values(kind, n, rng, extreme):
+    """`n` values of dtype `kind`: small ones, and with `extreme` the dtype's limits and (64-bit
+    integers) values past 2**53, which float64 rounds."""
+    dt = np.dtype(kind)
+    if dt.kind == "b":
+        return rng.random(n) < 0.5
+    if dt.kind == "f":
+        x = np.round(rng.uniform(-4, 4, n), 2).astype(dt)
+        if extreme:
+            pick = rng.random(n) < 0.1
+            x[pick] = rng.choice(np.array([np.nan, np.inf, -0.0, 0.0, 3.4e38], dt), int(pick.sum()))
+        return x
+    info = np.iinfo(dt)
+    x = rng.integers(max(info.min, -50), 50, n).astype(dt)
+    if extreme:
+        special = [info.min, info.max, 0, 1]
+        if dt.itemsize == 8:
+            special += [2 ** 53 + 1, 2 ** 62 + 3]
+        pick = rng.random(n) < 0.2
+        x[pick] = rng.choice(np.array(special, dt), int(pick.sum()))
+    return x
+
+
+@st.composite
+def arithmetic(draw, depth=2):
+    if depth == 0 or draw(st.integers(0, 2)) == 0:
+        return draw(st.sampled_from(["a", "b", "c", "a", "b"]))
+    kind = draw(st.integers(0, 4))
+    if kind == 0:
+        return f"(-{draw(arithmetic(depth - 1))})"
+    if kind == 1:
+        return f"({draw(arithmetic(depth - 1))} {draw(st.sampled_from(['*', '+', '/']))} " \
+               f"{draw(st.sampled_from(['2', '0.5', '-1.25', 'q']))})"
+    return f"({draw(arithmetic(depth - 1))} {draw(st.sampled_from(['+', '-', '*', '/']))} {draw(arithmetic(depth - 1))})"
+
+
+@st.composite
+def predicate(draw, depth=1):
+    if depth == 0 or draw(st.integers(0, 2)) == 0:
+        x, y = draw(arithmetic(1)), draw(st.sampled_from(["a", "b", "c", "0.5", "3", "q"]))
+        return f"({x} {draw(st.sampled_from(['<', '<=', '>', '>=', '==', '!=']))} {y})"
+    if draw(st.booleans()):
+        return f"(~{draw(predicate(depth - 1))})"
+    return f"({draw(predicate(depth - 1))} {draw(st.sampled_from(['&', '|', '^']))} {draw(predicate(depth - 1))})"
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(seed=st.integers(0, 2 ** 32 - 1), ka=st.sampled_from(KINDS), kb=st.sampled_from(KINDS),
+       chunklen=st.sampled_from([1, 7, 64, 300]), extra=st.sampled_from([-1, 0, 5]),
+       nchunks=st.sampled_from([1, 3]), raw=st.booleans(), extreme=st.booleans(),
+       q=st.sampled_from([3, -2, 0.5, np.float32(0.25), np.int64(7)]),
+       sum_expr=arithmetic(), count_expr=predicate())
+def test_mixed_dtypes_equal_numpy(nthreads, kernel_calls, seed, ka, kb, chunklen, extra, nchunks, raw, extreme,
+                                  q, sum_expr, count_expr):
+    kernel_calls.clear()
+    n = max(1, chunklen * nchunks + extra)
+    rng = np.random.default_rng(seed)
+    env = {"a": make_values(ka, n, rng, extreme), "b": make_values(kb, n, rng, extreme),
+           "c": make_values("f8", n, rng, extreme)}
+    cp = blzarr.cparams(clevel=0 if raw else 5)
+    ops = {k: blzarr.carray(v, chunklen=chunklen, cparams=cp) for k, v in env.items()}
+    ops["q"] = env["q"] = q
+    arrays = {k: ops[k] for k in "abc"}
+    for expression in (sum_expr, count_expr):
+        try:
+            value = numpy_value(expression, env)
+        except TypeError:           # NumPy refuses it (the negation or difference of booleans)
+            continue
+        ok = exprkernel.prepare(expression, arrays, {"q": q}, chunklen) is not None
+        if ok:
+            assert value.dtype in (np.float64, np.bool_), expression
+        kernel_calls.clear()
+        e = blzarr.lazyexpr(expression, user_dict=ops, vm="python", blen=chunklen)
+        same_values(e[:], value)
+        same_values(blzarr.eval(expression, user_dict=ops, vm="python", blen=chunklen, out_flavor="numpy"), value)
+        if value.dtype == np.float64:
+            same_number(e.sum(), blockwise_sum(value, chunklen))
+        elif value.dtype == np.bool_:
+            assert e.count_nonzero() == np.count_nonzero(value)
+            same_number(e.sum(), np.sum(value))
+        assert bool(kernel_calls) == ok, (expression, kernel_calls)
+        if ok:
+            assert kernel_calls.count("values") == 2
+            # (a boolean's sum is its count)
+            assert kernel_calls.count("sum") + kernel_calls.count("count") == 1 + (value.dtype == np.bool_)
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(seed=st.integers(0, 2 ** 32 - 1), ka=st.sampled_from(KINDS), chunklen=st.sampled_from([1, 7, 300]),
+       extra=st.sampled_from([-1, 0, 3]), nchunks=st.sampled_from([1, 3]), raw=st.booleans(),
+       extreme=st.booleans(), expression=predicate(),
+       outcols=st.sampled_from([None, ["a", "nrow__"], ["c", "a"], ["b", "g"]]))
+def test_fetchwhere_over_mixed_dtypes(nthreads, kernel_calls, monkeypatch, seed, ka, chunklen, extra, nchunks, raw,
+                                      extreme, expression, outcols):
+    """The selected rows of a column that is also an operand of another dtype are the column's own
+    values (the kernel converts its operand to float64 to compute, not to output)."""
+    monkeypatch.setattr(ctable_query_module, "MIN_QUERY_BLEN", 1)
+    n = max(1, chunklen * nchunks + extra)
+    rng = np.random.default_rng(seed)
+    cols = {"a": make_values(ka, n, rng, extreme), "b": make_values("i8", n, rng, extreme),
+            "c": make_values("f8", n, rng, extreme), "g": make_values("b1", n, rng, False)}
+    env = dict(cols, q=0.5)
+    try:
+        mask = np.broadcast_to(numpy_value(expression, env), (n,))
+    except TypeError:
+        return
+    cp = blzarr.cparams(clevel=0 if raw else 5)
+    t = blzarr.ctable([blzarr.carray(v, chunklen=chunklen, cparams=cp) for v in cols.values()], names=list(cols))
+    kernel_calls.clear()
+    pos = np.flatnonzero(mask)
+    names = list(cols) if outcols is None else outcols
+    expected = np.empty(len(pos), dtype=[(k, "i8" if k == "nrow__" else cols[k].dtype) for k in names])
+    for k in names:
+        expected[k] = pos if k == "nrow__" else cols[k][pos]
+    # (the python vm: numexpr computes small integers in int32, where NumPy wraps them)
+    got = t.fetchwhere(expression, user_dict={"q": 0.5}, outcols=outcols, out_flavor="numpy", vm="python")
+    assert_same(got, expected)
+    ok = exprkernel.prepare(expression, {k: t.cols[k] for k in "abc"}, {"q": 0.5}, chunklen) is not None
+    assert kernel_calls.count("select") == ok
+
+
+@pytest.mark.parametrize("kb", KINDS)
+@pytest.mark.parametrize("ka", KINDS)
+def test_which_mixes_the_kernel_compiles(ka, kb):
+    """An arithmetic operation compiles exactly where NumPy computes it in float64; a comparison
+    where NumPy compares in float64 and one side is a float."""
+    a = blzarr.carray(np.zeros(10, ka), chunklen=5)
+    b = blzarr.carray(np.zeros(10, kb), chunklen=5)
+    c = blzarr.carray(np.zeros(10), chunklen=5)
+    arrays = {"a": a, "b": b, "c": c}
+    ea, eb = np.zeros(0, ka), np.zeros(0, kb)
+    for op, ufunc in (("+", np.add), ("*", np.multiply), ("/", np.true_divide), ("-", np.subtract)):
+        try:
+            numpy_f8 = ufunc(ea, eb).dtype == np.float64
+        except TypeError:
+            numpy_f8 = False
+        assert (exprkernel.prepare(f"a {op} b", arrays, {}, 5) is not None) == numpy_f8, (ka, op, kb)
+        # with a float64 operand it is float64 (booleans subtracted excepted)
+        assert exprkernel.prepare(f"(a {op} c) * b", arrays, {}, 5) is not None
+    compares = np.result_type(ea, eb) == np.float64 and "f" in (ea.dtype.kind, eb.dtype.kind)
+    assert (exprkernel.prepare("(a > b) | (c < 0)", arrays, {}, 5) is not None) == compares
+    assert exprkernel.prepare("a > c", arrays, {}, 5) is not None
+    # a float Python scalar: float64 arithmetic for integers and booleans, float32 for float32
+    assert (exprkernel.prepare("a * 0.5", arrays, {}, 5) is not None) == (ka != "f4")
+    # an int one: the operand's own arithmetic, unless it is float64
+    assert (exprkernel.prepare("a * 2", arrays, {}, 5) is not None) == (ka == "f8")
+    assert (exprkernel.prepare("a > 2", arrays, {}, 5) is not None) == (ka == "f8")
+    assert (exprkernel.prepare("-a + c", arrays, {}, 5) is not None) == (ka == "f8")
+
+
+def test_what_stays_on_the_general_path():
+    i = blzarr.carray(np.arange(10), chunklen=5)
+    f = blzarr.carray(np.arange(10, dtype="f4"), chunklen=5)
+    x = blzarr.carray(np.arange(10.0), chunklen=5)
+    big = blzarr.carray(np.arange(10, dtype=">i8"), chunklen=5)
+    arrays = {"i": i, "f": f, "x": x, "big": big}
+    for expr in ("i", "+i", "i * i", "i // 2", "f * f", "f * 2.0", "i > 3", "i == i", "(i > x) & i",
+                 "big * x", "f < 0.5", "i % 2 * x"):
+        assert exprkernel.prepare(expr, arrays, {}, 5) is None, expr
+    for expr in ("i * x", "i / 2", "i * 1.5 + f", "f * x", "i / i", "(i > x) & (f <= 0.5 * x)", "i < 2.5",
+                 "+i * x", "f * i"):
+        assert exprkernel.prepare(expr, arrays, {}, 5) is not None, expr
+
+
+def test_int64_rounding_matches_numpy():
+    """Integers past 2**53 are rounded to float64 as NumPy rounds them, in sums, comparisons and
+    values, chunk and tail alike."""
+    v = np.array([2 ** 53 + 1, 2 ** 63 - 1, -(2 ** 63), 2 ** 53 + 3, 7] * 40, np.int64)
+    u = np.array([2 ** 64 - 1, 2 ** 53 + 1, 0, 1, 2 ** 63 + 1] * 40, np.uint64)
+    p = np.linspace(-1, 1, len(v))
+    ops = {"v": blzarr.carray(v, chunklen=64), "u": blzarr.carray(u, chunklen=64), "p": blzarr.carray(p, chunklen=64)}
+    arrays = {k: ops[k] for k in "vup"}
+    for expr in ("v * p", "u * p + v", "u - v", "v / 3", "u / v"):
+        assert exprkernel.prepare(expr, arrays, {}, 64) is not None, expr
+        with np.errstate(all="ignore"):
+            ref = eval(expr, {}, {"v": v, "u": u, "p": p})
+        e = blzarr.lazyexpr(expr, user_dict=ops, vm="python", blen=64)   # (numexpr has no uint64)
+        same_values(e[:], ref)
+        same_number(e.sum(), blockwise_sum(ref, 64))
+    for expr in ("(v * 1.0) == (u * 1.0)", "v < p * 1e19", "u >= v * 1.0"):
+        ref = eval(expr, {}, {"v": v, "u": u, "p": p})
+        assert exprkernel.prepare(expr, arrays, {}, 64) is not None, expr
+        assert blzarr.lazyexpr(expr, user_dict=ops, vm="python", blen=64).count_nonzero() == np.count_nonzero(ref)
+
+
+@pytest.mark.parametrize("vm", ["numexpr", "python"])
+def test_price_times_volume(nthreads, kernel_calls, vm):
+    """The case the kernel was widened for: a float64 price times an int64 volume, summed, over
+    chunks of the default length and a short last chunk, equal to the kernel-off path's bits."""
+    rng = np.random.default_rng(11)
+    n = 3 * 32768 + 777
+    px, vol = np.round(rng.uniform(1, 500, n), 2), rng.integers(1, 10_000, n)
+    ops = {"px": blzarr.carray(px), "vol": blzarr.carray(vol)}
+    assert ops["px"].chunklen == ops["vol"].chunklen
+    results = []
+    for on in (True, False):
+        exprkernel.ENABLED = on
+        try:
+            results.append((blzarr.lazyexpr("px * vol", user_dict=ops, vm=vm).sum(),
+                            blzarr.eval("sum(px * vol)", user_dict=ops, vm=vm),
+                            blzarr.lazyexpr("px * vol > 1e6", user_dict=ops, vm=vm).count_nonzero()))
+        finally:
+            exprkernel.ENABLED = True
+    # (eval's top-level sum() runs the general path, block by block)
+    assert kernel_calls.count("sum") == 1 and kernel_calls.count("count") == 1
+    (s1, t1, c1), (s2, t2, c2) = results
+    same_number(s1, s2)
+    assert np.isclose(s1, np.sum(px * vol), rtol=1e-12)
+    assert t1 == t2 and np.isclose(t1, np.sum(px * vol), rtol=1e-12)
+    assert c1 == c2 == np.count_nonzero(px * vol > 1e6)
+
+
+def test_kinds_are_checked():
+    x = blzarr.carray(np.arange(10), chunklen=5)
+    chunks = [x.resident_chunks()[0]]
+    prog = np.array([[_exprkernel.EXPR_OPCODES["mul"], 1, 0, 0]], np.int32)
+    w = _exprkernel.ExprChunks(chunks, prog, np.zeros(0), 2, 1, "sum", 5, kinds=["i8"])
+    w.run()
+    w.check()
+    assert w.values.tolist() == [30.0, 255.0]
+    for kinds in (["i4"], ["u2"], ["x"], ["i8", "i8"]):          # chunks of 40 bytes read as another size
+        with pytest.raises(ValueError):
+            _exprkernel.ExprChunks(chunks, prog, np.zeros(0), 2, 1, "sum", 5, kinds=kinds)
+    with pytest.raises(ValueError):                                # a tail of another dtype
+        _exprkernel.ExprChunks(chunks, prog, np.zeros(0), 2, 1, "sum", 5, (), 1, None, [np.array([1.0])],
+                               kinds=["i8"])
+    sel = np.array([[_exprkernel.EXPR_OPCODES["gt"], 1, 0, 0]], np.int32)
+    with pytest.raises(ValueError):                                # its register is not the column's values
+        _exprkernel.ExprChunks(chunks, sel, np.zeros(0), 2, 1, "select", 5, [("operand", 0)], kinds=["i8"])
