@@ -307,6 +307,30 @@ def _python_logic_hint(e, expression):
                          "(x > 1) & (x < 3), | and ~ instead, each comparison in parentheses") from None
 
 
+def _kernel_sum(expression, operands, blen):
+    """``sum(x)`` of an element-wise float64 `x` over whole 1-d operands by the C kernel
+    (`blzarr.exprkernel`): the chunks' sums added in order, as the blocks' sums are added; None where
+    it does not apply."""
+    try:
+        tree = ast.parse(expression, mode="eval").body
+    except SyntaxError:
+        return None
+    if not (isinstance(tree, ast.Call) and isinstance(tree.func, ast.Name) and tree.func.id == "sum"
+            and len(tree.args) == 1 and not tree.keywords):
+        return None
+    arrays = {k: v for k, v in operands.items() if _is_array(v)}
+    if not arrays or not common_length(arrays):
+        return None
+    scalars = {k: v for k, v in operands.items() if k not in arrays}
+    r = exprkernel.chunk_sums(ast.unparse(tree.args[0]), arrays, scalars, blen or default_blen(arrays))
+    if r is None:
+        return None
+    total = None
+    for p in r[0]:
+        total = p if total is None else total + p
+    return total
+
+
 def evaluate_into(expression, operands, vm, blen, n):
     """The element-wise `expression` over `n` rows as one NumPy array, every block evaluated on its
     thread straight into its place; None when its result is not one value per row."""
@@ -751,6 +775,10 @@ def eval(expression, vm=None, out_flavor=None, user_dict=None, blen=None, depth=
     if plan == "whole":
         lengths = [len(v) for v in operands.values() if _is_array(v)]
         blen = max(max(lengths, default=1), 1)
+    if plan is np.add:
+        total = _kernel_sum(expression, operands, blen)
+        if total is not None:
+            return total
     blocks = evaluate_blocks(expression, operands, vm, blen)
     if plan is not None and plan != "whole":
         result = None
