@@ -294,6 +294,12 @@ def run_expr(args, rep):
                         "x": x, "y": y, "qa": qa, "qb": qb})),
                     None, None),
             }
+            # a float64 price times an int64 volume (the kernel converts the volume as it reads it)
+            vol = np.random.default_rng(1).integers(1, 10_000, len(x))
+            ops["v"] = blzarr.carray(vol, cparams=cparams())
+            cases["sum(a * v), v int64"] = (lambda: blzarr.lazyexpr("a * v", user_dict=ops).sum(),
+                                            lambda: ne.evaluate("sum(x * w)", local_dict={"x": x, "w": vol}),
+                                            None, None)
             if b2 is not None:
                 kw = dict(cparams=b2.CParams(codec=b2.Codec.LZ4, clevel=CLEVEL, filters=[b2.Filter.SHUFFLE],
                                              nthreads=NTHREADS), dparams=b2.DParams(nthreads=NTHREADS))
