@@ -11,7 +11,7 @@ from helpers import assert_same, examples
 import blzarr
 from blzarr import _exprkernel
 from blzarr.query import exprkernel
-from test_exprkernel import (blockwise_sum, ctable_query_module, kernel_calls, nthreads,  # noqa: F401 (fixtures)
+from test_exprkernel import (blockwise_sum, ctable_query_module, kernel_calls, nthreads,  # noqa: F401,F811 (fixtures)
                              same_number, same_values)
 
 def numpy_value(expression, env):
