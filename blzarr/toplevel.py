@@ -14,6 +14,8 @@ import sys
 import numpy as np
 
 from blzarr import _chunk
+from blzarr.storage import fileio, intent
+from blzarr.storage.locking import lock_dir
 from blzarr.containers.carray.array import carray
 from blzarr.errors import BlzarrError, StorageError
 from blzarr.storage.files import ROOTDIRS_FILE as ROOTDIRS, detect, detect_store
@@ -538,8 +540,32 @@ def salvage(src, dst, format=None, overwrite=False):
     """
     src = os.fspath(src)
     dst = os.fspath(dst)
+    remote = is_url(src) or is_url(dst)
+    if (src.rstrip("/") == dst.rstrip("/")) if remote else intent.same_or_nested(src, dst):
+        raise StorageError(f"cannot salvage '{src}' into '{dst}': the two overlap (the copy must go to "
+                           "another directory)")
     if os.path.lexists(dst) and not overwrite:
         raise StorageError(f"cannot salvage into '{dst}': it exists (pass overwrite=True to replace it)")
+    if remote:
+        return _salvage(src, dst, format)
+    # DST's writer lock (never replace what another process writes); the copy is written beside DST and
+    # swapped in at the end (blzarr.intent): an interrupt leaves DST as it was, or complete
+    lock = lock_dir(dst) if os.path.isdir(dst) and not os.path.islink(dst) else None
+    stage = intent.stage_path(dst)
+    try:
+        report = _salvage(src, stage, format)
+        intent.publish(stage, dst)
+    except BaseException:
+        if os.path.lexists(stage):
+            fileio.rmtree(stage, ignore_errors=True)
+        raise
+    finally:
+        if lock is not None:
+            lock.release()
+    return report
+
+
+def _salvage(src, dst, format):
     obj = open(src, mode="r", allow_pickle=True)
     fmt = format or obj.format
     lost = []

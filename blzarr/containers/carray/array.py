@@ -2,12 +2,11 @@
 
 import math
 import os
-import secrets
 import threading
 
 import numpy as np
 
-from blzarr.storage import fileio
+from blzarr.storage import fileio, intent
 from blzarr import _chunk
 from blzarr.runtime import integrations
 from blzarr.query import stats as _stats
@@ -26,7 +25,7 @@ from blzarr.storage.arraymeta import ArrayMeta, dflt_from_json, dflt_to_json, pa
 from blzarr.containers.carray.read import _PY_KINDS, CarrayBase, CarrayReads, _iter_blocks, operator_index  # noqa: F401
 from blzarr.containers.carray.reduce import CarrayReductions
 from blzarr.containers.carray.stats import CarrayStatistics
-from blzarr.containers.carray.write import CarrayWrites, _UndoLog  # noqa: F401
+from blzarr.containers.carray.write import CarrayWrites, _UndoLog, retire  # noqa: F401
 
 _MB = 1024 * 1024
 _UNSET = object()
@@ -170,8 +169,11 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
             self._open(allow_pickle)
             return
         if array is None and exists and mode == "w":
-            # replace the content but keep the dtype and parameters of what is there
+            # replace the content but keep the dtype and parameters of what is there (read only: the
+            # new content is written beside it, then swapped in)
+            self._mode = "r"
             self._open(True)
+            self._mode = mode
             if dtype is None:
                 dtype = self._atom.base
             array = np.empty((0,) + self._atom.shape, dtype=dtype)
@@ -281,7 +283,7 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
         if self._stats is not None:
             self._stats.persist = self._bytes is not None or self._rootdir is not None
         self._chunks = MemoryChunks(chunk_nbytes=-1 if self._isobj else self._chunklen * self._chunk_atom.itemsize)
-        tree = None
+        tree = stage = old_lock = None
         if self._bytes is not None:
             # object storage: no lock (one writer at a time), what is there is replaced
             self._bytes.remove_all()
@@ -289,14 +291,18 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
             self._ondisk = True
             self._write_storage()
         elif self._rootdir is not None:
-            old_lock = self.__dict__.get("_dirlock")
-            if os.path.exists(self._rootdir):
-                if os.path.isdir(self._rootdir) and not os.path.islink(self._rootdir):
-                    if old_lock is None:
-                        old_lock = lock_dir(self._rootdir)   # never remove what another process writes
-                    _remove(self._rootdir, fileio.rmtree)
-                else:
-                    _remove(self._rootdir, fileio.unlink)
+            # the new directory is written beside the target, under a hidden name, and renamed (or
+            # swapped, blzarr.intent) into place once complete: an interrupt leaves what was there
+            final = self._rootdir
+            old_lock = self.__dict__.pop("_dirlock", None)
+            if old_lock is None and os.path.isdir(final) and not os.path.islink(final):
+                old_lock = lock_dir(final)      # never replace what another process writes
+            stage = None if intent.inside_stage(final) else intent.stage_path(final)
+            if stage is None and os.path.lexists(final):
+                # inside a directory being built (a table's column): nothing there is promised yet
+                _remove(final, fileio.rmtree if os.path.isdir(final) and not os.path.islink(final)
+                        else fileio.unlink)
+            self._rootdir = stage or final
             # nothing in the new directory is promised before its first flush writes meta/sizes: its
             # files are written in place and synced together then (files.NewTree)
             tree = new_tree(self._rootdir)
@@ -304,11 +310,14 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
                 self._chunks = self._create_store()
                 self._ondisk = True
                 self._dirlock = lock_dir(self._rootdir)
-                if old_lock is not None:
-                    old_lock.release()
                 self._write_storage()
             except BaseException:
                 tree.close()
+                self._rootdir = final
+                if old_lock is not None:
+                    old_lock.release()
+                if stage is not None and os.path.lexists(stage):
+                    fileio.rmtree(stage, ignore_errors=True)
                 raise
         try:
             self._attrs = _attrs(self._rootdir, "a", _new=True, path=self._chunks.attrs_path)
@@ -319,13 +328,41 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
                 self.flush()
             finally:
                 self._mode = mode
+            if stage is not None:
+                self._publish_stage(stage, final)
+        except BaseException:
+            if stage is not None:
+                self._rootdir = final
+                self.__dict__.pop("_dirlock", None)
+                if os.path.lexists(stage):
+                    fileio.rmtree(stage, ignore_errors=True)
+            raise
         finally:
             if tree is not None:
                 tree.close()
+            if old_lock is not None:
+                old_lock.release()
         if mode == "r" and self.__dict__.get("_dirlock") is not None:
             self._dirlock.release()
         self._chunks.mode = self._mode if self._ondisk else "a"
         self._attrs.mode = self._mode
+
+    def _publish_stage(self, stage, final):
+        """Put the complete directory `stage` this carray was just written in at `final`, and go on
+        writing there."""
+        stage_lock = self.__dict__.pop("_dirlock", None)
+        self._chunks.store.close()
+        if stage_lock is not None:
+            stage_lock.release()
+        intent.publish(stage, final)
+        self._rootdir = final
+        self._dirlock = lock_dir(final)
+        store = open_dir(final, "a", None)
+        nchunks, nleft = self._split(self._len)
+        self._chunks = open_chunks(store, final, "a", self._chunk_atom, self._chunklen, nchunks,
+                                   nchunks + (1 if nleft else 0), self._isobj)
+        self._opened_len = self._len
+        self._attrs = _attrs(final, "a", path=self._chunks.attrs_path)
 
     @property
     def _chunk_atom(self):
@@ -635,6 +672,11 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
         """
         kw = dict(dtype=None, dflt=self._dflt[()], expectedlen=self._len)
         kw.update(kwargs)
+        dest = kw.get("rootdir")
+        if dest is not None and self._rootdir is not None and self._bytes is None \
+                and not is_url(os.fspath(dest)) and intent.same_or_nested(dest, self._rootdir):
+            raise StorageError(f"copy(): the rootdir of the copy, '{os.fspath(dest)}', overlaps the "
+                               f"original's, '{self._rootdir}' (it would be replaced while it is read)")
         dtype = kw.pop("dtype")
         if dtype is not None and "dflt" not in kwargs:
             kw.pop("dflt")
@@ -696,24 +738,27 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
         data = self[:].reshape(newshape)
         if self._rootdir is None or self._mode == "r":
             return carray(data, cparams=self._cparams, dflt=self._dflt[()])
-        # on disk, as bcolz does: the reshaped data replaces this carray's directory (this object
-        # must not be used afterwards); written beside it first, then swapped in
-        parent = os.path.dirname(os.path.abspath(self._rootdir))
-        tmp = os.path.join(parent, f".reshape-{secrets.token_hex(6)}")
+        # on disk, as bcolz does: the reshaped data replaces this carray's directory, written beside it
+        # first and swapped in (blzarr.intent); this object is then read-only for good (its flush
+        # must not write the old shape over the new directory)
+        self._check_writable()      # the directory's lock
+        self.flush()
+        target = self._rootdir
+        stage = intent.stage_path(target)
+        kw = self._chunks.storage_options() if self.format == "blz" else {}
         try:
-            out = carray(data, cparams=self._cparams, dflt=self._dflt[()], rootdir=tmp, mode="w",
-                         format=self.format)
-            out.flush()
+            out = carray(data, cparams=self._cparams, dflt=self._dflt[()], rootdir=stage, mode="w",
+                         format=self.format, **kw)
+            out.close()
             del out
-            fileio.rmtree(self._rootdir)
-            fileio.rename(tmp, self._rootdir)
-            if fileio.sync_enabled():
-                fileio.fsync_dir(parent)
+            intent.publish(stage, target)
         except BaseException:
-            if fileio.exists(tmp):
-                fileio.rmtree(tmp, ignore_errors=True)
+            if fileio.exists(stage):
+                fileio.rmtree(stage, ignore_errors=True)
             raise
-        return carray(rootdir=self._rootdir, mode=self._mode if self._mode != "w" else "a")
+        retire(self, f"the carray '{target}' was reshaped on disk: use the carray reshape() returned "
+                     f"(or reopen it with blzarr.open({target!r}))")
+        return carray(rootdir=target, mode="a")
 
     def free_cachemem(self):
         """Drop cached chunk bytes and decoded blocks."""
