@@ -605,10 +605,12 @@ def cmd_convert(args, out):
             try:
                 intent.publish(tmp, dst)
             except OSError as e:
-                raise storage_error(e, f"cannot put the converted copy at '{dst}'") from e
-        except BaseException:
-            if os.path.lexists(tmp):
-                fileio.rmtree(tmp, ignore_errors=True)
+                err = storage_error(e, f"cannot put the converted copy at '{dst}'")
+                if intent.committed(e):
+                    err.blzarr_committed = True
+                raise err from e
+        except BaseException as e:
+            intent.abandon(tmp, e)
             raise
         finally:
             progress.close()

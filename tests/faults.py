@@ -129,7 +129,9 @@ def run_faulted(fn, at, fault):
     try:
         with fileio.use(inj):
             fn()
-    except (Injected, OSError) as e:
+    except Exception as e:         # what the fault became (a StorageError, a CLI error...)
+        return e
+    except Injected as e:
         return e
     return None
 

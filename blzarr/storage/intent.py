@@ -173,7 +173,13 @@ def _finish(target, rec, keep=()):
     ident = rec.get("ident")
     if rec["op"] in ("replace", "add"):
         stage = rec["stage"] if os.path.isabs(rec["stage"]) else os.path.join(parent, rec["stage"])
-        if identity(target) != ident and identity(stage) == ident:
+        if identity(target) != ident:
+            if identity(stage) != ident:
+                # the directory the record names is in neither place (removed by hand): nothing to
+                # complete, and the table must not list a column that is not there
+                _remove_leftovers(parent, name, keep)
+                _clear(target)
+                return
             if os.path.lexists(target):
                 _swap_in(stage, target, trash)
             else:
@@ -259,6 +265,20 @@ def recover_all(parent):
     return done
 
 
+def committed(e):
+    """Whether the exception `e`, raised by `publish` or `remove`, came after the operation took
+    effect (its record was written, or its directory renamed into place): the caller then keeps its
+    stage (the next writer completes the operation) and takes the new state as the current one."""
+    return getattr(e, "blzarr_committed", False)
+
+
+def _mark_committed(e):
+    try:
+        e.blzarr_committed = True
+    except AttributeError:
+        pass
+
+
 def publish(stage, target, rootdirs=None, op=None):
     """Put the complete, durable directory `stage` (a hidden sibling from `stage_path`, or, to move a
     directory into a table, any directory on the same file system) at `target`, replacing what is
@@ -267,32 +287,80 @@ def publish(stage, target, rootdirs=None, op=None):
 
     A lone rename (nothing at the target) or a swap of the two names needs no record: either is one
     step, and an interrupt leaves a hidden leftover at most; the two renames of the fallback, a move
-    from elsewhere and a change of the table's column list need the record."""
+    from elsewhere and a change of the table's column list need the record.  An exception after the
+    operation took effect is marked (`committed`)."""
     parent, name = _split(target)
     recover(target, keep=(os.path.basename(stage),))
     staged_beside = os.path.dirname(os.path.abspath(stage)) == parent
-    if rootdirs is None and staged_beside:
-        if not os.path.lexists(target):
-            fileio.rename(stage, target)
-            _sync(parent)
-            return
-        try:
-            fileio.exchange(stage, target)
-        except OSError as e:
-            if e.errno not in _NO_EXCHANGE:
-                raise
-        else:
-            _sync(parent)
-            _discard(stage)             # the old directory, under the stage's name now
-            return
-    if op is None:
-        op = "replace" if os.path.lexists(target) else "add"
-    _sync(parent, os.path.dirname(os.path.abspath(stage)))     # the staged directory's name is durable
-    rec = _write(target, {"op": op, "target": name,
-                          "stage": os.path.basename(stage) if staged_beside else os.path.abspath(stage),
-                          "ident": identity(stage), "trash": os.path.basename(stage_path(target, "old")),
-                          "rootdirs": rootdirs})
-    _finish(target, rec)
+    done = False
+    rec = None
+    try:
+        if rootdirs is None and staged_beside:
+            if not os.path.lexists(target):
+                fileio.rename(stage, target)
+                done = True
+                _sync(parent)
+                return
+            try:
+                fileio.exchange(stage, target)
+            except OSError as e:
+                if e.errno not in _NO_EXCHANGE:
+                    raise
+            else:
+                done = True
+                _sync(parent)
+                _discard(stage)             # the old directory, under the stage's name now
+                return
+        if op is None:
+            op = "replace" if os.path.lexists(target) else "add"
+        _sync(parent, os.path.dirname(os.path.abspath(stage)))     # the staged directory's name is durable
+        rec = _write(target, {"op": op, "target": name,
+                              "stage": os.path.basename(stage) if staged_beside else os.path.abspath(stage),
+                              "ident": identity(stage), "trash": os.path.basename(stage_path(target, "old")),
+                              "rootdirs": rootdirs})
+        done = True
+        _finish(target, rec)
+    except BaseException as e:
+        if done:
+            _complete_quietly(target, rec)
+            _mark_committed(e)
+        raise
+
+
+def _complete_quietly(target, rec):
+    """Try once more to complete `rec` after a failure (a full disk may still refuse: the next writer
+    completes it then)."""
+    if rec is None:
+        return
+    try:
+        _finish(target, rec)
+    except BaseException:
+        pass
+
+
+def build_then_publish(target, build):
+    """`build(path)` writes a complete carray or ctable at `path` and returns it; it is called with a
+    hidden sibling of `target`, and what it wrote is then published at `target` (replacing what is
+    there, under the target's writer lock): an interrupt leaves the target as it was, or complete.
+    Returns nothing: the caller reopens `target`."""
+    final = os.path.abspath(os.fspath(target))
+    if inside_stage(final):
+        obj = build(os.fspath(target))      # a part of something being built: no stage of its own
+        obj.close()
+        return
+    lock = lock_dir(final) if os.path.isdir(final) and not os.path.islink(final) else None
+    stage = stage_path(final)
+    try:
+        obj = build(stage)
+        obj.close()
+        del obj
+        publish(stage, final)
+    except BaseException as e:
+        abandon(stage, e)
+        raise
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 def remove(target, rootdirs=None):
@@ -302,7 +370,18 @@ def remove(target, rootdirs=None):
     recover(target)
     rec = _write(target, {"op": "remove", "target": name, "stage": None, "ident": identity(target),
                           "trash": os.path.basename(stage_path(target, "old")), "rootdirs": rootdirs})
-    _finish(target, rec)
+    try:
+        _finish(target, rec)
+    except BaseException as e:
+        _complete_quietly(target, rec)
+        _mark_committed(e)
+        raise
+
+
+def abandon(stage, e):
+    """After the exception `e`: remove the stage of an operation that did not take effect."""
+    if not committed(e) and os.path.lexists(stage):
+        fileio.rmtree(stage, ignore_errors=True)
 
 
 def same_or_nested(a, b):

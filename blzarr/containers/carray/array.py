@@ -330,12 +330,11 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
                 self._mode = mode
             if stage is not None:
                 self._publish_stage(stage, final)
-        except BaseException:
+        except BaseException as e:
             if stage is not None:
                 self._rootdir = final
                 self.__dict__.pop("_dirlock", None)
-                if os.path.lexists(stage):
-                    fileio.rmtree(stage, ignore_errors=True)
+                intent.abandon(stage, e)
             raise
         finally:
             if tree is not None:
@@ -680,6 +679,18 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
         dtype = kw.pop("dtype")
         if dtype is not None and "dflt" not in kwargs:
             kw.pop("dflt")
+        if dest is not None and self._bytes is None and not is_url(os.fspath(dest)) \
+                and not kw.get("storage_options"):
+            # written whole beside its rootdir, then put in place (blzarr.intent)
+            mode = kw.get("mode", "a")
+            if os.path.exists(dest) and mode != "w":
+                raise StorageError(f"copy(): '{os.fspath(dest)}' already exists and mode is {mode!r}: pass "
+                                   "mode='w' to replace it")
+            intent.build_then_publish(dest, lambda path: self._copy_to(dict(kw, rootdir=path, mode="w"), dtype))
+            return carray(rootdir=dest, mode="r" if mode == "r" else "a", allow_pickle=self._isobj)
+        return self._copy_to(kw, dtype)
+
+    def _copy_to(self, kw, dtype):
         if self._isobj:
             return carray(self[:], **kw)
         new = carray(np.empty((0,) + self._atom.shape, dtype=dtype or self._atom.base), **kw)
@@ -752,9 +763,11 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
             out.close()
             del out
             intent.publish(stage, target)
-        except BaseException:
-            if fileio.exists(stage):
-                fileio.rmtree(stage, ignore_errors=True)
+        except BaseException as e:
+            intent.abandon(stage, e)
+            if intent.committed(e):
+                retire(self, f"the carray '{target}' was reshaped on disk (then {type(e).__name__}): "
+                             f"reopen it with blzarr.open({target!r})")
             raise
         retire(self, f"the carray '{target}' was reshaped on disk: use the carray reshape() returned "
                      f"(or reopen it with blzarr.open({target!r}))")

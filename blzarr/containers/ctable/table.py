@@ -349,12 +349,12 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
             self.flush()
             if self._bytes is None and self._rootdir is not None:
                 self._publish_stage(final)
-        except BaseException:
+        except BaseException as e:
             if self._bytes is not None:
                 self._bytes.remove_all()
             elif final is not None:
-                if self._rootdir != final and os.path.isdir(self._rootdir):
-                    fileio.rmtree(self._rootdir, ignore_errors=True)
+                if self._rootdir != final:
+                    intent.abandon(self._rootdir, e)
                 self._rootdir = self._columns_base = final
             raise
         finally:

@@ -351,18 +351,20 @@ class CtableWrites(CtableBase):
                     del made
                 intent.publish(stage, rd, rootdirs=self._rootdirs_meta(names), op="add")
             except BaseException as e:
-                if not moving and os.path.lexists(stage):
-                    fileio.rmtree(stage, ignore_errors=True)
+                if not moving:
+                    intent.abandon(stage, e)
+                if intent.committed(e):
+                    self._added(name, pos, rd, newcol if moving else None)
                 if isinstance(e, OSError) and e.errno is not None:
                     # named by the column's directory, not the hidden one it was written in
                     err = StorageError(f"cannot add column {name!r} at '{rd}': {os_reason(e)}")
                     err.errno, err.strerror, err.filename = e.errno, e.strerror, e.filename
                     raise err from e
                 raise
-            if moving:
-                retire(newcol, f"the carray was moved into the ctable '{self._rootdir}' as column "
-                               f"{name!r} (addcol(move=True)): use the table's column from now on")
-            col = self._reopen_col(rd)
+            self._added(name, pos, rd, newcol if moving else None)
+            if self.auto_flush:
+                self.flush()
+            return
         elif isinstance(newcol, carray):
             col = self._new_column(newcol, name, **kwargs) if rd is not None else newcol
         else:
@@ -372,10 +374,20 @@ class CtableWrites(CtableBase):
         self.cols._cols[name] = col
         if len(self.cols.names) == 1:
             self._len = len(col)
-        if not local:
-            self._write_rootdirs()
+        self._write_rootdirs()
         if self.auto_flush:
             self.flush()
+
+    def _added(self, name, pos, rd, moved):
+        """Column `name` (at `pos`) is the directory `rd` now; `moved`, the carray object moved there."""
+        if moved is not None:
+            retire(moved, f"the carray was moved into the ctable '{self._rootdir}' as column {name!r} "
+                          "(addcol(move=True)): use the table's column from now on")
+        col = self._reopen_col(rd)
+        self.cols.names.insert(pos, name)
+        self.cols._cols[name] = col
+        if len(self.cols.names) == 1:
+            self._len = len(col)
 
     @storage_op("remove a column from")
     def delcol(self, name=None, pos=None, keep=False):
@@ -430,7 +442,12 @@ class CtableWrites(CtableBase):
             if keep:
                 self._write_rootdirs(names)     # one atomic write: the directory stays where it is
             else:
-                intent.remove(rd, rootdirs=self._rootdirs_meta(names))
+                try:
+                    intent.remove(rd, rootdirs=self._rootdirs_meta(names))
+                except BaseException as e:
+                    if intent.committed(e):
+                        self._removed(name, col)
+                    raise
                 retire(col, f"column {name!r} was removed from the ctable '{self._rootdir}'")
         else:
             if not keep and col.rootdir is not None:
@@ -441,13 +458,19 @@ class CtableWrites(CtableBase):
                     self._bytes.child(name).remove_all()    # its objects on object storage
                 else:
                     fileio.rmtree(col.rootdir, ignore_errors=True)
-        self.cols.names.remove(name)
-        del self.cols._cols[name]
-        if not self.cols.names:
-            self._len = 0
+        self._removed(name, None)
         if self.auto_flush:
             self.flush()
         return col if keep else None
+
+    def _removed(self, name, col):
+        if name in self.cols._cols:
+            self.cols.names.remove(name)
+            del self.cols._cols[name]
+        if col is not None:
+            retire(col, f"column {name!r} was removed from the ctable '{self._rootdir}'")
+        if not self.cols.names:
+            self._len = 0
 
     def _replace_col(self, name, data):
         self._check_writable()
@@ -478,13 +501,18 @@ class CtableWrites(CtableBase):
             new.close()
             del new
             intent.publish(stage, rd)
-        except BaseException:
-            if os.path.lexists(stage):
-                fileio.rmtree(stage, ignore_errors=True)
+        except BaseException as e:
+            intent.abandon(stage, e)
+            if intent.committed(e):
+                self._now_column(name, rd, old, "replaced by new values")
             raise
+        self._now_column(name, rd, old, "replaced by new values")
+
+    def _now_column(self, name, rd, old, what):
+        """Column `name` is the directory `rd` now (the object `old` stands for what was there)."""
         self.cols._cols[name] = self._reopen_col(rd)
-        retire(old, f"column {name!r} of the ctable '{self._rootdir}' was replaced by new values: "
-                    f"use the table's column (t[{name!r}]) from now on")
+        retire(old, f"column {name!r} of the ctable '{self._rootdir}' was {what}: use the table's "
+                    f"column (t[{name!r}]) from now on")
 
     def _reopen_col(self, rd):
         return carray(rootdir=rd, mode="a" if self._mode == "w" else self._mode, allow_pickle=True)
