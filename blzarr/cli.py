@@ -588,7 +588,7 @@ def cmd_convert(args, out):
         except LockError as e:
             raise CLIError(f"cannot replace '{dst}': {_message(e)}") from None
     try:
-        # the copy is written beside DST, then swapped in (blzarr.intent): an interrupt leaves DST as it
+        # the copy is written beside DST, then swapped in (blzarr.storage.intent): an interrupt leaves DST as it
         # was, or the complete copy
         tmp = intent.stage_path(dst)
         show = args.progress if args.progress is not None else src.nbytes > PROGRESS_BYTES

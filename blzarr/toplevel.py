@@ -101,7 +101,7 @@ def _shape_of(shape):
 
 def _built(make, kwargs, fill):
     """`make(**kwargs)` filled by `fill(out)`.  On disk it is written whole beside its rootdir and then
-    put in place (blzarr.intent): an interrupt leaves what was there, never a part."""
+    put in place (blzarr.storage.intent): an interrupt leaves what was there, never a part."""
     rootdir = kwargs.get("rootdir")
     if rootdir is None or is_url(os.fspath(rootdir)) or kwargs.get("storage_options"):
         out = make(**kwargs)
@@ -569,7 +569,7 @@ def salvage(src, dst, format=None, overwrite=False):
     if remote:
         return _salvage(src, dst, format)
     # DST's writer lock (never replace what another process writes); the copy is written beside DST and
-    # swapped in at the end (blzarr.intent): an interrupt leaves DST as it was, or complete
+    # swapped in at the end (blzarr.storage.intent): an interrupt leaves DST as it was, or complete
     lock = lock_dir(dst) if os.path.isdir(dst) and not os.path.islink(dst) else None
     stage = intent.stage_path(dst)
     try:

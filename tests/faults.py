@@ -17,7 +17,7 @@ import errno
 import os
 import signal
 
-from blzarr import fileio
+from blzarr.storage import fileio
 
 FAULTS = ("interrupt", "enospc", "kill")
 # the calls that may run on a full disk: they free space or change no block

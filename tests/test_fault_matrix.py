@@ -27,7 +27,8 @@ import numpy as np
 import pytest
 
 import blzarr
-from blzarr import cli, fileio
+from blzarr import cli
+from blzarr.storage import fileio
 from faults import FAULTS, Injected, count_calls, run_faulted, run_killed
 
 FORMATS = ["bcolz", "blz"]

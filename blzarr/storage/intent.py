@@ -166,6 +166,16 @@ def _discard(path):
         pass
 
 
+def _rootdirs_path(parent, rec):
+    # the table's column list: beside its columns, or one level up for tables whose columns are in
+    # root/data/ (BLZ tables of blzarr before 0.1)
+    rel = rec.get("rootdirs_file", ROOTDIRS_FILE)
+    if rel not in (ROOTDIRS_FILE, os.path.join(os.pardir, ROOTDIRS_FILE)):
+        raise FormatError(f"intent record '{intent_path(os.path.join(parent, rec['target']))}' names "
+                          f"the column list '{rel}'")
+    return os.path.normpath(os.path.join(parent, rel))
+
+
 def _finish(target, rec, keep=()):
     """Complete the operation `rec` names (every step may already be done)."""
     parent, name = _split(target)
@@ -186,10 +196,10 @@ def _finish(target, rec, keep=()):
                 fileio.rename(stage, target)
             _sync(parent, os.path.dirname(stage))
         if rec.get("rootdirs") is not None:
-            write_json(os.path.join(parent, ROOTDIRS_FILE), rec["rootdirs"])
+            write_json(_rootdirs_path(parent, rec), rec["rootdirs"])
     else:   # remove: the table stops listing the column first, then the directory goes
         if rec.get("rootdirs") is not None:
-            write_json(os.path.join(parent, ROOTDIRS_FILE), rec["rootdirs"])
+            write_json(_rootdirs_path(parent, rec), rec["rootdirs"])
         if ident is not None and identity(target) == ident:
             fileio.rename(target, trash)
             _sync(parent)
@@ -279,7 +289,13 @@ def _mark_committed(e):
         pass
 
 
-def publish(stage, target, rootdirs=None, op=None):
+def _rel_rootdirs(parent, rootdirs_file):
+    if rootdirs_file is None:
+        return ROOTDIRS_FILE
+    return os.path.relpath(os.path.abspath(rootdirs_file), parent)
+
+
+def publish(stage, target, rootdirs=None, op=None, rootdirs_file=None):
     """Put the complete, durable directory `stage` (a hidden sibling from `stage_path`, or, to move a
     directory into a table, any directory on the same file system) at `target`, replacing what is
     there, in one step for readers; `rootdirs` (the JSON of the parent table's ``__rootdirs__``) is
@@ -317,7 +333,7 @@ def publish(stage, target, rootdirs=None, op=None):
         rec = _write(target, {"op": op, "target": name,
                               "stage": os.path.basename(stage) if staged_beside else os.path.abspath(stage),
                               "ident": identity(stage), "trash": os.path.basename(stage_path(target, "old")),
-                              "rootdirs": rootdirs})
+                              "rootdirs": rootdirs, "rootdirs_file": _rel_rootdirs(parent, rootdirs_file)})
         done = True
         _finish(target, rec)
     except BaseException as e:
@@ -363,13 +379,14 @@ def build_then_publish(target, build):
             lock.release()
 
 
-def remove(target, rootdirs=None):
+def remove(target, rootdirs=None, rootdirs_file=None):
     """Remove directory `target` (a table's column: `rootdirs`, the table's new ``__rootdirs__``, is
     written first), as one step for readers and completed by `recover` when interrupted."""
     parent, name = _split(target)
     recover(target)
     rec = _write(target, {"op": "remove", "target": name, "stage": None, "ident": identity(target),
-                          "trash": os.path.basename(stage_path(target, "old")), "rootdirs": rootdirs})
+                          "trash": os.path.basename(stage_path(target, "old")), "rootdirs": rootdirs,
+                          "rootdirs_file": _rel_rootdirs(parent, rootdirs_file)})
     try:
         _finish(target, rec)
     except BaseException as e:

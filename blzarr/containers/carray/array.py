@@ -292,7 +292,7 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
             self._write_storage()
         elif self._rootdir is not None:
             # the new directory is written beside the target, under a hidden name, and renamed (or
-            # swapped, blzarr.intent) into place once complete: an interrupt leaves what was there
+            # swapped, blzarr.storage.intent) into place once complete: an interrupt leaves what was there
             final = self._rootdir
             old_lock = self.__dict__.pop("_dirlock", None)
             if old_lock is None and os.path.isdir(final) and not os.path.islink(final):
@@ -681,7 +681,7 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
             kw.pop("dflt")
         if dest is not None and self._bytes is None and not is_url(os.fspath(dest)) \
                 and not kw.get("storage_options"):
-            # written whole beside its rootdir, then put in place (blzarr.intent)
+            # written whole beside its rootdir, then put in place (blzarr.storage.intent)
             mode = kw.get("mode", "a")
             if os.path.exists(dest) and mode != "w":
                 raise StorageError(f"copy(): '{os.fspath(dest)}' already exists and mode is {mode!r}: pass "
@@ -750,7 +750,7 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
         if self._rootdir is None or self._mode == "r":
             return carray(data, cparams=self._cparams, dflt=self._dflt[()])
         # on disk, as bcolz does: the reshaped data replaces this carray's directory, written beside it
-        # first and swapped in (blzarr.intent); this object is then read-only for good (its flush
+        # first and swapped in (blzarr.storage.intent); this object is then read-only for good (its flush
         # must not write the old shape over the new directory)
         self._check_writable()      # the directory's lock
         self.flush()

@@ -112,6 +112,12 @@ class cols:
 
 
 # ------------------------------------------------------------------------------------------- ctable
+def _has_pending(root):
+    """Whether an interrupted column operation left an intent record or a leftover in the table."""
+    return bool(intent.pending(root)) or (os.path.isdir(os.path.join(root, BLZ_COLUMNS_DIR))
+                                         and bool(intent.pending(os.path.join(root, BLZ_COLUMNS_DIR))))
+
+
 def _committed_rows(lengths):
     """(rows of the table, columns shorter than it) for `lengths`, {column: rows} in column order.
 
@@ -330,7 +336,7 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
             if os.path.isdir(final) and not os.path.islink(final):
                 old_lock = lock_dir(final)      # never replace what another process writes
             # the table is written beside the target, under a hidden name, and renamed (or swapped,
-            # blzarr.intent) into place once complete: an interrupt leaves what was there
+            # blzarr.storage.intent) into place once complete: an interrupt leaves what was there
             self._rootdir = self._columns_base = intent.stage_path(final)
             try:
                 self._make_rootdir()
@@ -438,7 +444,7 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         remote = self._bytes is not None
         if not remote and not os.path.isdir(root):
             raise StorageError(f"'{root}' is not a directory")
-        if not remote and self._mode != "r" and intent.pending(root):
+        if not remote and self._mode != "r" and _has_pending(root):
             self._recover_intents(root)
         path = ObjectPath(self._bytes, ROOTDIRS_FILE) if remote else os.path.join(root, ROOTDIRS_FILE)
         meta = read_json(path, "ctable column list")
@@ -520,7 +526,7 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
 
     def _recover_intents(self, root):
         """Complete the column operations (addcol, delcol, a column replaced) an interrupted writer
-        left an intent record of (`blzarr.intent`), under the table's lock; a lock another process
+        left an intent record of (`blzarr.storage.intent`), under the table's lock; a lock another process
         holds leaves them to that writer."""
         try:
             lock = lock_dir(root)
@@ -528,6 +534,9 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
             return
         try:
             intent.recover_all(root)
+            legacy = os.path.join(root, BLZ_COLUMNS_DIR)
+            if os.path.isdir(legacy):
+                intent.recover_all(legacy)
         finally:
             lock.release()
 
@@ -543,7 +552,7 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         root = self._rootdir
         lock = lock_dir(root)
         try:
-            if intent.pending(root):
+            if _has_pending(root):
                 self._recover_intents(root)
             meta = read_json(os.path.join(root, ROOTDIRS_FILE), "ctable column list")
             names = meta.get("names") if isinstance(meta, dict) else None

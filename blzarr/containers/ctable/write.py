@@ -349,7 +349,8 @@ class CtableWrites(CtableBase):
                     made = self._new_column(src, name, _rootdir=stage, **kwargs)
                     made.close()
                     del made
-                intent.publish(stage, rd, rootdirs=self._rootdirs_meta(names), op="add")
+                intent.publish(stage, rd, rootdirs=self._rootdirs_meta(names), op="add",
+                               rootdirs_file=os.path.join(self._rootdir, ROOTDIRS_FILE))
             except BaseException as e:
                 if not moving:
                     intent.abandon(stage, e)
@@ -443,7 +444,8 @@ class CtableWrites(CtableBase):
                 self._write_rootdirs(names)     # one atomic write: the directory stays where it is
             else:
                 try:
-                    intent.remove(rd, rootdirs=self._rootdirs_meta(names))
+                    intent.remove(rd, rootdirs=self._rootdirs_meta(names),
+                                  rootdirs_file=os.path.join(self._rootdir, ROOTDIRS_FILE))
                 except BaseException as e:
                     if intent.committed(e):
                         self._removed(name, col)
@@ -492,7 +494,7 @@ class CtableWrites(CtableBase):
             old[:] = arr
             old.flush()
             return
-        # on disk: the new column is written whole beside the old one, then swapped in (blzarr.intent);
+        # on disk: the new column is written whole beside the old one, then swapped in (blzarr.storage.intent);
         # the column is never empty, whatever interrupts it
         old.flush()
         stage = intent.stage_path(rd)
