@@ -136,7 +136,7 @@ def run_faulted(fn, at, fault):
     return None
 
 
-def run_killed(fn, at):
+def run_killed(fn, at, injector=Injector):
     """Run `fn()` in a forked child killed by SIGKILL before writing call `at`; True when it was
     killed there, False when it finished first (a failure in the child raises AssertionError)."""
     import blzarr
@@ -147,7 +147,7 @@ def run_killed(fn, at):
         try:
             os.close(r)
             blzarr.set_nthreads(1)
-            with fileio.use(Injector(at, "kill")):
+            with fileio.use(injector(at, "kill")):
                 fn()
         except BaseException as e:
             try:

@@ -13,7 +13,7 @@ from blzarr.query import stats as _stats
 from blzarr.containers.arrayprint import array2string
 from blzarr.storage.attrs import attrs as _attrs
 from blzarr.storage.chunk import blosc_typesize
-from blzarr.errors import BlzarrError, FormatError, MissingError, StorageError, storage_error, storage_op
+from blzarr.errors import ENVIRONMENT_ERRNOS, BlzarrError, FormatError, MissingError, StorageError, storage_error, storage_op
 from blzarr.runtime.params import cparams as _cparams, defaults
 from blzarr.storage.chunkstore import MemoryChunks
 from blzarr.storage.stores import create_store, open_chunks, open_dir
@@ -433,6 +433,8 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
                                   "bytes there")
             self._last[:nleft] = c.decompress()[:nleft]
         except (BlzarrError, OSError) as e:
+            if getattr(e, "errno", None) in ENVIRONMENT_ERRNOS:
+                raise       # a full disk, a permission: the file is not damaged, nothing to salvage
             # damage stays where it is: the array opens, its other rows read, and every read (or
             # write) of these rows raises this error, which names the file, the chunk and its rows
             self._last = _DamagedLast(self._last, e)
