@@ -37,6 +37,7 @@ def _lengths(root):
 
 
 # ------------------------------------------------------------------ column replacement
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_column_replacement_interrupted_keeps_the_table(tmp_path, fmt):
     # each point of t['b'] = v interrupted by Ctrl-C: the object and the directory hold the old
@@ -236,6 +237,7 @@ def test_salvage_and_convert_onto_the_source_are_refused(tmp_path):
 
 
 # ------------------------------------------------------------------ addcol / delcol
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_interrupted_addcol_and_delcol_are_retried(tmp_path, fmt):
     root = str(tmp_path / "t")
@@ -293,6 +295,7 @@ def test_addcol_move_keeps_the_carray_somewhere(tmp_path, fmt):
 
 
 # ------------------------------------------------------------------ salvage
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_salvage_killed_never_leaves_an_empty_dst(tmp_path, fmt):
     if not hasattr(os, "fork"):
@@ -335,6 +338,7 @@ def test_intent_record_format_and_damage(tmp_path):
         intent.read(target)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_without_renameat2_exchange_the_renames_are_guarded(tmp_path, fmt):
     # where the platform cannot swap two directories, the target is renamed away and the new one
@@ -389,6 +393,7 @@ def test_mode_r_never_writes(tmp_path):
     assert not os.path.exists(os.path.join(root, ".b.blzarr-new-0123456789ab"))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_killed_column_replacement_as_the_real_bcolz_sees_it(tmp_path, bcolz):
     # the hidden names beside a bcolz-layout table (staged column, intent record) are ignored by
