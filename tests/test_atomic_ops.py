@@ -218,8 +218,9 @@ def test_copy_onto_itself_is_refused(tmp_path, fmt):
         with pytest.raises(blzarr.StorageError, match="overlaps"):
             a.copy(rootdir=dest, mode="w")
     t = blzarr.ctable([np.arange(10)], names=["x"], rootdir=str(tmp_path / "t"), mode="w", format=fmt)
-    for dest in [str(tmp_path / "t"), str(tmp_path / "t") + "/"]:
-        with pytest.raises(blzarr.StorageError):
+    for dest in [str(tmp_path / "t"), str(tmp_path / "t") + "/", str(tmp_path / "t" / "x" / "in"),
+                 str(tmp_path)]:
+        with pytest.raises(blzarr.StorageError, match="overlaps"):
             t.copy(rootdir=dest, mode="w")
     assert blzarr.open(root, mode="r")[:].tolist() == list(range(5000))
     assert blzarr.open(str(tmp_path / "t"), mode="r")["x"][:].tolist() == list(range(10))

@@ -350,7 +350,8 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
         """Put the complete directory `stage` this carray was just written in at `final`, and go on
         writing there."""
         stage_lock = self.__dict__.pop("_dirlock", None)
-        self._chunks.store.close()
+        old_store = self._chunks.store
+        old_store.close()
         if stage_lock is not None:
             stage_lock.release()
         intent.publish(stage, final)
@@ -360,6 +361,9 @@ class carray(CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, Carr
         nchunks, nleft = self._split(self._len)
         self._chunks = open_chunks(store, final, "a", self._chunk_atom, self._chunklen, nchunks,
                                    nchunks + (1 if nleft else 0), self._isobj)
+        fps = getattr(old_store, "_fps", None)
+        if fps is not None and hasattr(store, "_fps"):
+            store._fps.update(fps)      # the chunks' fingerprints, as written (the same files)
         self._opened_len = self._len
         self._attrs = _attrs(final, "a", path=self._chunks.attrs_path)
 

@@ -691,9 +691,12 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         unknown = set(kwargs) - set(_CARRAY_KW)
         if unknown:
             raise TypeError(f"copy() got unexpected keyword arguments {sorted(unknown)}")
-        if rootdir is not None and self._rootdir is not None and \
-                os.path.abspath(os.fspath(rootdir)) == os.path.abspath(self._rootdir):
-            raise StorageError("copy(): the rootdir of the copy must differ from the original's")
+        if rootdir is not None and self._rootdir is not None and (
+                os.path.abspath(os.fspath(rootdir)) == os.path.abspath(self._rootdir)
+                or self._bytes is None and not is_url(os.fspath(rootdir))
+                and intent.same_or_nested(rootdir, self._rootdir)):
+            raise StorageError(f"copy(): the rootdir of the copy, '{os.fspath(rootdir)}', overlaps the "
+                               f"original's, '{self._rootdir}'")
         if len(names) != len(self.cols.names):
             raise ValueError(f"copy(): `names` needs {len(self.cols.names)} names, got {len(names)}")
         if rootdir is not None:
