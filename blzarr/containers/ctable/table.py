@@ -114,8 +114,7 @@ class cols:
 # ------------------------------------------------------------------------------------------- ctable
 def _has_pending(root):
     """Whether an interrupted column operation left an intent record or a leftover in the table."""
-    return bool(intent.pending(root)) or (os.path.isdir(os.path.join(root, BLZ_COLUMNS_DIR))
-                                         and bool(intent.pending(os.path.join(root, BLZ_COLUMNS_DIR))))
+    return bool(intent.pending(root))
 
 
 def _committed_rows(lengths):
@@ -534,9 +533,6 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
             return
         try:
             intent.recover_all(root)
-            legacy = os.path.join(root, BLZ_COLUMNS_DIR)
-            if os.path.isdir(legacy):
-                intent.recover_all(legacy)
         finally:
             lock.release()
 
