@@ -144,6 +144,11 @@ def _two(fn_src, fn_dst):
     return setup
 
 
+def _arrow_table():
+    pa = pytest.importorskip("pyarrow")
+    return pa.table({"p": np.arange(300), "q": np.arange(300) * 0.5})
+
+
 def _rewritten(root, fmt):
     _carray(_x(root), fmt)
     a = blzarr.open(_x(root), mode="a")
@@ -198,6 +203,12 @@ OPS = [
        touches=("x", "y"), setup=_two(_ctable, lambda p, f: _ctable(p, f, 10))),
     Op("ctable", "ctable", lambda r, f: blzarr.ctable([np.arange(5)], names=["z"], rootdir=_x(r), mode="w",
                                                      format=f).close(), covers=("blzarr.ctable",)),
+    Op("ctable.cache_factor", "ctable", _with(lambda o, r, f: o.cache_factor(["c"]))),
+    Op("ctable.groupby", "ctable", _with(lambda o, r, f: o.groupby(["c"], ["a"], rootdir=os.path.join(r, "y"))
+                                         if not os.path.exists(os.path.join(r, "y")) else None),
+       touches=("x", "y")),
+    Op("ctable.fromarrow", "ctable", lambda r, f: blzarr.ctable.fromarrow(
+        _arrow_table(), rootdir=_x(r), mode="w", format=f).close(), covers=("ctable.fromarrow", "ctable.fromparquet")),
     # top level and command line
     Op("salvage", "carray", lambda r, f: blzarr.salvage(_x(r), os.path.join(r, "y"), overwrite=True),
        touches=("x", "y"), setup=_two(_carray, lambda p, f: _carray(p, f, 10)), covers=("blzarr.salvage",)),
@@ -278,7 +289,7 @@ class Case:
 
 
 # operations that change the files, not the contents
-_SAME_AFTER = {"carray.compact"}
+_SAME_AFTER = {"carray.compact", "ctable.cache_factor"}
 
 
 _CASES = {}
@@ -388,6 +399,11 @@ NOT_WRITING = {
     "carray.wheretrue": lambda a, t, r: list(blzarr.open(os.path.join(r, "w"), mode="a").wheretrue()),
     "ctable.close": None, "ctable.flush": None,
     "ctable.eval": lambda a, t, r: t.eval("a + b")[:],
+    "ctable.factorize_groupby_cols": lambda a, t, r: t.factorize_groupby_cols(["c"]),
+    "ctable.is_in_ordered_subgroups": lambda a, t, r: t.is_in_ordered_subgroups("c"),
+    "ctable.unique": lambda a, t, r: t.unique("c"),
+    "ctable.where_terms": lambda a, t, r: t.where_terms([("c", "==", 3)]),
+    "ctable.toparquet": "writes a Parquet file through pyarrow, not a blzarr directory",
     "ctable.explain": lambda a, t, r: t.explain("a > 3"),
     "ctable.fetchwhere": lambda a, t, r: t.fetchwhere("a > 3")[:],
     "ctable.free_cachemem": lambda a, t, r: t.free_cachemem(),
