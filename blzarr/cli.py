@@ -17,17 +17,17 @@ import argparse
 import json
 import os
 import sys
-import uuid
 
 import numpy as np
 
 import blzarr
 from blzarr import _superchunk
 from blzarr.bench import command as bench_command
-from blzarr.storage import fileio
+from blzarr.storage import fileio, intent
+from blzarr.storage.locking import LockError, lock_dir
 from blzarr.containers.carray.array import carray, compression_ratio, human_readable_size
 from blzarr.query import chunked_eval as _ce
-from blzarr.containers.ctable.table import check_name, ctable
+from blzarr.containers.ctable.table import _committed_rows as committed_rows, check_name, ctable
 from blzarr.errors import storage_error
 from blzarr.storage.files import ROOTDIRS_FILE, ObjectPath, detect, detect_store, read_json
 from blzarr.storage.bytestore import find_objects, is_url, join, open_bytestore
@@ -402,6 +402,19 @@ def verify_ctable(path):
             raise CLIError(f"column {n!r}: {_message(e)}") from None
         notes += [f"column {n!r}: {x}" for x in nn]
     t = ctable(rootdir=path, mode="r", allow_pickle=True, **_kw(path))   # equal lengths, attributes
+    lengths = {n: len(carray(rootdir=join(path, n), mode="r", allow_pickle=True, **_kw(path)))
+               for n in t.names}
+    rows, short = committed_rows(lengths)
+    if short:
+        raise CLIError(f"the columns {short} hold fewer rows than the last column ({lengths}): rows "
+                       "are missing (blzarr.salvage copies what is readable)")
+    longer = [n for n, v in lengths.items() if v > rows]
+    if longer:
+        notes.append(f"the columns {longer} hold rows past the table's {rows} (an interrupted write): "
+                     "the next writer drops them")
+    if not is_url(path):
+        notes += [f"an interrupted operation on {n!r} left an intent record or a hidden leftover: the "
+                  "next writer completes or removes it" for n in intent.pending(path)]
     return f"ctable, {t.format}, {_n(len(t), 'row')}, {_n(len(t.names), 'column')} verified", notes
 
 
@@ -584,38 +597,43 @@ def cmd_convert(args, out):
     if parent is None:
         # object storage has no rename: the copy is written in place (meta/sizes last, as always)
         return _convert_to_url(src, src_path, dst, kind, fmt, args, out)
-    tmp = os.path.join(parent, f".{os.path.basename(os.path.abspath(dst))}.converting-{uuid.uuid4().hex[:8]}")
-    show = args.progress if args.progress is not None else src.nbytes > PROGRESS_BYTES
-    progress = _Progress(int(src.nbytes), show, f"convert {os.path.basename(src_path)}")
-    report = None
+    # DST's writer lock, held until the copy replaced it: never replace what another process writes
+    dst_lock = None
+    if os.path.isdir(dst) and not os.path.islink(dst):
+        try:
+            dst_lock = lock_dir(dst)
+        except LockError as e:
+            raise CLIError(f"cannot replace '{dst}': {_message(e)}") from None
     try:
-        if args.salvage:
-            # everything readable is copied; what is not is reported below
-            report = blzarr.salvage(src_path, tmp, format=fmt)
-        else:
-            res = (_convert_ctable if kind == "ctable" else _convert_carray)(src, tmp, fmt, args, progress)
-            res.flush()
-            del res
-    except BaseException:
-        if os.path.lexists(tmp):
-            fileio.rmtree(tmp, ignore_errors=True)
-        raise
+        # the copy is written beside DST, then swapped in (blzarr.storage.intent): an interrupt leaves DST as it
+        # was, or the complete copy
+        tmp = intent.stage_path(dst)
+        show = args.progress if args.progress is not None else src.nbytes > PROGRESS_BYTES
+        progress = _Progress(int(src.nbytes), show, f"convert {os.path.basename(src_path)}")
+        report = None
+        try:
+            if args.salvage:
+                # everything readable is copied; what is not is reported below
+                report = blzarr.salvage(src_path, tmp, format=fmt)
+            else:
+                res = (_convert_ctable if kind == "ctable" else _convert_carray)(src, tmp, fmt, args, progress)
+                res.close()
+                del res
+            try:
+                intent.publish(tmp, dst)
+            except OSError as e:
+                err = storage_error(e, f"cannot put the converted copy at '{dst}'")
+                if intent.committed(e):
+                    err.blzarr_committed = True
+                raise err from e
+        except BaseException as e:
+            intent.abandon(tmp, e)
+            raise
+        finally:
+            progress.close()
     finally:
-        progress.close()
-    try:
-        if os.path.lexists(dst):
-            old = tmp + ".old"
-            fileio.replace(dst, old)
-            fileio.replace(tmp, dst)
-            if fileio.sync_enabled():
-                fileio.fsync_dir(parent)
-            fileio.rmtree(old, ignore_errors=True) if os.path.isdir(old) else fileio.unlink(old)
-        else:
-            fileio.replace(tmp, dst)
-            if fileio.sync_enabled():
-                fileio.fsync_dir(parent)
-    except OSError as e:
-        raise storage_error(e, f"cannot put the converted copy at '{dst}' (it is left at '{tmp}')") from e
+        if dst_lock is not None:
+            dst_lock.release()
     new = _open(dst, allow_pickle=args.allow_pickle)
     nb, cb, disk = int(new.nbytes), int(new.cbytes), _disk_bytes(dst)
     print(f"converted {kind} '{src_path}' ({src.format}) -> '{dst}' ({fmt}): {_n(len(new), 'row')}, "

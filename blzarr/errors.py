@@ -16,6 +16,7 @@ Examples
 StorageError
 """
 
+import errno
 import functools
 
 
@@ -63,6 +64,12 @@ def os_reason(e):
     if getattr(e, "errno", None) is not None and getattr(e, "strerror", None):
         return f"[Errno {e.errno}] {e.strerror}"
     return str(e) or type(e).__name__
+
+
+# errors of the environment (a full disk, a permission, too many files), not of the data: a reader
+# reports them as they are, never records them as damage
+ENVIRONMENT_ERRNOS = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EACCES, errno.EPERM,
+                                errno.EROFS, errno.EMFILE, errno.ENFILE, errno.ENOMEM})
 
 
 def storage_error(e, doing):

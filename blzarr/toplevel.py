@@ -14,6 +14,8 @@ import sys
 import numpy as np
 
 from blzarr import _chunk
+from blzarr.storage import fileio, intent
+from blzarr.storage.locking import lock_dir
 from blzarr.containers.carray.array import carray
 from blzarr.errors import BlzarrError, StorageError
 from blzarr.storage.files import ROOTDIRS_FILE as ROOTDIRS, detect, detect_store
@@ -101,12 +103,34 @@ def _shape_of(shape):
     return shape
 
 
+def _built(make, kwargs, fill):
+    """`make(**kwargs)` filled by `fill(out)`.  On disk it is written whole beside its rootdir and then
+    put in place (blzarr.storage.intent): an interrupt leaves what was there, never a part."""
+    rootdir = kwargs.get("rootdir")
+    if rootdir is None or is_url(os.fspath(rootdir)) or kwargs.get("storage_options"):
+        out = make(**kwargs)
+        fill(out)
+        out.flush()
+        return out
+    mode = kwargs.get("mode")
+    if os.path.exists(rootdir) and mode != "w":
+        raise StorageError(f"'{rootdir}' already exists and mode is {mode or 'a'!r}: pass mode='w' to "
+                           "replace it, or open it (blzarr.open) and append")
+
+    def build(path):
+        out = make(**dict(kwargs, rootdir=path, mode="w"))
+        fill(out)
+        out.flush()
+        return out
+    intent.build_then_publish(rootdir, build)
+    return open(rootdir, mode="r" if mode == "r" else "a", allow_pickle=True)
+
+
 def _ctable_from_blocks(dtype, blocks, kwargs):
-    out = ctable(np.empty(0, dtype=dtype), **kwargs)
-    for block in blocks:
-        out.append(block)
-    out.flush()
-    return out
+    def fill(out):
+        for block in blocks:
+            out.append(block)
+    return _built(lambda **kw: ctable(np.empty(0, dtype=dtype), **kw), kwargs, fill)
 
 
 def fill(shape, dflt=None, dtype=float, **kwargs):
@@ -165,14 +189,13 @@ def fill(shape, dflt=None, dtype=float, **kwargs):
         except (TypeError, ValueError) as e:
             raise ValueError(f"dflt {dflt!r} does not fit dtype {atom.base}: {e}") from None
     kwargs.setdefault("dflt", value[()])
-    out = carray(np.empty((0,) + atom.shape, dtype=atom.base), **kwargs)
-    blen = max(out.chunklen, 1)
-    block = np.empty((min(blen, n),) + atom.shape, dtype=atom.base)
-    block[...] = value
-    for s in range(0, n, blen):
-        out.append(block[:min(blen, n - s)])
-    out.flush()
-    return out
+    def fill_with(out):
+        blen = max(out.chunklen, 1)
+        block = np.empty((min(blen, n),) + atom.shape, dtype=atom.base)
+        block[...] = value
+        for s in range(0, n, blen):
+            out.append(block[:min(blen, n - s)])
+    return _built(lambda **kw: carray(np.empty((0,) + atom.shape, dtype=atom.base), **kw), kwargs, fill_with)
 
 
 def zeros(shape, dtype=float, **kwargs):
@@ -366,11 +389,10 @@ def fromiter(iterable, dtype, count, **kwargs):
 
     if dtype.names is not None:
         return _ctable_from_blocks(dtype, blocks(65536), kwargs)
-    out = carray(np.empty((0,) + dtype.shape, dtype=dtype.base), **kwargs)
-    for block in blocks(max(out.chunklen, 1)):
-        out.append(block)
-    out.flush()
-    return out
+    def fill(out):
+        for block in blocks(max(out.chunklen, 1)):
+            out.append(block)
+    return _built(lambda **kw: carray(np.empty((0,) + dtype.shape, dtype=dtype.base), **kw), kwargs, fill)
 
 
 def _take(it, dtype, k):
@@ -542,8 +564,31 @@ def salvage(src, dst, format=None, overwrite=False):
     """
     src = os.fspath(src)
     dst = os.fspath(dst)
+    remote = is_url(src) or is_url(dst)
+    if (src.rstrip("/") == dst.rstrip("/")) if remote else intent.same_or_nested(src, dst):
+        raise StorageError(f"cannot salvage '{src}' into '{dst}': the two overlap (the copy must go to "
+                           "another directory)")
     if os.path.lexists(dst) and not overwrite:
         raise StorageError(f"cannot salvage into '{dst}': it exists (pass overwrite=True to replace it)")
+    if remote:
+        return _salvage(src, dst, format)
+    # DST's writer lock (never replace what another process writes); the copy is written beside DST and
+    # swapped in at the end (blzarr.storage.intent): an interrupt leaves DST as it was, or complete
+    lock = lock_dir(dst) if os.path.isdir(dst) and not os.path.islink(dst) else None
+    stage = intent.stage_path(dst)
+    try:
+        report = _salvage(src, stage, format)
+        intent.publish(stage, dst)
+    except BaseException as e:
+        intent.abandon(stage, e)
+        raise
+    finally:
+        if lock is not None:
+            lock.release()
+    return report
+
+
+def _salvage(src, dst, format):
     obj = open(src, mode="r", allow_pickle=True)
     fmt = format or obj.format
     lost = []

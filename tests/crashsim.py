@@ -18,6 +18,7 @@ subsets), and un-synced writes torn at sector boundaries.  Each state carries th
 points that can leave it; the tests check it against the calls running at each.
 """
 
+import errno
 import hashlib
 import os
 import random
@@ -124,6 +125,10 @@ class Recorder(fileio.OsIO):
             self.log.append(("rename", s, d))
 
     rename = replace
+
+    def exchange(self, a, b):
+        # not simulated: the writers fall back to two renames, which are
+        raise OSError(errno.EINVAL, "exchange is not simulated", a)
 
     def unlink(self, path):
         p = self._abs(path)

@@ -1,12 +1,13 @@
 """ctable behaviour checked against NumPy structured arrays (and pandas / PyTables round trips)."""
 
+import io
 import os
 
 import numpy as np
 import pytest
 
 import blzarr
-from blzarr import ctable
+from blzarr import cli, ctable
 from blzarr.errors import FormatError, ReadOnlyError, StorageError
 from helpers import make_ra
 
@@ -682,11 +683,12 @@ def test_bcolz_format_is_default_layout(tmp_path):
 def test_columns_of_different_lengths_on_disk(tmp_path):
     root = str(tmp_path / "t")
     ctable(make_ra(20), rootdir=root, format="bcolz")
-    col = blzarr.open(os.path.join(root, "b"))
+    col = blzarr.open(os.path.join(root, "e"))
     col.trim(3)
     del col
-    # what a writer killed between two column flushes leaves: the rows every column holds are the
-    # table; a reader shows them and leaves the files, a writer drops the extra atoms
+    # what a writer killed between two column flushes of an append leaves: the columns before the
+    # last one are longer; the last column's length is the table's.  A reader shows those rows and
+    # leaves the files, a writer drops the extra atoms
     with pytest.warns(RuntimeWarning, match="different lengths"):
         t = blzarr.open(root, mode="r")
     assert len(t) == 17 and t[:].tolist() == make_ra(20)[:17].tolist()
@@ -700,6 +702,31 @@ def test_columns_of_different_lengths_on_disk(tmp_path):
     assert len(t) == 17 and all(len(blzarr.open(os.path.join(root, n), mode="r")) == 17 for n in t.names)
     t.append(make_ra(20)[17:])
     assert blzarr.open(root, mode="r")[:].tolist() == make_ra(20).tolist()
+
+
+def test_a_column_shorter_than_the_last_is_reported_never_repaired(tmp_path):
+    # no interrupted write leaves a column shorter than the last one: the rows the others hold are
+    # committed, and no writer drops them to make the lengths agree
+    root = str(tmp_path / "t")
+    ctable(make_ra(20), rootdir=root, format="bcolz")
+    col = blzarr.open(os.path.join(root, "b"))
+    col.trim(3)
+    del col
+    with pytest.warns(RuntimeWarning, match="different lengths"):
+        t = blzarr.open(root, mode="r")
+    assert len(t) == 17 and t[:].tolist() == make_ra(20)[:17].tolist()
+    del t
+    with pytest.warns(RuntimeWarning, match="cannot be written"):
+        t = blzarr.open(root, mode="a")
+    with pytest.raises(blzarr.StorageError, match=r"columns \['b'\].*fewer rows.*salvage"):
+        t.append(make_ra(1))
+    with pytest.warns(RuntimeWarning), pytest.raises(blzarr.StorageError, match="fewer rows"):
+        blzarr.open(root, mode="a").attrs["x"] = 1
+    assert all(len(blzarr.open(os.path.join(root, n), mode="r")) == 20 for n in "acde")
+    out = io.StringIO()
+    with pytest.warns(RuntimeWarning):
+        assert cli.main(["verify", root], out=out) == 1
+    assert "fewer rows" in out.getvalue()
 
 
 def test_cols_setitem_and_array_protocol():

@@ -61,14 +61,19 @@ def test_create(tmp_path, monkeypatch, fmt):
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_replace_with_mode_w(tmp_path, monkeypatch, fmt):
+    # mode 'w' writes the new array beside the old one and swaps it in: a failure of that last step
+    # names the directory, keeps the OS's reason and leaves the old array as it was, nothing beside it
     root = str(tmp_path / "c")
     blzarr.carray(np.arange(10), rootdir=root, mode="w", format=fmt).close()
     fail = _Fail()
-    monkeypatch.setattr(fileio, "rmtree", fail)
+    monkeypatch.setattr(fileio, "exchange", fail)
+    monkeypatch.setattr(fileio, "rename", fail)
     with pytest.raises(OSError) as ei:
         blzarr.carray(np.arange(5), rootdir=root, mode="w", format=fmt)
-    _check(ei, fail, root, "cannot replace")
-    assert "mode 'w' removes what it holds first" in str(ei.value)
+    _check(ei, fail, root, "cannot create")
+    monkeypatch.undo()
+    assert blzarr.open(root, mode="r")[:].tolist() == list(range(10))
+    assert os.listdir(tmp_path) == ["c"]
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -163,6 +168,11 @@ def test_ctable_create_replace_append_addcol(tmp_path, monkeypatch, fmt):
             t.flush()
         assert fail.calls and isinstance(ei.value, blzarr.StorageError)
         assert ENOSPC_TEXT in str(ei.value) and root in str(ei.value)
+    # the undo of the append met the full disk too: this object writes nothing more, reopening works
+    with pytest.raises(blzarr.StorageError, match="undoing it failed too.*reopen it"):
+        t.flush()
+    t = blzarr.open(root, mode="a")
+    assert t[:].tolist() == [(0,), (1,), (2,)]
     with monkeypatch.context() as m:
         fail = _Fail()
         m.setattr(fileio, "makedirs", fail)
@@ -173,10 +183,13 @@ def test_ctable_create_replace_append_addcol(tmp_path, monkeypatch, fmt):
     t.close()
     with monkeypatch.context() as m:
         fail = _Fail()
-        m.setattr(fileio, "rmtree", fail)
+        m.setattr(fileio, "exchange", fail)
+        m.setattr(fileio, "rename", fail)
         with pytest.raises(OSError) as ei:
             blzarr.ctable({"x": np.arange(3)}, rootdir=root, mode="w", format=fmt)
-        _check(ei, fail, root, "cannot replace")
+        _check(ei, fail, root, "cannot create")
+    assert blzarr.open(root, mode="r")[:].tolist() == [(0,), (1,), (2,)]
+    assert os.listdir(tmp_path) == ["t"]
 
 
 def test_convert(tmp_path, monkeypatch, capsys):
@@ -191,17 +204,21 @@ def test_convert(tmp_path, monkeypatch, capsys):
     # the last step, putting the converted copy in place of DST, fails on the same terms
     monkeypatch.undo()
     blzarr.carray(np.arange(3), rootdir=dst, mode="w").close()
-    real_replace, moved = os.replace, []
+    moved = []
 
     def fail_on_dst(a, b, *args, **kwargs):
-        if os.fspath(a) == dst:
-            moved.append(a)
+        if dst in (os.fspath(a), os.fspath(b)):
+            moved.append(b)
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), a)
-        return real_replace(a, b, *args, **kwargs)
-    monkeypatch.setattr(os, "replace", fail_on_dst)
+        return os.rename(a, b)
+    monkeypatch.setattr(fileio, "exchange", fail_on_dst)
+    monkeypatch.setattr(fileio, "rename", fail_on_dst)
     assert cli.main(["convert", src, dst, "--format", "bcolz", "--overwrite"]) == 1
     err = capsys.readouterr().err.strip()
-    assert moved == [dst] and f"cannot put the converted copy at '{dst}'" in err and ENOSPC_TEXT in err
+    assert moved and f"cannot put the converted copy at '{dst}'" in err and ENOSPC_TEXT in err
+    monkeypatch.undo()
+    assert blzarr.open(dst, mode="r")[:].tolist() == [0, 1, 2]     # DST as it was, nothing beside it
+    assert sorted(os.listdir(tmp_path)) == ["dst", "src"]
 
 
 def _may_write_anyway(d):

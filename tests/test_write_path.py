@@ -53,6 +53,19 @@ class Events(fileio.OsIO):
         self.events.append(("replace", os.path.realpath(dst)))
         super().replace(src, dst)
 
+    def rename(self, src, dst):
+        self.events.append(("rename", os.path.realpath(dst)))
+        super().rename(src, dst)
+
+
+def _stage_of(events, final):
+    """The hidden directory a new array at `final` was written in (the parent of its first file)."""
+    prefix = os.path.join(os.path.dirname(final), "." + os.path.basename(final) + ".blzarr-new-")
+    for _, path in events:
+        if path and path.startswith(prefix):
+            return path[:len(prefix) + 12]
+    raise AssertionError(f"no stage of '{final}' in {events[:5]}")
+
 
 @pytest.mark.parametrize("fmt", ["blz", "bcolz"])
 def test_create_writes_each_file_once_and_syncs_together(tmp_path, fmt):
@@ -63,6 +76,10 @@ def test_create_writes_each_file_once_and_syncs_together(tmp_path, fmt):
     with fileio.use(rec):
         c = blzarr.carray(x, rootdir=root, chunklen=1000, format=fmt, **kw)
     ev = rec.events
+    # the array is written beside its rootdir under a hidden name, then renamed into place
+    final = root
+    root = _stage_of(ev, final)
+    assert ("rename", final) in ev and ("sync", os.path.dirname(final)) in ev[ev.index(("rename", final)):]
     meta = os.path.join(root, "meta")
     sizes = os.path.join(meta, "sizes")
     publish = next(i for i, e in enumerate(ev) if e == ("replace", sizes))
@@ -90,7 +107,7 @@ def test_create_writes_each_file_once_and_syncs_together(tmp_path, fmt):
     assert ev[publish - 1] == ("sync", tmp[0])
     assert ev[publish + 1] == ("sync", meta)
     assert files._new_trees == {}
-    np.testing.assert_array_equal(blzarr.open(root, mode="r")[:], x)
+    np.testing.assert_array_equal(blzarr.open(final, mode="r")[:], x)
     assert c.attrs.getall() == {}
 
 
@@ -100,7 +117,8 @@ def test_create_without_sync_writes_in_place(tmp_path):
     with fileio.use(rec), blzarr.defaults_ctx(fsync=False):
         blzarr.carray(np.arange(5000), rootdir=root, chunklen=1000)
     assert not [e for e in rec.events if e[0] == "sync"]
-    assert [e for e in rec.events if e[0] == "replace"][0] == ("replace", os.path.join(root, "meta", "sizes"))
+    stage = _stage_of(rec.events, root)
+    assert [e for e in rec.events if e[0] == "replace"][0] == ("replace", os.path.join(stage, "meta", "sizes"))
     np.testing.assert_array_equal(blzarr.open(root, mode="r")[:], np.arange(5000))
 
 

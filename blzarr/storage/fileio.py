@@ -13,8 +13,10 @@ says whether writers sync what they publish; `sync_enabled()` reads it.
 """
 
 import contextlib
+import errno
 import io
 import os
+import sys
 
 try:
     import fcntl
@@ -115,6 +117,12 @@ class OsIO:
     def rename(self, src, dst):
         os.rename(src, dst)
 
+    def exchange(self, a, b):
+        """Swap the names `a` and `b` (two existing paths) in one atomic step: Linux's
+        renameat2(RENAME_EXCHANGE).  OSError(ENOSYS/EINVAL/EOPNOTSUPP) where the platform or the
+        file system cannot (the caller then renames one after the other)."""
+        _renameat2_exchange(a, b)
+
     def unlink(self, path):
         os.remove(path)
 
@@ -157,6 +165,33 @@ class OsIO:
     def read_file(self, path, limit=None):
         with io.open(path, "rb") as f:
             return f.read() if limit is None else f.read(limit)
+
+
+def _load_renameat2():
+    try:
+        import ctypes
+        import ctypes.util
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_renameat2 = _load_renameat2() if sys.platform.startswith("linux") else None
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def _renameat2_exchange(a, b):
+    if _renameat2 is None:
+        raise OSError(errno.ENOSYS, "renameat2 is not available on this platform", os.fspath(a))
+    import ctypes
+    if _renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e), os.fspath(a), None, os.fspath(b))
 
 
 _impl = OsIO()
@@ -240,6 +275,10 @@ def replace(src, dst):
 
 def rename(src, dst):
     _impl.rename(src, dst)
+
+
+def exchange(a, b):
+    _impl.exchange(a, b)
 
 
 def unlink(path):
@@ -337,6 +376,6 @@ def fill(fd, data, sync=False, mode=None):
 
 
 __all__ = ["OsIO", "current", "use", "sync_enabled", "open", "close", "fstat", "pread", "pwrite",
-           "pwritev", "start_writeback", "write", "truncate", "fsync", "fdatasync", "fchmod", "flock", "replace", "rename", "unlink", "rmdir",
+           "pwritev", "start_writeback", "write", "truncate", "fsync", "fdatasync", "fchmod", "flock", "replace", "rename", "exchange", "unlink", "rmdir",
            "mkdir", "fsync_dir", "listdir", "exists", "isdir", "isfile", "getsize", "read_file", "makedirs",
            "rmtree", "write_new"]

@@ -3,12 +3,11 @@
 import math
 import operator
 import os
-import secrets
 import threading
 
 import numpy as np
 
-from blzarr.storage import fileio
+from blzarr.storage import fileio, intent
 from blzarr import _chunk
 from blzarr.runtime import integrations
 from blzarr.query import lazyexpr
@@ -16,7 +15,7 @@ from blzarr.query import stats as _stats
 from blzarr.containers.arrayprint import array2string
 from blzarr.storage.attrs import attrs as _attrs
 from blzarr.storage.chunk import blosc_typesize
-from blzarr.errors import BlzarrError, FormatError, MissingError, StorageError, storage_error, storage_op
+from blzarr.errors import ENVIRONMENT_ERRNOS, BlzarrError, FormatError, MissingError, StorageError, storage_error, storage_op
 from blzarr.runtime.params import cparams as _cparams, defaults
 from blzarr.storage.chunkstore import MemoryChunks
 from blzarr.storage.stores import create_store, open_chunks, open_dir
@@ -28,7 +27,7 @@ from blzarr.storage.arraymeta import ArrayMeta, dflt_from_json, dflt_to_json, pa
 from blzarr.containers.carray.read import _PY_KINDS, CarrayBase, CarrayReads, _iter_blocks, operator_index  # noqa: F401
 from blzarr.containers.carray.reduce import CarrayReductions
 from blzarr.containers.carray.stats import CarrayStatistics
-from blzarr.containers.carray.write import CarrayWrites, _UndoLog  # noqa: F401
+from blzarr.containers.carray.write import CarrayWrites, _UndoLog, retire  # noqa: F401
 from blzarr.containers.carray.version import CarrayVersions, fresh_call
 from blzarr.storage import commitrec
 
@@ -185,8 +184,11 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
             self._track_writer()
             return
         if array is None and exists and mode == "w":
-            # replace the content but keep the dtype and parameters of what is there
+            # replace the content but keep the dtype and parameters of what is there (read only: the
+            # new content is written beside it, then swapped in)
+            self._mode = "r"
             self._open(True)
+            self._mode = mode
             if dtype is None:
                 dtype = self._atom.base
             array = np.empty((0,) + self._atom.shape, dtype=dtype)
@@ -297,7 +299,7 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
         if self._stats is not None:
             self._stats.persist = self._bytes is not None or self._rootdir is not None
         self._chunks = MemoryChunks(chunk_nbytes=-1 if self._isobj else self._chunklen * self._chunk_atom.itemsize)
-        tree = None
+        tree = stage = old_lock = None
         if self._bytes is not None:
             # object storage: no lock (one writer at a time), what is there is replaced
             self._bytes.remove_all()
@@ -305,14 +307,18 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
             self._ondisk = True
             self._write_storage()
         elif self._rootdir is not None:
-            old_lock = self.__dict__.get("_dirlock")
-            if os.path.exists(self._rootdir):
-                if os.path.isdir(self._rootdir) and not os.path.islink(self._rootdir):
-                    if old_lock is None:
-                        old_lock = lock_dir(self._rootdir)   # never remove what another process writes
-                    _remove(self._rootdir, fileio.rmtree)
-                else:
-                    _remove(self._rootdir, fileio.unlink)
+            # the new directory is written beside the target, under a hidden name, and renamed (or
+            # swapped, blzarr.storage.intent) into place once complete: an interrupt leaves what was there
+            final = self._rootdir
+            old_lock = self.__dict__.pop("_dirlock", None)
+            if old_lock is None and os.path.isdir(final) and not os.path.islink(final):
+                old_lock = lock_dir(final)      # never replace what another process writes
+            stage = None if intent.inside_stage(final) else intent.stage_path(final)
+            if stage is None and os.path.lexists(final):
+                # inside a directory being built (a table's column): nothing there is promised yet
+                _remove(final, fileio.rmtree if os.path.isdir(final) and not os.path.islink(final)
+                        else fileio.unlink)
+            self._rootdir = stage or final
             # nothing in the new directory is promised before its first flush writes meta/sizes: its
             # files are written in place and synced together then (files.NewTree)
             tree = new_tree(self._rootdir)
@@ -320,12 +326,18 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
                 self._chunks = self._create_store()
                 self._ondisk = True
                 self._dirlock = lock_dir(self._rootdir)
-                if old_lock is not None:
-                    old_lock.release()
+                # the lock holder is the only writer: nothing to watch (a watch begun on what was at
+                # the path before, e.g. to keep its format, would see the new directory as a change)
+                self._watch = None
                 self._write_storage()
                 commitrec.create(self._rootdir)
             except BaseException:
                 tree.close()
+                self._rootdir = final
+                if old_lock is not None:
+                    old_lock.release()
+                if stage is not None and os.path.lexists(stage):
+                    fileio.rmtree(stage, ignore_errors=True)
                 raise
         try:
             self._attrs = _attrs(self._rootdir, "a", _new=True, path=self._chunks.attrs_path)
@@ -336,13 +348,44 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
                 self.flush()
             finally:
                 self._mode = mode
+            if stage is not None:
+                self._publish_stage(stage, final)
+        except BaseException as e:
+            if stage is not None:
+                self._rootdir = final
+                self.__dict__.pop("_dirlock", None)
+                intent.abandon(stage, e)
+            raise
         finally:
             if tree is not None:
                 tree.close()
+            if old_lock is not None:
+                old_lock.release()
         if mode == "r" and self.__dict__.get("_dirlock") is not None:
             self._dirlock.release()
         self._chunks.mode = self._mode if self._ondisk else "a"
         self._attrs.mode = self._mode
+
+    def _publish_stage(self, stage, final):
+        """Put the complete directory `stage` this carray was just written in at `final`, and go on
+        writing there."""
+        stage_lock = self.__dict__.pop("_dirlock", None)
+        old_store = self._chunks.store
+        old_store.close()
+        if stage_lock is not None:
+            stage_lock.release()
+        intent.publish(stage, final)
+        self._rootdir = final
+        self._dirlock = lock_dir(final)
+        store = open_dir(final, "a", None)
+        nchunks, nleft = self._split(self._len)
+        self._chunks = open_chunks(store, final, "a", self._chunk_atom, self._chunklen, nchunks,
+                                   nchunks + (1 if nleft else 0), self._isobj)
+        fps = getattr(old_store, "_fps", None)
+        if fps is not None and hasattr(store, "_fps"):
+            store._fps.update(fps)      # the chunks' fingerprints, as written (the same files)
+        self._opened_len = self._len
+        self._attrs = _attrs(final, "a", path=self._chunks.attrs_path)
 
     @property
     def _chunk_atom(self):
@@ -418,6 +461,8 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
                                   "bytes there")
             self._last[:nleft] = c.decompress()[:nleft]
         except (BlzarrError, OSError) as e:
+            if getattr(e, "errno", None) in ENVIRONMENT_ERRNOS:
+                raise       # a full disk, a permission: the file is not damaged, nothing to salvage
             # damage stays where it is: the array opens, its other rows read, and every read (or
             # write) of these rows raises this error, which names the file, the chunk and its rows
             self._last = _DamagedLast(self._last, e)
@@ -701,9 +746,26 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
         """
         kw = dict(dtype=None, dflt=self._dflt[()], expectedlen=self._len)
         kw.update(kwargs)
+        dest = kw.get("rootdir")
+        if dest is not None and self._rootdir is not None and self._bytes is None \
+                and not is_url(os.fspath(dest)) and intent.same_or_nested(dest, self._rootdir):
+            raise StorageError(f"copy(): the rootdir of the copy, '{os.fspath(dest)}', overlaps the "
+                               f"original's, '{self._rootdir}' (it would be replaced while it is read)")
         dtype = kw.pop("dtype")
         if dtype is not None and "dflt" not in kwargs:
             kw.pop("dflt")
+        if dest is not None and self._bytes is None and not is_url(os.fspath(dest)) \
+                and not kw.get("storage_options"):
+            # written whole beside its rootdir, then put in place (blzarr.storage.intent)
+            mode = kw.get("mode", "a")
+            if os.path.exists(dest) and mode != "w":
+                raise StorageError(f"copy(): '{os.fspath(dest)}' already exists and mode is {mode!r}: pass "
+                                   "mode='w' to replace it")
+            intent.build_then_publish(dest, lambda path: self._copy_to(dict(kw, rootdir=path, mode="w"), dtype))
+            return carray(rootdir=dest, mode="r" if mode == "r" else "a", allow_pickle=self._isobj)
+        return self._copy_to(kw, dtype)
+
+    def _copy_to(self, kw, dtype):
         if self._isobj:
             return carray(self[:], **kw)
         new = carray(np.empty((0,) + self._atom.shape, dtype=dtype or self._atom.base), **kw)
@@ -762,24 +824,29 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
         data = self[:].reshape(newshape)
         if self._rootdir is None or self._mode == "r":
             return carray(data, cparams=self._cparams, dflt=self._dflt[()])
-        # on disk, as bcolz does: the reshaped data replaces this carray's directory (this object
-        # must not be used afterwards); written beside it first, then swapped in
-        parent = os.path.dirname(os.path.abspath(self._rootdir))
-        tmp = os.path.join(parent, f".reshape-{secrets.token_hex(6)}")
+        # on disk, as bcolz does: the reshaped data replaces this carray's directory, written beside it
+        # first and swapped in (blzarr.storage.intent); this object is then read-only for good (its flush
+        # must not write the old shape over the new directory)
+        self._check_writable()      # the directory's lock
+        self.flush()
+        target = self._rootdir
+        stage = intent.stage_path(target)
+        kw = self._chunks.storage_options() if self.format == "blz" else {}
         try:
-            out = carray(data, cparams=self._cparams, dflt=self._dflt[()], rootdir=tmp, mode="w",
-                         format=self.format)
-            out.flush()
+            out = carray(data, cparams=self._cparams, dflt=self._dflt[()], rootdir=stage, mode="w",
+                         format=self.format, **kw)
+            out.close()
             del out
-            fileio.rmtree(self._rootdir)
-            fileio.rename(tmp, self._rootdir)
-            if fileio.sync_enabled():
-                fileio.fsync_dir(parent)
-        except BaseException:
-            if fileio.exists(tmp):
-                fileio.rmtree(tmp, ignore_errors=True)
+            intent.publish(stage, target)
+        except BaseException as e:
+            intent.abandon(stage, e)
+            if intent.committed(e):
+                retire(self, f"the carray '{target}' was reshaped on disk (then {type(e).__name__}): "
+                             f"reopen it with blzarr.open({target!r})")
             raise
-        return carray(rootdir=self._rootdir, mode=self._mode if self._mode != "w" else "a")
+        retire(self, f"the carray '{target}' was reshaped on disk: use the carray reshape() returned "
+                     f"(or reopen it with blzarr.open({target!r}))")
+        return carray(rootdir=target, mode="a")
 
     def free_cachemem(self):
         """Drop cached chunk bytes and decoded blocks."""

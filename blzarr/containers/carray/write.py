@@ -18,7 +18,7 @@ from blzarr.query import stats as _stats
 from blzarr.storage.arraymeta import ArrayMeta
 from blzarr.containers.carray.read import CarrayBase, operator_index
 from blzarr.storage.chunk import chunk, compress_array, quantize
-from blzarr.errors import ConcurrentWriterError, FormatError, ReadOnlyError, storage_op
+from blzarr.errors import ConcurrentWriterError, FormatError, ReadOnlyError, StorageError, storage_op
 from blzarr.storage.locking import lock_dir
 from blzarr.runtime.parallel import run_ordered
 from blzarr.storage.stores import open_dir
@@ -116,6 +116,26 @@ def _python_values(value, probe, base):
         # a NumPy integer scalar is checked as a Python one (NumPy's `a[0] = np.int64(200)` raises too)
         return np.asarray(value.item() if isinstance(value, np.generic) else value, dtype=base)
     return probe
+
+
+def _first_line(e):
+    return (str(e).splitlines() or [type(e).__name__])[0]
+
+
+def retire(col, why):
+    """Make the carray object `col`, whose directory was replaced, removed or moved, read-only for
+    good: no later flush or write of it may touch the files now at its path."""
+    lock = col.__dict__.pop("_dirlock", None)
+    if lock is not None:
+        lock.release()
+    col.__dict__.pop("_first_write", None)
+    col._dirty = False
+    col._mode = "r"
+    col._why_readonly = why
+    if getattr(col, "_ondisk", False):
+        col._chunks.mode = "r"
+        col._attrs.mode = "r"
+        col._attrs._why_readonly = why
 
 
 class CarrayWrites(CarrayBase):
@@ -249,6 +269,7 @@ class CarrayWrites(CarrayBase):
                                 + (f" ('{self._rootdir}')" if self._rootdir else ""))
         if self.__dict__.get("_first_write") is not None:
             self._start_writing()       # mode 'a': the lock is taken at the first write
+        self._check_not_broken()
         err = getattr(self._last, "_error", None)
         if err is not None:
             raise FormatError(f"cannot modify '{self._rootdir}': its short last chunk cannot be read ({err}); "
@@ -368,11 +389,19 @@ class CarrayWrites(CarrayBase):
             self._nleft = rest
         self._len += n
 
+    def _check_not_broken(self):
+        why = self.__dict__.get("_broken")
+        if why is not None:
+            raise StorageError(f"'{self._rootdir}' cannot be written through this object: {why}; "
+                               f"nothing more was written (its files hold the last flush): reopen it "
+                               f"with blzarr.open({self._rootdir!r}, mode='a')")
+
     @storage_op("flush")
     def flush(self):
         """Write the leftover atoms and the sizes to disk (no-op in memory, or when nothing changed)."""
         if not self._ondisk or self._mode == "r" or not self._dirty:
             return
+        self._check_not_broken()
         self._flush_failed = True
         with self._lock:
             # the order keeps every flushed atom through a crash at any point: the data first (the
@@ -403,7 +432,8 @@ class CarrayWrites(CarrayBase):
         ``blzarr.open(rootdir, mode='a')``.  In memory, closing changes nothing.
         """
         if self._ondisk and self._mode != "r":
-            self.flush()
+            if self.__dict__.get("_broken") is None:
+                self.flush()
             self._why_readonly = (
                 f"the carray '{self._rootdir}' was closed (by close() or at the end of its `with` block), "
                 f"which gave back the directory's write lock; reopen it with "
@@ -555,10 +585,16 @@ class CarrayWrites(CarrayBase):
         log = self._chunks = _UndoLog(chunks)
         try:
             yield
-        except BaseException:
+        except BaseException as e:
             self._chunks = chunks
             self._flush_failed = True      # nothing is flushed behind the back of a caller told of an error
-            self._undo(log, saved)
+            try:
+                self._undo(log, saved)
+            except BaseException as undo_error:
+                # half undone: what this object holds no longer matches its files, so nothing it
+                # would write may reach them; the files themselves still hold the last flush
+                self._broken = (f"a write failed ({_first_line(e)}) and undoing it failed too "
+                                f"({_first_line(undo_error)})")
             raise
         finally:
             self._chunks = chunks

@@ -27,7 +27,8 @@ from blzarr.storage.attrs import attrs as _attrs
 from blzarr.containers.carray.array import carray, compression_ratio, human_readable_size
 from blzarr.containers.carray.version import fresh_call
 from blzarr.errors import ConcurrentWriterError, FormatError, StorageError, storage_error, storage_op
-from blzarr.storage.locking import FirstWrite, lock_dir
+from blzarr.storage import intent
+from blzarr.storage.locking import FirstWrite, LockError, lock_dir
 from blzarr.runtime.params import cparams as _cparams, defaults
 from blzarr.storage.files import ATTRS_FILE, ROOTDIRS_FILE, ObjectPath, read_json, write_json
 from blzarr.storage.bytestore import is_url, join, local_path, open_bytestore
@@ -114,6 +115,29 @@ class cols:
 
 
 # ------------------------------------------------------------------------------------------- ctable
+def _has_pending(root):
+    """Whether an interrupted column operation left an intent record or a leftover in the table."""
+    return bool(intent.pending(root))
+
+
+def _committed_rows(lengths):
+    """(rows of the table, columns shorter than it) for `lengths`, {column: rows} in column order.
+
+    The last column's length is the table's: appends and growing resizes flush the columns in order,
+    so the last one commits them; trims and shrinking resizes change it first.  A column longer than
+    the last holds rows not (or no longer) committed; one shorter is damage."""
+    if not lengths:
+        return 0, []
+    n = list(lengths.values())[-1]
+    return n, [k for k, v in lengths.items() if v < n]
+
+
+def _short_columns_message(root, lengths, short):
+    return (f"the columns {short} of ctable '{root}' hold fewer rows than its last column "
+            f"({lengths}), which no interrupted write leaves: no row is dropped to repair it; check it "
+            f"with `blzarr verify` and copy what is readable with blzarr.salvage(src, dst)")
+
+
 
 def _create_or_open(self, args, kwargs):
     """The verb of the constructor's StorageError: columns or mode 'w' create, otherwise open."""
@@ -259,27 +283,11 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         if self._bytes is not None:
             self._bytes.remove_all()     # object storage: no lock (one writer at a time)
             return
-        old_lock = None
-        if os.path.exists(self._rootdir):
-            try:
-                if os.path.isdir(self._rootdir) and not os.path.islink(self._rootdir):
-                    old_lock = lock_dir(self._rootdir)   # never remove what another process writes
-                    fileio.rmtree(self._rootdir)
-                else:
-                    fileio.unlink(self._rootdir)
-            except StorageError:
-                raise
-            except OSError as e:
-                raise storage_error(e, f"cannot replace '{self._rootdir}' (mode 'w' removes what it "
-                                       "holds first)") from e
         fileio.makedirs(self._rootdir)
-        if fileio.sync_enabled():
-            fileio.fsync_dir(os.path.dirname(os.path.abspath(self._rootdir)))
         self._dirlock = lock_dir(self._rootdir)
-        if old_lock is not None:
-            old_lock.release()
 
     def _create(self, columns, names, kwargs):
+        final = old_lock = None
         if isinstance(names, str):
             names = _split_outcols(names)
         elif isinstance(names, tuple):
@@ -331,7 +339,19 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
                 if src is not None and os.path.commonpath([os.path.realpath(src), target]) == target:
                     raise ValueError(f"column {name!r} is stored in '{src}', inside the rootdir of the new "
                                      "ctable, which would be removed first: copy it elsewhere")
-            self._make_rootdir()
+            final, old_lock = self._rootdir, None
+            if os.path.isdir(final) and not os.path.islink(final):
+                old_lock = lock_dir(final)      # never replace what another process writes
+            # the table is written beside the target, under a hidden name, and renamed (or swapped,
+            # blzarr.storage.intent) into place once complete: an interrupt leaves what was there
+            self._rootdir = self._columns_base = intent.stage_path(final)
+            try:
+                self._make_rootdir()
+            except BaseException:
+                self._rootdir = self._columns_base = final
+                if old_lock is not None:
+                    old_lock.release()
+                raise
         try:
             for name, col in zip(names, data):
                 self.cols.names.append(name)
@@ -339,17 +359,40 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
             self._len = len(self.cols._cols[names[0]]) if names else 0
             self._write_rootdirs()
             self._attrs = _attrs(self._rootdir, self._mode, _new=True, path=self._attrs_path)
-        except BaseException:
+            self.flush()
+            if self._bytes is None and self._rootdir is not None:
+                self._publish_stage(final)
+        except BaseException as e:
             if self._bytes is not None:
                 self._bytes.remove_all()
-            elif self._rootdir is not None and os.path.isdir(self._rootdir):
-                fileio.rmtree(self._rootdir, ignore_errors=True)
+            elif final is not None:
+                if self._rootdir != final:
+                    intent.abandon(self._rootdir, e)
+                self._rootdir = self._columns_base = final
             raise
-        self.flush()
+        finally:
+            if self._bytes is None and self._rootdir is not None and old_lock is not None:
+                old_lock.release()
 
-    def _new_column(self, col, name, **kw):
-        """A carray for column `name` from `col` (a carray in memory is kept as it is)."""
-        rd = self._col_dir(name)
+    def _publish_stage(self, final):
+        """Put the complete table just written in its stage at `final` and go on from there."""
+        stage = self._rootdir
+        for c in self.cols.values():
+            c.close()
+        lock = self.__dict__.pop("_dirlock", None)
+        if lock is not None:
+            lock.release()
+        intent.publish(stage, final)
+        self._rootdir = self._columns_base = final
+        self._dirlock = lock_dir(final)
+        for n in self.cols.names:
+            self.cols._cols[n] = carray(rootdir=self._col_dir(n), mode="a", allow_pickle=True)
+        self._attrs = _attrs(final, self._mode, path=self._attrs_path)
+
+    def _new_column(self, col, name, _rootdir=None, **kw):
+        """A carray for column `name` from `col` (a carray in memory is kept as it is); written at
+        `_rootdir` instead of the column's directory when given."""
+        rd = _rootdir or self._col_dir(name)
         kwargs = self._col_kwargs(**kw)
         if isinstance(col, carray):
             if rd is None:
@@ -392,19 +435,24 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
             return ObjectPath(self._bytes, ATTRS_FILE)
         return os.path.join(self._rootdir, ATTRS_FILE) if self._rootdir is not None else None
 
-    def _write_rootdirs(self):
+    def _rootdirs_meta(self, names=None):
+        meta = {"names": list(self.cols.names if names is None else names)}
+        if self._format == "blz":
+            meta["format"] = "blz"  # bcolz writes (and expects) only "names"
+        return meta
+
+    def _write_rootdirs(self, names=None):
         if self._rootdir is not None:
-            meta = {"names": list(self.cols.names)}
-            if self._format == "blz":
-                meta["format"] = "blz"  # bcolz writes (and expects) only "names"
             write_json(ObjectPath(self._bytes, ROOTDIRS_FILE) if self._bytes is not None
-                       else os.path.join(self._rootdir, ROOTDIRS_FILE), meta)
+                       else os.path.join(self._rootdir, ROOTDIRS_FILE), self._rootdirs_meta(names))
 
     def _open(self, allow_pickle):
         root = self._rootdir
         remote = self._bytes is not None
         if not remote and not os.path.isdir(root):
             raise StorageError(f"'{root}' is not a directory")
+        if not remote and self._mode != "r" and _has_pending(root):
+            self._recover_intents(root)
         path = ObjectPath(self._bytes, ROOTDIRS_FILE) if remote else os.path.join(root, ROOTDIRS_FILE)
         meta = read_json(path, "ctable column list")
         if not isinstance(meta, dict) or not isinstance(meta.get("names"), list):
@@ -448,21 +496,30 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
             self.cols.names.append(n)
             self.cols._cols[n] = carray(rootdir=d, mode=mode, allow_pickle=allow_pickle)
         lengths = {n: len(c) for n, c in self.cols._cols.items()}
+        n, short = _committed_rows(lengths)
+        if short:
+            n = min(lengths.values())       # what a reader can show of a damaged table
         if len(set(lengths.values())) > 1:
             # the columns are flushed one after the other: a writer killed between two of them (or
-            # seen by a reader meanwhile) leaves some longer.  The rows are those every column holds;
-            # a writer opening the table drops the extra atoms, a reader just does not show them.
-            n = min(lengths.values())
+            # seen by a reader meanwhile) leaves some longer than the last one, whose length is the
+            # table's.  A writer drops their extra rows (at its first write), a reader does not show
+            # them.  A column shorter than the last is damage no interrupted write leaves: reported,
+            # never repaired by dropping rows of the others.
             for c in self.cols._cols.values():
                 if len(c) > n:
-                    if mode == "r" or lazy:
-                        c._truncate_view(n)     # a writer drops the extra atoms (at its first write)
+                    if mode == "r" or lazy or short:
+                        c._truncate_view(n)
                     else:
                         c.trim(len(c) - n)
+            if short:
+                self._why_unwritable = _short_columns_message(root, lengths, short)
             warnings.warn(f"the columns of ctable '{root}' have different lengths {lengths} (an interrupted "
-                          f"write?): only the {n} rows every column holds are used", RuntimeWarning,
-                          stacklevel=3)
-        self._len = min(lengths.values()) if lengths else 0
+                          f"write?): only the {n} rows every column holds are used"
+                          + (" (the table cannot be written: " + self._why_unwritable + ")" if short else ""),
+                          RuntimeWarning, stacklevel=3)
+            if short and mode != "r" and not lazy:
+                raise StorageError(self._why_unwritable)
+        self._len = n
         if names:
             self._cparams = self.cols[names[0]].cparams
         self._attrs = _attrs(root, "r" if lazy else mode, path=self._attrs_path)
@@ -476,6 +533,19 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
                 del self._attrs[k]
             self._attrs.mode = "w"
 
+    def _recover_intents(self, root):
+        """Complete the column operations (addcol, delcol, a column replaced) an interrupted writer
+        left an intent record of (`blzarr.storage.intent`), under the table's lock; a lock another process
+        holds leaves them to that writer."""
+        try:
+            lock = lock_dir(root)
+        except LockError:
+            return
+        try:
+            intent.recover_all(root)
+        finally:
+            lock.release()
+
     def _start_writing(self):
         """The first call that writes to a table opened with mode 'a' (or to its attributes) comes here
         first: the table's lock is taken (`LockError` naming the directory when another process
@@ -488,6 +558,8 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         root = self._rootdir
         lock = lock_dir(root)
         try:
+            if _has_pending(root):
+                self._recover_intents(root)
             self._fresh()           # what other processes committed since (each column checks again)
             meta = read_json(os.path.join(root, ROOTDIRS_FILE), "ctable column list")
             names = meta.get("names") if isinstance(meta, dict) else None
@@ -497,8 +569,10 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
                     f"{list(self.cols.names)}, now {names}): reopen it (blzarr.open) to write")
             for c in self.cols.values():
                 c._start_writing()
-            lengths = [len(c) for c in self.cols.values()]
-            n = min(lengths) if lengths else 0
+            lengths = {k: len(c) for k, c in self.cols.items()}
+            n, short = _committed_rows(lengths)
+            if short:
+                raise StorageError(_short_columns_message(root, lengths, short))
             if n != self._len:
                 raise ConcurrentWriterError(
                     f"'{root}' was changed by another writer (another process, or another object of this process) since this object opened it (it held "
@@ -673,9 +747,12 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         unknown = set(kwargs) - set(_CARRAY_KW)
         if unknown:
             raise TypeError(f"copy() got unexpected keyword arguments {sorted(unknown)}")
-        if rootdir is not None and self._rootdir is not None and \
-                os.path.abspath(os.fspath(rootdir)) == os.path.abspath(self._rootdir):
-            raise StorageError("copy(): the rootdir of the copy must differ from the original's")
+        if rootdir is not None and self._rootdir is not None and (
+                os.path.abspath(os.fspath(rootdir)) == os.path.abspath(self._rootdir)
+                or self._bytes is None and not is_url(os.fspath(rootdir))
+                and intent.same_or_nested(rootdir, self._rootdir)):
+            raise StorageError(f"copy(): the rootdir of the copy, '{os.fspath(rootdir)}', overlaps the "
+                               f"original's, '{self._rootdir}'")
         if len(names) != len(self.cols.names):
             raise ValueError(f"copy(): `names` needs {len(self.cols.names)} names, got {len(names)}")
         if rootdir is not None:

@@ -9,11 +9,11 @@ import sys
 
 import numpy as np
 
-from blzarr.storage import fileio
+from blzarr.storage import fileio, intent
 from blzarr.containers.carray.array import carray, operator_index
-from blzarr.containers.carray.write import _python_values
+from blzarr.containers.carray.write import _python_values, retire
 from blzarr.containers.ctable.read import CtableBase
-from blzarr.errors import ReadOnlyError, StorageError, storage_op
+from blzarr.errors import ReadOnlyError, StorageError, os_reason, storage_op
 from blzarr.storage.files import ATTRS_FILE, ROOTDIRS_FILE
 
 
@@ -32,6 +32,30 @@ def _move(src, dst):
         fileio.fsync_dir(os.path.dirname(os.path.abspath(dst)))
         fileio.fsync_dir(os.path.dirname(os.path.abspath(src)))
 
+def _same_device(a, b):
+    try:
+        return os.stat(a).st_dev == os.stat(b).st_dev
+    except OSError:
+        return False
+
+
+def _staged_like(old, arr, stage):
+    """A carray at `stage` holding `arr`, with the parameters, layout and attributes of `old`."""
+    kw = dict(cparams=old.cparams, chunklen=old.chunklen, format=old.format, expectedlen=len(arr))
+    if old.dtype.kind != "O":
+        kw["dflt"] = old.dflt[()]
+    if old.format == "blz":
+        kw.update(old.store.storage_options())
+    new = carray(np.empty((0,) + old.shape[1:], dtype=old.dtype), rootdir=stage, mode="w", **kw)
+    step = max(old.chunklen, 1) * 16
+    for s in range(0, len(arr), step):
+        new.append(arr[s:s + step])
+    for k, v in old.attrs:
+        new.attrs[k] = v
+    new.flush()
+    return new
+
+
 class CtableWrites(CtableBase):
     """Writing a `ctable`."""
 
@@ -45,6 +69,10 @@ class CtableWrites(CtableBase):
                                 + (f" ('{self._rootdir}')" if self._rootdir else ""))
         if self.__dict__.get("_first_write") is not None:
             self._start_writing()       # mode 'a': the lock is taken at the first write
+        why = self.__dict__.get("_broken")
+        if why is not None:
+            raise StorageError(f"'{self._rootdir}' cannot be written through this object: {why}: "
+                               f"reopen it with blzarr.open({self._rootdir!r}, mode='a')")
 
     def _coerce_column_values(self, name, value):
         """`value` as an array of rows for column `name` (a single value becomes one row)."""
@@ -162,9 +190,14 @@ class CtableWrites(CtableBase):
             if self.auto_flush:
                 self.flush()     # a flush that fails (a full disk) undoes the append too
         except BaseException:
-            for col in self.cols.values():  # roll back: no column keeps part of the rows
-                if len(col) > old:
-                    col.trim(len(col) - old)
+            # roll back, the last column (whose length is the table's) first: no column keeps part
+            # of the rows, and an interrupt of the rollback leaves columns that opening trims
+            try:
+                for col in reversed(list(self.cols.values())):
+                    if len(col) > old:
+                        col.trim(len(col) - old)
+            except BaseException as undo_error:
+                self._broken = f"an append failed and undoing it failed too ({undo_error})"
             raise
         self._len = old + n
 
@@ -191,7 +224,9 @@ class CtableWrites(CtableBase):
         nitems = operator_index(nitems, "nitems")
         if nitems < 0:
             raise ValueError(f"nitems must be >= 0, got {nitems}")
-        for c in self.cols.values():
+        # growing, the last column last; shrinking, first: its length is the table's
+        cols = list(self.cols.values())
+        for c in (cols if nitems >= self._len else reversed(cols)):
             c.resize(nitems)
         self._len = nitems
         if self.auto_flush:
@@ -225,7 +260,8 @@ class CtableWrites(CtableBase):
             raise ValueError(f"cannot trim {nitems} rows from a ctable of {self._len}")
         if nitems < 0:
             return self.resize(self._len - nitems)
-        for c in self.cols.values():
+        # the last column first: its length is the table's (see ctable._committed_rows)
+        for c in reversed(list(self.cols.values())):
             c.trim(nitems)
         self._len -= nitems
         if self.auto_flush:
@@ -285,15 +321,56 @@ class CtableWrites(CtableBase):
         if unknown:
             raise TypeError(f"addcol() got unexpected keyword arguments {sorted(unknown)}")
         rd = self._col_dir(name)
+        local = rd is not None and self._bytes is None
+        if local:
+            intent.recover(rd)      # an interrupted addcol/delcol of this name is completed first
         if rd is not None and (self._bytes.child(name).list("") if self._bytes is not None
                                else os.path.lexists(rd)):
             raise StorageError(f"cannot add column {name!r}: '{rd}' already exists")
         if self._bytes is not None:
             move = False        # object storage has no rename: the column is copied
-        if isinstance(newcol, carray) and rd is not None and newcol.rootdir is not None and move:
-            newcol.flush()
-            _move(newcol.rootdir, rd)  # the old carray object must not be used afterwards
-            col = carray(rootdir=rd, mode="a" if self._mode == "w" else self._mode, allow_pickle=True)
+        names = list(self.cols.names)
+        names.insert(pos, name)
+        if local:
+            moving = (move and isinstance(newcol, carray) and newcol.rootdir is not None
+                      and newcol._bytes is None and _same_device(newcol.rootdir, self._rootdir))
+            if moving:
+                src = os.path.realpath(newcol.rootdir)
+                # a carray inside the table's directory (not one of its columns) may move into it;
+                # the table itself, a directory holding it, or one of its columns may not
+                if src in {os.path.realpath(c.rootdir) for c in self.cols.values() if c.rootdir} or \
+                        intent.same_or_nested(src, self._rootdir) and \
+                        os.path.commonpath([src, os.path.realpath(self._rootdir)]) == src:
+                    raise ValueError(f"cannot move '{newcol.rootdir}' into the ctable '{self._rootdir}': "
+                                     "it overlaps the table's directory")
+                newcol.flush()
+                stage = os.path.abspath(newcol.rootdir)
+            else:
+                stage = intent.stage_path(rd)
+            try:
+                if not moving:
+                    src = newcol if isinstance(newcol, carray) else (
+                        newcol if isinstance(newcol, np.ndarray) else np.asarray(newcol))
+                    made = self._new_column(src, name, _rootdir=stage, **kwargs)
+                    made.close()
+                    del made
+                intent.publish(stage, rd, rootdirs=self._rootdirs_meta(names), op="add",
+                               rootdirs_file=os.path.join(self._rootdir, ROOTDIRS_FILE))
+            except BaseException as e:
+                if not moving:
+                    intent.abandon(stage, e)
+                if intent.committed(e):
+                    self._added(name, pos, rd, newcol if moving else None)
+                if isinstance(e, OSError) and e.errno is not None:
+                    # named by the column's directory, not the hidden one it was written in
+                    err = StorageError(f"cannot add column {name!r} at '{rd}': {os_reason(e)}")
+                    err.errno, err.strerror, err.filename = e.errno, e.strerror, e.filename
+                    raise err from e
+                raise
+            self._added(name, pos, rd, newcol if moving else None)
+            if self.auto_flush:
+                self.flush()
+            return
         elif isinstance(newcol, carray):
             col = self._new_column(newcol, name, **kwargs) if rd is not None else newcol
         else:
@@ -306,6 +383,17 @@ class CtableWrites(CtableBase):
         self._write_rootdirs()
         if self.auto_flush:
             self.flush()
+
+    def _added(self, name, pos, rd, moved):
+        """Column `name` (at `pos`) is the directory `rd` now; `moved`, the carray object moved there."""
+        if moved is not None:
+            retire(moved, f"the carray was moved into the ctable '{self._rootdir}' as column {name!r} "
+                          "(addcol(move=True)): use the table's column from now on")
+        col = self._reopen_col(rd)
+        self.cols.names.insert(pos, name)
+        self.cols._cols[name] = col
+        if len(self.cols.names) == 1:
+            self._len = len(col)
 
     @storage_op("remove a column from")
     def delcol(self, name=None, pos=None, keep=False):
@@ -352,20 +440,44 @@ class CtableWrites(CtableBase):
             if not -n <= pos < n:
                 raise ValueError(f"`pos` {pos} is out of range for {n} columns")
             name = self.cols.names[pos]
-        self.cols.names.remove(name)
-        col = self.cols._cols.pop(name)
-        self._write_rootdirs()
-        if not self.cols.names:
-            self._len = 0
-        if not keep and col.rootdir is not None:
+        col = self.cols._cols[name]
+        names = [n for n in self.cols.names if n != name]
+        rd = self._col_dir(name)
+        if rd is not None and self._bytes is None and col.rootdir is not None:
             col.flush()
-            if self._bytes is not None:
-                self._bytes.child(name).remove_all()    # its objects on object storage
+            if keep:
+                self._write_rootdirs(names)     # one atomic write: the directory stays where it is
             else:
-                fileio.rmtree(col.rootdir, ignore_errors=True)
+                try:
+                    intent.remove(rd, rootdirs=self._rootdirs_meta(names),
+                                  rootdirs_file=os.path.join(self._rootdir, ROOTDIRS_FILE))
+                except BaseException as e:
+                    if intent.committed(e):
+                        self._removed(name, col)
+                    raise
+                retire(col, f"column {name!r} was removed from the ctable '{self._rootdir}'")
+        else:
+            if not keep and col.rootdir is not None:
+                col.flush()
+            self._write_rootdirs(names)
+            if not keep and col.rootdir is not None:
+                if self._bytes is not None:
+                    self._bytes.child(name).remove_all()    # its objects on object storage
+                else:
+                    fileio.rmtree(col.rootdir, ignore_errors=True)
+        self._removed(name, None)
         if self.auto_flush:
             self.flush()
         return col if keep else None
+
+    def _removed(self, name, col):
+        if name in self.cols._cols:
+            self.cols.names.remove(name)
+            del self.cols._cols[name]
+        if col is not None:
+            retire(col, f"column {name!r} was removed from the ctable '{self._rootdir}'")
+        if not self.cols.names:
+            self._len = 0
 
     def _replace_col(self, name, data):
         self._check_writable()
@@ -380,9 +492,37 @@ class CtableWrites(CtableBase):
             raise ValueError(f"cannot convert the new data of column {name!r} to {old.dtype}: {e}") from None
         if arr.shape != old.shape:
             raise ValueError(f"new data for column {name!r} has shape {arr.shape}, the column {old.shape}")
-        old.trim(len(old))
-        old.append(arr)
+        rd = self._col_dir(name)
+        if rd is None or self._bytes is not None:
+            # in memory, or on object storage (no rename): the values are assigned over the old ones,
+            # which the carray's own write commits whole
+            old[:] = arr
+            old.flush()
+            return
+        # on disk: the new column is written whole beside the old one, then swapped in (blzarr.storage.intent);
+        # the column is never empty, whatever interrupts it
         old.flush()
+        stage = intent.stage_path(rd)
+        try:
+            new = _staged_like(old, arr, stage)
+            new.close()
+            del new
+            intent.publish(stage, rd)
+        except BaseException as e:
+            intent.abandon(stage, e)
+            if intent.committed(e):
+                self._now_column(name, rd, old, "replaced by new values")
+            raise
+        self._now_column(name, rd, old, "replaced by new values")
+
+    def _now_column(self, name, rd, old, what):
+        """Column `name` is the directory `rd` now (the object `old` stands for what was there)."""
+        self.cols._cols[name] = self._reopen_col(rd)
+        retire(old, f"column {name!r} of the ctable '{self._rootdir}' was {what}: use the table's "
+                    f"column (t[{name!r}]) from now on")
+
+    def _reopen_col(self, rd):
+        return carray(rootdir=rd, mode="a" if self._mode == "w" else self._mode, allow_pickle=True)
 
     @storage_op("flush")
     def flush(self):
@@ -393,6 +533,10 @@ class CtableWrites(CtableBase):
         """
         if self._mode == "r":
             return
+        why = self.__dict__.get("_broken")
+        if why is not None:
+            raise StorageError(f"'{self._rootdir}' cannot be written through this object: {why}; nothing "
+                               f"more was written: reopen it with blzarr.open({self._rootdir!r}, mode='a')")
         for c in self.cols.values():
             c.flush()
 
@@ -411,7 +555,7 @@ class CtableWrites(CtableBase):
                 f"the ctable '{self._rootdir}' was closed (by close() or at the end of its `with` block), "
                 f"which gave back the directory's write lock; reopen it with "
                 f"blzarr.open({self._rootdir!r}, mode='a') to write again")
-        if self._mode != "r":
+        if self._mode != "r" and self.__dict__.get("_broken") is None:
             self.flush()
         for c in self.cols.values():
             c.close()

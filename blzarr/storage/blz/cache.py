@@ -5,7 +5,7 @@ superchunk files, chunk headers, verified chunks, chunks remembered as verified 
 import threading
 from collections import OrderedDict
 
-from blzarr.errors import StorageError
+from blzarr.errors import StorageError, storage_error
 
 _MB = 1024 * 1024
 # bounds of the store's caches
@@ -76,7 +76,7 @@ class BlzCaches:
         except FileNotFoundError:
             raise StorageError(f"superchunk file '{self._fio.where(key)}' is missing") from None
         except OSError as e:
-            raise StorageError(f"cannot open superchunk file '{self._fio.where(key)}': {e}") from None
+            raise storage_error(e, f"cannot open superchunk file '{self._fio.where(key)}'") from None
         self._fds[fno] = fd
         if len(self._fds) > FD_CACHE:
             # close the least recently used descriptors no lazy read is using outside the lock (never the

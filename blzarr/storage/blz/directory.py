@@ -39,7 +39,7 @@ from blzarr.storage.bcolz_layout import BcolzDir
 from blzarr.storage.bytestore import LocalStore, open_bytestore
 from blzarr.storage.chunk import blosc_typesize, chunk
 from blzarr.storage.chunkstore import LayoutChunks, auto_superchunklen
-from blzarr.errors import BlzarrError, ChunkError, FormatError, ReadOnlyError, StorageError
+from blzarr.errors import ENVIRONMENT_ERRNOS, BlzarrError, ChunkError, FormatError, ReadOnlyError, StorageError
 from blzarr.storage.locking import first_write
 from blzarr.storage.files import ATTRIBUTES_FILE, DATA_DIR, META_DIR, SIZES_FILE, read_json
 from blzarr.runtime.parallel import codec_threads
@@ -243,6 +243,8 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
             try:
                 last = self._load_file(self.nfiles)
             except (FormatError, StorageError) as e:
+                if getattr(e, "errno", None) in ENVIRONMENT_ERRNOS:
+                    raise
                 self._damaged[self.nfiles] = str(e)
         if last is not None:
             self._nphys = (self.nfiles - 1) * K + last.nchunks
@@ -274,6 +276,8 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
             try:
                 return self._load_file(fno)
             except (FormatError, StorageError) as e:
+                if getattr(e, "errno", None) in ENVIRONMENT_ERRNOS:
+                    raise
                 err = err or e
                 self._damaged[fno] = str(e)
         raise err           # no file can tell what the dataset is
@@ -329,6 +333,8 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
             try:
                 f = self._load_file(fno)
             except (FormatError, StorageError) as e:
+                if getattr(e, "errno", None) in ENVIRONMENT_ERRNOS:
+                    raise
                 self._damaged[fno] = str(e)
                 continue
             if f.nchunks != self.K:
