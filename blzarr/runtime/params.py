@@ -274,7 +274,7 @@ class Defaults:
         Whether writers make what they publish durable (fsync/fdatasync before the metadata that
         makes it visible, directories too): True at start, unless the environment has
         ``BLZARR_FSYNC=0``.  False trades power-loss durability for speed (a process kill still
-        loses nothing flushed); see the README's Guarantees.
+        loses nothing flushed); see the guide's "Guarantees" (docs/guide/guarantees.rst).
 
     Examples
     --------
