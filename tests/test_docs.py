@@ -73,3 +73,17 @@ def test_every_public_name_and_method_has_a_page(tmp_path):
     assert not missing, f"no reference page for: {missing}"
     for page in ("index.html", "api/generated/blzarr.carray.html", "api/generated/blzarr.ctable.where.html"):
         assert os.path.exists(os.path.join(out, page)), page
+
+
+def test_the_benchmark_figure_shows_the_page_s_table():
+    # the figure is drawn from docs/bench/report.json: its ratios are the ones the page's table prints
+    import json
+    report = json.load(open(os.path.join(DOCS, "bench", "report.json"), encoding="utf-8"))
+    lines = open(os.path.join(DOCS, "benchmarks.rst"), encoding="utf-8").read().splitlines()
+    assert len(report["results"]) >= 40
+    for r in report["results"]:
+        row = [ln for ln in lines if ln.split()[:1] == [r["dataset"]] and f"  {r['label']}  " in ln]
+        assert len(row) == 1, (r["dataset"], r["label"])
+        cells = row[0].split()
+        for peer, q in r["ratios"].items():
+            assert f"{q:.2f}" in cells, (r["label"], peer, q)
