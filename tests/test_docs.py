@@ -80,6 +80,9 @@ def test_the_benchmark_figure_shows_the_page_s_table():
     import json
     report = json.load(open(os.path.join(DOCS, "bench", "report.json"), encoding="utf-8"))
     lines = open(os.path.join(DOCS, "benchmarks.rst"), encoding="utf-8").read().splitlines()
+    head = next(i for i, ln in enumerate(lines) if "bcolz/blzarr" in ln)     # the main table
+    end = next(i for i in range(head + 2, len(lines)) if set(lines[i].strip()) <= {"=", " "})
+    lines = lines[head + 2:end]
     assert len(report["results"]) >= 40
     for r in report["results"]:
         row = [ln for ln in lines if ln.split()[:1] == [r["dataset"]] and f"  {r['label']}  " in ln]
