@@ -20,8 +20,11 @@ def _candidate_prefixes():
         yield Path(os.environ["BLOSC_DIR"])
     spec = importlib.util.find_spec("blosc")
     if spec is not None and spec.origin:
-        # <prefix>/lib/pythonX.Y/site-packages/blosc/__init__.py
-        yield Path(spec.origin).resolve().parents[4]
+        # the wheel's data files land in the prefix of the site-packages that holds the module:
+        # <prefix>/lib/pythonX.Y/site-packages/blosc/ (POSIX), <prefix>/Lib/site-packages/blosc/ (Windows)
+        here = Path(spec.origin).resolve()
+        yield here.parents[4]
+        yield here.parents[3]
     for p in {sys.prefix, sys.base_prefix, sys.exec_prefix}:
         yield Path(p)
 
@@ -33,7 +36,7 @@ LIB_NAMES = ("libblosc.lib", "blosc.lib", "libblosc.a") if sys.platform == "win3
 def find_blosc():
     tried = []
     for prefix in _candidate_prefixes():
-        for sub in ("", "Library"):          # Windows wheels may put the files under Library/
+        for sub in ("", "Library"):          # (conda's Windows prefixes put them under Library/)
             header = prefix / sub / "include" / "blosc.h"
             for libdir in ("lib64", "lib"):
                 for name in LIB_NAMES:
