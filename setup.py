@@ -71,7 +71,9 @@ ext_kwargs = dict(
     define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     extra_compile_args=["/O2"] if windows else ["-O3"],
 )
-extensions = [Extension(name, [path], **ext_kwargs) for name, path in extensions_under("blzarr")]
+# the shared C headers: a change to one rebuilds every module (they hold inline C the modules share)
+headers = [str(p) for p in sorted(Path("blzarr/_include").glob("*.h"))]
+extensions = [Extension(name, [path], depends=headers, **ext_kwargs) for name, path in extensions_under("blzarr")]
 
 setup(
     ext_modules=cythonize(extensions, language_level=3,
