@@ -92,8 +92,10 @@ nitpick_ignore_regex = [
     (r"py:.*", "(%s)(\\..*)?" % "|".join(re.escape(m) for m in _internal)),
     # other projects' objects: their inventories are not fetched (the build needs no network)
     (r"py:.*", r"(numpy|np|pandas|pd|dask|pyarrow|pa|fsspec|s3fs|zarr|bcolz|tables|numexpr)\..*"),
-    # a bare lowercase name that is no documented object is a parameter or a local name
+    # a bare lowercase name that is no documented object is a parameter or a local name, and a
+    # bare dunder a protocol's method (``__arrow_c_stream__``), which has no page of its own
     (r"py:obj", r"_?[a-z][a-z0-9_]*"),
+    (r"py:obj", r"__[a-z0-9_]+__"),
 ]
 
 doctest_global_setup = """
