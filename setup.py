@@ -20,41 +20,60 @@ def _candidate_prefixes():
         yield Path(os.environ["BLOSC_DIR"])
     spec = importlib.util.find_spec("blosc")
     if spec is not None and spec.origin:
-        # <prefix>/lib/pythonX.Y/site-packages/blosc/__init__.py
-        yield Path(spec.origin).resolve().parents[4]
+        # the wheel's data files land in the prefix of the site-packages that holds the module:
+        # <prefix>/lib/pythonX.Y/site-packages/blosc/ (POSIX), <prefix>/Lib/site-packages/blosc/ (Windows)
+        here = Path(spec.origin).resolve()
+        yield here.parents[4]
+        yield here.parents[3]
     for p in {sys.prefix, sys.base_prefix, sys.exec_prefix}:
         yield Path(p)
+
+
+# the static library's name per platform (MSVC's .lib on Windows, the archive elsewhere)
+LIB_NAMES = ("libblosc.lib", "blosc.lib", "libblosc.a") if sys.platform == "win32" else ("libblosc.a",)
 
 
 def find_blosc():
     tried = []
     for prefix in _candidate_prefixes():
-        header = prefix / "include" / "blosc.h"
-        for libdir in ("lib64", "lib"):
-            lib = prefix / libdir / "libblosc.a"
-            tried.append(str(lib))
-            if header.is_file() and lib.is_file():
-                return str(header.parent), str(lib)
+        for sub in ("", "Library"):          # (conda's Windows prefixes put them under Library/)
+            header = prefix / sub / "include" / "blosc.h"
+            for libdir in ("lib64", "lib"):
+                for name in LIB_NAMES:
+                    lib = prefix / sub / libdir / name
+                    tried.append(str(lib))
+                    if header.is_file() and lib.is_file():
+                        return str(header.parent), str(lib)
     raise SystemExit(
-        "blzarr: cannot find blosc.h and libblosc.a from the `blosc` package (tried: "
+        "blzarr: cannot find blosc.h and the static C-Blosc library from the `blosc` package (tried: "
         + ", ".join(tried) + "); install it with `pip install 'blosc>=1.11,<1.12'` or set BLOSC_DIR")
 
 
+def extensions_under(package):
+    """One extension per ``.pyx`` anywhere under `package`, named by its path: a new Cython module
+    needs no edit here (a ``.pxd`` beside it is found by Cython, a header in ``_include/`` by the
+    compiler)."""
+    root = Path(__file__).resolve().parent
+    found = sorted((root / package).rglob("*.pyx"))
+    if not found:
+        raise SystemExit(f"blzarr: no .pyx file under {root / package}: is this a complete source tree?")
+    for pyx in found:
+        rel = pyx.relative_to(root)
+        yield ".".join(rel.with_suffix("").parts), rel.as_posix()
+
+
 include_dir, static_lib = find_blosc()
+windows = sys.platform == "win32"
 ext_kwargs = dict(
     include_dirs=[include_dir, numpy.get_include(), "blzarr/_include"],
     extra_objects=[static_lib],
-    libraries=["pthread"],
+    libraries=[] if windows else ["pthread"],
     define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
-    extra_compile_args=["-O3"],
+    extra_compile_args=["/O2"] if windows else ["-O3"],
 )
-# The Cython layer, one extension per module; the .pxd files beside them say what one cimports of
-# another, and the C headers of blzarr/_include hold the inline C they share.
-CYTHON_MODULES = ["_chunk", "_minmax", "_workpool", "_decode", "_sums", "_rows", "_exprkernel", "_where",
-                  "_superchunk", "_groupby"]
-extensions = [Extension(f"blzarr.{name}", [f"blzarr/{name}.pyx"],
-                        depends=[str(p) for p in Path("blzarr/_include").glob("*.h")], **ext_kwargs)
-              for name in CYTHON_MODULES]
+# the shared C headers: a change to one rebuilds every module (they hold inline C the modules share)
+headers = [str(p) for p in sorted(Path("blzarr/_include").glob("*.h"))]
+extensions = [Extension(name, [path], depends=headers, **ext_kwargs) for name, path in extensions_under("blzarr")]
 
 setup(
     ext_modules=cythonize(extensions, language_level=3,

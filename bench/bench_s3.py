@@ -5,7 +5,7 @@
 
 is ``python -m bench --ops s3_read_all s3_scalars s3_slices --peers zarr --datasets walk --no-memory
 --n 4000000`` followed by the options given here (which win).  The rows, the request counts and the
-server are the harness's: see blzarr/bench/s3.py and the README's "Benchmarks".
+server are the harness's: see blzarr/bench/s3.py and docs/benchmarks.rst.
 """
 
 import os

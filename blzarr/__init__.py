@@ -19,6 +19,7 @@ Examples
 >>> import shutil; shutil.rmtree("package_example")
 """
 
+# the one place the version is written (pyproject.toml reads this literal without importing blzarr)
 __version__ = "0.1.0"
 
 import importlib.machinery as _machinery  # noqa: E402
@@ -49,9 +50,13 @@ del _machinery, _os, _importlib, _ext
 
 from blzarr.runtime.optional import have as _have  # noqa: E402
 
+#: True when numexpr is installed: expressions then run through it (else NumPy).
 numexpr_here = _have("numexpr")
+#: True when pandas is installed (``ctable.todataframe`` and ``fromdataframe``).
 pandas_here = _have("pandas")
+#: True when PyTables is installed (``ctable.tohdf5`` and ``fromhdf5``).
 tables_here = _have("tables")
+#: True when dask is installed (``to_dask``, ``from_dask``, ``eval(..., vm='dask')``).
 dask_here = _have("dask")
 
 # the oldest numexpr and dask that bcolz 1.x supported (bcolz's names)
@@ -65,7 +70,7 @@ from blzarr.runtime.params import (  # noqa: E402
 # `blzarr.defaults`), `blzarr.attrs` the module whose class is `blzarr.attrs.attrs`, `blzarr.ctable`
 # and `blzarr.carray` the classes, `blzarr.eval` the function of `blzarr.chunked_eval`.
 from blzarr.defaults import defaults, defaults_ctx  # noqa: E402
-# names of the shuffle filters (bcolz.filters)
+#: The names of the shuffle filters, by their number (bcolz's ``filters``).
 filters = {NOSHUFFLE: "noshuffle", SHUFFLE: "shuffle", BITSHUFFLE: "bitshuffle"}
 
 from blzarr.errors import (  # noqa: E402

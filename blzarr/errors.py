@@ -110,4 +110,4 @@ class MissingError(StorageError, FileNotFoundError):
 
 class ConcurrentWriterError(StorageError):
     """Another writer changed a dataset on object storage that this writer is writing (object storage
-    has no lock: one writer at a time, see the README's "Object storage")."""
+    has no lock: one writer at a time, see docs/guide/object-storage.rst)."""

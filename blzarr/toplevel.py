@@ -29,7 +29,8 @@ def open(rootdir, mode="a", allow_pickle=False, storage_options=None):
 
     Open the carray or ctable stored in the directory `rootdir`, in either on-disk layout.
     `rootdir` may be a URL (``s3://bucket/prices.blz``, ``http(s)://...``, anything fsspec reaches),
-    with the fsspec `storage_options` of its protocol (see the README's "Object storage").
+    with the fsspec `storage_options` of its protocol (see the guide's "Object storage",
+    docs/guide/object-storage.rst).
 
     Parameters
     ----------

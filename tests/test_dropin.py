@@ -443,7 +443,7 @@ def test_test_function_takes_bcolz_arguments(monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# each difference the README's "Migrating from bcolz" lists, against the real bcolz (so the list stays true)
+# each difference the migration guide (docs/guide/migrating.rst) lists, against the real bcolz (so the list stays true)
 
 def test_listed_indexing_differences():
     b, z = bcolz.arange(10), blzarr.arange(10)

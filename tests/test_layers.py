@@ -1,4 +1,4 @@
-"""The README's map of the layers stays true: it lists every module of the package, one a line, by
+"""The map of the layers (docs/development.rst) stays true: it lists every module of the package, one a line, by
 its path under blzarr/, a module imports only modules listed below it, and a folder's modules import
 only from their own folder and the folders beneath it."""
 
@@ -17,7 +17,7 @@ BOTTOM_OF_ROOT = {"errors.py"}
 
 
 def _map():
-    text = open(os.path.join(ROOT, "README.rst"), encoding="utf-8").read()
+    text = open(os.path.join(ROOT, "docs", "development.rst"), encoding="utf-8").read()
     block = text[text.index("**The layers, top to bottom.**"):]
     block = block[block.index("::\n\n") + 3:]
     lines = []

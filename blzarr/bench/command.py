@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from blzarr.bench import harness
+from blzarr.bench import harness, plot
 
 EXTRA_SCRIPTS = ("bench_ctable.py", "bench_blz.py", "bench_queries.py", "bench_groupby.py", "bench_arrow.py")
 
@@ -31,6 +31,9 @@ def parse(argv, prog="python -m bench"):
     ap.add_argument("--slices", type=int, default=None,
                     help="random slices of 1000 per run (default 300; 100 with --quick)")
     ap.add_argument("--json", metavar="PATH", help="also write the full report as JSON to PATH")
+    ap.add_argument("--plot", metavar="FILE",
+                    help="also draw the run to FILE (.png or .svg): one bar per operation and peer, "
+                         "the ratio on a log scale; needs matplotlib")
     ap.add_argument("--peers", nargs="+", metavar="NAME",
                     choices=("blzarr", "bcolz", "blosc2", "zarr", "numpy"),
                     help="only these peers (blzarr always runs): bcolz blosc2 zarr numpy")
@@ -74,6 +77,12 @@ def parse(argv, prog="python -m bench"):
         ap.error("--mem-n must be >= 1")
     if args.tmpdir is not None and not os.path.isdir(args.tmpdir):
         ap.error(f"--tmpdir {args.tmpdir!r} is not a directory")
+    if args.plot is not None:    # checked now, not after a run of minutes
+        try:
+            plot.check_path(args.plot)
+            plot.require_matplotlib()
+        except plot.PlotError as exc:
+            ap.error(str(exc))
     args.argv = list(argv)
     return args
 
@@ -111,6 +120,9 @@ def main(argv=None, prog="python -m bench"):
     if args.json:
         harness.write_json(report, args.json)
         print(f"JSON report: {args.json}")
+    if args.plot:
+        plot.draw(report, args.plot)
+        print(f"plot: {args.plot}")
     if args.extra:
         run_extra(args)
     return 0

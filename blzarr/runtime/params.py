@@ -6,8 +6,11 @@ from contextlib import contextmanager
 from blzarr import _chunk
 from blzarr.runtime.optional import have
 
+#: ``cparams(shuffle=NOSHUFFLE)``: the bytes of each value are compressed as they are.
 NOSHUFFLE = 0
+#: ``cparams(shuffle=SHUFFLE)`` (the default): byte shuffle, the k-th bytes of all values together.
 SHUFFLE = 1
+#: ``cparams(shuffle=BITSHUFFLE)``: bit shuffle, the k-th bits of all values together.
 BITSHUFFLE = 2
 
 # The blocksize blzarr asks Blosc for: small enough that a random read decodes little, large enough to
@@ -271,7 +274,7 @@ class Defaults:
         Whether writers make what they publish durable (fsync/fdatasync before the metadata that
         makes it visible, directories too): True at start, unless the environment has
         ``BLZARR_FSYNC=0``.  False trades power-loss durability for speed (a process kill still
-        loses nothing flushed); see the README's Guarantees.
+        loses nothing flushed); see the guide's "Guarantees" (docs/guide/guarantees.rst).
 
     Examples
     --------
@@ -383,7 +386,7 @@ def defaults_ctx(cparams=None, vm=None, out_flavor=None, format=None, fsync=None
     format : {'blz', 'bcolz'}, optional
         The layout of new directories inside the block.
     fsync : bool, optional
-        Whether writers sync what they flush inside the block (`Defaults.fsync`).
+        Whether writers sync what they flush inside the block (``defaults.fsync``).
 
     Yields
     ------

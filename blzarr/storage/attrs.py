@@ -1,4 +1,4 @@
-"""User attributes: a JSON-only mapping, persisted in `root/__attrs__` for on-disk objects.
+"""User attributes: a JSON-only mapping, persisted in ``root/__attrs__`` for on-disk objects.
 
 As in bcolz, ``blzarr.attrs`` is this module and `attrs` its class: ``blzarr.attrs.attrs(rootdir,
 mode)`` reads (and writes) the attributes of a carray or ctable directory without opening its data.

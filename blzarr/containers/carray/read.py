@@ -636,7 +636,7 @@ class CarrayReads(CarrayBase):
         >>> q.count(), next(q)
         (5000, 95000)
         >>> print(q.explain())
-        10 blocks: 9 skipped, 1 taken whole, 0 scanned (0 of 100000 rows evaluated); statistics of a
+        10 blocks: 9 skipped, 0 taken whole, 1 scanned (10000 of 100000 rows evaluated); statistics of a
         """
         if self._watch is not None:
             self._fresh()
