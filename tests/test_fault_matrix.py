@@ -324,14 +324,26 @@ def _gap(op, fault, request, strict=True):
         request.applymarker(pytest.mark.xfail(strict=strict, reason=why))
 
 
-def _quick_faults():
-    return [pytest.param("interrupt", id="interrupt"), pytest.param("enospc", id="enospc"),
-            pytest.param("kill", id="kill", marks=pytest.mark.skipif(not hasattr(os, "fork"),
-                                                                     reason="needs os.fork"))]
+_QUICK_FAULTS = ("interrupt", "enospc", "kill")
 
 
-@pytest.mark.parametrize("fault", _quick_faults())
-@pytest.mark.parametrize("op,fmt", _params())
+def _quick_params():
+    """Each (operation, layout) with each fault at one point.  The default run takes one fault of
+    the three per pair, in turn (every fault still meets both layouts and most operations); the
+    other two run with the slow tests."""
+    out = []
+    for k, (op, fmt) in enumerate((op, fmt) for op in OPS for fmt in op.formats):
+        for j, fault in enumerate(_QUICK_FAULTS):
+            marks = []
+            if fault == "kill":
+                marks.append(pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork"))
+            if j != k % len(_QUICK_FAULTS):
+                marks.append(pytest.mark.slow)
+            out.append(pytest.param(op, fmt, fault, id=f"{op.name}-{fmt}-{fault}", marks=marks))
+    return out
+
+
+@pytest.mark.parametrize("op,fmt,fault", _quick_params())
 def test_quick(op, fmt, fault, tmp_path_factory, request):
     # one point per fault: a gap may happen not to show at it (the full sweep is strict)
     _gap(op, fault, request, strict=False)

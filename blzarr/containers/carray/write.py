@@ -115,6 +115,11 @@ def _python_values(value, probe, base):
             and not isinstance(value, np.ndarray):
         # a NumPy integer scalar is checked as a Python one (NumPy's `a[0] = np.int64(200)` raises too)
         return np.asarray(value.item() if isinstance(value, np.generic) else value, dtype=base)
+    if base.kind in "iu" and probe.dtype.kind == "f" and not isinstance(value, (np.ndarray, np.generic)) \
+            and all(type(v) is int for v in np.asarray(value, dtype=object).flat):
+        # Python integers beyond int64 make NumPy guess float64; converted to `base` they overflow,
+        # as NumPy says (OverflowError), instead of reading as floats refused by the casting rule
+        return np.asarray(value, dtype=base)
     return probe
 
 
