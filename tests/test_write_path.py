@@ -14,17 +14,33 @@ from blzarr.storage import files
 
 
 class Events(fileio.OsIO):
-    """Records (kind, real path) of the operations that write, sync or name files."""
+    """Records (kind, real path) of the operations that write, sync or name files under `under`.
 
-    def __init__(self):
+    Only paths under `under` count: a collected array of an earlier test may flush while this one records
+    (its writes and syncs are of other files, or of descriptors opened before recording began)."""
+
+    def __init__(self, under):
+        self.under = os.path.realpath(str(under))
         self.events = []
         self._paths = {}
+
+    def _add(self, kind, path):
+        if path is not None and (path == self.under or path.startswith(self.under + os.sep)):
+            self.events.append((kind, path))
+
+    def _path(self, fd):
+        if fd not in self._paths:                     # opened before recording began
+            try:
+                self._paths[fd] = os.path.realpath(os.readlink(f"/proc/self/fd/{fd}"))
+            except OSError:
+                return None
+        return self._paths[fd]
 
     def open(self, path, how="r", mode=0o666):
         fd = super().open(path, how, mode)
         self._paths[fd] = os.path.realpath(path)
         if how in ("new", "trunc"):
-            self.events.append(("create", self._paths[fd]))
+            self._add("create", self._paths[fd])
         return fd
 
     def close(self, fd):
@@ -32,29 +48,29 @@ class Events(fileio.OsIO):
         super().close(fd)
 
     def write(self, fd, data):
-        self.events.append(("write", self._paths.get(fd)))
+        self._add("write", self._path(fd))
         super().write(fd, data)
 
     def pwrite(self, fd, data, pos, where=None):
-        self.events.append(("write", self._paths.get(fd)))
+        self._add("write", self._path(fd))
         super().pwrite(fd, data, pos, where)
 
     def fsync(self, fd):
-        self.events.append(("sync", self._paths.get(fd)))
+        self._add("sync", self._path(fd))
         super().fsync(fd)
 
     fdatasync = fsync
 
     def fsync_dir(self, path):
-        self.events.append(("sync", os.path.realpath(path)))
+        self._add("sync", os.path.realpath(path))
         super().fsync_dir(path)
 
     def replace(self, src, dst):
-        self.events.append(("replace", os.path.realpath(dst)))
+        self._add("replace", os.path.realpath(dst))
         super().replace(src, dst)
 
     def rename(self, src, dst):
-        self.events.append(("rename", os.path.realpath(dst)))
+        self._add("rename", os.path.realpath(dst))
         super().rename(src, dst)
 
 
@@ -72,7 +88,7 @@ def test_create_writes_each_file_once_and_syncs_together(tmp_path, fmt):
     root = os.path.realpath(str(tmp_path / "c"))
     x = np.arange(25_000, dtype=np.float64)
     kw = {"superchunklen": 4} if fmt == "blz" else {}
-    rec = Events()
+    rec = Events(tmp_path)
     with fileio.use(rec):
         c = blzarr.carray(x, rootdir=root, chunklen=1000, format=fmt, **kw)
     ev = rec.events
@@ -113,7 +129,7 @@ def test_create_writes_each_file_once_and_syncs_together(tmp_path, fmt):
 
 def test_create_without_sync_writes_in_place(tmp_path):
     root = os.path.realpath(str(tmp_path / "c"))
-    rec = Events()
+    rec = Events(tmp_path)
     with fileio.use(rec), blzarr.defaults_ctx(fsync=False):
         blzarr.carray(np.arange(5000), rootdir=root, chunklen=1000)
     assert not [e for e in rec.events if e[0] == "sync"]
@@ -128,7 +144,7 @@ def test_later_writes_replace_atomically_again(tmp_path):
     root = os.path.realpath(str(tmp_path / "c"))
     c = blzarr.carray(np.arange(5000), rootdir=root, chunklen=1000)
     sizes = os.path.join(root, "meta", "sizes")
-    rec = Events()
+    rec = Events(tmp_path)
     with fileio.use(rec):
         c.attrs["unit"] = "m"
         c.append(np.arange(10))
@@ -189,7 +205,7 @@ def test_flushes_write_meta_sizes_over_in_place_while_its_text_fits(tmp_path, fm
     c = blzarr.carray(x[:20_000], rootdir=root, chunklen=4096, format=fmt)
     path = _sizes(root)
     ino, size = os.stat(path).st_ino, os.path.getsize(path)
-    rec = Events()
+    rec = Events(tmp_path)
     with fileio.use(rec):
         for s in range(20_000, 40_000, 1000):     # shape, nbytes and cbytes keep their digit counts
             c.append(x[s:s + 1000])
@@ -290,7 +306,7 @@ def test_statistics_file_is_rewritten_in_place(tmp_path):
     c = blzarr.carray(np.arange(3000, dtype=np.float64), rootdir=root, chunklen=1000)
     stats = os.path.join(root, "meta", "stats")
     ino = os.stat(stats).st_ino
-    rec = Events()
+    rec = Events(tmp_path)
     with fileio.use(rec):
         for s in range(3000, 9000, 1000):
             c.append(np.arange(s, s + 1000, dtype=np.float64))
