@@ -980,3 +980,37 @@ def test_missing_short_last_chunk_is_a_format_error(tmp_path):
             a[key]
     with pytest.raises(FormatError, match="holds 10 chunks, 11 expected"):
         a.verify()
+
+
+def _file_bytes(root):
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs)
+
+
+def test_a_small_table_is_small_on_disk_and_still_grows(tmp_path):
+    # the rows given (the default expectedlen) bound the superchunk files' offsets tables
+    cols = [np.arange(5, dtype=np.float64) * k for k in range(5)]
+    root = str(tmp_path / "t")
+    t = blzarr.ctable(cols, names=list("abcde"), rootdir=root, format="blz")
+    t.flush()
+    assert _file_bytes(root) < 8 * 1024
+    # it still grows past one file, and reads back what NumPy holds
+    more = np.arange(200_000, dtype=np.float64)
+    assert t.cols["a"].store.partition_chunks() == 64
+    t.append([more * k for k in range(5)])
+    t.flush()
+    r = blzarr.open(root, mode="r")
+    for k, n in enumerate("abcde"):
+        np.testing.assert_array_equal(r[n][:], np.concatenate([cols[k], more * k]))
+    assert len(os.listdir(os.path.join(root, "a", "data"))) > 1
+
+
+def test_without_an_expected_length_superchunk_files_stay_large(tmp_path):
+    c = blzarr.carray(np.empty(0, np.int64), rootdir=str(tmp_path / "c"), format="blz")
+    big = blzarr.carray(np.empty(0, np.int64), rootdir=str(tmp_path / "d"), format="blz",
+                        expectedlen=10**9)
+    assert c.store.partition_chunks() == 1024
+    assert big.store.partition_chunks() == 64 * 2**20 // (big.chunklen * 8)    # files of about 64 MB
+    small = blzarr.carray(np.arange(10), rootdir=str(tmp_path / "e"), format="blz")
+    assert small.store.partition_chunks() == 64
+    given = blzarr.carray(np.arange(10), rootdir=str(tmp_path / "f"), format="blz", superchunklen=4)
+    assert given.store.partition_chunks() == 4

@@ -18,12 +18,22 @@ SUPERCHUNK_TARGET_BYTES = 64 * 1024 * 1024
 MAX_SUPERCHUNKLEN = 1024
 
 
-def auto_superchunklen(chunk_nbytes):
+MIN_AUTO_SUPERCHUNKLEN = 64
+
+
+def auto_superchunklen(chunk_nbytes, expected_chunks=0):
     """Chunks per superchunk file (and per dask partition): files of about SUPERCHUNK_TARGET_BYTES
-    uncompressed; 256 for chunks of any size (pickled objects)."""
+    uncompressed; 256 for chunks of any size (pickled objects).
+
+    `expected_chunks` (from the carray's ``expectedlen``, 0 when unknown) caps it at the power of two
+    that holds them, at least MIN_AUTO_SUPERCHUNKLEN: every file carries an offsets table of 8 bytes
+    per slot, 8 KB at 1024 slots, which would make a table of a few rows tens of KB on disk."""
     if chunk_nbytes <= 0:
         return 256
-    return max(1, min(MAX_SUPERCHUNKLEN, SUPERCHUNK_TARGET_BYTES // chunk_nbytes))
+    k = max(1, min(MAX_SUPERCHUNKLEN, SUPERCHUNK_TARGET_BYTES // chunk_nbytes))
+    if expected_chunks > 0:
+        k = min(k, max(MIN_AUTO_SUPERCHUNKLEN, 1 << (int(expected_chunks) - 1).bit_length()))
+    return k
 
 
 class ChunkStore:

@@ -9,6 +9,7 @@ worker, a store that writes a range of chunks, from the `config()` of the store 
 from blzarr.storage.bcolz_layout import BcolzChunks, BcolzDir
 from blzarr.storage.blz.directory import BlzChunks, BlzDir, FORMAT as BLZ_FORMAT, open_store as _open_local
 from blzarr.storage.bytestore import open_bytestore
+from blzarr.storage.chunkstore import auto_superchunklen
 from blzarr.errors import FormatError
 from blzarr.storage.files import META_DIR, STORAGE_FILE, parse_json
 from blzarr.storage.blz.remote import RemoteBlzDir
@@ -19,11 +20,12 @@ __all__ = ["LAYOUTS", "create_store", "open_dir", "open_chunks", "partition_writ
 
 
 def create_store(rootdir, fmt, *, atom, chunklen, objects, dtype, atom_shape, typesize, cparams, opts,
-                 bytestore=None):
+                 bytestore=None, expectedlen=0):
     """A new, empty chunk store at `rootdir` in the layout `fmt` ('bcolz' or 'blz').
 
     `opts` are the BLZ options (checksum, reserve, superchunklen, meta); the bcolz layout has none.
     `bytestore`: where the files go when not in the local directory `rootdir` (object storage).
+    `expectedlen`: the rows expected (0: unknown), which bound the default superchunk length.
     """
     if fmt == "bcolz":
         if opts["checksum"] != "crc32" or opts["reserve"] or opts["superchunklen"] or opts["meta"]:
@@ -31,6 +33,9 @@ def create_store(rootdir, fmt, *, atom, chunklen, objects, dtype, atom_shape, ty
         d = BcolzDir.create(rootdir, bytestore)
         return BcolzChunks(d, atom, chunklen, 0, "a", objects=objects)
     cls = BlzDir if bytestore is None else RemoteBlzDir
+    if opts.get("superchunklen") is None and not objects and expectedlen > 0:
+        opts = dict(opts, superchunklen=auto_superchunklen(chunklen * atom.itemsize,
+                                                           -(-expectedlen // chunklen)))
     store = cls.create(rootdir, dtype=dtype, atom_shape=atom_shape, chunklen=chunklen, typesize=typesize,
                        chunk_nbytes=-1 if objects else chunklen * atom.itemsize, cparams=cparams,
                        bytestore=bytestore, **opts)

@@ -116,7 +116,8 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
     checksum, reserve, superchunklen, meta
         'blz' only: the checksum of each chunk ('crc32' default, None, 'adler32', 'md5', 'sha1',
         'sha224', 'sha256', 'sha384', 'sha512'); bytes (or a fraction of a chunk) reserved after each
-        chunk for in-place rewrites; chunks per superchunk file (automatic: files of tens of MB);
+        chunk for in-place rewrites; chunks per superchunk file (automatic: files of tens of MB, fewer chunks when
+        `expectedlen` needs fewer, at least 64: each file has an offsets table of 8 bytes a chunk);
         fixed-length metalayers written before the first chunk.
     allow_pickle : bool
         Opening a directory of object dtype unpickles its content, which can run code: only with True.
@@ -396,7 +397,7 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
         return create_store(self._rootdir, fmt, atom=self._chunk_atom, chunklen=self._chunklen,
                             objects=self._isobj, dtype=str(self._atom.base), atom_shape=self._atom.shape,
                             typesize=self._typesize, cparams=self._cparams.to_dict(), opts=self._blz_opts,
-                            bytestore=self._bytes)
+                            bytestore=self._bytes, expectedlen=max(self.expectedlen, 0))
 
     def _open(self, allow_pickle):
         self._allow_pickle = allow_pickle
