@@ -114,7 +114,6 @@ doctest_default_flags = (__import__("doctest").ELLIPSIS | __import__("doctest").
 
 html_theme = "pydata_sphinx_theme"
 html_title = f"blzarr {release}"
-html_static_path = ["_static"]
 html_theme_options = {
     "navigation_depth": 2,
     "show_toc_level": 2,
