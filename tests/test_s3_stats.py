@@ -197,3 +197,40 @@ def test_fsspec_memory_statistics_written_never_trusted_without_tags(fmt):
     r = blzarr.open(url, mode="r")
     assert r.stats_state() == {"chunks": 8, "known": 0, "unchecked": 0}
     np.testing.assert_array_equal(r["r > 30_000.5"], a[a > 30_000.5])
+
+
+@pytest.mark.parametrize("fmt", ["blz", "bcolz"])
+def test_s3_failed_statistics_upload_loses_nothing_and_is_stored_later(s3, fmt, monkeypatch):
+    """meta/stats is uploaded after meta/sizes: when that upload fails the flush reports it, the data
+    stay committed, the old meta/stats is found stale where the chunks changed, and the next flush
+    stores the statistics."""
+    from blzarr.errors import StorageError
+    from blzarr.storage import objstats
+    base, opts = s3
+    url = f"{base}/x"
+    a = np.arange(N, dtype="f8")
+    make(url, opts, fmt, a)
+    real = objstats.write
+
+    def broken(store, raw):
+        raise StorageError(f"cannot write '{store.where(objstats.STATS_KEY)}': injected")
+    monkeypatch.setattr(objstats, "write", broken)
+    w = blzarr.open(url, mode="a", storage_options=opts)
+    w[3 * CHUNKLEN + 1] = 1e9
+    a[3 * CHUNKLEN + 1] = 1e9
+    with pytest.raises(StorageError, match="meta/stats"):
+        w.flush()
+    monkeypatch.setattr(objstats, "write", real)
+
+    r = blzarr.open(url, mode="r", storage_options=opts)
+    np.testing.assert_array_equal(r[:], a)
+    assert r.stats_state()["known"] == (32 if fmt == "blz" else 39)
+    np.testing.assert_array_equal(r["r > 1e8"], a[a > 1e8])
+
+    w.append(np.arange(3.0))
+    a = np.concatenate([a, np.arange(3.0)])
+    w.flush()
+    r = blzarr.open(url, mode="r", storage_options=opts)
+    np.testing.assert_array_equal(r[:], a)
+    assert r.stats_state() == {"chunks": 40, "known": 40, "unchecked": 0}
+    np.testing.assert_array_equal(r["r > 1e8"], a[a > 1e8])
