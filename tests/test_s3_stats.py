@@ -10,6 +10,8 @@ import uuid
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
+from helpers import examples
 
 import blzarr
 from blzarr.cli import main
@@ -60,6 +62,9 @@ def test_s3_new_session_skips_chunks_by_stored_statistics(s3, fmt):
     assert r._bytes.stats["get"] - g <= 3
     assert r._bytes.stats["get_bytes"] - b < 8_000
     np.testing.assert_array_equal(got, a[a >= lo])
+    g = r._bytes.stats["get"]
+    np.testing.assert_array_equal(np.fromiter(r.where("r >= lo"), "f8"), a[a >= lo])
+    assert r._bytes.stats["get"] - g <= 3       # where() fetches the values of those chunks only
     g = r._bytes.stats["get"]
     assert r.searchsorted(12_345.5) == np.searchsorted(a, 12_345.5)
     assert r._bytes.stats["get"] - g <= 1
@@ -234,3 +239,25 @@ def test_s3_failed_statistics_upload_loses_nothing_and_is_stored_later(s3, fmt, 
     np.testing.assert_array_equal(r[:], a)
     assert r.stats_state() == {"chunks": 40, "known": 40, "unchecked": 0}
     np.testing.assert_array_equal(r["r > 1e8"], a[a > 1e8])
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(n=st.integers(0, 3000), chunklen=st.integers(1, 400), seed=st.integers(0, 2 ** 32 - 1),
+       kind=st.sampled_from(["runs", "random", "none", "all"]), skip=st.integers(0, 50),
+       limit=st.one_of(st.none(), st.integers(0, 500)), ondisk=st.booleans())
+def test_where_with_an_evaluated_mask_equals_numpy(tmp_path_factory, n, chunklen, seed, kind, skip, limit, ondisk):
+    """where(expression) reads the values of the blocks where the evaluated mask has a true row only:
+    the rows it gives are NumPy's, with blocks all true, all false and mixed."""
+    rng = np.random.default_rng(seed)
+    if kind == "runs":
+        a = np.repeat(rng.integers(0, 3, n // 50 + 1), 50)[:n].astype("i4")
+    elif kind == "random":
+        a = rng.integers(0, 3, n).astype("i4")
+    else:
+        a = np.full(n, 1 if kind == "all" else 0, "i4")
+    kw = {"rootdir": str(tmp_path_factory.mktemp("w") / "x"), "mode": "w"} if ondisk else {}
+    c = blzarr.carray(a, chunklen=chunklen, **kw)
+    m = (a % 3 == 1) | (a > 5)
+    got = list(c.where("(c % 3 == 1) | (c > 5)", skip=skip, limit=limit))
+    want = a[m][skip:None if limit is None else skip + limit]
+    assert got == want.tolist()
