@@ -156,14 +156,15 @@ def test_s3_writer_handle_stores_what_a_new_reader_trusts(s3, fmt):
 
 def test_s3_blz_append_into_the_last_file_keeps_its_older_entries(s3):
     """Appending re-uploads the last superchunk file (a new ETag): the entries of its chunks that
-    were not rewritten are carried to the new tag, not dropped."""
+    were not rewritten are carried to the new tag and stored again, not dropped."""
     base, opts = s3
     url = f"{base}/x"
     a = np.arange(37 * CHUNKLEN, dtype="f8")          # the last file holds 5 of its 8 chunks
     make(url, opts, "blz", a)
-    for step in range(2):
+    for step in [CHUNKLEN, 1, CHUNKLEN]:
+        # a full chunk, then a row (the short last chunk only: no entry changes, the file does)
         w = blzarr.open(url, mode="a", storage_options=opts)
-        extra = np.arange(len(a), len(a) + CHUNKLEN, dtype="f8")
+        extra = np.arange(len(a), len(a) + step, dtype="f8")
         w.append(extra)
         a = np.concatenate([a, extra])
         w.flush()
@@ -261,3 +262,28 @@ def test_where_with_an_evaluated_mask_equals_numpy(tmp_path_factory, n, chunklen
     got = list(c.where("(c % 3 == 1) | (c > 5)", skip=skip, limit=limit))
     want = a[m][skip:None if limit is None else skip + limit]
     assert got == want.tolist()
+
+
+def test_s3_ctable_columns_keep_statistics_through_an_append(s3):
+    base, opts = s3
+    url = f"{base}/t"
+    n = 10 * 10_000
+    ts, px = np.arange(n), np.arange(n) * 0.5
+    t = blzarr.ctable({"ts": ts, "px": px, "s": np.array(["x"] * n)}, rootdir=url, mode="w",
+                      chunklen=10_000, storage_options=opts)
+    t.close()
+    t = blzarr.open(url, mode="a", storage_options=opts)
+    t.append((n, n * 0.5, "y"))
+    t.close()
+    ts, px = np.append(ts, n), np.append(px, n * 0.5)
+    out = io.StringIO()
+    assert main(["info", url, "--storage-options", json.dumps(opts)], out=out) == 0
+    cols = {ln.split()[0]: ln.split()[-1] for ln in out.getvalue().splitlines()[-3:]}
+    assert cols == {"ts": "10/10", "px": "10/10", "s": "-"}
+    r = blzarr.open(url, mode="r", storage_options=opts)
+    g = {k: r.cols[k]._bytes.stats["get"] for k in ("ts", "px")}
+    rows = r.fetchwhere("(ts >= 25_000) & (ts < 50_000)", out_flavor="numpy")
+    m = (ts >= 25_000) & (ts < 50_000)
+    np.testing.assert_array_equal(rows["ts"], ts[m])
+    np.testing.assert_array_equal(rows["px"], px[m])
+    assert r.cols["ts"]._bytes.stats["get"] - g["ts"] <= 4      # the 3 chunks holding matches (+ a probe)

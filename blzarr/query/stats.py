@@ -237,6 +237,17 @@ class ChunkStats:
                 dropped += 1
         return dropped
 
+    def carries(self, moved):
+        """Whether an entry not renewed since the file was stored has a fingerprint that `moved`
+        (`ChunkStore.moved_fingerprints`) replaces: the file must then be stored again, though no
+        value changed."""
+        if not moved:
+            return False
+        for i in np.flatnonzero(self.flags[:self.n] & KNOWN).tolist():
+            if i not in self.fresh and tuple(int(x) for x in self.fps[i]) in moved:
+                return True
+        return False
+
     def take_fingerprints(self, store):
         """Take the fingerprints of the chunks written since the file was last stored (the store gives
         them all at once: a writer's store kept those of the chunks it wrote), and carry those of

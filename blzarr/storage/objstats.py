@@ -62,10 +62,10 @@ class TagMoves:
         """Object of fingerprint `old` (None: it was not there, or had no tag) is now `new`."""
         if old is None or new is None or old == new:
             return
-        for k, v in self.moves.items():
-            if v == old:
-                self.moves[k] = new
         self.moves[old] = new
+        # earlier versions of the object now stand for `new` too (a version back to `new`'s own
+        # bytes, with the same content-based tag, stands for itself)
+        self.moves = {k: (new if v == old else v) for k, v in self.moves.items() if k != new}
 
     def forget(self, number):
         """Object `number` was removed: nothing of it carries over."""
