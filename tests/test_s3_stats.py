@@ -287,3 +287,25 @@ def test_s3_ctable_columns_keep_statistics_through_an_append(s3):
     np.testing.assert_array_equal(rows["ts"], ts[m])
     np.testing.assert_array_equal(rows["px"], px[m])
     assert r.cols["ts"]._bytes.stats["get"] - g["ts"] <= 4      # the 3 chunks holding matches (+ a probe)
+
+
+def test_http_statistics_are_not_fetched_without_tags_to_check_them(http_root, monkeypatch):
+    """A plain HTTP server gives no version tags: the local directory's meta/stats is not asked for,
+    the statistics are computed, and the answers are NumPy's."""
+    from blzarr.storage.bytestore import FsspecStore
+    asked = []
+    real_get = FsspecStore.get
+
+    def get(self, key):
+        asked.append(key)
+        return real_get(self, key)
+    monkeypatch.setattr(FsspecStore, "get", get)
+    root, base, httpd = http_root
+    name = f"s{uuid.uuid4().hex[:8]}"
+    a = np.arange(8 * CHUNKLEN, dtype="f8")
+    blzarr.carray(a, rootdir=str(root / name), mode="w", chunklen=CHUNKLEN, superchunklen=4).flush()
+    assert (root / name / "meta" / "stats").exists()
+    r = blzarr.open(f"{base}/{name}", mode="r")
+    assert r.stats_state() == {"chunks": 8, "known": 0, "unchecked": 0}
+    np.testing.assert_array_equal(r["r > 30_000.5"], a[a > 30_000.5])
+    assert "meta/sizes" in asked and "meta/stats" not in asked

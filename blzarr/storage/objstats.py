@@ -74,7 +74,10 @@ class TagMoves:
 
 def read(bytestore):
     """The bytes of meta/stats in `bytestore`, None when there is none or it cannot be read (no
-    statistics then: they are computed again when needed)."""
+    statistics then: they are computed again when needed).  A plain HTTP server lists nothing, so
+    gives no tags to check the entries against: not asked."""
+    if getattr(bytestore, "http", False):
+        return None
     try:
         return bytes(bytestore.get(STATS_KEY))
     except (MissingError, StorageError, OSError):

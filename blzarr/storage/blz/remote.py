@@ -125,7 +125,9 @@ class RemoteBlzDir(BlzDir):
     def _list_files(self):
         # the listing, and meta/sizes, meta/attributes and meta/stats that the carray reads next:
         # concurrently
-        metas = [f"{META_DIR}/{SIZES_FILE}", f"{META_DIR}/{ATTRIBUTES_FILE}", objstats.STATS_KEY]
+        metas = [f"{META_DIR}/{SIZES_FILE}", f"{META_DIR}/{ATTRIBUTES_FILE}"]
+        if not getattr(self.bytes, "http", False):
+            metas.append(objstats.STATS_KEY)
         if self.mode != "r":
             # a writer: the version of meta/sizes before its bytes are read (a commit in between
             # then fails this writer's conditional put instead of going unnoticed)
