@@ -627,9 +627,9 @@ def test_s3_read_all_with_a_truncated_middle_file_is_a_chunk_error(s3):
 
 
 def test_s3_open_reads_each_meta_file_once(s3, monkeypatch):
-    """Opening a BLZ carray: meta/storage, meta/sizes and meta/attributes one GET each (meta/sizes is
-    parsed twice, by the layout and by the carray), the first and the last file's tables, and the
-    short last chunk."""
+    """Opening a BLZ carray: meta/storage, meta/sizes, meta/attributes and meta/stats one GET each
+    (meta/sizes is parsed twice, by the layout and by the carray), the first and the last file's
+    tables, and the short last chunk."""
     from blzarr.storage.bytestore import FsspecStore
     url, opts = s3
     a = data(100_003)
@@ -648,6 +648,6 @@ def test_s3_open_reads_each_meta_file_once(s3, monkeypatch):
     monkeypatch.setattr(FsspecStore, "get", get)
     monkeypatch.setattr(FsspecStore, "get_many", get_many)
     r = blzarr.open(f"{url}/x.blz", mode="r", storage_options=opts)
-    assert sorted(asked) == ["meta/attributes", "meta/sizes", "meta/storage"]
-    assert gets(r) == 6
+    assert sorted(asked) == ["meta/attributes", "meta/sizes", "meta/stats", "meta/storage"]
+    assert gets(r) == 7
     assert r[100_002] == a[-1]

@@ -9,7 +9,8 @@ the chunks that must (`blzarr.planner`); `searchsorted` on a sorted carray finds
 On disk they live in ``meta/stats`` in both layouts (bcolz ignores the file), specified in
 docs/FORMAT.rst: every entry carries a fingerprint of the stored chunk it describes (the chunk
 file's inode, size and modification time in the bcolz layout; the chunk's offset, compressed size
-and stored checksum in BLZ), so an entry whose chunk was rewritten since, by blzarr killed before
+and stored checksum in BLZ; on object storage the version tag of the object holding it, see
+`blzarr.storage.objstats`), so an entry whose chunk was rewritten since, by blzarr killed before
 it wrote the file or by another program (bcolz appending or assigning), is found stale, dropped,
 and computed again from the chunk when a query needs it.  A missing, damaged or foreign file is
 the same as no statistics.
@@ -225,19 +226,40 @@ class ChunkStats:
             return 0
         self.checked = True
         dropped = 0
+        moved = store.moved_fingerprints()
         for i in range(min(self.n, nchunks)):
             if i in self.fresh or not self.flags[i] & KNOWN:
                 continue
             fp = store.fingerprint(i)
-            if fp is None or tuple(int(x) for x in self.fps[i]) != tuple(fp):
+            have = tuple(int(x) for x in self.fps[i])
+            if fp is None or moved.get(have, have) != tuple(fp):
                 self.flags[i] = 0
                 dropped += 1
         return dropped
 
+    def carries(self, moved):
+        """Whether an entry not renewed since the file was stored has a fingerprint that `moved`
+        (`ChunkStore.moved_fingerprints`) replaces: the file must then be stored again, though no
+        value changed."""
+        if not moved:
+            return False
+        for i in np.flatnonzero(self.flags[:self.n] & KNOWN).tolist():
+            if i not in self.fresh and tuple(int(x) for x in self.fps[i]) in moved:
+                return True
+        return False
+
     def take_fingerprints(self, store):
         """Take the fingerprints of the chunks written since the file was last stored (the store gives
-        them all at once: a writer's store kept those of the chunks it wrote)."""
+        them all at once: a writer's store kept those of the chunks it wrote), and carry those of
+        the others that the store says moved (`moved_fingerprints`)."""
         ids = sorted(i for i in self.fresh if i < self.n)
+        moved = store.moved_fingerprints()
+        if moved:
+            # chunks this writer did not rewrite, in objects it uploaded again: the same bytes
+            for i in np.flatnonzero(self.flags[:self.n] & KNOWN).tolist():
+                new = moved.get(tuple(int(x) for x in self.fps[i]))
+                if new is not None and i not in self.fresh:
+                    self.fps[i] = new
         if ids:
             # None: (0, 0, 0), which a reader will not trust
             self.fps[ids] = [(0, 0, 0) if fp is None else fp for fp in store.fingerprints(ids)]

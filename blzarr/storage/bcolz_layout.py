@@ -18,7 +18,7 @@ import struct
 import threading
 from collections import OrderedDict
 
-from blzarr.storage import fileio
+from blzarr.storage import fileio, objstats
 from blzarr.storage.bytestore import LocalStore
 from blzarr.storage.chunk import chunk
 from blzarr.storage.chunkstore import LayoutChunks
@@ -293,8 +293,18 @@ class BcolzDir:
         return self.bytes.ref(ATTRS_FILE)
 
     def chunk_fingerprint(self, n):
-        """(inode, size, modification time) of data/__n.blp, None where the store cannot tell."""
-        return None if self.bytes.remote else self.bytes.version(self._key(n))
+        """(inode, size, modification time) of data/__n.blp; on object storage (n, 0, its version
+        tag as a number), from the listing of data/ (made once) or this writer's put; None where
+        the store cannot tell."""
+        if not self.bytes.remote:
+            return self.bytes.version(self._key(n))
+        key = self._key(n)
+        if key not in self._guard.seen and self._listing is None:
+            try:
+                self._list()
+            except (StorageError, OSError):
+                return None             # then the entry is not trusted: the chunk is read
+        return objstats.object_fingerprint(n, 0, self._guard.seen.get(key))
 
 
 class BcolzChunks(LayoutChunks):

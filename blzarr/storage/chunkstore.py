@@ -12,6 +12,7 @@ The carray, and everything above it, uses only the methods below: no layout bran
 byte store (`bytestore`: a local directory or object storage).
 """
 
+from blzarr.storage import objstats
 from blzarr.storage.files import overwrite
 
 SUPERCHUNK_TARGET_BYTES = 64 * 1024 * 1024
@@ -160,12 +161,14 @@ class ChunkStore:
         return [self.fingerprint(i) for i in ids]
 
     def _local_stats(self):
-        """Statistics files are kept beside local directories only (a byte store, object storage,
-        keeps none: the statistics are computed in memory when a query needs them)."""
+        """Whether the statistics file is a local file (on object storage it is an object: `objstats`)."""
         return self.store is not None and not getattr(self.store, "remote", False)
 
     def read_stats(self):
-        """The bytes of the statistics file (meta/stats), or None when there is none."""
+        """The bytes of the statistics file (meta/stats, an object on object storage), or None when
+        there is none."""
+        if getattr(self.store, "remote", False):
+            return objstats.read(self.store.bytes)
         path = self.meta_path("stats")
         if path is None or not self._local_stats():
             return None
@@ -178,9 +181,18 @@ class ChunkStore:
     def write_stats(self, raw):
         """Rewrite the statistics file in place (no rename, no fsync: readers drop a torn, lost or
         stale file, which is only rebuilt)."""
+        if getattr(self.store, "remote", False):
+            if self.mode != "r":
+                objstats.write(self.store.bytes, raw)
+            return
         path = self.meta_path("stats")
         if path is not None and self.mode != "r" and self._local_stats():
             overwrite(path, raw)
+
+    def moved_fingerprints(self):
+        """{old fingerprint: current one} of chunks whose fingerprint changed while their bytes did
+        not (object storage: a superchunk file uploaded again), see `objstats.TagMoves`."""
+        return {}
 
     def storage_options(self):
         """The layout's own options (checksum, superchunklen, reserve for BLZ), to make a copy alike."""

@@ -150,6 +150,14 @@ def _mask_blocks(mask, bounds):
     """(all_true, decode) over the blocks `bounds` of the 1-d boolean `mask`: per block, whether its
     statistics say it is all true, and whether it must be decoded (neither all true nor all false);
     (None, None) when `mask` has no statistics."""
+    if isinstance(mask, np.ndarray) and mask.dtype == bool and mask.ndim == 1 and bounds:
+        # an evaluated mask (an expression's): its true rows counted per block, so that the values
+        # of a block without any are not read (on object storage: not fetched)
+        starts = np.fromiter((s for s, _ in bounds), np.intp, len(bounds))
+        sizes = np.fromiter((e - s for s, e in bounds), np.int64, len(bounds))
+        trues = np.add.reduceat(mask.view(np.uint8), starts, dtype=np.int64)
+        all_true = trues == sizes
+        return all_true.tolist(), ((trues > 0) & ~all_true).tolist()
     get = getattr(mask, "chunk_stats", None)
     if get is None or not bounds or getattr(mask, "ndim", 1) != 1:
         return None, None

@@ -719,10 +719,12 @@ class CarrayWrites(CarrayBase):
         """Write meta/stats when the statistics changed (after the chunks and meta/sizes: a file
         older than the chunks is found stale by the chunks' fingerprints, never trusted)."""
         st = self._stats
-        if st is None or not st.dirty or not self._ondisk or self._mode == "r":
+        if st is None or not self._ondisk or self._mode == "r":
             return
         if self.__dict__.get("_first_write") is not None:
             return      # mode 'a' before its first write reads only: it changes no file
+        if not st.dirty and not st.carries(self._chunks.moved_fingerprints()):
+            return      # (object storage: a file uploaded again changes its chunks' fingerprints)
         st.take_fingerprints(self._chunks)
         self._chunks.write_stats(_stats.encode(st, len(self._chunks)))
         st.dirty = False

@@ -731,20 +731,20 @@ class BlzChunks(LayoutChunks):
             self.store.write_chunk(n, last)
 
     def fingerprint(self, i):
-        if getattr(self.store, "remote", False):
-            return None
         try:
             return self.store.chunk_fingerprint(i)
         except (BlzarrError, OSError):
             return None
 
     def fingerprints(self, ids):
-        if getattr(self.store, "remote", False):
-            return [None] * len(ids)
         try:
             return self.store.chunk_fingerprints(ids)
         except (BlzarrError, OSError):
             return [self.fingerprint(i) for i in ids]
+
+    def moved_fingerprints(self):
+        moves = getattr(self.store, "tag_moves", None)      # object storage (remote.RemoteBlzDir)
+        return moves.moves if moves is not None else {}
 
     def storage_options(self):
         return {"checksum": self.store.checksum_name, "reserve": self.store.reserve,

@@ -33,6 +33,7 @@ import numpy as np
 from blzarr import _chunk
 from blzarr import _superchunk as sc
 from blzarr.storage.blz.directory import SUPERCHUNK_EXT, BlzDir, _File, _Where
+from blzarr.storage import objstats
 from blzarr.storage.bytestore import open_bytestore
 from blzarr.errors import BlzarrError, ChunkError, FormatError, StorageError
 from blzarr.storage.files import ATTRIBUTES_FILE, DATA_DIR, META_DIR, SIZES_FILE
@@ -75,6 +76,8 @@ class RemoteBlzDir(BlzDir):
         self._prefetched = {}           # chunk -> its slot's bytes, fetched ahead for the next reads
         self._recent = (None, None, None)   # (chunk, epoch, bytes): the last chunk read whole, even uncached
         self._K_hint = None             # superchunklen as meta/storage says, before file 1 is read
+        self._tags = {}                 # file number -> its version tag (ETag) as listed or uploaded
+        self.tag_moves = objstats.TagMoves()
 
     # ------------------------------------------------------------------ the files being written
     def _at_hand(self, fno):
@@ -85,16 +88,46 @@ class RemoteBlzDir(BlzDir):
         return fno in self._sizes
 
     def _uploaded(self, fno, size):
+        old = self._tag_fingerprint(fno)
         self._sizes[fno] = size
+        self._tags[fno] = self._guard.seen.get(self._key(fno))
+        self.tag_moves.moved(old, self._tag_fingerprint(fno))
 
     def _remove_file(self, fno):
         super()._remove_file(fno)
         self._sizes.pop(fno, None)
+        self._tags.pop(fno, None)
+        self.tag_moves.forget(fno)
+
+    # ------------------------------------------------------------------ fingerprints (objstats)
+    def _tag_fingerprint(self, fno):
+        return objstats.object_fingerprint(fno, self._sizes.get(fno), self._tags.get(fno))
+
+    def chunk_fingerprint(self, n):
+        """(file number, file size, its version tag as a number) of chunk n's superchunk file, from
+        the listing or this writer's upload (no request); None for a file changed here and not
+        uploaded yet, or a store without tags."""
+        return self.chunk_fingerprints([n])[0]
+
+    def chunk_fingerprints(self, ids):
+        with self._lock:
+            dirty = set(self._writes.dirty())
+            out = []
+            for n in ids:
+                fno = n // self.K + 1
+                if not 0 <= n < self._nphys or self._key(fno) in dirty:
+                    out.append(None)
+                else:
+                    out.append(self._tag_fingerprint(fno))
+            return out
 
     # ------------------------------------------------------------------ opening
     def _list_files(self):
-        # the listing, and meta/sizes and meta/attributes that the carray reads next: concurrently
+        # the listing, and meta/sizes, meta/attributes and meta/stats that the carray reads next:
+        # concurrently
         metas = [f"{META_DIR}/{SIZES_FILE}", f"{META_DIR}/{ATTRIBUTES_FILE}"]
+        if not getattr(self.bytes, "http", False):
+            metas.append(objstats.STATS_KEY)
         if self.mode != "r":
             # a writer: the version of meta/sizes before its bytes are read (a commit in between
             # then fails this writer's conditional put instead of going unnoticed)
@@ -105,7 +138,9 @@ class RemoteBlzDir(BlzDir):
             listing = self.bytes.list(DATA_DIR, etags=etags)
             self._guard.listed(DATA_DIR, etags)
             for key, data in got.result().items():
-                if data is not None:
+                if data is None and key == objstats.STATS_KEY:
+                    self.bytes.prime(key, b"", 1)       # none: no statistics (not asked again)
+                elif data is not None:
                     # meta/sizes is read twice by an open (the chunks it counts, then the carray)
                     self.bytes.prime(key, data, 2 if key.endswith(SIZES_FILE) else 1)
         nums = []
@@ -116,6 +151,7 @@ class RemoteBlzDir(BlzDir):
                     nums.append(int(digits))
                     if size is not None:
                         self._sizes[int(digits)] = int(size)
+                    self._tags[int(digits)] = etags.get(name)
         nums.sort()
         if not nums and getattr(self.bytes, "http", False):
             return self._files_from_sizes()
