@@ -367,8 +367,12 @@ def test_full_sweep(op, fmt, fault, tmp_path_factory, request):
     before = 0
     for at in points:
         before += case.interrupt_at(at, fault)
-    # both outcomes occur: the early points leave the state before, the last ones the state after
-    assert 0 < before <= len(points)
+    # both outcomes occur when the process dies: the early points leave the state before, the last
+    # ones the state after.  An in-process fault may end in the state after at every point: the
+    # handle, collected, flushes what the operation had done in memory (a trim of the bcolz layout)
+    assert before <= len(points)
+    if fault == "kill":
+        assert before > 0
 
 
 # the writing calls a sweep interrupts: every one of an operation that makes at most this many, an
