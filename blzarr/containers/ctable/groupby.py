@@ -62,7 +62,10 @@ class CtableGroupby:
 
         A term is ``(column, operator, value)`` with the operators ``==`` (``eq``), ``!=``
         (``neq``), ``in``, ``not in`` (``nin``), ``>``, ``>=``, ``<``, ``<=``; ``in`` and ``not in``
-        take a list, tuple or set of values.  `cache` is accepted for bquery's signature.
+        take a list, tuple or set of values.  With `cache`, a term on a column whose
+        factorization is cached (`cache_factor`, or bquery's ``auto_cache`` option, which builds
+        it here) is answered from the cache: the term is evaluated once per distinct value and the
+        rows look it up by their code, without decoding the column.
 
         Examples
         --------
@@ -71,7 +74,10 @@ class CtableGroupby:
         >>> t.where_terms([("k", "in", ["a", "c"]), ("v", ">", 1)])[:].tolist()
         [False, False, True]
         """
-        return carray(_gb.where_terms_mask(self, term_list))
+        if cache and isinstance(term_list, (list, tuple, set)):
+            self._auto_cache([t[0] for t in term_list if isinstance(t, (list, tuple)) and len(t) == 3
+                              and t[0] in self.names])
+        return carray(_gb.where_terms_mask(self, term_list, cache=cache))
 
     def cache_factor(self, col_list, refresh=False):
         """Factorize the columns `col_list` and keep their codes and distinct values beside them
