@@ -146,3 +146,104 @@ def test_in_memory_cache_of_any_dtype_is_found(k):
     assert t.groupby(["k"], ["v"])["v"][:].tolist() == [4, 2]
     t2 = blzarr.ctable([k.copy(), np.array([1, 2, 3])], names=["k", "v"])
     assert factor_cache.load(t2, "k") is None       # an equal column of another table: no cache
+
+
+# ----------------------------------------------------------------------------- delcol / addcol
+def _hidden(root):
+    return sorted(e for e in os.listdir(root) if e.startswith("."))
+
+
+@pytest.mark.parametrize("fmt", ["blz", "bcolz"])
+@pytest.mark.parametrize("keep", [False, True])
+def test_delcol_removes_the_cache_and_addcol_sees_none(tmp_path, fmt, keep):
+    root = str(tmp_path / "t")
+    k = np.array([b"x", b"y", b"x", b"z"] * 50)
+    t = blzarr.ctable([k, np.arange(200)], names=["k", "v"], rootdir=root, mode="w", format=fmt)
+    t.cache_factor(["k", "v"])
+    assert os.path.isdir(os.path.join(root, "k.factor"))
+    kept = t.delcol("k", keep=keep)
+    assert not os.path.exists(os.path.join(root, "k.factor"))
+    assert os.path.isdir(os.path.join(root, "v.factor"))             # other caches stay
+    assert _hidden(root) == [] or all(not e.startswith(".k") for e in _hidden(root))
+    if keep:
+        assert kept[:].tolist() == k.tolist()
+        assert blzarr.open(os.path.join(root, "k"), mode="r")[:].tolist() == k.tolist()
+        kept.close()
+        import shutil
+        shutil.rmtree(os.path.join(root, "k"))      # the kept directory, out of the new column's way
+    # a new column of the same name, of another length class of values: no stale cache is found
+    new = np.array([b"q", b"r", b"r", b"q"] * 50)
+    t.addcol(new, name="k")
+    assert factor_cache.load(t, "k") is None
+    assert t.unique("k") == [b"q", b"r"]
+    r = t.where_terms([("k", "==", "r")], cache=True)
+    assert np.array_equal(r[:], new == b"r")
+    t.cache_factor(["k"])
+    assert factor_cache.load(blzarr.open(root), "k")[1].tolist() == [b"q", b"r"]
+    assert blzarr.open(root).groupby(["k"], ["v"])["k"][:].tolist() == [b"q", b"r"]
+
+
+@pytest.mark.parametrize("fmt", ["blz", "bcolz"])
+def test_addcol_ignores_an_orphan_cache_of_its_name(tmp_path, fmt):
+    # an orphan cache left beside the table (by an older blzarr's delcol): addcol removes it
+    root = str(tmp_path / "t")
+    t = blzarr.ctable([np.array([1, 2, 1, 3] * 25), np.arange(100)], names=["k", "v"],
+                      rootdir=root, mode="w", format=fmt)
+    t.cache_factor(["k"])
+    t.delcol("k")
+    t.close()
+    import shutil
+    src = str(tmp_path / "s")
+    blzarr.ctable([np.array([1, 2, 1, 3] * 25)], names=["k"], rootdir=src, mode="w", format=fmt).cache_factor(["k"])
+    shutil.copytree(os.path.join(src, "k.factor"), os.path.join(root, "k.factor"))
+    t = blzarr.open(root, mode="a")
+    t.addcol(np.array([7, 7, 8, 9] * 25), name="k")
+    assert not os.path.exists(os.path.join(root, "k.factor"))
+    assert factor_cache.load(t, "k") is None and t.unique("k") == [7, 8, 9]
+    assert not any(e.startswith(".k") for e in os.listdir(root))
+
+
+def test_in_memory_delcol_then_addcol_has_no_stale_cache():
+    t = blzarr.ctable([np.array([1, 2, 1]), np.arange(3)], names=["k", "v"])
+    t.cache_factor(["k"])
+    t.delcol("k")
+    t.addcol(np.array([5, 5, 6]), name="k")
+    assert factor_cache.load(t, "k") is None and t.unique("k") == [5, 6]
+
+
+@pytest.mark.parametrize("fmt", ["blz", "bcolz"])
+@pytest.mark.parametrize("fault", ["interrupt", "enospc"])
+def test_delcol_with_a_cache_interrupted_anywhere(tmp_path, fmt, fault):
+    """An interrupt before any file operation of delcol: the table has the column (with a valid
+    cache or none) or has neither column nor cache; a retry completes it and leaves nothing."""
+    from faults import count_calls, run_faulted
+    root = str(tmp_path / "t")
+    k = np.array([3, 1, 3, 2] * 250)
+
+    def setup():
+        t = blzarr.ctable([k, np.arange(1000)], names=["k", "v"], rootdir=root, mode="w",
+                          format=fmt, chunklen=100)
+        t.cache_factor(["k"])
+        t.close()
+
+    def op():
+        t = blzarr.open(root, mode="a")
+        if "k" in t.names:
+            t.delcol("k")
+    setup()
+    n, _ = count_calls(op)
+    assert n > 3
+    for at in range(1, n + 1):
+        setup()
+        run_faulted(op, at, fault)
+        t = blzarr.open(root, mode="r")
+        if "k" in t.names:
+            got = factor_cache.load(t, "k")
+            assert got is None or got[1].tolist() == [3, 1, 2], at
+            assert t["k"][:].tolist() == k.tolist()
+        else:
+            assert not os.path.exists(os.path.join(root, "k.factor")), at
+        op()
+        t = blzarr.open(root, mode="r")
+        assert t.names == ["v"] and not os.path.exists(os.path.join(root, "k.factor")), at
+        assert _hidden(root) == [], (at, _hidden(root))

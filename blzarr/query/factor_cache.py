@@ -27,6 +27,7 @@ import numpy as np
 
 from blzarr.storage import fileio
 from blzarr.storage import files
+from blzarr.storage import intent
 
 FORMAT = "blzarr-factor"
 VERSION = 1
@@ -212,6 +213,24 @@ def store(table, name, codes, uniques, snap):
     except BaseException:
         fileio.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def hide(table, name, coldir):
+    """Take the on-disk cache of column `name` out of use in one rename, before the column's
+    directory `coldir` is removed (delcol) or a new column of that name is added (addcol): it becomes
+    a hidden leftover of `coldir` (``.<name>.blzarr-old-<hex>`` beside it), which the column's
+    removal, or the next writer's recovery of that name, deletes.  So a column that is gone never
+    leaves its cache behind for a later column of its name, and an interrupt leaves the column with
+    or without its cache (both valid).  Returns the leftover's path, or None without a cache."""
+    d = cache_dir(table, name)
+    if not os.path.lexists(d):
+        return None
+    hidden = intent.stage_path(coldir, "old")
+    fileio.rename(d, hidden)
+    if fileio.sync_enabled():
+        for p in dict.fromkeys([os.path.dirname(d), os.path.dirname(hidden)]):
+            fileio.fsync_dir(p)
+    return hidden
 
 
 def drop(table, name=None):
