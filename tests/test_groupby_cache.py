@@ -247,3 +247,40 @@ def test_delcol_with_a_cache_interrupted_anywhere(tmp_path, fmt, fault):
         t = blzarr.open(root, mode="r")
         assert t.names == ["v"] and not os.path.exists(os.path.join(root, "k.factor")), at
         assert _hidden(root) == [], (at, _hidden(root))
+
+
+# ----------------------------------------------------------------------------- one committed version
+@pytest.mark.parametrize("fmt", ["blz", "bcolz"])
+def test_groupby_of_a_reader_checks_the_version_once_and_sees_commits(tmp_path, fmt, monkeypatch):
+    from blzarr.storage import commitrec
+    root = str(tmp_path / "t")
+    rng = np.random.default_rng(2)
+    k = rng.integers(0, 50, 100_000)
+    v = rng.integers(0, 9, 100_000)
+    blzarr.ctable([k, v], names=["k", "v"], rootdir=root, mode="w", format=fmt, chunklen=1000).close()
+    r = blzarr.open(root, mode="r")
+    w = blzarr.open(root, mode="a")
+    w.append([np.array([77]), np.array([5])])
+    w.flush()
+    calls = []
+    orig = commitrec.Watch.changed
+
+    def changed(self):
+        calls.append(1)
+        return orig(self)
+    monkeypatch.setattr(commitrec.Watch, "changed", changed)
+    got = r.groupby(["k"], ["v"], out_flavor="pandas")
+    # the reader sees the row committed before the call (one version, checked at the start) ...
+    ref = pd_groupby_sum(np.append(k, 77), np.append(v, 5))
+    assert dict(zip(got["k"], got["v"])) == ref
+    # ... and checks it a few times, not once per column per block (100 blocks here)
+    assert len(calls) <= 2 * len(r.names) + 2, len(calls)
+    calls.clear()
+    m = r.where_terms([("k", "in", [1, 77])])
+    assert len(calls) <= 2 * len(r.names) + 2 and m[:].sum() == int(np.isin(np.append(k, 77), [1, 77]).sum())
+
+
+def pd_groupby_sum(k, v):
+    import pandas as pd
+    s = pd.Series(v).groupby(k).sum()
+    return {int(a): int(b) for a, b in s.items()}

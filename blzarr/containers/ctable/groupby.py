@@ -5,6 +5,7 @@ so that code written for bquery's ctable runs with blzarr's."""
 import numpy as np
 
 from blzarr.containers.carray.array import carray
+from blzarr.containers.carray.version import fresh_call
 from blzarr.query import factor_cache
 from blzarr.query import groupby as _gb
 
@@ -120,3 +121,10 @@ class CtableGroupby:
         row of each basket where `bool_arr` is true on some row; None without `bool_arr`."""
         r = _gb.is_in_ordered_subgroups(self, basket_col, bool_arr, _max_len_subgroup)
         return None if r is None else carray(r)
+
+
+# read calls: the committed version is loaded once at the start, and the blocks read on every thread
+# then check it no more (a check per column read was a stat of every column's meta/sizes per block)
+for _name in ("groupby", "where_terms", "unique", "factorize_groupby_cols", "is_in_ordered_subgroups"):
+    setattr(CtableGroupby, _name, fresh_call(getattr(CtableGroupby, _name)))
+del _name
