@@ -15,7 +15,8 @@ faster):
 groupby   sum(v1) by id1; sum(v1) by id3; sum(v1) and mean(v3) by id3.  blzarr without a cached
           factorization, and "blzarr cached" after ``cache_factor`` of the key.  Peers: pandas
           (``groupby(sort=False)``), Polars (id1 as a string column), DuckDB (a table in memory), and
-          Polars and DuckDB reading the same rows from a Parquet file (zstd).
+          Polars and DuckDB reading the same rows from a Parquet file (zstd), and python-blosc2's
+          CTable ``group_by(key).agg(...)`` on its own persisted table (same codec and level).
 terms     ``where_terms([('id3', 'in', 20 values)])`` against ``np.isin`` on the uncompressed column,
           and ``[('id1', 'in', 3 values)]`` against np.isin on the S5 column.
 """
@@ -117,6 +118,8 @@ def run_groupby(args, data, root, tmp, report):
         pdf = pl.DataFrame({"id1": data["id1"].astype(str), "id3": data["id3"], "v1": data["v1"], "v3": data["v3"]})
         pdf.write_parquet(pq, compression="zstd")
         peers["polars"] = pdf
+    if have("blosc2") and hasattr(__import__("blosc2"), "CTable"):
+        peers["blosc2"] = blosc2_table(data, os.path.join(tmp, "g.b2d"))
     if have("duckdb"):
         import duckdb
         con = duckdb.connect()
@@ -137,6 +140,9 @@ def run_groupby(args, data, root, tmp, report):
             exprs = [getattr(pl.col(c), op)() for c, op in aggs]
             fns["polars"] = lambda keys=keys, exprs=exprs: peers["polars"].group_by(keys).agg(exprs)
             fns["polars parquet"] = lambda keys=keys, exprs=exprs: pl.read_parquet(pq).group_by(keys).agg(exprs)
+        if "blosc2" in peers:
+            b2t = peers["blosc2"]
+            fns["blosc2 ctable"] = lambda keys=keys, spec=spec: b2t.group_by(keys[0] if len(keys) == 1 else keys).agg(spec)
         if "duckdb" in peers:
             sel = ", ".join(f"{sql[op]}({c}) AS {c}" for c, op in aggs)
             q = f"SELECT {', '.join(keys)}, {sel} FROM g GROUP BY {', '.join(keys)}"
@@ -146,7 +152,10 @@ def run_groupby(args, data, root, tmp, report):
         vals = [c for c, _ in aggs]
         ref = as_frame(fns["pandas"](), keys, vals)
         for name, fn in fns.items():
-            if name != "pandas":
+            if name == "blosc2 ctable":     # its result columns are named <column>_<op>
+                got = fn().to_pandas().rename(columns={f"{c}_{op}": c for c, op in aggs})
+                check(name, got, ref, keys, vals)
+            elif name != "pandas":
                 check(name, fn(), ref, keys, vals)
         times = interleaved(fns, args.repeats)
         report.row("groupby", label, times)
@@ -162,6 +171,21 @@ def run_groupby(args, data, root, tmp, report):
         for peer, want in (("pandas", 5.0), ("polars", 1.0), ("duckdb", 1.0)):
             if peer in times:
                 report.target(f"{label}: {peer} / blzarr >= {want}", statistics.median(times[peer]) / best, want)
+
+
+def blosc2_table(data, path):
+    """python-blosc2's CTable of the same rows, persisted at `path` (reopened from disk), id1 as
+    fixed-width strings of 5 (its default, variable-length UTF-8, took minutes to write here)."""
+    import blosc2
+    import pyarrow as pa
+    blosc2.set_nthreads(NTHREADS)
+    n = len(data["id3"])
+    tab = pa.table({"id1": data["id1"].astype(str), "id3": data["id3"], "v1": data["v1"], "v3": data["v3"]})
+    t = blosc2.CTable.from_arrow(tab.schema, tab.to_batches(max_chunksize=1 << 20), urlpath=path, mode="w",
+                                 capacity_hint=n, string_max_length=5,
+                                 cparams={"codec": getattr(blosc2.Codec, CNAME.upper()), "clevel": CLEVEL})
+    t.close()
+    return blosc2.CTable.open(path)
 
 
 def run_terms(args, data, root, report):

@@ -27,6 +27,7 @@ import numpy as np
 
 from blzarr.storage import fileio
 from blzarr.storage import files
+from blzarr.storage import intent
 
 FORMAT = "blzarr-factor"
 VERSION = 1
@@ -35,7 +36,31 @@ SUFFIX = ".factor"
 # same size and timestamp (coarse file-system clocks): its content is checked as well
 RACY_NS = 3_000_000_000
 
-_memory = weakref.WeakKeyDictionary()
+# in-memory caches by id(column): (weak reference to the column, generation, codes, uniques).  Not a
+# WeakKeyDictionary: its lookups compare columns with ``==``, which is elementwise for a carray.
+_memory = {}
+
+
+def _memory_get(col):
+    hit = _memory.get(id(col))
+    if hit is None or hit[0]() is not col:
+        return None
+    return hit[1:]
+
+
+def _memory_put(col, gen, codes, uniques):
+    key = id(col)
+
+    def gone(_ref, key=key):
+        cur = _memory.get(key)
+        if cur is not None and cur[0] is _ref:
+            del _memory[key]
+    _memory[key] = (weakref.ref(col, gone), gen, codes, uniques)
+
+
+def _memory_drop(col):
+    if _memory_get(col) is not None:
+        del _memory[id(col)]
 
 
 def _gen(col):
@@ -101,7 +126,7 @@ def load(table, name):
     of one code per row (memory-mapped from disk)."""
     col = table[name]
     if not getattr(table, "rootdir", None):
-        hit = _memory.get(col)
+        hit = _memory_get(col)
         if hit is not None and hit[0] == _gen(col):
             return hit[1], hit[2]
         return None
@@ -153,7 +178,7 @@ def store(table, name, codes, uniques, snap):
     is `snapshot`'s, taken before the column was read."""
     col = table[name]
     if not getattr(table, "rootdir", None):
-        _memory[col] = (snap, codes, uniques)
+        _memory_put(col, snap, codes, uniques)
         return
     root = table.rootdir
     final = cache_dir(table, name)
@@ -190,11 +215,29 @@ def store(table, name, codes, uniques, snap):
         raise
 
 
+def hide(table, name, coldir):
+    """Take the on-disk cache of column `name` out of use in one rename, before the column's
+    directory `coldir` is removed (delcol) or a new column of that name is added (addcol): it becomes
+    a hidden leftover of `coldir` (``.<name>.blzarr-old-<hex>`` beside it), which the column's
+    removal, or the next writer's recovery of that name, deletes.  So a column that is gone never
+    leaves its cache behind for a later column of its name, and an interrupt leaves the column with
+    or without its cache (both valid).  Returns the leftover's path, or None without a cache."""
+    d = cache_dir(table, name)
+    if not os.path.lexists(d):
+        return None
+    hidden = intent.stage_path(coldir, "old")
+    fileio.rename(d, hidden)
+    if fileio.sync_enabled():
+        for p in dict.fromkeys([os.path.dirname(d), os.path.dirname(hidden)]):
+            fileio.fsync_dir(p)
+    return hidden
+
+
 def drop(table, name=None):
     """Remove the cache of column `name` (of every column when None)."""
     if not getattr(table, "rootdir", None):
         for c in ([name] if name else table.names):
-            _memory.pop(table[c], None)
+            _memory_drop(table[c])
         return
     for c in ([name] if name else table.names):
         d = cache_dir(table, c)

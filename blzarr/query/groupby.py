@@ -779,8 +779,23 @@ def isin_block(vals, table, nwords, negate, reader, tag="isin"):
     return out
 
 
-def where_terms_mask(table, term_list):
-    """A NumPy boolean array: the rows where every term holds."""
+_CMP = {"==": np.equal, "!=": np.not_equal, ">": np.greater, ">=": np.greater_equal,
+        "<": np.less, "<=": np.less_equal}
+
+
+def _term_mask(vals, op, value, isin, reader, tag="isin"):
+    """Boolean mask of the elements of `vals` where the term (op, value) holds; `isin` is
+    `isin_table`'s answer for ``in`` / ``not in``."""
+    if op in ("in", "not in"):
+        t, nw = isin
+        return isin_block(vals, t, nw, op == "not in", reader, tag).view(bool)
+    return _CMP[op](vals, _scalar_for(value, vals.dtype))
+
+
+def where_terms_mask(table, term_list, cache=False):
+    """A NumPy boolean array: the rows where every term holds.  With `cache`, a term on a column
+    with a valid factorization cache is evaluated once per distinct value, and the rows look their
+    answer up by code: the column itself is not decoded."""
     if not isinstance(term_list, (list, tuple, set)):
         raise ValueError(f"where_terms: only term lists are supported, got {type(term_list).__name__}")
     terms = [_normalise_term(table, t) for t in term_list]
@@ -792,22 +807,39 @@ def where_terms_mask(table, term_list):
     for k, (col, op, value) in enumerate(terms):
         if op in ("in", "not in"):
             tables[k] = isin_table(list(value), table[col].dtype)
-    blen = _block_len([table[c] for c, _, _ in terms])
+    # per term: the array read block by block, and for a cached column the byte table that maps
+    # each code to whether its value satisfies the term
+    srcs, luts = [], {}
+    loaded = {}
+    for k, (col, op, value) in enumerate(terms):
+        got = None
+        if cache:
+            if col not in loaded:
+                loaded[col] = factor_cache.load(table, col)
+            got = loaded[col]
+        if got is None:
+            srcs.append(table[col])
+            continue
+        codes, uniques = got
+        uniques = np.asarray(uniques)
+        r = _Reader(max(len(uniques), 1))
+        luts[k] = np.ascontiguousarray(_term_mask(uniques, op, value, tables.get(k), r), dtype=np.uint8)
+        srcs.append(codes)
+    blen = _block_len([s for s in srcs if not isinstance(s, np.ndarray)] or [table[terms[0][0]]])
     bounds = [(s, min(s + blen, n)) for s in range(0, n, blen)]
     reader = _Reader(blen)
-    cmp = {"==": np.equal, "!=": np.not_equal, ">": np.greater, ">=": np.greater_equal,
-           "<": np.less, "<=": np.less_equal}
 
     def block(b):
         s, e = bounds[b]
         o = out[s:e]
         for k, (col, op, value) in enumerate(terms):
-            vals = reader.read(table[col], s, e)
-            if op in ("in", "not in"):
-                t, nw = tables[k]
-                m = isin_block(vals, t, nw, op == "not in", reader).view(bool)
+            vals = reader.read(srcs[k], s, e)
+            if k in luts:
+                m = reader.buf(("lut", k), (len(vals),), np.dtype(np.uint8))
+                _gb.isin_span(reader.as_key(vals, "lut"), 0, luts[k], m, False)
+                m = m.view(bool)
             else:
-                m = cmp[op](vals, _scalar_for(value, vals.dtype))
+                m = _term_mask(vals, op, value, tables.get(k), reader)
             if k == 0:
                 np.copyto(o, m)
             else:

@@ -5,6 +5,7 @@ so that code written for bquery's ctable runs with blzarr's."""
 import numpy as np
 
 from blzarr.containers.carray.array import carray
+from blzarr.containers.carray.version import fresh_call
 from blzarr.query import factor_cache
 from blzarr.query import groupby as _gb
 
@@ -62,7 +63,10 @@ class CtableGroupby:
 
         A term is ``(column, operator, value)`` with the operators ``==`` (``eq``), ``!=``
         (``neq``), ``in``, ``not in`` (``nin``), ``>``, ``>=``, ``<``, ``<=``; ``in`` and ``not in``
-        take a list, tuple or set of values.  `cache` is accepted for bquery's signature.
+        take a list, tuple or set of values.  With `cache`, a term on a column whose
+        factorization is cached (`cache_factor`, or bquery's ``auto_cache`` option, which builds
+        it here) is answered from the cache: the term is evaluated once per distinct value and the
+        rows look it up by their code, without decoding the column.
 
         Examples
         --------
@@ -71,7 +75,10 @@ class CtableGroupby:
         >>> t.where_terms([("k", "in", ["a", "c"]), ("v", ">", 1)])[:].tolist()
         [False, False, True]
         """
-        return carray(_gb.where_terms_mask(self, term_list))
+        if cache and isinstance(term_list, (list, tuple, set)):
+            self._auto_cache([t[0] for t in term_list if isinstance(t, (list, tuple)) and len(t) == 3
+                              and t[0] in self.names])
+        return carray(_gb.where_terms_mask(self, term_list, cache=cache))
 
     def cache_factor(self, col_list, refresh=False):
         """Factorize the columns `col_list` and keep their codes and distinct values beside them
@@ -114,3 +121,10 @@ class CtableGroupby:
         row of each basket where `bool_arr` is true on some row; None without `bool_arr`."""
         r = _gb.is_in_ordered_subgroups(self, basket_col, bool_arr, _max_len_subgroup)
         return None if r is None else carray(r)
+
+
+# read calls: the committed version is loaded once at the start, and the blocks read on every thread
+# then check it no more (a check per column read was a stat of every column's meta/sizes per block)
+for _name in ("groupby", "where_terms", "unique", "factorize_groupby_cols", "is_in_ordered_subgroups"):
+    setattr(CtableGroupby, _name, fresh_call(getattr(CtableGroupby, _name)))
+del _name

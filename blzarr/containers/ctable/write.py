@@ -14,6 +14,7 @@ from blzarr.containers.carray.array import carray, operator_index
 from blzarr.containers.carray.write import _python_values, retire
 from blzarr.containers.ctable.read import CtableBase
 from blzarr.errors import ReadOnlyError, StorageError, os_reason, storage_op
+from blzarr.query import factor_cache
 from blzarr.storage.files import ATTRS_FILE, ROOTDIRS_FILE
 
 
@@ -324,6 +325,10 @@ class CtableWrites(CtableBase):
         local = rd is not None and self._bytes is None
         if local:
             intent.recover(rd)      # an interrupted addcol/delcol of this name is completed first
+            # a factorization cache of an earlier column of this name (left by another program or
+            # an older blzarr) must not describe the new one
+            if factor_cache.hide(self, name, rd) is not None:
+                intent.recover(rd)
         if rd is not None and (self._bytes.child(name).list("") if self._bytes is not None
                                else os.path.lexists(rd)):
             raise StorageError(f"cannot add column {name!r}: '{rd}' already exists")
@@ -445,8 +450,13 @@ class CtableWrites(CtableBase):
         rd = self._col_dir(name)
         if rd is not None and self._bytes is None and col.rootdir is not None:
             col.flush()
+            # the column's factorization cache goes first (a column without its cache is valid;
+            # a cache without its column is not): hidden in one rename, deleted with the column
+            hidden = factor_cache.hide(self, name, rd)
             if keep:
                 self._write_rootdirs(names)     # one atomic write: the directory stays where it is
+                if hidden is not None:
+                    intent.recover(rd)          # deletes the hidden cache, leaves the kept column
             else:
                 try:
                     intent.remove(rd, rootdirs=self._rootdirs_meta(names),
@@ -457,6 +467,8 @@ class CtableWrites(CtableBase):
                     raise
                 retire(col, f"column {name!r} was removed from the ctable '{self._rootdir}'")
         else:
+            if self._rootdir is None:
+                factor_cache.drop(self, name)
             if not keep and col.rootdir is not None:
                 col.flush()
             self._write_rootdirs(names)

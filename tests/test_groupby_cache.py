@@ -1,0 +1,286 @@
+"""The factorization cache in use: where_terms(cache=True) answered from the codes (checked against
+NumPy, and checked not to decode the column), and the cache's life with its column (delcol removes
+it, an addcol of the same name sees none)."""
+
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import blzarr
+from blzarr.query import factor_cache
+from blzarr.query import groupby as gbmod
+
+POOLS = {
+    "i8": np.array([-(2 ** 40), 0, 5, 7, 2 ** 40], "i8"),
+    "u1": np.array([0, 3, 255], "u1"),
+    "f8": np.array([np.nan, -0.0, 0.0, 1.5, -2.25]),
+    "S": np.array([b"", b"a", b"abcdefghijk", b"zz"]),
+    "U": np.array(["", "\u00e9t\u00e9", "x", "long string"]),
+    "M8": np.array(["2020-01-01", "NaT", "1969-12-31T23:59:59"], "M8[s]"),
+}
+OPS = ["==", "!=", "in", "not in", "nin", ">", ">=", "<", "<="]
+NP_CMP = {"==": np.equal, "!=": np.not_equal, ">": np.greater, ">=": np.greater_equal,
+          "<": np.less, "<=": np.less_equal}
+
+
+def _numpy_term(a, op, value):
+    if op in ("in", "not in", "nin"):
+        vals = np.array(value, dtype=a.dtype)
+        hit = np.isin(a, vals)
+        missing = np.isnan if a.dtype.kind == "f" else np.isnat if a.dtype.kind == "M" else None
+        if missing is not None and missing(vals).any():
+            hit |= missing(a)               # blzarr's `in` matches NaN to NaN (NaT to NaT), as pandas' isin
+        return hit if op == "in" else ~hit
+    return NP_CMP[op](a, value)
+
+
+def _layout(where, tmp_path):
+    if where == "memory":
+        return {}
+    return {"rootdir": str(tmp_path / "t"), "mode": "w", "format": where}
+
+
+class _ReadCounter:
+    """Counts the block reads of each array by the group-by engine's reader."""
+
+    def __init__(self, monkeypatch):
+        self.seen = []
+        orig = gbmod._Reader.read
+        seen = self.seen
+
+        def read(reader, arr, s, e, tag=""):
+            seen.append(id(arr))
+            return orig(reader, arr, s, e, tag)
+        monkeypatch.setattr(gbmod._Reader, "read", read)
+
+    def reads_of(self, arr):
+        return self.seen.count(id(arr))
+
+
+@pytest.mark.parametrize("where", ["memory", "blz", "bcolz"])
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_where_terms_cached_equals_numpy_and_uncached(tmp_path_factory, where, data):
+    kind = data.draw(st.sampled_from(sorted(POOLS)))
+    pool = POOLS[kind]
+    n = data.draw(st.integers(1, 300))
+    idx = data.draw(st.lists(st.integers(0, len(pool) - 1), min_size=n, max_size=n))
+    k = pool[np.array(idx)]
+    v = np.arange(n)
+    op = data.draw(st.sampled_from(OPS))
+    if op in (">", ">=", "<", "<=") and kind in ("S", "U"):
+        op = "=="
+    picks = data.draw(st.lists(st.integers(0, len(pool) - 1), min_size=1, max_size=3))
+    value = [pool[i] for i in picks] if op in ("in", "not in", "nin") else pool[picks[0]]
+    t = blzarr.ctable([k, v], names=["k", "v"], chunklen=32,
+                      **_layout(where, tmp_path_factory.mktemp("w")))
+    t.cache_factor(["k"])
+    assert factor_cache.load(t, "k") is not None
+    got = t.where_terms([("k", op, value), ("v", ">=", 3)], cache=True)
+    ref = _numpy_term(k, op, value) & (v >= 3)
+    assert isinstance(got, blzarr.carray) and got.dtype == bool
+    assert got[:].tolist() == ref.tolist()
+    assert t.where_terms([("k", op, value), ("v", ">=", 3)])[:].tolist() == ref.tolist()
+
+
+@pytest.mark.parametrize("where", ["memory", "blz", "bcolz"])
+def test_where_terms_cache_is_used_not_the_column(tmp_path, where, monkeypatch):
+    rng = np.random.default_rng(3)
+    names = np.array([b"id%03d" % i for i in range(1, 101)])
+    k = names[rng.integers(0, 100, 200_000)]
+    x = rng.integers(0, 1000, 200_000)
+    t = blzarr.ctable([k, x], names=["k", "x"], chunklen=8192, **_layout(where, tmp_path))
+    terms = [("k", "in", ["id007", "id042", b"id100", "nope"]), ("x", "<", 700)]
+    ref = np.isin(k, [b"id007", b"id042", b"id100"]) & (x < 700)
+
+    counter = _ReadCounter(monkeypatch)
+    assert np.array_equal(t.where_terms(terms, cache=True)[:], ref)   # no cache yet: the column
+    assert counter.reads_of(t["k"]) > 0
+
+    t.cache_factor(["k"])
+    counter.seen.clear()
+    assert np.array_equal(t.where_terms(terms, cache=True)[:], ref)
+    assert counter.reads_of(t["k"]) == 0            # answered from the codes
+    assert counter.reads_of(t["x"]) > 0
+    counter.seen.clear()
+    assert np.array_equal(t.where_terms(terms)[:], ref)              # cache=False: the column
+    assert counter.reads_of(t["k"]) > 0
+    counter.seen.clear()
+    assert np.array_equal(t.where_terms([("k", "==", "id050")], cache=True)[:], k == b"id050")
+    assert np.array_equal(t.where_terms([("k", "nin", ["id050"])], cache=True)[:], k != b"id050")
+    assert counter.reads_of(t["k"]) == 0
+
+
+@pytest.mark.parametrize("fmt", ["blz", "bcolz"])
+def test_where_terms_stale_cache_is_not_used(tmp_path, fmt):
+    root = str(tmp_path / "t")
+    k = np.array([1, 2, 3, 1] * 100)
+    t = blzarr.ctable([k], names=["k"], rootdir=root, mode="w", format=fmt, chunklen=64)
+    t.cache_factor(["k"])
+    t["k"][5] = 9
+    t.flush()
+    k[5] = 9
+    assert np.array_equal(t.where_terms([("k", "==", 9)], cache=True)[:], k == 9)
+    assert np.array_equal(t.where_terms([("k", "in", [2, 9])], cache=True)[:], np.isin(k, [2, 9]))
+
+
+def test_where_terms_cache_with_auto_cache_builds_it(tmp_path):
+    root = str(tmp_path / "t")
+    k = np.array([b"a", b"b", b"c"] * 100)
+    blzarr.ctable([k], names=["k"], rootdir=root, mode="w")
+    t = blzarr.ctable(rootdir=root, mode="a", auto_cache=True)
+    assert factor_cache.load(t, "k") is None
+    assert np.array_equal(t.where_terms([("k", "in", ["b"])], cache=True)[:], k == b"b")
+    assert factor_cache.load(t, "k") is not None
+
+
+@pytest.mark.parametrize("k", [np.array([b"b", b"a", b"b"]), np.array(["b", "a", "b"]), np.array([2.5, 1.0, 2.5])])
+def test_in_memory_cache_of_any_dtype_is_found(k):
+    # a lookup that compared columns with == (elementwise for a carray) failed on string columns
+    t = blzarr.ctable([k, np.array([1, 2, 3])], names=["k", "v"])
+    t.cache_factor(["k"])
+    codes, uniques = factor_cache.load(t, "k")
+    assert codes.tolist() == [0, 1, 0] and uniques.tolist() == [k[0], k[1]]
+    assert t.groupby(["k"], ["v"])["v"][:].tolist() == [4, 2]
+    t2 = blzarr.ctable([k.copy(), np.array([1, 2, 3])], names=["k", "v"])
+    assert factor_cache.load(t2, "k") is None       # an equal column of another table: no cache
+
+
+# ----------------------------------------------------------------------------- delcol / addcol
+def _hidden(root):
+    return sorted(e for e in os.listdir(root) if e.startswith("."))
+
+
+@pytest.mark.parametrize("fmt", ["blz", "bcolz"])
+@pytest.mark.parametrize("keep", [False, True])
+def test_delcol_removes_the_cache_and_addcol_sees_none(tmp_path, fmt, keep):
+    root = str(tmp_path / "t")
+    k = np.array([b"x", b"y", b"x", b"z"] * 50)
+    t = blzarr.ctable([k, np.arange(200)], names=["k", "v"], rootdir=root, mode="w", format=fmt)
+    t.cache_factor(["k", "v"])
+    assert os.path.isdir(os.path.join(root, "k.factor"))
+    kept = t.delcol("k", keep=keep)
+    assert not os.path.exists(os.path.join(root, "k.factor"))
+    assert os.path.isdir(os.path.join(root, "v.factor"))             # other caches stay
+    assert _hidden(root) == [] or all(not e.startswith(".k") for e in _hidden(root))
+    if keep:
+        assert kept[:].tolist() == k.tolist()
+        assert blzarr.open(os.path.join(root, "k"), mode="r")[:].tolist() == k.tolist()
+        kept.close()
+        import shutil
+        shutil.rmtree(os.path.join(root, "k"))      # the kept directory, out of the new column's way
+    # a new column of the same name, of another length class of values: no stale cache is found
+    new = np.array([b"q", b"r", b"r", b"q"] * 50)
+    t.addcol(new, name="k")
+    assert factor_cache.load(t, "k") is None
+    assert t.unique("k") == [b"q", b"r"]
+    r = t.where_terms([("k", "==", "r")], cache=True)
+    assert np.array_equal(r[:], new == b"r")
+    t.cache_factor(["k"])
+    assert factor_cache.load(blzarr.open(root), "k")[1].tolist() == [b"q", b"r"]
+    assert blzarr.open(root).groupby(["k"], ["v"])["k"][:].tolist() == [b"q", b"r"]
+
+
+@pytest.mark.parametrize("fmt", ["blz", "bcolz"])
+def test_addcol_ignores_an_orphan_cache_of_its_name(tmp_path, fmt):
+    # an orphan cache left beside the table (by an older blzarr's delcol): addcol removes it
+    root = str(tmp_path / "t")
+    t = blzarr.ctable([np.array([1, 2, 1, 3] * 25), np.arange(100)], names=["k", "v"],
+                      rootdir=root, mode="w", format=fmt)
+    t.cache_factor(["k"])
+    t.delcol("k")
+    t.close()
+    import shutil
+    src = str(tmp_path / "s")
+    blzarr.ctable([np.array([1, 2, 1, 3] * 25)], names=["k"], rootdir=src, mode="w", format=fmt).cache_factor(["k"])
+    shutil.copytree(os.path.join(src, "k.factor"), os.path.join(root, "k.factor"))
+    t = blzarr.open(root, mode="a")
+    t.addcol(np.array([7, 7, 8, 9] * 25), name="k")
+    assert not os.path.exists(os.path.join(root, "k.factor"))
+    assert factor_cache.load(t, "k") is None and t.unique("k") == [7, 8, 9]
+    assert not any(e.startswith(".k") for e in os.listdir(root))
+
+
+def test_in_memory_delcol_then_addcol_has_no_stale_cache():
+    t = blzarr.ctable([np.array([1, 2, 1]), np.arange(3)], names=["k", "v"])
+    t.cache_factor(["k"])
+    t.delcol("k")
+    t.addcol(np.array([5, 5, 6]), name="k")
+    assert factor_cache.load(t, "k") is None and t.unique("k") == [5, 6]
+
+
+@pytest.mark.parametrize("fmt", ["blz", "bcolz"])
+@pytest.mark.parametrize("fault", ["interrupt", "enospc"])
+def test_delcol_with_a_cache_interrupted_anywhere(tmp_path, fmt, fault):
+    """An interrupt before any file operation of delcol: the table has the column (with a valid
+    cache or none) or has neither column nor cache; a retry completes it and leaves nothing."""
+    from faults import count_calls, run_faulted
+    root = str(tmp_path / "t")
+    k = np.array([3, 1, 3, 2] * 250)
+
+    def setup():
+        t = blzarr.ctable([k, np.arange(1000)], names=["k", "v"], rootdir=root, mode="w",
+                          format=fmt, chunklen=100)
+        t.cache_factor(["k"])
+        t.close()
+
+    def op():
+        t = blzarr.open(root, mode="a")
+        if "k" in t.names:
+            t.delcol("k")
+    setup()
+    n, _ = count_calls(op)
+    assert n > 3
+    for at in range(1, n + 1):
+        setup()
+        run_faulted(op, at, fault)
+        t = blzarr.open(root, mode="r")
+        if "k" in t.names:
+            got = factor_cache.load(t, "k")
+            assert got is None or got[1].tolist() == [3, 1, 2], at
+            assert t["k"][:].tolist() == k.tolist()
+        else:
+            assert not os.path.exists(os.path.join(root, "k.factor")), at
+        op()
+        t = blzarr.open(root, mode="r")
+        assert t.names == ["v"] and not os.path.exists(os.path.join(root, "k.factor")), at
+        assert _hidden(root) == [], (at, _hidden(root))
+
+
+# ----------------------------------------------------------------------------- one committed version
+@pytest.mark.parametrize("fmt", ["blz", "bcolz"])
+def test_groupby_of_a_reader_checks_the_version_once_and_sees_commits(tmp_path, fmt, monkeypatch):
+    from blzarr.storage import commitrec
+    root = str(tmp_path / "t")
+    rng = np.random.default_rng(2)
+    k = rng.integers(0, 50, 100_000)
+    v = rng.integers(0, 9, 100_000)
+    blzarr.ctable([k, v], names=["k", "v"], rootdir=root, mode="w", format=fmt, chunklen=1000).close()
+    r = blzarr.open(root, mode="r")
+    w = blzarr.open(root, mode="a")
+    w.append([np.array([77]), np.array([5])])
+    w.flush()
+    calls = []
+    orig = commitrec.Watch.changed
+
+    def changed(self):
+        calls.append(1)
+        return orig(self)
+    monkeypatch.setattr(commitrec.Watch, "changed", changed)
+    got = r.groupby(["k"], ["v"], out_flavor="pandas")
+    # the reader sees the row committed before the call (one version, checked at the start) ...
+    ref = pd_groupby_sum(np.append(k, 77), np.append(v, 5))
+    assert dict(zip(got["k"], got["v"])) == ref
+    # ... and checks it a few times, not once per column per block (100 blocks here)
+    assert len(calls) <= 2 * len(r.names) + 2, len(calls)
+    calls.clear()
+    m = r.where_terms([("k", "in", [1, 77])])
+    assert len(calls) <= 2 * len(r.names) + 2 and m[:].sum() == int(np.isin(np.append(k, 77), [1, 77]).sum())
+
+
+def pd_groupby_sum(k, v):
+    import pandas as pd
+    s = pd.Series(v).groupby(k).sum()
+    return {int(a): int(b) for a, b in s.items()}
