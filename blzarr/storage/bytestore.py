@@ -69,6 +69,7 @@ import abc
 import inspect
 import json
 import os
+import stat
 import re
 import threading
 import time
@@ -460,6 +461,18 @@ class LocalStore(ByteStore):
     def escapes(self, key):
         """The real path of `key` when it is not a regular file inside the root (a symlink out of it,
         a directory...), else None."""
+        # no symbolic link on the way from the root and a regular file at the end: inside, without
+        # resolving every component of the root's own path (one lstat per component of `key`)
+        try:
+            parts = key.split("/")
+            for i in range(1, len(parts)):
+                if stat.S_ISLNK(os.lstat(self._p("/".join(parts[:i]))).st_mode):
+                    break
+            else:
+                if stat.S_ISREG(os.lstat(self._p(key)).st_mode):
+                    return None
+        except OSError:
+            pass
         real = os.path.realpath(self._p(key))
         real_root = os.path.realpath(self.root)
         if os.path.commonpath([real, real_root]) != real_root or not os.path.isfile(real):
