@@ -557,7 +557,8 @@ def check_targets(results):
         q = ratio(d, "sum", "numpy")
         out.append((f"{d}: sum within 3x of NumPy", None if q is None else q >= 1 / 3, q))
         for op in ("create", "read_all", "fancy", "iter", "where", "disk_create", "disk_open_read",
-                   "disk_slices_cold", "disk_slices_warm", "disk_append"):
+                   "disk_slices_cold", "disk_slices_warm", "disk_append", "disk_flushes",
+                   "disk_open_scalar"):
             q = ratio(d, op, "bcolz")
             out.append((f"{d}: {op} at least as fast as bcolz", None if q is None else q >= 1, q))
         # every operation at least as fast as python-blosc2, zarr and bcolz; a[:] as fast as
