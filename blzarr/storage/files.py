@@ -70,13 +70,13 @@ class NewTree:
 
     Until that flush writes meta/sizes, which names the chunks, nothing in the directory is promised
     (a crash may leave it unopenable, never showing wrong values: meta/sizes comes last), and no
-    reader can use it (it opens only with meta/sizes).  So its files are written in place, without
-    temporary files and renames, and not synced one by one.  Writing meta/sizes (the first flush,
-    after the store synced its chunk files) publishes the tree first: every file written through
-    `atomic_write` is synced, then the new directories and the root's parent, once; meta/sizes is
-    then written the usual way (a synced temporary file renamed, its directory synced).  Syncs
-    issued in a row after all the writes cost about one journal commit, where a sync per file cost
-    one each."""
+    reader can use it (it opens only with meta/sizes, and the tree is built under a hidden name
+    that a rename publishes after this).  So its files are written in place, without temporary
+    files and renames, and not synced one by one.  Writing meta/sizes (the first flush) writes it in
+    place too and publishes the tree: every file written through `atomic_write` or handed over by
+    the store (`sync_later`: its chunk files), meta/sizes, the new directories and the root's
+    parent are synced, once each, in one barrier (`sync_together`).  Syncs issued together after all
+    the writes cost about one journal commit, where a sync per file, in turn, cost one each."""
 
     def __init__(self, root):
         self.root = os.path.abspath(os.fspath(root))
@@ -91,17 +91,19 @@ class NewTree:
         for p in paths:
             self.dirs[os.path.abspath(p)] = None
 
-    def publish(self, sync=None, synced_after=None):
-        """Make everything written in the tree durable (files first, then the names: the deepest
-        directories first, the root's parent last) and stop writing in place.  `synced_after`: a
-        directory the caller syncs next anyway (meta/, after meta/sizes), not synced here."""
+    def sync_later(self, path):
+        """`path`, a file of the tree written by its store, is synced with the others by `publish`."""
+        self.files[os.path.abspath(path)] = None
+
+    def publish(self, sync=None):
+        """Make everything written in the tree durable, in one barrier (`sync_together`: the files,
+        the directories, the root's parent) and stop writing in place."""
         self.close()
         if not (fileio.sync_enabled() if sync is None else sync):
             return
         dirs = set(self.dirs) | {os.path.dirname(p) for p in self.files}
         dirs.add(self.root)
         dirs.add(os.path.dirname(self.root))
-        dirs.discard(synced_after)
         sync_together(list(self.files), sorted(dirs, key=lambda d: -d.count(os.sep)))
 
     def close(self):
@@ -200,16 +202,16 @@ def atomic_write(path, data, fsync=False, sync_dir=None):
     d = os.path.dirname(path) or "."
     tree = new_tree_of(path) if _new_trees else None
     if tree is not None:
+        try:
+            tree.write(path, data)
+        except OSError as e:
+            raise StorageError(f"cannot write '{path}': {e}") from None
         if os.path.basename(path) == SIZES_FILE:
-            # meta/sizes names the chunks: everything else is durable first (its directory is
-            # synced after its rename below, which makes the other names there durable too)
-            tree.publish(synced_after=os.path.abspath(d) if fsync and sync_dir is not False else None)
-        else:
-            try:
-                tree.write(path, data)
-            except OSError as e:
-                raise StorageError(f"cannot write '{path}': {e}") from None
-            return
+            # meta/sizes, which names the chunks, is the tree's last file: one barrier makes them
+            # all durable (a new tree is built under a hidden name that a rename publishes later, so
+            # nothing needs meta/sizes to be a commit point before that rename)
+            tree.publish()
+        return
     mode = _new_file_mode(path)
     tmp = None
     try:

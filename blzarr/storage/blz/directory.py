@@ -41,7 +41,7 @@ from blzarr.storage.chunk import blosc_typesize, chunk
 from blzarr.storage.chunkstore import LayoutChunks, auto_superchunklen
 from blzarr.errors import ENVIRONMENT_ERRNOS, BlzarrError, ChunkError, FormatError, ReadOnlyError, StorageError
 from blzarr.storage.locking import first_write
-from blzarr.storage.files import ATTRIBUTES_FILE, DATA_DIR, META_DIR, SIZES_FILE, read_json
+from blzarr.storage.files import ATTRIBUTES_FILE, DATA_DIR, META_DIR, SIZES_FILE, new_tree_of, read_json
 from blzarr.runtime.parallel import codec_threads
 from blzarr.storage.spool import writes_for
 # the parts of BlzDir; the names other modules and tests import from blzarr.storage.blz.directory stay importable here
@@ -492,6 +492,14 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         with self._lock:
             sync = self._fio.syncs()
             pending = sorted(self._pending.items())
+            tree = new_tree_of(self.rootdir) if sync and not self.remote else None
+            if tree is not None:
+                # a new directory: nothing in it is promised before its tree is published, which
+                # syncs these files with all the others in one barrier (no order needed before it)
+                for fno in sorted(self._unsynced | set(self._pending)):
+                    if fno <= self.nfiles and fno not in self._damaged:
+                        tree.sync_later(self._path(fno))
+                sync = False
             if sync:
                 for fno in sorted(self._unsynced | set(self._pending)):
                     if fno <= self.nfiles and fno not in self._damaged:
