@@ -334,9 +334,19 @@ class LocalStore(ByteStore):
     def __init__(self, root, durable=True):
         super().__init__(os.fspath(root))
         self.durable = durable      # False: a scratch directory (a spool), never synced
+        self._paths = {}            # key -> its path: an open asks for the same few keys ~20 times
+        self._paths_root = self.root
 
     def _p(self, key):
-        return os.path.join(self.root, *key.split("/")) if key else self.root
+        if self._paths_root is not self.root:      # (a spool moves its root once)
+            self._paths = {}
+            self._paths_root = self.root
+        p = self._paths.get(key)
+        if p is None:
+            if len(self._paths) > 4096:
+                self._paths.clear()
+            p = self._paths[key] = os.path.join(self.root, *key.split("/")) if key else self.root
+        return p
 
     def where(self, key=""):
         """The local path of `key` (no URL to tell apart: the layouts ask it for every message path)."""
