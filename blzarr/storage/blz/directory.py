@@ -78,7 +78,7 @@ def open_store(rootdir, mode="a"):
     """The store of an existing carray directory, of whichever layout it holds.
 
     The meta files the open read are left on the store as `opened_meta` ({name: JSON object}) for
-    the carray opening it, which takes them (`take_opened_meta`) instead of reading them again."""
+    the carray opening it, which pops them (and does not read them again)."""
     base = BcolzDir(rootdir)
     base.check_layout()
     fmt, storage = _read_storage(rootdir)
