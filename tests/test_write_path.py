@@ -92,36 +92,36 @@ def test_create_writes_each_file_once_and_syncs_together(tmp_path, fmt):
     with fileio.use(rec):
         c = blzarr.carray(x, rootdir=root, chunklen=1000, format=fmt, **kw)
     ev = rec.events
-    # the array is written beside its rootdir under a hidden name, then renamed into place
+    # the array is written beside its rootdir under a hidden name, then renamed into place: that
+    # rename is the commit, after one barrier of syncs that covers every file and directory
     final = root
     root = _stage_of(ev, final)
-    assert ("rename", final) in ev and ("sync", os.path.dirname(final)) in ev[ev.index(("rename", final)):]
+    published = ev.index(("rename", final))
+    assert ("sync", os.path.dirname(final)) in ev[published:]
     meta = os.path.join(root, "meta")
     sizes = os.path.join(meta, "sizes")
-    publish = next(i for i, e in enumerate(ev) if e == ("replace", sizes))
-    before = ev[:publish]
-    # every file other than meta/sizes (and meta/stats, written after it) is created in place, once:
-    # no temporary file, no rename before meta/sizes; meta/storage is written once
-    assert not [e for e in before if e[0] == "replace"]
+    before = ev[:published]
+    # every file, meta/sizes included, is created in place, once: no temporary file, no rename or
+    # replacement inside the new directory; meta/storage is written once
+    assert not [e for e in before if e[0] in ("replace", "rename")]
     created = [e[1] for e in before if e[0] == "create"]
-    tmp = [p for p in created if os.path.basename(p).startswith(".tmp-")]
-    assert len(tmp) == 1                                    # meta/sizes' own temporary file
-    created = [p for p in created if p not in tmp]
+    assert not [p for p in created if os.path.basename(p).startswith(".tmp-")]
     assert len(created) == len(set(created))
     assert created.count(os.path.join(meta, "storage")) == 1
-    # the syncs come together, after the last write of any file they cover
-    writes = [i for i, e in enumerate(before) if e[0] == "write" and e[1] not in tmp]
+    assert sizes in created
+    # the syncs come together, after the last write of meta/sizes and of every file they cover
+    # (meta/stats and meta/commit, written after the barrier, are disposable: readers check them)
+    last_sizes = max(i for i, e in enumerate(before) if e == ("write", sizes))
     syncs = [i for i, e in enumerate(before) if e[0] == "sync"]
-    assert syncs and min(syncs) > max(writes)
+    assert syncs and min(syncs) > last_sizes
+    assert max(syncs) - min(syncs) == len(syncs) - 1                  # one run: nothing between
     synced = [e[1] for e in before if e[0] == "sync"]
     assert len(synced) == len(set(synced))                  # each file or directory once
-    written = {e[1] for e in before if e[0] == "write" and e[1] not in tmp}
-    assert written <= set(synced)
-    for d in (os.path.join(root, "data"), root, os.path.dirname(root)):
+    written = {e[1] for e in before[:min(syncs)] if e[0] == "write"}
+    assert sizes in written and written <= set(synced)
+    assert not [e for e in before[min(syncs):] if e[0] == "write" and os.path.basename(e[1]) not in ("stats", "commit")]
+    for d in (os.path.join(root, "data"), meta, root, os.path.dirname(root)):
         assert d in synced
-    # meta/sizes: its temporary file synced, renamed, then meta/ synced (which names the others)
-    assert ev[publish - 1] == ("sync", tmp[0])
-    assert ev[publish + 1] == ("sync", meta)
     assert files._new_trees == {}
     np.testing.assert_array_equal(blzarr.open(final, mode="r")[:], x)
     assert c.attrs.getall() == {}
@@ -134,7 +134,8 @@ def test_create_without_sync_writes_in_place(tmp_path):
         blzarr.carray(np.arange(5000), rootdir=root, chunklen=1000)
     assert not [e for e in rec.events if e[0] == "sync"]
     stage = _stage_of(rec.events, root)
-    assert [e for e in rec.events if e[0] == "replace"][0] == ("replace", os.path.join(stage, "meta", "sizes"))
+    assert not [e for e in rec.events if e[0] == "replace"]
+    assert ("create", os.path.join(stage, "meta", "sizes")) in rec.events
     np.testing.assert_array_equal(blzarr.open(root, mode="r")[:], np.arange(5000))
 
 

@@ -25,6 +25,8 @@ N_ITER = 1_000_000
 APPEND_BATCH = 10_000
 FLUSH_BATCH = 10_000      # disk_flushes: the first FLUSH_VALUES values appended by FLUSH_BATCH, flush() each
 FLUSH_VALUES = 1_000_000
+N_OPENS = 50              # disk_open_scalar: this many (open + one a[i]) per run
+N_ROWS = 1000             # ct_row_appends: rows appended one by one to an on-disk ctable, then flush()
 WHERE_QUANTILE = 0.9      # `where` keeps the top 10% of the values
 CT_WHERE_QUANTILE = 0.99  # ctable `where`/`fetchwhere` keep the top 1% of the rows
 
@@ -33,8 +35,8 @@ COL_ATOM = 8              # disk_col0: the values as a 2-D array of N/8 rows of 
 MEMORY_OPS = ("create", "read_all", "scalars", "slices", "fancy", "sum", "iter", "where", "select",
               "eval_sum")
 DISK_OPS = ("disk_create", "disk_open_read", "disk_scalars_cold", "disk_scalars_warm",
-            "disk_slices_cold", "disk_slices_warm", "disk_append", "disk_sum", "disk_col0", "disk_flushes", "disk_flushes_nosync")
-CTABLE_OPS = ("ct_create", "ct_where", "ct_fetchwhere", "ct_todataframe")
+            "disk_slices_cold", "disk_slices_warm", "disk_append", "disk_sum", "disk_col0", "disk_flushes", "disk_flushes_nosync", "disk_open_scalar")
+CTABLE_OPS = ("ct_create", "ct_where", "ct_fetchwhere", "ct_todataframe", "ct_row_appends")
 S3_OPS = S3.S3_OPS        # on a local S3 server (moto), blzarr and zarr only
 ALL_OPS = MEMORY_OPS + DISK_OPS + CTABLE_OPS + S3_OPS
 
@@ -60,6 +62,7 @@ LABELS = {
     "disk_col0": f"disk: open + a[:, 0] of (N/{COL_ATOM}, {COL_ATOM})",
     "disk_flushes": f"disk: {FLUSH_VALUES // FLUSH_BATCH} x (append {FLUSH_BATCH} + flush)",
     "disk_flushes_nosync": f"disk: {FLUSH_VALUES // FLUSH_BATCH} x (append + flush), fsync off",
+    "disk_open_scalar": f"disk: {N_OPENS} x (open + one a[i])",
     "s3_read_all": "S3: open + read all",
     "s3_scalars": "S3: open + {scalars} a[i]",
     "s3_slices": "S3: open + {slices} slices",
@@ -67,6 +70,7 @@ LABELS = {
     "ct_where": "ctable: where (1%)",
     "ct_fetchwhere": "ctable: fetchwhere (1%)",
     "ct_todataframe": "ctable: todataframe",
+    "ct_row_appends": f"ctable: {N_ROWS} x t.append(row) on disk + flush",
 }
 
 
@@ -401,6 +405,11 @@ class Runner:
                     continue
                 if op == "disk_sum":
                     self.measure(row, p, op, lambda p=p, path=path: p.disk_sum(path))
+                elif op == "disk_open_scalar":
+                    def fn(p=p, path=path):
+                        for i in sidx[:N_OPENS]:
+                            p.disk_open(path)[i]
+                    self.measure(row, p, op, fn)
                 elif op == "disk_open_read":
                     reader = getattr(p, "disk_read_all", None)
                     fn = (lambda path=path, reader=reader: reader(path)) if reader else (
@@ -461,9 +470,20 @@ class Runner:
                 self.note(f"{p.name}: ctable skipped, not implemented yet ({exc})")
             except Exception as exc:
                 self.note(f"{p.name}: ctable skipped, {type(exc).__name__}: {exc}")
+        rows = [(i, i * 0.25, i % 7) for i in range(N_ROWS)]
         for op in ct_ops:
             row = self.new_row("table", op)
             for p in self.peers:
+                if op == "ct_row_appends":
+                    def setup(p=p):
+                        path = self.path(p, "rows")
+                        return (p.ct_open_rows(path), path)
+
+                    def fn(t, path, p=p):
+                        p.ct_append_rows(t, rows)
+                        return path
+                    self.measure(row, p, op, fn, setup, teardown=P._rmtree)
+                    continue
                 t = tables.get(p.name)
                 if t is None:
                     row["skipped"][p.name] = "no ctable"
@@ -537,7 +557,8 @@ def check_targets(results):
         q = ratio(d, "sum", "numpy")
         out.append((f"{d}: sum within 3x of NumPy", None if q is None else q >= 1 / 3, q))
         for op in ("create", "read_all", "fancy", "iter", "where", "disk_create", "disk_open_read",
-                   "disk_slices_cold", "disk_slices_warm", "disk_append"):
+                   "disk_slices_cold", "disk_slices_warm", "disk_append", "disk_flushes",
+                   "disk_open_scalar"):
             q = ratio(d, op, "bcolz")
             out.append((f"{d}: {op} at least as fast as bcolz", None if q is None else q >= 1, q))
         # every operation at least as fast as python-blosc2, zarr and bcolz; a[:] as fast as

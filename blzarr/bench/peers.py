@@ -124,6 +124,14 @@ class Peer:
     def ct_todataframe(self, t):
         raise Unsupported
 
+    def ct_open_rows(self, path):
+        """A new, empty on-disk table at `path` of columns (int64, float64, int32)."""
+        raise Unsupported
+
+    def ct_append_rows(self, t, rows):
+        """Append `rows` (tuples) one by one, then make them durable (flush)."""
+        raise Unsupported
+
 
 class _CarrayLike(Peer):
     """blzarr and bcolz share the carray API, so they share the adapter: only the module differs."""
@@ -184,6 +192,16 @@ class _CarrayLike(Peer):
 
     def ct_todataframe(self, t):
         return t.todataframe()
+
+    def ct_open_rows(self, path):
+        cols = [np.zeros(0, "i8"), np.zeros(0, "f8"), np.zeros(0, "i4")]
+        return self.mod.ctable(columns=cols, names=["id", "x", "k"], rootdir=path, mode="w",
+                               cparams=self._cparams())
+
+    def ct_append_rows(self, t, rows):
+        for r in rows:
+            t.append(r)
+        t.flush()
 
 
 class Blzarr(_CarrayLike):

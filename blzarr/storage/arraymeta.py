@@ -104,12 +104,18 @@ class ArrayMeta:
         self.where_sizes = where_sizes
 
     @classmethod
-    def read(cls, store, rootdir, allow_pickle):
+    def read(cls, store, rootdir, allow_pickle, known=None):
         """The metadata of the carray directory `rootdir` whose store is `store` (anything with
         read_meta and meta_path).  FormatError naming the file for anything malformed;
-        PickleNotAllowedError for an object dtype without `allow_pickle`."""
-        sizes = store.read_meta("sizes")
-        storage = store.read_meta("storage")
+        PickleNotAllowedError for an object dtype without `allow_pickle`.  `known`: {name: JSON
+        object} of meta files just read (the store's open), not read again."""
+        known = known or {}
+        sizes = known.get("sizes")
+        if sizes is None:
+            sizes = store.read_meta("sizes")
+        storage = known.get("storage")
+        if storage is None:
+            storage = store.read_meta("storage")
         where_sz = f"'{store.meta_path('sizes')}'"
         where_st = f"'{store.meta_path('storage')}'"
         if not isinstance(sizes, dict) or not isinstance(storage, dict):

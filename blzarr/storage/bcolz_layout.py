@@ -42,6 +42,8 @@ class BcolzDir:
 
     format = "bcolz"
 
+    opened_meta = {}        # the meta files an open just read (see blz.directory.open_store)
+
     def __init__(self, rootdir, bytestore=None):
         self.bytes = bytestore if bytestore is not None else LocalStore(rootdir)
         self.rootdir = self.bytes.root

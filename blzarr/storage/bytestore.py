@@ -69,6 +69,7 @@ import abc
 import inspect
 import json
 import os
+import stat
 import re
 import threading
 import time
@@ -333,9 +334,19 @@ class LocalStore(ByteStore):
     def __init__(self, root, durable=True):
         super().__init__(os.fspath(root))
         self.durable = durable      # False: a scratch directory (a spool), never synced
+        self._paths = {}            # key -> its path: an open asks for the same few keys ~20 times
+        self._paths_root = self.root
 
     def _p(self, key):
-        return os.path.join(self.root, *key.split("/")) if key else self.root
+        if self._paths_root is not self.root:      # (a spool moves its root once)
+            self._paths = {}
+            self._paths_root = self.root
+        p = self._paths.get(key)
+        if p is None:
+            if len(self._paths) > 4096:
+                self._paths.clear()
+            p = self._paths[key] = os.path.join(self.root, *key.split("/")) if key else self.root
+        return p
 
     def where(self, key=""):
         """The local path of `key` (no URL to tell apart: the layouts ask it for every message path)."""
@@ -460,6 +471,18 @@ class LocalStore(ByteStore):
     def escapes(self, key):
         """The real path of `key` when it is not a regular file inside the root (a symlink out of it,
         a directory...), else None."""
+        # no symbolic link on the way from the root and a regular file at the end: inside, without
+        # resolving every component of the root's own path (one lstat per component of `key`)
+        try:
+            parts = key.split("/")
+            for i in range(1, len(parts)):
+                if stat.S_ISLNK(os.lstat(self._p("/".join(parts[:i]))).st_mode):
+                    break
+            else:
+                if stat.S_ISREG(os.lstat(self._p(key)).st_mode):
+                    return None
+        except OSError:
+            pass
         real = os.path.realpath(self._p(key))
         real_root = os.path.realpath(self.root)
         if os.path.commonpath([real, real_root]) != real_root or not os.path.isfile(real):

@@ -70,13 +70,13 @@ class NewTree:
 
     Until that flush writes meta/sizes, which names the chunks, nothing in the directory is promised
     (a crash may leave it unopenable, never showing wrong values: meta/sizes comes last), and no
-    reader can use it (it opens only with meta/sizes).  So its files are written in place, without
-    temporary files and renames, and not synced one by one.  Writing meta/sizes (the first flush,
-    after the store synced its chunk files) publishes the tree first: every file written through
-    `atomic_write` is synced, then the new directories and the root's parent, once; meta/sizes is
-    then written the usual way (a synced temporary file renamed, its directory synced).  Syncs
-    issued in a row after all the writes cost about one journal commit, where a sync per file cost
-    one each."""
+    reader can use it (it opens only with meta/sizes, and the tree is built under a hidden name
+    that a rename publishes after this).  So its files are written in place, without temporary
+    files and renames, and not synced one by one.  Writing meta/sizes (the first flush) writes it in
+    place too and publishes the tree: every file written through `atomic_write` or handed over by
+    the store (`sync_later`: its chunk files), meta/sizes, the new directories and the root's
+    parent are synced, once each, in one barrier (`sync_together`).  Syncs issued together after all
+    the writes cost about one journal commit, where a sync per file, in turn, cost one each."""
 
     def __init__(self, root):
         self.root = os.path.abspath(os.fspath(root))
@@ -91,31 +91,82 @@ class NewTree:
         for p in paths:
             self.dirs[os.path.abspath(p)] = None
 
-    def publish(self, sync=None, synced_after=None):
-        """Make everything written in the tree durable (files first, then the names: the deepest
-        directories first, the root's parent last) and stop writing in place.  `synced_after`: a
-        directory the caller syncs next anyway (meta/, after meta/sizes), not synced here."""
+    def sync_later(self, path):
+        """`path`, a file of the tree written by its store, is synced with the others by `publish`."""
+        self.files[os.path.abspath(path)] = None
+
+    def publish(self, sync=None):
+        """Make everything written in the tree durable, in one barrier (`sync_together`: the files,
+        the directories, the root's parent) and stop writing in place."""
         self.close()
         if not (fileio.sync_enabled() if sync is None else sync):
             return
-        for path in self.files:
-            fd = fileio.open(path, "rw")
-            try:
-                fileio.fsync(fd)
-            finally:
-                fileio.close(fd)
         dirs = set(self.dirs) | {os.path.dirname(p) for p in self.files}
         dirs.add(self.root)
         dirs.add(os.path.dirname(self.root))
-        dirs.discard(synced_after)
-        for d in sorted(dirs, key=lambda d: -d.count(os.sep)):
-            fileio.fsync_dir(d)
+        sync_together(list(self.files), sorted(dirs, key=lambda d: -d.count(os.sep)))
 
     def close(self):
         """Stop writing in place (without syncing: an abandoned creation)."""
         with _new_trees_lock:
             if _new_trees.get(self.root) is self:
                 del _new_trees[self.root]
+
+
+def _fsync_path(path):
+    fd = fileio.open(path, "rw")
+    try:
+        fileio.fsync(fd)
+    finally:
+        fileio.close(fd)
+
+
+_SYNC_THREADS = 8
+
+
+def sync_together(paths, dirs=()):
+    """fsync the files `paths` and the directories `dirs`: one barrier, after which all of them are
+    durable (nothing is ordered between them: the caller publishes what they hold afterwards).
+
+    With the operating system's own calls (`fileio.OsIO`) they are issued at once from up to
+    `_SYNC_THREADS` threads: a journaling file system then commits them together (ext4 makes one
+    journal commit serve every fsync waiting for it), where one after the other each waited for its
+    own.  A recording or fault-injecting `fileio` implementation gets them one after the other, in
+    the order given (files, then directories): the set of syncs, and what precedes and follows them,
+    is the same."""
+    jobs = [(_fsync_path, p) for p in paths] + [(fileio.fsync_dir, d) for d in dirs]
+    if len(jobs) < 2 or type(fileio.current()) is not fileio.OsIO:
+        for fn, p in jobs:
+            fn(p)
+        return
+    errors = []
+    lock = threading.Lock()
+    todo = list(reversed(jobs))
+
+    def work():
+        while True:
+            with lock:
+                if not todo or errors:
+                    return
+                fn, p = todo.pop()
+            try:
+                fn(p)
+            except BaseException as e:      # noqa: BLE001 - raised again in the caller's thread
+                with lock:
+                    errors.append(e)
+                return
+
+    threads = [threading.Thread(target=work, name="blzarr-sync", daemon=True)
+               for _ in range(min(_SYNC_THREADS, len(jobs)) - 1)]
+    for t in threads:
+        t.start()
+    try:
+        work()
+    finally:
+        for t in threads:
+            t.join()
+    if errors:
+        raise errors[0]
 
 
 def new_tree(root):
@@ -151,16 +202,16 @@ def atomic_write(path, data, fsync=False, sync_dir=None):
     d = os.path.dirname(path) or "."
     tree = new_tree_of(path) if _new_trees else None
     if tree is not None:
+        try:
+            tree.write(path, data)
+        except OSError as e:
+            raise StorageError(f"cannot write '{path}': {e}") from None
         if os.path.basename(path) == SIZES_FILE:
-            # meta/sizes names the chunks: everything else is durable first (its directory is
-            # synced after its rename below, which makes the other names there durable too)
-            tree.publish(synced_after=os.path.abspath(d) if fsync and sync_dir is not False else None)
-        else:
-            try:
-                tree.write(path, data)
-            except OSError as e:
-                raise StorageError(f"cannot write '{path}': {e}") from None
-            return
+            # meta/sizes, which names the chunks, is the tree's last file: one barrier makes them
+            # all durable (a new tree is built under a hidden name that a rename publishes later, so
+            # nothing needs meta/sizes to be a commit point before that rename)
+            tree.publish()
+        return
     mode = _new_file_mode(path)
     tmp = None
     try:

@@ -411,7 +411,7 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
         # a reader (mode 'r', or 'a' before its first write) watches for commits by other processes
         seen = self._start_watching() if mode == "r" else None
         store = open_dir(self._rootdir, mode, self._bytes)
-        meta = ArrayMeta.read(store, self._rootdir, allow_pickle)
+        meta = ArrayMeta.read(store, self._rootdir, allow_pickle, store.__dict__.pop("opened_meta", None))
         atom, chunklen = meta.atom, meta.chunklen
         try:
             self._setup(atom, meta.cparams, chunklen, meta.dflt, meta.expectedlen)

@@ -41,7 +41,7 @@ from blzarr.storage.chunk import blosc_typesize, chunk
 from blzarr.storage.chunkstore import LayoutChunks, auto_superchunklen
 from blzarr.errors import ENVIRONMENT_ERRNOS, BlzarrError, ChunkError, FormatError, ReadOnlyError, StorageError
 from blzarr.storage.locking import first_write
-from blzarr.storage.files import ATTRIBUTES_FILE, DATA_DIR, META_DIR, SIZES_FILE, read_json
+from blzarr.storage.files import ATTRIBUTES_FILE, DATA_DIR, META_DIR, SIZES_FILE, new_tree_of, read_json
 from blzarr.runtime.parallel import codec_threads
 from blzarr.storage.spool import writes_for
 # the parts of BlzDir; the names other modules and tests import from blzarr.storage.blz.directory stay importable here
@@ -57,8 +57,8 @@ from blzarr.storage.blz.write import BlzWrites
 DEFAULT_CHECKSUM = "crc32"
 
 
-def detect_format(rootdir):
-    """'blz' or 'bcolz': what the directory's meta/storage says (no "format" key means bcolz)."""
+def _read_storage(rootdir):
+    """(layout, JSON object) of the directory's meta/storage (no "format" key means bcolz)."""
     path = os.path.join(os.fspath(rootdir), META_DIR, "storage")
     storage = read_json(path, "meta/storage")
     if not isinstance(storage, dict):
@@ -66,15 +66,25 @@ def detect_format(rootdir):
     fmt = storage.get("format", "bcolz")
     if fmt not in ("bcolz", FORMAT):
         raise FormatError(f"'{path}': unknown format {fmt!r} (this blzarr reads 'bcolz' and 'blz')")
-    return fmt
+    return fmt, storage
+
+
+def detect_format(rootdir):
+    """'blz' or 'bcolz': what the directory's meta/storage says (no "format" key means bcolz)."""
+    return _read_storage(rootdir)[0]
 
 
 def open_store(rootdir, mode="a"):
-    """The store of an existing carray directory, of whichever layout it holds."""
+    """The store of an existing carray directory, of whichever layout it holds.
+
+    The meta files the open read are left on the store as `opened_meta` ({name: JSON object}) for
+    the carray opening it, which pops them (and does not read them again)."""
     base = BcolzDir(rootdir)
     base.check_layout()
-    if detect_format(rootdir) == FORMAT:
-        return BlzDir.open(rootdir, mode)
+    fmt, storage = _read_storage(rootdir)
+    if fmt == FORMAT:
+        return BlzDir.open(rootdir, mode, storage=storage, checked=True)
+    base.opened_meta = {"storage": storage}
     return base
 
 
@@ -97,6 +107,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
     """The files of one carray directory in the BLZ layout."""
 
     format = FORMAT
+    opened_meta = {}        # see `open_store`
 
     def __init__(self, rootdir, mode="a", bytestore=None):
         self.bytes = bytestore if bytestore is not None else LocalStore(rootdir)
@@ -190,10 +201,17 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
                               f"does not fit its dtype {fixed_dtype!r} (typesize {want})")
 
     @classmethod
-    def open(cls, rootdir, mode="a", bytestore=None):
+    def open(cls, rootdir, mode="a", bytestore=None, storage=None, checked=False):
+        """The store of the BLZ directory `rootdir`; `storage`: its meta/storage, when just read;
+        `checked`: its layout was just checked (`BcolzDir.check_layout`, which checks the same
+        directories and links but data/)."""
         self = cls(rootdir, mode, bytestore)
-        self.check_layout()
-        storage = self.read_meta("storage")
+        if checked:
+            self._check_data_dir()
+        else:
+            self.check_layout()
+        if storage is None:
+            storage = self.read_meta("storage")
         where = f"'{self.meta_path('storage')}'"
         nums = self._list_files()
         if not nums:
@@ -241,7 +259,8 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         last = None
         if self.nfiles not in self._damaged:
             try:
-                last = self._load_file(self.nfiles)
+                # the state `_first_file` just read, when that is the last file and it did not change
+                last = self._file(self.nfiles) if self.nfiles == f1.fno else self._load_file(self.nfiles)
             except (FormatError, StorageError) as e:
                 if getattr(e, "errno", None) in ENVIRONMENT_ERRNOS:
                     raise
@@ -253,13 +272,19 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
             self._nphys = min(max(self._counted, (self.nfiles - 1) * K), self.nfiles * K)
         self._check_full_files()
         if mode != "r":
-            self._repair()
+            self._repair()          # (which may rewrite meta/sizes: read it again)
+            self.opened_meta = {}
+        else:
+            self.opened_meta = dict(self.opened_meta, storage=storage)
         return self
 
     def _sizes_chunks(self, storage):
         """How many chunks meta/sizes counts (the short last one included); 0 when it cannot tell."""
         try:
-            shape = self.read_meta("sizes").get("shape")
+            sizes = self.read_meta("sizes")
+            if isinstance(sizes, dict):
+                self.opened_meta = {"sizes": sizes}
+            shape = sizes.get("shape")
             chunklen = storage.get("chunklen")
             n = int(shape[0])
             return n if self.chunk_nbytes <= 0 else -(-n // int(chunklen))
@@ -368,6 +393,10 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         self._upload_on_close = True
         return self
 
+    def _check_data_dir(self):
+        if self.bytes.has_dirs and not self.bytes.isdir(DATA_DIR):
+            raise StorageError(f"data directory '{self.bytes.where(DATA_DIR)}' does not exist")
+
     def check_layout(self):
         if not self.bytes.has_dirs:
             return      # object stores have no directories: reading meta/storage tells a missing dataset
@@ -463,6 +492,14 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         with self._lock:
             sync = self._fio.syncs()
             pending = sorted(self._pending.items())
+            tree = new_tree_of(self.rootdir) if sync and not self.remote else None
+            if tree is not None:
+                # a new directory: nothing in it is promised before its tree is published, which
+                # syncs these files with all the others in one barrier (no order needed before it)
+                for fno in sorted(self._unsynced | set(self._pending)):
+                    if fno <= self.nfiles and fno not in self._damaged:
+                        tree.sync_later(self._path(fno))
+                sync = False
             if sync:
                 for fno in sorted(self._unsynced | set(self._pending)):
                     if fno <= self.nfiles and fno not in self._damaged:
