@@ -41,6 +41,7 @@ from blzarr.storage.chunk import blosc_typesize, chunk
 from blzarr.storage.chunkstore import LayoutChunks, auto_superchunklen
 from blzarr.errors import ENVIRONMENT_ERRNOS, BlzarrError, ChunkError, FormatError, ReadOnlyError, StorageError
 from blzarr.storage.locking import first_write
+from blzarr.storage import fileio, rewrite
 from blzarr.storage.files import ATTRIBUTES_FILE, DATA_DIR, META_DIR, SIZES_FILE, read_json
 from blzarr.runtime.parallel import codec_threads
 from blzarr.storage.spool import writes_for
@@ -57,6 +58,29 @@ from blzarr.storage.blz.write import BlzWrites
 DEFAULT_CHECKSUM = "crc32"
 
 
+def apply_offsets(rootdir, plan):
+    """Complete the offsets switch of a rewrite record's entry `plan` in the BLZ directory `rootdir`:
+    write the entries and the header fields it names into each superchunk file, durably."""
+    for fno, ent in sorted(plan.get("files", {}).items(), key=lambda kv: int(kv[0])):
+        path = os.path.join(rootdir, DATA_DIR, superchunk_name(int(fno)))
+        fd = fileio.open(path, "rw")
+        try:
+            h = sc.unpack_header(sc.pread(fd, 32, 0, path), path)
+            table_pos = 32 + h["meta_size"]
+            for slot, pos in ent["slots"].items():
+                fileio.pwrite(fd, sc.pack_i64(int(pos)), table_pos + 8 * int(slot), path)
+            fileio.pwrite(fd, sc.pack_header(h["checksum"], h["typesize"], h["chunk_size"], int(ent["last_chunk"]),
+                                             int(ent["nchunks"]), h["meta_size"]), 0, path)
+            if fileio.sync_enabled():
+                fileio.fdatasync(fd)
+        finally:
+            fileio.close(fd)
+
+
+rewrite.APPLY[FORMAT] = apply_offsets
+
+
+
 def detect_format(rootdir):
     """'blz' or 'bcolz': what the directory's meta/storage says (no "format" key means bcolz)."""
     path = os.path.join(os.fspath(rootdir), META_DIR, "storage")
@@ -70,12 +94,25 @@ def detect_format(rootdir):
 
 
 def open_store(rootdir, mode="a"):
-    """The store of an existing carray directory, of whichever layout it holds."""
+    """The store of an existing carray directory, of whichever layout it holds.  A writer (`mode` not
+    'r', under the directory's lock) first completes what a rewrite record names and removes what
+    killed writes left (`blzarr.storage.rewrite`); a reader reads through a record."""
     base = BcolzDir(rootdir)
     base.check_layout()
+    plan = None
+    if mode != "r":
+        rewrite.recover_carray(rootdir)
+    else:
+        plan = rewrite.plan_for(rootdir)
     if detect_format(rootdir) == FORMAT:
-        return BlzDir.open(rootdir, mode)
-    return base
+        d = BlzDir.open(rootdir, mode, overlay=plan)
+    else:
+        d = base
+        if plan is not None:
+            d.read_through(plan)
+    if mode != "r":
+        d.remove_debris()
+    return d
 
 
 def _dtype_or_none(text):
@@ -132,6 +169,8 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         self._no_writes = {}                # file number -> why nothing may be written to it
         self._counted = 0                   # chunks meta/sizes counts (a repair never drops them)
         self._first_write = None            # opened with mode 'a': the owner's locking.FirstWrite
+        self._overlay = None                # a reader's: file number -> (slot -> offset, nchunks,
+                                            # last_chunk) a committed rewrite record switches
 
     # ------------------------------------------------------------------ creation / opening
     @classmethod
@@ -190,8 +229,10 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
                               f"does not fit its dtype {fixed_dtype!r} (typesize {want})")
 
     @classmethod
-    def open(cls, rootdir, mode="a", bytestore=None):
+    def open(cls, rootdir, mode="a", bytestore=None, overlay=None):
         self = cls(rootdir, mode, bytestore)
+        if overlay is not None:
+            self.read_through(overlay)
         self.check_layout()
         storage = self.read_meta("storage")
         where = f"'{self.meta_path('storage')}'"
@@ -451,32 +492,25 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         if self._fio.syncs():
             self._fio.datasync(fd)
 
-    def sync(self):
+    def sync(self, announce=None):
         """Make every chunk appended or rewritten (and every file cut or removed) since the last sync
         durable, with syncs batched per file, not per chunk: one fdatasync per superchunk file
         written makes the new bytes durable; then the offsets entries of the rewritten chunks are
-        switched to their new bytes (with the headers), and one more fdatasync per file rewritten
-        makes the switch durable before the bytes the entries named before can be written again; then
-        the files a rewrite left free bytes at the end of are cut, and the data directory is synced
-        when files were removed.  A flush calls it before meta/sizes, which makes appended chunks
-        visible, is replaced."""
+        switched to their new bytes (with the headers; the entries of more than one file under a
+        rewrite record, `blzarr.storage.rewrite`, so that readers and a crash see all of them
+        switched or none), and one more fdatasync per file rewritten makes the switch durable before
+        the bytes the entries named before can be written again; then the files a rewrite left free
+        bytes at the end of are cut, and the data directory is synced when files were removed.  A
+        flush calls it before meta/sizes, which makes appended chunks visible, is replaced."""
         with self._lock:
+            if len(self._pending) > 1:
+                plan = self.prepare_switch()
+                rewrite.commit(rewrite.carray_record_path(self.rootdir), {rewrite.SELF: plan},
+                               self.switch_pending, announce)
+            else:
+                self._sync_written()
+                self.switch_pending()
             sync = self._fio.syncs()
-            pending = sorted(self._pending.items())
-            if sync:
-                for fno in sorted(self._unsynced | set(self._pending)):
-                    if fno <= self.nfiles and fno not in self._damaged:
-                        self._fio.datasync(self._fd(fno))
-            for fno, (f, slots) in pending:
-                fd = self._fd(fno)
-                lo, hi = min(slots), max(slots) + 1     # the entries between are the file's already
-                self._fio.pwrite(fd, sc.pack_offsets(f.offsets[lo:hi]), f.table_pos + 8 * lo, f.path)
-                self._write_header(f, fd)
-                self._after_write(f, fd)
-            if sync:
-                for fno, _ in pending:
-                    self._fio.datasync(self._fd(fno))
-            self._pending.clear()
             for fno, cut in sorted(self._pending_cut.items()):
                 f = self._file(fno)
                 live = self._full_table(f)[:f.nchunks]
@@ -489,6 +523,75 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
                 self._fio.sync_dir(DATA_DIR)
             self._unsynced.clear()
             self._dir_unsynced = False
+
+    def _sync_written(self):
+        """The new bytes of every file written since the last sync reach the disk."""
+        if self._fio.syncs():
+            for fno in sorted(self._unsynced | set(self._pending)):
+                if fno <= self.nfiles and fno not in self._damaged:
+                    self._fio.datasync(self._fd(fno))
+        self._unsynced.clear()
+
+    def switch_units(self):
+        """How many one-step switches the pending rewrites take (one write per superchunk file)."""
+        return len(self._pending)
+
+    def prepare_switch(self):
+        """Make the rewritten chunks' new bytes durable and return the plan of the offsets entries to
+        switch (the rewrite record's entry of this directory), None when nothing is pending."""
+        with self._lock:
+            self._sync_written()
+            if not self._pending:
+                return None
+            files = {}
+            for fno, (f, slots) in sorted(self._pending.items()):
+                files[str(fno)] = {"slots": {str(s): int(f.offsets[s]) for s in sorted(slots)},
+                                   "nchunks": int(f.nchunks), "last_chunk": int(f.last_chunk)}
+            return {"layout": "blz", "files": files}
+
+    def switch_pending(self):
+        """Write the offsets entries of the chunks rewritten since the last switch (with the headers)
+        and make them durable."""
+        with self._lock:
+            pending = sorted(self._pending.items())
+            for fno, (f, slots) in pending:
+                fd = self._fd(fno)
+                lo, hi = min(slots), max(slots) + 1     # the entries between are the file's already
+                self._fio.pwrite(fd, sc.pack_offsets(f.offsets[lo:hi]), f.table_pos + 8 * lo, f.path)
+                self._write_header(f, fd)
+                self._after_write(f, fd)
+            if self._fio.syncs():
+                for fno, _ in pending:
+                    self._fio.datasync(self._fd(fno))
+            self._pending.clear()
+
+    def abandon_pending(self):
+        """Forget the rewrites not switched yet (their new bytes stay unused free space): the owner
+        cannot tell what they hold (a write and its undo both failed), so nothing may publish them."""
+        with self._lock:
+            for fno in list(self._pending):
+                self._forget_file(fno)
+            self._pending.clear()
+            self._pending_cut.clear()
+            self._chunks.clear()
+            self._heads.clear()
+
+    def read_through(self, plan):
+        """A reader: take the offsets entries a committed rewrite record switches as the files' own."""
+        over = {}
+        for fno, ent in plan.get("files", {}).items():
+            try:
+                over[int(fno)] = ({int(s): int(p) for s, p in ent["slots"].items()},
+                                  int(ent["nchunks"]), int(ent["last_chunk"]))
+            except (KeyError, TypeError, ValueError, AttributeError):
+                raise FormatError(f"the rewrite record of '{self.rootdir}' is malformed") from None
+        self._overlay = over
+
+    def remove_debris(self):
+        """A writer's open (under the lock): remove the temporary files killed replacements left in
+        data/ and meta/."""
+        for sub in (DATA_DIR, META_DIR):
+            rewrite.remove_tmp_debris(os.path.join(self.rootdir, sub))
 
     def _remove_file(self, fno):
         self._close(fno)
