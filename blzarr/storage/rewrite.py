@@ -175,15 +175,29 @@ def commit(path, switches, apply, announce=None):
     remove the record.  An exception after the record is written is marked committed
     (`blzarr.storage.intent.committed`): the files hold the operation's result (the record completes
     it at the next writer's open)."""
-    write(path, switches)
+    try:
+        write(path, switches)
+    except BaseException as e:
+        if os.path.lexists(path):
+            # interrupted after its rename (syncing the directory): take the record back, so that the
+            # caller's undo may reuse what it names; if that fails too, it stands
+            try:
+                clear(path)
+            except BaseException:
+                _mark_committed(e)
+        raise
     try:
         if announce is not None:
             announce()
         apply()
         clear(path)
     except BaseException as e:
-        try:
-            e.blzarr_committed = True
-        except AttributeError:
-            pass
+        _mark_committed(e)
         raise
+
+
+def _mark_committed(e):
+    try:
+        e.blzarr_committed = True
+    except AttributeError:
+        pass
