@@ -181,3 +181,42 @@ def test_bcolz_reads_a_multichunk_rewrite(tmp_path):
     np.testing.assert_array_equal(got["a"][:], a)
     np.testing.assert_array_equal(got["b"][:], b)
     assert [f for f in os.listdir(os.path.join(x, "data")) if f.startswith(".")] == []
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_record_that_cannot_be_removed_stops_the_writer(tmp_path, fmt):
+    """The switches are made but the record stays (its removal fails): the object refuses to write on
+    (a later switch of its own would be undone by the record), the directory holds the result, and the
+    next writer completes it."""
+    import errno
+    from blzarr.storage import fileio
+
+    x = str(tmp_path / "x")
+    _carray(x, fmt)
+    rec = rewrite.carray_record_path(x)
+
+    class NoRemove(fileio.OsIO):
+        def unlink(self, path):
+            if path == rec:
+                raise OSError(errno.EIO, "injected", path)
+            super().unlink(path)
+
+    a = blzarr.open(x, mode="a")
+    a[50:350] = -7
+    with fileio.use(NoRemove()):
+        with pytest.raises(OSError):
+            a.flush()
+    assert os.path.exists(rec)
+    with pytest.raises(blzarr.StorageError, match="reopen"):
+        a[0] = 1
+    want = np.arange(N)
+    want[50:350] = -7
+    np.testing.assert_array_equal(blzarr.open(x, mode="r")[:], want)
+    del a
+    b = blzarr.open(x, mode="a")
+    b[0] = 1
+    b.close()
+    assert not os.path.exists(rec)
+    want[0] = 1
+    np.testing.assert_array_equal(blzarr.open(x, mode="r")[:], want)
+    _verify(x)

@@ -424,7 +424,15 @@ class CarrayWrites(CarrayBase):
             if self._nleft:
                 c = self._new_chunk(self._last[:self._nleft])
                 self._chunks.put_last(nch, c.getdata())
-            self._chunks.sync(self._publish)    # the chunks are durable before the sizes that count them
+            try:
+                self._chunks.sync(self._publish)    # the chunks are durable before the sizes that count them
+            except BaseException as e:
+                if getattr(e, "blzarr_committed", False):
+                    # a rewrite record stands for what the switch did not complete: only the next
+                    # writer's open may go on from it (a later switch here could be undone by it)
+                    self._broken = (f"a flush failed after its rewrites were committed ({_first_line(e)}); "
+                                    "the next writer's open completes them")
+                raise
             self._write_sizes()
             if not self._nleft or self.__dict__.get("_stale_chunks", True):
                 self._chunks.remove_from(nch + (1 if self._nleft else 0))
