@@ -220,3 +220,22 @@ def test_a_record_that_cannot_be_removed_stops_the_writer(tmp_path, fmt):
     want[0] = 1
     np.testing.assert_array_equal(blzarr.open(x, mode="r")[:], want)
     _verify(x)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_second_writer_object_leaves_the_first_ones_staged_files(tmp_path, fmt):
+    """Objects of one process share a directory's lock: the open of a second one removes only debris,
+    not the rewrites the first one staged and has yet to switch."""
+    x = str(tmp_path / "x")
+    _carray(x, fmt)
+    a = blzarr.open(x, mode="a")
+    a[50:350] = -7
+    b = blzarr.open(x, mode="a")
+    b.attrs["k"] = 1                        # b's first write: its open for writing
+    a.flush()
+    want = np.arange(N)
+    want[50:350] = -7
+    np.testing.assert_array_equal(blzarr.open(x, mode="r")[:], want)
+    a.close()
+    b.close()
+    _verify(x)

@@ -26,7 +26,8 @@ from blzarr.storage.chunk import chunk
 from blzarr.storage.chunkstore import LayoutChunks
 from blzarr.errors import FormatError, MissingError, ReadOnlyError, StorageError
 from blzarr.storage.locking import first_write
-from blzarr.storage.files import ATTRS_FILE, DATA_DIR, META_DIR, SIZES_FILE, _new_file_mode, new_tree_of
+from blzarr.storage.files import (ATTRS_FILE, DATA_DIR, IN_FLIGHT, META_DIR, SIZES_FILE, _new_file_mode,
+                                  new_tree_of)
 
 CHUNK_EXT = ".blp"
 
@@ -300,14 +301,17 @@ class BcolzDir:
             if isinstance(e, OSError) and not isinstance(e, StorageError):
                 raise StorageError(f"cannot write '{path}': {e}") from None
             raise
+        IN_FLIGHT.add(os.path.abspath(path))
         old = self._staged.get(n)
         self._staged[n] = (name, len(payload))
         if old is not None:
             self._unlink_staged(old[0])
 
     def _unlink_staged(self, name):
+        path = self.bytes.where(f"{DATA_DIR}/{name}")
+        IN_FLIGHT.discard(os.path.abspath(path))
         try:
-            fileio.unlink(self.bytes.where(f"{DATA_DIR}/{name}"))
+            fileio.unlink(path)
         except FileNotFoundError:
             pass
 
@@ -339,7 +343,9 @@ class BcolzDir:
         """Rename every staged file over its chunk's file (each rename one step for readers)."""
         for n in sorted(self._staged):
             name, size = self._staged[n]
-            fileio.replace(self.bytes.where(f"{DATA_DIR}/{name}"), self.chunk_path(n))
+            path = self.bytes.where(f"{DATA_DIR}/{name}")
+            fileio.replace(path, self.chunk_path(n))
+            IN_FLIGHT.discard(os.path.abspath(path))
             del self._staged[n]
             self._dir_unsynced = True
             if self._listing is not None:
@@ -376,7 +382,7 @@ class BcolzDir:
             except OSError:
                 continue
             for name in names:
-                if _is_debris(name):
+                if _is_debris(name) and os.path.abspath(os.path.join(d, name)) not in IN_FLIGHT:
                     try:
                         fileio.unlink(os.path.join(d, name))
                     except OSError:

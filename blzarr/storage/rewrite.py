@@ -28,7 +28,7 @@ import zlib
 
 from blzarr.errors import FormatError, StorageError
 from blzarr.storage import fileio
-from blzarr.storage.files import META_DIR, atomic_write, json_bytes, parse_json
+from blzarr.storage.files import IN_FLIGHT, META_DIR, atomic_write, json_bytes, parse_json
 
 CARRAY_RECORD = "rewrite"               # in meta/
 TABLE_RECORD = ".blzarr-rewrite"        # beside a table's column directories
@@ -48,7 +48,7 @@ def remove_tmp_debris(directory):
     except OSError:
         return
     for name in names:
-        if TMP_RE.match(name):
+        if TMP_RE.match(name) and os.path.abspath(os.path.join(directory, name)) not in IN_FLIGHT:
             try:
                 fileio.unlink(os.path.join(directory, name))
             except OSError:
