@@ -87,6 +87,7 @@ class BcolzDir:
         self._created = False            # made by this writer: no object existed before
         self._staged = {}                # chunk n -> its new file in data/, not yet renamed over it
         self._redirect = {}              # chunk n -> where a committed rewrite record puts it (readers)
+        self._stale_record = None        # a rewrite record whose removal failed (rewrite.commit)
 
     @property
     def remote(self):
@@ -357,10 +358,11 @@ class BcolzDir:
         then make the chunk files written, renamed or removed since the last sync durable (their
         directory; their bytes were synced before their rename).  A flush calls it before replacing
         meta/sizes."""
+        rewrite.clear_stale(self)
         if len(self._staged) > 1:
             plan = self.prepare_switch()
-            rewrite.commit(rewrite.carray_record_path(self.rootdir), {rewrite.SELF: plan}, self.switch_pending,
-                           announce)
+            rewrite.commit_store(self, rewrite.carray_record_path(self.rootdir), {rewrite.SELF: plan},
+                                 self.switch_pending, announce)
         elif self._staged:
             self.switch_pending()
         if self._dir_unsynced and self.bytes.syncs() and self.bytes.isdir(DATA_DIR):
@@ -577,6 +579,20 @@ class BcolzChunks(LayoutChunks):
             first_write(self.store)     # opened with mode 'a': the first write takes the lock
         if self.mode == "r":
             raise ReadOnlyError(f"cannot modify '{self.store.rootdir}': it was opened with mode 'r'")
+
+    def rewrite_pending(self, i):
+        return i in self.store._staged
+
+    def drop_rewrite(self, i):
+        if i not in self.store._staged and not self.store.can_stage():
+            return False        # written in place (object storage, a directory being created)
+        self._forget(i)
+        staged = self.store._staged.pop(i, None)
+        if staged is not None:      # (none: the write failed before it was staged)
+            if self._sizes is not None and i < len(self._sizes):
+                self._sizes[i] = self._file_cbytes(i)
+            self.store._unlink_staged(staged[0])
+        return True
 
     # the short last chunk, metadata, maintenance: see ChunkStore
     def put_last(self, n, data):

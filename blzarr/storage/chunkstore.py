@@ -153,6 +153,14 @@ class ChunkStore:
     def abandon_pending(self):
         """Forget the pending rewrites, unpublished (their owner can no longer tell what they hold)."""
 
+    def rewrite_pending(self, i):
+        """Whether chunk i has a rewrite that `drop_rewrite` can take back."""
+        return False
+
+    def drop_rewrite(self, i):
+        """Take back the pending rewrite of chunk i (True), where the layout can; else False."""
+        return False
+
     # ------------------------------------------------------------------ metadata and maintenance
     def read_meta(self, name):
         raise NotImplementedError

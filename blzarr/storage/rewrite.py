@@ -190,9 +190,35 @@ def commit(path, switches, apply, announce=None):
         if announce is not None:
             announce()
         apply()
-        clear(path)
     except BaseException as e:
         _mark_committed(e)
+        raise
+    try:
+        clear(path)
+    except BaseException as e:
+        # every switch is made but the record stands: the caller removes it before its next switch
+        # (which the record, applied again at a writer's open, would otherwise undo)
+        _mark_committed(e)
+        e.blzarr_stale_record = path
+        raise
+
+
+def clear_stale(store):
+    """Before a store switches anything: remove the record a failed removal left (`commit`)."""
+    path = store._stale_record
+    if path is not None:
+        clear(path)
+        store._stale_record = None
+
+
+def commit_store(store, path, switches, apply, announce=None):
+    """`commit` for a store's own record, remembering a record whose removal failed."""
+    try:
+        commit(path, switches, apply, announce)
+    except BaseException as e:
+        stale = getattr(e, "blzarr_stale_record", None)
+        if stale is not None:
+            store._stale_record = stale
         raise
 
 

@@ -82,7 +82,9 @@ class _UndoLog:
         setattr(self._c, name, value)
 
     def __setitem__(self, i, c):
-        self.replaced.append((i, bytes(self._c[i].getdata())))
+        # a rewrite staged by this call alone is undone by dropping it (the files then stay as they were)
+        fresh = not self._c.rewrite_pending(i)
+        self.replaced.append((i, bytes(self._c[i].getdata()), fresh))
         self._c[i] = c
 
     def _first_append(self):
@@ -424,15 +426,7 @@ class CarrayWrites(CarrayBase):
             if self._nleft:
                 c = self._new_chunk(self._last[:self._nleft])
                 self._chunks.put_last(nch, c.getdata())
-            try:
-                self._chunks.sync(self._publish)    # the chunks are durable before the sizes that count them
-            except BaseException as e:
-                if getattr(e, "blzarr_committed", False):
-                    # a rewrite record stands for what the switch did not complete: only the next
-                    # writer's open may go on from it (a later switch here could be undone by it)
-                    self._broken = (f"a flush failed after its rewrites were committed ({_first_line(e)}); "
-                                    "the next writer's open completes them")
-                raise
+            self._chunks.sync(self._publish)    # the chunks are durable before the sizes that count them
             self._write_sizes()
             if not self._nleft or self.__dict__.get("_stale_chunks", True):
                 self._chunks.remove_from(nch + (1 if self._nleft else 0))
@@ -650,8 +644,8 @@ class CarrayWrites(CarrayBase):
         n0 = log.appended_from
         if n0 is not None:
             chunks.undo_appends(n0, log.leftover)
-        for i, data in reversed(log.replaced):
-            if i < len(chunks):
+        for i, data, fresh in reversed(log.replaced):
+            if i < len(chunks) and not (fresh and chunks.drop_rewrite(i)):
                 chunks[i] = chunk(None, self._chunk_atom, _data=data)
             if self._stats is not None:
                 self._stats.invalidate(i)   # computed again from the chunk when a query needs it

@@ -169,6 +169,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         self._no_writes = {}                # file number -> why nothing may be written to it
         self._counted = 0                   # chunks meta/sizes counts (a repair never drops them)
         self._first_write = None            # opened with mode 'a': the owner's locking.FirstWrite
+        self._stale_record = None           # a rewrite record whose removal failed (rewrite.commit)
         self._overlay = None                # a reader's: file number -> (slot -> offset, nchunks,
                                             # last_chunk) a committed rewrite record switches
 
@@ -503,10 +504,11 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         bytes at the end of are cut, and the data directory is synced when files were removed.  A
         flush calls it before meta/sizes, which makes appended chunks visible, is replaced."""
         with self._lock:
+            rewrite.clear_stale(self)
             if len(self._pending) > 1:
                 plan = self.prepare_switch()
-                rewrite.commit(rewrite.carray_record_path(self.rootdir), {rewrite.SELF: plan},
-                               self.switch_pending, announce)
+                rewrite.commit_store(self, rewrite.carray_record_path(self.rootdir), {rewrite.SELF: plan},
+                                     self.switch_pending, announce)
             else:
                 self._sync_written()
                 self.switch_pending()
