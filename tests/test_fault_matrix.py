@@ -308,14 +308,7 @@ def _params():
 
 # operations that are not yet atomic under a fault: (operation, fault or None for all) -> why.  Each
 # is an expected failure (strict: a fix makes the test fail until the entry is removed)
-KNOWN_GAPS = {
-    ("ctable.__setitem__", None): "rows are assigned column after column, each column committing on "
-                                  "its own: a table-wide commit record is needed",
-    ("carray.__setitem__", "kill"): "a rewrite of several chunks commits chunk after chunk (killed, or "
-                                  "its undo meeting the full disk, the files hold a mix; the handle is "
-                                  "marked broken): a per-array commit record is needed",
-    ("carray.__setitem__", "enospc"): "the same: the undo of the rewrite meets the full disk",
-}
+KNOWN_GAPS = {}
 
 
 def _gap(op, fault, request, strict=True):

@@ -14,23 +14,56 @@ are replaced atomically.
 
 import errno
 import os
+import re
+import secrets
 import struct
 import threading
 from collections import OrderedDict
 
-from blzarr.storage import fileio, objstats
+from blzarr.storage import fileio, objstats, rewrite
 from blzarr.storage.bytestore import LocalStore
 from blzarr.storage.chunk import chunk
 from blzarr.storage.chunkstore import LayoutChunks
 from blzarr.errors import FormatError, MissingError, ReadOnlyError, StorageError
 from blzarr.storage.locking import first_write
-from blzarr.storage.files import ATTRS_FILE, DATA_DIR, META_DIR, SIZES_FILE
+from blzarr.storage.files import (ATTRS_FILE, DATA_DIR, IN_FLIGHT, META_DIR, SIZES_FILE, _new_file_mode,
+                                  new_tree_of)
 
 CHUNK_EXT = ".blp"
 
 BLP_MAGIC = b"blpk"
 BLP_HEADER_SIZE = 16
 BLP_HEADER = BLP_MAGIC + bytes([1, 0, 0, 0]) + struct.pack("<q", 1)
+
+# a staged rewrite of chunk N: data/.__N.blp.blzarr-new-<12 hex digits> (bcolz reads only __N.blp)
+STAGE_TAG = ".blzarr-new-"
+_STAGE_RE = re.compile(r"^\.__[0-9]+\.blp\.blzarr-new-[0-9a-f]{12}$")
+
+
+def _is_stage_name(name):
+    return bool(_STAGE_RE.match(name))
+
+
+def _is_debris(name):
+    return bool(_STAGE_RE.match(name) or rewrite.TMP_RE.match(name))
+
+
+def apply_renames(rootdir, plan):
+    """Complete the renames of a rewrite record's entry `plan` in the bcolz-layout directory `rootdir`
+    (a staged file already renamed is skipped), durably."""
+    data = os.path.join(rootdir, DATA_DIR)
+    for n, name in sorted(plan.get("renames", {}).items(), key=lambda kv: int(kv[0])):
+        if not _is_stage_name(name) or not str(n).isdigit():
+            raise FormatError(f"the rewrite record of '{rootdir}' names the file {name!r} for chunk {n!r}")
+        try:
+            fileio.replace(os.path.join(data, name), os.path.join(data, f"__{int(n)}{CHUNK_EXT}"))
+        except FileNotFoundError:
+            pass        # renamed already
+    if fileio.sync_enabled():
+        fileio.fsync_dir(data)
+
+
+rewrite.APPLY["bcolz"] = apply_renames
 
 # compressed bytes of recently read chunks a BcolzChunks keeps in memory (per carray)
 DISK_CACHE_BYTES = 32 * 1024 * 1024
@@ -54,6 +87,9 @@ class BcolzDir:
         self._guard = self.bytes.writer_guard(f"{META_DIR}/{SIZES_FILE}")
         self._checked = False            # no other writer seen since the last flush
         self._created = False            # made by this writer: no object existed before
+        self._staged = {}                # chunk n -> its new file in data/, not yet renamed over it
+        self._redirect = {}              # chunk n -> where a committed rewrite record puts it (readers)
+        self._stale_record = None        # a rewrite record whose removal failed (rewrite.commit)
 
     @property
     def remote(self):
@@ -136,10 +172,24 @@ class BcolzDir:
         chunk (bcolz ignores them too). A chunk that announces more bytes than the file holds is
         returned whole, for the codec's validation to report.
         """
+        key = self._key(n)
+        mine = self._staged.get(n)
+        staged = mine[0] if mine is not None else self._redirect.get(n)
+        if staged is not None:
+            try:
+                # a rewrite not switched yet (this writer's), or one a committed record names whose
+                # rename is not done yet (its file is at the final name once it is)
+                h = self.bytes.open(f"{DATA_DIR}/{staged}", "r_nofollow")
+                key = None
+            except FileNotFoundError:
+                if n in self._staged:
+                    raise MissingError(f"chunk file '{self.bytes.where(DATA_DIR + '/' + staged)}' "
+                                       "is missing") from None
         path = self.chunk_path(n)
         try:
             # a chunk file that is a symlink (to another array's chunk, say) is not this array's chunk
-            h = self.bytes.open(self._key(n), "r_nofollow")
+            if key is not None:
+                h = self.bytes.open(key, "r_nofollow")
         except FileNotFoundError:
             raise MissingError(f"chunk file '{path}' is missing") from None
         except StorageError:
@@ -200,6 +250,9 @@ class BcolzDir:
         self._check_sole_writer()
         payload = BLP_HEADER + bytes(data)
         name = f"__{n}{CHUNK_EXT}"
+        staged = self._staged.pop(n, None)
+        if staged is not None:
+            self._unlink_staged(staged[0])      # written over before it was switched
         self._dir_unsynced = True
         try:
             # where there is no lock, a conditional put: refused when another writer replaced or created it
@@ -215,12 +268,129 @@ class BcolzDir:
         if self._listing is not None:
             self._listing[name] = len(payload)
 
-    def sync(self):
-        """Make the chunk files written or removed since the last sync durable (their directory; their
-        bytes were synced before their rename).  A flush calls it before replacing meta/sizes."""
+    # ---- rewrites: a new file beside the chunk's, renamed over it at the next sync (rewrite.py)
+    def can_stage(self, n=None):
+        """Whether a rewrite of chunk n is staged (local directories, not one being created, whose
+        files reach the disk when it is published; with `n`, only over a chunk file that exists)."""
+        if not self.bytes.has_dirs or self.bytes.remote or new_tree_of(self.rootdir) is not None:
+            return False
+        return n is None or fileio.exists(self.chunk_path(n))
+
+    def stage_chunk(self, n, data):
+        """Write the new bytes of chunk n to a hidden file of data/ (synced when flushes sync), to be
+        renamed over data/__n.blp by the next `sync` (`switch_pending`): until then readers, and a
+        crash, see the old file."""
+        self._check_sole_writer()
+        payload = BLP_HEADER + bytes(data)
+        final = self.chunk_path(n)
+        name = f".__{n}{CHUNK_EXT}{STAGE_TAG}{secrets.token_hex(6)}"
+        path = self.bytes.where(f"{DATA_DIR}/{name}")
+        fd = None
+        try:
+            try:
+                fd = fileio.open(path, "new", 0o600)
+            except FileNotFoundError:
+                if n != 0 or self.bytes.exists(DATA_DIR) or not self.bytes.isdir(META_DIR):
+                    raise
+                self.bytes.makedirs(DATA_DIR, exist_ok=True)    # an empty data/ lost by a copy
+                fd = fileio.open(path, "new", 0o600)
+            fileio.fill(fd, payload, self.bytes.syncs(), _new_file_mode(final))
+        except BaseException as e:
+            if fd is not None:
+                try:
+                    fileio.unlink(path)
+                except OSError:
+                    pass
+            if isinstance(e, OSError) and not isinstance(e, StorageError):
+                raise StorageError(f"cannot write '{path}': {e}") from None
+            raise
+        IN_FLIGHT.add(os.path.abspath(path))
+        old = self._staged.get(n)
+        self._staged[n] = (name, len(payload))
+        if old is not None:
+            self._unlink_staged(old[0])
+
+    def _unlink_staged(self, name):
+        path = self.bytes.where(f"{DATA_DIR}/{name}")
+        IN_FLIGHT.discard(os.path.abspath(path))
+        try:
+            fileio.unlink(path)
+        except FileNotFoundError:
+            pass
+
+    def drop_staged(self, n=0):
+        """Forget (and remove) the staged rewrites of chunks n and later."""
+        for k in [k for k in self._staged if k >= n]:
+            name = self._staged.pop(k)[0]
+            self._dir_unsynced = True
+            self._unlink_staged(name)
+
+    def abandon_pending(self):
+        """Forget (and remove) the staged rewrites: nothing may publish them."""
+        self.drop_staged(0)
+
+    def switch_units(self):
+        """How many one-step switches the pending rewrites take (renames)."""
+        return len(self._staged)
+
+    def prepare_switch(self):
+        """Make the staged files' names durable and return the plan of their renames (the rewrite
+        record's entry of this directory), None when nothing is staged."""
+        if not self._staged:
+            return None
+        if self.bytes.syncs():
+            self.bytes.sync_dir(DATA_DIR)
+        return {"layout": "bcolz", "renames": {str(n): name for n, (name, _) in sorted(self._staged.items())}}
+
+    def switch_pending(self):
+        """Rename every staged file over its chunk's file (each rename one step for readers)."""
+        for n in sorted(self._staged):
+            name, size = self._staged[n]
+            path = self.bytes.where(f"{DATA_DIR}/{name}")
+            fileio.replace(path, self.chunk_path(n))
+            IN_FLIGHT.discard(os.path.abspath(path))
+            del self._staged[n]
+            self._dir_unsynced = True
+            if self._listing is not None:
+                self._listing[f"__{n}{CHUNK_EXT}"] = size
+            self._guard.forget(self._key(n))
+
+    def sync(self, announce=None):
+        """Switch the staged rewrites (more than one under a rewrite record, `blzarr.storage.rewrite`),
+        then make the chunk files written, renamed or removed since the last sync durable (their
+        directory; their bytes were synced before their rename).  A flush calls it before replacing
+        meta/sizes."""
+        rewrite.clear_stale(self)
+        if len(self._staged) > 1:
+            plan = self.prepare_switch()
+            rewrite.commit_store(self, rewrite.carray_record_path(self.rootdir), {rewrite.SELF: plan},
+                                 self.switch_pending, announce)
+        elif self._staged:
+            self.switch_pending()
         if self._dir_unsynced and self.bytes.syncs() and self.bytes.isdir(DATA_DIR):
             self.bytes.sync_dir(DATA_DIR)
         self._dir_unsynced = False
+
+    def read_through(self, plan):
+        """A reader: read the chunks a committed rewrite record switches where the record says."""
+        self._redirect = {int(n): name for n, name in plan.get("renames", {}).items()
+                          if isinstance(name, str) and _is_stage_name(name)}
+
+    def remove_debris(self):
+        """A writer's open (under the lock): remove the hidden files killed writes left in data/ and
+        meta/ (temporary files of replacements, staged rewrites no record names)."""
+        for sub in (DATA_DIR, META_DIR):
+            d = self.bytes.where(sub)
+            try:
+                names = fileio.listdir(d)
+            except OSError:
+                continue
+            for name in names:
+                if _is_debris(name) and os.path.abspath(os.path.join(d, name)) not in IN_FLIGHT:
+                    try:
+                        fileio.unlink(os.path.join(d, name))
+                    except OSError:
+                        pass
 
     def close(self):
         """Nothing to release: chunk files are opened per read."""
@@ -235,6 +405,7 @@ class BcolzDir:
     def restore_chunk_file(self, n, raw):
         """Put back data/__n.blp as `read_chunk_file` gave it."""
         self._check_sole_writer()
+        self.drop_staged(n)
         name = f"__{n}{CHUNK_EXT}"
         self._dir_unsynced = True
         self._guard.put(self._key(n), raw, self._seen(name), parents=False, sync_dir=False)
@@ -249,6 +420,7 @@ class BcolzDir:
 
     def remove_chunks_from(self, n):
         """Remove data/__k.blp for every k >= n."""
+        self.drop_staged(n)
         if self.bytes.has_dirs and not self.bytes.isdir(DATA_DIR):
             return
         names = []
@@ -375,7 +547,10 @@ class BcolzChunks(LayoutChunks):
 
     def __setitem__(self, i, c):
         self._check_writable()
-        self.store.write_chunk(i, c.getdata())
+        if self.store.can_stage():
+            self.store.stage_chunk(i, c.getdata())      # switched at the next sync (flush)
+        else:
+            self.store.write_chunk(i, c.getdata())
         self._forget(i)
         self._chunk_sizes()[i] = c.cbytes
 
@@ -407,9 +582,26 @@ class BcolzChunks(LayoutChunks):
         if self.mode == "r":
             raise ReadOnlyError(f"cannot modify '{self.store.rootdir}': it was opened with mode 'r'")
 
+    def rewrite_pending(self, i):
+        return i in self.store._staged
+
+    def drop_rewrite(self, i):
+        if i not in self.store._staged and not self.store.can_stage():
+            return False        # written in place (object storage, a directory being created)
+        self._forget(i)
+        staged = self.store._staged.pop(i, None)
+        if staged is not None:      # (none: the write failed before it was staged)
+            if self._sizes is not None and i < len(self._sizes):
+                self._sizes[i] = self._file_cbytes(i)
+            self.store._unlink_staged(staged[0])
+        return True
+
     # the short last chunk, metadata, maintenance: see ChunkStore
     def put_last(self, n, data):
-        self.store.write_chunk(n, data)
+        if self.store.can_stage(n):
+            self.store.stage_chunk(n, data)
+        else:
+            self.store.write_chunk(n, data)
 
     def remove_from(self, n):
         self.store.remove_chunks_from(n)

@@ -133,9 +133,33 @@ class ChunkStore:
         """Names of chunk files past the `expected` stored chunks, which readers ignore."""
         return []
 
-    def sync(self):
-        """Make every chunk written since the last sync durable (a flush calls it before meta/sizes); in
-        BLZ, rewrites become visible to other readers here (their offsets entries are switched)."""
+    def sync(self, announce=None):
+        """Make every chunk written since the last sync durable (a flush calls it before meta/sizes);
+        rewrites become visible to other readers here (switched: `blzarr.storage.rewrite`; a switch
+        under a record calls `announce()` once the record is written)."""
+
+    def switch_units(self):
+        """How many one-step switches the rewrites not yet visible take (0: none pending)."""
+        return 0
+
+    def prepare_switch(self):
+        """Make the pending rewrites' new bytes durable; the plan of their switch (a rewrite record's
+        entry), None when none is pending."""
+        return None
+
+    def switch_pending(self):
+        """Make the pending rewrites visible (the record that guards them, if any, is the caller's)."""
+
+    def abandon_pending(self):
+        """Forget the pending rewrites, unpublished (their owner can no longer tell what they hold)."""
+
+    def rewrite_pending(self, i):
+        """Whether chunk i has a rewrite that `drop_rewrite` can take back."""
+        return False
+
+    def drop_rewrite(self, i):
+        """Take back the pending rewrite of chunk i (True), where the layout can; else False."""
+        return False
 
     # ------------------------------------------------------------------ metadata and maintenance
     def read_meta(self, name):
@@ -251,8 +275,21 @@ class LayoutChunks(ChunkStore):
     """The chunks of an on-disk layout: `store` is its directory object (`bcolz_layout.BcolzDir`,
     `blz.BlzDir`), which keeps the meta files and makes the writes durable."""
 
-    def sync(self):
-        self.store.sync()
+    def sync(self, announce=None):
+        self.store.sync(announce)
+
+    def switch_units(self):
+        return self.store.switch_units()
+
+    def prepare_switch(self):
+        return self.store.prepare_switch()
+
+    def switch_pending(self):
+        self.store.switch_pending()
+
+    def abandon_pending(self):
+        self.forget_from(0)
+        self.store.abandon_pending()
 
     def read_meta(self, name):
         return self.store.read_meta(name)

@@ -192,6 +192,12 @@ def new_tree_of(path):
         p = parent
 
 
+# the temporary files (and staged chunk files) this process is writing: a writer's open, which
+# removes the ones killed writes left, leaves these alone (another object of this process, sharing
+# the directory's lock, is using them)
+IN_FLIGHT = set()
+
+
 def atomic_write(path, data, fsync=False, sync_dir=None):
     """Replace `path` with `data` so that readers see either the old or the new content; with
     `fsync`, the content is durable before the rename, and (unless `sync_dir` is False: the caller
@@ -217,10 +223,12 @@ def atomic_write(path, data, fsync=False, sync_dir=None):
     try:
         for _ in range(100):
             tmp = os.path.join(d, f".tmp-{secrets.token_hex(6)}")
+            IN_FLIGHT.add(os.path.abspath(tmp))
             try:
                 fd = fileio.open(tmp, "new", 0o600)
                 break
             except FileExistsError:
+                IN_FLIGHT.discard(os.path.abspath(tmp))
                 tmp = None
         else:
             raise FileExistsError(f"no free temporary name in '{d}'")
@@ -237,6 +245,9 @@ def atomic_write(path, data, fsync=False, sync_dir=None):
         if isinstance(e, OSError) and not isinstance(e, StorageError):
             raise StorageError(f"cannot write '{path}': {e}") from None
         raise
+    finally:
+        if tmp is not None:
+            IN_FLIGHT.discard(os.path.abspath(tmp))
 
 
 # A file of at most one sector written over in place at offset 0, its size unchanged, reaches the disk

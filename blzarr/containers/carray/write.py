@@ -82,7 +82,9 @@ class _UndoLog:
         setattr(self._c, name, value)
 
     def __setitem__(self, i, c):
-        self.replaced.append((i, bytes(self._c[i].getdata())))
+        # a rewrite staged by this call alone is undone by dropping it (the files then stay as they were)
+        fresh = not self._c.rewrite_pending(i)
+        self.replaced.append((i, bytes(self._c[i].getdata()), fresh))
         self._c[i] = c
 
     def _first_append(self):
@@ -401,6 +403,14 @@ class CarrayWrites(CarrayBase):
                                f"nothing more was written (its files hold the last flush): reopen it "
                                f"with blzarr.open({self._rootdir!r}, mode='a')")
 
+    def _stage_last(self):
+        """Write the short last chunk as a pending rewrite (switched with the others: a table's
+        assignment commits every column's together)."""
+        if self._ondisk and self._nleft and self._dirty and not self._isobj:
+            with self._lock:
+                c = self._new_chunk(self._last[:self._nleft])
+                self._chunks.put_last(len(self._chunks), c.getdata())
+
     @storage_op("flush")
     def flush(self):
         """Write the leftover atoms and the sizes to disk (no-op in memory, or when nothing changed)."""
@@ -416,7 +426,7 @@ class CarrayWrites(CarrayBase):
             if self._nleft:
                 c = self._new_chunk(self._last[:self._nleft])
                 self._chunks.put_last(nch, c.getdata())
-            self._chunks.sync()         # the chunks are durable before the sizes that count them
+            self._chunks.sync(self._publish)    # the chunks are durable before the sizes that count them
             self._write_sizes()
             if not self._nleft or self.__dict__.get("_stale_chunks", True):
                 self._chunks.remove_from(nch + (1 if self._nleft else 0))
@@ -439,6 +449,9 @@ class CarrayWrites(CarrayBase):
         if self._ondisk and self._mode != "r":
             if self.__dict__.get("_broken") is None:
                 self.flush()
+                if self._chunks.switch_units():
+                    # rewrites made through the chunk store without marking this object changed
+                    self._chunks.sync(self._publish)
             self._why_readonly = (
                 f"the carray '{self._rootdir}' was closed (by close() or at the end of its `with` block), "
                 f"which gave back the directory's write lock; reopen it with "
@@ -593,13 +606,24 @@ class CarrayWrites(CarrayBase):
         except BaseException as e:
             self._chunks = chunks
             self._flush_failed = True      # nothing is flushed behind the back of a caller told of an error
+            if getattr(e, "blzarr_committed", False):
+                # the write was published (a rewrite record names it) before the error: the files
+                # hold its result, which the next writer's open completes; this object may not go on
+                self._broken = (f"a write was committed but not completed ({_first_line(e)}); the "
+                                "next writer's open completes it")
+                raise
             try:
                 self._undo(log, saved)
             except BaseException as undo_error:
                 # half undone: what this object holds no longer matches its files, so nothing it
-                # would write may reach them; the files themselves still hold the last flush
+                # would write may reach them (its rewrites not switched yet are dropped); the files
+                # themselves still hold the last flush
                 self._broken = (f"a write failed ({_first_line(e)}) and undoing it failed too "
                                 f"({_first_line(undo_error)})")
+                try:
+                    chunks.abandon_pending()
+                except BaseException:
+                    pass
             raise
         finally:
             self._chunks = chunks
@@ -620,8 +644,8 @@ class CarrayWrites(CarrayBase):
         n0 = log.appended_from
         if n0 is not None:
             chunks.undo_appends(n0, log.leftover)
-        for i, data in reversed(log.replaced):
-            if i < len(chunks):
+        for i, data, fresh in reversed(log.replaced):
+            if i < len(chunks) and not (fresh and chunks.drop_rewrite(i)):
                 chunks[i] = chunk(None, self._chunk_atom, _data=data)
             if self._stats is not None:
                 self._stats.invalidate(i)   # computed again from the chunk when a query needs it

@@ -27,7 +27,7 @@ from blzarr.storage.attrs import attrs as _attrs
 from blzarr.containers.carray.array import carray, compression_ratio, human_readable_size
 from blzarr.containers.carray.version import fresh_call
 from blzarr.errors import ConcurrentWriterError, FormatError, StorageError, storage_error, storage_op
-from blzarr.storage import intent
+from blzarr.storage import intent, rewrite
 from blzarr.storage.locking import FirstWrite, LockError, lock_dir
 from blzarr.runtime.params import cparams as _cparams, defaults
 from blzarr.storage.files import ATTRS_FILE, ROOTDIRS_FILE, ObjectPath, read_json, write_json
@@ -562,6 +562,7 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         try:
             if _has_pending(root):
                 self._recover_intents(root)
+            rewrite.remove_tmp_debris(root)     # what killed replacements of its files left
             self._fresh()           # what other processes committed since (each column checks again)
             meta = read_json(os.path.join(root, ROOTDIRS_FILE), "ctable column list")
             names = meta.get("names") if isinstance(meta, dict) else None

@@ -1,6 +1,7 @@
 """Writing a ctable (`CtableWrites`, a part of `ctable`): append rows, resize and trim, add and delete
 columns, assign rows, flush and close."""
 
+import contextlib
 import keyword
 import errno
 import os
@@ -10,7 +11,7 @@ import time
 
 import numpy as np
 
-from blzarr.storage import fileio, intent
+from blzarr.storage import fileio, intent, rewrite
 from blzarr.containers.carray.array import carray, operator_index
 from blzarr.containers.carray.write import _python_values, retire
 from blzarr.containers.ctable.read import CtableBase
@@ -647,10 +648,41 @@ class CtableWrites(CtableBase):
             key = np.asarray(key)
             if key.dtype == bool and len(key) != self._len:
                 raise IndexError(f"boolean index has length {len(key)}, the ctable has {self._len} rows")
-        for n in self.cols.names:
-            self.cols._cols[n][key] = vals[n]
+        cols = [(n, self.cols._cols[n]) for n in self.cols.names]
+        with contextlib.ExitStack() as undo:
+            # an exception anywhere before the commit below undoes every column's assignment; the
+            # rewritten chunks reach no reader before it (staged, `blzarr.storage.rewrite`)
+            for _, col in cols:
+                undo.enter_context(col._undoable())
+            for n, col in cols:
+                col[key] = vals[n]
+            self._commit_rewrites(cols)
         if self.auto_flush:
             self.flush()
+
+    def _commit_rewrites(self, cols):
+        """Make the chunks every column rewrote (their short last chunks too) visible in one step: one
+        rewrite record for the whole table when that takes more than one switch."""
+        if self._rootdir is None or self._bytes is not None:
+            return      # in memory, or on object storage (each column commits its own)
+        stores = []
+        base = None
+        for n, col in cols:
+            rd = self._col_dir(n)
+            if rd is None or not col._ondisk:
+                continue
+            col._stage_last()
+            if col._chunks.switch_units():
+                stores.append((os.path.basename(rd), col._chunks))
+                base = os.path.dirname(rd)
+        if sum(st.switch_units() for _, st in stores) <= 1:
+            for _, st in stores:
+                st.switch_pending()
+            return
+        plans = {name: st.prepare_switch() for name, st in stores}
+        rewrite.commit(rewrite.table_record_path(base), plans,
+                       lambda: [st.switch_pending() for _, st in stores],
+                       lambda: [col._publish() for _, col in cols if col._ondisk])
 
 
 # keyword arguments a ctable forwards to the carrays it creates

@@ -41,6 +41,7 @@ from blzarr.storage.chunk import blosc_typesize, chunk
 from blzarr.storage.chunkstore import LayoutChunks, auto_superchunklen
 from blzarr.errors import ENVIRONMENT_ERRNOS, BlzarrError, ChunkError, FormatError, ReadOnlyError, StorageError
 from blzarr.storage.locking import first_write
+from blzarr.storage import fileio, rewrite
 from blzarr.storage.files import ATTRIBUTES_FILE, DATA_DIR, META_DIR, SIZES_FILE, new_tree_of, read_json
 from blzarr.runtime.parallel import codec_threads
 from blzarr.storage.spool import writes_for
@@ -55,6 +56,28 @@ from blzarr.storage.blz.repair import BlzMaintenance
 from blzarr.storage.blz.write import BlzWrites
 
 DEFAULT_CHECKSUM = "crc32"
+
+
+def apply_offsets(rootdir, plan):
+    """Complete the offsets switch of a rewrite record's entry `plan` in the BLZ directory `rootdir`:
+    write the entries and the header fields it names into each superchunk file, durably."""
+    for fno, ent in sorted(plan.get("files", {}).items(), key=lambda kv: int(kv[0])):
+        path = os.path.join(rootdir, DATA_DIR, superchunk_name(int(fno)))
+        fd = fileio.open(path, "rw")
+        try:
+            h = sc.unpack_header(sc.pread(fd, 32, 0, path), path)
+            table_pos = 32 + h["meta_size"]
+            for slot, pos in ent["slots"].items():
+                fileio.pwrite(fd, sc.pack_i64(int(pos)), table_pos + 8 * int(slot), path)
+            fileio.pwrite(fd, sc.pack_header(h["checksum"], h["typesize"], h["chunk_size"], int(ent["last_chunk"]),
+                                             int(ent["nchunks"]), h["meta_size"]), 0, path)
+            if fileio.sync_enabled():
+                fileio.fdatasync(fd)
+        finally:
+            fileio.close(fd)
+
+
+rewrite.APPLY[FORMAT] = apply_offsets
 
 
 def _read_storage(rootdir):
@@ -75,17 +98,30 @@ def detect_format(rootdir):
 
 
 def open_store(rootdir, mode="a"):
-    """The store of an existing carray directory, of whichever layout it holds.
+    """The store of an existing carray directory, of whichever layout it holds.  A writer (`mode` not
+    'r', under the directory's lock) first completes what a rewrite record names and removes what
+    killed writes left (`blzarr.storage.rewrite`); a reader reads through a record.
 
     The meta files the open read are left on the store as `opened_meta` ({name: JSON object}) for
     the carray opening it, which pops them (and does not read them again)."""
     base = BcolzDir(rootdir)
     base.check_layout()
+    plan = None
+    if mode != "r":
+        rewrite.recover_carray(rootdir)
+    else:
+        plan = rewrite.plan_for(rootdir)
     fmt, storage = _read_storage(rootdir)
     if fmt == FORMAT:
-        return BlzDir.open(rootdir, mode, storage=storage, checked=True)
-    base.opened_meta = {"storage": storage}
-    return base
+        d = BlzDir.open(rootdir, mode, storage=storage, checked=True, overlay=plan)
+    else:
+        d = base
+        d.opened_meta = {"storage": storage}
+        if plan is not None:
+            d.read_through(plan)
+    if mode != "r":
+        d.remove_debris()
+    return d
 
 
 def _dtype_or_none(text):
@@ -143,6 +179,9 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         self._no_writes = {}                # file number -> why nothing may be written to it
         self._counted = 0                   # chunks meta/sizes counts (a repair never drops them)
         self._first_write = None            # opened with mode 'a': the owner's locking.FirstWrite
+        self._stale_record = None           # a rewrite record whose removal failed (rewrite.commit)
+        self._overlay = None                # a reader's: file number -> (slot -> offset, nchunks,
+                                            # last_chunk) a committed rewrite record switches
 
     # ------------------------------------------------------------------ creation / opening
     @classmethod
@@ -201,11 +240,14 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
                               f"does not fit its dtype {fixed_dtype!r} (typesize {want})")
 
     @classmethod
-    def open(cls, rootdir, mode="a", bytestore=None, storage=None, checked=False):
+    def open(cls, rootdir, mode="a", bytestore=None, storage=None, checked=False, overlay=None):
         """The store of the BLZ directory `rootdir`; `storage`: its meta/storage, when just read;
         `checked`: its layout was just checked (`BcolzDir.check_layout`, which checks the same
-        directories and links but data/)."""
+        directories and links but data/); `overlay`: a committed rewrite record's entry to read
+        through (a reader)."""
         self = cls(rootdir, mode, bytestore)
+        if overlay is not None:
+            self.read_through(overlay)
         if checked:
             self._check_data_dir()
         else:
@@ -480,40 +522,26 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         if self._fio.syncs():
             self._fio.datasync(fd)
 
-    def sync(self):
+    def sync(self, announce=None):
         """Make every chunk appended or rewritten (and every file cut or removed) since the last sync
         durable, with syncs batched per file, not per chunk: one fdatasync per superchunk file
         written makes the new bytes durable; then the offsets entries of the rewritten chunks are
-        switched to their new bytes (with the headers), and one more fdatasync per file rewritten
-        makes the switch durable before the bytes the entries named before can be written again; then
-        the files a rewrite left free bytes at the end of are cut, and the data directory is synced
-        when files were removed.  A flush calls it before meta/sizes, which makes appended chunks
-        visible, is replaced."""
+        switched to their new bytes (with the headers; the entries of more than one file under a
+        rewrite record, `blzarr.storage.rewrite`, so that readers and a crash see all of them
+        switched or none), and one more fdatasync per file rewritten makes the switch durable before
+        the bytes the entries named before can be written again; then the files a rewrite left free
+        bytes at the end of are cut, and the data directory is synced when files were removed.  A
+        flush calls it before meta/sizes, which makes appended chunks visible, is replaced."""
         with self._lock:
-            sync = self._fio.syncs()
-            pending = sorted(self._pending.items())
-            tree = new_tree_of(self.rootdir) if sync and not self.remote else None
-            if tree is not None:
-                # a new directory: nothing in it is promised before its tree is published, which
-                # syncs these files with all the others in one barrier (no order needed before it)
-                for fno in sorted(self._unsynced | set(self._pending)):
-                    if fno <= self.nfiles and fno not in self._damaged:
-                        tree.sync_later(self._path(fno))
-                sync = False
-            if sync:
-                for fno in sorted(self._unsynced | set(self._pending)):
-                    if fno <= self.nfiles and fno not in self._damaged:
-                        self._fio.datasync(self._fd(fno))
-            for fno, (f, slots) in pending:
-                fd = self._fd(fno)
-                lo, hi = min(slots), max(slots) + 1     # the entries between are the file's already
-                self._fio.pwrite(fd, sc.pack_offsets(f.offsets[lo:hi]), f.table_pos + 8 * lo, f.path)
-                self._write_header(f, fd)
-                self._after_write(f, fd)
-            if sync:
-                for fno, _ in pending:
-                    self._fio.datasync(self._fd(fno))
-            self._pending.clear()
+            rewrite.clear_stale(self)
+            if len(self._pending) > 1:
+                plan = self.prepare_switch()
+                rewrite.commit_store(self, rewrite.carray_record_path(self.rootdir), {rewrite.SELF: plan},
+                                     self.switch_pending, announce)
+            else:
+                self._sync_written()
+                self.switch_pending()
+            sync = self._fio.syncs() and self._new_tree() is None
             for fno, cut in sorted(self._pending_cut.items()):
                 f = self._file(fno)
                 live = self._full_table(f)[:f.nchunks]
@@ -526,6 +554,90 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
                 self._fio.sync_dir(DATA_DIR)
             self._unsynced.clear()
             self._dir_unsynced = False
+
+    def _new_tree(self):
+        """The new directory (`files.NewTree`) this store is being written in, None once published:
+        nothing in it is promised before its publication, which syncs its files with all the others
+        in one barrier, so no order is needed before it."""
+        return new_tree_of(self.rootdir) if self._fio.syncs() and not self.remote else None
+
+    def _sync_written(self):
+        """The new bytes of every file written since the last sync reach the disk (in a new
+        directory: at its publication)."""
+        if self._fio.syncs():
+            tree = self._new_tree()
+            for fno in sorted(self._unsynced | set(self._pending)):
+                if fno <= self.nfiles and fno not in self._damaged:
+                    if tree is not None:
+                        tree.sync_later(self._path(fno))
+                    else:
+                        self._fio.datasync(self._fd(fno))
+        self._unsynced.clear()
+
+    def switch_units(self):
+        """How many one-step switches the pending rewrites take (one write per superchunk file)."""
+        return len(self._pending)
+
+    def prepare_switch(self):
+        """Make the rewritten chunks' new bytes durable and return the plan of the offsets entries to
+        switch (the rewrite record's entry of this directory), None when nothing is pending."""
+        with self._lock:
+            self._sync_written()
+            if not self._pending:
+                return None
+            files = {}
+            for fno, (f, slots) in sorted(self._pending.items()):
+                files[str(fno)] = {"slots": {str(s): int(f.offsets[s]) for s in sorted(slots)},
+                                   "nchunks": int(f.nchunks), "last_chunk": int(f.last_chunk)}
+            return {"layout": "blz", "files": files}
+
+    def switch_pending(self):
+        """Write the offsets entries of the chunks rewritten since the last switch (with the headers)
+        and make them durable."""
+        with self._lock:
+            pending = sorted(self._pending.items())
+            for fno, (f, slots) in pending:
+                fd = self._fd(fno)
+                lo, hi = min(slots), max(slots) + 1     # the entries between are the file's already
+                self._fio.pwrite(fd, sc.pack_offsets(f.offsets[lo:hi]), f.table_pos + 8 * lo, f.path)
+                self._write_header(f, fd)
+                self._after_write(f, fd)
+            tree = self._new_tree()
+            if self._fio.syncs():
+                for fno, _ in pending:
+                    if tree is not None:
+                        tree.sync_later(self._path(fno))
+                    else:
+                        self._fio.datasync(self._fd(fno))
+            self._pending.clear()
+
+    def abandon_pending(self):
+        """Forget the rewrites not switched yet (their new bytes stay unused free space): the owner
+        cannot tell what they hold (a write and its undo both failed), so nothing may publish them."""
+        with self._lock:
+            for fno in list(self._pending):
+                self._forget_file(fno)
+            self._pending.clear()
+            self._pending_cut.clear()
+            self._chunks.clear()
+            self._heads.clear()
+
+    def read_through(self, plan):
+        """A reader: take the offsets entries a committed rewrite record switches as the files' own."""
+        over = {}
+        for fno, ent in plan.get("files", {}).items():
+            try:
+                over[int(fno)] = ({int(s): int(p) for s, p in ent["slots"].items()},
+                                  int(ent["nchunks"]), int(ent["last_chunk"]))
+            except (KeyError, TypeError, ValueError, AttributeError):
+                raise FormatError(f"the rewrite record of '{self.rootdir}' is malformed") from None
+        self._overlay = over
+
+    def remove_debris(self):
+        """A writer's open (under the lock): remove the temporary files killed replacements left in
+        data/ and meta/."""
+        for sub in (DATA_DIR, META_DIR):
+            rewrite.remove_tmp_debris(os.path.join(self.rootdir, sub))
 
     def _remove_file(self, fno):
         self._close(fno)

@@ -84,6 +84,13 @@ class BlzFileFormat:
         K = self._parse_head(f, h, f.fstate[1], lambda pos, n: sc.pread(fd, n, pos, f.path))
         f.offsets = np.full(K, -2, dtype=np.int64)     # -2: not read yet
         f.full_table = False
+        over = self._overlay.get(fno) if self._overlay else None
+        if over is not None:
+            # a committed rewrite record switches entries of this file: they are read from the record
+            for slot, pos in over[0].items():
+                if 0 <= slot < K:
+                    f.offsets[slot] = pos
+            f.nchunks, f.last_chunk = over[1], over[2]
         return self._keep_file(f)
 
     def _parse_head(self, f, h, size, read, max_k=None):
@@ -145,8 +152,10 @@ class BlzFileFormat:
             # a writer changed the file since its state was read (a reader beside a writer): reload
             self._forget_file(fno)
             f = self._load_file(fno)
-            off = sc.read_offset(fd, f.table_pos, slot, f.path)
-            f.offsets[slot] = off
+            off = int(f.offsets[slot])
+            if off == -2:
+                off = sc.read_offset(fd, f.table_pos, slot, f.path)
+                f.offsets[slot] = off
         self._check_offset(n, f, slot, off)
         return f, fd, off
 
@@ -161,6 +170,11 @@ class BlzFileFormat:
     def _full_table(self, f):
         if not f.full_table:
             f.offsets = sc.read_offsets(self._fd(f.fno), f.table_pos, self.K, f.path)
+            over = self._overlay.get(f.fno) if self._overlay else None
+            if over is not None:
+                for slot, pos in over[0].items():
+                    if 0 <= slot < self.K:
+                        f.offsets[slot] = pos
             f.full_table = True
         return f.offsets
 

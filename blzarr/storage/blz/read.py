@@ -74,11 +74,22 @@ class BlzReads:
             if not self._inuse.get(fno):
                 self._close(fno)
 
+    def _entry_pos(self, f, n):
+        """Where chunk n's offsets entry is in file `f`, to check after a read that the chunk did not
+        move meanwhile; -1 (no check) where a committed rewrite record gives the entry."""
+        slot = n - (f.fno - 1) * self.K
+        over = self._overlay.get(f.fno) if self._overlay else None
+        return -1 if over is not None and slot in over[0] else f.table_pos + 8 * slot
+
     def _check_still_at(self, n, f, fd, off, where):
         """A reader (mode 'r'), after reading chunk n's bytes from `off`: its offsets entry in the file
         must still say `off`.  A writer in another process may have moved the chunk meanwhile and reused
         its old bytes for another chunk, whose checksum is valid: only the entry tells."""
-        if self.mode == "r" and sc.read_offset(fd, f.table_pos, n - (f.fno - 1) * self.K, where) != off:
+        slot = n - (f.fno - 1) * self.K
+        over = self._overlay.get(f.fno) if self._overlay else None
+        if over is not None and slot in over[0]:
+            return          # read where a committed rewrite record says (the file may not say it yet)
+        if self.mode == "r" and sc.read_offset(fd, f.table_pos, slot, where) != off:
             raise FormatError(f"{where}: the chunk moved while it was read (a writer rewrote it)")
 
     def _read_chunk(self, n, expected_nbytes=-1):
@@ -179,7 +190,7 @@ class BlzReads:
                 local.cbuf, ct = sc.fetch_decode(fd, off, -1 if ct is None else ct, f.fstate[1],
                                                  cid, getattr(local, "cbuf", None), out,
                                                  expected_nbytes, nthreads,
-                                                 f.table_pos + 8 * (n - (fno - 1) * self.K), where)
+                                                 self._entry_pos(f, n), where)
             finally:
                 with self._lock:
                     self._release_fd(fno)
@@ -286,7 +297,7 @@ class BlzReads:
         taken with one state check per file, their descriptors pinned), or None where that path does not
         apply: a writer in this process, a byte store, a checksum not verified without the GIL, a file
         known damaged, or an offset outside its file (the chunk-by-chunk path then says what is wrong)."""
-        if (self.mode != "r" or self.remote or expected_nbytes <= 0 or len(ns) < 2
+        if (self.mode != "r" or self.remote or expected_nbytes <= 0 or len(ns) < 2 or self._overlay
                 or not sc.native_checksum(self.checksum_id)):
             return None
         ns = np.asarray(ns, dtype=np.int64)
