@@ -18,6 +18,7 @@ from blzarr.query import fused
 from blzarr.runtime import integrations
 from blzarr.runtime import parallel
 from blzarr.query import planner
+from blzarr.query import rules
 from blzarr.runtime.optional import have, need
 from blzarr.runtime.params import defaults, get_nthreads
 
@@ -62,7 +63,7 @@ def _reduction_plan(expression):
     """None (element-wise), a combining ufunc (one top-level reduction along the first axis or over
     everything: block results combine), or "whole" (a reduction the blocks cannot split)."""
     try:
-        tree = ast.parse(expression, mode="eval").body
+        tree = rules.parse(expression).body
     except SyntaxError:
         return None  # reported by _operand_names
 
@@ -102,7 +103,7 @@ def _operand_names_of(expression):
         raise ValueError(f"invalid expression {expression!r}: {e.msg}") from None
     # the variables: bare names only (not the attributes of `da.nansum` or `x.real`), in order
     names = []
-    for node in ast.walk(ast.parse(expression, mode="eval")):
+    for node in ast.walk(rules.parse(expression)):
         if isinstance(node, ast.Name) and node.id not in names:
             names.append(node.id)
     return code, tuple(names)
@@ -159,7 +160,7 @@ def evaluate_blocks(expression, operands, vm=None, blen=None):
         yield np.asarray(_run(expression, code, local, vm))
         return
     if blen is None:
-        blen = default_blen(arrays)
+        blen = rules.block_length(arrays.values())
     kernel, ne, _ = make_kernel(expression, code, arrays, scalars, vm)
     decoder = fused.Decoder(arrays, blen)
     bounds = fused.block_bounds(n, blen)
@@ -201,7 +202,7 @@ def explain(expression, user_dict=None, blen=None, depth=2):
     arrays = {k: v for k, v in operands.items() if _is_array(v)}
     n = common_length(arrays) if arrays else 0
     if blen is None:
-        blen = default_blen(arrays) if arrays else 1
+        blen = rules.block_length(arrays.values()) if arrays else 1
     return planner.plan(expression, operands, fused.block_bounds(n, blen))
 
 
@@ -210,12 +211,6 @@ def common_length(arrays):
     if len(lengths) != 1:
         raise ValueError(f"the arrays in the expression have different lengths: {sorted(lengths)}")
     return lengths.pop()
-
-
-def default_blen(arrays):
-    """The smallest chunk length of the chunked operands (at least 4096), else 65536."""
-    cls = [v.chunklen for v in arrays.values() if not isinstance(v, np.ndarray) and hasattr(v, "chunklen")]
-    return max(min(cls) if cls else 65536, 4096)
 
 
 def _datetime_literals(expression, arrays):
@@ -229,7 +224,7 @@ def _datetime_literals(expression, arrays):
             kinds[k] = dt
     if not kinds or ("'" not in expression and '"' not in expression):
         return None
-    tree = ast.parse(expression, mode="eval")
+    tree = rules.parse(expression, fresh=True)      # its comparisons are rewritten below
     extra = {}
 
     def convert(node):
@@ -312,7 +307,7 @@ def _kernel_sum(expression, operands, blen):
     (`blzarr.exprkernel`): the chunks' sums added in order, as the blocks' sums are added; None where
     it does not apply."""
     try:
-        tree = ast.parse(expression, mode="eval").body
+        tree = rules.parse(expression).body
     except SyntaxError:
         return None
     if not (isinstance(tree, ast.Call) and isinstance(tree.func, ast.Name) and tree.func.id == "sum"
@@ -322,7 +317,7 @@ def _kernel_sum(expression, operands, blen):
     if not arrays or not common_length(arrays):
         return None
     scalars = {k: v for k, v in operands.items() if k not in arrays}
-    r = exprkernel.chunk_sums(ast.unparse(tree.args[0]), arrays, scalars, blen or default_blen(arrays))
+    r = exprkernel.chunk_sums(ast.unparse(tree.args[0]), arrays, scalars, blen or rules.block_length(arrays.values()))
     if r is None:
         return None
     total = None
@@ -788,7 +783,7 @@ def eval(expression, vm=None, out_flavor=None, user_dict=None, blen=None, depth=
     if out_flavor == "numpy":
         arrays = {k: v for k, v in operands.items() if _is_array(v)}
         if plan is None and vm != "dask" and arrays and common_length(arrays):
-            out = evaluate_into(expression, operands, vm, blen or default_blen(arrays), common_length(arrays))
+            out = evaluate_into(expression, operands, vm, blen or rules.block_length(arrays.values()), common_length(arrays))
             if out is not None:
                 return out
         parts = list(blocks)

@@ -13,6 +13,7 @@ from blzarr.query import chunked_eval as _ce
 from blzarr.query import fused
 from blzarr.containers import indexing as ix
 from blzarr.query import planner
+from blzarr.query import rules
 from blzarr._chunk import getitem_into
 from blzarr.storage.blockcache import disk_blocks, new_generation
 from blzarr.storage.chunk import chunk, decode_ranges, rows_chunks, select_ahead, take_chunks, where_scalars
@@ -132,7 +133,7 @@ def _iter_blocks(obj, blen=None):
     """(start, block) over a carray or array-like in blocks of `blen` atoms."""
     n = len(obj)
     if blen is None:
-        blen = obj.chunklen if isinstance(obj, CarrayBase) else 65536
+        blen = obj.chunklen if isinstance(obj, CarrayBase) else rules.DEFAULT_BLEN
     for s in range(0, n, blen):
         yield s, obj[s:min(s + blen, n)]
 

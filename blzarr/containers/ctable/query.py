@@ -9,15 +9,13 @@ import numpy as np
 
 from blzarr.query import chunked_eval as _ce
 from blzarr.query import planner
+from blzarr.query import rules
 from blzarr.containers.carray.array import carray, operator_index
 from blzarr.containers.carray.read import Query
 from blzarr.containers.ctable.read import NROW
 from blzarr.query.lazyexpr import LazyExpr
 from blzarr.runtime.optional import have
 from blzarr.runtime.params import defaults
-
-# the block length used for queries is at least this (tiny chunklens would make Python overhead dominate)
-MIN_QUERY_BLEN = 4096
 
 
 class CtableQueries:
@@ -69,8 +67,7 @@ class CtableQueries:
         return expression
 
     def _query_blen(self, operands):
-        cls = [v.chunklen for v in operands.values() if isinstance(v, carray)]
-        return max(min(cls) if cls else self.chunklen, MIN_QUERY_BLEN)
+        return rules.block_length(operands.values(), self.chunklen)
 
     def _mask_blocks(self, expression, user_dict, vm, frame):
         """(start, boolean block) over the table, evaluating `expression` block by block."""
@@ -112,8 +109,8 @@ class CtableQueries:
                 raise ValueError("a mask for a query must be a one-dimensional boolean array or carray")
             if len(expression) != n:
                 raise ValueError(f"the boolean mask has length {len(expression)}, the ctable has {n} rows")
-            blen = expression.chunklen if isinstance(expression, carray) else max(self.chunklen,
-                                                                                 MIN_QUERY_BLEN)
+            blen = expression.chunklen if isinstance(expression, carray) else rules.block_length(
+                (), self.chunklen)
             for s in range(0, n, blen):
                 yield s, np.asarray(expression[s:s + blen])
             return

@@ -29,6 +29,7 @@ from blzarr.containers.carray.version import fresh_call
 from blzarr.errors import ConcurrentWriterError, FormatError, StorageError, storage_error, storage_op
 from blzarr.storage import intent
 from blzarr.storage.locking import FirstWrite, LockError, lock_dir
+from blzarr.query.rules import DEFAULT_BLEN
 from blzarr.runtime.params import cparams as _cparams, defaults
 from blzarr.storage.files import ATTRS_FILE, ROOTDIRS_FILE, ObjectPath, read_json, write_json
 from blzarr.storage.bytestore import is_url, join, local_path, open_bytestore
@@ -47,7 +48,6 @@ attrs = _attrs
 VALIDITY_ATTR = "blzarr:validity"
 
 # rows per block when a query has no column to take a chunk length from
-DEFAULT_BLEN = 65536
 
 # ------------------------------------------------------------------------------------------- cols
 class cols:
