@@ -20,6 +20,7 @@ from helpers import assert_same, examples
 
 import blzarr
 from blzarr.query import rules
+from blzarr.query.selection import Selection
 from blzarr.query import planner
 from blzarr.query import stats
 
@@ -546,7 +547,7 @@ def test_count_does_not_build_rows(monkeypatch):
     def no_rows(*args):
         raise AssertionError("rows built")
         yield
-    monkeypatch.setattr(ctable_module.ctable, "_where_blocks", no_rows)
+    monkeypatch.setattr(Selection, "blocks", no_rows)
     q = t.where("(ts >= 1000) & (k == 3)")
     assert q.count() == np.count_nonzero((np.arange(1000, 200_000) % 7) == 3)
     assert q.explain().used == ["k", "ts"]

@@ -138,10 +138,11 @@ def _is_array(v):
     return hasattr(v, "chunklen") and hasattr(v, "__len__") and hasattr(v, "__getitem__")
 
 
-def evaluate_blocks(expression, operands, vm=None, blen=None):
+def evaluate_blocks(expression, operands, vm=None, blen=None, plan=None):
     """Yield the expression evaluated over consecutive blocks of the array operands.
 
     The blocks are evaluated on every thread (`blzarr.fused`), a few at a time, and come out in order.
+    `plan` is the planner's `Plan` over those blocks when the caller has it already.
     """
     code, _ = _operand_names(expression)
     vm = vm or defaults.vm
@@ -164,7 +165,7 @@ def evaluate_blocks(expression, operands, vm=None, blen=None):
     kernel, ne, _ = make_kernel(expression, code, arrays, scalars, vm)
     decoder = fused.Decoder(arrays, blen)
     bounds = fused.block_bounds(n, blen)
-    classes = _classes(expression, operands, bounds)
+    classes = _classes(expression, operands, bounds, plan)
     if classes is not None:
         k_of = {b[0]: k for k, b in enumerate(bounds)}
 
@@ -177,9 +178,10 @@ def evaluate_blocks(expression, operands, vm=None, blen=None):
                                 decode=None if classes is None else classes == planner.SCAN)
 
 
-def _classes(expression, operands, bounds):
-    """The planner's class of every block (SKIP, WHOLE, SCAN), or None when it knows nothing."""
-    p = planner.plan(expression, operands, bounds)
+def _classes(expression, operands, bounds, plan=None):
+    """The planner's class of every block (SKIP, WHOLE, SCAN), or None when it knows nothing; from
+    `plan` (made over the same blocks) when given."""
+    p = planner.plan(expression, operands, bounds) if plan is None else plan
     return p.classes if p.useful else None
 
 
@@ -407,7 +409,7 @@ def _split_operands(expression, operands):
     return code, arrays, scalars
 
 
-def select_blocks(expression, operands, vm, blen, outputs):
+def select_blocks(expression, operands, vm, blen, outputs, plan=None):
     """Yield (start, positions, arrays) for the blocks where the boolean `expression` holds rows:
     the positions (from the block's start) of its true rows and, for each of `outputs`, those rows:
 
@@ -416,6 +418,7 @@ def select_blocks(expression, operands, vm, blen, outputs):
     - ``("read", column)``: read from `column` (a range when dense, the single rows when sparse).
 
     Mask and compaction run together on every thread (`blzarr.fused`), a window of blocks at a time.
+    `plan` is the planner's `Plan` over the blocks of `blen` rows when the caller has it already.
     """
     code, arrays, scalars = _split_operands(expression, operands)
     n = common_length(arrays)
@@ -424,7 +427,7 @@ def select_blocks(expression, operands, vm, blen, outputs):
     kernel, ne, _ = make_kernel(expression, code, arrays, scalars, vm)
     decoder = fused.Decoder(arrays, blen)
     bounds = fused.block_bounds(n, blen)
-    classes = _classes(expression, operands, bounds)
+    classes = _classes(expression, operands, bounds, plan)
     decode = None
     if classes is not None:
         # blocks that cannot match are not read; those that match whole are read for the outputs only
@@ -499,7 +502,7 @@ def _run_parts(s, run, outputs, local):
     return a, m, out
 
 
-def select_into(expression, operands, vm, blen, outputs, dtype):
+def select_into(expression, operands, vm, blen, outputs, dtype, plan=None):
     """All the rows where the boolean `expression` holds, as one structured array of `dtype`, whose
     fields are `outputs` (as in `select_blocks`) in order.
 
@@ -508,7 +511,8 @@ def select_into(expression, operands, vm, blen, outputs, dtype):
     every piece is copied to its place, the threads taking (piece, column) tasks as they become free,
     costliest first: the blocks the planner takes whole are decoded column by column into a buffer of
     the thread and copied straight into the result (no array per block), and the run of rows a
-    scanned block matches (the ends of a range) is read as a range of the other columns."""
+    scanned block matches (the ends of a range) is read as a range of the other columns.  `plan` is
+    the planner's `Plan` over the blocks of `blen` rows when the caller has it already."""
     dtype = np.dtype(dtype)
     code, arrays, scalars = _split_operands(expression, operands)
     n = common_length(arrays)
@@ -516,7 +520,7 @@ def select_into(expression, operands, vm, blen, outputs, dtype):
         return np.empty(0, dtype)
     decoder = fused.Decoder(arrays, blen)
     bounds = fused.block_bounds(n, blen)
-    classes = _classes(expression, operands, bounds)
+    classes = _classes(expression, operands, bounds, plan)
     if classes is None:
         fast = _select_kernel(expression, arrays, scalars, blen, outputs, dtype)
         if fast is not None:

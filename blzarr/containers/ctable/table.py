@@ -885,12 +885,12 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         if out_flavor not in ("bcolz", "carray"):
             raise ValueError(f"out_flavor must be 'bcolz' or 'numpy', got {out_flavor!r}")
         names = self._check_outcols(outcols)
-        expression = self._check_expression(expression, user_dict, frame, vm)
+        sel = self._selection(expression, user_dict, frame, vm)
         dt = self._dtype_of(names)
         # the chunk lengths of bcolz's result (its fromiter(count=-1) expects an unknown length)
         kwargs.setdefault("expectedlen", -1)
         out = None
-        for arrays in self._where_blocks(expression, names, limit, skip, user_dict, vm, frame):
+        for arrays in sel.rows(self._outputs(names, sel), skip, limit):
             if out is None:
                 out = ctable(list(arrays), names, **kwargs)
                 out.auto_flush = False
