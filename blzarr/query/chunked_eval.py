@@ -385,19 +385,14 @@ def _compact(expression, kernel, outputs, arrays):
             return None
         a, b = int(idx[0]), int(idx[-1]) + 1
         run = idx.size == b - a         # one run of rows (a range of a sorted column): slices, no gather
-        dense = idx.size * 4 >= b - a
         out = []
         for kind, x in outputs:
             if kind == "positions":
                 out.append(np.arange(s + a, s + b, dtype=np.int_) if run else (idx + s).astype(np.int_))
             elif kind == "operand":
                 out.append(local[x][a:b].copy() if run else local[x][idx])
-            elif run:
-                out.append(x[s + a:s + b])
-            elif dense:
-                out.append(x[s + a:s + b][idx - a])
             else:
-                out.append(x[idx + s])
+                out.append(rules.gather(x, s, idx))
         return idx, out
     return block
 
@@ -415,7 +410,7 @@ def select_blocks(expression, operands, vm, blen, outputs, plan=None):
 
     - ``("positions", None)``: their row numbers (``numpy.int_``);
     - ``("operand", name)``: compacted from the block of operand `name` decoded for the expression;
-    - ``("read", column)``: read from `column` (a range when dense, the single rows when sparse).
+    - ``("read", column)``: read from `column` by the compaction rule (`rules.gather`).
 
     Mask and compaction run together on every thread (`blzarr.fused`), a window of blocks at a time.
     `plan` is the planner's `Plan` over the blocks of `blen` rows when the caller has it already.
@@ -470,18 +465,14 @@ def _compact_runs(expression, kernel, outputs):
         if m == 1 or m == len(mask) or bool(mask[a:a + m].all()):
             return _run_parts(s, (a, m), outputs, local)
         idx = np.flatnonzero(mask)
-        b = int(idx[-1]) + 1
-        dense = m * 4 >= b - a
         out = []
         for kind, x in outputs:
             if kind == "positions":
                 out.append((idx + s).astype(np.int_))
             elif kind == "operand":
                 out.append(local[x][idx])
-            elif dense:
-                out.append(x[s + a:s + b][idx - a])
             else:
-                out.append(x[idx + s])
+                out.append(rules.gather(x, s, idx))
         return a, m, out
     return block
 

@@ -98,24 +98,18 @@ def _elements(block):
 
 def _handed_out(parts, skip, limit):
     """The elements (`_elements`) of the arrays `parts` in turn, the first `skip` of them left out and
-    at most `limit` (None: all) given; with a limit of 0 no part is asked for."""
-    if limit == 0:
-        return
-    count = 0
-    for vals in parts:
-        if skip:
-            if skip >= len(vals):
-                skip -= len(vals)
-                continue
-            vals = vals[skip:]
-            skip = 0
-        if limit is not None:
-            vals = vals[:limit - count]
-        if len(vals):
-            yield _elements(vals)
-            count += len(vals)
-            if limit is not None and count >= limit:
-                return
+    at most `limit` (None: all) given (`rules.skip_limit`)."""
+    for vals in rules.skip_limit(parts, skip, limit):
+        yield _elements(vals)
+
+
+def _positions_cut(part, lo, hi):
+    """`rules.skip_limit`'s cut of a (start, positions) pair."""
+    return part[0], part[1][lo:hi]
+
+
+def _positions_size(part):
+    return part[1].size
 
 
 def _check_limit_skip(limit, skip):
@@ -720,24 +714,10 @@ class CarrayReads(CarrayBase):
             sel = fused.map_blocks(bounds, fused.Decoder({"m": boolarr, "x": self}, cl), pick, decode=decode)
             yield from _handed_out(sel, skip, None)
             return
-        count = 0
-        for s, idx in _true_positions(boolarr, self._chunklen):
-            if idx.size == 0:
-                continue
-            if skip:
-                if skip >= idx.size:
-                    skip -= idx.size
-                    continue
-                idx = idx[skip:]
-                skip = 0
+        for s, idx in rules.skip_limit(_true_positions(boolarr, self._chunklen), skip, limit,
+                                       _positions_size, _positions_cut):
             a = int(idx[0])
-            vals = self[s + a:s + int(idx[-1]) + 1][idx - a]
-            if limit is not None:
-                vals = vals[:limit - count]
-            yield _elements(vals)
-            count += len(vals)
-            if limit is not None and count >= limit:
-                return
+            yield _elements(self[s + a:s + int(idx[-1]) + 1][idx - a])
 
     def _where_resident(self, mask, how, *args):
         """``how(...)`` (`chunk.where_scalars` or `chunk.select_ahead`) over this carray's chunks and the
@@ -777,18 +757,7 @@ class CarrayReads(CarrayBase):
         return itertools.chain.from_iterable(self._wheretrue(limit, skip))
 
     def _wheretrue(self, limit, skip):
-        count = 0
-        for s, idx in _true_positions(self, self._chunklen):
-            if skip:
-                if skip >= idx.size:
-                    skip -= idx.size
-                    continue
-                idx = idx[skip:]
-                skip = 0
-            if limit is not None:
-                idx = idx[:limit - count]
+        for s, idx in rules.skip_limit(_true_positions(self, self._chunklen), skip, limit,
+                                       _positions_size, _positions_cut):
             yield (idx + s).tolist()
-            count += len(idx)
-            if limit is not None and count >= limit:
-                return
 
