@@ -25,8 +25,8 @@ class Selection:
     """One query over `n` rows (see the module's docstring).
 
     `query` is a boolean expression (a str whose names `operands` binds: arrays of `n` rows and
-    scalars) or a one-dimensional boolean mask of `n` values (a NumPy array, or a chunked array with
-    a `chunklen`).  `vm` is the evaluator asked for (None: ``defaults.vm`` when the query runs);
+    scalars) or a one-dimensional boolean mask of `n` values (a NumPy array, or an array that can be
+    sliced, read in its own chunks when it has a `chunklen`).  `vm` is the evaluator asked for (None: ``defaults.vm`` when the query runs);
     `chunklen` is the block length when no operand is chunked (a table's own)."""
 
     __slots__ = ("expression", "mask", "operands", "n", "blen", "_vm", "_chunklen", "_plan")
@@ -41,7 +41,8 @@ class Selection:
             self.blen = rules.block_length(operands.values(), chunklen)
         else:
             self.expression, self.mask, self.operands = None, query, {}
-            self.blen = rules.block_length((), chunklen) if isinstance(query, np.ndarray) else query.chunklen
+            own = None if isinstance(query, np.ndarray) else getattr(query, "chunklen", None)
+            self.blen = own or rules.block_length((), chunklen)
 
     @property
     def vm(self):

@@ -14,6 +14,7 @@ from blzarr.query import fused
 from blzarr.containers import indexing as ix
 from blzarr.query import planner
 from blzarr.query import rules
+from blzarr.query.selection import Selection
 from blzarr._chunk import getitem_into
 from blzarr.storage.blockcache import disk_blocks, new_generation
 from blzarr.storage.chunk import chunk, decode_ranges, rows_chunks, select_ahead, take_chunks, where_scalars
@@ -687,9 +688,7 @@ class CarrayReads(CarrayBase):
                 return _ce.explain(expression, user_dict=scope)
             if hasattr(boolarr, "explain"):
                 return boolarr.explain()
-            cl = max(self._chunklen, 1)
-            return planner.Plan("<mask>", [(s, min(s + cl, self._len)) for s in range(0, self._len, cl)],
-                                None, reason="the query is a mask, not an expression")
+            return Selection(boolarr, None, self._len, chunklen=self._chunklen).explain()
         return Query(found, count, explain)
 
     def _where(self, boolarr, limit, skip):

@@ -169,6 +169,64 @@ class CtableQueries:
         sel = self._selection(expression, user_dict, sys._getframe(1), vm)
         return self._rebatch(sel.rows(self._outputs(names, sel), skip, limit), names, blen)
 
+    def fetchwhere(self, expression, outcols=None, limit=None, skip=0, out_flavor=None, user_dict={},
+                   vm=None, **kwargs):
+        """All the rows where `expression` is true, at once.
+
+        Parameters
+        ----------
+        expression : str, or boolean array or carray
+            As in `where`.
+        outcols, limit, skip, user_dict, vm
+            As in `where`.
+        out_flavor : {'bcolz', 'numpy'}, optional
+            A new ctable ('bcolz', also 'carray') or a NumPy structured array ('numpy').
+            Default: ``blzarr.defaults.out_flavor``.
+        **kwargs
+            Passed to the `ctable` constructor of the result (``rootdir``, ``cparams``, ...).
+
+        Returns
+        -------
+        ctable or numpy.ndarray
+
+        Examples
+        --------
+        >>> import numpy as np, blzarr
+        >>> t = blzarr.ctable([np.arange(6), np.arange(6) * 10], names=["a", "c"])
+        >>> t.fetchwhere("(a > 1) & (c < 50)", out_flavor="numpy").tolist()
+        [(2, 20), (3, 30), (4, 40)]
+        >>> r = t.fetchwhere("a > 3", outcols=["c"])
+        >>> type(r).__name__, r[:].tolist()
+        ('ctable', [(40,), (50,)])
+        """
+        with self._one_version():
+            return self._fetchwhere(expression, outcols, limit, skip, out_flavor, user_dict, vm,
+                                    sys._getframe(1), kwargs)
+
+    def _fetchwhere(self, expression, outcols, limit, skip, out_flavor, user_dict, vm, frame, kwargs):
+        out_flavor = out_flavor or defaults.out_flavor
+        if out_flavor == "numpy":
+            return self._fetch(expression, outcols, limit, skip, user_dict, vm, frame)
+        if out_flavor not in ("bcolz", "carray"):
+            raise ValueError(f"out_flavor must be 'bcolz' or 'numpy', got {out_flavor!r}")
+        names = self._check_outcols(outcols)
+        sel = self._selection(expression, user_dict, frame, vm)
+        dt = self._dtype_of(names)
+        # the chunk lengths of bcolz's result (its fromiter(count=-1) expects an unknown length)
+        kwargs.setdefault("expectedlen", -1)
+        out = None
+        for arrays in sel.rows(self._outputs(names, sel), skip, limit):
+            if out is None:
+                out = self._new_table(list(arrays), names, **kwargs)
+                out.auto_flush = False
+            else:
+                out.append(list(arrays))
+        if out is None:
+            out = self._new_table([np.empty(0, dtype=dt[n]) for n in names], names, **kwargs)
+        out.auto_flush = out.rootdir is not None
+        out.flush()
+        return out
+
     def _rebatch(self, blocks, names, blen):
         dt = self._dtype_of(names)
         buf = np.empty(blen, dtype=dt)
