@@ -91,3 +91,25 @@ def test_selection_equals_numpy(vm, kind, skip, limit):
     assert np.array_equal(out["p"], pos) and np.array_equal(out["v"], v[pos]) and np.array_equal(out["t"], ts[pos])
     assert sel.count(skip, limit) == len(pos)
     assert np.array_equal(sel.positions(), np.flatnonzero(mask))
+
+
+def test_where_reads_the_callers_variables_at_the_call():
+    """The names of a query are resolved when where()/whereblocks()/fetchwhere() is called, as the
+    real bcolz evaluates the expression then: rebinding a variable before iterating changes nothing,
+    and count() and explain() see the same values as the rows."""
+    a = np.arange(10)
+    t = blzarr.ctable([a], names=["a"])
+    lo = 5
+    q = t.where("a > lo")
+    blocks = t.whereblocks("a > lo", blen=3)
+    lo = 8
+    want = a[a > 5].tolist()
+    assert [int(r.a) for r in q] == want
+    assert [x for b in blocks for x in b["a"].tolist()] == want
+    assert t.where("a > lo").count() == np.count_nonzero(a > lo)
+    bcolz = pytest.importorskip("bcolz")
+    bt = bcolz.ctable([a], names=["a"])
+    lo = 5
+    bq = bt.where("a > lo")
+    lo = 8
+    assert [int(r.a) for r in bq] == want

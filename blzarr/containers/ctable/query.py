@@ -75,7 +75,11 @@ class CtableQueries:
                 ("operand", n) if sel.operands.get(n) is cols[n] else ("read", cols[n]) for n in names]
 
     def _positions_where(self, expression, user_dict, vm, frame):
-        return self._selection(expression, user_dict, frame, vm).positions()
+        """The rows a string `expression` selects, for an assignment (an operand of another length is
+        reported by the evaluator, as ``blzarr.eval`` reports it)."""
+        expression = planner.rewrite_in(expression)
+        ops = self._operands(expression, user_dict, frame)
+        return Selection(expression, ops, self._len, vm, self.chunklen).positions()
 
     def where(self, expression, outcols=None, limit=None, skip=0, out_flavor=namedtuple, user_dict={},
               vm=None):
