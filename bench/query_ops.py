@@ -2,17 +2,17 @@
 
     PYTHONPATH=/path/to/checkout python bench/query_ops.py OP N      # OP done N times after setup
     PYTHONPATH=/path/to/checkout valgrind --tool=callgrind --collect-atstart=no \
-        --toggle-collect=_operator_call --dump-after=_operator_call python bench/query_ops.py --all R
+        --toggle-collect=_operator_call --dump-after=_operator_call python bench/query_ops.py --all R [OP ...]
 
 It builds the data (seeded, so every run builds the same), runs OP N times and exits: run it under
 ``valgrind --tool=callgrind`` with N and with 0, and the difference of the two instruction counts
 divided by N is OP's cost, free of the setup's and of the machine's load.  With --all it sets every
-operation up, runs each once untimed, then R times each through `operator.call` (in the order of
-OPS), which nothing else calls: with the options above callgrind counts only inside those calls and
-writes one profile per call, so the k-th profile's total is one call of OPS[k // R].  One thread
-(`blzarr.set_nthreads(1)`) keeps the counts repeatable.  The table has 200,000 rows in memory in
-chunks of 8,192 (sorted int64 ``a``, uniform float64 ``b``, int32 ``k``); the carray on disk (BLZ) is
-``b`` again.
+operation up (or the OPs given), runs each once untimed, then R times each through `operator.call`,
+which nothing else calls: with the options above callgrind counts only inside those calls and writes
+one profile per call, so the k-th profile's total is one call of the (k // R)-th operation.  One
+thread (`blzarr.set_nthreads(1)`) keeps the counts repeatable.  The table has 200,000 rows in memory
+in chunks of 8,192 (sorted int64 ``a``, uniform float64 ``b``, int32 ``k``); the carray on disk (BLZ)
+is ``b`` again.
 
 The operations:
     ct_where        the rows of a 1% query (two columns), iterated
@@ -95,7 +95,7 @@ def main(argv):
         blzarr.set_nthreads(1)
         tmp = tempfile.mkdtemp(prefix="blzarr-query-ops-")
         try:
-            fns = [setup(op, tmp) for op in OPS]
+            fns = [setup(op, tmp) for op in (argv[2:] or OPS)]
             for fn in fns:
                 fn()
             for fn in fns:

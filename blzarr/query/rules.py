@@ -34,25 +34,23 @@ def parse(expression, fresh=False):
 
 def block_length(operands, fallback=DEFAULT_BLEN):
     """The block length of a query over `operands` (any iterable of values): the smallest chunk
-    length of the chunked ones (those with a `chunklen` that are not NumPy arrays), else `fallback`;
-    never below MIN_BLEN."""
+    length of the chunked ones (those with a `chunklen` that are not NumPy arrays), else `fallback`
+    (a number, or a function giving it, called only then); never below MIN_BLEN."""
     cls = [v.chunklen for v in operands if not isinstance(v, np.ndarray) and hasattr(v, "chunklen")]
-    return max(min(cls) if cls else fallback, MIN_BLEN)
-
-
-def is_dense(count, span):
-    """Whether `count` rows among `span` consecutive ones are read as the whole range and then picked
-    (one decode of the range beats a gather when at least a quarter of it is wanted)."""
-    return count * 4 >= span
+    if cls:
+        return max(min(cls), MIN_BLEN)
+    return max(fallback() if callable(fallback) else fallback, MIN_BLEN)
 
 
 def gather(column, start, idx):
     """The rows ``start + idx`` of `column` (`idx`: sorted positions from `start`, not empty), by the
-    compaction rule: one slice for a run, a slice then a pick when dense, single rows when sparse."""
+    compaction rule: one slice for a run; when dense (at least a quarter of the range between the
+    first and the last row wanted: one decode of the range beats a gather) the range, then a pick;
+    else the single rows."""
     a, b = int(idx[0]), int(idx[-1]) + 1
     if idx.size == b - a:
         return column[start + a:start + b]
-    if is_dense(idx.size, b - a):
+    if idx.size * 4 >= b - a:
         return column[start + a:start + b][idx - a]
     return column[idx + start]
 

@@ -15,6 +15,7 @@ its decoded block), ``("read", column)`` for another column (its matching rows r
 import numpy as np
 
 from blzarr.query import chunked_eval as _ce
+from blzarr.query import fused
 from blzarr.query import planner
 from blzarr.query import rules
 from blzarr.query.lazyexpr import LazyExpr
@@ -26,8 +27,9 @@ class Selection:
 
     `query` is a boolean expression (a str whose names `operands` binds: arrays of `n` rows and
     scalars) or a one-dimensional boolean mask of `n` values (a NumPy array, or an array that can be
-    sliced, read in its own chunks when it has a `chunklen`).  `vm` is the evaluator asked for (None: ``defaults.vm`` when the query runs);
-    `chunklen` is the block length when no operand is chunked (a table's own)."""
+    sliced, read in its own chunks when it has a `chunklen`).  `vm` is the evaluator asked for
+    (None: ``defaults.vm`` when the query runs).  `chunklen` is the block length when no operand is
+    chunked (a table's own), or a function giving it, asked only then."""
 
     __slots__ = ("expression", "mask", "operands", "n", "blen", "_vm", "_chunklen", "_plan")
 
@@ -57,14 +59,14 @@ class Selection:
     def plan(self):
         """The planner's `Plan` of the expression over the blocks of `blen` rows (made once)."""
         if self._plan is None:
-            bounds = [(s, min(s + self.blen, self.n)) for s in range(0, self.n, self.blen)]
-            self._plan = planner.plan(self.expression, self.operands, bounds)
+            self._plan = planner.plan(self.expression, self.operands, fused.block_bounds(self.n, self.blen))
         return self._plan
 
     def explain(self):
         """The `Plan` (a mask's: one block per chunk, nothing known)."""
         if self.expression is None:
-            return planner.Plan("<mask>", rules.mask_bounds(self.n, self._chunklen), None,
+            cl = self._chunklen() if callable(self._chunklen) else self._chunklen
+            return planner.Plan("<mask>", rules.mask_bounds(self.n, cl), None,
                                 reason="the query is a mask, not an expression")
         return self.plan()
 

@@ -59,14 +59,19 @@ class CtableQueries:
                 if _ce._is_array(v) and len(v) != self._len:
                     raise ValueError(f"{k!r} in the expression {expression!r} has length {len(v)}, "
                                      f"the ctable has {self._len} rows")
-            return Selection(expression, ops, self._len, vm, self.chunklen)
+            return Selection(expression, ops, self._len, vm, self._chunklen_of)
         if not isinstance(expression, (carray, np.ndarray)) or expression.dtype != bool \
                 or expression.ndim != 1:
             raise ValueError("a query needs a string expression or a one-dimensional boolean array or "
                              f"carray, got {type(expression).__name__}")
         if len(expression) != self._len:
             raise ValueError(f"the boolean mask has length {len(expression)}, the ctable has {self._len} rows")
-        return Selection(expression, None, self._len, vm, self.chunklen)
+        return Selection(expression, None, self._len, vm, self._chunklen_of)
+
+    def _chunklen_of(self):
+        """The table's chunk length (the block-length rule asks for it only when no operand is
+        chunked)."""
+        return self.chunklen
 
     def _outputs(self, names, sel):
         """The selection's outputs (`blzarr.query.selection`) for the columns `names`."""
@@ -79,7 +84,7 @@ class CtableQueries:
         reported by the evaluator, as ``blzarr.eval`` reports it)."""
         expression = planner.rewrite_in(expression)
         ops = self._operands(expression, user_dict, frame)
-        return Selection(expression, ops, self._len, vm, self.chunklen).positions()
+        return Selection(expression, ops, self._len, vm, self._chunklen_of).positions()
 
     def where(self, expression, outcols=None, limit=None, skip=0, out_flavor=namedtuple, user_dict={},
               vm=None):
@@ -289,7 +294,7 @@ class CtableQueries:
             vm = kwargs.get("vm") or defaults.vm
             ops = self._operands(expression, user_dict, sys._getframe(1), ("da",) if vm == "dask" else ())
             if kwargs.get("blen") is None:
-                kwargs["blen"] = rules.block_length(ops.values(), self.chunklen)
+                kwargs["blen"] = rules.block_length(ops.values(), self._chunklen_of)
             return _ce.eval(expression, user_dict=ops, **kwargs)
 
     def explain(self, expression, user_dict={}, vm=None):
