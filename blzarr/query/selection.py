@@ -136,7 +136,10 @@ class Selection:
         """Lists of the outputs' matching rows, block by block, the first `skip` matching rows left
         out and at most `limit` (None: all) given."""
         blocks = (arrays for _, _, arrays in self.blocks(outputs))
-        return rules.skip_limit(blocks, max(int(skip or 0), 0), limit, size=lambda arrays: len(arrays[0]),
+        skip = max(int(skip or 0), 0)
+        if not skip and limit is None:
+            return blocks       # every block holds matching rows: nothing to cut
+        return rules.skip_limit(blocks, skip, limit, size=lambda arrays: len(arrays[0]),
                                 cut=lambda arrays, lo, hi: [a[lo:hi] for a in arrays])
 
     def fetch(self, outputs, dtype, skip=0, limit=None):
