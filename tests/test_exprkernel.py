@@ -2,19 +2,17 @@
 and fetchwhere over in-memory float64 carrays must give NumPy's values, bit for bit the general path's,
 whatever the chunk edges, NaN, infinities, signed zeros, raw (uncompressed) chunks and thread count."""
 
-import sys
-
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 from helpers import assert_same, examples
 
 import blzarr
+from blzarr.query import rules
 from blzarr import _exprkernel
 from blzarr.query import exprkernel
 from blzarr.query import planner
 
-ctable_query_module = sys.modules["blzarr.containers.ctable.query"]
 
 SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 2.5])
 
@@ -159,7 +157,7 @@ def test_lazy_sum_and_count_equal_numpy(nthreads, kernel_calls, seed, chunklen, 
        outcols=st.sampled_from([None, ["b", "nrow__"], ["i", "s", "a"], ["f", "g"]]))
 def test_fetchwhere_equals_numpy(nthreads, kernel_calls, monkeypatch, seed, chunklen, extra, nchunks, special,
                                  raw, q, expression, outcols):
-    monkeypatch.setattr(ctable_query_module, "MIN_QUERY_BLEN", 1)
+    monkeypatch.setattr(rules, "MIN_BLEN", 1)
     kernel_calls.clear()
     n = max(1, chunklen * nchunks + extra)
     rng = np.random.default_rng(seed)

@@ -9,9 +9,10 @@ from hypothesis import given, settings, strategies as st
 from helpers import assert_same, examples
 
 import blzarr
+from blzarr.query import rules
 from blzarr import _exprkernel
 from blzarr.query import exprkernel
-from test_exprkernel import (blockwise_sum, ctable_query_module, kernel_calls, nthreads,  # noqa: F401,F811 (fixtures)
+from test_exprkernel import (blockwise_sum, kernel_calls, nthreads,  # noqa: F401,F811 (fixtures)
                              same_number, same_values)
 
 def numpy_value(expression, env):
@@ -122,7 +123,7 @@ def test_fetchwhere_over_mixed_dtypes(nthreads, kernel_calls, monkeypatch, seed,
                                       extreme, expression, outcols):
     """The selected rows of a column that is also an operand of another dtype are the column's own
     values (the kernel converts its operand to float64 to compute, not to output)."""
-    monkeypatch.setattr(ctable_query_module, "MIN_QUERY_BLEN", 1)
+    monkeypatch.setattr(rules, "MIN_BLEN", 1)
     n = max(1, chunklen * nchunks + extra)
     rng = np.random.default_rng(seed)
     cols = {"a": make_values(ka, n, rng, extreme), "b": make_values("i8", n, rng, extreme),

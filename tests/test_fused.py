@@ -1,7 +1,6 @@
 """The parallel, fused block engine (blzarr.query.fused) behind eval, lazyexpr, queries and reductions:
 every result must equal NumPy's on the same data, whatever the layout, thread count and block size."""
 
-import sys
 
 import numpy as np
 import pytest
@@ -9,9 +8,9 @@ from hypothesis import given, settings, strategies as st
 from helpers import assert_same, examples
 
 import blzarr
+from blzarr.query import rules
 from blzarr.query import fused
 
-ctable_query_module = sys.modules["blzarr.containers.ctable.query"]   # where the query block length is chosen
 
 COLS = {"a": "i8", "b": "f8", "c": "i4", "d": "u2", "f": "f4", "g": "?"}
 NUMERIC = ["a", "b", "c", "d", "f"]
@@ -137,7 +136,7 @@ def make_table(ra, layout, chunklen):
        vm=st.sampled_from(["numexpr", "python"]), limit=st.sampled_from([None, 0, 3, 500]),
        skip=st.sampled_from([0, 2, 400]), outcols=st.sampled_from([None, ["b", "nrow__"], ["d"]]))
 def test_queries_equal_numpy(nthreads, layout, monkeypatch, n, seed, expression, vm, limit, skip, outcols):
-    monkeypatch.setattr(ctable_query_module, "MIN_QUERY_BLEN", 1)  # many blocks, so the threads share them
+    monkeypatch.setattr(rules, "MIN_BLEN", 1)  # many blocks, so the threads share them
     ra = make_data(n, seed)
     t = make_table(ra, layout, chunklen=64)
     mask = numpy_value(expression, ra, vm)
@@ -210,7 +209,7 @@ def test_lazyexpr_errors_and_compute():
 
 
 def test_query_errors_from_workers(monkeypatch):
-    monkeypatch.setattr(ctable_query_module, "MIN_QUERY_BLEN", 1)
+    monkeypatch.setattr(rules, "MIN_BLEN", 1)
     t = blzarr.ctable([np.arange(1000), np.arange(1000) * 0.5], names=["a", "b"], chunklen=10)
     with pytest.raises(ValueError, match="does not give booleans"):
         t.fetchwhere("a + b")

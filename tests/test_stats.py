@@ -19,6 +19,8 @@ from hypothesis import given, settings, strategies as st
 from helpers import assert_same, examples
 
 import blzarr
+from blzarr.query import rules
+from blzarr.query.selection import Selection
 from blzarr.query import planner
 from blzarr.query import stats
 
@@ -376,7 +378,7 @@ def make_table(ra, layout, state):
        expression=predicates(), vm=st.sampled_from(["numexpr", "python"]),
        state=st.sampled_from(["present", "missing", "stale"]), blen=st.sampled_from([1, 7, 16, 40]))
 def test_queries_with_statistics_equal_numpy(layout, monkeypatch, n, seed, expression, vm, state, blen):
-    monkeypatch.setattr(sys.modules["blzarr.containers.ctable.query"], "MIN_QUERY_BLEN", blen)   # where queries read it
+    monkeypatch.setattr(rules, "MIN_BLEN", blen)   # where queries read it
     ra = make_data(n, seed)
     t = make_table(ra, layout, state)
     mask = numpy_mask(expression, ra)
@@ -458,7 +460,7 @@ def test_fetch_of_ranges_equals_numpy(nthreads, layout, monkeypatch, n, seed, lo
     """fetchwhere of everything at once (the engine writes the result itself: blocks taken whole decoded
     column by column into it, the run of rows of a scanned block read as a range) on a sorted column,
     every column kind (bytes, 2-d, row numbers, columns the predicate does not name)."""
-    monkeypatch.setattr(sys.modules["blzarr.containers.ctable.query"], "MIN_QUERY_BLEN", blen)
+    monkeypatch.setattr(rules, "MIN_BLEN", blen)
     rng = np.random.default_rng(seed)
     ts = np.sort(rng.integers(0, max(n, 1) * 3, n))
     v = rng.random(n)
@@ -491,7 +493,7 @@ def test_sorted_blocks_find_their_run_by_search(layout, monkeypatch, n, seed, dt
     than the column's, on either side): the scanned blocks whose values are sorted find their run by
     binary searches (`planner.sorted_run`), the others (NaN/NaT in them, no order) are evaluated; the
     rows fetched equal NumPy's either way."""
-    monkeypatch.setattr(sys.modules["blzarr.containers.ctable.query"], "MIN_QUERY_BLEN", blen)
+    monkeypatch.setattr(rules, "MIN_BLEN", blen)
     rng = np.random.default_rng(seed)
     base = np.sort(rng.integers(0, 40, n))
     if dt == "M8[s]":
@@ -545,7 +547,7 @@ def test_count_does_not_build_rows(monkeypatch):
     def no_rows(*args):
         raise AssertionError("rows built")
         yield
-    monkeypatch.setattr(ctable_module.ctable, "_where_blocks", no_rows)
+    monkeypatch.setattr(Selection, "blocks", no_rows)
     q = t.where("(ts >= 1000) & (k == 3)")
     assert q.count() == np.count_nonzero((np.arange(1000, 200_000) % 7) == 3)
     assert q.explain().used == ["k", "ts"]

@@ -18,6 +18,7 @@ from blzarr.query import fused
 from blzarr.runtime import integrations
 from blzarr.runtime import parallel
 from blzarr.query import planner
+from blzarr.query import rules
 from blzarr.runtime.optional import have, need
 from blzarr.runtime.params import defaults, get_nthreads
 
@@ -62,7 +63,7 @@ def _reduction_plan(expression):
     """None (element-wise), a combining ufunc (one top-level reduction along the first axis or over
     everything: block results combine), or "whole" (a reduction the blocks cannot split)."""
     try:
-        tree = ast.parse(expression, mode="eval").body
+        tree = rules.parse(expression).body
     except SyntaxError:
         return None  # reported by _operand_names
 
@@ -102,7 +103,7 @@ def _operand_names_of(expression):
         raise ValueError(f"invalid expression {expression!r}: {e.msg}") from None
     # the variables: bare names only (not the attributes of `da.nansum` or `x.real`), in order
     names = []
-    for node in ast.walk(ast.parse(expression, mode="eval")):
+    for node in ast.walk(rules.parse(expression)):
         if isinstance(node, ast.Name) and node.id not in names:
             names.append(node.id)
     return code, tuple(names)
@@ -137,10 +138,11 @@ def _is_array(v):
     return hasattr(v, "chunklen") and hasattr(v, "__len__") and hasattr(v, "__getitem__")
 
 
-def evaluate_blocks(expression, operands, vm=None, blen=None):
+def evaluate_blocks(expression, operands, vm=None, blen=None, plan=None):
     """Yield the expression evaluated over consecutive blocks of the array operands.
 
     The blocks are evaluated on every thread (`blzarr.fused`), a few at a time, and come out in order.
+    `plan` is the planner's `Plan` over those blocks when the caller has it already.
     """
     code, _ = _operand_names(expression)
     vm = vm or defaults.vm
@@ -159,11 +161,11 @@ def evaluate_blocks(expression, operands, vm=None, blen=None):
         yield np.asarray(_run(expression, code, local, vm))
         return
     if blen is None:
-        blen = default_blen(arrays)
+        blen = rules.block_length(arrays.values())
     kernel, ne, _ = make_kernel(expression, code, arrays, scalars, vm)
     decoder = fused.Decoder(arrays, blen)
     bounds = fused.block_bounds(n, blen)
-    classes = _classes(expression, operands, bounds)
+    classes = _classes(expression, operands, bounds, plan)
     if classes is not None:
         k_of = {b[0]: k for k, b in enumerate(bounds)}
 
@@ -176,9 +178,10 @@ def evaluate_blocks(expression, operands, vm=None, blen=None):
                                 decode=None if classes is None else classes == planner.SCAN)
 
 
-def _classes(expression, operands, bounds):
-    """The planner's class of every block (SKIP, WHOLE, SCAN), or None when it knows nothing."""
-    p = planner.plan(expression, operands, bounds)
+def _classes(expression, operands, bounds, plan=None):
+    """The planner's class of every block (SKIP, WHOLE, SCAN), or None when it knows nothing; from
+    `plan` (made over the same blocks) when given."""
+    p = planner.plan(expression, operands, bounds) if plan is None else plan
     return p.classes if p.useful else None
 
 
@@ -201,7 +204,7 @@ def explain(expression, user_dict=None, blen=None, depth=2):
     arrays = {k: v for k, v in operands.items() if _is_array(v)}
     n = common_length(arrays) if arrays else 0
     if blen is None:
-        blen = default_blen(arrays) if arrays else 1
+        blen = rules.block_length(arrays.values()) if arrays else 1
     return planner.plan(expression, operands, fused.block_bounds(n, blen))
 
 
@@ -210,12 +213,6 @@ def common_length(arrays):
     if len(lengths) != 1:
         raise ValueError(f"the arrays in the expression have different lengths: {sorted(lengths)}")
     return lengths.pop()
-
-
-def default_blen(arrays):
-    """The smallest chunk length of the chunked operands (at least 4096), else 65536."""
-    cls = [v.chunklen for v in arrays.values() if not isinstance(v, np.ndarray) and hasattr(v, "chunklen")]
-    return max(min(cls) if cls else 65536, 4096)
 
 
 def _datetime_literals(expression, arrays):
@@ -229,7 +226,7 @@ def _datetime_literals(expression, arrays):
             kinds[k] = dt
     if not kinds or ("'" not in expression and '"' not in expression):
         return None
-    tree = ast.parse(expression, mode="eval")
+    tree = rules.parse(expression, fresh=True)      # its comparisons are rewritten below
     extra = {}
 
     def convert(node):
@@ -312,7 +309,7 @@ def _kernel_sum(expression, operands, blen):
     (`blzarr.exprkernel`): the chunks' sums added in order, as the blocks' sums are added; None where
     it does not apply."""
     try:
-        tree = ast.parse(expression, mode="eval").body
+        tree = rules.parse(expression).body
     except SyntaxError:
         return None
     if not (isinstance(tree, ast.Call) and isinstance(tree.func, ast.Name) and tree.func.id == "sum"
@@ -322,7 +319,7 @@ def _kernel_sum(expression, operands, blen):
     if not arrays or not common_length(arrays):
         return None
     scalars = {k: v for k, v in operands.items() if k not in arrays}
-    r = exprkernel.chunk_sums(ast.unparse(tree.args[0]), arrays, scalars, blen or default_blen(arrays))
+    r = exprkernel.chunk_sums(ast.unparse(tree.args[0]), arrays, scalars, blen or rules.block_length(arrays.values()))
     if r is None:
         return None
     total = None
@@ -388,19 +385,14 @@ def _compact(expression, kernel, outputs, arrays):
             return None
         a, b = int(idx[0]), int(idx[-1]) + 1
         run = idx.size == b - a         # one run of rows (a range of a sorted column): slices, no gather
-        dense = idx.size * 4 >= b - a
         out = []
         for kind, x in outputs:
             if kind == "positions":
                 out.append(np.arange(s + a, s + b, dtype=np.int_) if run else (idx + s).astype(np.int_))
             elif kind == "operand":
                 out.append(local[x][a:b].copy() if run else local[x][idx])
-            elif run:
-                out.append(x[s + a:s + b])
-            elif dense:
-                out.append(x[s + a:s + b][idx - a])
             else:
-                out.append(x[idx + s])
+                out.append(rules.gather(x, s, idx))
         return idx, out
     return block
 
@@ -412,15 +404,16 @@ def _split_operands(expression, operands):
     return code, arrays, scalars
 
 
-def select_blocks(expression, operands, vm, blen, outputs):
+def select_blocks(expression, operands, vm, blen, outputs, plan=None):
     """Yield (start, positions, arrays) for the blocks where the boolean `expression` holds rows:
     the positions (from the block's start) of its true rows and, for each of `outputs`, those rows:
 
     - ``("positions", None)``: their row numbers (``numpy.int_``);
     - ``("operand", name)``: compacted from the block of operand `name` decoded for the expression;
-    - ``("read", column)``: read from `column` (a range when dense, the single rows when sparse).
+    - ``("read", column)``: read from `column` by the compaction rule (`rules.gather`).
 
     Mask and compaction run together on every thread (`blzarr.fused`), a window of blocks at a time.
+    `plan` is the planner's `Plan` over the blocks of `blen` rows when the caller has it already.
     """
     code, arrays, scalars = _split_operands(expression, operands)
     n = common_length(arrays)
@@ -429,7 +422,7 @@ def select_blocks(expression, operands, vm, blen, outputs):
     kernel, ne, _ = make_kernel(expression, code, arrays, scalars, vm)
     decoder = fused.Decoder(arrays, blen)
     bounds = fused.block_bounds(n, blen)
-    classes = _classes(expression, operands, bounds)
+    classes = _classes(expression, operands, bounds, plan)
     decode = None
     if classes is not None:
         # blocks that cannot match are not read; those that match whole are read for the outputs only
@@ -472,18 +465,14 @@ def _compact_runs(expression, kernel, outputs):
         if m == 1 or m == len(mask) or bool(mask[a:a + m].all()):
             return _run_parts(s, (a, m), outputs, local)
         idx = np.flatnonzero(mask)
-        b = int(idx[-1]) + 1
-        dense = m * 4 >= b - a
         out = []
         for kind, x in outputs:
             if kind == "positions":
                 out.append((idx + s).astype(np.int_))
             elif kind == "operand":
                 out.append(local[x][idx])
-            elif dense:
-                out.append(x[s + a:s + b][idx - a])
             else:
-                out.append(x[idx + s])
+                out.append(rules.gather(x, s, idx))
         return a, m, out
     return block
 
@@ -504,7 +493,7 @@ def _run_parts(s, run, outputs, local):
     return a, m, out
 
 
-def select_into(expression, operands, vm, blen, outputs, dtype):
+def select_into(expression, operands, vm, blen, outputs, dtype, plan=None):
     """All the rows where the boolean `expression` holds, as one structured array of `dtype`, whose
     fields are `outputs` (as in `select_blocks`) in order.
 
@@ -513,7 +502,8 @@ def select_into(expression, operands, vm, blen, outputs, dtype):
     every piece is copied to its place, the threads taking (piece, column) tasks as they become free,
     costliest first: the blocks the planner takes whole are decoded column by column into a buffer of
     the thread and copied straight into the result (no array per block), and the run of rows a
-    scanned block matches (the ends of a range) is read as a range of the other columns."""
+    scanned block matches (the ends of a range) is read as a range of the other columns.  `plan` is
+    the planner's `Plan` over the blocks of `blen` rows when the caller has it already."""
     dtype = np.dtype(dtype)
     code, arrays, scalars = _split_operands(expression, operands)
     n = common_length(arrays)
@@ -521,7 +511,7 @@ def select_into(expression, operands, vm, blen, outputs, dtype):
         return np.empty(0, dtype)
     decoder = fused.Decoder(arrays, blen)
     bounds = fused.block_bounds(n, blen)
-    classes = _classes(expression, operands, bounds)
+    classes = _classes(expression, operands, bounds, plan)
     if classes is None:
         fast = _select_kernel(expression, arrays, scalars, blen, outputs, dtype)
         if fast is not None:
@@ -788,7 +778,7 @@ def eval(expression, vm=None, out_flavor=None, user_dict=None, blen=None, depth=
     if out_flavor == "numpy":
         arrays = {k: v for k, v in operands.items() if _is_array(v)}
         if plan is None and vm != "dask" and arrays and common_length(arrays):
-            out = evaluate_into(expression, operands, vm, blen or default_blen(arrays), common_length(arrays))
+            out = evaluate_into(expression, operands, vm, blen or rules.block_length(arrays.values()), common_length(arrays))
             if out is not None:
                 return out
         parts = list(blocks)

@@ -20,6 +20,7 @@ import numpy as np
 
 from blzarr import _exprkernel
 from blzarr.storage.chunk import run_work
+from blzarr.query import rules
 from blzarr.runtime.params import get_nthreads
 
 ENABLED = True          # the benchmark and the tests switch the kernel off to compare with the general way
@@ -36,10 +37,9 @@ class _Unsupported(Exception):
     pass
 
 
-@functools.lru_cache(maxsize=256)
 def _tree(expression):
     try:
-        return ast.parse(expression, mode="eval").body
+        return rules.parse(expression).body
     except SyntaxError:
         return None
 

@@ -13,6 +13,7 @@ from blzarr.query import chunked_eval as _ce
 from blzarr.query import exprkernel
 from blzarr.query import fused
 from blzarr.query import planner
+from blzarr.query import rules
 from blzarr.runtime.optional import need
 from blzarr.runtime.params import defaults
 
@@ -34,7 +35,7 @@ class LazyExpr:
         if not self._arrays:
             raise ValueError(f"the expression {expression!r} names no array")
         self._n = _ce.common_length(self._arrays)
-        self._blen = blen or _ce.default_blen(self._arrays)
+        self._blen = blen or rules.block_length(self._arrays.values())
         self._vm = vm
         self._kernel, self._ne, probe = _ce.make_kernel(expression, self._code, self._arrays,
                                                         self._scalars, vm)

@@ -27,6 +27,7 @@ import weakref
 
 import numpy as np
 
+from blzarr.query import rules
 from blzarr.query.stats import HAS_NAN, KNOWN, NO_VALUE
 
 SKIP, WHOLE, SCAN = 0, 1, 2
@@ -238,12 +239,12 @@ def rewrite_in(expression):
     if not isinstance(expression, str) or " in" not in expression:
         return expression
     try:
-        tree = ast.parse(expression, mode="eval")
+        tree = rules.parse(expression)
     except SyntaxError:
         return expression       # reported by the evaluator
     if not any(isinstance(n, (ast.In, ast.NotIn)) for n in ast.walk(tree)):
         return expression
-    tree = ast.fix_missing_locations(_InRewriter(expression).visit(tree))
+    tree = ast.fix_missing_locations(_InRewriter(expression).visit(rules.parse(expression, fresh=True)))
     return ast.unparse(tree)
 
 
@@ -263,10 +264,9 @@ def _isin_classes(r, values):
     return _classes(single & ~r.nan, none | r.novalue, r.known)
 
 
-@functools.lru_cache(maxsize=256)
 def _parse(expression):
-    """The tree of `expression` (cached: a query plans on every call; the trees are never changed)."""
-    return ast.parse(expression, mode="eval").body
+    """The tree of `expression` (`rules.parse`'s shared one: never changed here)."""
+    return rules.parse(expression).body
 
 
 _SUBTREES = weakref.WeakKeyDictionary()

@@ -13,6 +13,8 @@ from blzarr.query import chunked_eval as _ce
 from blzarr.query import fused
 from blzarr.containers import indexing as ix
 from blzarr.query import planner
+from blzarr.query import rules
+from blzarr.query.selection import Selection
 from blzarr._chunk import getitem_into
 from blzarr.storage.blockcache import disk_blocks, new_generation
 from blzarr.storage.chunk import chunk, decode_ranges, rows_chunks, select_ahead, take_chunks, where_scalars
@@ -97,24 +99,18 @@ def _elements(block):
 
 def _handed_out(parts, skip, limit):
     """The elements (`_elements`) of the arrays `parts` in turn, the first `skip` of them left out and
-    at most `limit` (None: all) given; with a limit of 0 no part is asked for."""
-    if limit == 0:
-        return
-    count = 0
-    for vals in parts:
-        if skip:
-            if skip >= len(vals):
-                skip -= len(vals)
-                continue
-            vals = vals[skip:]
-            skip = 0
-        if limit is not None:
-            vals = vals[:limit - count]
-        if len(vals):
-            yield _elements(vals)
-            count += len(vals)
-            if limit is not None and count >= limit:
-                return
+    at most `limit` (None: all) given (`rules.skip_limit`)."""
+    for vals in rules.skip_limit(parts, skip, limit):
+        yield _elements(vals)
+
+
+def _positions_cut(part, lo, hi):
+    """`rules.skip_limit`'s cut of a (start, positions) pair."""
+    return part[0], part[1][lo:hi]
+
+
+def _positions_size(part):
+    return part[1].size
 
 
 def _check_limit_skip(limit, skip):
@@ -132,7 +128,7 @@ def _iter_blocks(obj, blen=None):
     """(start, block) over a carray or array-like in blocks of `blen` atoms."""
     n = len(obj)
     if blen is None:
-        blen = obj.chunklen if isinstance(obj, CarrayBase) else 65536
+        blen = obj.chunklen if isinstance(obj, CarrayBase) else rules.DEFAULT_BLEN
     for s in range(0, n, blen):
         yield s, obj[s:min(s + blen, n)]
 
@@ -692,9 +688,7 @@ class CarrayReads(CarrayBase):
                 return _ce.explain(expression, user_dict=scope)
             if hasattr(boolarr, "explain"):
                 return boolarr.explain()
-            cl = max(self._chunklen, 1)
-            return planner.Plan("<mask>", [(s, min(s + cl, self._len)) for s in range(0, self._len, cl)],
-                                None, reason="the query is a mask, not an expression")
+            return Selection(boolarr, None, self._len, chunklen=self._chunklen).explain()
         return Query(found, count, explain)
 
     def _where(self, boolarr, limit, skip):
@@ -719,24 +713,10 @@ class CarrayReads(CarrayBase):
             sel = fused.map_blocks(bounds, fused.Decoder({"m": boolarr, "x": self}, cl), pick, decode=decode)
             yield from _handed_out(sel, skip, None)
             return
-        count = 0
-        for s, idx in _true_positions(boolarr, self._chunklen):
-            if idx.size == 0:
-                continue
-            if skip:
-                if skip >= idx.size:
-                    skip -= idx.size
-                    continue
-                idx = idx[skip:]
-                skip = 0
+        for s, idx in rules.skip_limit(_true_positions(boolarr, self._chunklen), skip, limit,
+                                       _positions_size, _positions_cut):
             a = int(idx[0])
-            vals = self[s + a:s + int(idx[-1]) + 1][idx - a]
-            if limit is not None:
-                vals = vals[:limit - count]
-            yield _elements(vals)
-            count += len(vals)
-            if limit is not None and count >= limit:
-                return
+            yield _elements(self[s + a:s + int(idx[-1]) + 1][idx - a])
 
     def _where_resident(self, mask, how, *args):
         """``how(...)`` (`chunk.where_scalars` or `chunk.select_ahead`) over this carray's chunks and the
@@ -776,18 +756,7 @@ class CarrayReads(CarrayBase):
         return itertools.chain.from_iterable(self._wheretrue(limit, skip))
 
     def _wheretrue(self, limit, skip):
-        count = 0
-        for s, idx in _true_positions(self, self._chunklen):
-            if skip:
-                if skip >= idx.size:
-                    skip -= idx.size
-                    continue
-                idx = idx[skip:]
-                skip = 0
-            if limit is not None:
-                idx = idx[:limit - count]
+        for s, idx in rules.skip_limit(_true_positions(self, self._chunklen), skip, limit,
+                                       _positions_size, _positions_cut):
             yield (idx + s).tolist()
-            count += len(idx)
-            if limit is not None and count >= limit:
-                return
 

@@ -1,6 +1,6 @@
-"""Queries of a ctable (`CtableQueries`, a part of `ctable`): where, whereblocks and eval, and the block
-machinery under fetchwhere: the expression evaluated block by block, only the rows each block needs
-read."""
+"""Queries of a ctable (`CtableQueries`, a part of `ctable`): where, whereblocks, eval and explain,
+and the rows under fetchwhere and ``t[expression]``: each builds one `blzarr.query.selection.Selection`
+(its names resolved among the table's columns and the caller's variables) and reads from it."""
 
 import sys
 from collections import namedtuple
@@ -9,15 +9,13 @@ import numpy as np
 
 from blzarr.query import chunked_eval as _ce
 from blzarr.query import planner
+from blzarr.query import rules
 from blzarr.containers.carray.array import carray, operator_index
 from blzarr.containers.carray.read import Query
 from blzarr.containers.ctable.read import NROW
-from blzarr.query.lazyexpr import LazyExpr
+from blzarr.query.selection import Selection
 from blzarr.runtime.optional import have
 from blzarr.runtime.params import defaults
-
-# the block length used for queries is at least this (tiny chunklens would make Python overhead dominate)
-MIN_QUERY_BLEN = 4096
 
 
 class CtableQueries:
@@ -46,7 +44,9 @@ class CtableQueries:
                                 f"of the ctable ({self.cols.names}) nor a defined variable")
         return found
 
-    def _check_expression(self, expression, user_dict, frame, vm=None):
+    def _selection(self, expression, user_dict, frame, vm=None):
+        """The `Selection` of a query: `vm` and the query checked, its names resolved (errors now,
+        not at the first row)."""
         if vm not in (None, "numexpr", "python", "dask"):
             raise ValueError(f"vm must be 'numexpr', 'python' or 'dask', got {vm!r}")
         if vm in ("numexpr", "dask"):
@@ -59,124 +59,32 @@ class CtableQueries:
                 if _ce._is_array(v) and len(v) != self._len:
                     raise ValueError(f"{k!r} in the expression {expression!r} has length {len(v)}, "
                                      f"the ctable has {self._len} rows")
-            return expression
+            return Selection(expression, ops, self._len, vm, self._chunklen_of)
         if not isinstance(expression, (carray, np.ndarray)) or expression.dtype != bool \
                 or expression.ndim != 1:
             raise ValueError("a query needs a string expression or a one-dimensional boolean array or "
                              f"carray, got {type(expression).__name__}")
         if len(expression) != self._len:
             raise ValueError(f"the boolean mask has length {len(expression)}, the ctable has {self._len} rows")
-        return expression
+        return Selection(expression, None, self._len, vm, self._chunklen_of)
 
-    def _query_blen(self, operands):
-        cls = [v.chunklen for v in operands.values() if isinstance(v, carray)]
-        return max(min(cls) if cls else self.chunklen, MIN_QUERY_BLEN)
+    def _chunklen_of(self):
+        """The table's chunk length (the block-length rule asks for it only when no operand is
+        chunked)."""
+        return self.chunklen
 
-    def _mask_blocks(self, expression, user_dict, vm, frame):
-        """(start, boolean block) over the table, evaluating `expression` block by block."""
-        n = self._len
-        if isinstance(expression, str):
-            expression = planner.rewrite_in(expression)
-            ops = self._operands(expression, user_dict, frame)
-            blen = self._query_blen(ops)
-            vm = vm or defaults.vm
-            if vm == "dask":
-                vm = "python"
-            has_arrays = any(_ce._is_array(v) for v in ops.values())
-            if not has_arrays:
-                value = next(_ce.evaluate_blocks(expression, ops, vm, blen))
-                if value.dtype != bool or value.ndim != 0:
-                    raise ValueError(f"the expression {expression!r} does not give booleans "
-                                     f"(it gives {value.dtype})")
-                for s in range(0, n, blen):
-                    yield s, np.full(min(blen, n - s), bool(value))
-                return
-            s = 0
-            for block in _ce.evaluate_blocks(expression, ops, vm, blen):
-                if block.dtype != bool:
-                    raise ValueError(f"the expression {expression!r} does not give booleans "
-                                     f"(it gives {block.dtype})")
-                if block.ndim != 1:
-                    raise ValueError(f"the expression {expression!r} gives shape {block.shape}, "
-                                     "not one boolean per row")
-                if len(block) and s >= n or len(block) and s + len(block) > n:
-                    raise ValueError(f"the expression {expression!r} gives more values than rows")
-                if len(block):
-                    yield s, block
-                s += len(block)
-            if s != n:
-                raise ValueError(f"the expression {expression!r} gives {s} values for {n} rows")
-            return
-        if isinstance(expression, carray) or (isinstance(expression, np.ndarray)):
-            if expression.dtype != bool or expression.ndim != 1:
-                raise ValueError("a mask for a query must be a one-dimensional boolean array or carray")
-            if len(expression) != n:
-                raise ValueError(f"the boolean mask has length {len(expression)}, the ctable has {n} rows")
-            blen = expression.chunklen if isinstance(expression, carray) else max(self.chunklen,
-                                                                                 MIN_QUERY_BLEN)
-            for s in range(0, n, blen):
-                yield s, np.asarray(expression[s:s + blen])
-            return
-        raise ValueError(f"a query needs a string expression or a boolean array/carray, "
-                         f"got {type(expression).__name__}")
-
-    def _where_blocks(self, expression, names, limit, skip, user_dict, vm, frame):
-        """Lists of column arrays (one per name) of the matching rows, block by block."""
-        skip = max(int(skip or 0), 0)
-        count = 0
-        if limit is not None and limit <= 0:
-            return
-        for s, idx, arrays in self._selected_blocks(expression, names, user_dict, vm, frame):
-            if skip:
-                if skip >= idx.size:
-                    skip -= idx.size
-                    continue
-                idx, arrays, skip = idx[skip:], [a[skip:] for a in arrays], 0
-            if limit is not None and idx.size > limit - count:
-                idx, arrays = idx[:limit - count], [a[:limit - count] for a in arrays]
-            if idx.size == 0:
-                continue
-            yield arrays
-            count += idx.size
-            if limit is not None and count >= limit:
-                return
-
-    def _outputs(self, names, ops):
-        """The engine's outputs (`blzarr.chunked_eval.select_blocks`) for the columns `names`."""
+    def _outputs(self, names, sel):
+        """The selection's outputs (`blzarr.query.selection`) for the columns `names`."""
         cols = self.cols._cols
         return [("positions", None) if n == NROW else
-                ("operand", n) if ops.get(n) is cols[n] else ("read", cols[n]) for n in names]
-
-    def _selected_blocks(self, expression, names, user_dict, vm, frame):
-        """(start, positions in the block, column arrays) of the blocks holding matching rows."""
-        if isinstance(expression, str):
-            expression = planner.rewrite_in(expression)
-            ops = self._operands(expression, user_dict, frame)
-            if (vm or defaults.vm) != "dask" and any(_ce._is_array(v) for v in ops.values()):
-                yield from _ce.select_blocks(expression, ops, vm or defaults.vm, self._query_blen(ops),
-                                             self._outputs(names, ops))
-                return
-        for s, mask in self._mask_blocks(expression, user_dict, vm, frame):
-            idx = np.flatnonzero(mask)
-            if idx.size == 0:
-                continue
-            a, b = s + int(idx[0]), s + int(idx[-1]) + 1
-            local = idx - (a - s)
-            dense = idx.size * 4 >= (b - a)
-            arrays = []
-            for n in names:
-                if n == NROW:
-                    arrays.append((idx + s).astype(np.int_))
-                elif dense:
-                    arrays.append(self.cols._cols[n][a:b][local])
-                else:
-                    arrays.append(self.cols._cols[n][idx + s])
-            yield s, idx, arrays
+                ("operand", n) if sel.operands.get(n) is cols[n] else ("read", cols[n]) for n in names]
 
     def _positions_where(self, expression, user_dict, vm, frame):
-        parts = [(idx + s) for s, m in self._mask_blocks(expression, user_dict, vm, frame)
-                 for idx in (np.flatnonzero(m),) if idx.size]
-        return np.concatenate(parts).astype(np.intp) if parts else np.empty(0, np.intp)
+        """The rows a string `expression` selects, for an assignment (an operand of another length is
+        reported by the evaluator, as ``blzarr.eval`` reports it)."""
+        expression = planner.rewrite_in(expression)
+        ops = self._operands(expression, user_dict, frame)
+        return Selection(expression, ops, self._len, vm, self._chunklen_of).positions()
 
     def where(self, expression, outcols=None, limit=None, skip=0, out_flavor=namedtuple, user_dict={},
               vm=None):
@@ -231,12 +139,9 @@ class CtableQueries:
             self._fresh()
         names = self._check_outcols(outcols)
         self._row_maker(names, out_flavor)
-        frame = sys._getframe(1)
-        expression = self._check_expression(expression, user_dict, frame, vm)  # errors now, not at the first next()
-        blocks = self._where_blocks(expression, names, limit, skip, user_dict, vm, frame)
-        return Query(self._emit_rows(blocks, names, out_flavor),
-                     lambda: self._count(expression, limit, skip, user_dict, vm, frame),
-                     lambda: self._explain(expression, user_dict, vm, frame))
+        sel = self._selection(expression, user_dict, sys._getframe(1), vm)
+        blocks = sel.rows(self._outputs(names, sel), skip, limit)
+        return Query(self._emit_rows(blocks, names, out_flavor), lambda: sel.count(skip, limit), sel.explain)
 
     def whereblocks(self, expression, blen=None, outcols=None, limit=None, skip=0, user_dict={}, vm=None):
         """Iterate over the rows where `expression` is true, in structured arrays of `blen` rows.
@@ -270,10 +175,66 @@ class CtableQueries:
         blen = operator_index(blen, "blen")
         if blen < 1:
             raise ValueError(f"blen must be positive, got {blen}")
-        frame = sys._getframe(1)
-        expression = self._check_expression(expression, user_dict, frame, vm)
-        blocks = self._where_blocks(expression, names, limit, skip, user_dict, vm, frame)
-        return self._rebatch(blocks, names, blen)
+        sel = self._selection(expression, user_dict, sys._getframe(1), vm)
+        return self._rebatch(sel.rows(self._outputs(names, sel), skip, limit), names, blen)
+
+    def fetchwhere(self, expression, outcols=None, limit=None, skip=0, out_flavor=None, user_dict={},
+                   vm=None, **kwargs):
+        """All the rows where `expression` is true, at once.
+
+        Parameters
+        ----------
+        expression : str, or boolean array or carray
+            As in `where`.
+        outcols, limit, skip, user_dict, vm
+            As in `where`.
+        out_flavor : {'bcolz', 'numpy'}, optional
+            A new ctable ('bcolz', also 'carray') or a NumPy structured array ('numpy').
+            Default: ``blzarr.defaults.out_flavor``.
+        **kwargs
+            Passed to the `ctable` constructor of the result (``rootdir``, ``cparams``, ...).
+
+        Returns
+        -------
+        ctable or numpy.ndarray
+
+        Examples
+        --------
+        >>> import numpy as np, blzarr
+        >>> t = blzarr.ctable([np.arange(6), np.arange(6) * 10], names=["a", "c"])
+        >>> t.fetchwhere("(a > 1) & (c < 50)", out_flavor="numpy").tolist()
+        [(2, 20), (3, 30), (4, 40)]
+        >>> r = t.fetchwhere("a > 3", outcols=["c"])
+        >>> type(r).__name__, r[:].tolist()
+        ('ctable', [(40,), (50,)])
+        """
+        with self._one_version():
+            return self._fetchwhere(expression, outcols, limit, skip, out_flavor, user_dict, vm,
+                                    sys._getframe(1), kwargs)
+
+    def _fetchwhere(self, expression, outcols, limit, skip, out_flavor, user_dict, vm, frame, kwargs):
+        out_flavor = out_flavor or defaults.out_flavor
+        if out_flavor == "numpy":
+            return self._fetch(expression, outcols, limit, skip, user_dict, vm, frame)
+        if out_flavor not in ("bcolz", "carray"):
+            raise ValueError(f"out_flavor must be 'bcolz' or 'numpy', got {out_flavor!r}")
+        names = self._check_outcols(outcols)
+        sel = self._selection(expression, user_dict, frame, vm)
+        dt = self._dtype_of(names)
+        # the chunk lengths of bcolz's result (its fromiter(count=-1) expects an unknown length)
+        kwargs.setdefault("expectedlen", -1)
+        out = None
+        for arrays in sel.rows(self._outputs(names, sel), skip, limit):
+            if out is None:
+                out = self._new_table(list(arrays), names, **kwargs)
+                out.auto_flush = False
+            else:
+                out.append(list(arrays))
+        if out is None:
+            out = self._new_table([np.empty(0, dtype=dt[n]) for n in names], names, **kwargs)
+        out.auto_flush = out.rootdir is not None
+        out.flush()
+        return out
 
     def _rebatch(self, blocks, names, blen):
         dt = self._dtype_of(names)
@@ -297,23 +258,8 @@ class CtableQueries:
 
     def _fetch(self, expression, names, limit, skip, user_dict, vm, frame):
         names = self._check_outcols(names)
-        expression = self._check_expression(expression, user_dict, frame, vm)
-        if isinstance(expression, str) and limit is None and not skip and (vm or defaults.vm) != "dask":
-            ops = self._operands(expression, user_dict, frame)
-            if any(_ce._is_array(v) for v in ops.values()):
-                # all the rows at once: the engine writes them into the result itself
-                return _ce.select_into(expression, ops, vm or defaults.vm, self._query_blen(ops),
-                                       self._outputs(names, ops), self._dtype_of(names))
-        parts = list(self._where_blocks(expression, names, limit, skip, user_dict, vm, frame))
-        total = sum(len(p[0]) for p in parts)
-        out = np.empty(total, dtype=self._dtype_of(names))
-        off = 0
-        for arrays in parts:
-            m = len(arrays[0])
-            for n, a in zip(names, arrays):
-                out[n][off:off + m] = a
-            off += m
-        return out
+        sel = self._selection(expression, user_dict, frame, vm)
+        return sel.fetch(self._outputs(names, sel), self._dtype_of(names), skip, limit)
 
     def eval(self, expression, **kwargs):
         """Evaluate `expression` over the columns (and the caller's variables), block by block.
@@ -348,31 +294,8 @@ class CtableQueries:
             vm = kwargs.get("vm") or defaults.vm
             ops = self._operands(expression, user_dict, sys._getframe(1), ("da",) if vm == "dask" else ())
             if kwargs.get("blen") is None:
-                kwargs["blen"] = self._query_blen(ops)
+                kwargs["blen"] = rules.block_length(ops.values(), self._chunklen_of)
             return _ce.eval(expression, user_dict=ops, **kwargs)
-
-    def _count(self, expression, limit, skip, user_dict, vm, frame):
-        total = None
-        if isinstance(expression, str) and (vm or defaults.vm) != "dask":
-            ops = self._operands(expression, user_dict, frame)
-            if self._len and any(_ce._is_array(v) for v in ops.values()):
-                e = LazyExpr(expression, ops, vm or defaults.vm, self._query_blen(ops))
-                if e.dtype != bool or e.ndim != 1:
-                    raise ValueError(f"the expression {expression!r} does not give one boolean per row "
-                                     f"(it gives {e.dtype}, shape {e.shape})")
-                total = e.count_nonzero()
-        if total is None:
-            total = sum(int(np.count_nonzero(m)) for _, m in self._mask_blocks(expression, user_dict, vm, frame))
-        total = max(0, total - max(int(skip or 0), 0))
-        return total if limit is None else min(total, max(int(limit), 0))
-
-    def _explain(self, expression, user_dict, vm, frame):
-        if not isinstance(expression, str):
-            bounds = [(s, min(s + self.chunklen, self._len)) for s in range(0, self._len, max(self.chunklen, 1))]
-            return planner.Plan("<mask>", bounds, None, reason="the query is a mask, not an expression")
-        ops = self._operands(expression, user_dict, frame)
-        blen = self._query_blen(ops)
-        return planner.plan(expression, ops, [(s, min(s + blen, self._len)) for s in range(0, self._len, blen)])
 
     def explain(self, expression, user_dict={}, vm=None):
         """What a query with `expression` reads, from the columns' per-chunk statistics.
@@ -391,6 +314,4 @@ class CtableQueries:
         25000
         """
         with self._one_version():
-            frame = sys._getframe(1)
-            expression = self._check_expression(expression, user_dict, frame, vm)
-            return self._explain(expression, user_dict, vm, frame)
+            return self._selection(expression, user_dict, sys._getframe(1), vm).explain()

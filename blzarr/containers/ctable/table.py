@@ -29,6 +29,7 @@ from blzarr.containers.carray.version import fresh_call
 from blzarr.errors import ConcurrentWriterError, FormatError, StorageError, storage_error, storage_op
 from blzarr.storage import intent, rewrite
 from blzarr.storage.locking import FirstWrite, LockError, lock_dir
+from blzarr.query.rules import DEFAULT_BLEN
 from blzarr.runtime.params import cparams as _cparams, defaults
 from blzarr.storage.files import ATTRS_FILE, ROOTDIRS_FILE, ObjectPath, read_json, write_json
 from blzarr.storage.bytestore import is_url, join, local_path, open_bytestore
@@ -47,7 +48,6 @@ attrs = _attrs
 VALIDITY_ATTR = "blzarr:validity"
 
 # rows per block when a query has no column to take a chunk length from
-DEFAULT_BLEN = 65536
 
 # ------------------------------------------------------------------------------------------- cols
 class cols:
@@ -845,63 +845,9 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         a = self[:]
         return a if dtype is None else a.astype(dtype)
 
-    def fetchwhere(self, expression, outcols=None, limit=None, skip=0, out_flavor=None, user_dict={},
-                   vm=None, **kwargs):
-        """All the rows where `expression` is true, at once.
-
-        Parameters
-        ----------
-        expression : str, or boolean array or carray
-            As in `where`.
-        outcols, limit, skip, user_dict, vm
-            As in `where`.
-        out_flavor : {'bcolz', 'numpy'}, optional
-            A new ctable ('bcolz', also 'carray') or a NumPy structured array ('numpy').
-            Default: ``blzarr.defaults.out_flavor``.
-        **kwargs
-            Passed to the `ctable` constructor of the result (``rootdir``, ``cparams``, ...).
-
-        Returns
-        -------
-        ctable or numpy.ndarray
-
-        Examples
-        --------
-        >>> import numpy as np, blzarr
-        >>> t = blzarr.ctable([np.arange(6), np.arange(6) * 10], names=["a", "c"])
-        >>> t.fetchwhere("(a > 1) & (c < 50)", out_flavor="numpy").tolist()
-        [(2, 20), (3, 30), (4, 40)]
-        >>> r = t.fetchwhere("a > 3", outcols=["c"])
-        >>> type(r).__name__, r[:].tolist()
-        ('ctable', [(40,), (50,)])
-        """
-        with self._one_version():
-            return self._fetchwhere(expression, outcols, limit, skip, out_flavor, user_dict, vm,
-                                    sys._getframe(1), kwargs)
-
-    def _fetchwhere(self, expression, outcols, limit, skip, out_flavor, user_dict, vm, frame, kwargs):
-        out_flavor = out_flavor or defaults.out_flavor
-        if out_flavor == "numpy":
-            return self._fetch(expression, outcols, limit, skip, user_dict, vm, frame)
-        if out_flavor not in ("bcolz", "carray"):
-            raise ValueError(f"out_flavor must be 'bcolz' or 'numpy', got {out_flavor!r}")
-        names = self._check_outcols(outcols)
-        expression = self._check_expression(expression, user_dict, frame, vm)
-        dt = self._dtype_of(names)
-        # the chunk lengths of bcolz's result (its fromiter(count=-1) expects an unknown length)
-        kwargs.setdefault("expectedlen", -1)
-        out = None
-        for arrays in self._where_blocks(expression, names, limit, skip, user_dict, vm, frame):
-            if out is None:
-                out = ctable(list(arrays), names, **kwargs)
-                out.auto_flush = False
-            else:
-                out.append(list(arrays))
-        if out is None:
-            out = ctable([np.empty(0, dtype=dt[n]) for n in names], names, **kwargs)
-        out.auto_flush = out.rootdir is not None
-        out.flush()
-        return out
+    def _new_table(self, columns, names, **kwargs):
+        """A new ctable of `columns` (what the parts of the class, which cannot import it, build)."""
+        return ctable(columns, names, **kwargs)
 
     # ------------------------------------------------------------------ dask, arrow, pickling
     def to_dask(self, columns=None, partition_chunks=None):
