@@ -10,6 +10,8 @@ the decoded-block cache.  A call then reads one committed version, the latest be
 writer (holding the directory's lock) needs no check; each of its flushes bumps the record
 (`_publish`)."""
 
+import functools
+
 import numpy as np
 
 from blzarr.query import stats as _stats
@@ -115,8 +117,5 @@ def fresh_call(method):
             return method(self, *args, **kwargs)
         finally:
             self._pinned -= 1
-    call.__name__ = method.__name__
-    call.__qualname__ = method.__qualname__
-    call.__doc__ = method.__doc__
-    call.__wrapped__ = method
-    return call
+    # the method's name, module and docstring (its module's doctests find it there)
+    return functools.update_wrapper(call, method)
