@@ -65,13 +65,10 @@ class CarrayVersions(CarrayBase):
                 self._setup(meta.atom, meta.cparams, meta.chunklen, meta.dflt, meta.expectedlen)
             nchunks, nleft = self._split(meta.length)
             store = self._chunks.store
-            store.close()
             # the same store object reads from now on (metalayer objects handed out hold it); its
-            # descriptors are closed above, so files replaced since (compaction) are opened again
-            moved = {k: v for k, v in fresh.__dict__.items() if k not in ("_lock", "_first_write")}
-            if "_fds" in moved:
-                fresh._fds = type(moved["_fds"])()
-            store.__dict__.update(moved)
+            # descriptors are dropped, so files replaced since (compaction) are opened again, and
+            # reads in flight on other threads finish on the ones they hold
+            store.adopt(fresh)
             self._chunks = open_chunks(store, self._rootdir, "r", self._chunk_atom, self._chunklen, nchunks,
                                        nchunks + (1 if nleft else 0), self._isobj)
             self._len = self._opened_len = meta.length

@@ -812,8 +812,10 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         if isinstance(key, slice):
             start, stop, step = key.indices(self._len)
             out = np.empty(ix.slice_length(start, stop, step), dtype=self.dtype)
+            # the rows bounded now: a thread appending meanwhile adds none to some columns only
+            rows = slice(start, stop, step) if stop >= 0 else slice(start, None, step)
             for n in self.cols.names:
-                out[n] = self.cols._cols[n][key]
+                out[n] = self.cols._cols[n][rows]
             return out
         if isinstance(key, tuple):
             if len(key) != 1:
