@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import blzarr
-from blzarr.storage import bcolz_layout
+from blzarr.storage import bcolz_layout, commitrec
 from blzarr.storage.blz import read as blz_read
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX descriptors")
@@ -28,9 +28,10 @@ class _Gate:
         self.entered = threading.Event()
         self.go = threading.Event()
         self.hits = 0
+        self.armed = lambda: True
 
     def wait_here(self):
-        if threading.get_ident() == self.thread and not self.entered.is_set():
+        if threading.get_ident() == self.thread and not self.entered.is_set() and self.armed():
             self.hits += 1
             self.entered.set()
             assert self.go.wait(20), "the test never released the read"
@@ -167,5 +168,78 @@ def test_reload_beside_a_scalar_read_in_flight(tmp_path, gate, fmt, kind):
     assert got in (250, 250 + BIG)
     assert col[250] == 250 + BIG
     assert _values(r[:], kind).tolist() == list(range(BIG, BIG + N + 50))
+    w.close()
+    r.close()
+
+
+@pytest.mark.parametrize("fmt", ["blz", "bcolz"])
+@pytest.mark.parametrize("kind", ["carray", "ctable"])
+def test_no_reload_while_a_call_of_another_thread_is_in_flight(tmp_path, gate, monkeypatch, fmt, kind):
+    """Thread B's scalar read has seen a commit and is about to load it; thread A's whole read
+    starts, loads that commit itself and is held inside the storage layer; another commit lands;
+    then B goes on.  B must not load the newer version under A's read: A returns the rows of the
+    version it started on (its short last chunk included, which the newer version fills)."""
+    root = str(tmp_path / "d")
+    _make(kind, root, fmt)
+    r = blzarr.open(root, mode="r")
+    col = r if kind == "carray" else r.cols["a"]
+    assert col[5] == 5
+    w = blzarr.open(root, mode="a")
+
+    half = N + CHUNK // 2
+
+    def commit(g):
+        if g == 1:
+            rows = np.arange(N, half)
+            w.append(rows if kind == "carray" else [rows, rows * 2.0])
+        else:
+            # only the short last chunk's rows, which a reader keeps in memory
+            if kind == "carray":
+                w[N:half] = -1
+            else:
+                w.cols["b"][N:half] = -1.0
+        w.flush()
+    commit(1)
+
+    seen = _Gate()
+    real_changed = commitrec.Watch.changed
+
+    def changed(self):
+        out = real_changed(self)
+        if out:
+            seen.wait_here()
+        return out
+    monkeypatch.setattr(commitrec.Watch, "changed", changed)
+    b_out = {}
+
+    def run_b():
+        seen.thread = threading.get_ident()
+        try:
+            b_out["value"] = col[700]
+        except BaseException as e:  # noqa: BLE001 - reported below
+            b_out["error"] = e
+    b = threading.Thread(target=run_b)
+    b.start()
+    assert seen.entered.wait(20)
+    gate.armed = lambda: r._pinned > 0              # held in the read, not in loading the version
+    a, a_out = _in_flight(gate, lambda: r[:])      # loads version 1, then is held reading it
+    commit(2)
+    seen.go.set()
+    b.join(20)
+    assert not b.is_alive()
+    if "error" in b_out:
+        raise b_out["error"]
+    assert b_out["value"] == 700
+    got = np.asarray(_finish(gate, a, a_out))
+    ref = np.arange(half)
+    if kind == "carray":
+        assert got.tolist() == ref.tolist()
+    else:
+        assert got["a"].tolist() == ref.tolist() and got["b"].tolist() == (ref * 2.0).tolist()
+    got = np.asarray(r[:])                          # the newer version from now on
+    if kind == "carray":
+        assert got.tolist() == ref[:N].tolist() + [-1] * (half - N)
+    else:
+        assert got["b"].tolist() == (ref[:N] * 2.0).tolist() + [-1.0] * (half - N)
     w.close()
     r.close()

@@ -68,6 +68,25 @@ class CarrayBase:
     carray module imports, ask whether `x` is a carray."""
 
 
+def pin_version(obj):
+    """Start a public read call of `obj`, a watched carray or ctable, on one committed version: the
+    latest is loaded first unless a call of another thread is in flight on the object (that call
+    reads one version, this one reads the same).  The count of calls in flight (`_pinned`) changes
+    under the object's version lock, which a reload of the object holds too, so no reload starts
+    while a call is in flight.  Returns the lock to give `unpin_version`."""
+    lock = obj._vlock
+    with lock:
+        if not obj._pinned:
+            obj._fresh()
+        obj._pinned += 1
+    return lock
+
+
+def unpin_version(obj, lock):
+    with lock:
+        obj._pinned -= 1
+
+
 def _expand_ellipsis(key, ndim):
     """`key` (a tuple) with its one Ellipsis replaced by full slices; NumPy's error for several."""
     where = [k for k, v in enumerate(key) if v is Ellipsis]
@@ -348,14 +367,13 @@ class CarrayReads(CarrayBase):
             if 0 <= i < self._len:
                 return self._getitem_scalar(i)
             raise IndexError(f"index {key} is out of bounds for axis 0 with size {self._len}")
-        if w is not None and not self._pinned:
+        if w is not None:
             # other keys: the whole check, then one version for the whole call
-            self._fresh()
-            self._pinned += 1
+            lock = pin_version(self)
             try:
                 return self._getitem(key)
             finally:
-                self._pinned -= 1
+                unpin_version(self, lock)
         return self._getitem(key)
 
     def _getitem(self, key):
