@@ -243,3 +243,54 @@ def test_no_reload_while_a_call_of_another_thread_is_in_flight(tmp_path, gate, m
         assert got["b"].tolist() == (ref[:N] * 2.0).tolist() + [-1.0] * (half - N)
     w.close()
     r.close()
+
+
+@pytest.mark.parametrize("fmt", ["blz", "bcolz"])
+def test_a_block_read_before_a_reload_is_not_kept_for_the_new_version(tmp_path, monkeypatch, fmt):
+    """A scalar read decoded its block from the old version, and is held before it keeps the block;
+    meanwhile another handle rewrites every value and flushes, and a scalar read on this thread
+    loads that version.  The held read returns the old value, and no later scalar read of the new
+    version finds its block (neither the last block kept by the carray nor the process-wide block
+    cache)."""
+    from blzarr.containers.carray import read as carray_read
+    root = str(tmp_path / "d")
+    _make("carray", root, fmt)
+    r = blzarr.open(root, mode="r")
+    assert r[5] == 5
+    held = _Gate()
+    real = carray_read.disk_blocks
+
+    class Blocks:
+        def get(self, key):
+            return real.get(key)
+
+        def put(self, key, buf):
+            held.wait_here()
+            return real.put(key, buf)
+    monkeypatch.setattr(carray_read, "disk_blocks", Blocks())
+    out = {}
+
+    def run():
+        held.thread = threading.get_ident()
+        try:
+            out["value"] = r[250]
+        except BaseException as e:  # noqa: BLE001 - reported below
+            out["error"] = e
+    t = threading.Thread(target=run)
+    t.start()
+    assert held.entered.wait(20)
+    w = blzarr.open(root, mode="a")
+    w[:] = np.arange(N) + BIG
+    w.flush()
+    assert r[700] == 700 + BIG
+    held.go.set()
+    t.join(20)
+    assert not t.is_alive()
+    if "error" in out:
+        raise out["error"]
+    assert out["value"] == 250
+    assert r[250] == 250 + BIG
+    assert r[251] == 251 + BIG
+    assert r[:].tolist() == list(range(BIG, BIG + N))
+    w.close()
+    r.close()

@@ -311,11 +311,14 @@ class CarrayReads(CarrayBase):
                 return v.copy() if isinstance(v, (np.ndarray, np.void)) else v
             else:
                 base = cid * self._chunklen
-                per = self._per.get(cid) if self._ondisk else None
+                # the generation this read began in: a change (or a reload) on another thread while
+                # it reads renews it, and the block read must not be kept under the new one
+                gen, pers = self._gen, self._per
+                per = pers.get(cid) if self._ondisk else None
                 buf = None
                 if per is not None:
                     lo = local // per * per
-                    key = (self._gen, cid, lo)
+                    key = (gen, cid, lo)
                     buf = disk_blocks.get(key)
                 if buf is None:
                     ch = self._chunks[cid]
@@ -332,9 +335,11 @@ class CarrayReads(CarrayBase):
                     else:
                         ch.read_range(lo, hi, buf)
                     if self._ondisk:
-                        self._per[cid] = per
-                        disk_blocks.put((self._gen, cid, lo), buf)
-                self._bc = (base + lo, base + lo + len(buf), buf)
+                        pers[cid] = per
+                        disk_blocks.put((gen, cid, lo), buf)
+                bc = (base + lo, base + lo + len(buf), buf)
+                if self._gen is gen:
+                    self._bc = bc
                 k = local - lo
         if self._pyscalars:
             return buf.item(k)  # Python scalars, as bcolz gives them
