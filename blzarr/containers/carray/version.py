@@ -8,7 +8,13 @@ state again (`_reload`): length, the chunk store (file descriptors and chunk cac
 short last chunk, the statistics (so plans, which are keyed by them, too) and a new generation for
 the decoded-block cache.  A call then reads one committed version, the latest before it began.  The
 writer (holding the directory's lock) needs no check; each of its flushes bumps the record
-(`_publish`)."""
+(`_publish`).
+
+Threads share one object, so its state is never swapped under a call in flight: calls count
+themselves in and out under the object's version lock (`pin_version`), and a reload happens only
+when none is in flight; a call that starts beside one reads the version that one reads.  The store
+swaps its state in place (`adopt`) and leaves the descriptors that reads in flight hold open until
+they are done."""
 
 import functools
 import threading
