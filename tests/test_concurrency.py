@@ -405,10 +405,7 @@ def test_threads_reading_one_ctable_and_appending_to_another(tmp_path):
     assert (out["b"][:] == out["a"][:] * 0.5).all()
 
 
-@pytest.mark.parametrize("where", ["memory", "bcolz", pytest.param("blz", marks=pytest.mark.xfail(
-    strict=False, reason="known race: a reader thread's whole-chunk read can lose its descriptor count "
-                         "(KeyError in BlzDir._release_fd) while another thread of the process appends "
-                         "to the same table; seen once in the slow run, not yet found"))])
+@pytest.mark.parametrize("where", ["memory", "bcolz", "blz"])
 def test_threads_reading_beside_appends_in_the_same_ctable(tmp_path, where):
     kw = {} if where == "memory" else dict(rootdir=str(tmp_path / "t"), format=where)
     t = blzarr.ctable([np.arange(500), np.arange(500) * 2.0], names=["a", "b"], chunklen=100, **kw)

@@ -395,6 +395,11 @@ class BcolzDir:
     def close(self):
         """Nothing to release: chunk files are opened per read."""
 
+    def adopt(self, fresh):
+        """Take, in place, the state of `fresh`, a store of the same directory opened just now (reads
+        in flight hold no descriptor of this store: chunk files are opened per read)."""
+        self.__dict__.update({k: v for k, v in fresh.__dict__.items() if k != "_first_write"})
+
     def read_chunk_file(self, n):
         """The whole file data/__n.blp (header included), or None when there is none."""
         try:

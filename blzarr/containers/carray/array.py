@@ -785,6 +785,7 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
         new = carray.__new__(carray)
         new.__dict__.update(self.__dict__)
         new._lock = threading.RLock()
+        new.__dict__.pop("_pinned", None)       # the calls in flight are the original's
         new._blockcache = None
         new._next_iter = None
         new._last = self._last.copy()

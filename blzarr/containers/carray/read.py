@@ -68,6 +68,25 @@ class CarrayBase:
     carray module imports, ask whether `x` is a carray."""
 
 
+def pin_version(obj):
+    """Start a public read call of `obj`, a watched carray or ctable, on one committed version: the
+    latest is loaded first unless a call of another thread is in flight on the object (that call
+    reads one version, this one reads the same).  The count of calls in flight (`_pinned`) changes
+    under the object's version lock, which a reload of the object holds too, so no reload starts
+    while a call is in flight.  Returns the lock to give `unpin_version`."""
+    lock = obj._vlock
+    with lock:
+        if not obj._pinned:
+            obj._fresh()
+        obj._pinned += 1
+    return lock
+
+
+def unpin_version(obj, lock):
+    with lock:
+        obj._pinned -= 1
+
+
 def _expand_ellipsis(key, ndim):
     """`key` (a tuple) with its one Ellipsis replaced by full slices; NumPy's error for several."""
     where = [k for k, v in enumerate(key) if v is Ellipsis]
@@ -292,11 +311,14 @@ class CarrayReads(CarrayBase):
                 return v.copy() if isinstance(v, (np.ndarray, np.void)) else v
             else:
                 base = cid * self._chunklen
-                per = self._per.get(cid) if self._ondisk else None
+                # the generation this read began in: a change (or a reload) on another thread while
+                # it reads renews it, and the block read must not be kept under the new one
+                gen, pers = self._gen, self._per
+                per = pers.get(cid) if self._ondisk else None
                 buf = None
                 if per is not None:
                     lo = local // per * per
-                    key = (self._gen, cid, lo)
+                    key = (gen, cid, lo)
                     buf = disk_blocks.get(key)
                 if buf is None:
                     ch = self._chunks[cid]
@@ -313,9 +335,11 @@ class CarrayReads(CarrayBase):
                     else:
                         ch.read_range(lo, hi, buf)
                     if self._ondisk:
-                        self._per[cid] = per
-                        disk_blocks.put((self._gen, cid, lo), buf)
-                self._bc = (base + lo, base + lo + len(buf), buf)
+                        pers[cid] = per
+                        disk_blocks.put((gen, cid, lo), buf)
+                bc = (base + lo, base + lo + len(buf), buf)
+                if self._gen is gen:
+                    self._bc = bc
                 k = local - lo
         if self._pyscalars:
             return buf.item(k)  # Python scalars, as bcolz gives them
@@ -348,14 +372,13 @@ class CarrayReads(CarrayBase):
             if 0 <= i < self._len:
                 return self._getitem_scalar(i)
             raise IndexError(f"index {key} is out of bounds for axis 0 with size {self._len}")
-        if w is not None and not self._pinned:
+        if w is not None:
             # other keys: the whole check, then one version for the whole call
-            self._fresh()
-            self._pinned += 1
+            lock = pin_version(self)
             try:
                 return self._getitem(key)
             finally:
-                self._pinned -= 1
+                unpin_version(self, lock)
         return self._getitem(key)
 
     def _getitem(self, key):

@@ -8,16 +8,23 @@ state again (`_reload`): length, the chunk store (file descriptors and chunk cac
 short last chunk, the statistics (so plans, which are keyed by them, too) and a new generation for
 the decoded-block cache.  A call then reads one committed version, the latest before it began.  The
 writer (holding the directory's lock) needs no check; each of its flushes bumps the record
-(`_publish`)."""
+(`_publish`).
+
+Threads share one object, so its state is never swapped under a call in flight: calls count
+themselves in and out under the object's version lock (`pin_version`), and a reload happens only
+when none is in flight; a call that starts beside one reads the version that one reads.  The store
+swaps its state in place (`adopt`) and leaves the descriptors that reads in flight hold open until
+they are done."""
 
 import functools
+import threading
 
 import numpy as np
 
 from blzarr.query import stats as _stats
 from blzarr.storage import commitrec
 from blzarr.storage.arraymeta import ArrayMeta
-from blzarr.containers.carray.read import CarrayBase
+from blzarr.containers.carray.read import CarrayBase, pin_version, unpin_version
 from blzarr.storage.stores import open_chunks, open_dir
 
 
@@ -25,7 +32,8 @@ class CarrayVersions(CarrayBase):
     """Loading the committed version of an on-disk carray again, and publishing one."""
 
     _watch = None           # None: in memory, on object storage, or the writer holding the lock
-    _pinned = 0             # > 0 while a public call runs: the calls it makes do not reload
+    _pinned = 0             # public calls in flight (on any thread): no reload while > 0
+    _vlock = None           # guards _pinned and reloads (a column of a watched table shares the table's)
     _recw = None            # the writer's commitrec.Writer
 
     def _start_watching(self):
@@ -35,6 +43,8 @@ class CarrayVersions(CarrayBase):
             return None
         w = commitrec.Watch(self._rootdir, check_fp=True)
         state = w.current()
+        if self._vlock is None:
+            self._vlock = threading.RLock()
         self._watch = w
         return state
 
@@ -51,7 +61,11 @@ class CarrayVersions(CarrayBase):
         if table is not None and table._watch:
             table._fresh()
         elif w.changed():
-            self._reload()
+            with self._vlock:
+                # checked again under the lock: a call of another thread may have started (it reads
+                # the version loaded: so does this call), or loaded the new version meanwhile
+                if not self._pinned and w.changed():
+                    self._reload()
 
     def _reload(self):
         with self._lock:
@@ -65,13 +79,10 @@ class CarrayVersions(CarrayBase):
                 self._setup(meta.atom, meta.cparams, meta.chunklen, meta.dflt, meta.expectedlen)
             nchunks, nleft = self._split(meta.length)
             store = self._chunks.store
-            store.close()
             # the same store object reads from now on (metalayer objects handed out hold it); its
-            # descriptors are closed above, so files replaced since (compaction) are opened again
-            moved = {k: v for k, v in fresh.__dict__.items() if k not in ("_lock", "_first_write")}
-            if "_fds" in moved:
-                fresh._fds = type(moved["_fds"])()
-            store.__dict__.update(moved)
+            # descriptors are dropped, so files replaced since (compaction) are opened again, and
+            # reads in flight on other threads finish on the ones they hold
+            store.adopt(fresh)
             self._chunks = open_chunks(store, self._rootdir, "r", self._chunk_atom, self._chunklen, nchunks,
                                        nchunks + (1 if nleft else 0), self._isobj)
             self._len = self._opened_len = meta.length
@@ -107,15 +118,15 @@ class CarrayVersions(CarrayBase):
 
 def fresh_call(method):
     """`method` of a carray or ctable as a public read call: the committed version is loaded first
-    when another process committed since, and the calls it makes do not load again."""
+    when another process committed since (and no call of another thread is in flight), and neither
+    the calls it makes nor other threads load again until it returns."""
     def call(self, *args, **kwargs):
-        if self._watch is None or self._pinned:
+        if not self._watch:
             return method(self, *args, **kwargs)
-        self._fresh()
-        self._pinned += 1
+        lock = pin_version(self)
         try:
             return method(self, *args, **kwargs)
         finally:
-            self._pinned -= 1
+            unpin_version(self, lock)
     # the method's name, module and docstring (its module's doctests find it there)
     return functools.update_wrapper(call, method)

@@ -243,12 +243,9 @@ class CarrayWrites(CarrayBase):
                 if getattr(fresh, "missing_tail", None) is not None and fresh.nchunks < nstored:
                     fresh.missing_tail(nstored)             # as open_chunks does
                 store = self._chunks.store
-                store.close()
-                # the same store object writes from now on (metalayer objects handed out hold it)
-                state = {k: v for k, v in fresh.__dict__.items() if k not in ("_lock", "_first_write")}
-                if "_fds" in state:
-                    fresh._fds = type(state["_fds"])()      # its descriptors are the store's now
-                store.__dict__.update(state)
+                # the same store object writes from now on (metalayer objects handed out hold it);
+                # reads in flight on other threads finish on the descriptors they hold
+                store.adopt(fresh)
                 self._chunks.mode = "a"
                 self._chunks.set_nchunks(nchunks)
                 self._chunks.remove_stray(nstored)

@@ -15,6 +15,7 @@ of each block they need, so no column is ever decompressed whole to answer one.
 import contextlib
 import os
 import sys
+import threading
 import warnings
 import weakref
 
@@ -25,6 +26,7 @@ from blzarr.containers import indexing as ix
 from blzarr.runtime import integrations
 from blzarr.storage.attrs import attrs as _attrs
 from blzarr.containers.carray.array import carray, compression_ratio, human_readable_size
+from blzarr.containers.carray.read import pin_version, unpin_version
 from blzarr.containers.carray.version import fresh_call
 from blzarr.errors import ConcurrentWriterError, FormatError, StorageError, storage_error, storage_op
 from blzarr.storage import intent, rewrite
@@ -594,29 +596,34 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
 
     # ------------------------------------------------------------------ the committed version
     _watch = None           # True: a reader of a directory other processes may write
-    _pinned = 0             # > 0 while a public call runs (containers.carray.version.fresh_call)
+    _pinned = 0             # public calls in flight, on any thread (containers.carray.read.pin_version)
+    _vlock = None           # guards _pinned and reloads, the table's and its columns'
 
     @contextlib.contextmanager
     def _one_version(self):
         """Run a public read call on one committed version: loaded first, then not again by the
         calls it makes (see `_fresh`)."""
-        if not self._watch or self._pinned:
+        if not self._watch:
             yield
             return
-        self._fresh()
-        self._pinned += 1
+        lock = pin_version(self)
         try:
             yield
         finally:
-            self._pinned -= 1
+            unpin_version(self, lock)
 
     def _watch_columns(self):
         """Read as a reader of a directory other processes may write: every column watches its own
         directory, and a column asks the table (`_fresh`) before each call."""
-        self._watch = True
+        if self._vlock is None:
+            self._vlock = threading.RLock()
         ref = weakref.ref(self)
         for c in self.cols._cols.values():
             c._owner = ref
+            # one lock for the table and its columns: a column's call in flight holds off the
+            # table's reload, which reloads that column too
+            c._vlock = self._vlock
+        self._watch = True
 
     def _fresh(self):
         """Load again the columns another process committed since they were loaded; the rows are
@@ -628,6 +635,14 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         cols = list(self.cols._cols.values())
         if not any(c._watch is not None and c._watch.changed() for c in cols):
             return
+        with self._vlock:
+            # checked again under the lock: no reload while a call of another thread (on the table or
+            # on one of its columns) is in flight
+            if self._pinned or any(c._pinned for c in cols):
+                return
+            self._reload_columns(cols)
+
+    def _reload_columns(self, cols):
         for c in cols:
             if c._watch is not None:
                 if c.__dict__.get("_cut") or c._watch.changed():
@@ -812,8 +827,10 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         if isinstance(key, slice):
             start, stop, step = key.indices(self._len)
             out = np.empty(ix.slice_length(start, stop, step), dtype=self.dtype)
+            # the rows bounded now: a thread appending meanwhile adds none to some columns only
+            rows = slice(start, stop, step) if stop >= 0 else slice(start, None, step)
             for n in self.cols.names:
-                out[n] = self.cols._cols[n][key]
+                out[n] = self.cols._cols[n][rows]
             return out
         if isinstance(key, tuple):
             if len(key) != 1:

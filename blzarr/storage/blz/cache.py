@@ -81,25 +81,80 @@ class BlzCaches:
         if len(self._fds) > FD_CACHE:
             # close the least recently used descriptors no lazy read is using outside the lock (never the
             # one just opened, which the caller is about to use)
-            for k in [k for k in self._fds if k != fno and not self._inuse.get(k)][:len(self._fds) - FD_CACHE]:
+            for k in [k for k in self._fds if k != fno and not self._inuse.get(self._fds[k])][:len(self._fds) - FD_CACHE]:
                 self._fio.close(self._fds.pop(k))
         return fd
+
+    # A read outside the lock borrows the descriptor it uses (`_borrow`, `_release_fd`, both with the
+    # lock held), counted by descriptor, not by file: the store may meanwhile drop the descriptor
+    # (`_close`, `close`) or take another version's state (`adopt`).  A descriptor dropped while
+    # borrowed is retired, not closed: its last release closes it, so a read in flight never reads
+    # through a closed descriptor, or through its number reused for another file.
+    def _borrow(self, fd):
+        self._inuse[fd] = self._inuse.get(fd, 0) + 1
+
+    def _release_fd(self, fd):
+        """One unlocked user of the descriptor `fd` less (call with the lock held)."""
+        left = self._inuse[fd] - 1
+        if left:
+            self._inuse[fd] = left
+            return
+        del self._inuse[fd]
+        fio = self._retired.pop(fd, None)
+        if fio is not None:
+            fio.close(fd)
+
+    def _retire(self, fd):
+        """Close `fd` now, or at the last release of the reads that borrowed it."""
+        if self._inuse.get(fd):
+            self._retired[fd] = self._fio
+        else:
+            self._fio.close(fd)
 
     def _close(self, fno):
         fd = self._fds.pop(fno, None)
         if fd is not None:
-            self._fio.close(fd)
+            self._retire(fd)
 
     def close(self):
         with self._lock:
             if getattr(self, "_pending", None):
                 self.sync()         # rewrites are switched (durably) before the descriptors go
             while self._fds:
-                self._fio.close(self._fds.popitem()[1])
+                self._retire(self._fds.popitem()[1])
+
+    # what stays the store's own when it takes the state of another (`adopt`): the lock and the
+    # bookkeeping of reads in flight, which hold this store, not the other
+    _OWN = ("_lock", "_first_write", "_inuse", "_retired", "_local")
+
+    def adopt(self, fresh):
+        """Take, in place, the state of `fresh`, a store of the same directory opened just now (a
+        reader loading a newer version, a writer's first write): the objects that hold this store read
+        the new state from now on; reads in flight on other threads finish on the descriptors and file
+        states they took (their descriptors are closed when the last of them is done)."""
+        with self._lock:
+            self.close()
+            state = {k: v for k, v in fresh.__dict__.items() if k not in self._OWN}
+            fresh._fds = type(state["_fds"])()      # its descriptors are this store's now
+            self.__dict__.update(state)
+
+    def _current(self, f):
+        """Whether `f` is still the state of its file this store knows (a read that took it before a
+        reload or a swap must not put what it read into the caches of the new state)."""
+        return self._files.get(f.fno) is f
+
+    def _close_all(self):
+        """Close every descriptor, the retired ones too (nothing can read through this store any more:
+        it is being collected)."""
+        BlzCaches.close(self)
+        retired = self.__dict__.get("_retired") or {}
+        while retired:
+            fd, fio = retired.popitem()
+            fio.close(fd)
 
     def __del__(self):
         try:
-            self.close()
+            self._close_all()
         except Exception:
             pass
 
@@ -126,14 +181,6 @@ class BlzCaches:
             del self._ctbytes[n]
         for n in [n for n in self._fps if lo <= n < hi]:
             del self._fps[n]
-
-    def _release_fd(self, fno):
-        """One unlocked user of file fno's descriptor less (call with the lock held)."""
-        left = self._inuse[fno] - 1
-        if left:
-            self._inuse[fno] = left
-        else:
-            del self._inuse[fno]
 
     def _remember(self, n, data, f):
         f.verified.add(n)

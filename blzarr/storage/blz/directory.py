@@ -166,7 +166,8 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         self._fps = {}                      # chunk -> fingerprint, of the chunks written lately
         self._writeback = {}                # file number -> end of the bytes whose writeback started
         self._touched = OrderedDict()
-        self._inuse = {}                    # file number -> lazy reads using its descriptor unlocked
+        self._inuse = {}                    # descriptor -> reads using it outside the lock
+        self._retired = {}                  # descriptor dropped while borrowed -> the store closing it
         self._local = threading.local()
         self.stats = {"appended": 0, "inplace": 0, "relocated": 0}
         self._unsynced = set()              # superchunk files appended to since the last sync()
@@ -652,7 +653,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
 
     def __del__(self):
         try:
-            super().close()         # descriptors only: nothing is published from a finalizer
+            self._close_all()       # descriptors only: nothing is published from a finalizer
         except Exception:
             pass
         w = self.__dict__.get("_writes")

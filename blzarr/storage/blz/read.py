@@ -65,14 +65,14 @@ class BlzReads:
                 time.sleep(0.001 * attempt)
 
     def _reload(self, fno, n=None):
-        """Forget what is known of file `fno` (and chunk n) and reopen it when no unlocked read uses
-        its descriptor (a compaction may have replaced the file: the old descriptor reads the old one)."""
+        """Forget what is known of file `fno` (and chunk n) and open it again at the next read (a
+        compaction may have replaced the file: the old descriptor reads the old one; reads in flight
+        through it keep it until they are done)."""
         with self._lock:
             self._forget_file(fno)
             if n is not None:
                 self._drop_chunk(n)
-            if not self._inuse.get(fno):
-                self._close(fno)
+            self._close(fno)
 
     def _entry_pos(self, f, n):
         """Where chunk n's offsets entry is in file `f`, to check after a read that the chunk did not
@@ -102,8 +102,7 @@ class BlzReads:
                 data = self._fetch_chunk(n, f, fd, off, expected_nbytes)
                 self._remember(n, data, f)
                 return data
-            fno = f.fno
-            self._inuse[fno] = self._inuse.get(fno, 0) + 1
+            self._borrow(fd)
         # read-only (no writer in this process): the read, the checksum and the validation run outside
         # the lock, so the threads of a long read overlap them (live bytes are never overwritten, and a
         # chunk moved by another process's writer is retried by read_chunk)
@@ -111,9 +110,10 @@ class BlzReads:
             data = self._fetch_chunk(n, f, fd, off, expected_nbytes)
         finally:
             with self._lock:
-                self._release_fd(fno)
+                self._release_fd(fd)
         with self._lock:
-            self._remember(n, data, f)
+            if self._current(f):
+                self._remember(n, data, f)
         return data
 
     def _fetch_chunk(self, n, f, fd, off, expected_nbytes):
@@ -172,7 +172,7 @@ class BlzReads:
                     buf, ct = self._fetch_into_scratch(n, f, fd, off, ct, expected_nbytes, where)
                 else:
                     fno = f.fno
-                    self._inuse[fno] = self._inuse.get(fno, 0) + 1
+                    self._borrow(fd)
                     # verified before at this offset in this state of the file: read again without its
                     # checksum (as the lazy reads of `read_range` do), its offsets entry still re-checked
                     cid = 0 if n in f.verified else self.checksum_id
@@ -193,17 +193,19 @@ class BlzReads:
                                                  self._entry_pos(f, n), where)
             finally:
                 with self._lock:
-                    self._release_fd(fno)
+                    self._release_fd(fd)
         else:
             if buf is None:
                 try:
                     buf, ct = self._fetch_into_scratch(n, f, fd, off, ct, expected_nbytes, where)
                 finally:
                     with self._lock:
-                        self._release_fd(fno)
+                        self._release_fd(fd)
             with memoryview(buf) as mv, mv[:ct] as view:
                 self._decode(view, out, nthreads, part, where)
         with self._lock:
+            if not self._current(f):
+                return out
             f.verified.add(n)
             if len(f.verified) > VERIFIED_CACHE:
                 f.verified.clear()
@@ -260,7 +262,7 @@ class BlzReads:
             if lazy:
                 head = self._head_at(n, f, fd, off)
                 fno = f.fno
-                self._inuse[fno] = self._inuse.get(fno, 0) + 1
+                self._borrow(fd)
         if data is None and not lazy:
             ct = self._ctbytes.get(n)
             if ct is not None and self._chunks.nbytes + ct > CHUNK_CACHE_BYTES:
@@ -284,7 +286,7 @@ class BlzReads:
             retry = True
         finally:
             with self._lock:
-                self._release_fd(fno)
+                self._release_fd(fd)
         if retry:
             self._reload(fno, n)
             data = self.read_chunk(n)
@@ -323,7 +325,8 @@ class BlzReads:
                     off = self._full_table(f)[sl]
                     if (sl >= f.nchunks).any() or (off < f.data_start).any() or (off + 16 > f.fstate[1]).any():
                         return None
-                    fds[sel] = self._fd(fno)
+                    fd = self._fd(fno)
+                    fds[sel] = fd
                     offs[sel] = off
                     lims[sel] = f.fstate[1]
                     ents[sel] = f.table_pos + 8 * sl
@@ -334,11 +337,11 @@ class BlzReads:
                             if n in f.verified:
                                 ver[k] = 1
                                 known[k] = self._ctbytes.get(n, -1)
-                    self._inuse[fno] = self._inuse.get(fno, 0) + 1
-                    pinned.append(f)
+                    self._borrow(fd)
+                    pinned.append((f, fd))
             except BaseException:
-                for f in pinned:
-                    self._release_fd(f.fno)
+                for f, fd in pinned:
+                    self._release_fd(fd)
                 raise
         work = sc.ReadChunks(fds, offs, lims, ents, self.checksum_id, expected_nbytes, get_nthreads(), known, ver)
         return work, ns, pinned
@@ -372,12 +375,14 @@ class BlzReads:
                 run_threads(work.run, work.nparts)
             finally:
                 with self._lock:
-                    for f in pinned:
-                        self._release_fd(f.fno)
-                    files = {f.fno: f for f in pinned}
+                    for f, fd in pinned:
+                        self._release_fd(fd)
+                    files = {f.fno: f for f, _ in pinned if self._current(f)}
                     ok = work.status == 0
                     for n, ct in zip(sub[ok].tolist(), work.cts[ok].tolist()):
-                        f = files[n // self.K + 1]
+                        f = files.get(n // self.K + 1)
+                        if f is None:
+                            continue
                         f.verified.add(n)
                         if len(f.verified) > VERIFIED_CACHE:
                             f.verified.clear()
