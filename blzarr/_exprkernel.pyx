@@ -2,7 +2,7 @@
 """The fused expression kernel: an element-wise float64 expression over the chunks of its operands,
 reduced or compacted where it is computed.
 
-`ExprChunks` runs a small register program (compiled by `blzarr.exprkernel` from an expression such
+`ExprChunks` runs a small register program (compiled by `blzarr.query.exprkernel` from an expression such
 as ``(a > 0) & (b < c * 2)``) over the full chunks of its operands on the threads of the work pool.
 Each thread decodes a chunk of every operand whole into a buffer of its own, then runs the program
 window by window (XK_WINDOW values: the registers stay in the core's cache) and at once reduces the
@@ -11,7 +11,7 @@ compacts the rows where the result holds (a query's selected values, positions o
 or writes the result out.  No evaluated array or mask of a whole chunk reaches memory.  The loops of
 the operations are C (blz_exprkernel.h), vectorized.
 
-What it does not do: parse or compile expressions (`blzarr.exprkernel` does), decide which operand
+What it does not do: parse or compile expressions (`blzarr.query.exprkernel` does), decide which operand
 dtypes an expression may convert to float64 (the compiler does, after NumPy's type promotion), or
 read files (the caller hands it chunk bytes and the uncompressed tail of a carray).
 """

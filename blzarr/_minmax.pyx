@@ -1,12 +1,12 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """The statistics of one chunk in one pass: its smallest and largest items and its count of NaN/NaT.
 
-`minmax` is what `blzarr.stats` calls for a chunk whose statistics it (re)builds; `_chunk.compress`
+`minmax` is what `blzarr.query.stats` calls for a chunk whose statistics it (re)builds; `_chunk.compress`
 runs the same loops (`minmax_run`, inline in `_minmax.pxd`) on a chunk it is about to compress,
 because that pass brings the chunk into the core's cache, from where the compressor then reads it.
 The loops are C (blz_minmax.h): vectorized integer min/max, floats compared by their bits.
 
-What it does not do: keep statistics (that is `blzarr.stats`), or decode chunks (its input is
+What it does not do: keep statistics (that is `blzarr.query.stats`), or decode chunks (its input is
 decoded values).
 """
 

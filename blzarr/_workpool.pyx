@@ -3,7 +3,7 @@
 
 A kernel object holds everything its items need as C pointers (read once, with the GIL), and `run()`
 does the items with the GIL released.  Several threads call `run()` on the same object (the callers'
-threads: `blzarr.parallel` runs one call per pool thread): the items are cut into one contiguous share
+threads: `blzarr.runtime.parallel` runs one call per pool thread): the items are cut into one contiguous share
 per thread; a thread does its own share first (so threads that fault in a fresh output touch separate
 pages), then helps with the others' (a thread that gets no core holds up only the item it has).  Items
 are claimed with one atomic counter per share; the first item that fails stops every thread, and

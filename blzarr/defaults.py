@@ -1,4 +1,4 @@
-"""bcolz's ``bcolz.defaults`` module: the process-wide defaults (defined in `blzarr.params`).
+"""bcolz's ``bcolz.defaults`` module: the process-wide defaults (defined in `blzarr.runtime.params`).
 
 As in bcolz, ``blzarr.defaults`` is the `Defaults` instance once blzarr is imported, and this
 module is reached with ``import blzarr.defaults`` / ``from blzarr.defaults import defaults_ctx``.

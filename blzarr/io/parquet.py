@@ -22,7 +22,7 @@ ROW_GROUP_ROWS = 1 << 20
 
 
 class _FdFile:
-    """A binary file pyarrow writes through (`blzarr.fileio`, so writes can be counted and failed)."""
+    """A binary file pyarrow writes through (`blzarr.storage.fileio`, so writes can be counted and failed)."""
 
     def __init__(self, fd):
         self.fd, self.pos, self.closed = fd, 0, False

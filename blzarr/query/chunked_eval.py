@@ -131,7 +131,7 @@ def _lookup(names, user_dict, depth):
 # This engine knows no array class: an operand is an array when it is a NumPy array of one or more
 # dimensions, or has a length, slicing and a chunk length (carray, ctable).  The layers above give it
 # what it cannot build itself (blzarr.runtime.integrations): the class of a 'carray' result ("new_array",
-# from carray.py) and the dask vm ("eval_dask", from dask_io.py).
+# from containers/carray) and the dask vm ("eval_dask", from io/dask.py).
 def _is_array(v):
     if isinstance(v, np.ndarray):
         return v.ndim > 0
@@ -141,7 +141,7 @@ def _is_array(v):
 def evaluate_blocks(expression, operands, vm=None, blen=None, plan=None):
     """Yield the expression evaluated over consecutive blocks of the array operands.
 
-    The blocks are evaluated on every thread (`blzarr.fused`), a few at a time, and come out in order.
+    The blocks are evaluated on every thread (`blzarr.query.fused`), a few at a time, and come out in order.
     `plan` is the planner's `Plan` over those blocks when the caller has it already.
     """
     code, _ = _operand_names(expression)
@@ -306,7 +306,7 @@ def _python_logic_hint(e, expression):
 
 def _kernel_sum(expression, operands, blen):
     """``sum(x)`` of an element-wise float64 `x` over whole 1-d operands by the C kernel
-    (`blzarr.exprkernel`): the chunks' sums added in order, as the blocks' sums are added; None where
+    (`blzarr.query.exprkernel`): the chunks' sums added in order, as the blocks' sums are added; None where
     it does not apply."""
     try:
         tree = rules.parse(expression).body
@@ -412,7 +412,7 @@ def select_blocks(expression, operands, vm, blen, outputs, plan=None):
     - ``("operand", name)``: compacted from the block of operand `name` decoded for the expression;
     - ``("read", column)``: read from `column` by the compaction rule (`rules.gather`).
 
-    Mask and compaction run together on every thread (`blzarr.fused`), a window of blocks at a time.
+    Mask and compaction run together on every thread (`blzarr.query.fused`), a window of blocks at a time.
     `plan` is the planner's `Plan` over the blocks of `blen` rows when the caller has it already.
     """
     code, arrays, scalars = _split_operands(expression, operands)
@@ -652,7 +652,7 @@ def select_into(expression, operands, vm, blen, outputs, dtype, plan=None):
 
 
 def _select_kernel(expression, arrays, scalars, blen, outputs, dtype):
-    """`select_into` by the C kernel (`blzarr.exprkernel`); None where it does not apply."""
+    """`select_into` by the C kernel (`blzarr.query.exprkernel`); None where it does not apply."""
     work = exprkernel.select(expression, arrays, scalars, blen, outputs)
     if work is None:
         return None

@@ -6,7 +6,7 @@ every thread, each chunk of every operand decoded whole into the thread's buffer
 over windows of it whose temporaries stay in the thread's cache, and sums, counts or compacts the
 result there (no Python per chunk, the GIL released).
 Whatever this module cannot compile (other dtypes, functions, operands on disk, a block length other
-than the chunk length) returns None: the caller then evaluates it the general way (`blzarr.fused`).
+than the chunk length) returns None: the caller then evaluates it the general way (`blzarr.query.fused`).
 
 The results are the general way's, bit for bit: the operations are IEEE double operations as NumPy's
 and numexpr's, a chunk's sum is NumPy's pairwise sum of that chunk's values, and the callers add the

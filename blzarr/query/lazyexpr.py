@@ -4,7 +4,7 @@
 result before summing it.  A `LazyExpr` keeps the expression and its operands; its reductions
 (`sum`, `mean`, `min`, `max`, `count_nonzero`, `any`, `all`) and its slices run fused: every thread
 decodes a block of each operand into its own buffers, evaluates the block into a buffer of its own
-and reduces it, so no evaluated array is ever held whole (`blzarr.fused`).
+and reduces it, so no evaluated array is ever held whole (`blzarr.query.fused`).
 """
 
 import numpy as np
@@ -87,7 +87,7 @@ class LazyExpr:
         per-thread buffer (valid only during the call).  `known(value, n)`: the result for a block
         of n rows the planner knows all equal to `value` (True or False), which is then not
         visited at all.  `kernel(expression, arrays, scalars, blen)`: the results of the full chunks
-        from the C kernel and the rows they cover (`blzarr.exprkernel`), or None; the blocks after
+        from the C kernel and the rows they cover (`blzarr.query.exprkernel`), or None; the blocks after
         those are evaluated here."""
         bounds = self._blocks(start, stop)
         classes = self._classes(bounds)

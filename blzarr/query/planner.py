@@ -3,7 +3,7 @@
 A query's boolean expression is read as a tree of comparisons (``>``, ``>=``, ``<``, ``<=``,
 ``==``, ``!=``) between operands and constants (or between two operands), boolean operands,
 ``isnan(x)``, combined by ``&``, ``|`` and ``~``.  For every block of rows the engine would evaluate,
-each comparison is classed from the block's minimum, maximum and NaN flags (`blzarr.stats`):
+each comparison is classed from the block's minimum, maximum and NaN flags (`blzarr.query.stats`):
 
 - SKIP: false on every row of the block (``ts >= hi`` where the block's maximum is below hi);
 - WHOLE: true on every row (``ts >= lo`` where its minimum is at least lo, and no NaN);

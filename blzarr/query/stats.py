@@ -4,7 +4,7 @@ A carray of a one-dimensional boolean, integer, float, datetime64 or timedelta64
 every full chunk, the smallest and largest value other than NaN/NaT and two flags: the chunk holds
 NaN (or NaT), and the chunk holds nothing but NaN.  The carray's writes keep them (append, item
 assignment, resize, trim); queries read them to skip the chunks that cannot match and to take whole
-the chunks that must (`blzarr.planner`); `searchsorted` on a sorted carray finds its chunk with them.
+the chunks that must (`blzarr.query.planner`); `searchsorted` on a sorted carray finds its chunk with them.
 
 On disk they live in ``meta/stats`` in both layouts (bcolz ignores the file), specified in
 docs/FORMAT.rst: every entry carries a fingerprint of the stored chunk it describes (the chunk

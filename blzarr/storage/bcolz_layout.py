@@ -5,7 +5,7 @@
     root/meta/storage   JSON: dtype, cparams, chunklen, expectedlen, dflt
     root/__attrs__      JSON: user attributes
 
-`BcolzDir` reads and writes the files of one directory through a byte store (`blzarr.bytestore`: a
+`BcolzDir` reads and writes the files of one directory through a byte store (`blzarr.storage.bytestore`: a
 local directory, or object storage where each file is an object, a chunk file uploaded as it is
 appended and meta/sizes at flush, so that a reader never counts a chunk object that is not there);
 `BcolzChunks` is the sequence of a carray's full chunks over it, a few kept cached.  Metadata files
@@ -70,7 +70,7 @@ DISK_CACHE_BYTES = 32 * 1024 * 1024
 
 
 class BcolzDir:
-    """Files of one carray directory in the bcolz 1.x layout, on a byte store (`blzarr.bytestore`: a
+    """Files of one carray directory in the bcolz 1.x layout, on a byte store (`blzarr.storage.bytestore`: a
     local directory by default, or object storage, where each file is an object written whole)."""
 
     format = "bcolz"

@@ -324,7 +324,7 @@ class ByteStore(abc.ABC):
 
 
 class LocalStore(ByteStore):
-    """A local directory, every operation through `blzarr.fileio` (the layer the crash simulator
+    """A local directory, every operation through `blzarr.storage.fileio` (the layer the crash simulator
     records): replacement by `files.atomic_write` (temporary file, fsync, rename, fsync of the
     directory, as `fileio.sync_enabled()` says)."""
 
@@ -954,7 +954,7 @@ class _Fetched:
 
 
 class LockedGuard:
-    """The writer guard of a store whose writers hold a lock (a local directory, `blzarr.locking`):
+    """The writer guard of a store whose writers hold a lock (a local directory, `blzarr.storage.locking`):
     nothing to check, puts plain."""
 
     def __init__(self, store, key):

@@ -259,7 +259,7 @@ class ChunkStore:
 
     @property
     def bytes(self):
-        """The byte store beneath an object-storage carray (`blzarr.bytestore`: URL, request
+        """The byte store beneath an object-storage carray (`blzarr.storage.bytestore`: URL, request
         counts in ``.stats``), None elsewhere."""
         return self.store.bytes if getattr(self.store, "remote", False) else None
 

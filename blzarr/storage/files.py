@@ -6,7 +6,7 @@ a reader finds the old or the new content, never an empty or partial file.  meta
 every flush, is at most one disk sector: once it exists it is written over in place, its size kept
 (`overwrite_sector`), which a disk applies whole or not at all, and fdatasync'ed; no temporary file,
 rename or directory sync.  BLZARR_FSYNC=0 in the environment (or blzarr.defaults.fsync = False)
-skips the syncs, for scratch data.  Every file operation goes through `blzarr.fileio`, the I/O layer.
+skips the syncs, for scratch data.  Every file operation goes through `blzarr.storage.fileio`, the I/O layer.
 """
 
 import json
@@ -361,7 +361,7 @@ def _read_shared(path, limit):
 
 
 class ObjectPath:
-    """A file of a byte store (`blzarr.bytestore`, e.g. object storage), accepted by `read_json`,
+    """A file of a byte store (`blzarr.storage.bytestore`, e.g. object storage), accepted by `read_json`,
     `write_json` and `exists` beside local paths; shown as its URL."""
 
     __slots__ = ("store", "key")

@@ -734,7 +734,7 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
 
     def to_dask(self, partition_chunks=None):
         """A dask array over this carray, one block per superchunk file (BLZ) or per group of
-        `partition_chunks` chunks (bcolz layout, in memory); see `blzarr.dask_io`."""
+        `partition_chunks` chunks (bcolz layout, in memory); see `blzarr.io.dask`."""
         return integrations.get("carray_to_dask")(self, partition_chunks)
 
     # ---------------------------------------------------------------- derived objects

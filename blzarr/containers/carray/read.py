@@ -265,7 +265,7 @@ class CarrayReads(CarrayBase):
     def read_into(self, start, stop, out):
         """Decode atoms [start, stop) into the contiguous array `out` (of that length) and return it.
 
-        The primitive of the query engine (`blzarr.fused`): no new array is allocated."""
+        The primitive of the query engine (`blzarr.query.fused`): no new array is allocated."""
         if self._isobj:
             out[...] = self[start:stop]
             return out
@@ -274,7 +274,7 @@ class CarrayReads(CarrayBase):
     def resident_chunks(self):
         """(the compressed bytes of the full chunks, a list; the rows after them, an array) when all
         of them are in memory, else None: what the kernels of `_chunk` read themselves
-        (`blzarr.exprkernel`)."""
+        (`blzarr.query.exprkernel`)."""
         if self._isobj or self._bytes is not None or not isinstance(self._last, np.ndarray):
             return None
         chunks = self._chunks.resident(range(len(self._chunks)))

@@ -1,5 +1,5 @@
 """Reductions of a carray (`CarrayReductions`, a part of `carray`): sum, mean, min and max over all
-elements or along axes, every chunk reduced on its thread by the fused block engine (`blzarr.fused`)."""
+elements or along axes, every chunk reduced on its thread by the fused block engine (`blzarr.query.fused`)."""
 
 import math
 

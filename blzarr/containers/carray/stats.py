@@ -1,6 +1,6 @@
 """Per-chunk statistics of a carray (`CarrayStatistics`, a part of `carray`): the min/max/NaN entries of
 its chunks for the query planner, rebuilding missing ones, searchsorted on a sorted carray, and the
-state of the statistics (see `blzarr.stats`)."""
+state of the statistics (see `blzarr.query.stats`)."""
 
 import numpy as np
 
@@ -15,7 +15,7 @@ class CarrayStatistics(CarrayBase):
     def chunk_stats(self):
         """Per-chunk statistics for the query planner: ``(mins, maxs, flags, chunklen)``, one entry
         per full chunk and one more for the leftover atoms when there are any; None for dtypes
-        without statistics (see `blzarr.stats`: flags KNOWN, HAS_NAN, NO_VALUE).
+        without statistics (see `blzarr.query.stats`: flags KNOWN, HAS_NAN, NO_VALUE).
 
         Entries read from meta/stats are first checked against the chunks' fingerprints; those
         missing or stale are computed from their chunks (and stored, when the carray is writable)."""

@@ -435,7 +435,7 @@ class CarrayWrites(CarrayBase):
 
     @storage_op("close")
     def close(self):
-        """Flush, then give back the directory's write lock (``blzarr.locking``): the carray becomes
+        """Flush, then give back the directory's write lock (``blzarr.storage.locking``): the carray becomes
         read-only.  As with Python's files, a carray that is garbage-collected, or still open at
         interpreter exit, is flushed too (an error then is printed, not raised).
 

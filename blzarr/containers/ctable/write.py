@@ -579,7 +579,7 @@ class CtableWrites(CtableBase):
 
     @storage_op("close")
     def close(self):
-        """Flush, then give back the directory's write lock (``blzarr.locking``): the table and its
+        """Flush, then give back the directory's write lock (``blzarr.storage.locking``): the table and its
         columns become read-only.  As with Python's files, a table that is garbage-collected, or
         still open at interpreter exit, is flushed too (an error then is printed, not raised).
 

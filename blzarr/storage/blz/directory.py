@@ -9,15 +9,15 @@
 
 `BlzDir` is the store of one directory, made of one part per job, each in its own module:
 
-    blz_format.py   the file format: names, a file's header, metadata section and offsets table
-    blz_cache.py    the caches (descriptors, file states, chunk headers, chunks) and their bounds
-    blz_read.py     reads: whole chunks verified and cached, ranges of blocks read lazily
-    blz_write.py    write placement: append, rewrite in place or relocate; removing chunks
-    blz_repair.py   repair after a killed writer, holes, compaction, verification
-    blz_meta.py     fixed-length and variable-length metalayers
+    format.py       the file format: names, a file's header, metadata section and offsets table
+    cache.py        the caches (descriptors, file states, chunk headers, chunks) and their bounds
+    read.py         reads: whole chunks verified and cached, ranges of blocks read lazily
+    write.py        write placement: append, rewrite in place or relocate; removing chunks
+    repair.py       repair after a killed writer, holes, compaction, verification
+    metalayers.py   fixed-length and variable-length metalayers
 
-Every file operation goes through the directory's byte store (`self.bytes`, `blzarr.bytestore`: a
-local directory by default, through `blzarr.fileio`), superchunk files through handles of the store
+Every file operation goes through the directory's byte store (`self.bytes`, `blzarr.storage.bytestore`: a
+local directory by default, through `blzarr.storage.fileio`), superchunk files through handles of the store
 `spool` names (`self._fio`: the byte store itself where files change in place; a local spool uploaded
 whole on object storage).  The hot reads pass the handles, OS descriptors, to `_superchunk` directly.
 A writer without a lock (object storage) is guarded by `bytestore.WriterGuard` (`self._guard`).
