@@ -219,8 +219,6 @@ def ctable_writer(rootdir, seed, wfd):
         while True:
             k = int(rng.integers(1, 3 * CHUNKLEN))
             t.append([np.arange(n, n + k), np.arange(n, n + k) * 2.0, (np.arange(n, n + k) % 7).astype("U2")])
-            if k == 1:
-                t.flush()       # auto_flush lets one row wait for the next rows: flushed here
             n += k
             os.write(wfd, b"%d\n" % n)                     # auto_flush: every column flushed
     except BaseException as e:
