@@ -80,7 +80,7 @@ def test_rows_waiting_longer_than_the_bound_are_flushed_by_the_next_append(tmp_p
     t = _table(root, "blz")
     t.append((0, 0.0))
     assert len(blzarr.open(root, mode="r")) == 0
-    monkeypatch.setattr(CtableWrites, "_ROW_WAIT_SECONDS", 0.0)
+    monkeypatch.setattr(CtableWrites, "ROW_WAIT_SECONDS", 0.0)
     t.append((1, 0.5))
     assert blzarr.open(root, mode="r")[:].tolist() == _expect(2)
     t.close()

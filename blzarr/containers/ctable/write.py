@@ -208,11 +208,11 @@ class CtableWrites(CtableBase):
     # fewer than a chunk of rows wait and the first of them waited less than this many seconds: a
     # durable flush per row would cost every column its syncs (milliseconds), the row itself
     # microseconds.  flush(), close(), collection and interpreter exit write what waits.
-    _ROW_WAIT_SECONDS = 1.0
+    ROW_WAIT_SECONDS = 1.0
 
     def _row_waits(self, n):
         """Whether the append of `n` rows just made may skip auto_flush's flush (see
-        `_ROW_WAIT_SECONDS`); the caller flushes otherwise."""
+        `ROW_WAIT_SECONDS`); the caller flushes otherwise."""
         if n != 1:
             return False
         waiting = self.__dict__.get("_rows_waiting", 0)
@@ -220,7 +220,7 @@ class CtableWrites(CtableBase):
         if not waiting:
             self._rows_waiting_since = now
         elif (waiting + 1 >= min(c.chunklen for c in self.cols.values())
-                or now - self._rows_waiting_since >= self._ROW_WAIT_SECONDS):
+                or now - self._rows_waiting_since >= self.ROW_WAIT_SECONDS):
             return False
         self._rows_waiting = waiting + 1
         return True
@@ -564,7 +564,7 @@ class CtableWrites(CtableBase):
         """Write every column's buffered rows and sizes to disk (nothing to do in memory).
 
         Appends to an on-disk table flush by themselves unless ``auto_flush`` is False (one-row
-        appends are flushed in batches: see ``auto_flush``); leaving a
+        appends in batches: see `ROW_WAIT_SECONDS`); leaving a
         ``with`` block flushes and closes the table (see `close`).
         """
         if self._mode == "r":
