@@ -563,8 +563,7 @@ class CtableWrites(CtableBase):
     def flush(self):
         """Write every column's buffered rows and sizes to disk (nothing to do in memory).
 
-        Appends to an on-disk table flush by themselves unless ``auto_flush`` is False (one-row
-        appends in batches: see `ROW_WAIT_SECONDS`); leaving a
+        Appends to an on-disk table flush by themselves unless ``auto_flush`` is False; leaving a
         ``with`` block flushes and closes the table (see `close`).
         """
         if self._mode == "r":
