@@ -174,11 +174,9 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         under ``root/data/``) or 'bcolz' (the bcolz 1.x layout, which bcolz can open).  An existing
         table keeps its own.
     auto_flush : bool
-        For an on-disk table, flush the columns after every append/addcol/resize (default True),
-        except appends of one row (``t.append(row)``): those wait in the columns' buffers until a
-        chunk of rows waits or the first waited a second, then the next append flushes them all.
+        For an on-disk table, flush the columns after every append/addcol/resize (default True).
         With False, what is not flushed yet is still written when the table is closed, collected,
-        or still open at interpreter exit, as Python's files are flushed (also the rows that wait).
+        or still open at interpreter exit, as Python's files are flushed.
     allow_pickle : bool
         Opening a table with a column of dtype ``object`` (stored as pickles) needs True.
 

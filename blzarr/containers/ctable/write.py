@@ -7,7 +7,6 @@ import errno
 import os
 import shutil
 import sys
-import time
 
 import numpy as np
 
@@ -190,7 +189,7 @@ class CtableWrites(CtableBase):
                 else:
                     col.append(part)
                 done.append(col)
-            if self.auto_flush and not self._row_waits(n):
+            if self.auto_flush:
                 self.flush()     # a flush that fails (a full disk) undoes the append too
         except BaseException:
             # roll back, the last column (whose length is the table's) first: no column keeps part
@@ -203,27 +202,6 @@ class CtableWrites(CtableBase):
                 self._broken = f"an append failed and undoing it failed too ({undo_error})"
             raise
         self._len = old + n
-
-    # One-row appends wait in the columns' buffers (their short last chunks) for a flush while
-    # fewer than a chunk of rows wait and the first of them waited less than this many seconds: a
-    # durable flush per row would cost every column its syncs (milliseconds), the row itself
-    # microseconds.  flush(), close(), collection and interpreter exit write what waits.
-    ROW_WAIT_SECONDS = 1.0
-
-    def _row_waits(self, n):
-        """Whether the append of `n` rows just made may skip auto_flush's flush (see
-        `ROW_WAIT_SECONDS`); the caller flushes otherwise."""
-        if n != 1:
-            return False
-        waiting = self.__dict__.get("_rows_waiting", 0)
-        now = time.monotonic()
-        if not waiting:
-            self._rows_waiting_since = now
-        elif (waiting + 1 >= min(c.chunklen for c in self.cols.values())
-                or now - self._rows_waiting_since >= self.ROW_WAIT_SECONDS):
-            return False
-        self._rows_waiting = waiting + 1
-        return True
 
     @storage_op("resize")
     def resize(self, nitems):
@@ -574,7 +552,6 @@ class CtableWrites(CtableBase):
                                f"more was written: reopen it with blzarr.open({self._rootdir!r}, mode='a')")
         for c in self.cols.values():
             c.flush()
-        self._rows_waiting = 0
 
     @storage_op("close")
     def close(self):
