@@ -15,6 +15,11 @@ from blzarr.query import exprkernel
 from test_exprkernel import (blockwise_sum, kernel_calls, nthreads,  # noqa: F401,F811 (fixtures)
                              same_number, same_values)
 
+# a drawn expression may divide by zero: blzarr's vms warn as NumPy itself does
+pytestmark = pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning",
+                                        "ignore:invalid value:RuntimeWarning", "ignore:overflow:RuntimeWarning")
+
+
 def numpy_value(expression, env):
     """NumPy's value of `expression`; TypeError or OverflowError where NumPy refuses it (the negation
     of booleans, a Python int out of an integer dtype's range)."""
@@ -71,9 +76,6 @@ def predicate(draw, depth=1):
     return f"({draw(predicate(depth - 1))} {draw(st.sampled_from(['&', '|', '^']))} {draw(predicate(depth - 1))})"
 
 
-# a drawn expression may divide by zero: blzarr's python vm warns as NumPy itself does
-@pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning", "ignore:invalid value:RuntimeWarning",
-                            "ignore:overflow:RuntimeWarning")
 @settings(max_examples=examples(60), deadline=None)
 @given(seed=st.integers(0, 2 ** 32 - 1), ka=st.sampled_from(KINDS), kb=st.sampled_from(KINDS),
        chunklen=st.sampled_from([1, 7, 64, 300]), extra=st.sampled_from([-1, 0, 5]),
