@@ -15,6 +15,7 @@ import secrets
 import stat
 import threading
 import time
+import zlib
 
 from blzarr.storage import fileio
 from blzarr.errors import FormatError, MissingError, StorageError
@@ -416,6 +417,26 @@ def parse_json(raw, path, what="metadata"):
 def json_bytes(obj):
     """The bytes blzarr writes for a JSON metadata file: ASCII JSON and a newline."""
     return json.dumps(obj, ensure_ascii=True).encode("ascii") + b"\n"
+
+
+def _canonical(obj):
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+
+
+def checksummed_json(key, record):
+    """The bytes of a record file: ``{key: record, "crc32": n}``, n the CRC-32 of the record's canonical
+    JSON (sorted keys, no spaces)."""
+    return json_bytes({key: record, "crc32": zlib.crc32(_canonical(record))})
+
+
+def checked_record(raw, path, key, what):
+    """The record of `checksummed_json` bytes `raw` (of file `path`), None when it is not a dict or its
+    checksum does not match; FormatError naming the file when it is not JSON."""
+    obj = parse_json(raw, path, what)
+    rec = obj.get(key) if isinstance(obj, dict) else None
+    if not isinstance(rec, dict) or obj.get("crc32") != zlib.crc32(_canonical(rec)):
+        return None
+    return rec
 
 
 def write_json(path, obj, fsync=None):

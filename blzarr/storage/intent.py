@@ -22,15 +22,13 @@ format is specified in docs/FORMAT.rst; bcolz ignores these hidden names.
 """
 
 import errno
-import json
 import os
 import re
 import secrets
-import zlib
 
 from blzarr.storage import fileio
 from blzarr.errors import FormatError, StorageError
-from blzarr.storage.files import ROOTDIRS_FILE, atomic_write, json_bytes, parse_json, write_json
+from blzarr.storage.files import ROOTDIRS_FILE, atomic_write, checked_record, checksummed_json, write_json
 from blzarr.storage.locking import LockError, lock_dir
 
 INTENT_SUFFIX = ".blzarr-intent"
@@ -90,11 +88,7 @@ def identity(path):
 def encode(record):
     """The bytes of an intent record: ``{"intent": record, "crc32": n}`` with n the CRC-32 of the
     record's canonical JSON (sorted keys, no spaces)."""
-    return json_bytes({"intent": record, "crc32": zlib.crc32(_canonical(record))})
-
-
-def _canonical(record):
-    return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+    return checksummed_json("intent", record)
 
 
 def read(target):
@@ -107,9 +101,8 @@ def read(target):
         return None
     except OSError as e:
         raise StorageError(f"cannot read intent record '{path}': {e}") from None
-    obj = parse_json(raw, path, "intent record")
-    rec = obj.get("intent") if isinstance(obj, dict) else None
-    if not isinstance(rec, dict) or obj.get("crc32") != zlib.crc32(_canonical(rec)):
+    rec = checked_record(raw, path, "intent", "intent record")
+    if rec is None:
         raise FormatError(f"intent record '{path}' is damaged (its checksum does not match): remove it "
                           f"after checking the directories beside it")
     if rec.get("version") != VERSION or rec.get("op") not in ("replace", "add", "remove"):

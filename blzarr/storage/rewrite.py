@@ -21,14 +21,12 @@ the current ones and the new bytes are leftovers (hidden files removed by the ne
 in BLZ that `compact` reclaims).  The format is specified in docs/FORMAT.rst ("Rewrite record").
 """
 
-import json
 import os
 import re
-import zlib
 
 from blzarr.errors import FormatError, StorageError
 from blzarr.storage import fileio
-from blzarr.storage.files import IN_FLIGHT, META_DIR, atomic_write, json_bytes, parse_json
+from blzarr.storage.files import IN_FLIGHT, META_DIR, atomic_write, checked_record, checksummed_json
 
 CARRAY_RECORD = "rewrite"               # in meta/
 TABLE_RECORD = ".blzarr-rewrite"        # beside a table's column directories
@@ -63,14 +61,10 @@ def table_record_path(columns_base):
     return os.path.join(columns_base, TABLE_RECORD)
 
 
-def _canonical(obj):
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii")
-
-
 def encode(switches):
     """The bytes of a record naming `switches` ({key: plan of one carray directory})."""
     rec = {"version": VERSION, "switches": switches}
-    return json_bytes({"rewrite": rec, "crc32": zlib.crc32(_canonical(rec))})
+    return checksummed_json("rewrite", rec)
 
 
 def read(path):
@@ -82,9 +76,8 @@ def read(path):
         return None
     except OSError as e:
         raise StorageError(f"cannot read rewrite record '{path}': {e}") from None
-    obj = parse_json(raw, path, "rewrite record")
-    rec = obj.get("rewrite") if isinstance(obj, dict) else None
-    if not isinstance(rec, dict) or obj.get("crc32") != zlib.crc32(_canonical(rec)):
+    rec = checked_record(raw, path, "rewrite", "rewrite record")
+    if rec is None:
         raise FormatError(f"rewrite record '{path}' is damaged (its checksum does not match)")
     sw = rec.get("switches")
     if rec.get("version") != VERSION or not isinstance(sw, dict) \
