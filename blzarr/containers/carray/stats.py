@@ -12,6 +12,24 @@ from blzarr.runtime.parallel import run_all
 class CarrayStatistics(CarrayBase):
     """Per-chunk statistics of a `carray`."""
 
+    @property
+    def _stats(self):
+        """The `blzarr.query.stats.ChunkStats` (None for dtypes without statistics); an on-disk
+        carray reads its meta/stats here, at the first use (`_load_stats` marks it due)."""
+        d = self.__dict__
+        if "_stats_due" in d:
+            with self._lock:
+                n = d.pop("_stats_due", None)
+                if n is not None:
+                    self._read_stats_file(n)
+        return d.get("_stats_v")
+
+    @_stats.setter
+    def _stats(self, st):
+        d = self.__dict__
+        d.pop("_stats_due", None)
+        d["_stats_v"] = st
+
     def chunk_stats(self):
         """Per-chunk statistics for the query planner: ``(mins, maxs, flags, chunklen)``, one entry
         per full chunk and one more for the leftover atoms when there are any; None for dtypes

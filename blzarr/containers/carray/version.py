@@ -92,7 +92,7 @@ class CarrayVersions(CarrayBase):
             if nleft:
                 self._load_leftover(nchunks, nleft)
             self._blockcache = None
-            if self._stats is not None:
+            if self.__dict__.get("_stats_v") is not None:      # (the old file need not be read)
                 self._stats = _stats.ChunkStats(self._atom, self._chunklen)
                 self._load_stats(nchunks)
             attrs = self.__dict__.get("_attrs")

@@ -199,12 +199,18 @@ class CarrayWrites(CarrayBase):
         return (length, 0) if self._isobj else divmod(length, self._chunklen)
 
     def _load_stats(self, nchunks):
-        if self._stats is not None:
-            raw = self._chunks.read_stats()
-            st = _stats.decode(raw, self._atom, self._chunklen) if raw is not None else None
-            if st is not None:
-                st.truncate(nchunks)
-                self._stats = st
+        """meta/stats is read when the statistics are first used (`_stats`), not at open: a read
+        that plans nothing needs none of it.  What it holds is checked against the chunks'
+        fingerprints before a query trusts it, so reading it later than the open is safe."""
+        if self.__dict__.get("_stats_v") is not None:
+            self.__dict__["_stats_due"] = nchunks
+
+    def _read_stats_file(self, nchunks):
+        raw = self._chunks.read_stats()
+        st = _stats.decode(raw, self._atom, self._chunklen) if raw is not None else None
+        if st is not None:
+            st.truncate(nchunks)
+            self.__dict__["_stats_v"] = st
 
     def _start_writing(self):
         """The first call that writes to a carray opened with mode 'a' (through it, its attributes or
