@@ -443,36 +443,51 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
             self._mode = "w"
 
     def _load_leftover(self, nchunks, nleft):
-        """The `nleft` atoms of the short last chunk into the leftover buffer.
+        """The stored short last chunk read now (the bytes of the version being loaded: a writer may
+        fill that chunk in place later) and decoded into the leftover buffer at its first use
+        (`_last`): a read of other rows needs none of it."""
+        try:
+            c = self._chunks.load(nchunks, -1)
+        except (BlzarrError, OSError) as e:
+            self._damaged_leftover(e)
+            return
+        self.__dict__["_last_due"] = (c, nchunks, nleft)
+
+    def _damaged_leftover(self, e):
+        if getattr(e, "errno", None) in ENVIRONMENT_ERRNOS:
+            raise e     # a full disk, a permission: the file is not damaged, nothing to salvage
+        # damage stays where it is: the array opens, its other rows read, and every read (or
+        # write) of these rows raises this error, which names the file, the chunk and its rows
+        self._last = _DamagedLast(self.__dict__["_last_v"], e)
+
+    def _decode_leftover(self, c, nchunks, nleft):
+        """The `nleft` atoms of the short last chunk `c` (chunk `nchunks`) into the leftover buffer.
 
         The chunk stored there may hold more atoms than meta/sizes counts (up to a full chunk): a
         writer stores new data before the sizes that make it visible, so after a crash (or while it
         writes) the chunk can be ahead of meta/sizes.  The first `nleft` atoms are the ones counted.
         """
         isz = self._atom.itemsize
+        buf = self.__dict__["_last_v"]
         try:
-            c = self._chunks.load(nchunks, -1)
             if c.nbytes == nleft * isz:
-                c.decompress(self._last[:nleft])
+                c.decompress(buf[:nleft])
                 return
             if c.nbytes % isz or not nleft * isz < c.nbytes <= self._chunklen * isz:
                 where = getattr(c, "_where", None) or f"chunk {nchunks}"
                 raise FormatError(f"the last chunk ({where}) holds {c.nbytes} bytes, but meta/sizes "
                                   f"'{self._chunks.meta_path('sizes')}' counts {nleft} atoms of {isz} "
                                   "bytes there")
-            self._last[:nleft] = c.decompress()[:nleft]
+            buf[:nleft] = c.decompress()[:nleft]
         except (BlzarrError, OSError) as e:
-            if getattr(e, "errno", None) in ENVIRONMENT_ERRNOS:
-                raise       # a full disk, a permission: the file is not damaged, nothing to salvage
-            # damage stays where it is: the array opens, its other rows read, and every read (or
-            # write) of these rows raises this error, which names the file, the chunk and its rows
-            self._last = _DamagedLast(self._last, e)
+            self._damaged_leftover(e)
 
     def _truncate_view(self, n):
         """Show only the first `n` atoms without touching the files (a ctable opened after a crash
         whose columns were not all flushed presents the rows every column holds)."""
         if n >= self._len:
             return
+        self._last      # the stored short chunk decoded (if due) before the chunks change under it
         self._blockcache = None
         if self._isobj:
             keep_full, newleft = n, 0

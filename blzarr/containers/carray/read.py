@@ -67,6 +67,26 @@ class CarrayBase:
     """The base of `carray` and of its parts: ``isinstance(x, CarrayBase)`` is how the parts, which the
     carray module imports, ask whether `x` is a carray."""
 
+    @property
+    def _last(self):
+        """The uncompressed short last chunk (its first `_nleft` atoms count).  An on-disk carray
+        decodes its stored one here, at the first use (`_load_leftover` marks it due): a read of
+        other rows needs none of it."""
+        d = self.__dict__
+        if "_last_due" in d:
+            with self._lock:
+                due = d.get("_last_due")
+                if due is not None:
+                    self._decode_leftover(*due)
+                    d.pop("_last_due", None)
+        return d["_last_v"]
+
+    @_last.setter
+    def _last(self, buf):
+        d = self.__dict__
+        d.pop("_last_due", None)
+        d["_last_v"] = buf
+
 
 def pin_version(obj):
     """Start a public read call of `obj`, a watched carray or ctable, on one committed version: the

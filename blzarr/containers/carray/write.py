@@ -258,7 +258,7 @@ class CarrayWrites(CarrayBase):
                 self._len, self._nleft = meta.length, nleft
                 self._blockcache = None
                 if nleft:
-                    self._last = np.zeros_like(np.asarray(self._last))
+                    self._last = np.zeros_like(np.asarray(self.__dict__["_last_v"]))
                     self._load_leftover(nchunks, nleft)
                 self._load_stats(nchunks)
                 self._attrs.reload()
@@ -511,6 +511,7 @@ class CarrayWrites(CarrayBase):
         if nitems == 0:
             return
         with self._lock:
+            self._last      # the stored short chunk decoded (if due) before the chunks change under it
             self._blockcache = None
             newlen = self._len - nitems
             self._dirty = True
