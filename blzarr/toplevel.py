@@ -79,12 +79,12 @@ def open(rootdir, mode="a", allow_pickle=False, storage_options=None):
         if kind is None:
             raise StorageError(f"'{rootdir}' does not exist (no carray or ctable is stored there)")
     else:
-        if os.path.exists(rootdir) and not os.path.isdir(rootdir):
-            raise StorageError(f"'{rootdir}' is a file, not a carray or ctable directory")
-        if not os.path.isdir(rootdir):
-            raise StorageError(f"'{rootdir}' does not exist")
-        kind = detect(rootdir)
+        kind = detect(rootdir)      # (None for a missing directory: the checks below say which)
         kw = {}
+        if kind is None and not os.path.isdir(rootdir):
+            if os.path.exists(rootdir):
+                raise StorageError(f"'{rootdir}' is a file, not a carray or ctable directory")
+            raise StorageError(f"'{rootdir}' does not exist")
     if kind == "ctable":
         return ctable(rootdir=rootdir, mode=mode, allow_pickle=allow_pickle, **kw)
     if kind is None:

@@ -112,6 +112,16 @@ def set_nthreads(nthreads):
     return previous
 
 
+_CODECS = []
+
+
+def _codecs():
+    """The codec names of this build of C-Blosc (they cannot change while it is loaded)."""
+    if not _CODECS:
+        _CODECS.extend(_chunk.compressor_list())
+    return _CODECS
+
+
 def _check(clevel, shuffle, cname, quantize):
     if clevel is not None:
         if not isinstance(clevel, int) or isinstance(clevel, bool) or not 0 <= clevel <= 9:
@@ -125,7 +135,7 @@ def _check(clevel, shuffle, cname, quantize):
     if cname is not None:
         if isinstance(cname, bytes):
             cname = cname.decode()
-        if cname not in _chunk.compressor_list():
+        if cname not in _codecs():
             raise ValueError(
                 f"cparams: `cname` {cname!r} is not a compressor available in this build "
                 f"(available: {', '.join(_chunk.compressor_list())})")

@@ -7,7 +7,7 @@ mode)`` reads (and writes) the attributes of a carray or ctable directory withou
 import json
 import os
 
-from blzarr.errors import FormatError, MissingError, ReadOnlyError
+from blzarr.errors import FormatError, ReadOnlyError
 from blzarr.storage.locking import first_write
 from blzarr.storage.files import ATTRIBUTES_FILE, ATTRS_FILE, META_DIR, STORAGE_FILE, ObjectPath, read_json, write_json
 
@@ -75,17 +75,11 @@ class attrs:
             path = attrs_path(rootdir)
         self._path = path
         self._data = {}
-        if isinstance(path, ObjectPath) and not _new:
-            try:
-                data = read_json(path, "attributes")
-            except MissingError:               # one GET, no existence probe first
-                data = {}
-            if not isinstance(data, dict):
-                raise FormatError(f"attributes file '{path}' does not hold a JSON object")
-            self._data = data
-        elif path is not None and not _new and os.path.exists(path):
-            data = read_json(path, "attributes")
-            if not isinstance(data, dict):
+        if path is not None and not _new:
+            absent = {}
+            # one read (one GET), no existence probe first: a missing file is no attributes
+            data = read_json(path, "attributes", missing=absent)
+            if data is not absent and not isinstance(data, dict):
                 raise FormatError(f"attributes file '{path}' does not hold a JSON object")
             self._data = data
         elif path is not None and _new and mode != "r":

@@ -384,12 +384,18 @@ def exists(path):
     return os.path.exists(path)
 
 
-def read_json(path, what="metadata"):
-    """Parse a JSON file, raising FormatError / StorageError that name the file."""
+_RAISE = object()
+
+
+def read_json(path, what="metadata", missing=_RAISE):
+    """Parse a JSON file, raising FormatError / StorageError that name the file; `missing`, when
+    given, is returned for a file that does not exist (one open, no existence probe first)."""
     if isinstance(path, ObjectPath):
         try:
             raw = path.store.get(path.key)
         except MissingError:
+            if missing is not _RAISE:
+                return missing
             raise MissingError(f"{what} file '{path}' does not exist") from None
         return parse_json(raw, path, what)
     try:
@@ -398,6 +404,8 @@ def read_json(path, what="metadata"):
         else:
             raw = fileio.read_file(path, MAX_JSON_BYTES + 1)
     except FileNotFoundError:
+        if missing is not _RAISE:
+            return missing
         raise StorageError(f"{what} file '{path}' does not exist") from None
     except OSError as e:
         raise StorageError(f"cannot read {what} file '{path}': {e}") from None

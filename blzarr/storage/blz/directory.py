@@ -302,8 +302,8 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         last = None
         if self.nfiles not in self._damaged:
             try:
-                # the state `_first_file` just read, when that is the last file and it did not change
-                last = self._file(self.nfiles) if self.nfiles == f1.fno else self._load_file(self.nfiles)
+                # the state `_first_file` just read, when that is the last file (no second fstat)
+                last = f1 if self.nfiles == f1.fno else self._load_file(self.nfiles)
             except (FormatError, StorageError) as e:
                 if getattr(e, "errno", None) in ENVIRONMENT_ERRNOS:
                     raise
