@@ -172,6 +172,10 @@ class ByteStore(abc.ABC):
         not exist lists as {} (with ``missing_ok=False``, a store with directories raises
         FileNotFoundError); a directory that cannot be listed raises OSError."""
 
+    def names(self, prefix="", missing_ok=True):
+        """The names directly under `prefix/`, as `list` gives them, without their sizes."""
+        return list(self.list(prefix, missing_ok=missing_ok))
+
     @abc.abstractmethod
     def exists(self, key):
         """Whether object (or directory) `key` exists."""
@@ -510,6 +514,17 @@ class LocalStore(ByteStore):
         except FileNotFoundError:
             if not missing_ok:
                 raise
+
+    def names(self, prefix="", missing_ok=True):
+        # the listing alone: `list` stats every name for its size
+        try:
+            names = fileio.listdir(self._p(prefix))
+        except FileNotFoundError:
+            if not missing_ok:
+                raise
+            return []
+        self._count("list")
+        return names
 
     def list(self, prefix="", etags=None, missing_ok=True):
         """(OSError as `os.listdir` when the directory cannot be listed.)"""

@@ -379,7 +379,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
     def _list_files(self):
         """The numbers of the superchunk files in data/, sorted (each a regular file inside the root)."""
         nums = []
-        for name in self.bytes.list(DATA_DIR, missing_ok=False):
+        for name in self.bytes.names(DATA_DIR, missing_ok=False):
             if name.startswith("__") and name.endswith(SUPERCHUNK_EXT):
                 digits = name[2:-len(SUPERCHUNK_EXT)]
                 if digits.isdigit() and digits.isascii():
