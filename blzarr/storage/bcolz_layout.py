@@ -120,6 +120,8 @@ class BcolzDir:
         # the length needs it (check_chunk_files, read_chunk), and data/ is made again on write.
         if not self.bytes.has_dirs:
             return      # object stores have no directories: reading meta/storage tells a missing dataset
+        if self.bytes.plain_dirs([META_DIR], [DATA_DIR]):
+            return      # (real directories, no links: every check below passes)
         for key, what in (("", "root"), (META_DIR, "meta")):
             if not self.bytes.isdir(key):
                 raise StorageError(f"{what} directory '{self.bytes.where(key)}' does not exist")

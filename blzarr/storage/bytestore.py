@@ -176,6 +176,12 @@ class ByteStore(abc.ABC):
         """The names directly under `prefix/`, as `list` gives them, without their sizes."""
         return list(self.list(prefix, missing_ok=missing_ok))
 
+    def plain_dirs(self, required, optional=()):
+        """True when the root is a directory, each of `required` a directory that is no symbolic
+        link, and each of `optional` that or missing: the common case, which the layouts' full
+        checks (with their messages) then need not look at one by one.  False: ask them."""
+        return False
+
     @abc.abstractmethod
     def exists(self, key):
         """Whether object (or directory) `key` exists."""
@@ -514,6 +520,26 @@ class LocalStore(ByteStore):
         except FileNotFoundError:
             if not missing_ok:
                 raise
+
+    def plain_dirs(self, required, optional=()):
+        # one stat of the root and one lstat of each key (an lstat tells a directory from a link)
+        try:
+            if not stat.S_ISDIR(os.stat(self.root).st_mode):
+                return False
+            for key in required:
+                if not stat.S_ISDIR(os.lstat(self._p(key)).st_mode):
+                    return False
+        except (OSError, ValueError):
+            return False
+        for key in optional:
+            try:
+                if not stat.S_ISDIR(os.lstat(self._p(key)).st_mode):
+                    return False
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError):
+                return False
+        return True
 
     def names(self, prefix="", missing_ok=True):
         # the listing alone: `list` stats every name for its size

@@ -201,9 +201,13 @@ class CarrayWrites(CarrayBase):
     def _load_stats(self, nchunks):
         """meta/stats is read when the statistics are first used (`_stats`), not at open: a read
         that plans nothing needs none of it.  What it holds is checked against the chunks'
-        fingerprints before a query trusts it, so reading it later than the open is safe."""
+        fingerprints before a query trusts it, so reading it later than the open is safe.  On object
+        storage it is read at once: there the open fetches it with the other meta files."""
         if self.__dict__.get("_stats_v") is not None:
-            self.__dict__["_stats_due"] = nchunks
+            if self._bytes is not None:
+                self._read_stats_file(nchunks)
+            else:
+                self.__dict__["_stats_due"] = nchunks
 
     def _read_stats_file(self, nchunks):
         raw = self._chunks.read_stats()
