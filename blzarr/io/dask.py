@@ -17,6 +17,7 @@ import uuid
 import numpy as np
 
 from blzarr.runtime import integrations
+from blzarr.runtime.optional import need as _need
 from blzarr.errors import StorageError
 from blzarr.storage.chunk import blosc_typesize, compress_array
 from blzarr.runtime.params import cparams
@@ -25,14 +26,6 @@ from blzarr.containers.carray.array import carray
 from blzarr.storage.files import META_DIR, ObjectPath, read_json, SIZES_FILE, detect_store, write_json
 from blzarr.storage.bytestore import is_url, open_bytestore
 from blzarr.containers.ctable.table import check_name, ctable
-
-
-def _need(module, what):
-    try:
-        return __import__(module)
-    except ImportError:
-        raise ImportError(f"{what} needs the '{module}' package, which is not installed "
-                          f"(pip install {module})") from None
 
 
 def _dask_array():

@@ -9,18 +9,11 @@ import os
 import numpy as np
 
 from blzarr.runtime import integrations
+from blzarr.runtime.optional import need as _need
 from blzarr.errors import StorageError
 from blzarr.containers.ctable.table import ctable
 from blzarr.runtime.params import cparams as _cparams
 from blzarr.io import colmeta
-
-
-def _need(module, what):
-    try:
-        return __import__(module)
-    except ImportError:
-        raise ImportError(f"{what} needs the '{module}' package, which is not installed "
-                          f"(pip install {module})") from None
 
 
 def _column_from_series(pd, name, series):
