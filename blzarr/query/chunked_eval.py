@@ -112,9 +112,10 @@ def _operand_names_of(expression):
 _operand_names_cached = functools.lru_cache(maxsize=256)(_operand_names_of)
 
 
-def _lookup(names, user_dict, depth):
-    frame = sys._getframe(depth)
-    scopes = [user_dict or {}, frame.f_locals, frame.f_globals]
+def resolve_names(names, scopes, missing):
+    """{name: value} for `names` (Python's own names left out), each from the first of the mappings
+    `scopes` that holds it; a name none holds goes to `missing(name)`, which raises or, by returning,
+    leaves the name out."""
     found = {}
     for name in names:
         if name in _PY_NAMESPACE:
@@ -124,8 +125,17 @@ def _lookup(names, user_dict, depth):
                 found[name] = scope[name]
                 break
         else:
-            raise NameError(f"variable '{name}' in the expression is not defined")
+            missing(name)
     return found
+
+
+def _undefined(name):
+    raise NameError(f"variable '{name}' in the expression is not defined")
+
+
+def _lookup(names, user_dict, depth):
+    frame = sys._getframe(depth)
+    return resolve_names(names, [user_dict or {}, frame.f_locals, frame.f_globals], _undefined)
 
 
 # This engine knows no array class: an operand is an array when it is a NumPy array of one or more

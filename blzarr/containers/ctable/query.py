@@ -29,20 +29,12 @@ class CtableQueries:
         scopes = [user_dict or {}, self.cols._cols]
         if frame is not None:
             scopes += [frame.f_locals, frame.f_globals]
-        found = {}
-        for name in names:
-            if name in _ce._PY_NAMESPACE:
-                continue
-            for scope in scopes:
-                if name in scope:
-                    found[name] = scope[name]
-                    break
-            else:
-                if name in optional:
-                    continue
+
+        def missing(name):
+            if name not in optional:
                 raise NameError(f"name '{name}' in the expression {expression!r} is neither a column "
                                 f"of the ctable ({self.cols.names}) nor a defined variable")
-        return found
+        return _ce.resolve_names(names, scopes, missing)
 
     def _selection(self, expression, user_dict, frame, vm=None):
         """The `Selection` of a query: `vm` and the query checked, its names resolved (errors now,
