@@ -634,11 +634,7 @@ def cmd_convert(args, out):
     finally:
         if dst_lock is not None:
             dst_lock.release()
-    new = _open(dst, allow_pickle=args.allow_pickle)
-    nb, cb, disk = int(new.nbytes), int(new.cbytes), _disk_bytes(dst)
-    print(f"converted {kind} '{src_path}' ({src.format}) -> '{dst}' ({fmt}): {_n(len(new), 'row')}, "
-          f"{_size(nb)} -> {_size(cb)} compressed (ratio {_fmt_ratio(_ratio(nb, cb))}), {_size(disk)} on disk",
-          file=out)
+    _print_converted(src, src_path, dst, kind, fmt, args, out, "on disk")
     if report is not None:
         for first, end, col, why in report["lost"]:
             print(f"LOST rows {first}-{end - 1}{f' of column {col!r}' if col else ''}: {why}", file=out)
@@ -646,6 +642,15 @@ def cmd_convert(args, out):
               f"{_n(report['lost_rows'], 'row')} lost (written as the default value)", file=out)
         return 1 if report["lost"] else 0
     return 0
+
+
+def _print_converted(src, src_path, dst, kind, fmt, args, out, where):
+    """The line saying what convert wrote, read back from the reopened destination."""
+    new = _open(dst, allow_pickle=args.allow_pickle)
+    nb, cb, disk = int(new.nbytes), int(new.cbytes), _disk_bytes(dst)
+    print(f"converted {kind} '{src_path}' ({src.format}) -> '{dst}' ({fmt}): {_n(len(new), 'row')}, "
+          f"{_size(nb)} -> {_size(cb)} compressed (ratio {_fmt_ratio(_ratio(nb, cb))}), {_size(disk)} {where}",
+          file=out)
 
 
 def _convert_to_url(src, src_path, dst, kind, fmt, args, out):
@@ -663,11 +668,7 @@ def _convert_to_url(src, src_path, dst, kind, fmt, args, out):
         raise
     finally:
         progress.close()
-    new = _open(dst, allow_pickle=args.allow_pickle)
-    nb, cb, disk = int(new.nbytes), int(new.cbytes), _disk_bytes(dst)
-    print(f"converted {kind} '{src_path}' ({src.format}) -> '{dst}' ({fmt}): {_n(len(new), 'row')}, "
-          f"{_size(nb)} -> {_size(cb)} compressed (ratio {_fmt_ratio(_ratio(nb, cb))}), {_size(disk)} stored",
-          file=out)
+    _print_converted(src, src_path, dst, kind, fmt, args, out, "stored")
     return 0
 
 
