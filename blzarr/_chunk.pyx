@@ -76,6 +76,17 @@ cdef str located(object where):
     return f" ({where})" if where else ""
 
 
+cdef inline void _read_fields(const uint8_t *p, header_t *h) noexcept nogil:
+    # the 16-byte header's fields as stored, unchecked: both parsers below check them their own way
+    h.version = p[0]
+    h.versionlz = p[1]
+    h.flags = p[2]
+    h.typesize = p[3]
+    h.nbytes = read_i32(p + 4)
+    h.blocksize = read_i32(p + 8)
+    h.ctbytes = read_i32(p + 12)
+
+
 cdef int parse_header(const uint8_t *p, Py_ssize_t buflen, header_t *h, object where,
                        bint lazy) except -1:
     """Fill `h` from the 16-byte header and check every field against the buffer length.
@@ -84,13 +95,7 @@ cdef int parse_header(const uint8_t *p, Py_ssize_t buflen, header_t *h, object w
     """
     if buflen < 16:
         raise ChunkError(f"truncated Blosc chunk{located(where)}: {buflen} bytes, fewer than the 16-byte header")
-    h.version = p[0]
-    h.versionlz = p[1]
-    h.flags = p[2]
-    h.typesize = p[3]
-    h.nbytes = read_i32(p + 4)
-    h.blocksize = read_i32(p + 8)
-    h.ctbytes = read_i32(p + 12)
+    _read_fields(p, h)
     # every field the C decoder trusts is checked here: a wrong one would make it read or write
     # outside the buffers, not fail
     if h.version != BLOSC_VERSION_FORMAT:
@@ -251,13 +256,7 @@ cdef int chunk_valid(const uint8_t *p, Py_ssize_t buflen, Py_ssize_t expected_nb
     # where no exception can be made; `explain` says what is wrong when it matters
     if buflen < 16 or p == NULL:
         return 0
-    h.version = p[0]
-    h.versionlz = p[1]
-    h.flags = p[2]
-    h.typesize = p[3]
-    h.nbytes = read_i32(p + 4)
-    h.blocksize = read_i32(p + 8)
-    h.ctbytes = read_i32(p + 12)
+    _read_fields(p, h)
     if (h.version != BLOSC_VERSION_FORMAT or h.flags & 0x08 or (h.flags >> 5) > 4 or h.typesize == 0
             or h.nbytes < 0 or h.nbytes > BLOSC_MAX_BUFFERSIZE or h.ctbytes != buflen):
         return 0

@@ -160,26 +160,8 @@ cdef class ExprChunks(ChunkWork):
     cdef Py_ssize_t *ocap
     cdef Py_ssize_t regs_bytes, idx_off, carry_off, ptr_off, whole_off
 
-    def __cinit__(self, *args, **kwargs):
-        self.prog = NULL
-        self.consts = NULL
-        self.plan = NULL
-        self.tplan = NULL
-        self.tptr = NULL
-        self.otail = NULL
-        self.ntail = 0
-        self.okind = NULL
-        self.kind_ = NULL
-        self.isz_ = NULL
-        self.oarg = NULL
-        self.osize = NULL
-        self.ooff = NULL
-        self.osrc = NULL
-        self.ohdr = NULL
-        self.obuf = NULL
-        self.ocap = NULL
-        self.nouts = 0
-        self.nchunks = 0
+    # no __cinit__: Cython allocates the object with every C field 0 / NULL, which is all that
+    # __dealloc__ needs after an __init__ that raised half-way (free(NULL) is a no-op)
 
     def __init__(self, list operands not None, const int32_t[:, ::1] program not None,
                  const double[::1] consts not None, Py_ssize_t nregs, Py_ssize_t result, mode,

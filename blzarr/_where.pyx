@@ -169,12 +169,8 @@ cdef class WhereChunks(ChunkWork):
     cdef object slots_buf, pscr_buf, cscr_buf, tails
 
     def __cinit__(self, *args, **kwargs):
-        self.modes = NULL
-        self.chunk_of = NULL
-        self.counts = NULL
-        self.plock = NULL
-        self.clock = NULL
-        self.done = NULL
+        # Cython has set every C field to 0 / NULL (what __dealloc__ expects of one never filled in);
+        # these two start elsewhere
         self.cmc.j = -1
         self.bad = -1
 
