@@ -556,25 +556,29 @@ def _rename_exchange(a, b):
 _exchange = _rename_exchange
 
 
-def _remove_abandoned(parent, prefix):
-    """Remove the directories an earlier, killed build left beside the target (named `prefix`...).
-    One that another process is still building is locked by it, and left alone."""
+def remove_abandoned(parent, prefix, remove):
+    """``remove(path)`` for each entry of `parent` named `prefix`...: what an earlier, killed write
+    left beside its target.  `remove` leaves alone one that another process still holds locked."""
     try:
         names = [n for n in os.listdir(parent) if n.startswith(prefix)]
     except OSError:
         return
     for n in names:
-        path = os.path.join(parent, n)
-        if not os.path.isdir(path) or os.path.islink(path):
-            continue
-        try:
-            lock = lock_dir(path)
-        except (StorageError, OSError):
-            continue
-        try:
-            fileio.rmtree(path, ignore_errors=True)
-        finally:
-            lock.release()
+        remove(os.path.join(parent, n))
+
+
+def _remove_unlocked_dir(path):
+    # a build directory another process is still filling is locked by it
+    if not os.path.isdir(path) or os.path.islink(path):
+        return
+    try:
+        lock = lock_dir(path)
+    except (StorageError, OSError):
+        return
+    try:
+        fileio.rmtree(path, ignore_errors=True)
+    finally:
+        lock.release()
 
 
 def build_beside(rootdir, mode, make, what):
@@ -596,7 +600,7 @@ def build_beside(rootdir, mode, make, what):
     if not os.path.isdir(parent):
         fileio.makedirs(parent, exist_ok=True)
     base = os.path.basename(os.path.abspath(rootdir))
-    _remove_abandoned(parent, f".{base}.building-")
+    remove_abandoned(parent, f".{base}.building-", _remove_unlocked_dir)
     tmp = os.path.join(parent, f".{base}.building-{uuid.uuid4().hex[:8]}")
     # the table being replaced is locked first: never replace what another process writes
     lock = lock_dir(rootdir) if exists and os.path.isdir(rootdir) and not os.path.islink(rootdir) else None

@@ -94,25 +94,17 @@ def _ahead(gen, depth=2):
                 th.join(0.05)
 
 
-def _remove_abandoned_files(parent, prefix):
-    """Remove the files a killed toparquet left beside its target (named `prefix`...); one that
-    another process is still writing is locked by it, and left alone."""
+def _remove_unlocked_file(path):
+    # a file another process is still writing is locked by it
     try:
-        names = [n for n in os.listdir(parent) if n.startswith(prefix)]
+        fd = fileio.open(path, "rw")
     except OSError:
         return
-    for n in names:
-        path = os.path.join(parent, n)
-        try:
-            fd = fileio.open(path, "rw")
-        except OSError:
-            continue
-        try:
-            if fileio.flock(fd, "ex") is False:
-                continue
+    try:
+        if fileio.flock(fd, "ex") is not False:
             fileio.unlink(path)
-        finally:
-            fileio.close(fd)
+    finally:
+        fileio.close(fd)
 
 
 def toparquet(t, path, columns=None, row_group_size=None, compression="snappy", **kwargs):
@@ -141,7 +133,7 @@ def toparquet(t, path, columns=None, row_group_size=None, compression="snappy", 
             yield pa.Table.from_batches([ex.batch(s, min(s + group_rows, len(t)))], schema=ex.schema)
 
     prefix = f".{os.path.basename(path)}.writing-"
-    _remove_abandoned_files(parent, prefix)
+    _arrow.remove_abandoned(parent, prefix, _remove_unlocked_file)
     tmp = os.path.join(parent, f"{prefix}{uuid.uuid4().hex[:8]}")
     fd = fileio.open(tmp, "new")
     try:
