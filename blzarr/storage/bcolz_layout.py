@@ -27,7 +27,7 @@ from blzarr.storage.chunkstore import LayoutChunks
 from blzarr.errors import FormatError, MissingError, ReadOnlyError, StorageError
 from blzarr.storage.locking import first_write
 from blzarr.storage.files import (ATTRS_FILE, DATA_DIR, IN_FLIGHT, META_DIR, SIZES_FILE, _new_file_mode,
-                                  new_tree_of)
+                                  new_tree_of, reraise_write_error)
 
 CHUNK_EXT = ".blp"
 
@@ -297,15 +297,8 @@ class BcolzDir:
                 self.bytes.makedirs(DATA_DIR, exist_ok=True)    # an empty data/ lost by a copy
                 fd = fileio.open(path, "new", 0o600)
             fileio.fill(fd, payload, self.bytes.syncs(), _new_file_mode(final))
-        except BaseException as e:
-            if fd is not None:
-                try:
-                    fileio.unlink(path)
-                except OSError:
-                    pass
-            if isinstance(e, OSError) and not isinstance(e, StorageError):
-                raise StorageError(f"cannot write '{path}': {e}") from None
-            raise
+        except BaseException:
+            reraise_write_error(path, None if fd is None else path)
         IN_FLIGHT.add(os.path.abspath(path))
         old = self._staged.get(n)
         self._staged[n] = (name, len(payload))

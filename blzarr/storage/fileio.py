@@ -167,17 +167,24 @@ class OsIO:
         fd = os.open(path, os.O_RDONLY | _BINARY)
         try:
             left = (1 << 62) if limit is None else limit
-            parts = []
-            want = min(left, os.fstat(fd).st_size + 1)
-            while left > 0:
-                b = os.read(fd, min(left, max(want, 1 << 16) if parts else want))
-                if not b:
-                    break
-                parts.append(b)
-                left -= len(b)
-            return b"".join(parts)
+            return read_upto(fd, left, min(left, os.fstat(fd).st_size + 1))
         finally:
             os.close(fd)
+
+
+def read_upto(fd, limit, first=1 << 16):
+    """Up to `limit` bytes of `fd` from its position to its end: one read of `first` bytes, then reads
+    of at least 64 KiB (a file that grew meanwhile is read on, never past `limit`)."""
+    parts = []
+    size = first
+    while limit > 0:
+        b = os.read(fd, min(limit, size))
+        if not b:
+            break
+        parts.append(b)
+        limit -= len(b)
+        size = max(first, 1 << 16)
+    return b"".join(parts)
 
 
 def _load_renameat2():

@@ -13,6 +13,7 @@ import json
 import os
 import secrets
 import stat
+import sys
 import threading
 import time
 import zlib
@@ -199,6 +200,21 @@ def new_tree_of(path):
 IN_FLIGHT = set()
 
 
+def reraise_write_error(path, partial):
+    """Called in the handler of a failed write of `path`: remove `partial`, the new file the write
+    was filling (None when it made none), and raise the error again, an OSError as a StorageError
+    naming `path`."""
+    e = sys.exc_info()[1]
+    if partial is not None:
+        try:
+            fileio.unlink(partial)
+        except OSError:
+            pass
+    if isinstance(e, OSError) and not isinstance(e, StorageError):
+        raise StorageError(f"cannot write '{path}': {e}") from None
+    raise
+
+
 def atomic_write(path, data, fsync=False, sync_dir=None):
     """Replace `path` with `data` so that readers see either the old or the new content; with
     `fsync`, the content is durable before the rename, and (unless `sync_dir` is False: the caller
@@ -237,15 +253,8 @@ def atomic_write(path, data, fsync=False, sync_dir=None):
         fileio.replace(tmp, path)
         if fsync if sync_dir is None else sync_dir:
             fileio.fsync_dir(d)
-    except BaseException as e:
-        if tmp is not None:
-            try:
-                fileio.unlink(tmp)
-            except OSError:
-                pass
-        if isinstance(e, OSError) and not isinstance(e, StorageError):
-            raise StorageError(f"cannot write '{path}': {e}") from None
-        raise
+    except BaseException:
+        reraise_write_error(path, tmp)
     finally:
         if tmp is not None:
             IN_FLIGHT.discard(os.path.abspath(tmp))
@@ -346,14 +355,7 @@ def _read_shared(path, limit):
     try:
         locked = _lock_briefly(fd, "sh")
         try:
-            parts = []
-            while limit > 0:
-                b = os.read(fd, min(limit, 1 << 16))
-                if not b:
-                    break
-                parts.append(b)
-                limit -= len(b)
-            return b"".join(parts)
+            return fileio.read_upto(fd, limit)
         finally:
             if locked:
                 fileio.flock(fd, "un")
