@@ -358,18 +358,29 @@ def build_then_publish(target, build):
         obj.close()
         return
     lock = lock_dir(final) if os.path.isdir(final) and not os.path.islink(final) else None
-    stage = stage_path(final)
+    try:
+        stage_then_publish(final, build)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def stage_then_publish(target, build, if_committed=None):
+    """`build(stage)` writes a complete carray or ctable at `stage`, a hidden sibling of `target`,
+    and returns it; it is closed and published at `target`.  On an error the stage is abandoned;
+    when the error came after the commit point (`committed`), ``if_committed(e)`` runs first, as
+    `target` holds the new object already."""
+    stage = stage_path(target)
     try:
         obj = build(stage)
         obj.close()
         del obj
-        publish(stage, final)
+        publish(stage, target)
     except BaseException as e:
         abandon(stage, e)
+        if if_committed is not None and committed(e):
+            if_committed(e)
         raise
-    finally:
-        if lock is not None:
-            lock.release()
 
 
 def remove(target, rootdirs=None, rootdirs_file=None):

@@ -13,6 +13,7 @@ from blzarr.runtime import integrations
 from blzarr.query import lazyexpr
 from blzarr.query import stats as _stats
 from blzarr.containers.arrayprint import array2string
+from blzarr.containers.common import Container, compression_ratio, human_readable_size  # noqa: F401
 from blzarr.storage.attrs import attrs as _attrs
 from blzarr.storage.chunk import blosc_typesize
 from blzarr.errors import ENVIRONMENT_ERRNOS, BlzarrError, FormatError, MissingError, StorageError, storage_error, storage_op
@@ -85,7 +86,8 @@ def _remove(path, how):
         raise storage_error(e, f"cannot replace '{path}' (mode 'w' removes what it holds first)") from e
 
 
-class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, CarrayBase):
+class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, CarrayBase,
+             Container):
     """carray(array=None, cparams=None, dtype=None, dflt=None, expectedlen=None, chunklen=None,
     rootdir=None, mode='a', format=None, allow_pickle=False, safe=True, checksum='crc32', reserve=0,
     superchunklen=None, meta=None)
@@ -131,6 +133,8 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
     >>> a.append([10, 11]); len(a)
     12
     """
+
+    _kind = "carray"
 
     @storage_op(_create_or_open)
     def __init__(self, array=None, cparams=None, dtype=None, dflt=None, expectedlen=None,
@@ -524,13 +528,6 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
     def ndim(self):
         return 1 + len(self._atom.shape)
 
-    @property
-    def len(self):
-        return self._len
-
-    def __len__(self):
-        return self._len
-
     # ---------------------------------------------------------------- comparisons
     # Element-wise, as NumPy's (bcolz compared identities: `a == 3` was False, `a > 3` a TypeError).
     # The answer is a lazy boolean expression: a mask for a[...], reduced (.sum()) in one pass, or
@@ -612,20 +609,8 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
         return self._chunklen
 
     @property
-    def cparams(self):
-        return self._cparams
-
-    @property
     def dflt(self):
         return self._dflt
-
-    @property
-    def rootdir(self):
-        return self._rootdir
-
-    @property
-    def mode(self):
-        return self._mode
 
     @property
     def format(self):
@@ -703,10 +688,6 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
         return self._last.ctypes.data
 
     @property
-    def attrs(self):
-        return self._attrs
-
-    @property
     def partitions(self):
         """(start, stop) of every full compressed chunk, as bcolz gives them (the leftover atoms,
         `nleftover` of them from ``nchunks * chunklen``, are not a chunk and are not listed)."""
@@ -715,18 +696,6 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
             return [(i, i + 1) for i in range(n)]
         cl = self._chunklen
         return [(i * cl, (i + 1) * cl) for i in range(n)]
-
-    def __array__(self, dtype=None, copy=None):
-        if copy is False:
-            raise ValueError("a carray cannot be viewed as a NumPy array without a copy")
-        a = self[:]
-        return a if dtype is None else a.astype(dtype, copy=False)
-
-    def __enter__(self):
-        return self
-
-    def __sizeof__(self):
-        return self.cbytes
 
     def __reduce__(self):
         # on disk: pickled by its directory (flushed first, reopened read-only); in memory: by its data
@@ -847,20 +816,13 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
         self._check_writable()      # the directory's lock
         self.flush()
         target = self._rootdir
-        stage = intent.stage_path(target)
         kw = self._chunks.storage_options() if self.format == "blz" else {}
-        try:
-            out = carray(data, cparams=self._cparams, dflt=self._dflt[()], rootdir=stage, mode="w",
-                         format=self.format, **kw)
-            out.close()
-            del out
-            intent.publish(stage, target)
-        except BaseException as e:
-            intent.abandon(stage, e)
-            if intent.committed(e):
-                retire(self, f"the carray '{target}' was reshaped on disk (then {type(e).__name__}): "
-                             f"reopen it with blzarr.open({target!r})")
-            raise
+        intent.stage_then_publish(
+            target,
+            lambda stage: carray(data, cparams=self._cparams, dflt=self._dflt[()], rootdir=stage, mode="w",
+                                 format=self.format, **kw),
+            lambda e: retire(self, f"the carray '{target}' was reshaped on disk (then {type(e).__name__}): "
+                                   f"reopen it with blzarr.open({target!r})"))
         retire(self, f"the carray '{target}' was reshaped on disk: use the carray reshape() returned "
                      f"(or reopen it with blzarr.open({target!r}))")
         return carray(rootdir=target, mode="a")
@@ -896,18 +858,9 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
 
     # ---------------------------------------------------------------- display
     def __repr__(self):
-        nb, cb = self.nbytes, self.cbytes
-        ratio = compression_ratio(nb, cb)
         blocksize = self._chunks[0].blocksize if len(self._chunks) else 0
-        s = (f"carray({self.shape}, {self.dtype})\n"
-             f"  nbytes := {human_readable_size(nb)}; cbytes := {human_readable_size(cb)}; "
-             f"ratio: {ratio:.2f}\n"
-             f"  cparams := {self._cparams!r}\n"
-             f"  chunklen := {self._chunklen}; chunksize: {self._chunklen * self._atom.itemsize}; "
-             f"blocksize: {blocksize}\n")
-        if self._rootdir:
-            s += f"  rootdir := '{self._rootdir}'\n  mode    := '{self._mode}'\n"
-        return s + str(self)
+        return self._repr_text(" :=", f"  chunklen := {self._chunklen}; chunksize: "
+                                      f"{self._chunklen * self._atom.itemsize}; blocksize: {blocksize}\n")
 
     def __str__(self):
         return array2string(self)
@@ -934,20 +887,6 @@ class _Info:
 
 def _rebuild_carray(array, rootdir, kwargs):
     return carray(array, rootdir=rootdir, **kwargs)
-
-
-def compression_ratio(nbytes, cbytes):
-    """``nbytes / cbytes``: the compression ratio of a carray or ctable (bcolz's), NaN when `cbytes`
-    is 0.  The repr, ``info`` and the command line's ``info`` and ``ls`` all show this one."""
-    return nbytes / cbytes if cbytes else float("nan")
-
-
-def human_readable_size(n):
-    """bcolz's style: '123' for bytes, then '1.21 KB', 'MB', 'GB', 'TB'."""
-    for unit, scale in (("TB", 2 ** 40), ("GB", 2 ** 30), ("MB", 2 ** 20), ("KB", 2 ** 10)):
-        if n >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{n}"
 
 
 integrations.register("new_array", carray)     # the class of the expression engine's 'carray' results

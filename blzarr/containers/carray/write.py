@@ -227,52 +227,47 @@ class CarrayWrites(CarrayBase):
         with self._lock:
             if self._mode == "r" or self.__dict__.get("_first_write") is None:
                 return
-            lock = lock_dir(self._rootdir)
-            try:
-                w = self._watch
-                if w is not None and w.changed():
-                    # another process committed since this object loaded its state: load it again (its
-                    # caches included) so that this write never puts back values read before; a new
-                    # length is refused (the caller decided what to write from the old one)
-                    seen = self._len
-                    self._reload()
-                    if self._len != seen:
-                        raise ConcurrentWriterError(
-                            f"'{self._rootdir}' was changed by another writer (another process, or another "
-                            f"object of this process) since this object read it (it held {seen} items, it holds {self._len}): nothing was written; write "
-                            f"again (this object now shows the new length), or reopen it (blzarr.open)")
-                fresh = open_dir(self._rootdir, "a", None)       # repairs (under the lock)
-                meta = ArrayMeta.read(fresh, self._rootdir, self._allow_pickle)
-                if meta.length != self._opened_len:
-                    raise ConcurrentWriterError(
-                        f"'{self._rootdir}' was changed by another writer (another process, or another "
-                        f"object of this process) since this object opened it (it held {self._opened_len} items, it holds {meta.length}): reopen it "
-                        f"(blzarr.open) to write")
-                nchunks, nleft = self._split(meta.length)
-                nstored = nchunks + (1 if nleft else 0)
-                if getattr(fresh, "missing_tail", None) is not None and fresh.nchunks < nstored:
-                    fresh.missing_tail(nstored)             # as open_chunks does
-                store = self._chunks.store
-                # the same store object writes from now on (metalayer objects handed out hold it);
-                # reads in flight on other threads finish on the descriptors they hold
-                store.adopt(fresh)
-                self._chunks.mode = "a"
-                self._chunks.set_nchunks(nchunks)
-                self._chunks.remove_stray(nstored)
-                self._len, self._nleft = meta.length, nleft
-                self._blockcache = None
-                if nleft:
-                    self._last = np.zeros_like(np.asarray(self.__dict__["_last_v"]))
-                    self._load_leftover(nchunks, nleft)
-                self._load_stats(nchunks)
-                self._attrs.reload()
-                self._attrs.mode = "a"
-            except BaseException:
-                lock.release()
-                raise
-            self._dirlock = lock
-            self._watch = None          # the lock holder is the only writer: nothing to watch
-            self._first_write = store._first_write = self._attrs._first_write = None
+            self._become_writer(self._load_for_writing)
+            self._chunks.store._first_write = None
+
+    def _load_for_writing(self):
+        # under the directory's lock (`_become_writer`)
+        w = self._watch
+        if w is not None and w.changed():
+            # another process committed since this object loaded its state: load it again (its
+            # caches included) so that this write never puts back values read before; a new
+            # length is refused (the caller decided what to write from the old one)
+            seen = self._len
+            self._reload()
+            if self._len != seen:
+                raise ConcurrentWriterError(
+                    f"'{self._rootdir}' was changed by another writer (another process, or another "
+                    f"object of this process) since this object read it (it held {seen} items, it holds {self._len}): nothing was written; write "
+                    f"again (this object now shows the new length), or reopen it (blzarr.open)")
+        fresh = open_dir(self._rootdir, "a", None)       # repairs (under the lock)
+        meta = ArrayMeta.read(fresh, self._rootdir, self._allow_pickle)
+        if meta.length != self._opened_len:
+            raise ConcurrentWriterError(
+                f"'{self._rootdir}' was changed by another writer (another process, or another "
+                f"object of this process) since this object opened it (it held {self._opened_len} items, it holds {meta.length}): reopen it "
+                f"(blzarr.open) to write")
+        nchunks, nleft = self._split(meta.length)
+        nstored = nchunks + (1 if nleft else 0)
+        if getattr(fresh, "missing_tail", None) is not None and fresh.nchunks < nstored:
+            fresh.missing_tail(nstored)             # as open_chunks does
+        store = self._chunks.store
+        # the same store object writes from now on (metalayer objects handed out hold it);
+        # reads in flight on other threads finish on the descriptors they hold
+        store.adopt(fresh)
+        self._chunks.mode = "a"
+        self._chunks.set_nchunks(nchunks)
+        self._chunks.remove_stray(nstored)
+        self._len, self._nleft = meta.length, nleft
+        self._blockcache = None
+        if nleft:
+            self._last = np.zeros_like(np.asarray(self.__dict__["_last_v"]))
+            self._load_leftover(nchunks, nleft)
+        self._load_stats(nchunks)
 
     def _check_writable(self):
         if self._mode == "r":

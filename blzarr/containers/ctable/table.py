@@ -25,7 +25,8 @@ from blzarr.storage import fileio
 from blzarr.containers import indexing as ix
 from blzarr.runtime import integrations
 from blzarr.storage.attrs import attrs as _attrs
-from blzarr.containers.carray.array import carray, compression_ratio, human_readable_size
+from blzarr.containers.carray.array import carray
+from blzarr.containers.common import Container
 from blzarr.containers.carray.read import pin_version, unpin_version
 from blzarr.containers.carray.version import fresh_call
 from blzarr.errors import ConcurrentWriterError, FormatError, StorageError, storage_error, storage_op
@@ -147,7 +148,7 @@ def _create_or_open(self, args, kwargs):
     return "create" if data is not None or kwargs.get("mode") == "w" else "open"
 
 
-class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase):
+class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase, Container):
     """ctable(columns=None, names=None, rootdir=None, mode=None, cparams=None, expectedlen=None,
     chunklen=None, format=None, auto_flush=True, allow_pickle=False, **kwargs)
 
@@ -209,6 +210,8 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
     [(1, 2.0), (2, 3.0)]
     >>> import shutil; shutil.rmtree("ctable_example")
     """
+
+    _kind = "ctable"
 
     @storage_op(_create_or_open)
     def __init__(self, columns=None, names=None, **kwargs):
@@ -557,40 +560,36 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         length) raises `ConcurrentWriterError` (reopen it to write)."""
         if self._mode == "r" or self.__dict__.get("_first_write") is None:
             return
+        self._become_writer(self._load_for_writing)
+
+    def _load_for_writing(self):
+        # under the table's lock (`_become_writer`): finish what a killed writer left, load what other
+        # processes committed, start each column writing and check that the table is still the one
+        # this object opened
         root = self._rootdir
-        lock = lock_dir(root)
-        try:
-            if _has_pending(root):
-                self._recover_intents(root)
-            rewrite.remove_tmp_debris(root)     # what killed replacements of its files left
-            self._fresh()           # what other processes committed since (each column checks again)
-            meta = read_json(os.path.join(root, ROOTDIRS_FILE), "ctable column list")
-            names = meta.get("names") if isinstance(meta, dict) else None
-            if names != list(self.cols.names):
-                raise ConcurrentWriterError(
-                    f"'{root}' was changed by another writer (another process, or another object of this process) since this object opened it (columns "
-                    f"{list(self.cols.names)}, now {names}): reopen it (blzarr.open) to write")
-            for c in self.cols.values():
-                c._start_writing()
-            lengths = {k: len(c) for k, c in self.cols.items()}
-            n, short = _committed_rows(lengths)
-            if short:
-                raise StorageError(_short_columns_message(root, lengths, short))
-            if n != self._len:
-                raise ConcurrentWriterError(
-                    f"'{root}' was changed by another writer (another process, or another object of this process) since this object opened it (it held "
-                    f"{self._len} rows, it holds {n}): reopen it (blzarr.open) to write")
-            for c in self.cols.values():
-                if len(c) > n:
-                    c.trim(len(c) - n)
-            self._attrs.reload()
-            self._attrs.mode = "a"
-        except BaseException:
-            lock.release()
-            raise
-        self._dirlock = lock
-        self._watch = None
-        self._first_write = self._attrs._first_write = None
+        if _has_pending(root):
+            self._recover_intents(root)
+        rewrite.remove_tmp_debris(root)     # what killed replacements of its files left
+        self._fresh()           # what other processes committed since (each column checks again)
+        meta = read_json(os.path.join(root, ROOTDIRS_FILE), "ctable column list")
+        names = meta.get("names") if isinstance(meta, dict) else None
+        if names != list(self.cols.names):
+            raise ConcurrentWriterError(
+                f"'{root}' was changed by another writer (another process, or another object of this process) since this object opened it (columns "
+                f"{list(self.cols.names)}, now {names}): reopen it (blzarr.open) to write")
+        for c in self.cols.values():
+            c._start_writing()
+        lengths = {k: len(c) for k, c in self.cols.items()}
+        n, short = _committed_rows(lengths)
+        if short:
+            raise StorageError(_short_columns_message(root, lengths, short))
+        if n != self._len:
+            raise ConcurrentWriterError(
+                f"'{root}' was changed by another writer (another process, or another object of this process) since this object opened it (it held "
+                f"{self._len} rows, it holds {n}): reopen it (blzarr.open) to write")
+        for c in self.cols.values():
+            if len(c) > n:
+                c.trim(len(c) - n)
 
     # ------------------------------------------------------------------ the committed version
     _watch = None           # True: a reader of a directory other processes may write
@@ -669,13 +668,6 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         return np.dtype(fields)
 
     @property
-    def len(self):
-        return self._len
-
-    def __len__(self):
-        return self._len
-
-    @property
     def shape(self):
         return (self._len,)
 
@@ -701,22 +693,6 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         return sum(c.cbytes for c in self.cols.values())
 
     @property
-    def cparams(self):
-        return self._cparams
-
-    @property
-    def rootdir(self):
-        return self._rootdir
-
-    @property
-    def mode(self):
-        return self._mode
-
-    @property
-    def attrs(self):
-        return self._attrs
-
-    @property
     def format(self):
         """The on-disk layout of the columns: 'bcolz' or 'blz' (both at root/<name>), None in memory."""
         return self._format
@@ -726,9 +702,6 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         """The smallest chunklen of the columns (the natural block length of the table)."""
         cls = [c.chunklen for c in self.cols.values()]
         return min(cls) if cls else DEFAULT_BLEN
-
-    def __sizeof__(self):
-        return self.cbytes
 
     def free_cachemem(self):
         """Drop the columns' caches of decompressed data."""
@@ -792,9 +765,6 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
                 out.cols._cols[new].attrs[key] = value
         return out
 
-    def __enter__(self):
-        return self
-
     def __exit__(self, *exc):
         """Leaving a ``with`` block closes the table, as leaving ``with open(...)`` closes a file:
         on disk it is flushed, the directory's write lock is given back and later writes raise
@@ -853,12 +823,6 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
             raise IndexError(f"ctable indices must be ints, slices, int or bool arrays, column names "
                              f"or expressions; got {key!r}")
         return self._rows_at(ix.positions_from_array(arr.astype(np.intp, copy=False), self._len))
-
-    def __array__(self, dtype=None, copy=None):
-        if copy is False:
-            raise ValueError("a ctable cannot be viewed as a NumPy array without a copy")
-        a = self[:]
-        return a if dtype is None else a.astype(dtype)
 
     def _new_table(self, columns, names, **kwargs):
         """A new ctable of `columns` (what the parts of the class, which cannot import it, build)."""
@@ -1159,15 +1123,7 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         return f"{head}, ..., {tail}"
 
     def __repr__(self):
-        nb, cb = self.nbytes, self.cbytes
-        ratio = compression_ratio(nb, cb)
-        s = (f"ctable({self.shape}, {self.dtype})\n"
-             f"  nbytes: {human_readable_size(nb)}; cbytes: {human_readable_size(cb)}; "
-             f"ratio: {ratio:.2f}\n"
-             f"  cparams := {self._cparams!r}\n")
-        if self._rootdir:
-            s += f"  rootdir := '{self._rootdir}'\n  mode    := '{self._mode}'\n"
-        return s + str(self)
+        return self._repr_text(":")
 
 
 def _rebuild_ctable(rootdir, columns, names, attrs, allow_pickle, storage_options=None):

@@ -515,17 +515,8 @@ class CtableWrites(CtableBase):
         # on disk: the new column is written whole beside the old one, then swapped in (blzarr.storage.intent);
         # the column is never empty, whatever interrupts it
         old.flush()
-        stage = intent.stage_path(rd)
-        try:
-            new = _staged_like(old, arr, stage)
-            new.close()
-            del new
-            intent.publish(stage, rd)
-        except BaseException as e:
-            intent.abandon(stage, e)
-            if intent.committed(e):
-                self._now_column(name, rd, old, "replaced by new values")
-            raise
+        intent.stage_then_publish(rd, lambda stage: _staged_like(old, arr, stage),
+                                  lambda e: self._now_column(name, rd, old, "replaced by new values"))
         self._now_column(name, rd, old, "replaced by new values")
 
     def _now_column(self, name, rd, old, what):
