@@ -232,20 +232,8 @@ def zeros(shape, dtype=float, **kwargs):
 def ones(shape, dtype=float, **kwargs):
     """ones(shape, dtype=float, **kwargs)
 
-    A carray of ones (a ctable for a structured `dtype`, every field set to 1).
-
-    Parameters
-    ----------
-    shape : int or tuple of ints
-        The length, or the full shape.
-    dtype : dtype, optional
-        float64 by default.
-    **kwargs
-        Passed to `blzarr.carray` (or `blzarr.ctable`).
-
-    Returns
-    -------
-    carray or ctable
+    A carray of ones (a ctable for a structured `dtype`, every field set to 1), with the parameters
+    and the result of `zeros`.
 
     Examples
     --------

@@ -80,20 +80,7 @@ def blosc_set_nthreads(nthreads):
 def set_nthreads(nthreads):
     """Set the number of threads of Blosc and, when numexpr is installed, of numexpr.
 
-    Parameters
-    ----------
-    nthreads : int
-        A positive number.
-
-    Returns
-    -------
-    int
-        Blosc's previous number of threads.
-
-    Raises
-    ------
-    ValueError
-        `nthreads` is not a positive int.
+    `nthreads`, the result (Blosc's previous number) and the errors are those of `blosc_set_nthreads`.
 
     Examples
     --------
