@@ -18,6 +18,7 @@ import os
 import signal
 
 from blzarr.storage import fileio
+from helpers import fork_child, read_all
 
 FAULTS = ("interrupt", "enospc", "kill")
 # the calls that may run on a full disk: they free space or change no block
@@ -139,34 +140,13 @@ def run_faulted(fn, at, fault):
 def run_killed(fn, at, injector=Injector):
     """Run `fn()` in a forked child killed by SIGKILL before writing call `at`; True when it was
     killed there, False when it finished first (a failure in the child raises AssertionError)."""
-    import blzarr
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 0
-        try:
-            os.close(r)
-            blzarr.set_nthreads(1)
-            with fileio.use(injector(at, "kill")):
-                fn()
-        except BaseException as e:
-            try:
-                os.write(w, f"{type(e).__name__}: {e}".encode()[:2000])
-            except OSError:
-                pass
-            code = 3
-        finally:
-            os._exit(code)
-    os.close(w)
+    def child(w):
+        with fileio.use(injector(at, "kill")):
+            fn()
+    pid, r = fork_child(child)
+    msg = read_all(r)           # the child's error, if it raised
     _, status = os.waitpid(pid, 0)
-    msg = b""
-    while True:
-        b = os.read(r, 4096)
-        if not b:
-            break
-        msg += b
-    os.close(r)
     if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
         return True
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, msg.decode(errors="replace")
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 and not msg, msg
     return False

@@ -210,26 +210,11 @@ def test_no_reload_while_a_call_of_another_thread_is_in_flight(tmp_path, gate, m
             seen.wait_here()
         return out
     monkeypatch.setattr(commitrec.Watch, "changed", changed)
-    b_out = {}
-
-    def run_b():
-        seen.thread = threading.get_ident()
-        try:
-            b_out["value"] = col[700]
-        except BaseException as e:  # noqa: BLE001 - reported below
-            b_out["error"] = e
-    b = threading.Thread(target=run_b)
-    b.start()
-    assert seen.entered.wait(20)
+    b, b_out = _in_flight(seen, lambda: col[700])    # held where it finds the new version
     gate.armed = lambda: r._pinned > 0              # held in the read, not in loading the version
     a, a_out = _in_flight(gate, lambda: r[:])      # loads version 1, then is held reading it
     commit(2)
-    seen.go.set()
-    b.join(20)
-    assert not b.is_alive()
-    if "error" in b_out:
-        raise b_out["error"]
-    assert b_out["value"] == 700
+    assert _finish(seen, b, b_out) == 700
     got = np.asarray(_finish(gate, a, a_out))
     ref = np.arange(half)
     if kind == "carray":
@@ -268,27 +253,12 @@ def test_a_block_read_before_a_reload_is_not_kept_for_the_new_version(tmp_path, 
             held.wait_here()
             return real.put(key, buf)
     monkeypatch.setattr(carray_read, "disk_blocks", Blocks())
-    out = {}
-
-    def run():
-        held.thread = threading.get_ident()
-        try:
-            out["value"] = r[250]
-        except BaseException as e:  # noqa: BLE001 - reported below
-            out["error"] = e
-    t = threading.Thread(target=run)
-    t.start()
-    assert held.entered.wait(20)
+    t, out = _in_flight(held, lambda: r[250])
     w = blzarr.open(root, mode="a")
     w[:] = np.arange(N) + BIG
     w.flush()
     assert r[700] == 700 + BIG
-    held.go.set()
-    t.join(20)
-    assert not t.is_alive()
-    if "error" in out:
-        raise out["error"]
-    assert out["value"] == 250
+    assert _finish(held, t, out) == 250
     assert r[250] == 250 + BIG
     assert r[251] == 251 + BIG
     assert r[:].tolist() == list(range(BIG, BIG + N))
