@@ -23,7 +23,7 @@ import numpy as np
 import blzarr
 from blzarr import _superchunk
 from blzarr.bench import command as bench_command
-from blzarr.storage import fileio, intent
+from blzarr.storage import intent
 from blzarr.storage.locking import LockError, lock_dir
 from blzarr.containers.carray.array import carray, compression_ratio, human_readable_size
 from blzarr.query import chunked_eval as _ce

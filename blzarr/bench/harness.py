@@ -290,7 +290,8 @@ class Runner:
                 }[op]
                 self.measure(row, p, op, fn)
             self.finish_row(row)
-        del objs, masks
+        del objs
+        masks.clear()       # named by the closures above: emptied, not deleted
         self.check_results(dname, x, mask)
 
     def check_results(self, dname, x, mask):

@@ -580,7 +580,7 @@ def select_into(expression, operands, vm, blen, outputs, dtype, plan=None):
         else:
             pieces.append((s, e - s, total, [None] * len(outputs)))
             total += e - s
-    del found
+    found.clear()       # the compacted blocks are in `pieces` now
     out = np.empty(total, dtype)
     if not total:
         return out

@@ -29,7 +29,7 @@ from blzarr.containers.carray.array import carray
 from blzarr.containers.common import Container
 from blzarr.containers.carray.read import pin_version, unpin_version
 from blzarr.containers.carray.version import fresh_call
-from blzarr.errors import ConcurrentWriterError, FormatError, StorageError, storage_error, storage_op
+from blzarr.errors import ConcurrentWriterError, FormatError, StorageError, storage_op
 from blzarr.storage import intent, rewrite
 from blzarr.storage.locking import FirstWrite, LockError, lock_dir
 from blzarr.query.rules import DEFAULT_BLEN

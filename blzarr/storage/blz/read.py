@@ -171,7 +171,6 @@ class BlzReads:
                     # beside a writer of this process: read under the lock, decode outside it
                     buf, ct = self._fetch_into_scratch(n, f, fd, off, ct, expected_nbytes, where)
                 else:
-                    fno = f.fno
                     self._borrow(fd)
                     # verified before at this offset in this state of the file: read again without its
                     # checksum (as the lazy reads of `read_range` do), its offsets entry still re-checked
