@@ -511,12 +511,16 @@ def test_the_not_writing_ones_do_not_write(tmp_path, fmt):
     root = str(tmp_path)
     a, t = _disk_objects(root, fmt)
     ran = 0
-    for name, call in NOT_WRITING.items():
-        if not callable(call):
-            continue
-        with fileio.use(NoWrites()):
-            call(a, t, root)
-        ran += 1
+    try:
+        for name, call in NOT_WRITING.items():
+            if not callable(call):
+                continue
+            with fileio.use(NoWrites()):
+                call(a, t, root)
+            ran += 1
+    finally:
+        a.close()
+        t.close()
     assert ran > 20
 
 

@@ -2,6 +2,8 @@
 process may write at once; the object then refuses writes and says how to write again); views of
 on-disk carrays are read-only and say why."""
 
+import gc
+import os
 import subprocess
 import sys
 
@@ -78,3 +80,39 @@ def test_writing_through_a_view_of_an_on_disk_carray_says_why_it_is_read_only(tm
     m = blzarr.carray(np.arange(3)).view()              # in memory a view is writable
     m[0] = 7
     assert m[0] == 7
+
+
+def _commit_record_fds(root):
+    # the descriptors of this process open on `root`'s commit record(s)
+    out = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(root) and target.endswith(os.path.join("meta", "commit")):
+            out += 1
+    return out
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+@pytest.mark.parametrize("fmt", ["blz", "bcolz"])
+@pytest.mark.parametrize("kind", ["carray", "ctable"])
+def test_a_writer_dropped_without_close_gives_back_its_commit_record(tmp_path, fmt, kind):
+    """A writer keeps its commit record open between flushes; dropped without close() (an operation
+    interrupted half-way, a throwaway handle), collecting it closes that descriptor too."""
+    root = str(tmp_path / "d")
+    if kind == "carray":
+        blzarr.carray(np.arange(10), rootdir=root, mode="w", format=fmt).close()
+    else:
+        blzarr.ctable([np.arange(10), np.arange(10) * 0.5], names=["a", "b"], rootdir=root, mode="w",
+                      format=fmt).close()
+    w = blzarr.open(root, mode="a")
+    w.append(np.arange(3) if kind == "carray" else [(1, 1.5), (2, 2.5), (3, 3.5)])
+    w.flush()
+    assert _commit_record_fds(root) >= (1 if kind == "carray" else 2)    # bumped: held open
+    del w
+    gc.collect()
+    assert _commit_record_fds(root) == 0
+    r = blzarr.open(root, mode="r")
+    assert len(r) == 13

@@ -114,6 +114,15 @@ class Writer:
         if fd is not None:
             fileio.close(fd)
 
+    def __del__(self):
+        # a carray dropped without close() (an operation interrupted half-way, a test's throwaway
+        # handle) must not keep the descriptor until the process ends, as a collected file object
+        # would not
+        try:
+            self.close()
+        except Exception:
+            pass
+
 
 def sizes_fingerprint(rootdir):
     """(inode, size, mtime in ns) of meta/sizes, None when it cannot be read."""
