@@ -18,7 +18,7 @@ from blzarr.storage import intent
 from blzarr.storage.locking import lock_dir
 from blzarr.containers.carray.array import carray
 from blzarr.errors import BlzarrError, StorageError
-from blzarr.storage.files import detect, detect_store
+from blzarr.storage.files import ROOTDIRS_FILE as ROOTDIRS, detect, detect_store  # noqa: F401  (bcolz.toplevel's ROOTDIRS)
 from blzarr.storage.bytestore import find_objects, is_url, local_path, open_bytestore
 from blzarr.containers.ctable.table import ctable
 from blzarr.runtime.params import cparams, detect_number_of_cores, set_nthreads  # noqa: F401  (bcolz.toplevel's names)
