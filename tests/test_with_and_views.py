@@ -116,3 +116,46 @@ def test_a_writer_dropped_without_close_gives_back_its_commit_record(tmp_path, f
     assert _commit_record_fds(root) == 0
     r = blzarr.open(root, mode="r")
     assert len(r) == 13
+
+
+@pytest.mark.parametrize("fmt", ["blz", "bcolz"])
+@pytest.mark.parametrize("first", ["view", "base"])
+def test_a_view_of_a_reader_and_its_base_each_load_the_new_version(tmp_path, fmt, first):
+    """A reader and its view each show the latest committed version at every read, whichever of
+    the two reads first after another handle commits (neither marks the version loaded for the
+    other, nor swaps the files under it)."""
+    root = str(tmp_path / "d")
+    blzarr.carray(np.arange(10), rootdir=root, mode="w", format=fmt, chunklen=4).close()
+    base = blzarr.open(root, mode="r")
+    view = base.view()
+    expected = np.arange(10)
+    w = blzarr.open(root, mode="a")
+    for step in range(3):
+        w.append(np.arange(3) + 100 * step)
+        w[step] = -step - 1
+        w.flush()
+        expected = np.concatenate([expected, np.arange(3) + 100 * step])
+        expected[step] = -step - 1
+        pair = (view, base) if first == "view" else (base, view)
+        for obj in pair:
+            assert len(obj) == len(expected)
+            assert obj[:].tolist() == expected.tolist()
+            assert obj[step] == expected[step]
+    w.close()
+    view.close()
+    assert base[:].tolist() == expected.tolist()
+
+
+@pytest.mark.parametrize("fmt", ["blz", "bcolz"])
+def test_a_view_of_a_readers_column_loads_the_new_version(tmp_path, fmt):
+    root = str(tmp_path / "t")
+    blzarr.ctable([np.arange(10), np.arange(10) * 0.5], names=["a", "b"], rootdir=root, mode="w",
+                  format=fmt).close()
+    t = blzarr.open(root, mode="r")
+    view = t["a"].view()
+    w = blzarr.open(root, mode="a")
+    w.append([(10, 5.0), (11, 5.5)])
+    w.flush()
+    assert view[:].tolist() == list(range(12))
+    assert t["a"][:].tolist() == list(range(12)) and len(t) == 12
+    w.close()

@@ -777,9 +777,12 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
             new._stats = self._stats.copy()
         new.__dict__.pop("_dirlock", None)      # a view of an on-disk carray is read-only
         new.__dict__.pop("_first_write", None)
+        new.__dict__.pop("_recw", None)         # and never publishes a version
         if not self._ondisk:
             new._chunks = self._chunks.copy()
         else:
+            if self._watch is not None:
+                self._own_version(new)
             new._mode = "r"
             new._why_readonly = (
                 f"this carray is a view of the on-disk carray '{self._rootdir}', and views of on-disk "
@@ -787,6 +790,22 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
                 "write through it would change the data under the original object (write through the "
                 "original, or make a writable copy with view.copy())")
         return new
+
+    def _own_version(self, new):
+        # The view of a reader follows the committed versions on its own: its own watch of the
+        # commit record, from the version this carray loaded, and its own directory object over the
+        # same files.  Shared, a reload by one would mark the version loaded for both and swap the
+        # files under the other, which would then read the new files at its old length.  A change
+        # since that version is found by the view's first read, which loads it first.
+        w = self._watch
+        new._watch = commitrec.Watch(self._rootdir, check_fp=True)
+        new._watch.accept((w.seen, w.fp))
+        new._vlock = threading.RLock()
+        new.__dict__.pop("_owner", None)        # a column's view is a carray of its own, not the table's
+        new.__dict__.pop("_cut", None)
+        nchunks = len(self._chunks)
+        new._chunks = open_chunks(open_dir(self._rootdir, "r", None), self._rootdir, "r", self._chunk_atom,
+                                  self._chunklen, nchunks, nchunks + (1 if self._nleft else 0), self._isobj)
 
     def reshape(self, newshape):
         """The same data with shape `newshape` (one dimension may be -1), as a new carray.
