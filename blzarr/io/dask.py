@@ -17,7 +17,7 @@ import uuid
 import numpy as np
 
 from blzarr.runtime import integrations
-from blzarr.runtime.optional import need as _need
+from blzarr.io import need_package as _need
 from blzarr.errors import StorageError
 from blzarr.storage.chunk import blosc_typesize, compress_array
 from blzarr.runtime.params import cparams

@@ -9,7 +9,7 @@ import os
 import numpy as np
 
 from blzarr.runtime import integrations
-from blzarr.runtime.optional import need as _need
+from blzarr.io import need_package as _need
 from blzarr.errors import StorageError
 from blzarr.containers.ctable.table import ctable
 from blzarr.runtime.params import cparams as _cparams
