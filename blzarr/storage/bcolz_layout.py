@@ -17,7 +17,6 @@ import os
 import re
 import secrets
 import struct
-import threading
 from collections import OrderedDict
 
 from blzarr.storage import fileio, objstats, rewrite
@@ -28,6 +27,7 @@ from blzarr.errors import FormatError, MissingError, ReadOnlyError, StorageError
 from blzarr.storage.locking import first_write
 from blzarr.storage.files import (ATTRS_FILE, DATA_DIR, IN_FLIGHT, META_DIR, SIZES_FILE, _new_file_mode,
                                   new_tree_of, reraise_write_error)
+from blzarr.runtime import forksafe
 
 CHUNK_EXT = ".blp"
 
@@ -493,7 +493,7 @@ class BcolzChunks(LayoutChunks):
         self.mode = mode
         self._cache = OrderedDict()
         self._cache_bytes = 0
-        self._lock = threading.Lock()
+        self._lock = forksafe.Lock()
         store.check_chunk_files(nchunks)
         self._sizes = None          # compressed bytes of each chunk, from its file's size when asked
 

@@ -71,7 +71,6 @@ import json
 import os
 import stat
 import re
-import threading
 import time
 
 from blzarr.storage import fileio
@@ -79,6 +78,7 @@ from blzarr.storage import files
 from blzarr.errors import ConcurrentWriterError, FormatError, MissingError, StorageError
 from blzarr.storage.files import detect_store
 from blzarr.runtime.optional import need
+from blzarr.runtime import forksafe
 
 __all__ = ["ByteStore", "LocalStore", "MemoryStore", "FsspecStore", "WriterGuard", "is_url", "open_bytestore", "join",
            "ConcurrentWriterError", "find_objects"]
@@ -136,7 +136,7 @@ class ByteStore(abc.ABC):
     def __init__(self, root):
         self.root = root
         self.stats = {"get": 0, "get_bytes": 0, "put": 0, "put_bytes": 0, "list": 0, "head": 0}
-        self._stats_lock = threading.Lock()
+        self._stats_lock = forksafe.Lock()
         self._primed = {}
 
     # ---- objects
@@ -604,7 +604,7 @@ class MemoryStore(ByteStore):
     def __init__(self, root="memory", objects=None):
         super().__init__(root.rstrip("/"))
         self._objects = {} if objects is None else objects   # full key (root/key) -> (bytes, version)
-        self._lock = threading.Lock() if objects is None else None
+        self._lock = forksafe.Lock() if objects is None else None
         self._counter = [0]
 
     def _k(self, key):

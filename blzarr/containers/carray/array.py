@@ -3,13 +3,13 @@
 import math
 import operator
 import os
-import threading
 
 import numpy as np
 
 from blzarr.storage import fileio, intent
 from blzarr import _chunk
 from blzarr.runtime import integrations
+from blzarr.runtime import forksafe
 from blzarr.query import lazyexpr
 from blzarr.query import stats as _stats
 from blzarr.containers.arrayprint import array2string
@@ -161,7 +161,7 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
         if self._rootdir is None and (meta or reserve or superchunklen or checksum is not _UNSET):
             raise ValueError("checksum=, reserve=, superchunklen= and meta= apply to on-disk carrays "
                              "in the 'blz' format (give a rootdir)")
-        self._lock = threading.RLock()
+        self._lock = forksafe.RLock()
         self._blockcache = None
         self.safe = safe
         if self._bytes is not None and array is None and mode != "w":
@@ -768,7 +768,7 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
         """
         new = carray.__new__(carray)
         new.__dict__.update(self.__dict__)
-        new._lock = threading.RLock()
+        new._lock = forksafe.RLock()
         new.__dict__.pop("_pinned", None)       # the calls in flight are the original's
         new._blockcache = None
         new._next_iter = None
@@ -800,7 +800,7 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
         w = self._watch
         new._watch = commitrec.Watch(self._rootdir, check_fp=True)
         new._watch.accept((w.seen, w.fp))
-        new._vlock = threading.RLock()
+        new._vlock = forksafe.RLock()
         new.__dict__.pop("_owner", None)        # a column's view is a carray of its own, not the table's
         new.__dict__.pop("_cut", None)
         nchunks = len(self._chunks)

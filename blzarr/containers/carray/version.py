@@ -17,7 +17,6 @@ swaps its state in place (`adopt`) and leaves the descriptors that reads in flig
 they are done."""
 
 import functools
-import threading
 
 import numpy as np
 
@@ -26,6 +25,7 @@ from blzarr.storage import commitrec
 from blzarr.storage.arraymeta import ArrayMeta
 from blzarr.containers.carray.read import CarrayBase, pin_version, unpin_version
 from blzarr.storage.stores import open_chunks, open_dir
+from blzarr.runtime import forksafe
 
 
 class CarrayVersions(CarrayBase):
@@ -44,7 +44,7 @@ class CarrayVersions(CarrayBase):
         w = commitrec.Watch(self._rootdir, check_fp=True)
         state = w.current()
         if self._vlock is None:
-            self._vlock = threading.RLock()
+            self._vlock = forksafe.RLock()
         self._watch = w
         return state
 

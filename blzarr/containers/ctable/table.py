@@ -15,7 +15,6 @@ of each block they need, so no column is ever decompressed whole to answer one.
 import contextlib
 import os
 import sys
-import threading
 import warnings
 import weakref
 
@@ -24,6 +23,7 @@ import numpy as np
 from blzarr.storage import fileio
 from blzarr.containers import indexing as ix
 from blzarr.runtime import integrations
+from blzarr.runtime import forksafe
 from blzarr.storage.attrs import attrs as _attrs
 from blzarr.containers.carray.array import carray
 from blzarr.containers.common import Container
@@ -613,7 +613,7 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         """Read as a reader of a directory other processes may write: every column watches its own
         directory, and a column asks the table (`_fresh`) before each call."""
         if self._vlock is None:
-            self._vlock = threading.RLock()
+            self._vlock = forksafe.RLock()
         ref = weakref.ref(self)
         for c in self.cols._cols.values():
             c._owner = ref

@@ -44,6 +44,7 @@ from blzarr.storage.locking import first_write
 from blzarr.storage import fileio, rewrite
 from blzarr.storage.files import ATTRIBUTES_FILE, DATA_DIR, META_DIR, SIZES_FILE, new_tree_of, read_json
 from blzarr.runtime.parallel import codec_threads
+from blzarr.runtime import forksafe
 from blzarr.storage.spool import writes_for
 # the parts of BlzDir; the names other modules and tests import from blzarr.storage.blz.directory stay importable here
 from blzarr.storage.blz.cache import CHUNK_CACHE_BYTES, HEAD_CACHE_BYTES, BlzCaches, _LRU
@@ -157,7 +158,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         self.metadir = self.bytes.where(META_DIR)
         self._guard = self.bytes.writer_guard(f"{META_DIR}/{SIZES_FILE}")
         self.mode = mode
-        self._lock = threading.RLock()
+        self._lock = forksafe.RLock()
         self._fds = OrderedDict()
         self._files = OrderedDict()
         self._heads = _LRU(HEAD_CACHE_BYTES)

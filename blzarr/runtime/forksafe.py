@@ -1,0 +1,46 @@
+"""Locks that a forked child finds free.
+
+A child made by fork has only the thread that forked.  A lock another thread of the parent held at
+that moment (a long read holding an object's call lock, its store's lock, a cache's) stays held in the
+child for good, and the child's first call that takes it waits forever.  `Lock()` and `RLock()` make
+the usual locks and remember them (weakly); in a forked child each is made free again before the
+child goes on (`_at_fork_reinit`, as the threading module does for its own locks).  The state those
+locks guarded is the parent's as it was at the fork: the caches and pools that may hold work of
+threads gone in the child are emptied by their own modules' fork hooks.
+
+Taking these locks costs what taking a plain lock costs: they are the plain locks.
+"""
+
+import os
+import threading
+import weakref
+
+_locks = weakref.WeakSet()
+_guard = threading.Lock()
+
+
+def Lock():
+    """A `threading.Lock` that a forked child gets released."""
+    lock = threading.Lock()
+    with _guard:
+        _locks.add(lock)
+    return lock
+
+
+def RLock():
+    """A `threading.RLock` that a forked child gets released."""
+    lock = threading.RLock()
+    with _guard:
+        _locks.add(lock)
+    return lock
+
+
+def _after_fork_in_child():
+    global _guard
+    _guard = threading.Lock()
+    for lock in list(_locks):
+        lock._at_fork_reinit()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

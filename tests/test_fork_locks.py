@@ -1,0 +1,188 @@
+"""A process made while another thread holds one of blzarr's locks works in the child.
+
+A forked child has only the thread that forked: a lock that another thread of the parent held at
+that moment (an object's call lock or version lock, its store's lock, the decoded-block cache's, the
+thread pool's) stays held in the child for good, and the child's first call that takes it would
+wait forever.  Thread A holds them here while the main thread forks; the child reads, queries, sums,
+and appends to a copy, each under an alarm that turns a hang into a failure.  Children made with
+forkserver and spawn start clean anyway: they open the same objects by path.
+"""
+
+import multiprocessing as mp
+import os
+import signal
+import threading
+
+import numpy as np
+import pytest
+
+import blzarr
+from blzarr.runtime import parallel
+from blzarr.storage import blockcache
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+
+N = 20_000
+CHILD_SECONDS = 30
+_LOCK_TYPES = (type(threading.Lock()), type(threading.RLock()))
+
+
+def _objects(root, fmt):
+    a = blzarr.carray(np.arange(N, dtype=np.int64), rootdir=os.path.join(root, "a"), mode="w", chunklen=1000,
+                      format=fmt)
+    a.close()
+    t = blzarr.ctable([np.arange(N), np.arange(N) * 0.5], names=["i", "f"], rootdir=os.path.join(root, "t"),
+                      mode="w", chunklen=1000, format=fmt)
+    t.close()
+    return blzarr.open(os.path.join(root, "a"), mode="r"), blzarr.open(os.path.join(root, "t"), mode="r")
+
+
+def _locks_of(obj, depth=4, seen=None):
+    """The locks reachable from `obj` through its attributes (its own, its store's, its columns')."""
+    seen = set() if seen is None else seen
+    if id(obj) in seen or depth < 0:
+        return []
+    seen.add(id(obj))
+    if isinstance(obj, _LOCK_TYPES):
+        return [obj]
+    out = []
+    if isinstance(obj, dict):
+        values = list(obj.values())
+    elif isinstance(obj, (list, tuple)):
+        values = list(obj)
+    else:
+        values = list(getattr(obj, "__dict__", {}).values())
+    for v in values:
+        if isinstance(v, (np.ndarray, str, bytes, int, float)) or v is None:
+            continue
+        out += _locks_of(v, depth - 1, seen)
+    return out
+
+
+def _work(a, t, root):
+    """What the child does: every kind of read, a query, a sum, and a write of a copy."""
+    exp = np.arange(N, dtype=np.int64)
+    assert (a[:] == exp).all() and a[1234] == 1234 and a.sum() == exp.sum()
+    assert list(a.where(a[:] > N - 3)) == [N - 2, N - 1]
+    assert t.eval("i * 2")[:].sum() == 2 * exp.sum()
+    assert [int(x) for x in t.fetchwhere(f"i > {N - 3}")["i"]] == [N - 2, N - 1]
+    assert [r.i for r in t.where(f"i < 2")] == [0, 1]
+    assert len(t) == N and t[5]["f"] == 2.5
+    c = a.copy(rootdir=os.path.join(root, f"copy-{os.getpid()}"), mode="w")
+    c.append(np.arange(10))
+    c.flush()
+    assert len(blzarr.open(c.rootdir, mode="r")) == N + 10
+    c.close()
+
+
+def _child_exit(fn):
+    """Run fn() in this (forked) child under an alarm: exit 0, 1 on an error, 2 on a hang."""
+    signal.signal(signal.SIGALRM, lambda *a: os._exit(2))
+    signal.alarm(CHILD_SECONDS)
+    try:
+        fn()
+    except BaseException as e:       # noqa: B902 - any failure is the child's answer
+        os.write(2, f"child: {type(e).__name__}: {e}\n".encode())
+        os._exit(1)
+    os._exit(0)
+
+
+def _fork_and_wait(fn):
+    pid = os.fork()
+    if pid == 0:
+        _child_exit(fn)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status), f"the child died: {status}"
+    code = os.WEXITSTATUS(status)
+    assert code != 2, "the child hung (a lock held by another thread of the parent when it forked)"
+    assert code == 0, "the child failed (see its stderr)"
+
+
+@pytest.mark.parametrize("fmt", ["blz", "bcolz"])
+def test_fork_while_another_thread_holds_the_locks(tmp_path, fmt):
+    a, t = _objects(str(tmp_path), fmt)
+    a[:10], t[:10], a.sum(), list(t.where("i < 3"))        # stores, caches and pool in use
+    locks = _locks_of(a) + _locks_of(t) + _locks_of(blockcache.disk_blocks) + [parallel._lock]
+    assert len(locks) >= 4
+    held, go = threading.Event(), threading.Event()
+
+    def hold():
+        for lk in locks:
+            lk.acquire()
+        held.set()
+        go.wait(60)
+        for lk in reversed(locks):
+            lk.release()
+    th = threading.Thread(target=hold)
+    th.start()
+    try:
+        assert held.wait(30)
+        _fork_and_wait(lambda: _work(a, t, str(tmp_path)))
+    finally:
+        go.set()
+        th.join()
+    _work(a, t, str(tmp_path))              # the parent goes on
+
+
+@pytest.mark.parametrize("fmt", ["blz", "bcolz"])
+def test_fork_beside_a_thread_in_long_reads(tmp_path, fmt):
+    a, t = _objects(str(tmp_path), fmt)
+    blzarr.set_nthreads(2)
+    stop = threading.Event()
+    errors = []
+
+    def reader():
+        try:
+            while not stop.is_set():
+                a[:].sum(), a.sum(), list(a.where(a[:] > N - 5)), t["f"].sum(), t.fetchwhere("i > 19990")
+        except BaseException as e:     # noqa: B902
+            errors.append(e)
+    th = threading.Thread(target=reader)
+    th.start()
+    try:
+        for _ in range(6):
+            _fork_and_wait(lambda: _work(a, t, str(tmp_path)))
+    finally:
+        stop.set()
+        th.join()
+    assert not errors
+
+
+def _by_path(root):
+    a, t = blzarr.open(os.path.join(root, "a"), mode="r"), blzarr.open(os.path.join(root, "t"), mode="r")
+    _work(a, t, root)
+
+
+@pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
+def test_multiprocessing_children_beside_held_locks(tmp_path, method):
+    if method not in mp.get_all_start_methods():
+        pytest.skip(f"no {method} here")
+    a, t = _objects(str(tmp_path), "blz")
+    a[:10], a.sum(), list(t.where("i < 3"))
+    locks = _locks_of(a) + _locks_of(t) + _locks_of(blockcache.disk_blocks) + [parallel._lock]
+    held, go = threading.Event(), threading.Event()
+
+    def hold():
+        for lk in locks:
+            lk.acquire()
+        held.set()
+        go.wait(120)
+        for lk in reversed(locks):
+            lk.release()
+    th = threading.Thread(target=hold)
+    th.start()
+    try:
+        assert held.wait(30)
+        ctx = mp.get_context(method)
+        p = ctx.Process(target=_by_path, args=(str(tmp_path),))
+        p.start()
+        p.join(90)
+        hung = p.is_alive()
+        if hung:
+            p.kill()
+            p.join()
+        assert not hung, f"a {method} child hung"
+        assert p.exitcode == 0
+    finally:
+        go.set()
+        th.join()
