@@ -186,3 +186,36 @@ def test_multiprocessing_children_beside_held_locks(tmp_path, method):
     finally:
         go.set()
         th.join()
+
+
+@pytest.mark.parametrize("fmt", ["blz", "bcolz"])
+def test_forked_child_reloads_although_a_parent_thread_was_in_a_call(tmp_path, fmt):
+    # a call of another thread in flight at the fork never ends in the child: it must not hold the
+    # child's objects on the version they showed then
+    from blzarr.containers.carray.read import pin_version, unpin_version
+    a, t = _objects(str(tmp_path), fmt)
+    a[:10], t[:10]
+    pinned, go = threading.Event(), threading.Event()
+
+    def in_call():
+        la, lt = pin_version(a), pin_version(t)
+        pinned.set()
+        go.wait(60)
+        unpin_version(t, lt)
+        unpin_version(a, la)
+    th = threading.Thread(target=in_call)
+    th.start()
+
+    def child():
+        for path in ("a", "t"):
+            w = blzarr.open(os.path.join(str(tmp_path), path), mode="a")
+            w.append(np.arange(5) if path == "a" else (np.arange(5), np.arange(5) * 0.5))
+            w.close()
+        assert len(a) == N + 5 and a[N + 4] == 4 and (a[:] == np.r_[np.arange(N), np.arange(5)]).all()
+        assert len(t) == N + 5 and t["i"][N + 4] == 4
+    try:
+        assert pinned.wait(30)
+        _fork_and_wait(child)
+    finally:
+        go.set()
+        th.join()

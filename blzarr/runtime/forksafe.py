@@ -4,7 +4,8 @@ A child made by fork has only the thread that forked.  A lock another thread of 
 that moment (a long read holding an object's call lock, its store's lock, a cache's) stays held in the
 child for good, and the child's first call that takes it waits forever.  `Lock()` and `RLock()` make
 the usual locks and remember them (weakly); in a forked child each is made free again before the
-child goes on (`_at_fork_reinit`, as the threading module does for its own locks).  The state those
+child goes on (`_at_fork_reinit`, as the threading module does for its own locks), and the objects
+that count the calls in flight on them (`counts_calls`) start with none.  The state those
 locks guarded is the parent's as it was at the fork: the caches and pools that may hold work of
 threads gone in the child are emptied by their own modules' fork hooks.
 
@@ -35,11 +36,24 @@ def RLock():
     return lock
 
 
+def counts_calls(obj):
+    """Remember `obj`, whose ``_pinned`` counts the calls of threads in flight on it (no reload while
+    one is): a forked child has none of those threads, so it starts with no call in flight (else a
+    call of a parent thread that never ends there would hold the child on the version of the fork)."""
+    with _guard:
+        _counted.add(obj)
+
+
+_counted = weakref.WeakSet()
+
+
 def _after_fork_in_child():
     global _guard
     _guard = threading.Lock()
     for lock in list(_locks):
         lock._at_fork_reinit()
+    for obj in list(_counted):
+        obj.__dict__.pop("_pinned", None)
 
 
 if hasattr(os, "register_at_fork"):

@@ -45,6 +45,7 @@ class CarrayVersions(CarrayBase):
         state = w.current()
         if self._vlock is None:
             self._vlock = forksafe.RLock()
+        forksafe.counts_calls(self)
         self._watch = w
         return state
 

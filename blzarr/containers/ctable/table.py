@@ -614,6 +614,7 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         directory, and a column asks the table (`_fresh`) before each call."""
         if self._vlock is None:
             self._vlock = forksafe.RLock()
+        forksafe.counts_calls(self)
         ref = weakref.ref(self)
         for c in self.cols._cols.values():
             c._owner = ref
