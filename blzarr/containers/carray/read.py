@@ -18,7 +18,7 @@ from blzarr.query.selection import Selection
 from blzarr._chunk import getitem_into
 from blzarr.storage.blockcache import disk_blocks, new_generation
 from blzarr.storage.chunk import chunk, decode_ranges, rows_chunks, select_ahead, take_chunks, where_scalars
-from blzarr.errors import FormatError
+from blzarr.errors import ConcurrentWriterError, FormatError
 from blzarr.runtime.params import get_nthreads
 from blzarr.runtime.parallel import run_all
 
@@ -105,6 +105,40 @@ def pin_version(obj):
 def unpin_version(obj, lock):
     with lock:
         obj._pinned -= 1
+
+
+# times a read call is run again when another process committed while it read, before it gives up
+READ_AGAIN = 16
+
+
+def _moved(obj):
+    """Whether a writer committed since `obj` (a watched carray or ctable) loaded its state: the
+    generation of each mapped commit record (no system call), the whole check where none is mapped."""
+    w = obj._watch
+    watches = [c._watch for c in obj.cols._cols.values() if c._watch is not None] if w is True else [w]
+    for w in watches:
+        v = w.view
+        if (v[1] != w.seen) if v is not None else w.changed():
+            return True
+    return False
+
+
+def on_one_version(obj, fn):
+    """``fn()``, a public read call of the watched `obj`, on one committed version: pinned to the
+    latest (`pin_version`), and run again on the next one when a writer committed while it read
+    (its chunks may then come from both versions).  A call beside another thread's call in flight
+    reads what that one reads: it cannot load another version, so it is not run again."""
+    for _ in range(READ_AGAIN):
+        lock = pin_version(obj)
+        try:
+            out = fn()
+            again = obj._pinned == 1 and _moved(obj)
+        finally:
+            unpin_version(obj, lock)
+        if not again:
+            return out
+    raise ConcurrentWriterError(f"'{obj.rootdir}' was rewritten by another process {READ_AGAIN} times while "
+                                "one call read it: the call cannot see one version of it")
 
 
 def _expand_ellipsis(key, ndim):
@@ -394,11 +428,7 @@ class CarrayReads(CarrayBase):
             raise IndexError(f"index {key} is out of bounds for axis 0 with size {self._len}")
         if w is not None:
             # other keys: the whole check, then one version for the whole call
-            lock = pin_version(self)
-            try:
-                return self._getitem(key)
-            finally:
-                unpin_version(self, lock)
+            return on_one_version(self, lambda: self._getitem(key))
         return self._getitem(key)
 
     def _getitem(self, key):

@@ -23,7 +23,7 @@ import numpy as np
 from blzarr.query import stats as _stats
 from blzarr.storage import commitrec
 from blzarr.storage.arraymeta import ArrayMeta
-from blzarr.containers.carray.read import CarrayBase, pin_version, unpin_version
+from blzarr.containers.carray.read import CarrayBase, on_one_version
 from blzarr.storage.stores import open_chunks, open_dir
 from blzarr.runtime import forksafe
 
@@ -124,10 +124,6 @@ def fresh_call(method):
     def call(self, *args, **kwargs):
         if not self._watch:
             return method(self, *args, **kwargs)
-        lock = pin_version(self)
-        try:
-            return method(self, *args, **kwargs)
-        finally:
-            unpin_version(self, lock)
+        return on_one_version(self, lambda: method(self, *args, **kwargs))
     # the method's name, module and docstring (its module's doctests find it there)
     return functools.update_wrapper(call, method)
