@@ -833,6 +833,13 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
         # first and swapped in (blzarr.storage.intent); this object is then read-only for good (its flush
         # must not write the old shape over the new directory)
         self._check_writable()      # the directory's lock
+        if self._bytes is not None:
+            # object storage has no rename to swap a directory in: the reshaped copy would be
+            # written in place over the objects it is made from (or, through the local swap, into
+            # a local directory named after the URL)
+            raise StorageError(f"reshape() cannot replace '{self._rootdir}' on object storage (it has no "
+                               "atomic rename): write the reshaped data to another URL, "
+                               "blzarr.carray(a[:].reshape(shape), rootdir=url2, mode='w', ...)")
         self.flush()
         target = self._rootdir
         kw = self._chunks.storage_options() if self.format == "blz" else {}
