@@ -5,6 +5,7 @@ boolean arrays, expressions), take, iteration, where and wheretrue."""
 import itertools
 import pickle
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -115,6 +116,8 @@ def _moved(obj):
     """Whether a writer committed since `obj` (a watched carray or ctable) loaded its state: the
     generation of each mapped commit record (no system call), the whole check where none is mapped."""
     w = obj._watch
+    if not w:
+        return False        # it became the writer meanwhile (its first write): what it holds is current
     watches = [c._watch for c in obj.cols._cols.values() if c._watch is not None] if w is True else [w]
     for w in watches:
         v = w.view
@@ -123,22 +126,29 @@ def _moved(obj):
     return False
 
 
-def on_one_version(obj, fn):
-    """``fn()``, a public read call of the watched `obj`, on one committed version: pinned to the
-    latest (`pin_version`), and run again on the next one when a writer committed while it read
+def read_again(obj, attempt):
+    """At the end of attempt `attempt` (0, 1...) of a public read call of the watched `obj` (still
+    pinned): whether to run it again on the next version, because a writer committed while it read
     (its chunks may then come from both versions).  A call beside another thread's call in flight
-    reads what that one reads: it cannot load another version, so it is not run again."""
-    for _ in range(READ_AGAIN):
-        lock = pin_version(obj)
-        try:
-            out = fn()
-            again = obj._pinned == 1 and _moved(obj)
-        finally:
-            unpin_version(obj, lock)
-        if not again:
-            return out
-    raise ConcurrentWriterError(f"'{obj.rootdir}' was rewritten by another process {READ_AGAIN} times while "
-                                "one call read it: the call cannot see one version of it")
+    reads what that one reads: it cannot load another version, so it is not run again; nor is a
+    column's call inside a call of its table (the table's call is).  From the third attempt on, a
+    writer still at work (columns flushed one after the other) is given a moment."""
+    if obj._pinned != 1:
+        return False
+    owner = getattr(obj, "_owner", None)
+    table = owner() if owner is not None else None
+    if table is not None and table._pinned:
+        return False
+    if not _moved(obj):
+        return False
+    if attempt >= 2:
+        time.sleep(0.001 * attempt)
+    return True
+
+
+def rewritten_too_often(obj):
+    return ConcurrentWriterError(f"'{obj.rootdir}' was rewritten by another process {READ_AGAIN} times while "
+                                 "one call read it: the call cannot see one version of it")
 
 
 def _expand_ellipsis(key, ndim):
@@ -427,8 +437,18 @@ class CarrayReads(CarrayBase):
                 return self._getitem_scalar(i)
             raise IndexError(f"index {key} is out of bounds for axis 0 with size {self._len}")
         if w is not None:
-            # other keys: the whole check, then one version for the whole call
-            return on_one_version(self, lambda: self._getitem(key))
+            # other keys: the whole check, then one version for the whole call, read again when a
+            # writer committed meanwhile (inline: an expression key reads the caller's frame)
+            for attempt in range(READ_AGAIN):
+                lock = pin_version(self)
+                try:
+                    out = self._getitem(key)
+                    again = read_again(self, attempt)
+                finally:
+                    unpin_version(self, lock)
+                if not again:
+                    return out
+            raise rewritten_too_often(self)
         return self._getitem(key)
 
     def _getitem(self, key):

@@ -23,7 +23,8 @@ import numpy as np
 from blzarr.query import stats as _stats
 from blzarr.storage import commitrec
 from blzarr.storage.arraymeta import ArrayMeta
-from blzarr.containers.carray.read import CarrayBase, on_one_version
+from blzarr.containers.carray.read import (READ_AGAIN, CarrayBase, pin_version, read_again,
+                                           rewritten_too_often, unpin_version)
 from blzarr.storage.stores import open_chunks, open_dir
 from blzarr.runtime import forksafe
 
@@ -124,6 +125,16 @@ def fresh_call(method):
     def call(self, *args, **kwargs):
         if not self._watch:
             return method(self, *args, **kwargs)
-        return on_one_version(self, lambda: method(self, *args, **kwargs))
+        # read again when a writer committed while it read (read.read_again)
+        for attempt in range(READ_AGAIN):
+            lock = pin_version(self)
+            try:
+                out = method(self, *args, **kwargs)
+                again = read_again(self, attempt)
+            finally:
+                unpin_version(self, lock)
+            if not again:
+                return out
+        raise rewritten_too_often(self)
     # the method's name, module and docstring (its module's doctests find it there)
     return functools.update_wrapper(call, method)
