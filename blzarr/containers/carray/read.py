@@ -133,6 +133,11 @@ def read_again(obj, attempt):
     reads what that one reads: it cannot load another version, so it is not run again; nor is a
     column's call inside a call of its table (the table's call is).  From the third attempt on, a
     writer still at work (columns flushed one after the other) is given a moment."""
+    w = obj._watch
+    if w and w is not True:      # a carray's Watch (a table: True; the writer: None or False)
+        v = w.view
+        if v is not None and v[1] == w.seen:
+            return False        # the common case: nothing committed meanwhile (one compare)
     if obj._pinned != 1:
         return False
     owner = getattr(obj, "_owner", None)
