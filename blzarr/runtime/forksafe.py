@@ -40,11 +40,17 @@ def counts_calls(obj):
     """Remember `obj`, whose ``_pinned`` counts the calls of threads in flight on it (no reload while
     one is): a forked child has none of those threads, so it starts with no call in flight (else a
     call of a parent thread that never ends there would hold the child on the version of the fork)."""
+    key = id(obj)
+
+    def gone(ref, key=key):
+        if _counted.get(key) is ref:
+            del _counted[key]
+    # by identity (a WeakSet would compare the objects, and a carray's == is elementwise)
     with _guard:
-        _counted.add(obj)
+        _counted[key] = weakref.ref(obj, gone)
 
 
-_counted = weakref.WeakSet()
+_counted = {}       # id -> weak reference
 
 
 def _after_fork_in_child():
@@ -52,8 +58,10 @@ def _after_fork_in_child():
     _guard = threading.Lock()
     for lock in list(_locks):
         lock._at_fork_reinit()
-    for obj in list(_counted):
-        obj.__dict__.pop("_pinned", None)
+    for ref in list(_counted.values()):
+        obj = ref()
+        if obj is not None:
+            obj.__dict__.pop("_pinned", None)
 
 
 if hasattr(os, "register_at_fork"):
