@@ -13,10 +13,12 @@ k-th one, injects a fault:
 can interrupt it before each of them.
 """
 
+import contextlib
 import errno
 import os
 import signal
 
+from blzarr.errors import StorageError
 from blzarr.storage import fileio
 from helpers import fork_child, read_all
 
@@ -137,11 +139,12 @@ def run_faulted(fn, at, fault):
     return None
 
 
-def run_killed(fn, at, injector=Injector):
+def run_killed(fn, at, injector=Injector, context=None):
     """Run `fn()` in a forked child killed by SIGKILL before writing call `at`; True when it was
-    killed there, False when it finished first (a failure in the child raises AssertionError)."""
+    killed there, False when it finished first (a failure in the child raises AssertionError).
+    `context(at)`, when given, is the context that kills (instead of `injector` through `fileio.use`)."""
     def child(w):
-        with fileio.use(injector(at, "kill")):
+        with (context(at) if context is not None else fileio.use(injector(at, "kill"))):
             fn()
     pid, r = fork_child(child)
     msg = read_all(r)           # the child's error, if it raised
@@ -150,3 +153,90 @@ def run_killed(fn, at, injector=Injector):
         return True
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 and not msg, msg
     return False
+
+
+# ------------------------------------------------------------------ object storage
+class StoreInjector:
+    """The object-storage counterpart of `Injector`: it counts the calls of `FsspecStore` that change
+    objects (a put, a delete, the removal of a whole prefix) and, before the k-th one, injects a fault:
+    'interrupt' (KeyboardInterrupt, once), 'enospc' (every put from that call on fails with an OSError,
+    as a store over its quota: the store's retries meet it too and it becomes the store's
+    `StorageError`; removals still work), 'kill' (SIGKILL of the process, `run_store_killed`)."""
+
+    def __init__(self, at=None, fault=None):
+        self.at, self.fault = at, fault
+        self.n = 0
+        self.fired = False
+        self.calls = []
+
+    def tick(self, what, key):
+        """Before writing call (`what`, `key`): True when the call must fail as a full store."""
+        if self.fault == "enospc" and self.fired:
+            return what not in _STORE_FREEING
+        self.n += 1
+        self.calls.append((what, key))
+        if self.at is None or self.n != self.at:
+            return False
+        self.fired = True
+        if self.fault == "interrupt":
+            raise Injected(f"injected before store call {self.n} ({what} {key})")
+        if self.fault == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return self.fault == "enospc" and what not in _STORE_FREEING
+
+
+# the store calls that may run on a full store: they free space
+_STORE_FREEING = {"delete", "remove_all"}
+
+
+def _full(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "the store is full (injected)")
+
+
+@contextlib.contextmanager
+def store_faults(injector):
+    """Run the block with `injector` before every call of `FsspecStore` that changes objects."""
+    from blzarr.storage.bytestore import FsspecStore
+    call, remove_all = FsspecStore._call, FsspecStore.remove_all
+
+    def _call(self, what, key, fn, *args, **kwargs):
+        if what in ("write", "delete") and injector.tick(what, self.where(key)):
+            fn = _full
+        return call(self, what, key, fn, *args, **kwargs)
+
+    def _remove_all(self):
+        if injector.tick("remove_all", self.root):
+            raise StorageError(f"cannot remove '{self.root}': the store is full (injected)")
+        return remove_all(self)
+
+    FsspecStore._call, FsspecStore.remove_all = _call, _remove_all
+    try:
+        yield injector
+    finally:
+        FsspecStore._call, FsspecStore.remove_all = call, remove_all
+
+
+def count_store_calls(fn):
+    """Run `fn()` counting the object-store calls that change objects; (their number, their list)."""
+    inj = StoreInjector()
+    with store_faults(inj):
+        fn()
+    return inj.n, inj.calls
+
+
+def run_store_faulted(fn, at, fault):
+    """`run_faulted` for object storage: `fault` ('interrupt' or 'enospc') before store call `at`."""
+    try:
+        with store_faults(StoreInjector(at, fault)):
+            fn()
+    except Exception as e:
+        return e
+    except Injected as e:
+        return e
+    return None
+
+
+def run_store_killed(fn, at):
+    """`run_killed` for object storage: a forked child killed before store call `at`."""
+    return run_killed(fn, at, context=lambda at: store_faults(StoreInjector(at, "kill")))
+

@@ -16,7 +16,7 @@ from blzarr.containers.carray.write import _python_values, retire
 from blzarr.containers.ctable.read import CtableBase
 from blzarr.errors import ReadOnlyError, StorageError, os_reason, storage_op
 from blzarr.query import factor_cache
-from blzarr.storage.files import ATTRS_FILE, ROOTDIRS_FILE
+from blzarr.storage.files import ATTRS_FILE, ROOTDIRS_FILE, ObjectPath, read_json
 
 
 
@@ -330,6 +330,8 @@ class CtableWrites(CtableBase):
             # an older blzarr) must not describe the new one
             if factor_cache.hide(self, name, rd) is not None:
                 intent.recover(rd)
+        if rd is not None and self._bytes is not None:
+            self._clear_unlisted_column(name, rd)
         if rd is not None and (self._bytes.child(name).list("") if self._bytes is not None
                                else os.path.lexists(rd)):
             raise StorageError(f"cannot add column {name!r}: '{rd}' already exists")
@@ -389,6 +391,20 @@ class CtableWrites(CtableBase):
         self._write_rootdirs()
         if self.auto_flush:
             self.flush()
+
+    def _clear_unlisted_column(self, name, rd):
+        """Object storage: remove the objects under column `name` that the table's stored column list
+        does not name.  The list is written after a new column's objects and before a removed
+        column's objects are deleted, so such objects are what an interrupted addcol or delcol of
+        that name left: without this, the same addcol could never be retried.  A name the stored
+        list has (added by another writer since this table was opened) is left alone."""
+        child = self._bytes.child(name)
+        if not child.list(""):
+            return
+        meta = read_json(ObjectPath(self._bytes, ROOTDIRS_FILE), "ctable column list")
+        if isinstance(meta, dict) and name in (meta.get("names") or ()):
+            return
+        child.remove_all()
 
     def _added(self, name, pos, rd, moved):
         """Column `name` (at `pos`) is the directory `rd` now; `moved`, the carray object moved there."""

@@ -1,0 +1,476 @@
+"""The operation-fault matrix on object storage (moto's S3 server, conftest's `moto_server`).
+
+The operations of tests/test_fault_matrix.py that exist on object storage, in both layouts, each
+interrupted before each call of the byte store that changes objects (`FsspecStore`: a put, a delete,
+the removal of a prefix) by each of three faults (tests/faults.py: `StoreInjector`): a
+KeyboardInterrupt in the process, a store that refuses every put from that call on (the OSError of a
+store over its quota, retried by the store and reported as its `StorageError`), SIGKILL of a forked
+child at that call.
+
+For each crash state, as on local disks: what the operation touches opens with mode 'r' and with
+mode 'a' and holds the contents before the operation or after it, `blzarr verify` finds it clean,
+and the same operation run again succeeds (from the state before, giving the state after).
+
+`test_every_local_operation_is_in_the_s3_matrix` keeps the two matrices together: each operation of
+the local matrix is here too, or in `NOT_ON_OBJECT_STORAGE` with the reason (and a check that it is
+refused with a clear error there rather than half done).
+
+The default run interrupts two operations at one point each (and checks the lists); the sweep, and
+the check that the reading calls write nothing on S3, are marked slow.
+"""
+
+import gc
+import io
+import json
+import os
+import uuid
+import warnings
+
+import numpy as np
+import pytest
+
+import blzarr
+from blzarr import cli
+from faults import FAULTS, StoreInjector, count_store_calls, run_store_faulted, run_store_killed, store_faults
+import test_fault_matrix as local
+
+FORMATS = ["bcolz", "blz"]
+N = 600
+CL = 100
+
+
+@pytest.fixture(scope="module")
+def s3env(moto_server):
+    """(s3fs filesystem, storage options, bucket URL): one bucket for the module, a prefix per case.
+    The environment names the server too, for the calls that take no storage options."""
+    import s3fs
+    opts = moto_server.storage_options
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AWS_ENDPOINT_URL", moto_server.endpoint)
+        mp.setenv("AWS_ACCESS_KEY_ID", opts["key"])
+        mp.setenv("AWS_SECRET_ACCESS_KEY", opts["secret"])
+        mp.setenv("AWS_DEFAULT_REGION", opts["client_kwargs"]["region_name"])
+        fs = s3fs.S3FileSystem(**opts)
+        bucket = "m" + uuid.uuid4().hex[:12]
+        fs.mkdir(bucket)
+        yield fs, opts, f"s3://{bucket}"
+
+
+# ------------------------------------------------------------------ the objects and their contents
+def _carray(url, fmt, opts, n=N):
+    kw = {"superchunklen": 2} if fmt == "blz" else {}
+    a = blzarr.carray(np.arange(n, dtype=np.int64), rootdir=url, mode="w", chunklen=CL, format=fmt,
+                      storage_options=opts, **kw)
+    a.attrs["who"] = "x"
+    a.close()
+
+
+def _ctable(url, fmt, opts, n=N):
+    t = blzarr.ctable([np.arange(n, dtype=np.int64), np.arange(n) * 0.5, np.arange(n, dtype=np.int32) % 7],
+                      names=["a", "b", "c"], rootdir=url, mode="w", format=fmt, chunklen=CL,
+                      storage_options=opts)
+    t.attrs["who"] = "t"
+    t.close()
+
+
+def _exists(fs, url):
+    fs.invalidate_cache()
+    return bool(fs.find(url))
+
+
+def snapshot(fs, url, opts, mode="r"):
+    """What the object at `url` holds (None when nothing is there), opened with `mode`."""
+    if not _exists(fs, url):
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        o = blzarr.open(url, mode=mode, storage_options=opts)
+    try:
+        attrs = tuple(sorted((k, repr(v)) for k, v in o.attrs))
+        if isinstance(o, blzarr.ctable):
+            cols = tuple((n, o.cols[n].dtype.str, o.cols[n].shape, o.cols[n][:].tobytes()) for n in o.names)
+            return ("ctable", len(o), cols, attrs)
+        return ("carray", o.dtype.str, o.shape, o[:].tobytes(), attrs)
+    finally:
+        if mode != "r":
+            o.close()
+        del o
+        gc.collect()
+
+
+def _remove(fs, url):
+    try:
+        fs.rm(url, recursive=True)
+    except FileNotFoundError:
+        pass
+
+
+def verify_clean(fs, url, opts):
+    if not _exists(fs, url):
+        return
+    out = io.StringIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        rc = cli.main(["verify", url, "--storage-options", json.dumps(opts)], out=out)
+    assert rc == 0, out.getvalue()
+
+
+# ------------------------------------------------------------------ the operations
+class Op:
+    """One operation on object storage: `setup(root, fmt, opts)` makes what it starts from under the
+    prefix `root`, `run(root, fmt, opts)` does it; `touches` are the names under `root` checked."""
+
+    def __init__(self, name, kind, run, touches=("x",), setup=None, formats=FORMATS, covers=()):
+        self.name, self.kind, self._run, self.touches = name, kind, run, touches
+        self._setup = setup
+        self.formats = formats
+        self.covers = tuple(covers) or (name,)
+
+    def setup(self, root, fmt, opts):
+        if self._setup is not None:
+            self._setup(root, fmt, opts)
+        elif self.kind == "carray":
+            _carray(f"{root}/x", fmt, opts)
+        else:
+            _ctable(f"{root}/x", fmt, opts)
+
+    def run(self, root, fmt, opts):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            self._run(root, fmt, opts)
+        gc.collect()
+
+    def __repr__(self):
+        return self.name
+
+
+def _with(fn):
+    def run(root, fmt, opts):
+        o = blzarr.open(f"{root}/x", mode="a", storage_options=opts)
+        try:
+            fn(o, root, fmt, opts)
+            o.flush()
+        finally:
+            o.close()
+            del o
+    return run
+
+
+def _two(fn_src, fn_dst):
+    def setup(root, fmt, opts):
+        fn_src(f"{root}/x", fmt, opts)
+        fn_dst(f"{root}/y", fmt, opts)
+    return setup
+
+
+def _cli(*argv):
+    def run(root, fmt, opts):
+        args = [a.replace("{root}", root).replace("{fmt}", fmt) for a in argv]
+        rc = cli.main(args + ["--storage-options", json.dumps(opts)], out=io.StringIO())
+        if rc != 0:
+            raise RuntimeError(f"blzarr {' '.join(args)} exited with {rc}")
+    return run
+
+
+def _listed(url, opts):
+    from blzarr.storage.bytestore import open_bytestore
+    return bool(open_bytestore(url, opts).list(""))
+
+
+def _rewritten(root, fmt, opts):
+    _carray(f"{root}/x", fmt, opts)
+    a = blzarr.open(f"{root}/x", mode="a", storage_options=opts)
+    a[0:250] = np.arange(250) * 3
+    a.close()
+
+
+def _arrow_table():
+    pa = pytest.importorskip("pyarrow")
+    return pa.table({"p": np.arange(300), "q": np.arange(300) * 0.5})
+
+
+OPS = [
+    # carray methods
+    Op("carray.append", "carray", _with(lambda o, r, f, s: o.append(np.arange(250) + 10_000))),
+    Op("carray.__setitem__", "carray", _with(lambda o, r, f, s: o.__setitem__(slice(50, 350), -7))),
+    Op("carray.trim", "carray", _with(lambda o, r, f, s: o.trim(150))),
+    Op("carray.resize", "carray", _with(lambda o, r, f, s: o.resize(1234))),
+    Op("carray.attrs", "carray", _with(lambda o, r, f, s: o.attrs.__setitem__("k", [1, 2]))),
+    # (groupby writes through the environment's S3 settings: see s3env)
+    Op("carray.compact", "carray", _with(lambda o, r, f, s: o.compact()), formats=["blz"], setup=_rewritten),
+    Op("carray.copy", "carray", _with(lambda o, r, f, s: o.copy(rootdir=f"{r}/y", mode="w",
+                                                               storage_options=s).close()),
+       touches=("x", "y"), setup=_two(_carray, lambda p, f, s: _carray(p, f, s, 10))),
+    Op("carray", "carray", lambda r, f, s: blzarr.carray(np.arange(77), rootdir=f"{r}/x", mode="w", format=f,
+                                                         storage_options=s).close(),
+       covers=("blzarr.carray", "blzarr.arange", "blzarr.zeros", "blzarr.ones", "blzarr.fill",
+               "blzarr.fromiter")),
+    # ctable methods
+    Op("ctable.append", "ctable", _with(lambda o, r, f, s: o.append([np.arange(250), np.arange(250) * 2.0,
+                                                                     np.ones(250, np.int32)]))),
+    Op("ctable.__setitem__", "ctable", _with(lambda o, r, f, s: o.__setitem__(slice(10, 400), (1, 2.0, 3)))),
+    Op("ctable.replace_column", "ctable", _with(lambda o, r, f, s: o.__setitem__("b", np.arange(N) * -1.0))),
+    Op("ctable.cols.__setitem__", "ctable",
+       _with(lambda o, r, f, s: o.cols.__setitem__("c", np.arange(N, dtype=np.int32)))),
+    Op("ctable.addcol", "ctable", _with(lambda o, r, f, s: o.addcol(np.arange(N) * 3, name="d")
+                                        if "d" not in o.names else None)),
+    Op("ctable.addcol_move", "ctable", _with(lambda o, r, f, s: o.addcol(
+        blzarr.carray(np.arange(N) % 5), name="m", move=True) if "m" not in o.names else None),
+       covers=("ctable.addcol",)),
+    Op("ctable.delcol", "ctable", _with(lambda o, r, f, s: o.delcol("b") if "b" in o.names else None)),
+    Op("ctable.trim", "ctable", _with(lambda o, r, f, s: o.trim(150))),
+    Op("ctable.resize", "ctable", _with(lambda o, r, f, s: o.resize(900))),
+    Op("ctable.attrs", "ctable", _with(lambda o, r, f, s: o.attrs.__setitem__("k", 5))),
+    # (ctable.copy and salvage take no storage_options: they reach the server through the environment)
+    Op("ctable.copy", "ctable", _with(lambda o, r, f, s: o.copy(rootdir=f"{r}/y").close()),
+       touches=("x", "y"), setup=_two(_ctable, lambda p, f, s: _ctable(p, f, s, 10))),
+    Op("ctable", "ctable", lambda r, f, s: blzarr.ctable([np.arange(5)], names=["z"], rootdir=f"{r}/x", mode="w",
+                                                         format=f, storage_options=s).close(),
+       covers=("blzarr.ctable",)),
+    Op("ctable.groupby", "ctable", _with(lambda o, r, f, s: o.groupby(["c"], ["a"], rootdir=f"{r}/y")
+                                         if not _listed(f"{r}/y", s) else None), touches=("x", "y")),
+    Op("ctable.fromarrow", "ctable", lambda r, f, s: blzarr.ctable.fromarrow(
+        _arrow_table(), rootdir=f"{r}/x", mode="w", format=f, storage_options=s).close(),
+       covers=("ctable.fromarrow", "ctable.fromparquet")),
+    # top level and command line
+    Op("salvage", "carray", lambda r, f, s: blzarr.salvage(f"{r}/x", f"{r}/y", overwrite=True),
+       touches=("x", "y"), setup=_two(_carray, lambda p, f, s: _carray(p, f, s, 10)), covers=("blzarr.salvage",)),
+    Op("cli.convert", "carray", _cli("convert", "{root}/x", "{root}/y", "--overwrite"),
+       touches=("x", "y"), setup=_two(_carray, lambda p, f, s: _carray(p, f, s, 10))),
+    Op("cli.convert_ctable", "ctable", _cli("convert", "{root}/x", "{root}/y", "--overwrite", "--format", "blz"),
+       touches=("x", "y"), setup=_two(_ctable, lambda p, f, s: _ctable(p, f, s, 10)), covers=("cli.convert",)),
+]
+OPS_BY_NAME = {op.name: op for op in OPS}
+
+
+# ------------------------------------------------------------------ running one operation faulted
+class Case:
+    """One operation in one layout on the server: its template prefix, the states before and after,
+    the number of writing store calls."""
+
+    def __init__(self, op, fmt, env):
+        self.op, self.fmt = op, fmt
+        self.fs, self.opts, bucket = env
+        self.base = f"{bucket}/{op.name}-{fmt}-{uuid.uuid4().hex[:6]}"
+        self.template = f"{self.base}/template"
+        op.setup(self.template, fmt, self.opts)
+        self.before = self.states(self.template)
+        probe = self.fresh("probe")
+        self.ncalls, self.calls = count_store_calls(lambda: op.run(probe, fmt, self.opts))
+        self.after = self.states(probe)
+        assert self.before != self.after or op.name in _SAME_AFTER, f"{op}: the operation changed nothing"
+        _remove(self.fs, probe)
+
+    def states(self, root, mode="r"):
+        return tuple(snapshot(self.fs, f"{root}/{t}", self.opts, mode) for t in self.op.touches)
+
+    def fresh(self, tag):
+        """A copy of the template under a new prefix (copied on the server)."""
+        root = f"{self.base}/{tag}-{uuid.uuid4().hex[:6]}"
+        self.fs.invalidate_cache()
+        self.fs.copy(self.template, root, recursive=True)
+        self.fs.invalidate_cache()
+        return root
+
+    def check(self, root, at, fault):
+        where = f"{self.op} ({self.fmt}, S3), {fault} before store call {at}/{self.ncalls} {self.calls[at - 1]}"
+        got = self.states(root, "r")
+        for t, g, b, a in zip(self.op.touches, got, self.before, self.after):
+            assert g in (b, a), f"{where}: mode 'r' shows '{t}' neither as before nor as after"
+        writer = self.states(root, "a")
+        assert writer == got or writer == self.after, f"{where}: mode 'a' shows another state than mode 'r'"
+        got = self.states(root, "r")
+        for t in self.op.touches:
+            try:
+                verify_clean(self.fs, f"{root}/{t}", self.opts)
+            except AssertionError as e:
+                raise AssertionError(f"{where}: verify: {e}") from None
+        try:
+            self.op.run(root, self.fmt, self.opts)
+        except Exception as e:
+            raise AssertionError(f"{where}: the retry failed: {type(e).__name__}: {e}") from None
+        if got == self.before:
+            assert self.states(root, "r") == self.after, f"{where}: the retry did not give the state after"
+        return got == self.before
+
+    def interrupt_at(self, at, fault):
+        root = self.fresh(f"{fault}-{at}")
+        try:
+            if fault == "kill":
+                run_store_killed(lambda: self.op.run(root, self.fmt, self.opts), at)
+            else:
+                e = run_store_faulted(lambda: self.op.run(root, self.fmt, self.opts), at, fault)
+                del e
+                gc.collect()
+            return self.check(root, at, fault)
+        finally:
+            _remove(self.fs, root)
+
+
+_SAME_AFTER = {"carray.compact"}
+_CASES = {}
+
+
+def _case(op, fmt, env):
+    key = (op.name, fmt)
+    if key not in _CASES:
+        _CASES[key] = Case(op, fmt, env)
+    return _CASES[key]
+
+
+# operations not yet atomic on object storage under a fault: (operation, layout or None, fault or
+# None) -> why; each an expected failure of the sweep (strict where every point is swept)
+_REPLACE = ("object storage has no rename: mode 'w' over an existing dataset removes its objects, then "
+            "writes the new ones in place (meta/sizes last), so a fault between leaves neither; needs a "
+            "versioned prefix published by one put")
+_IN_PLACE = ("the bcolz layout rewrites chunk objects in place (their names are bcolz's); the in-process "
+             "undo puts the old bytes back, which a killed process or a store refusing puts cannot")
+_COLUMNS = ("the columns of a table are committed one after the other (each its meta/sizes): a fault "
+            "between two leaves some columns rewritten, needs a table-wide commit object")
+KNOWN_GAPS = {
+    ("carray", None, None): _REPLACE,
+    ("carray.copy", None, None): _REPLACE,
+    ("ctable.copy", None, None): _REPLACE,
+    ("ctable", None, None): _REPLACE,
+    ("ctable.fromarrow", None, None): _REPLACE,
+    ("salvage", None, None): _REPLACE + " (salvage writes DST in place there)",
+    ("cli.convert", None, None): _REPLACE + " (convert --overwrite to a URL writes DST in place)",
+    ("cli.convert_ctable", None, None): _REPLACE + " (convert --overwrite to a URL writes DST in place)",
+    ("carray.__setitem__", "bcolz", "enospc"): _IN_PLACE,
+    ("carray.__setitem__", "bcolz", "kill"): _IN_PLACE,
+    ("ctable.__setitem__", "bcolz", "enospc"): _IN_PLACE,
+    ("ctable.__setitem__", "bcolz", "kill"): _IN_PLACE,
+    ("ctable.__setitem__", "blz", "enospc"): _COLUMNS,
+    ("ctable.__setitem__", "blz", "kill"): _COLUMNS,
+    ("ctable.replace_column", "bcolz", "enospc"): _IN_PLACE,
+    ("ctable.replace_column", "bcolz", "kill"): _IN_PLACE,
+    ("ctable.cols.__setitem__", "bcolz", "enospc"): _IN_PLACE,
+    ("ctable.cols.__setitem__", "bcolz", "kill"): _IN_PLACE,
+}
+
+
+def _gap(op, fmt, fault, request, strict=True):
+    why = next((KNOWN_GAPS[k] for k in ((op.name, fmt, fault), (op.name, fmt, None), (op.name, None, fault),
+                                        (op.name, None, None)) if k in KNOWN_GAPS), None)
+    if why is not None:
+        request.applymarker(pytest.mark.xfail(strict=strict, reason=why))
+
+
+def _sweep_points(n, k=local.SWEEP_POINTS):
+    if n <= k:
+        return list(range(1, n + 1))
+    return sorted({1 + round(j * (n - 1) / (k - 1)) for j in range(k)})
+
+
+# the default run: these operations, one fault each at one point inside (the others, and the other
+# faults, in the slow sweep)
+QUICK = [("carray.append", "blz", "kill"), ("ctable.addcol", "bcolz", "enospc")]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.parametrize("name,fmt,fault", QUICK, ids=["-".join(q) for q in QUICK])
+def test_quick(name, fmt, fault, s3env, request):
+    op = OPS_BY_NAME[name]
+    _gap(op, fmt, fault, request, strict=False)
+    case = _case(op, fmt, s3env)
+    assert case.ncalls > 0
+    case.interrupt_at(max(1, case.ncalls // 2), fault)
+
+
+def _params():
+    return [pytest.param(op, fmt, id=f"{op.name}-{fmt}") for op in OPS for fmt in op.formats]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.parametrize("op,fmt", _params())
+def test_full_sweep(op, fmt, fault, s3env, request):
+    case = _case(op, fmt, s3env)
+    points = _sweep_points(case.ncalls, max(3, local.SWEEP_POINTS))
+    _gap(op, fmt, fault, request, strict=len(points) == case.ncalls)
+    before = 0
+    for at in points:
+        before += case.interrupt_at(at, fault)
+    if fault == "kill":
+        assert before > 0
+
+
+# ------------------------------------------------------------------ the matrix stays complete
+def _refuse_cache_factor(root, fmt, opts, no_writes):
+    _ctable(f"{root}/t", fmt, opts)
+    t = blzarr.open(f"{root}/t", mode="a", storage_options=opts)
+    with no_writes, pytest.raises(ValueError, match="object storage"):
+        t.cache_factor(["c"])
+    t.close()
+
+
+def _refuse_reshape(root, fmt, opts, no_writes):
+    _carray(f"{root}/x", fmt, opts)
+    a = blzarr.open(f"{root}/x", mode="a", storage_options=opts)
+    with no_writes, pytest.raises(blzarr.StorageError, match="reshape.*object storage"):
+        a.reshape((150, 4))
+    a.close()
+    np.testing.assert_array_equal(blzarr.open(f"{root}/x", mode="r", storage_options=opts)[:], np.arange(N))
+
+
+# operations of the local matrix that object storage does not have: name -> (why, a check that it is
+# refused there with a clear error, before it writes anything)
+NOT_ON_OBJECT_STORAGE = {
+    "ctable.cache_factor": ("no factorization cache is kept on object storage", _refuse_cache_factor),
+    "carray.reshape": ("replacing the array needs an atomic rename, which object storage lacks", _refuse_reshape),
+}
+
+
+def test_every_local_operation_is_in_the_s3_matrix():
+    here = {c for op in OPS for c in op.covers}
+    missing = sorted(local._covered() - here - set(NOT_ON_OBJECT_STORAGE))
+    assert not missing, (f"operations of the local fault matrix neither in the S3 matrix (OPS) nor in "
+                         f"NOT_ON_OBJECT_STORAGE: {missing}")
+    # and every layout an operation has locally, it has here
+    for op in OPS:
+        if op.name in local.OPS_BY_NAME:
+            assert set(local.OPS_BY_NAME[op.name].formats) <= set(op.formats), op.name
+
+
+@pytest.mark.parametrize("fmt", ["blz", pytest.param("bcolz", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("name", sorted(NOT_ON_OBJECT_STORAGE))
+def test_operations_not_on_object_storage_are_refused(name, fmt, s3env, tmp_path, monkeypatch):
+    fs, opts, bucket = s3env
+    monkeypatch.chdir(tmp_path)         # nothing may land in a local directory named after the URL
+    root = f"{bucket}/refused-{uuid.uuid4().hex[:6]}"
+    NOT_ON_OBJECT_STORAGE[name][1](root, fmt, opts, store_faults(_NoStoreWrites()))
+    assert os.listdir(tmp_path) == []
+    _remove(fs, root)
+
+
+class _NoStoreWrites(StoreInjector):
+    """Fails on any store call that changes objects."""
+
+    def tick(self, what, key):
+        raise AssertionError(f"a writing call of the object store: {what} {key}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_the_not_writing_ones_do_not_write_on_s3(s3env, fmt):
+    # the local matrix's reading operations (test_fault_matrix.NOT_WRITING), on objects on the server
+    # opened with mode 'a', change no object
+    fs, opts, bucket = s3env
+    root = f"{bucket}/reads-{fmt}-{uuid.uuid4().hex[:6]}"
+    _carray(f"{root}/x", fmt, opts)
+    _ctable(f"{root}/t", fmt, opts)
+    blzarr.carray(np.arange(N) % 3 == 0, rootdir=f"{root}/w", mode="w", format=fmt, storage_options=opts).close()
+    a = blzarr.open(f"{root}/x", mode="a", storage_options=opts)
+    t = blzarr.open(f"{root}/t", mode="a", storage_options=opts)
+    ran = 0
+    for name, call in local.NOT_WRITING.items():
+        if not callable(call):
+            continue
+        with store_faults(_NoStoreWrites()):
+            call(a, t, root)
+        ran += 1
+    assert ran > 20
+    a.close()
+    t.close()
+    _remove(fs, root)
