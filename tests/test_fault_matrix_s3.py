@@ -299,8 +299,7 @@ class Case:
             if fault == "kill":
                 run_store_killed(lambda: self.op.run(root, self.fmt, self.opts), at)
             else:
-                e = run_store_faulted(lambda: self.op.run(root, self.fmt, self.opts), at, fault)
-                del e
+                run_store_faulted(lambda: self.op.run(root, self.fmt, self.opts), at, fault)
                 gc.collect()
             return self.check(root, at, fault)
         finally:
