@@ -66,7 +66,7 @@ def _work(a, t, root):
     assert list(a.where(a[:] > N - 3)) == [N - 2, N - 1]
     assert t.eval("i * 2")[:].sum() == 2 * exp.sum()
     assert [int(x) for x in t.fetchwhere(f"i > {N - 3}")["i"]] == [N - 2, N - 1]
-    assert [r.i for r in t.where(f"i < 2")] == [0, 1]
+    assert [r.i for r in t.where("i < 2")] == [0, 1]
     assert len(t) == N and t[5]["f"] == 2.5
     c = a.copy(rootdir=os.path.join(root, f"copy-{os.getpid()}"), mode="w")
     c.append(np.arange(10))
