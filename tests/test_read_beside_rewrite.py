@@ -124,3 +124,34 @@ def test_sum_spanning_a_rewrite_sees_one_version(tmp_path, fmt, monkeypatch):
     got = a.sum()
     assert m.done, "the hook did not run: the sum took another path"
     assert got in (OLD.sum(), NEW.sum()), f"a sum of a mix: {got}"
+
+
+def _rewrite_table_in_another_process(path):
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            t = blzarr.open(path, mode="a")
+            t.cols["a"][:] = NEW
+            t.cols["b"][:] = NEW * 0.5
+            t.close()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, "the rewriting process failed"
+
+
+@pytest.mark.parametrize("fmt", ["blz", "bcolz"])
+def test_table_read_spanning_a_rewrite_sees_one_version(tmp_path, fmt, monkeypatch):
+    path = str(tmp_path / "t")
+    blzarr.ctable([OLD, OLD * 0.5], names=["a", "b"], rootdir=path, mode="w", chunklen=CL, format=fmt).close()
+    t = blzarr.open(path, mode="r")
+    t[5]
+    m = Midway(monkeypatch, t.cols["a"]._chunks, lambda: _rewrite_table_in_another_process(path))
+    got = t[:]
+    assert m.done, "the hook did not run: the read took another path"
+    old = (got["a"] == OLD).all() and (got["b"] == OLD * 0.5).all()
+    new = (got["a"] == NEW).all() and (got["b"] == NEW * 0.5).all()
+    assert old or new, (f"a mix: column a {int((got['a'] == OLD).sum())} old / {int((got['a'] == NEW).sum())} "
+                        f"new, column b {int((got['b'] == OLD * 0.5).sum())} old")

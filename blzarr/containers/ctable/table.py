@@ -27,7 +27,7 @@ from blzarr.runtime import forksafe
 from blzarr.storage.attrs import attrs as _attrs
 from blzarr.containers.carray.array import carray
 from blzarr.containers.common import Container
-from blzarr.containers.carray.read import pin_version, unpin_version
+from blzarr.containers.carray.read import READ_AGAIN, pin_version, read_again, rewritten_too_often, unpin_version
 from blzarr.containers.carray.version import fresh_call
 from blzarr.errors import ConcurrentWriterError, FormatError, StorageError, storage_op
 from blzarr.storage import intent, rewrite
@@ -777,8 +777,21 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         return False
 
     def __getitem__(self, key):
-        with self._one_version():
+        if not self._watch:
             return self._getitem(key, sys._getframe(1))
+        # one committed version, read again when a writer committed while the columns were read
+        # (carray.read.read_again)
+        frame = sys._getframe(1)
+        for attempt in range(READ_AGAIN):
+            lock = pin_version(self)
+            try:
+                out = self._getitem(key, frame)
+                again = read_again(self, attempt)
+            finally:
+                unpin_version(self, lock)
+            if not again:
+                return out
+        raise rewritten_too_often(self)
 
     def _getitem(self, key, frame):
         if isinstance(key, str):
