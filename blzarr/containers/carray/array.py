@@ -801,6 +801,7 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
         new._watch = commitrec.Watch(self._rootdir, check_fp=True)
         new._watch.accept((w.seen, w.fp))
         new._vlock = forksafe.RLock()
+        forksafe.counts_calls(new)
         new.__dict__.pop("_owner", None)        # a column's view is a carray of its own, not the table's
         new.__dict__.pop("_cut", None)
         nchunks = len(self._chunks)
