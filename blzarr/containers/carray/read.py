@@ -132,7 +132,8 @@ def read_again(obj, attempt):
     (its chunks may then come from both versions).  A call beside another thread's call in flight
     reads what that one reads: it cannot load another version, so it is not run again; nor is a
     column's call inside a call of its table (the table's call is).  From the third attempt on, a
-    writer still at work (columns flushed one after the other) is given a moment."""
+    writer still at work (columns flushed one after the other) is given a moment, doubled each time
+    (up to 50 ms): a writer flushing without pause may otherwise span every attempt."""
     w = obj._watch
     if w and w is not True:      # a carray's Watch (a table: True; the writer: None or False)
         v = w.view
@@ -147,7 +148,7 @@ def read_again(obj, attempt):
     if not _moved(obj):
         return False
     if attempt >= 2:
-        time.sleep(0.001 * attempt)
+        time.sleep(min(0.05, 0.001 * 2 ** (attempt - 2)))
     return True
 
 
