@@ -155,3 +155,23 @@ def test_table_read_spanning_a_rewrite_sees_one_version(tmp_path, fmt, monkeypat
     new = (got["a"] == NEW).all() and (got["b"] == NEW * 0.5).all()
     assert old or new, (f"a mix: column a {int((got['a'] == OLD).sum())} old / {int((got['a'] == NEW).sum())} "
                         f"new, column b {int((got['b'] == OLD * 0.5).sum())} old")
+
+
+@pytest.mark.parametrize("fmt", ["blz", "bcolz"])
+def test_a_read_that_every_attempt_sees_spanned_returns_with_a_warning(tmp_path, fmt, monkeypatch):
+    # another process commits during every attempt (here: just before each attempt's check): the
+    # call neither fails nor loops for ever; it returns its last reading and says it may be a mix
+    path, a = _reader(tmp_path, fmt)
+    real = carray_read.read_again
+    commits = []
+
+    def commit_then_check(obj, attempt):
+        commits.append(attempt)
+        _rewrite_in_another_process(path)
+        return real(obj, attempt)
+    monkeypatch.setattr(carray_read, "read_again", commit_then_check)
+    with pytest.warns(RuntimeWarning, match="changed by another process") as rec:
+        got = a[:]
+    assert path in str(rec[0].message)
+    assert len(commits) == carray_read.READ_AGAIN
+    np.testing.assert_array_equal(got, NEW)          # the last reading, after the first commit

@@ -6,6 +6,7 @@ import itertools
 import pickle
 import sys
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -19,7 +20,7 @@ from blzarr.query.selection import Selection
 from blzarr._chunk import getitem_into
 from blzarr.storage.blockcache import disk_blocks, new_generation
 from blzarr.storage.chunk import chunk, decode_ranges, rows_chunks, select_ahead, take_chunks, where_scalars
-from blzarr.errors import ConcurrentWriterError, FormatError
+from blzarr.errors import FormatError
 from blzarr.runtime.params import get_nthreads
 from blzarr.runtime.parallel import run_all
 
@@ -152,9 +153,15 @@ def read_again(obj, attempt):
     return True
 
 
-def rewritten_too_often(obj):
-    return ConcurrentWriterError(f"'{obj.rootdir}' was rewritten by another process {READ_AGAIN} times while "
-                                 "one call read it: the call cannot see one version of it")
+def spanned_too_often(obj, out):
+    """What a read call of `obj` returns when another process committed during each of its
+    READ_AGAIN attempts: the last attempt's result, which may mix two versions, with a warning that
+    says so.  Failing the call instead would make a reader unusable beside a writer that commits
+    faster than one read takes (a live appender and a long read); a silent mix would hide it."""
+    warnings.warn(f"'{obj.rootdir}' was changed by another process during each of {READ_AGAIN} readings "
+                  "of one call: the result is the last reading, which may mix two versions",
+                  RuntimeWarning, stacklevel=3)
+    return out
 
 
 def _expand_ellipsis(key, ndim):
@@ -454,7 +461,7 @@ class CarrayReads(CarrayBase):
                     unpin_version(self, lock)
                 if not again:
                     return out
-            raise rewritten_too_often(self)
+            return spanned_too_often(self, out)
         return self._getitem(key)
 
     def _getitem(self, key):

@@ -24,7 +24,7 @@ from blzarr.query import stats as _stats
 from blzarr.storage import commitrec
 from blzarr.storage.arraymeta import ArrayMeta
 from blzarr.containers.carray.read import (READ_AGAIN, CarrayBase, pin_version, read_again,
-                                           rewritten_too_often, unpin_version)
+                                           spanned_too_often, unpin_version)
 from blzarr.storage.stores import open_chunks, open_dir
 from blzarr.runtime import forksafe
 
@@ -135,6 +135,6 @@ def fresh_call(method):
                 unpin_version(self, lock)
             if not again:
                 return out
-        raise rewritten_too_often(self)
+        return spanned_too_often(self, out)
     # the method's name, module and docstring (its module's doctests find it there)
     return functools.update_wrapper(call, method)

@@ -27,7 +27,7 @@ from blzarr.runtime import forksafe
 from blzarr.storage.attrs import attrs as _attrs
 from blzarr.containers.carray.array import carray
 from blzarr.containers.common import Container
-from blzarr.containers.carray.read import READ_AGAIN, pin_version, read_again, rewritten_too_often, unpin_version
+from blzarr.containers.carray.read import READ_AGAIN, pin_version, read_again, spanned_too_often, unpin_version
 from blzarr.containers.carray.version import fresh_call
 from blzarr.errors import ConcurrentWriterError, FormatError, StorageError, storage_op
 from blzarr.storage import intent, rewrite
@@ -791,7 +791,7 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
                 unpin_version(self, lock)
             if not again:
                 return out
-        raise rewritten_too_often(self)
+        return spanned_too_often(self, out)
 
     def _getitem(self, key, frame):
         if isinstance(key, str):
