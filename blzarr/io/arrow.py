@@ -24,7 +24,7 @@ import uuid
 import numpy as np
 
 from blzarr.runtime import integrations
-from blzarr.storage import fileio
+from blzarr.storage import fileio, files, intent
 from blzarr.storage.bytestore import is_url
 from blzarr.containers.carray.array import carray
 from blzarr.containers.ctable.table import ctable
@@ -351,6 +351,60 @@ def _width(pa, arr, kind):
     return int(m or 0)
 
 
+def _is_dict(pa, arr):
+    return not isinstance(arr, pa.ChunkedArray) and pa.types.is_dictionary(arr.type)
+
+
+def _dict_parts(pa, arr, kind):
+    """(dictionary as one plain Array, the rows' indices into it as NumPy int64, the rows' validity
+    or None, the widest value the rows use) of the dictionary-encoded string or binary Array `arr`."""
+    import pyarrow.compute as pc
+    dictionary = _plain(pa, arr.dictionary)
+    ind = arr.indices
+    n = len(ind)
+    code = "i" if pa.types.is_signed_integer(ind.type) else "u"
+    idx = np.frombuffer(ind.buffers()[1], f"{code}{ind.type.bit_width // 8}")[ind.offset:ind.offset + n]
+    idx = idx.astype(np.int64)
+    valid = None
+    if ind.null_count:
+        valid = np.asarray(ind.is_valid())
+        idx[~valid] = 0
+    if not len(dictionary):                     # every row null
+        return dictionary, idx, np.zeros(n, bool), 0
+    if dictionary.null_count:
+        dvalid = np.asarray(dictionary.is_valid())
+        valid = dvalid[idx] if valid is None else valid & dvalid[idx]
+    lengths = pc.utf8_length(dictionary) if kind == "U" else pc.binary_length(dictionary)
+    lengths = np.asarray(lengths.fill_null(0), dtype=np.int64)
+    used = lengths[idx] if n else lengths[:0]
+    if valid is not None:
+        used = used[valid]
+    return dictionary, idx, valid, int(used.max()) if len(used) else 0
+
+
+def _dict_to_fixed(pa, dictionary, idx, valid, kind, width, name):
+    """The rows' NumPy ``U``/``S`` values (nulls as empty) of the parts `_dict_parts` gives: the
+    dictionary converted once, then gathered by the rows' indices."""
+    if not len(dictionary):
+        return np.zeros(len(idx), f"{kind}{max(width, 1)}")
+    # a value no row uses may be wider than the column: the gathered rows fit `width`
+    dwidth = max(width, _width(pa, dictionary, kind))
+    values = _arrow_to_fixed(pa, dictionary, kind, dwidth, name)[idx]
+    if dwidth > width:
+        values = values.astype(f"{kind}{max(width, 1)}")
+    if valid is not None:
+        values[~valid] = ""
+    return values
+
+
+def _column_width(pa, arr, kind):
+    """The widest value of a string or binary column (dictionary-encoded or not), in characters or
+    bytes."""
+    if _is_dict(pa, arr):
+        return _dict_parts(pa, arr, kind)[3]
+    return _width(pa, _plain(pa, arr), kind)
+
+
 def _convert(pa, arr, kind, dt):
     """(NumPy values, validity or None) of Arrow Array `arr` of a numeric or temporal field."""
     valid = None
@@ -487,8 +541,17 @@ class _Builder:
             return
         out = {}
         for j, (name, kind, dt, tz) in enumerate(self.plan):
-            arr = _plain(pa, batch.column(j))
-            if kind in "US":
+            arr = batch.column(j)
+            if kind in "US" and _is_dict(pa, arr):
+                # (a Parquet column read with its dictionary) converted once per dictionary value
+                dictionary, idx, valid, w = _dict_parts(pa, arr, kind)
+                cur = t.cols[name].dtype.itemsize // (4 if kind == "U" else 1)
+                if w > cur:
+                    self._widen(name, np.dtype(f"{kind}{w}"))
+                    cur = w
+                values = _dict_to_fixed(pa, dictionary, idx, valid, kind, cur, name)
+            elif kind in "US":
+                arr = _plain(pa, arr)
                 w = _width(pa, arr, kind)
                 cur = t.cols[name].dtype.itemsize // (4 if kind == "U" else 1)
                 if w > cur:
@@ -497,6 +560,7 @@ class _Builder:
                 values = _arrow_to_fixed(pa, arr, kind, cur, name)
                 valid = np.asarray(arr.is_valid()) if arr.null_count else None
             else:
+                arr = _plain(pa, arr)
                 values, valid = _convert(pa, arr, kind, dt)
             out[name] = values
             if valid is not None and name not in self.valid:
@@ -539,23 +603,6 @@ def _table_widths(pa, obj, plan):
 
 
 # ------------------------------------------------------------------------------ building beside
-def _rename_exchange(a, b):
-    """Swap directories `a` and `b` atomically (Linux renameat2 RENAME_EXCHANGE); False where the
-    platform or file system cannot."""
-    try:
-        import ctypes
-        libc = ctypes.CDLL(None, use_errno=True)
-        fn = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    AT_FDCWD, RENAME_EXCHANGE = -100, 2
-    rc = fn(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE)
-    return rc == 0
-
-
-_exchange = _rename_exchange
-
-
 def remove_abandoned(parent, prefix, remove):
     """``remove(path)`` for each entry of `parent` named `prefix`...: what an earlier, killed write
     left beside its target.  `remove` leaves alone one that another process still holds locked."""
@@ -585,7 +632,11 @@ def build_beside(rootdir, mode, make, what):
     """Run ``make(kwargs)``, which creates and fills a ctable with ``ctable(..., **kwargs)``; with a
     `rootdir`, the table is made in a directory beside it and moved to `rootdir` only when complete,
     so an interruption (an exception, Ctrl-C, a kill) leaves `rootdir` as it was, and a retry works.
-    An existing `rootdir` is replaced only with ``mode='w'``."""
+    An existing `rootdir` is replaced only with ``mode='w'``.
+
+    Nothing in the build directory is promised before the move, so nothing written there is synced
+    while the table is made (`files.HeldTree`): all its files are synced at the end, together, in
+    one barrier, then the table is moved."""
     if rootdir is None:
         return make({})
     rootdir = os.fspath(rootdir)
@@ -601,41 +652,53 @@ def build_beside(rootdir, mode, make, what):
         fileio.makedirs(parent, exist_ok=True)
     base = os.path.basename(os.path.abspath(rootdir))
     remove_abandoned(parent, f".{base}.building-", _remove_unlocked_dir)
-    tmp = os.path.join(parent, f".{base}.building-{uuid.uuid4().hex[:8]}")
+    # the table is built at `work`/`base`, `work` a hidden directory beside `rootdir` that this build
+    # holds locked (a later build removes it when this one was killed)
+    work = os.path.join(parent, f".{base}.building-{uuid.uuid4().hex[:8]}")
+    tmp = os.path.join(work, base)
     # the table being replaced is locked first: never replace what another process writes
     lock = lock_dir(rootdir) if exists and os.path.isdir(rootdir) and not os.path.islink(rootdir) else None
+    work_lock = None
     try:
         try:
-            t = make({"rootdir": tmp, "mode": "w"})
-            t.flush()
-            t.close()
-            del t
+            fileio.makedirs(work)
+            work_lock = lock_dir(work)
+            tree = files.held_tree(work)
+            try:
+                t = make({"rootdir": tmp, "mode": "w"})
+                t.flush()
+                t.close()
+                del t
+                tree.finish()
+            finally:
+                tree.close()
         except BaseException:
-            if os.path.lexists(tmp):
-                fileio.rmtree(tmp, ignore_errors=True)
+            if os.path.lexists(work):
+                fileio.rmtree(work, ignore_errors=True)
             raise
+        # moved beside `rootdir` under a stage name, then put in its place by one rename or swap
+        # (`intent.publish`: guarded by an intent record where the platform cannot swap)
+        stage = intent.stage_path(rootdir)
         try:
-            if os.path.lexists(rootdir):
-                if lock is not None and _exchange(tmp, rootdir):
-                    old = tmp             # the old table is now where the new one was built
-                else:
-                    old = tmp + ".old"
-                    fileio.replace(rootdir, old)
-                    fileio.replace(tmp, rootdir)
-                if fileio.sync_enabled():
-                    fileio.fsync_dir(parent)
-                if os.path.isdir(old) and not os.path.islink(old):
-                    fileio.rmtree(old, ignore_errors=True)
-                else:
-                    fileio.unlink(old)
-            else:
-                fileio.replace(tmp, rootdir)
-                if fileio.sync_enabled():
-                    fileio.fsync_dir(parent)
-        except OSError as e:
-            raise StorageError(f"{what}: cannot move the new table to '{rootdir}' (it is left at "
-                               f"'{tmp}'): {e}") from e
+            fileio.rename(tmp, stage)
+            if fileio.sync_enabled():
+                # a move between two directories is durable once both are synced
+                files.sync_together([], [work, parent])
+            intent.publish(stage, rootdir)
+        except BaseException as e:
+            if os.path.lexists(stage) and not intent.committed(e):
+                try:
+                    fileio.rename(stage, tmp)
+                except OSError:
+                    pass
+            if isinstance(e, OSError) and not isinstance(e, StorageError) and not intent.committed(e):
+                raise StorageError(f"{what}: cannot move the new table to '{rootdir}' (it is left at "
+                                   f"'{tmp}'): {e}") from e
+            raise
+        fileio.rmtree(work, ignore_errors=True)
     finally:
+        if work_lock is not None:
+            work_lock.release()
         if lock is not None:
             lock.release()
     return ctable(rootdir=rootdir, mode="a")
@@ -643,9 +706,19 @@ def build_beside(rootdir, mode, make, what):
 
 def fill_from_batches(pa, schema, batches, kwargs, widths=None):
     """A ctable (``ctable(**kwargs)``) holding the record batches `batches` of `schema`."""
+    batches = iter(batches)
+    first = next(batches, None)
+    if first is not None:
+        # string columns as wide as the first batch needs at once (no copy to widen them after it)
+        widths = dict(widths or {})
+        for j, (name, kind, dt, tz) in enumerate(_import_plan(pa, schema)):
+            if kind in "US":
+                widths[name] = max(widths.get(name, 0), _column_width(pa, first.column(j), kind))
     b = _Builder(pa, schema, kwargs, widths)
     flush = b.t.auto_flush
     b.t.auto_flush = False
+    for batch in ([] if first is None else [first]):
+        b.append(batch)
     for batch in batches:
         b.append(batch)
     b.t.auto_flush = flush

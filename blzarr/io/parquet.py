@@ -158,6 +158,23 @@ def toparquet(t, path, columns=None, row_group_size=None, compression="snappy", 
         raise
 
 
+def _dictionary_columns(md, names):
+    """Those of the top-level columns `names` whose chunks all have a dictionary page (file
+    metadata `md`)."""
+    leaf = {}
+    for k in range(md.num_columns):
+        path = md.schema.column(k).path
+        if path in names:
+            leaf[path] = k
+    out = []
+    for name in names:
+        k = leaf.get(name)
+        if k is not None and md.num_row_groups and all(
+                md.row_group(i).column(k).has_dictionary_page for i in range(md.num_row_groups)):
+            out.append(name)
+    return out
+
+
 def fromparquet(path, rootdir=None, mode=None, columns=None, **kwargs):
     """A ctable from the Parquet file `path`; see `blzarr.ctable.fromparquet`."""
     pa = _arrow.need_pyarrow("ctable.fromparquet()")
@@ -177,7 +194,15 @@ def fromparquet(path, rootdir=None, mode=None, columns=None, **kwargs):
             raise KeyError(f"fromparquet(): '{path}' has no column named {missing[0]!r} (columns: "
                            f"{schema.names})")
         schema = pa.schema([schema.field(c) for c in columns])
-    _arrow._import_plan(pa, schema)              # refuse what a ctable cannot hold before reading
+    plan = _arrow._import_plan(pa, schema)       # refuse what a ctable cannot hold before reading
+    # string and binary columns stored with a dictionary in every row group are read as dictionary
+    # arrays: Arrow then makes no string per row, and each distinct value is converted once
+    coded = _dictionary_columns(pf.metadata, [name for name, kind, dt, tz in plan if kind in "US"])
+    if coded:
+        try:
+            pf = pq.ParquetFile(path, read_dictionary=coded)
+        except (pa.ArrowInvalid, OSError) as e:
+            raise StorageError(f"fromparquet(): '{path}' is not a readable Parquet file: {e}") from None
 
     def batches():
         for i in range(pf.num_row_groups):

@@ -103,6 +103,8 @@ class NewTree:
         self.close()
         if not (fileio.sync_enabled() if sync is None else sync):
             return
+        if isinstance(new_tree_of(os.path.dirname(self.root)), HeldTree):
+            return                  # inside a directory built whole: its own barrier covers this one
         dirs = set(self.dirs) | {os.path.dirname(p) for p in self.files}
         dirs.add(self.root)
         dirs.add(os.path.dirname(self.root))
@@ -113,6 +115,39 @@ class NewTree:
         with _new_trees_lock:
             if _new_trees.get(self.root) is self:
                 del _new_trees[self.root]
+
+
+class HeldTree(NewTree):
+    """A directory built whole before anything in it is promised (a table made from a stream, moved
+    into place only when complete; an interrupted build is removed): everything written inside,
+    tables and columns included, is written in place and unsynced, and `finish` syncs every file and
+    directory then in one barrier.  The meta/sizes files written inside publish nothing."""
+
+    def publish(self, sync=None):
+        pass
+
+    def finish(self, sync=None):
+        """Make all the tree holds durable (one `sync_together` over what is there now) and stop
+        writing in place."""
+        self.close()
+        if not (fileio.sync_enabled() if sync is None else sync):
+            return
+        paths, dirs = [], []
+        for d, subdirs, names in os.walk(self.root):
+            dirs.append(d)
+            paths.extend(os.path.join(d, n) for n in names
+                         if not os.path.islink(os.path.join(d, n)))
+        dirs.append(os.path.dirname(self.root))
+        sync_together(paths, sorted(dirs, key=lambda d: -d.count(os.sep)))
+
+
+def held_tree(root):
+    """Register the existing directory `root` as a `HeldTree` and return it (`finish` it, or `close`
+    it when the build is abandoned)."""
+    tree = HeldTree(root)
+    with _new_trees_lock:
+        _new_trees[tree.root] = tree
+    return tree
 
 
 def _fsync_path(path):
