@@ -7,15 +7,16 @@ inode, so a later rename does not lose them), creations, renames, unlinks, mkdir
 syncs (fsync/fdatasync of a file, fsync of a directory).  The workload marks the boundaries of its
 API calls in the same log.
 
-`crash_states(rec, ...)` then builds the directory trees a power loss could leave at every crash point
-(every prefix of the log): an operation is durable once a later sync in the prefix covers it (a
-file's fsync covers its earlier writes and truncations, a directory's fsync the earlier names made,
-renamed or removed in it); the others may or may not have reached the disk, in any order.  The
-crash points between two syncs share their durable operations, so the states are built per such
-segment: the durable operations plus every subset of the un-synced ones when they are few, a
-bounded, seeded sample when they are many (in-order prefixes, each one missing alone, random
-subsets), and un-synced writes torn at sector boundaries.  Each state carries the range of crash
-points that can leave it; the tests check it against the calls running at each.
+`crash_states(rec, ...)` then builds the directory trees a power loss could leave at every crash
+point (every prefix of the log): an operation is durable once a later sync in the prefix covers it
+(a file's fsync covers its earlier writes and truncations, a directory's fsync the earlier names
+made, renamed or removed in it, also while the directory had another name); the others may or may
+not have reached the disk, in any order. The crash points between two syncs share their durable
+operations, so the states are built per such segment: the durable operations plus every subset of
+the un-synced ones when they are few, a bounded, seeded sample when they are many (in-order
+prefixes, each one missing alone, random subsets), and un-synced writes torn at sector boundaries.
+Each state carries the range of crash points that can leave it; the tests check it against the calls
+running at each.
 """
 
 import errno
@@ -183,6 +184,24 @@ def _durable_flags(log, k):
             file_synced_at[e[1]] = i
         elif e[0] == "fsyncdir":
             dir_synced_at[e[1]] = i
+    renames = [i for i in range(k) if log[i][0] == "rename"]
+
+    def synced(d, i):
+        # a directory's fsync covers the names made in it before, also under the name it had then
+        # (the sync is of the directory, not of a path): d is followed through later renames
+        if dir_synced_at.get(d, -1) > i:
+            return True
+        cur, pos = d, i
+        for j in renames:
+            if j <= i:
+                continue
+            src, dst = log[j][1], log[j][2]
+            if cur == src or cur.startswith(src + os.sep):
+                if any(log[m][0] == "fsyncdir" and log[m][1] == cur for m in range(pos + 1, j)):
+                    return True
+                cur, pos = dst + cur[len(src):], j
+        return cur != d and dir_synced_at.get(cur, -1) > pos
+
     for i in range(k):
         e = log[i]
         kind = e[0]
@@ -191,10 +210,9 @@ def _durable_flags(log, k):
         elif kind in ("write", "trunc"):
             durable[i] = file_synced_at.get(e[1], -1) > i
         elif kind in ("link", "mkdir", "unlink"):
-            durable[i] = dir_synced_at.get(_parent(e[1]), -1) > i
+            durable[i] = synced(_parent(e[1]), i)
         elif kind == "rename":
-            durable[i] = (dir_synced_at.get(_parent(e[2]), -1) > i
-                          and dir_synced_at.get(_parent(e[1]), -1) > i)
+            durable[i] = synced(_parent(e[2]), i) and synced(_parent(e[1]), i)
     return durable
 
 
