@@ -8,9 +8,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-import blzarr
 from blzarr import ctable
-from blzarr.io import arrow as arrow_io, colmeta, parquet as parquet_io
+from blzarr.io import colmeta, parquet as parquet_io
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
