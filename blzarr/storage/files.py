@@ -299,6 +299,7 @@ def atomic_write(path, data, fsync=False, sync_dir=None):
 # whole or not at all (disks write a 512-byte sector atomically; PostgreSQL's pg_control relies on
 # the same), and needs no new block, name or size: an fdatasync makes it durable.
 SECTOR = 512
+SIZES_ROOM = 48             # spaces a replaced meta/sizes keeps before its newline
 _LOCK_TRIES = 100           # flock attempts (0.5 ms apart) before giving up on a shared/exclusive lock
 
 
@@ -495,8 +496,12 @@ def commit_json(path, obj):
     """Replace meta/sizes (the commit point of a flush) with the JSON of `obj`: written over in place
     when `overwrite_sector` can, else atomically (`write_json`)."""
     data = json_bytes(obj)
-    if not overwrite_sector(path, data, fsync=fileio.sync_enabled()):
-        atomic_write(path, data, fsync=fileio.sync_enabled())
+    sync = fileio.sync_enabled()
+    if not overwrite_sector(path, data, fsync=sync):
+        # room for the text to grow (more digits): the next commits are written over in place
+        # instead of through a temporary file, a rename and a directory sync
+        room = max(0, min(SIZES_ROOM, SECTOR - len(data)))
+        atomic_write(path, data[:-1] + b" " * room + b"\n", fsync=sync)
 
 
 

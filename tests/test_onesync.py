@@ -1,0 +1,300 @@
+"""The BLZ flush that makes the short last chunk durable in one sync before meta/sizes.
+
+meta/sizes names the committed short last chunk (``"last": [chunk, offset, nbytes]``, docs/FORMAT.rst),
+so a flush may write the new bytes and their offsets switch in any order and sync them once; these
+tests check the order of the syncs (a meta/sizes is never written while a superchunk file it relies
+on has writes no sync covered), what a reader and a writer make of the crash states the unordered
+writes allow, and that a meta/sizes naming bytes that never reached the disk is reported, not read.
+"""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import blzarr
+from blzarr.storage import fileio
+
+import crashsim
+
+CHUNKLEN = 100
+CP = blzarr.cparams(clevel=0)       # uncompressed: chunk sizes are known, bytes span sectors
+
+
+def _make(root, n=250, **kw):
+    c = blzarr.carray(np.arange(n, dtype=np.int64), rootdir=root, mode="w", format="blz",
+                      chunklen=CHUNKLEN, cparams=CP, **kw)
+    c.flush()
+    return c
+
+
+def _sizes(root):
+    with open(os.path.join(root, "meta", "sizes")) as f:
+        return json.load(f)
+
+
+def _names(rec):
+    """inode (of the recorder) -> path, for every file the log names."""
+    return {ino: p for p, (kind, ino) in rec._names.items() if kind == "f"}
+
+
+def _record(tmp_path, work):
+    rec = crashsim.Recorder(str(tmp_path))
+    with fileio.use(rec):
+        work(rec)
+    return rec
+
+
+def _flush_syncs(rec, names):
+    """For each marked call: the files it synced, in order (file names)."""
+    out = []
+    for label, i, end in rec.calls():
+        out.append((label, [os.path.basename(names.get(e[1], "?")) for e in rec.log[i:end]
+                            if e[0] == "fsync"]))
+    return out
+
+
+def test_sizes_names_the_short_last_chunk(tmp_path):
+    root = str(tmp_path / "c")
+    c = _make(root)
+    last = _sizes(root)["last"]
+    assert last[0] == 2 and last[2] == 50 * 8
+    c.append(np.arange(1000, 1080))
+    c.flush()
+    last = _sizes(root)["last"]
+    assert last[0] == 3 and last[2] == 30 * 8        # 330 atoms: chunk 3 holds 30
+    with open(os.path.join(root, "data", "__1__.bin"), "rb") as f:
+        f.seek(last[1])
+        head = f.read(16)
+    assert int.from_bytes(head[4:8], "little") == last[2]     # a Blosc header of that chunk there
+    c.append(np.arange(70))                                     # a multiple of chunklen: no short chunk
+    c.flush()
+    assert "last" not in _sizes(root)
+    np.testing.assert_array_equal(blzarr.open(root, mode="r")[:],
+                                  np.r_[np.arange(250), np.arange(1000, 1080), np.arange(70)])
+
+
+def test_a_flush_syncs_the_superchunk_file_once_then_sizes(tmp_path):
+    """Two syncs per flush, one after the other: the superchunk file (bytes and switch together),
+    then meta/sizes; the first flush of a handle whose meta/sizes names no short chunk keeps three."""
+    root = str(tmp_path / "c")
+    _make(root).close()
+    os.remove(os.path.join(root, "meta", "sizes"))
+    with open(os.path.join(root, "meta", "sizes"), "w") as f:     # as an older blzarr wrote it
+        json.dump({"shape": [250], "nbytes": 2000, "cbytes": 0}, f)
+
+    def work(rec):
+        c = blzarr.open(root, mode="a")
+        for k in range(4):
+            rec.mark(f"append+flush {k}")
+            c.append(np.arange(30 * k, 30 * k + 30))
+            c.flush()
+        c.close()
+    rec = _record(tmp_path, work)
+    syncs = _flush_syncs(rec, _names(rec))
+    assert syncs[0][1] == ["__1__.bin", "__1__.bin", "sizes"], syncs[0]
+    for label, files in syncs[1:]:
+        assert files == ["__1__.bin", "sizes"], (label, files)
+    assert blzarr.open(root, mode="r")[:].tolist() == list(range(250)) + list(range(120))
+
+
+@pytest.mark.parametrize("superchunklen", [2, 64])
+def test_sizes_never_names_a_chunk_with_unsynced_bytes(tmp_path, superchunklen):
+    """The invariant the protocol rests on: when a meta/sizes naming a short last chunk is written,
+    no write or cut of that chunk's bytes is waiting for a sync (so the chunk it names reached the
+    disk first), across appends, assignments, trims and flushes, in one file and across files."""
+    root = str(tmp_path / "c")
+    _make(root, superchunklen=superchunklen).close()
+    rng = np.random.default_rng(3)
+
+    def work(rec):
+        c = blzarr.open(root, mode="a")
+        for k in range(12):
+            rec.mark(f"step {k}")
+            c.append(rng.integers(0, 1000, int(rng.integers(1, 170))))
+            if k % 3 == 1:
+                c[int(rng.integers(0, len(c)))] = -1
+            if k % 4 == 2:
+                c.trim(int(rng.integers(0, 60)))
+            c.flush()
+        c.close()
+    rec = _record(tmp_path, work)
+    names = _names(rec)
+    pending = {}            # inode -> [(lo, hi)] written or cut since its last sync
+    named = 0
+    for e in rec.log:
+        if e[0] == "write":
+            pending.setdefault(e[1], []).append((e[2], e[2] + len(e[3])))
+        elif e[0] == "trunc":
+            pending.setdefault(e[1], []).append((e[2], 1 << 62))
+        elif e[0] == "fsync":
+            pending.pop(e[1], None)
+        if e[0] == "write" and os.path.basename(names.get(e[1], "")) == "sizes":
+            last = json.loads(e[3]).get("last")
+            if last is None:
+                continue
+            named += 1
+            n, off, nbytes = last
+            path = os.path.join(root, "data", f"__{n // superchunklen + 1}__.bin")
+            ino = [i for i, p in names.items() if os.path.realpath(p) == os.path.realpath(path)][0]
+            lo, hi = off, off + 16 + nbytes + 4          # header, uncompressed data, CRC-32
+            hits = [(a, b) for a, b in pending.get(ino, []) if a < hi and b > lo]
+            assert not hits, f"meta/sizes names chunk {n} at {off} while writes {hits} wait for a sync"
+    assert named >= 8
+
+
+def _states(tmp_path):
+    """The files of a directory after a flush (state 0) and after the next one (state 1), which
+    appended 30 atoms to the short last chunk: (root, sizes0, data1, last0, last1)."""
+    root = str(tmp_path / "c")
+    c = _make(root)
+    c.close()
+    with open(os.path.join(root, "meta", "sizes"), "rb") as f:
+        sizes0 = f.read()
+    c = blzarr.open(root, mode="a")
+    c.append(np.arange(1000, 1030))
+    c.flush()
+    c.close()
+    with open(os.path.join(root, "data", "__1__.bin"), "rb") as f:
+        data1 = bytearray(f.read())
+    return root, sizes0, data1, json.loads(sizes0)["last"], _sizes(root)["last"]
+
+
+def _put(root, sizes, data):
+    with open(os.path.join(root, "meta", "sizes"), "wb") as f:
+        f.write(sizes)
+    with open(os.path.join(root, "data", "__1__.bin"), "wb") as f:
+        f.write(data)
+
+
+def test_a_switch_whose_bytes_were_lost_reads_the_committed_chunk(tmp_path):
+    """The crash state the one-sync flush allows and the ordered one did not: the offsets switch and
+    header reached the disk, the new chunk's bytes did not, meta/sizes is the old one.  Readers read
+    the short chunk meta/sizes names; a writer writes that entry back and goes on."""
+    root, sizes0, data1, last0, last1 = _states(tmp_path)
+    assert last0[1] != last1[1]          # the new short chunk went beside the committed one
+    data1[last1[1]:last1[1] + 16 + 80 * 8] = bytes(16 + 80 * 8)     # its bytes never reached the disk
+    _put(root, sizes0, data1)
+    r = blzarr.open(root, mode="r")
+    np.testing.assert_array_equal(r[:], np.arange(250))
+    assert r[249] == 249 and r[-1] == 249
+    r.verify()
+    w = blzarr.open(root, mode="a")
+    np.testing.assert_array_equal(w[:], np.arange(250))
+    w.verify()
+    w.append([-7, -7, -7])
+    w.flush()
+    w.close()
+    again = blzarr.open(root, mode="r")
+    np.testing.assert_array_equal(again[:], np.r_[np.arange(250), [-7, -7, -7]])
+    again.verify()
+
+
+def test_a_switch_that_reached_the_disk_with_its_bytes_reads_the_committed_length(tmp_path):
+    """Switch and bytes durable, meta/sizes old: the array is the committed one (250 atoms)."""
+    root, sizes0, data1, _, _ = _states(tmp_path)
+    _put(root, sizes0, data1)
+    np.testing.assert_array_equal(blzarr.open(root, mode="r")[:], np.arange(250))
+    w = blzarr.open(root, mode="a")
+    w.append(np.arange(5))
+    w.close()
+    np.testing.assert_array_equal(blzarr.open(root, mode="r")[:], np.r_[np.arange(250), np.arange(5)])
+
+
+def test_sizes_naming_a_chunk_that_never_reached_the_disk_is_reported(tmp_path):
+    """A meta/sizes whose "last" names bytes that are not a chunk (what a flush that wrote meta/sizes
+    before its sync could leave) raises naming the file, in reads and in verify: never other values."""
+    root, _, data1, _, last1 = _states(tmp_path)
+    with open(os.path.join(root, "meta", "sizes"), "rb") as f:
+        sizes1 = f.read()
+    data1[last1[1]:last1[1] + 16 + 80 * 8] = bytes(16 + 80 * 8)
+    _put(root, sizes1, data1)
+    r = blzarr.open(root, mode="r")
+    with pytest.raises(blzarr.BlzarrError, match="__1__.bin"):
+        r[:]
+    with pytest.raises(blzarr.BlzarrError):
+        blzarr.open(root, mode="r").verify()
+    np.testing.assert_array_equal(blzarr.open(root, mode="r")[:200], np.arange(200))   # the rest reads
+
+
+@pytest.mark.parametrize("last", [["2", 0, 400], [2, 0], [7, 1108, 400], [2, 1108, 0], [2, -5, 400],
+                                  "x", [True, 1108, 400]])
+def test_a_malformed_last_is_an_error_naming_meta_sizes(tmp_path, last):
+    root = str(tmp_path / "c")
+    _make(root).close()
+    s = _sizes(root)
+    s["last"] = last
+    with open(os.path.join(root, "meta", "sizes"), "w") as f:
+        json.dump(s, f)
+    with pytest.raises(blzarr.FormatError, match="meta.sizes"):
+        blzarr.open(root, mode="r")[:]
+
+
+def test_old_sizes_without_last_still_read_and_gain_it(tmp_path):
+    root = str(tmp_path / "c")
+    _make(root).close()
+    s = _sizes(root)
+    del s["last"]
+    with open(os.path.join(root, "meta", "sizes"), "w") as f:
+        json.dump(s, f)
+    np.testing.assert_array_equal(blzarr.open(root, mode="r")[:], np.arange(250))
+    w = blzarr.open(root, mode="a")
+    w.append([1, 2])
+    w.close()
+    assert _sizes(root)["last"][0] == 2
+    np.testing.assert_array_equal(blzarr.open(root, mode="r")[:], np.r_[np.arange(250), [1, 2]])
+
+
+@pytest.mark.slow
+def test_crash_states_of_one_sync_flushes(tmp_path):
+    """Every tree a power loss could leave during a few one-sync flushes (one superchunk file) opens
+    with the values of a completed flush or of the one running, and a writer goes on from it."""
+    base = tmp_path / "base"
+    base.mkdir()
+    root = str(base / "c")
+    rec = crashsim.Recorder(str(base))
+    states = [np.arange(250)]
+    with fileio.use(rec):
+        rec.mark("create")
+        _make(root, n=250, superchunklen=64).close()
+        c = blzarr.open(root, mode="a")
+        for k, n in enumerate([30, 5, -40, 170, 40, -20]):
+            # a trim shrinks the short chunk: its new bytes go into the hole before the committed
+            # ones, and the file is cut after them (once meta/sizes no longer names the old bytes)
+            rec.mark(f"flush {k}" if n > 0 else f"trim {-n}")
+            if n > 0:
+                c.append(np.arange(1000 * (k + 1), 1000 * (k + 1) + n))
+                c.flush()
+            else:
+                c.trim(-n)
+            states.append(c[:])
+        c.close()
+    calls = rec.calls()
+    scratch = str(tmp_path / "state")
+    seen = set()
+    for st in crashsim.crash_states(rec, seed=7):
+        d = st.tree.digest()
+        if d in seen:
+            continue
+        seen.add(d)
+        js = [j for j in crashsim.calls_at(rec, st.kmin, st.kmax) if j >= 0]
+        if os.path.exists(scratch):
+            shutil.rmtree(scratch)
+        st.tree.materialize(rec.base, scratch)
+        if js == [0] and not os.path.exists(os.path.join(scratch, "c", "meta", "sizes")):
+            continue            # the creating call was cut: nothing was promised yet
+        got = blzarr.open(os.path.join(scratch, "c"), mode="r")[:]
+        # during call j (0: create, k + 1: flush k): the state before it or after it
+        allowed = [states[max(j - 1, 0)] for j in js] + [states[j] for j in js]
+        assert any(len(got) == len(s) and (got == s).all() for s in allowed), \
+            f"state {st.kind} in {[calls[j][0] for j in js]}: {len(got)} atoms"
+        with blzarr.defaults_ctx(fsync=False):
+            w = blzarr.open(os.path.join(scratch, "c"), mode="a")
+            w.append([-1])
+            w.close()
+        again = blzarr.open(os.path.join(scratch, "c"), mode="r")
+        np.testing.assert_array_equal(again[:], np.r_[got, [-1]])
+        again.verify()
+    assert len(seen) > 20
