@@ -298,3 +298,67 @@ def test_crash_states_of_one_sync_flushes(tmp_path):
         np.testing.assert_array_equal(again[:], np.r_[got, [-1]])
         again.verify()
     assert len(seen) > 20
+
+
+@pytest.mark.parametrize("fmt", ["blz", "bcolz"])
+def test_a_table_flush_syncs_its_columns_together(tmp_path, fmt):
+    """`t.append(row)` (auto_flush) on a table of three columns: the syncs come in three rounds (runs
+    of syncs with no write between), not two or three per column: every column's chunks, then the
+    sizes of the first two columns, then the last column's sizes, which commit the row."""
+    root = str(tmp_path / "t")
+
+    def work(rec):
+        t = blzarr.ctable([np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32)],
+                          names=["a", "b", "c"], rootdir=root, mode="w", format=fmt, chunklen=CHUNKLEN)
+        for i in range(5):
+            rec.mark(f"row {i}")
+            t.append((i * 0.5, -i, i))
+        t.close()
+    rec = _record(tmp_path, work)
+    names = _names(rec)
+    for label, i, end in rec.calls():
+        rounds, cur = [], None
+        for e in rec.log[i:end]:
+            if e[0] in ("fsync", "fsyncdir"):
+                if cur is None:
+                    cur = []
+                    rounds.append(cur)
+                path = names.get(e[1], f"{root}/(gone {e[1]})") if e[0] == "fsync" else e[1] + "/"
+                cur.append(os.path.relpath(path, root))
+            elif e[0] in ("write", "trunc", "rename", "link", "unlink"):
+                cur = None
+        sizes = [r for r in rounds if any(p.endswith("sizes") for p in r)]
+        # the last round is the last column's meta/sizes alone, after every other column's
+        assert rounds[-1] == ["c/meta/sizes"], (label, rounds)
+        assert sorted(sizes[-2]) == ["a/meta/sizes", "b/meta/sizes"], (label, rounds)
+        if fmt == "blz" and label != "row 0":
+            assert len(rounds) == 3, (label, rounds)
+            assert sorted(rounds[0]) == [f"{c}/data/__1__.bin" for c in "abc"], (label, rounds)
+    t = blzarr.open(root, mode="r")
+    np.testing.assert_array_equal(t["a"][:], np.arange(5) * 0.5)
+    np.testing.assert_array_equal(t["b"][:], -np.arange(5))
+    np.testing.assert_array_equal(t["c"][:], np.arange(5))
+
+
+def _rows_in_child(root):
+    t = blzarr.ctable([np.zeros(0), np.zeros(0, dtype=np.int64)], names=["a", "b"], rootdir=root, mode="w")
+    for i in range(3):
+        t.append((i * 1.0, i))
+    t.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_table_flush_in_a_forked_child(tmp_path):
+    """The threads a table's flush syncs from are the parent's: a child made by fork makes its own."""
+    import multiprocessing
+    with blzarr.defaults_ctx(fsync=True):
+        _rows_in_child(str(tmp_path / "parent"))        # the parent's sync threads exist now
+        p = multiprocessing.get_context("fork").Process(target=_rows_in_child, args=(str(tmp_path / "child"),))
+        p.start()
+        p.join(120)
+        if p.is_alive():
+            p.kill()
+            pytest.fail("a table's flush hung in a child made by fork")
+    assert p.exitcode == 0
+    t = blzarr.open(str(tmp_path / "child"), mode="r")
+    assert t["b"][:].tolist() == [0, 1, 2] and t["a"][:].tolist() == [0.0, 1.0, 2.0]

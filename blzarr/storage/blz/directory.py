@@ -42,7 +42,8 @@ from blzarr.storage.chunkstore import LayoutChunks, auto_superchunklen
 from blzarr.errors import ENVIRONMENT_ERRNOS, BlzarrError, ChunkError, FormatError, ReadOnlyError, StorageError
 from blzarr.storage.locking import first_write
 from blzarr.storage import fileio, rewrite
-from blzarr.storage.files import ATTRIBUTES_FILE, DATA_DIR, META_DIR, SIZES_FILE, new_tree_of, read_json
+from blzarr.storage.files import (ATTRIBUTES_FILE, DATA_DIR, META_DIR, SIZES_FILE, join_barrier, new_tree_of,
+                                  read_json)
 from blzarr.runtime.parallel import codec_threads
 from blzarr.runtime import forksafe
 from blzarr.storage.spool import writes_for
@@ -649,6 +650,8 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
                 files = sorted(self._unsynced | set(self._pending))
                 self._write_switches()
                 for fno in files:
+                    if self._writes.local(self._key(fno)) and join_barrier(self._path(fno)):
+                        continue        # synced with other files (a table's columns) at once
                     self._fio.datasync(self._fd(fno))
                 self._unsynced.clear()
             else:
