@@ -203,6 +203,73 @@ def test_a_switch_that_reached_the_disk_with_its_bytes_reads_the_committed_lengt
     np.testing.assert_array_equal(blzarr.open(root, mode="r")[:], np.r_[np.arange(250), np.arange(5)])
 
 
+def test_an_entry_naming_a_stale_whole_chunk_is_not_read(tmp_path):
+    """A one-sync flush may put the new short chunk where an older, whole chunk still lies (the hole
+    before the committed one); if the switch reached the disk and the bytes did not, the entry names
+    that stale chunk, checksum and all.  meta/sizes' chunk is read, never the stale one."""
+    root = str(tmp_path / "c")
+    c = _make(root)
+    c.close()
+    stale = _sizes(root)["last"]                    # chunk 2: 50 atoms
+    c = blzarr.open(root, mode="a")
+    c[249] = -9                                     # the committed chunk differs from the stale one
+    c.append(np.arange(1000, 1030))
+    c.flush()
+    c.close()
+    last = _sizes(root)["last"]                     # chunk 2: 80 atoms, elsewhere
+    assert last[1] != stale[1]
+    path = os.path.join(root, "data", "__1__.bin")
+    with open(path, "rb") as f:
+        data = bytearray(f.read())
+    entry = data.find(last[1].to_bytes(8, "little"))
+    assert 0 < entry < stale[1]                     # the offsets table comes before the chunks
+    data[entry:entry + 8] = stale[1].to_bytes(8, "little")
+    with open(path, "wb") as f:
+        f.write(data)
+    want = np.r_[np.arange(249), [-9], np.arange(1000, 1030)]
+    r = blzarr.open(root, mode="r")
+    np.testing.assert_array_equal(r[:], want)
+    r.verify()
+    w = blzarr.open(root, mode="a")
+    w.append([7])
+    w.close()
+    np.testing.assert_array_equal(blzarr.open(root, mode="r")[:], np.r_[want, [7]])
+
+
+def test_an_assignment_to_the_named_chunk_drops_last_before_its_switch(tmp_path):
+    """An assignment's switch is a commit of its own: before it is made (in order, as it also
+    rewrites an earlier chunk), meta/sizes loses "last" (durably), so that a crash after the switch
+    reads the assigned values; the flush's own meta/sizes names the chunk again."""
+    root = str(tmp_path / "c")
+    _make(root).close()
+    chunks_from = _sizes(root)["last"][1]           # the offsets table lies before every chunk
+
+    def work(rec):
+        c = blzarr.open(root, mode="a")
+        rec.mark("assign + flush")
+        c[5] = -1
+        c[249] = -2
+        c.flush()
+        c.close()
+    rec = _record(tmp_path, work)
+    names = _names(rec)
+    label, i, end = rec.calls()[0]
+    seq = []
+    for e in rec.log[i:end]:
+        name = os.path.basename(names.get(e[1], "")) if e[0] in ("write", "fsync") else ""
+        if e[0] == "write" and name == "sizes":
+            seq.append("sizes+last" if "last" in json.loads(e[3]) else "sizes")
+        elif e[0] == "fsync":
+            seq.append("sync " + name)
+        elif e[0] == "write" and name.endswith(".bin") and 0 < e[2] < chunks_from:
+            seq.append("entry")
+    assert seq.index("sizes") < seq.index("entry"), seq
+    assert seq[seq.index("sizes") + 1] == "sync sizes", seq
+    assert seq[-2:] == ["sizes+last", "sync sizes"], seq
+    got = blzarr.open(root, mode="r")[:]
+    assert got[5] == -1 and got[249] == -2 and len(got) == 250
+
+
 def test_sizes_naming_a_chunk_that_never_reached_the_disk_is_reported(tmp_path):
     """A meta/sizes whose "last" names bytes that are not a chunk (what a flush that wrote meta/sizes
     before its sync could leave) raises naming the file, in reads and in verify: never other values."""
@@ -260,15 +327,20 @@ def test_crash_states_of_one_sync_flushes(tmp_path):
         rec.mark("create")
         _make(root, n=250, superchunklen=64).close()
         c = blzarr.open(root, mode="a")
-        for k, n in enumerate([30, 5, -40, 170, 40, -20]):
+        for k, n in enumerate([30, 5, -40, 170, 0, 40, -20, 0]):
             # a trim shrinks the short chunk: its new bytes go into the hole before the committed
-            # ones, and the file is cut after them (once meta/sizes no longer names the old bytes)
-            rec.mark(f"flush {k}" if n > 0 else f"trim {-n}")
+            # ones, and the file is cut after them (once meta/sizes no longer names the old bytes);
+            # 0: an assignment to an earlier chunk and to the short one, switched in order
+            rec.mark(f"flush {k}" if n > 0 else f"trim {-n}" if n else "assign + flush")
             if n > 0:
                 c.append(np.arange(1000 * (k + 1), 1000 * (k + 1) + n))
                 c.flush()
-            else:
+            elif n < 0:
                 c.trim(-n)
+            else:
+                c[3] = -k
+                c[len(c) - 1] = -k
+                c.flush()
             states.append(c[:])
         c.close()
     calls = rec.calls()

@@ -151,7 +151,8 @@ def held_tree(root):
     return tree
 
 
-def _fsync_path(path):
+def fsync_path(path):
+    """fsync the file `path` (opened for it)."""
     fd = fileio.open(path, "rw")
     try:
         fileio.fsync(fd)
@@ -172,7 +173,7 @@ def sync_together(paths, dirs=()):
     own.  A recording or fault-injecting `fileio` implementation gets them one after the other, in
     the order given (files, then directories): the set of syncs, and what precedes and follows them,
     is the same."""
-    jobs = [(_fsync_path, p) for p in paths] + [(fileio.fsync_dir, d) for d in dirs]
+    jobs = [(fsync_path, p) for p in paths] + [(fileio.fsync_dir, d) for d in dirs]
     if len(jobs) < 2 or type(fileio.current()) is not fileio.OsIO:
         for fn, p in jobs:
             fn(p)

@@ -42,8 +42,8 @@ from blzarr.storage.chunkstore import LayoutChunks, auto_superchunklen
 from blzarr.errors import ENVIRONMENT_ERRNOS, BlzarrError, ChunkError, FormatError, ReadOnlyError, StorageError
 from blzarr.storage.locking import first_write
 from blzarr.storage import fileio, rewrite
-from blzarr.storage.files import (ATTRIBUTES_FILE, DATA_DIR, META_DIR, SIZES_FILE, join_barrier, new_tree_of,
-                                  read_json)
+from blzarr.storage.files import (ATTRIBUTES_FILE, DATA_DIR, META_DIR, SIZES_FILE, fsync_path, join_barrier,
+                                  new_tree_of, read_json)
 from blzarr.runtime.parallel import codec_threads
 from blzarr.runtime import forksafe
 from blzarr.storage.spool import writes_for
@@ -336,9 +336,9 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
 
     def _take_sizes_last(self, storage, last):
         """Read meta/sizes' ``"last"`` (the short last chunk's committed position).  When the last
-        file's offsets entry names other bytes that do not hold a whole chunk (a crash kept a switch
-        and lost the bytes it names), the chunk is read where meta/sizes says, and the file's chunks
-        stop after it; returns the last file's state."""
+        file's offsets entry names other bytes (a crash kept a switch of a flush that did not
+        commit), the chunk is read where meta/sizes says, and the file's chunks stop after it;
+        returns the last file's state."""
         sizes = self.opened_meta.get("sizes")
         got = sizes.get("last") if isinstance(sizes, dict) else None
         if got is None:
@@ -373,16 +373,8 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
             last.offsets[slot] = cur
         if cur == off and slot < last.nchunks:
             return last
-        if not self.cksize:
-            return last         # (no flush leaves the entry unordered without checksums)
-        if slot < last.nchunks and last.data_start <= cur and cur + 16 <= last.fstate[1]:
-            try:
-                # whole where the entry says (its bytes reached the disk): the newer state, the
-                # same atoms and maybe more (a flush), or an assignment committed by its switch
-                self._fetch_chunk(n, last, self._fd(fno), cur, -1)
-                return last
-            except (FormatError, ChunkError):
-                pass
+        # a switch meta/sizes does not count yet (a writer switches that chunk in order only after
+        # a meta/sizes without "last": see `_drop_last`): the committed chunk is where it says
         self._overlay, self._own_overlay = {fno: ({slot: off}, slot + 1, nbytes)}, True
         self._forget_file(fno)
         return self._load_file(fno)
@@ -668,8 +660,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         """Whether every write since the last sync is past what meta/sizes holds its writer to (the
         chunks from `_free_from` on, in the last file, which existed at that commit), so that the
         new bytes and the offsets switch may reach the disk in any order."""
-        if (self._free_from is None or not self.cksize or not self._fio.syncs() or self.remote
-                or self._dir_unsynced
+        if (self._free_from is None or not self._fio.syncs() or self.remote or self._dir_unsynced
                 or self.nfiles != self._free_files or self._new_tree() is not None):
             return False
         last = self.nfiles
@@ -746,11 +737,33 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         """How many one-step switches the pending rewrites take (one write per superchunk file)."""
         return len(self._pending)
 
+    def _drop_last(self):
+        """Before an ordered switch of the chunk the committed meta/sizes names in "last" (which is a
+        commit by itself: an assignment, a rewrite record): meta/sizes without "last", durable, so
+        that readers and a crash go by the switched entry (as without "last")."""
+        last = self._sizes_last
+        if last is None:
+            return
+        fno, slot = divmod(last[0], self.K)
+        pend = self._pending.get(fno + 1)
+        if pend is None or slot not in pend[1]:
+            return
+        obj = self.read_meta(SIZES_FILE)
+        obj.pop("last", None)
+        self._free_from = None
+        self._guard.commit(obj)
+        if self._fio.syncs() and not self.remote:
+            # durable now, also inside a table's barrier (which would sync it only at its end)
+            fsync_path(self.meta_path(SIZES_FILE))
+        self._sizes_last = None
+        self._free_from, self._free_files = last[0] + 1, self.nfiles
+
     def prepare_switch(self):
         """Make the rewritten chunks' new bytes durable and return the plan of the offsets entries to
         switch (the rewrite record's entry of this directory), None when nothing is pending."""
         with self._lock:
             self._sync_written()
+            self._drop_last()
             if not self._pending:
                 return None
             files = {}
@@ -776,6 +789,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         """Write the offsets entries of the chunks rewritten since the last switch (with the headers)
         and make them durable."""
         with self._lock:
+            self._drop_last()
             pending = self._write_switches()
             tree = self._new_tree()
             if self._fio.syncs():
