@@ -270,6 +270,26 @@ def test_an_assignment_to_the_named_chunk_drops_last_before_its_switch(tmp_path)
     assert got[5] == -1 and got[249] == -2 and len(got) == 250
 
 
+def test_compaction_moves_the_named_chunk(tmp_path):
+    """Compaction rewrites the file that holds the short last chunk at new offsets: meta/sizes
+    stops naming the old one first, and the next flush names the new one."""
+    root = str(tmp_path / "c")
+    c = _make(root)
+    c[0:100] = np.random.default_rng(1).integers(1, 1 << 40, 100)
+    c.append(np.arange(7))
+    c.flush()
+    before = _sizes(root)["last"]
+    assert c.compact() > 0
+    assert "last" not in _sizes(root)
+    c.append([5])
+    c.flush()
+    assert _sizes(root)["last"][1] < before[1]      # moved down into the reclaimed space
+    c.close()
+    got = blzarr.open(root, mode="r")
+    np.testing.assert_array_equal(got[200:], np.r_[np.arange(200, 250), np.arange(7), [5]])
+    got.verify()
+
+
 def test_sizes_naming_a_chunk_that_never_reached_the_disk_is_reported(tmp_path):
     """A meta/sizes whose "last" names bytes that are not a chunk (what a flush that wrote meta/sizes
     before its sync could leave) raises naming the file, in reads and in verify: never other values."""
@@ -327,12 +347,15 @@ def test_crash_states_of_one_sync_flushes(tmp_path):
         rec.mark("create")
         _make(root, n=250, superchunklen=64).close()
         c = blzarr.open(root, mode="a")
-        for k, n in enumerate([30, 5, -40, 170, 0, 40, -20, 0]):
+        for k, n in enumerate([30, 5, -40, 170, 0, 40, -20, 0, None, 3]):
             # a trim shrinks the short chunk: its new bytes go into the hole before the committed
             # ones, and the file is cut after them (once meta/sizes no longer names the old bytes);
             # 0: an assignment to an earlier chunk and to the short one, switched in order
-            rec.mark(f"flush {k}" if n > 0 else f"trim {-n}" if n else "assign + flush")
-            if n > 0:
+            # None: a compaction, which moves the chunk meta/sizes names
+            rec.mark("compact" if n is None else f"flush {k}" if n > 0 else f"trim {-n}" if n else "assign + flush")
+            if n is None:
+                assert c.compact() > 0
+            elif n > 0:
                 c.append(np.arange(1000 * (k + 1), 1000 * (k + 1) + n))
                 c.flush()
             elif n < 0:

@@ -737,17 +737,22 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         """How many one-step switches the pending rewrites take (one write per superchunk file)."""
         return len(self._pending)
 
-    def _drop_last(self):
+    def _drop_last(self, rewriting=None):
         """Before an ordered switch of the chunk the committed meta/sizes names in "last" (which is a
-        commit by itself: an assignment, a rewrite record): meta/sizes without "last", durable, so
-        that readers and a crash go by the switched entry (as without "last")."""
+        commit by itself: an assignment, a rewrite record), or before superchunk file `rewriting` is
+        replaced when it holds that chunk (compaction moves it): meta/sizes without "last",
+        durable, so that readers and a crash go by the file's entry (as without "last")."""
         last = self._sizes_last
         if last is None:
             return
         fno, slot = divmod(last[0], self.K)
-        pend = self._pending.get(fno + 1)
-        if pend is None or slot not in pend[1]:
-            return
+        if rewriting is not None:
+            if rewriting != fno + 1:
+                return
+        else:
+            pend = self._pending.get(fno + 1)
+            if pend is None or slot not in pend[1]:
+                return
         obj = self.read_meta(SIZES_FILE)
         obj.pop("last", None)
         self._free_from = None

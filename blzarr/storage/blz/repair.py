@@ -145,6 +145,7 @@ class BlzMaintenance:
                 hole, f, fd, offsets = self._file_holes(fno)
                 if not hole:
                     continue
+                self._drop_last(rewriting=fno)      # the chunk meta/sizes names moves
                 before = f.fstate[1]
                 first = (fno - 1) * self.K
                 parts = []
