@@ -36,8 +36,18 @@ def _sizes(root):
 
 
 def _names(rec):
-    """inode (of the recorder) -> path, for every file the log names."""
-    return {ino: p for p, (kind, ino) in rec._names.items() if kind == "f"}
+    """inode (of the recorder) -> path, for every file the log names: its last name, also when it
+    was replaced or removed later."""
+    out = {ino: p for p, (kind, ino) in rec._names.items() if kind == "f"}
+    for e in rec.log:
+        if e[0] == "link":
+            out.setdefault(e[2], e[1])
+    for e in rec.log:
+        if e[0] == "rename":
+            for ino, p in list(out.items()):
+                if p == e[1] and ino not in [i for q, (k, i) in rec._names.items() if q == p]:
+                    out[ino] = e[2]
+    return out
 
 
 def _record(tmp_path, work):
@@ -397,9 +407,10 @@ def test_crash_states_of_one_sync_flushes(tmp_path):
 
 @pytest.mark.parametrize("fmt", ["blz", "bcolz"])
 def test_a_table_flush_syncs_its_columns_together(tmp_path, fmt):
-    """`t.append(row)` (auto_flush) on a table of three columns: the syncs come in three rounds (runs
-    of syncs with no write between), not two or three per column: every column's chunks, then the
-    sizes of the first two columns, then the last column's sizes, which commit the row."""
+    """`t.append(row)` (auto_flush) on a table of three columns: the last column's meta/sizes, which
+    commits the row, is written after the others' are durable; in the BLZ layout the syncs come in
+    three rounds (runs of syncs with no write between), not two per column: every column's chunks,
+    then the sizes of the first two columns, then the last column's sizes."""
     root = str(tmp_path / "t")
 
     def work(rec):
@@ -422,11 +433,18 @@ def test_a_table_flush_syncs_its_columns_together(tmp_path, fmt):
                 cur.append(os.path.relpath(path, root))
             elif e[0] in ("write", "trunc", "rename", "link", "unlink"):
                 cur = None
-        sizes = [r for r in rounds if any(p.endswith("sizes") for p in r)]
-        # the last round is the last column's meta/sizes alone, after every other column's
-        assert rounds[-1] == ["c/meta/sizes"], (label, rounds)
-        assert sorted(sizes[-2]) == ["a/meta/sizes", "b/meta/sizes"], (label, rounds)
+        # the last column's meta/sizes is written after the other columns' are durable
+        commit = max(k for k, e in enumerate(rec.log[i:end])
+                     if (e[0] == "write" and names.get(e[1], "").endswith(os.path.join("c", "meta", "sizes")))
+                     or (e[0] == "rename" and e[2].endswith(os.path.join("c", "meta", "sizes"))))
+        for col in "ab":
+            mine = [k for k, e in enumerate(rec.log[i:end]) if e[0] in ("write", "fsync")
+                    and names.get(e[1], "").endswith(os.path.join(col, "meta", "sizes"))]
+            assert mine and rec.log[i + mine[-1]][0] == "fsync" and mine[-1] < commit, (label, col)
         if fmt == "blz" and label != "row 0":
+            sizes = [r for r in rounds if any(p.endswith("sizes") for p in r)]
+            assert rounds[-1] == ["c/meta/sizes"], (label, rounds)
+            assert sorted(sizes[-2]) == ["a/meta/sizes", "b/meta/sizes"], (label, rounds)
             assert len(rounds) == 3, (label, rounds)
             assert sorted(rounds[0]) == [f"{c}/data/__1__.bin" for c in "abc"], (label, rounds)
     t = blzarr.open(root, mode="r")

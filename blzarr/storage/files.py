@@ -364,7 +364,7 @@ def atomic_write(path, data, fsync=False, sync_dir=None):
 # whole or not at all (disks write a 512-byte sector atomically; PostgreSQL's pg_control relies on
 # the same), and needs no new block, name or size: an fdatasync makes it durable.
 SECTOR = 512
-SIZES_ROOM = 48             # spaces a replaced meta/sizes keeps before its newline
+SIZES_ROOM = 48             # spaces a BLZ meta/sizes keeps before its newline when it is replaced
 _LOCK_TRIES = 100           # flock attempts (0.5 ms apart) before giving up on a shared/exclusive lock
 
 
@@ -557,18 +557,18 @@ def write_json(path, obj, fsync=None):
     atomic_write(path, json_bytes(obj), fsync=fileio.sync_enabled() if fsync is None else fsync)
 
 
-def commit_json(path, obj):
+def commit_json(path, obj, room=0):
     """Replace meta/sizes (the commit point of a flush) with the JSON of `obj`: written over in place
-    when `overwrite_sector` can, else atomically (`write_json`)."""
+    when `overwrite_sector` can, else atomically (`write_json`), then with up to `room` spaces
+    before its newline (room for the text to grow: the next commits are written over in place
+    instead of through a temporary file, a rename and a directory sync)."""
     data = json_bytes(obj)
     sync = fileio.sync_enabled()
     if sync and getattr(_barrier, "paths", None) is not None and overwrite_sector(path, data, fsync=False):
         join_barrier(path)
         return
     if not overwrite_sector(path, data, fsync=sync):
-        # room for the text to grow (more digits): the next commits are written over in place
-        # instead of through a temporary file, a rename and a directory sync
-        room = max(0, min(SIZES_ROOM, SECTOR - len(data)))
+        room = max(0, min(room, SECTOR - len(data)))
         atomic_write(path, data[:-1] + b" " * room + b"\n", fsync=sync)
 
 

@@ -42,8 +42,8 @@ from blzarr.storage.chunkstore import LayoutChunks, auto_superchunklen
 from blzarr.errors import ENVIRONMENT_ERRNOS, BlzarrError, ChunkError, FormatError, ReadOnlyError, StorageError
 from blzarr.storage.locking import first_write
 from blzarr.storage import fileio, rewrite
-from blzarr.storage.files import (ATTRIBUTES_FILE, DATA_DIR, META_DIR, SIZES_FILE, fsync_path, join_barrier,
-                                  new_tree_of, read_json)
+from blzarr.storage.files import (ATTRIBUTES_FILE, DATA_DIR, META_DIR, SIZES_FILE, SIZES_ROOM, fsync_path,
+                                  join_barrier, new_tree_of, read_json)
 from blzarr.runtime.parallel import codec_threads
 from blzarr.runtime import forksafe
 from blzarr.storage.spool import writes_for
@@ -524,7 +524,8 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         self._free_from = None
         old_last, self._sizes_last = self._sizes_last, None
         try:
-            self._guard.commit(obj)
+            # room to grow: "last" comes and goes, its offset gains digits
+            self._guard.commit(obj, room=SIZES_ROOM)
         except BaseException:
             self._sizes_last = old_last     # either may be on disk (the new one names live bytes)
             raise
@@ -756,7 +757,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         obj = self.read_meta(SIZES_FILE)
         obj.pop("last", None)
         self._free_from = None
-        self._guard.commit(obj)
+        self._guard.commit(obj, room=SIZES_ROOM)
         if self._fio.syncs() and not self.remote:
             # durable now, also inside a table's barrier (which would sync it only at its end)
             fsync_path(self.meta_path(SIZES_FILE))
