@@ -364,7 +364,9 @@ def atomic_write(path, data, fsync=False, sync_dir=None):
 # whole or not at all (disks write a 512-byte sector atomically; PostgreSQL's pg_control relies on
 # the same), and needs no new block, name or size: an fdatasync makes it durable.
 SECTOR = 512
-SIZES_ROOM = 48             # spaces a BLZ meta/sizes keeps before its newline when it is replaced
+# spaces a BLZ meta/sizes keeps before its newline when it is replaced (at least its text's length:
+# the text then sits in the first half of the file, which a write cut in half still replaces whole)
+SIZES_ROOM = 48
 _LOCK_TRIES = 100           # flock attempts (0.5 ms apart) before giving up on a shared/exclusive lock
 
 
@@ -568,7 +570,7 @@ def commit_json(path, obj, room=0):
         join_barrier(path)
         return
     if not overwrite_sector(path, data, fsync=sync):
-        room = max(0, min(room, SECTOR - len(data)))
+        room = max(0, min(max(room, len(data)) if room else 0, SECTOR - len(data)))
         atomic_write(path, data[:-1] + b" " * room + b"\n", fsync=sync)
 
 
