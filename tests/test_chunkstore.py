@@ -9,7 +9,7 @@ import pytest
 from blzarr import cparams
 from blzarr.storage.chunk import blosc_typesize, chunk
 from blzarr.storage.chunkstore import ChunkStore, MemoryChunks, auto_superchunklen
-from blzarr.errors import ReadOnlyError
+from blzarr.errors import FormatError, ReadOnlyError
 from blzarr.storage.stores import create_store, open_chunks, open_dir
 from helpers import assert_same
 
@@ -173,6 +173,57 @@ class StoreTests:
         assert_same(np.asarray(r[0]), values(0))
         r.close()
         s.close()
+
+    def filled(self, root, n=5):
+        """A store of `n` full chunks, and the same store opened again read-only (the memory store's
+        own, which keeps nothing on disk)."""
+        s = self.fresh(root)
+        for k in range(n):
+            s.append(new_chunk(k))
+        s.sync()
+        return s, (self.reopen(root, n, mode="r") or s)
+
+    def test_read_pieces_equals_numpy(self, root):
+        s, r = self.filled(root)
+        want = np.concatenate([values(k) for k in range(5)])
+        for start, stop in [(0, 500), (50, 450), (100, 300), (130, 170), (399, 401)]:
+            out = np.empty(stop - start, ATOM)
+            pieces = []
+            for n in range(start // CHUNKLEN, (stop - 1) // CHUNKLEN + 1):
+                lo, hi = max(start, n * CHUNKLEN) - n * CHUNKLEN, min(stop, (n + 1) * CHUNKLEN) - n * CHUNKLEN
+                off = n * CHUNKLEN + lo - start
+                pieces.append((n, lo, hi, out[off:off + hi - lo]))
+            assert r.read_pieces(pieces, out, CHUNKLEN, ATOM.itemsize) is out
+            assert_same(out, want[start:stop])
+
+    def test_read_block_is_the_block_that_holds_the_atom(self, root):
+        s, r = self.filled(root, 2)
+        for n, local in [(0, 0), (0, 99), (1, 37)]:
+            lo, block, per = r.read_block(n, local, CHUNKLEN, ATOM)
+            assert lo <= local < lo + len(block) and lo % per == 0 and len(block) <= per
+            assert_same(block, values(n)[lo:lo + len(block)])
+
+    def test_read_rows_packs_the_bytes_asked_for(self, root):
+        s, r = self.filled(root, 4)
+        ids = [1, 3]
+        out = np.empty(2 * CHUNKLEN, "<i4")
+        # the upper 4 bytes of every 8-byte value: what a column of a 2-D carray's rows is to them
+        assert r.read_rows(ids, out, [0, CHUNKLEN * 4], 8, 4, 4)
+        want = np.concatenate([values(k) for k in ids]).astype("<i8").view("<i4")[1::2]
+        assert_same(out, want)
+
+    def test_sum_resident_equals_numpy_or_declines(self, root):
+        s, r = self.filled(root, 3)
+        sums = r.sum_resident(range(3), ATOM)
+        if sums is not None:        # (the bcolz layout sums through the carray's blocks instead)
+            assert sums.tolist() == [int(values(k).sum()) for k in range(3)]
+
+    def test_unpickle_gives_the_object_or_names_the_damage(self, root):
+        objs = MemoryChunks([chunk(np.frombuffer(pickle.dumps(o), "u1"), "u1") for o in ({"a": 1}, [2, "x"])])
+        assert objs.unpickle(0) == {"a": 1} and objs.unpickle(1) == [2, "x"]
+        bad = MemoryChunks([chunk(np.frombuffer(b"not a pickle", "u1"), "u1", _where="object 7 of a test")])
+        with pytest.raises(FormatError, match="cannot unpickle object 7 of a test"):
+            bad.unpickle(0)
 
 
 class TestMemoryStore(StoreTests):

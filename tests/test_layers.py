@@ -106,3 +106,16 @@ def test_each_folder_says_what_it_holds_and_may_import():
         if "__init__.py" in files and "__pycache__" not in here:
             doc = ast.get_docstring(ast.parse(open(os.path.join(here, "__init__.py"), encoding="utf-8").read()))
             assert doc and len(doc) > 60, f"{here}/__init__.py has no docstring saying what lives there"
+
+
+def test_carray_reads_reach_chunks_only_through_the_chunk_store():
+    """The read paths of a carray ask the chunk store (`storage.chunkstore.ChunkStore`'s methods), never
+    a chunk's private fields, the layout's directory or whether the bytes are remote."""
+    past = re.compile(r"\._data\b|\bis (not )?chunk\b|\._bytes\b|\.store\.|getattr\([^)]*\"K\"|\.K\b")
+    found = []
+    for name in ("read.py", "reduce.py"):
+        path = os.path.join(PKG, "containers", "carray", name)
+        for k, line in enumerate(open(path, encoding="utf-8"), 1):
+            if past.search(line.split("#")[0]):
+                found.append(f"containers/carray/{name}:{k}: {line.strip()}")
+    assert not found, found

@@ -315,7 +315,7 @@ def test_s3_bcolz_second_writer_is_detected(s3):
 
 def test_s3_read_all_in_batches_fetched_ahead(s3, monkeypatch):
     import sys
-    carray_mod = sys.modules["blzarr.containers.carray.read"]      # where the read path takes its batch size
+    carray_mod = sys.modules["blzarr.storage.chunkstore"]      # where the read path takes its batch size
     url, opts = s3
     a = data()
     blzarr.carray(a, rootdir=f"{url}/x.blz", mode="w", chunklen=5000, superchunklen=8, storage_options=opts)
@@ -581,7 +581,7 @@ def test_s3_read_all_decodes_each_part_while_later_parts_are_fetched(s3, monkeyp
     one is even asked for, and every part is one file."""
     import sys
     from blzarr.storage.blz.remote import RemoteBlzDir
-    carray_mod = sys.modules["blzarr.containers.carray.read"]
+    carray_mod = sys.modules["blzarr.storage.chunkstore"]
     url, opts = s3
     a = data()
     blzarr.carray(a, rootdir=f"{url}/x.blz", mode="w", chunklen=5000, superchunklen=8, storage_options=opts)

@@ -286,6 +286,15 @@ class chunk:
             out[...] = self.decompress()[start:stop]
         return out
 
+    def read_block(self, start, stop, out):
+        """Atoms [start, stop), all within one Blosc block, into the contiguous array `out`: that block
+        decoded alone, straight from the codec."""
+        isz = self.atom.itemsize
+        if self.typesize and isz % self.typesize == 0:
+            _chunk.getitem_into(self._data, start * isz, (stop - start) * isz, out, 0, False, self._where)
+            return out
+        return self.read_range(start, stop, out)
+
     def take(self, local, out, rows=None, first_row=0):
         """Atoms at the ascending positions `local` (intp) into rows of the contiguous array `out`:
         atom k to row ``rows[k]``, or ``first_row + k`` when `rows` is None.

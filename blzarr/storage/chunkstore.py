@@ -7,13 +7,32 @@ A carray is a sequence of full chunks (each `chunklen` atoms, compressed) plus a
 - `bcolz_layout.BcolzChunks` (one file per chunk, the bcolz 1.x layout),
 - `blz.BlzChunks` (checksummed superchunk files, the BLZ layout).
 
-The carray, and everything above it, uses only the methods below: no layout branches, no file paths.
+The carray, and everything above it, uses only the methods below: no layout branches, no file paths,
+no asking whether the bytes are local or fetched by requests (`read_pieces`, `read_block` and
+`read_rows` choose how to read).
 `stores.create_store` and `stores.open_store` make the on-disk ones; beneath them, the files are in a
 byte store (`bytestore`: a local directory or object storage).
 """
 
+import itertools
+import pickle
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from blzarr.errors import FormatError
+from blzarr.runtime.parallel import run_all
 from blzarr.storage import objstats
+from blzarr.storage.chunk import decode_ranges, rows_chunks, sum_chunks
 from blzarr.storage.files import overwrite
+
+# uncompressed bytes of the chunks a read of many chunks from object storage has in flight at once,
+# in parts of about PREFETCH_PART_BYTES (whole superchunk files where they fit), each part decoded as
+# soon as its bytes are in while the next ones are still being fetched
+PREFETCH_BATCH_BYTES = 64 * 1024 * 1024
+PREFETCH_PART_BYTES = 8 * 1024 * 1024
+# atoms per block read by `read_block` when a chunk's Blosc blocks do not split into whole atoms
+BLOCK_CACHE_BYTES = 32 * 1024
 
 SUPERCHUNK_TARGET_BYTES = 64 * 1024 * 1024
 MAX_SUPERCHUNKLEN = 1024
@@ -52,6 +71,7 @@ class ChunkStore:
     format = None
     rootdir = None
     store = None        # the layout's directory object (files, caches), None in memory
+    superchunklen = None    # chunks per file where the layout groups them (BLZ), else None
 
     def _init_fields(self, store, atom, chunklen, nchunks, objects=False):
         self.store = store
@@ -85,6 +105,105 @@ class ChunkStore:
         """Show only the first `n` chunks, without touching what is stored."""
         self.nchunks = n
 
+    @property
+    def remote(self):
+        """Whether the chunks are fetched by requests (object storage), not read from memory or files."""
+        return self.store is not None and self.store.remote
+
+    def read_pieces(self, pieces, out, chunklen, itemsize):
+        """Atoms of full chunks into `out`, several chunks at once: `pieces` lists (chunk number, first
+        atom, end atom, the view of `out` they go to), in ascending chunk order from the start of
+        `out`; `chunklen` atoms of `itemsize` bytes a chunk."""
+        if len(pieces) > 1:
+            if self.remote:
+                self._read_fetched(pieces)
+                return out
+            if out.flags.c_contiguous:
+                datas = self.resident(range(pieces[0][0], pieces[-1][0] + 1))
+                if datas is not None:
+                    # in-memory chunks: one call per thread decodes them all, straight into `out`
+                    first = pieces[0][0] * chunklen + pieces[0][1]
+                    decode_ranges(datas, out, [(p[0] * chunklen + p[1] - first) * itemsize for p in pieces],
+                                  [p[1] * itemsize for p in pieces], [(p[2] - p[1]) * itemsize for p in pieces])
+                    return out
+                # whole chunks of files: read, verified and decoded on every thread in one call per thread
+                whole = [p for p in pieces if p[2] - p[1] == chunklen]
+                if len(whole) > 1:
+                    base = out.__array_interface__["data"][0]
+                    offs = [p[3].__array_interface__["data"][0] - base for p in whole]
+                    if self.decode_whole([p[0] for p in whole], out, offs):
+                        pieces = [p for p in pieces if p[2] - p[1] != chunklen]
+        run_all(lambda p: self[p[0]].read_range(p[1], p[2], p[3]), pieces)
+        return out
+
+    def _read_fetched(self, pieces):
+        """Object storage: the chunks fetched in parts (coalesced, concurrent), several parts in
+        flight, each part decoded as soon as it is in while the later ones are still fetched."""
+        nbytes = max(1, self.chunk_nbytes)
+        part_bytes = min(PREFETCH_PART_BYTES, PREFETCH_BATCH_BYTES)
+        k = self.superchunklen
+        if isinstance(k, int) and 0 < k * nbytes <= part_bytes:
+            per = k * (part_bytes // (k * nbytes))                  # whole files per part
+        else:
+            per = max(1, part_bytes // nbytes)
+        parts = [list(g) for _, g in itertools.groupby(pieces, key=lambda p: p[0] // per)]
+        inflight = max(1, PREFETCH_BATCH_BYTES // (per * nbytes))
+        with ThreadPoolExecutor(inflight) as ahead:
+            fetching = [ahead.submit(self.prefetch, [p[0] for p in part]) for part in parts[:inflight]]
+            for k, part in enumerate(parts):
+                fetching[k].result()
+                if k + inflight < len(parts):
+                    fetching.append(ahead.submit(self.prefetch, [p[0] for p in parts[k + inflight]]))
+                run_all(lambda p: self[p[0]].read_range(p[1], p[2], p[3]), part)
+
+    def read_block(self, i, local, chunklen, atom):
+        """(lo, block, per): atoms [lo, hi) of full chunk i as a new array of dtype `atom`, the one Blosc
+        block that holds atom `local` (so one block is decoded), or BLOCK_CACHE_BYTES worth of atoms
+        when the chunk's blocks do not split into whole atoms; `per` atoms a block (the next starts
+        at lo + per)."""
+        ch = self[i]
+        isz = atom.itemsize
+        bs = ch.blocksize
+        per = bs // isz if bs >= isz and bs % isz == 0 else max(1, BLOCK_CACHE_BYTES // isz)
+        lo = local // per * per
+        hi = min(lo + per, chunklen)
+        return lo, ch.read_block(lo, hi, np.empty(hi - lo, dtype=atom)), per
+
+    def unpickle(self, i):
+        """The Python object stored pickled in chunk i (a carray of dtype object)."""
+        c = self[i]
+        raw = c.decompress(np.empty(c.nbytes, dtype="u1"))
+        try:
+            return pickle.loads(raw.tobytes())
+        except Exception as e:  # a damaged pickle can fail in many ways, none of them the caller's
+            where = getattr(c, "_where", None) or f"object {i}"
+            raise FormatError(f"cannot unpickle {where}: {type(e).__name__}: {e}") from None
+
+    def read_rows(self, ids, out, offsets, rowsize, cstart, csize):
+        """Bytes [cstart, cstart + csize) of every row (`rowsize` bytes) of the full chunks `ids`, packed
+        into the contiguous array `out` from byte ``offsets[k]`` for chunk ``ids[k]``, on every thread
+        (True); False, nothing done, where the layout reads such chunks block by block anyway."""
+        if self.remote:
+            return False
+        datas = self.resident(ids)
+        if datas is not None:
+            rows_chunks(datas, out, offsets, rowsize, cstart, csize)
+            return True
+        if self.rows_whole(ids, out, offsets, cstart, csize):
+            return True
+        return self._rows_of_chunks(ids, out, offsets, rowsize, cstart, csize)
+
+    def _rows_of_chunks(self, ids, out, offsets, rowsize, cstart, csize):
+        """`read_rows` over chunk objects that hold their bytes whole (the bcolz layout's, a memory
+        store's), one chunk per task on the pool's threads.  A layout whose chunks are read block by
+        block from their files (BLZ) returns False instead."""
+        def one(k):
+            c = self[ids[k]]
+            rows_chunks([c.getdata()], out, [offsets[k]], rowsize, cstart, csize, nparts=1,
+                        wheres=[c._where or f"chunk {ids[k]}"])
+        run_all(one, range(len(ids)))
+        return True
+
     def resident(self, ids):
         """The compressed bytes of the full chunks numbered `ids` (a list, in that order) when this
         store holds them in memory, else None (the caller reads them through the chunk objects)."""
@@ -101,6 +220,17 @@ class ChunkStore:
         contiguous array `out` from byte ``offsets[k]`` for chunk ``ids[k]``, as `decode_whole` does
         (True), or False."""
         return False
+
+    def sum_resident(self, ids, dtype):
+        """NumPy's sum of each full chunk of `ids` (values of `dtype`) as an array, every chunk decoded
+        and summed on its thread in one call per thread, or None where this store cannot (object
+        storage, a dtype the kernel does not sum)."""
+        if self.remote:
+            return None
+        datas = self.resident(ids)
+        if datas is not None:
+            return sum_chunks(datas, dtype)
+        return self.sum_whole(ids, dtype) if len(ids) > 1 else None
 
     def sum_whole(self, ids, dtype):
         """NumPy's sum of each full chunk of `ids` (values of `dtype`) as an array, read and summed in

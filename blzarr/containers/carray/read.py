@@ -3,11 +3,9 @@ the scalar path that decodes one Blosc block, NumPy's indexing (slices, steps, t
 boolean arrays, expressions), take, iteration, where and wheretrue."""
 
 import itertools
-import pickle
 import sys
 import time
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -17,20 +15,11 @@ from blzarr.containers import indexing as ix
 from blzarr.query import planner
 from blzarr.query import rules
 from blzarr.query.selection import Selection
-from blzarr._chunk import getitem_into
 from blzarr.storage.blockcache import disk_blocks, new_generation
-from blzarr.storage.chunk import chunk, decode_ranges, rows_chunks, select_ahead, take_chunks, where_scalars
-from blzarr.errors import FormatError
+from blzarr.storage.chunk import select_ahead, take_chunks, where_scalars
 from blzarr.runtime.params import get_nthreads
 from blzarr.runtime.parallel import run_all
 
-# uncompressed bytes of the chunks a slice of an object-storage carray has in flight at once, in parts
-# of about PREFETCH_PART_BYTES (whole superchunk files where they fit), each part decoded as soon as
-# its bytes are in while the next ones are still being fetched
-PREFETCH_BATCH_BYTES = 64 * 1024 * 1024
-PREFETCH_PART_BYTES = 8 * 1024 * 1024
-# atoms per block-cache entry are chosen so one entry is about this many bytes
-BLOCK_CACHE_BYTES = 32 * 1024
 # kinds whose elements come out as Python scalars (as in bcolz)
 _PY_KINDS = "biufcSUMmV"
 # dtypes whose memoryview yields the same Python scalars as tolist(), without building the list
@@ -292,51 +281,14 @@ class CarrayReads(CarrayBase):
     def _read_range(self, start, stop, out):
         """Atoms [start, stop) into the contiguous array `out`, several chunks at once."""
         nfull = len(self._chunks)
-        chunks = self._chunks
         pieces = []
         for n, lo, hi, off in ix.chunk_pieces(start, stop, self._chunklen):
             if n >= nfull:
                 out[off:off + hi - lo] = self._last[lo:hi]
             else:
                 pieces.append((n, lo, hi, out[off:off + hi - lo]))
-        if len(pieces) > 1 and self._bytes is None and out.flags.c_contiguous:
-            datas = chunks.resident(range(pieces[0][0], pieces[-1][0] + 1))
-            if datas is not None:
-                # in-memory chunks: one call per thread decodes them all, straight into `out`
-                isz = self._atom.itemsize
-                first = pieces[0][0] * self._chunklen + pieces[0][1]
-                decode_ranges(datas, out, [(p[0] * self._chunklen + p[1] - first) * isz for p in pieces],
-                              [p[1] * isz for p in pieces], [(p[2] - p[1]) * isz for p in pieces])
-                return out
-        if len(pieces) > 1 and self._bytes is None and out.flags.c_contiguous:
-            # whole chunks of files: read, verified and decoded on every thread in one call per thread
-            whole = [p for p in pieces if p[2] - p[1] == self._chunklen]
-            if len(whole) > 1:
-                base = out.__array_interface__["data"][0]
-                offs = [p[3].__array_interface__["data"][0] - base for p in whole]
-                if chunks.decode_whole([p[0] for p in whole], out, offs):
-                    pieces = [p for p in pieces if p[2] - p[1] != self._chunklen]
-        if self._bytes is not None and len(pieces) > 1:
-            # object storage: the chunks fetched in parts (coalesced, concurrent), several parts in
-            # flight, each part decoded as soon as it is in while the later ones are still fetched
-            nbytes = max(1, self._chunklen * self._atom.itemsize)
-            part_bytes = min(PREFETCH_PART_BYTES, PREFETCH_BATCH_BYTES)
-            K = getattr(getattr(chunks, "store", None), "K", None)     # chunks per superchunk file
-            if isinstance(K, int) and 0 < K * nbytes <= part_bytes:
-                per = K * (part_bytes // (K * nbytes))                  # whole files per part
-            else:
-                per = max(1, part_bytes // nbytes)
-            parts = [list(g) for _, g in itertools.groupby(pieces, key=lambda p: p[0] // per)]
-            inflight = max(1, PREFETCH_BATCH_BYTES // (per * nbytes))
-            with ThreadPoolExecutor(inflight) as ahead:
-                fetching = [ahead.submit(chunks.prefetch, [p[0] for p in part]) for part in parts[:inflight]]
-                for k, part in enumerate(parts):
-                    fetching[k].result()
-                    if k + inflight < len(parts):
-                        fetching.append(ahead.submit(chunks.prefetch, [p[0] for p in parts[k + inflight]]))
-                    run_all(lambda p: chunks[p[0]].read_range(p[1], p[2], p[3]), part)
-            return out
-        run_all(lambda p: chunks[p[0]].read_range(p[1], p[2], p[3]), pieces)
+        if pieces:
+            self._chunks.read_pieces(pieces, out, self._chunklen, self._atom.itemsize)
         return out
 
     def read_into(self, start, stop, out):
@@ -352,7 +304,7 @@ class CarrayReads(CarrayBase):
         """(the compressed bytes of the full chunks, a list; the rows after them, an array) when all
         of them are in memory, else None: what the kernels of `_chunk` read themselves
         (`blzarr.query.exprkernel`)."""
-        if self._isobj or self._bytes is not None or not isinstance(self._last, np.ndarray):
+        if self._isobj or not isinstance(self._last, np.ndarray):
             return None
         chunks = self._chunks.resident(range(len(self._chunks)))
         return None if chunks is None else (chunks, self._last[:self._nleft])
@@ -398,19 +350,7 @@ class CarrayReads(CarrayBase):
                     key = (gen, cid, lo)
                     buf = disk_blocks.get(key)
                 if buf is None:
-                    ch = self._chunks[cid]
-                    isz = self._atom.itemsize
-                    bs = ch.blocksize
-                    # exactly the Blosc block that holds the atom, so one block is decoded
-                    per = bs // isz if bs >= isz and bs % isz == 0 else max(1, BLOCK_CACHE_BYTES // isz)
-                    lo = local // per * per
-                    hi = min(lo + per, self._chunklen)
-                    buf = np.empty(hi - lo, dtype=self._atom)      # (n,) + the atom's shape
-                    if type(ch) is chunk and ch.typesize and isz % ch.typesize == 0:
-                        # an in-memory chunk: its block straight from the codec (as chunk.read_range)
-                        getitem_into(ch._data, lo * isz, (hi - lo) * isz, buf, 0, False, ch._where)
-                    else:
-                        ch.read_range(lo, hi, buf)
+                    lo, buf, per = self._chunks.read_block(cid, local, self._chunklen, self._atom)
                     if self._ondisk:
                         pers[cid] = per
                         disk_blocks.put((gen, cid, lo), buf)
@@ -425,13 +365,7 @@ class CarrayReads(CarrayBase):
         return v.copy() if isinstance(v, (np.ndarray, np.void)) else v
 
     def _object_at(self, i):
-        c = self._chunks[i]
-        raw = c.decompress(np.empty(c.nbytes, dtype="u1"))
-        try:
-            return pickle.loads(raw.tobytes())
-        except Exception as e:  # a damaged pickle can fail in many ways, none of them the caller's
-            where = getattr(c, "_where", None) or f"object {i}"
-            raise FormatError(f"cannot unpickle {where}: {type(e).__name__}: {e}") from None
+        return self._chunks.unpickle(i)
 
     def _eval_key(self, key, depth=4):
         return _ce.eval(key, out_flavor="numpy", depth=depth)
@@ -602,28 +536,11 @@ class CarrayReads(CarrayBase):
     def _rows_full(self, full, out, start, run):
         """Bytes run = (first, count) of every atom of the full chunks of `full` (row ranges starting at
         `start`) into `out`; whether it was done (else nothing was)."""
-        if len(full) < 2 or self._bytes is not None:
+        if len(full) < 2:
             return False
         cl = self._chunklen
-        ids = [b[0] // cl for b in full]
-        offsets = [(b[0] - start) * run[1] for b in full]
-        isz = self._atom.itemsize
-        datas = self._chunks.resident(ids)
-        if datas is not None:
-            rows_chunks(datas, out, offsets, isz, *run)
-            return True
-        if self._chunks.rows_whole(ids, out, offsets, *run):
-            return True
-        if type(self._chunks[ids[0]]) is not chunk:
-            return False        # chunks read block by block from their files (a BLZ writer's)
-
-        def one(k):
-            # a store's chunks are all of one kind: whole chunks read from their files (bcolz layout)
-            c = self._chunks[ids[k]]
-            rows_chunks([c._data], out, [offsets[k]], isz, *run, nparts=1,
-                        wheres=[c._where or f"chunk {ids[k]}"])
-        run_all(one, range(len(ids)))
-        return True
+        return self._chunks.read_rows([b[0] // cl for b in full], out, [(b[0] - start) * run[1] for b in full],
+                                      self._atom.itemsize, *run)
 
     def _atom_run(self, rest, out):
         """(first byte, bytes) of the one run of each atom's bytes that ``atom[rest]`` selects, in order
@@ -672,7 +589,7 @@ class CarrayReads(CarrayBase):
 
         groups = ix.sorted_groups(spos, cl)
         inmem = [g for g in groups if g[0] < nfull]
-        datas = chunks.resident([g[0] for g in inmem]) if len(inmem) > 1 and self._bytes is None else None
+        datas = chunks.resident([g[0] for g in inmem]) if len(inmem) > 1 else None
         if datas is not None:
             # in-memory chunks: one call per thread takes from all of them (each chunk's touched blocks
             # decoded once into the thread's buffer), the leftover's items from NumPy

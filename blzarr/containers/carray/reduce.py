@@ -7,7 +7,6 @@ import numpy as np
 
 from blzarr.query import fused
 from blzarr.containers.carray.read import CarrayBase
-from blzarr.storage.chunk import sum_chunks
 
 
 def _normalize_axes(axis, ndim):
@@ -55,14 +54,10 @@ class CarrayReductions(CarrayBase):
         for bit), the chunks' sums then added in order as the block engine below adds them, so the
         result is the same to the bit."""
         nfull = len(self._chunks)
-        if self.ndim != 1 or not nfull or self._bytes is not None:
+        if self.ndim != 1 or not nfull:
             return None
-        datas = self._chunks.resident(range(nfull))
-        if datas is not None:
-            parts = sum_chunks(datas, self._atom.base)
-        else:
-            # chunks of files: read, verified, decoded and summed on every thread, one call per thread
-            parts = self._chunks.sum_whole(range(nfull), self._atom.base) if nfull > 1 else None
+        # chunks in memory, or of files read, verified, decoded and summed on every thread
+        parts = self._chunks.sum_resident(range(nfull), self._atom.base)
         if parts is None or (parts.dtype.kind == "f" and not np.isfinite(parts).all()):
             return None     # an inf or a NaN: the block engine's sums also give NumPy's warnings
         if self._nleft:

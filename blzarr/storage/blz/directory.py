@@ -922,6 +922,9 @@ class LazyChunk(chunk):
         return out
 
 
+    read_block = read_range
+
+
 class BlzChunks(LayoutChunks):
     """The full chunks of an on-disk carray in the BLZ layout (a `ChunkStore`)."""
 
@@ -1036,6 +1039,13 @@ class BlzChunks(LayoutChunks):
 
     def sum_whole(self, ids, dtype):
         return self.store.sum_whole(ids, dtype, self.chunk_nbytes)
+
+    def _rows_of_chunks(self, ids, out, offsets, rowsize, cstart, csize):
+        return False        # its chunks are read block by block from their files
+
+    @property
+    def superchunklen(self):
+        return self.store.K
 
     def prefetch(self, ns):
         fetch = getattr(self.store, "prefetch", None)
