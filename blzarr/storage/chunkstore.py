@@ -160,8 +160,8 @@ class ChunkStore:
         """(lo, block, per): atoms [lo, hi) of full chunk i as a new array of dtype `atom`, the one Blosc
         block that holds atom `local` (so one block is decoded), or BLOCK_CACHE_BYTES worth of atoms
         when the chunk's blocks do not split into whole atoms; `per` atoms a block (the next starts
-        at lo + per)."""
-        ch = self[i]
+        at lo + per).  0 <= i < nchunks (the caller checked it)."""
+        ch = self._get(i)
         isz = atom.itemsize
         bs = ch.blocksize
         per = bs // isz if bs >= isz and bs % isz == 0 else max(1, BLOCK_CACHE_BYTES // isz)
@@ -443,6 +443,8 @@ class MemoryChunks(list, ChunkStore):
     def __init__(self, chunks=(), chunk_nbytes=-1):
         super().__init__(chunks)
         self.chunk_nbytes = chunk_nbytes     # -1: pickled objects, any size
+
+    _get = list.__getitem__
 
     def copy(self):
         """A new list of the same chunks (chunks are immutable: a view shares them)."""
