@@ -265,8 +265,8 @@ def test_a_second_long_read_skips_the_checksums_it_verified(tmp_path, no_chunk_p
     assert a.sum() == blzarr.carray(x, chunklen=1000).sum()
     # 30 full chunks: the 4 bytes of each crc32 not read again, nor the header apart (its size is
     # known: one pread less each); and the offsets table, read whole once by the first
-    K = a._chunks.store.K
-    assert b1 - b2 == 30 * 4 + 8 * K and c1 - c2 == 30 + 1
+    superchunklen = a._chunks.store.superchunklen
+    assert b1 - b2 == 30 * 4 + 8 * superchunklen and c1 - c2 == 30 + 1
 
 
 def test_a_verified_reader_sees_a_rewrite_flushed_since(tmp_path):

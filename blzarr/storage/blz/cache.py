@@ -176,7 +176,7 @@ class BlzCaches:
     def _forget_file(self, fno):
         """Drop what is known of file `fno` (its cached chunks become misses: their epoch is gone)."""
         self._files.pop(fno, None)
-        lo, hi = (fno - 1) * self.K, fno * self.K
+        lo, hi = (fno - 1) * self.superchunklen, fno * self.superchunklen
         for n in [n for n in self._ctbytes if lo <= n < hi]:
             del self._ctbytes[n]
         for n in [n for n in self._fps if lo <= n < hi]:
@@ -210,6 +210,6 @@ class BlzCaches:
         self._chunks.pop(n)
         self._ctbytes.pop(n, None)
         self._fps.pop(n, None)
-        f = self._files.get(n // self.K + 1)
+        f = self._files.get(n // self.superchunklen + 1)
         if f is not None:
             f.verified.discard(n)

@@ -217,11 +217,11 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         self.checksum_id = cid
         self.cksize = sc.checksum_size(cid)
         self.reserve = reserve
-        self.K = int(superchunklen)
+        self.superchunklen = int(superchunklen)
         self.typesize = int(typesize)
         self.chunk_nbytes = int(chunk_nbytes) if chunk_nbytes > 0 else -1
         self._fixed = {"format": FORMAT, "dtype": dtype, "chunkshape": [int(chunklen)] + list(atom_shape),
-                       "cparams": cparams, "superchunklen": self.K, "checksum": sc.CHECKSUMS[cid][0],
+                       "cparams": cparams, "superchunklen": self.superchunklen, "checksum": sc.CHECKSUMS[cid][0],
                        "reserve": reserve, "meta": meta}
         self.nfiles = 0
         self._nphys = 0
@@ -284,10 +284,10 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
             if key not in fixed:
                 raise FormatError(f"superchunk file '{f1.path}': metadata lacks {key!r}")
         self._fixed = fixed
-        K = fixed["superchunklen"]
-        if not isinstance(K, int) or isinstance(K, bool) or not 1 <= K <= 1 << 24:
-            raise FormatError(f"superchunk file '{f1.path}': bad superchunklen {K!r}")
-        self.K = K
+        superchunklen = fixed["superchunklen"]
+        if not isinstance(superchunklen, int) or isinstance(superchunklen, bool) or not 1 <= superchunklen <= 1 << 24:
+            raise FormatError(f"superchunk file '{f1.path}': bad superchunklen {superchunklen!r}")
+        self.superchunklen = superchunklen
         self.checksum_id = f1.header["checksum"]
         self.cksize = f1.header["checksum_size"]
         self.typesize = f1.header["typesize"]
@@ -300,7 +300,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
             raise FormatError(f"superchunk file '{f1.path}': header checksum id {self.checksum_id} "
                               f"disagrees with metadata {fixed['checksum']!r}")
         self._check_dtype(storage, where, f1)
-        for key, mine in (("superchunklen", K), ("checksum", fixed["checksum"])):
+        for key, mine in (("superchunklen", superchunklen), ("checksum", fixed["checksum"])):
             if key in storage and storage[key] != mine:
                 raise FormatError(f"{where}: {key} {storage[key]!r} disagrees with '{f1.path}' ({mine!r})")
         chunklen = storage.get("chunklen")
@@ -320,10 +320,10 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         if last is not None and overlay is None:
             last = self._take_sizes_last(storage, last)
         if last is not None:
-            self._nphys = (self.nfiles - 1) * K + last.nchunks
+            self._nphys = (self.nfiles - 1) * superchunklen + last.nchunks
         else:
             # the last file cannot be read: it holds what meta/sizes counts there (those chunks raise)
-            self._nphys = min(max(self._counted, (self.nfiles - 1) * K), self.nfiles * K)
+            self._nphys = min(max(self._counted, (self.nfiles - 1) * superchunklen), self.nfiles * superchunklen)
         self._check_full_files()
         if mode != "r":
             self._repair()          # (which may rewrite meta/sizes: read it again)
@@ -416,10 +416,10 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         """meta/sizes counts `nchunks` chunks but the last superchunk files are gone: count them
         as missing (their chunks raise when read, the others stay readable)."""
         with self._lock:
-            want = -(-nchunks // self.K)
+            want = -(-nchunks // self.superchunklen)
             if want <= self.nfiles or want > self.nfiles + 1024:
                 return
-            if self._file(self.nfiles).nchunks != self.K:
+            if self._file(self.nfiles).nchunks != self.superchunklen:
                 return          # the last file present is not full: that is not a lost tail
             for k in range(self.nfiles + 1, want + 1):
                 self._damaged[k] = f"superchunk file '{self._path(k)}' is missing"
@@ -455,7 +455,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         return nums
 
     def _check_full_files(self):
-        """Every file but the last holds `K` chunks; one that cannot be read or does not is damaged
+        """Every file but the last holds `superchunklen` chunks; one that cannot be read or does not is damaged
         (its chunks raise when read, the other files' chunks stay readable)."""
         for fno in range(1, self.nfiles):
             if fno in self._damaged:
@@ -467,13 +467,13 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
                     raise
                 self._damaged[fno] = str(e)
                 continue
-            if f.nchunks != self.K:
+            if f.nchunks != self.superchunklen:
                 self._damaged[fno] = (f"superchunk file '{self._path(fno)}' holds {f.nchunks} chunks, but "
-                                      f"it is not the last file and must be full ({self.K})")
+                                      f"it is not the last file and must be full ({self.superchunklen})")
 
     # ------------------------------------------------------------------ the bcolz-like store interface
     # the fields that opening or creating sets: a worker rebuilds the store from them (config)
-    _CONFIG = ("K", "_fixed", "checksum_id", "chunk_nbytes", "cksize", "reserve", "typesize")
+    _CONFIG = ("superchunklen", "_fixed", "checksum_id", "chunk_nbytes", "cksize", "reserve", "typesize")
 
     def config(self):
         """Plain values from which `partition_writer` rebuilds this store in another process (with
@@ -488,11 +488,11 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         self = cls(config["rootdir"], "a", open_bytestore(config["rootdir"], config.get("storage_options")))
         for k in cls._CONFIG:
             setattr(self, k, config[k])
-        K = self.K
-        if first_chunk % K or nchunks > K:
+        superchunklen = self.superchunklen
+        if first_chunk % superchunklen or nchunks > superchunklen:
             raise ValueError(f"chunks {first_chunk}..{first_chunk + nchunks - 1} do not fill exactly "
                              "one superchunk file")
-        fno = first_chunk // K + 1
+        fno = first_chunk // superchunklen + 1
         self.nfiles = max(fno - 1, 1)  # file 1 exists (empty): the first partition appends to it
         self._nphys = first_chunk
         self._upload_on_close = True
@@ -581,8 +581,8 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
     def storage_extra(self):
         """What BLZ adds to meta/storage."""
         return {"format": FORMAT, "checksum": sc.CHECKSUMS[self.checksum_id][0],
-                "superchunklen": self.K, "reserve": self.reserve,
-                "superchunk_nbytes": self.K * self.chunk_nbytes if self.chunk_nbytes > 0 else -1}
+                "superchunklen": self.superchunklen, "reserve": self.reserve,
+                "superchunk_nbytes": self.superchunklen * self.chunk_nbytes if self.chunk_nbytes > 0 else -1}
 
     @property
     def checksum_name(self):
@@ -600,7 +600,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
 
     def chunk_path(self, n):
         """The superchunk file holding chunk `n`."""
-        return self._path(n // self.K + 1)
+        return self._path(n // self.superchunklen + 1)
 
     @property
     def nchunks(self):
@@ -1045,7 +1045,7 @@ class BlzChunks(LayoutChunks):
 
     @property
     def superchunklen(self):
-        return self.store.K
+        return self.store.superchunklen
 
     def prefetch(self, ns):
         fetch = getattr(self.store, "prefetch", None)
@@ -1105,7 +1105,7 @@ class BlzChunks(LayoutChunks):
 
     def storage_options(self):
         return {"checksum": self.store.checksum_name, "reserve": self.store.reserve,
-                "superchunklen": self.store.K}
+                "superchunklen": self.store.superchunklen}
 
     def describe(self):
         extra = self.store.storage_extra()
@@ -1113,7 +1113,7 @@ class BlzChunks(LayoutChunks):
                 "checksum": extra["checksum"], "reserve": extra["reserve"]}
 
     def partition_chunks(self):
-        return int(self.store.K)
+        return int(self.store.superchunklen)
 
     def verify(self, expected_chunks):
         return self.store.verify(expected_chunks)

@@ -47,7 +47,7 @@ class _Where:
         self.n = n
 
     def __str__(self):
-        fno, slot = divmod(self.n, self.store.K)
+        fno, slot = divmod(self.n, self.store.superchunklen)
         rows = ""
         chunklen = self.store._fixed.get("chunkshape", [0])[0] if hasattr(self.store, "_fixed") else 0
         if self.store.chunk_nbytes > 0 and isinstance(chunklen, int) and chunklen > 0:
@@ -81,14 +81,14 @@ class BlzFileFormat:
         f = _File(fno, self._path(fno))
         f.fstate = self._fio.state(fd)
         h = sc.unpack_header(sc.pread(fd, 32, 0, f.path), f.path)
-        K = self._parse_head(f, h, f.fstate[1], lambda pos, n: sc.pread(fd, n, pos, f.path))
-        f.offsets = np.full(K, -2, dtype=np.int64)     # -2: not read yet
+        superchunklen = self._parse_head(f, h, f.fstate[1], lambda pos, n: sc.pread(fd, n, pos, f.path))
+        f.offsets = np.full(superchunklen, -2, dtype=np.int64)     # -2: not read yet
         f.full_table = False
         over = self._overlay.get(fno) if self._overlay else None
         if over is not None:
             # a committed rewrite record switches entries of this file: they are read from the record
             for slot, pos in over[0].items():
-                if 0 <= slot < K:
+                if 0 <= slot < superchunklen:
                     f.offsets[slot] = pos
             f.nchunks, f.last_chunk = over[1], over[2]
         return self._keep_file(f)
@@ -110,20 +110,20 @@ class BlzFileFormat:
         if not isinstance(meta, dict):
             raise FormatError(f"superchunk file '{f.path}': metadata section is not a JSON object")
         f.meta_json = meta
-        K = meta.get("superchunklen", getattr(self, "K", None))
-        if not isinstance(K, int) or isinstance(K, bool) or K < 1 or (max_k is not None and K > max_k):
-            raise FormatError(f"superchunk file '{f.path}': bad superchunklen {K!r}")
-        if hasattr(self, "K") and K != self.K:
-            raise FormatError(f"superchunk file '{f.path}': superchunklen {K}, the dataset uses {self.K}")
+        superchunklen = meta.get("superchunklen", getattr(self, "superchunklen", None))
+        if not isinstance(superchunklen, int) or isinstance(superchunklen, bool) or superchunklen < 1 or (max_k is not None and superchunklen > max_k):
+            raise FormatError(f"superchunk file '{f.path}': bad superchunklen {superchunklen!r}")
+        if hasattr(self, "superchunklen") and superchunklen != self.superchunklen:
+            raise FormatError(f"superchunk file '{f.path}': superchunklen {superchunklen}, the dataset uses {self.superchunklen}")
         f.table_pos = 32 + f.meta_size
-        f.data_start = f.table_pos + 8 * K
+        f.data_start = f.table_pos + 8 * superchunklen
         if f.data_start > size:
             raise FormatError(f"superchunk file '{f.path}' is truncated inside its offsets table")
-        if h["nchunks"] > K:
-            raise FormatError(f"superchunk file '{f.path}': nchunks {h['nchunks']} > its capacity {K}")
+        if h["nchunks"] > superchunklen:
+            raise FormatError(f"superchunk file '{f.path}': nchunks {h['nchunks']} > its capacity {superchunklen}")
         f.nchunks = h["nchunks"]
         f.last_chunk = h["last_chunk"]
-        return K
+        return superchunklen
 
     def _keep_file(self, f):
         """Remember the state `f` (the least recently used states beyond `FILE_STATE_CACHE` forgotten)."""
@@ -134,7 +134,7 @@ class BlzFileFormat:
 
     def _offset(self, n):
         """(file state, fd, offset) of chunk n, reading only its offsets entry."""
-        fno, slot = divmod(n, self.K)
+        fno, slot = divmod(n, self.superchunklen)
         fno += 1
         if not 0 <= n < self._nphys:
             raise FormatError(f"'{self.rootdir}': {self._where(n)} is needed but the superchunk files hold "
@@ -169,18 +169,18 @@ class BlzFileFormat:
 
     def _full_table(self, f):
         if not f.full_table:
-            f.offsets = sc.read_offsets(self._fd(f.fno), f.table_pos, self.K, f.path)
+            f.offsets = sc.read_offsets(self._fd(f.fno), f.table_pos, self.superchunklen, f.path)
             over = self._overlay.get(f.fno) if self._overlay else None
             if over is not None:
                 for slot, pos in over[0].items():
-                    if 0 <= slot < self.K:
+                    if 0 <= slot < self.superchunklen:
                         f.offsets[slot] = pos
             f.full_table = True
         return f.offsets
 
     # ------------------------------------------------------------------ writing
     def _meta_bytes(self, fno):
-        d = dict(self._fixed, superchunk=fno, first_chunk=(fno - 1) * self.K)
+        d = dict(self._fixed, superchunk=fno, first_chunk=(fno - 1) * self.superchunklen)
         raw = _encode(d)
         pad = (-(32 + len(raw))) % 8
         return raw + b" " * pad
@@ -192,7 +192,7 @@ class BlzFileFormat:
         self._writes.new(key)
         meta = self._meta_bytes(fno)
         head = sc.pack_header(self.checksum_id, self.typesize, self.chunk_nbytes, 0, 0, len(meta))
-        table = sc.pack_offsets(np.full(self.K, -1, dtype=np.int64))
+        table = sc.pack_offsets(np.full(self.superchunklen, -1, dtype=np.int64))
         self._fio.put_atomic(key, head + meta + table, parents=False)
         self.nfiles = max(self.nfiles, fno)
         self._forget_file(fno)

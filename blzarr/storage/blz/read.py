@@ -29,7 +29,7 @@ class BlzReads:
             except (FormatError, ChunkError):
                 if self.mode != "r" or attempt == READ_RETRIES - 1:
                     raise
-                self._reload(n // self.K + 1, n)
+                self._reload(n // self.superchunklen + 1, n)
                 time.sleep(0.001 * attempt)
 
     def _head_at(self, n, f, fd, off):
@@ -61,7 +61,7 @@ class BlzReads:
             except (FormatError, ChunkError):
                 if self.mode != "r" or attempt == READ_RETRIES - 1:
                     raise
-                self._reload(n // self.K + 1, n)
+                self._reload(n // self.superchunklen + 1, n)
                 time.sleep(0.001 * attempt)
 
     def _reload(self, fno, n=None):
@@ -77,7 +77,7 @@ class BlzReads:
     def _entry_pos(self, f, n):
         """Where chunk n's offsets entry is in file `f`, to check after a read that the chunk did not
         move meanwhile; -1 (no check) where a committed rewrite record gives the entry."""
-        slot = n - (f.fno - 1) * self.K
+        slot = n - (f.fno - 1) * self.superchunklen
         over = self._overlay.get(f.fno) if self._overlay else None
         return -1 if over is not None and slot in over[0] else f.table_pos + 8 * slot
 
@@ -85,7 +85,7 @@ class BlzReads:
         """A reader (mode 'r'), after reading chunk n's bytes from `off`: its offsets entry in the file
         must still say `off`.  A writer in another process may have moved the chunk meanwhile and reused
         its old bytes for another chunk, whose checksum is valid: only the entry tells."""
-        slot = n - (f.fno - 1) * self.K
+        slot = n - (f.fno - 1) * self.superchunklen
         over = self._overlay.get(f.fno) if self._overlay else None
         if over is not None and slot in over[0]:
             return          # read where a committed rewrite record says (the file may not say it yet)
@@ -149,7 +149,7 @@ class BlzReads:
             except (FormatError, ChunkError):
                 if self.mode != "r" or attempt == READ_RETRIES - 1:
                     raise
-                self._reload(n // self.K + 1, n)
+                self._reload(n // self.superchunklen + 1, n)
                 time.sleep(0.001 * attempt)
 
     @staticmethod
@@ -308,8 +308,8 @@ class BlzReads:
         ents = np.empty(len(ns), np.int64)
         known = np.full(len(ns), -1, np.int64)
         ver = np.zeros(len(ns), np.int8)
-        fnos = ns // self.K + 1
-        slots = ns % self.K
+        fnos = ns // self.superchunklen + 1
+        slots = ns % self.superchunklen
         pinned = []
         with self._lock:
             if int(ns.min()) < 0 or int(ns.max()) >= self._nphys:
@@ -348,7 +348,7 @@ class BlzReads:
     def _whole_batches(self, ns):
         """`ns` (ascending chunk numbers) cut into runs (index ranges) of at most FD_CACHE files each
         (the descriptors one `_whole_work` job pins at once)."""
-        fnos = np.asarray(ns, dtype=np.int64) // self.K
+        fnos = np.asarray(ns, dtype=np.int64) // self.superchunklen
         cuts = [0]
         first = int(fnos[0]) if len(fnos) else 0
         for k in np.flatnonzero(np.diff(fnos)).tolist():
@@ -379,7 +379,7 @@ class BlzReads:
                     files = {f.fno: f for f, _ in pinned if self._current(f)}
                     ok = work.status == 0
                     for n, ct in zip(sub[ok].tolist(), work.cts[ok].tolist()):
-                        f = files.get(n // self.K + 1)
+                        f = files.get(n // self.superchunklen + 1)
                         if f is None:
                             continue
                         f.verified.add(n)
@@ -485,7 +485,7 @@ class BlzReads:
             for n in ids:
                 fp = self._fps.get(n)
                 if fp is not None and 0 <= n < self._nphys:
-                    fno, slot = divmod(n, self.K)
+                    fno, slot = divmod(n, self.superchunklen)
                     f = files.get(fno + 1)
                     if f is None:
                         f = files[fno + 1] = self._file(fno + 1)

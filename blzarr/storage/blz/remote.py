@@ -75,7 +75,7 @@ class RemoteBlzDir(BlzDir):
         self._ends = {}                 # file number -> sorted chunk offsets and the object size
         self._prefetched = {}           # chunk -> its slot's bytes, fetched ahead for the next reads
         self._recent = (None, None, None)   # (chunk, epoch, bytes): the last chunk read whole, even uncached
-        self._K_hint = None             # superchunklen as meta/storage says, before file 1 is read
+        self._superchunklen_hint = None             # superchunklen as meta/storage says, before file 1 is read
         self._tags = {}                 # file number -> its version tag (ETag) as listed or uploaded
         self.tag_moves = objstats.TagMoves()
 
@@ -114,7 +114,7 @@ class RemoteBlzDir(BlzDir):
             dirty = set(self._writes.dirty())
             out = []
             for n in ids:
-                fno = n // self.K + 1
+                fno = n // self.superchunklen + 1
                 if not 0 <= n < self._nphys or self._key(fno) in dirty:
                     out.append(None)
                 else:
@@ -161,11 +161,11 @@ class RemoteBlzDir(BlzDir):
             # the states of the first and the last file, which opening reads: concurrently
             self.nfiles = len(nums)
             try:
-                K = self.read_meta("storage").get("superchunklen")
+                superchunklen = self.read_meta("storage").get("superchunklen")
             except (BlzarrError, AttributeError):
-                K = None
-            if isinstance(K, int) and not isinstance(K, bool) and 1 <= K <= 1 << 24:
-                self._K_hint = K
+                superchunklen = None
+            if isinstance(superchunklen, int) and not isinstance(superchunklen, bool) and 1 <= superchunklen <= 1 << 24:
+                self._superchunklen_hint = superchunklen
             try:
                 self._load_many([1, len(nums)])
             except BlzarrError:
@@ -180,13 +180,13 @@ class RemoteBlzDir(BlzDir):
         try:
             length = int(sizes["shape"][0])
             chunklen = int(storage["chunklen"])
-            K = int(storage["superchunklen"])
+            superchunklen = int(storage["superchunklen"])
             objects = storage.get("dtype") == "object"
         except (KeyError, TypeError, ValueError, IndexError) as e:
             raise FormatError(f"'{self.meta_path('sizes')}' / meta/storage: cannot tell the superchunk files "
                               f"of '{self.rootdir}' ({type(e).__name__}: {e})") from None
         nstored = length if objects else -(-length // max(chunklen, 1))
-        return list(range(1, max(1, -(-nstored // max(K, 1))) + 1))
+        return list(range(1, max(1, -(-nstored // max(superchunklen, 1))) + 1))
 
     def _check_full_files(self):
         pass   # lazily: each file is checked when its state is first read (`_load_remote`)
@@ -226,8 +226,8 @@ class RemoteBlzDir(BlzDir):
     def _head_request(self, fno):
         """The range that holds file `fno`'s header, metadata and (unless they are larger than
         guessed) offsets table."""
-        K = getattr(self, "K", None) or self._K_hint
-        return (self._key(fno), 0, min(self._size(fno), 32 + META_GUESS + 8 * (K or 1024)))
+        superchunklen = getattr(self, "superchunklen", None) or self._superchunklen_hint
+        return (self._key(fno), 0, min(self._size(fno), 32 + META_GUESS + 8 * (superchunklen or 1024)))
 
     def _load_many(self, fnos):
         """Read the states of the files `fnos` not known yet, their first bytes fetched concurrently."""
@@ -261,14 +261,14 @@ class RemoteBlzDir(BlzDir):
             if pos + n > len(raw):
                 raw += self.bytes.get_range(key, len(raw), pos + n)
             return raw[pos:pos + n]
-        K = self._parse_head(f, h, size, read, max_k=1 << 24)
+        superchunklen = self._parse_head(f, h, size, read, max_k=1 << 24)
         f.fstate = ("object", size, 0)
-        f.offsets = np.frombuffer(bytes(read(f.table_pos, 8 * K)), dtype="<i8").astype(np.int64)
+        f.offsets = np.frombuffer(bytes(read(f.table_pos, 8 * superchunklen)), dtype="<i8").astype(np.int64)
         f.full_table = True
         nfiles = getattr(self, "nfiles", None)
-        if nfiles and fno < nfiles and f.nchunks != K:
+        if nfiles and fno < nfiles and f.nchunks != superchunklen:
             raise FormatError(f"superchunk file '{path}' holds {f.nchunks} chunks, but it is not the "
-                              f"last file and must be full ({K})")
+                              f"last file and must be full ({superchunklen})")
         live = f.offsets[:f.nchunks]
         self._ends[fno] = np.append(np.sort(live[live >= 0]), size)
         return self._keep_file(f)
@@ -282,7 +282,7 @@ class RemoteBlzDir(BlzDir):
         return int(ends[k]) if k < len(ends) else f.fstate[1]
 
     def _offset(self, n):
-        fno, slot = divmod(n, self.K)
+        fno, slot = divmod(n, self.superchunklen)
         fno += 1
         if self._at_hand(fno):
             return super()._offset(n)
@@ -392,7 +392,7 @@ class RemoteBlzDir(BlzDir):
                 self._heads.put(n, f.epoch, h)
 
     def read_range(self, n, start, nbytes, out, out_offset=0):
-        fno = n // self.K + 1
+        fno = n // self.superchunklen + 1
         if self._at_hand(fno):
             return super().read_range(n, start, nbytes, out, out_offset)
         where = _Where(self, n)
@@ -434,7 +434,7 @@ class RemoteBlzDir(BlzDir):
         c = self._ctbytes.get(n)
         if c is not None:
             return c
-        fno = n // self.K + 1
+        fno = n // self.superchunklen + 1
         if self._at_hand(fno) or self.reserve:
             return super().chunk_cbytes(n) if self._at_hand(fno) else self._cbytes_remote(n)
         # the slot minus the checksum: exact for files written in order without reserve
@@ -454,14 +454,14 @@ class RemoteBlzDir(BlzDir):
         header and table with the chunks: no round trip for the table first)."""
         ns = sorted(set(ns))
         whole = self._whole_files(ns)
-        self._load_many(n // self.K + 1 for n in ns if n // self.K + 1 not in whole)   # tables: concurrently
+        self._load_many(n // self.superchunklen + 1 for n in ns if n // self.superchunklen + 1 not in whole)   # tables: concurrently
         with self._lock:
             if len(self._prefetched) > 4096:
                 self._prefetched.clear()
             runs = [[self._key(fno), 0, self._size(fno), fno] for fno in sorted(whole)]
             budget = PREFETCH_BYTES - sum(b for _, _, b, _ in runs)
             for n in ns:
-                fno = n // self.K + 1
+                fno = n // self.superchunklen + 1
                 if fno in whole or self._at_hand(fno) or not 0 <= n < self._nphys:
                     continue
                 f, _, off = self._offset(n)
@@ -492,18 +492,18 @@ class RemoteBlzDir(BlzDir):
     def _whole_files(self, ns):
         """The files, among those of chunks `ns`, to fetch whole: table not loaded yet, every chunk
         asked for, not being written here, and small enough for the prefetch budget."""
-        if not ns or not getattr(self, "K", None):
+        if not ns or not getattr(self, "superchunklen", None):
             return set()
         per = {}
         for n in ns:
             if 0 <= n < self._nphys:
-                per[n // self.K + 1] = per.get(n // self.K + 1, 0) + 1
+                per[n // self.superchunklen + 1] = per.get(n // self.superchunklen + 1, 0) + 1
         out = set()
         budget = PREFETCH_BYTES
         for fno, count in sorted(per.items()):
             if fno in self._files or self._at_hand(fno) or fno in self._damaged or fno not in self._sizes:
                 continue
-            if count < min(self.K, self._nphys - (fno - 1) * self.K):
+            if count < min(self.superchunklen, self._nphys - (fno - 1) * self.superchunklen):
                 continue
             budget -= self._sizes[fno]
             if budget < 0:
@@ -519,8 +519,8 @@ class RemoteBlzDir(BlzDir):
         except BlzarrError:
             return []       # a damaged file: its chunks are read (and their errors told) one by one
         parts = []
-        for slot in range(min(f.nchunks, self._nphys - (fno - 1) * self.K)):
-            n = (fno - 1) * self.K + slot
+        for slot in range(min(f.nchunks, self._nphys - (fno - 1) * self.superchunklen)):
+            n = (fno - 1) * self.superchunklen + slot
             off = int(f.offsets[slot])
             if off < 0 or self._chunks.get(n, f.epoch) is not None:
                 continue

@@ -38,7 +38,7 @@ class BlzMaintenance:
                     # are refused
                     self._no_writes[fno] = str(e)
             if self.nfiles not in self._damaged and self.nfiles not in self._no_writes:
-                self._nphys = (self.nfiles - 1) * self.K + self._file(self.nfiles).nchunks
+                self._nphys = (self.nfiles - 1) * self.superchunklen + self._file(self.nfiles).nchunks
 
     def _repair_file(self, fno):
         """Repair superchunk file `fno` (see `_repair`)."""
@@ -47,9 +47,9 @@ class BlzMaintenance:
         # only the last file is appended to (a full file is synced before the next exists)
         whole = self._valid_prefix(f) if fno == self.nfiles else f.nchunks
         # never below what meta/sizes counts: those chunks are damage, reported when read
-        valid = max(whole, min(f.nchunks, self._counted - (fno - 1) * self.K))
+        valid = max(whole, min(f.nchunks, self._counted - (fno - 1) * self.superchunklen))
         if whole < valid:
-            a, b = (fno - 1) * self.K + whole, (fno - 1) * self.K + valid - 1
+            a, b = (fno - 1) * self.superchunklen + whole, (fno - 1) * self.superchunklen + valid - 1
             self._no_writes[fno] = (f"superchunk file '{f.path}' is damaged: chunk{'s' if b > a else ''} "
                                     f"{a}{'-%d' % b if b > a else ''}{_rows(self, a, b)}, which meta/sizes "
                                     f"counts, run{'' if b > a else 's'} past its end")
@@ -125,7 +125,7 @@ class BlzMaintenance:
         offsets = self._full_table(f)
         used = 0
         for slot in range(f.nchunks):
-            n = (fno - 1) * self.K + slot
+            n = (fno - 1) * self.superchunklen + slot
             ct = self.chunk_cbytes(n)
             used += ct + self.cksize + self._reserve_for(ct)
         return max(0, f.fstate[1] - f.data_start - used), f, fd, offsets
@@ -147,10 +147,10 @@ class BlzMaintenance:
                     continue
                 self._drop_last(rewriting=fno)      # the chunk meta/sizes names moves
                 before = f.fstate[1]
-                first = (fno - 1) * self.K
+                first = (fno - 1) * self.superchunklen
                 parts = []
                 pos = f.data_start
-                new_offsets = np.full(self.K, -1, dtype=np.int64)
+                new_offsets = np.full(self.superchunklen, -1, dtype=np.int64)
                 for slot in range(f.nchunks):
                     data = self.read_chunk(first + slot)
                     blob = self._slot_blob(data)
@@ -187,10 +187,10 @@ class BlzMaintenance:
             # before the sizes: one beside us, or one killed; its next opening for writing drops them)
             counted = self._nphys if expected_chunks is None else min(expected_chunks, self._nphys)
             for fno in range(1, self.nfiles + 1):
-                first = (fno - 1) * self.K
+                first = (fno - 1) * self.superchunklen
                 if first >= counted and fno > 1:
                     break
-                end = min(fno * self.K, max(self._nphys, first + 1)) if fno == self.nfiles else fno * self.K
+                end = min(fno * self.superchunklen, max(self._nphys, first + 1)) if fno == self.nfiles else fno * self.superchunklen
                 if fno in self._damaged:
                     damage.append((first, end - 1, FormatError(self._damaged[fno])))
                     continue

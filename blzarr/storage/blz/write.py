@@ -98,7 +98,7 @@ class BlzWrites:
                 last = self._load_file(self.nfiles)
             except BlzarrError:
                 return
-            self._nphys = (self.nfiles - 1) * self.K + last.nchunks
+            self._nphys = (self.nfiles - 1) * self.superchunklen + last.nchunks
 
     def _write_chunk(self, n, data):
         """Write chunk n: append it (n == nchunks), or rewrite it in place when the new bytes fit its slot
@@ -106,7 +106,7 @@ class BlzWrites:
         Returns 'appended', 'inplace' or 'relocated'."""
         self._check_writable()
         with self._lock:
-            self._take(n // self.K + 1)
+            self._take(n // self.superchunklen + 1)
         data = bytes(data)
         nbytes = _chunk.header(data)["nbytes"]
         tail = self._slot_tail(data)          # the checksum, outside the lock (zlib/hashlib release the GIL)
@@ -114,7 +114,7 @@ class BlzWrites:
         with self._lock:
             if not 0 <= n <= self._nphys:
                 raise StorageError(f"cannot write chunk {n} of '{self.rootdir}': it holds {self._nphys} chunks")
-            fno, slot = divmod(n, self.K)
+            fno, slot = divmod(n, self.superchunklen)
             fno += 1
             self._check_write_to(n, fno)
             if fno > self.nfiles:
@@ -264,14 +264,14 @@ class BlzWrites:
                 raise StorageError(f"cannot append chunk {n} to '{self.rootdir}': it holds {self._nphys} chunks")
             i = 0
             while i < len(datas):
-                fno, slot = divmod(n + i, self.K)
+                fno, slot = divmod(n + i, self.superchunklen)
                 fno += 1
                 self._take(fno)
                 self._check_write_to(n + i, fno)
                 if fno > self.nfiles:
                     self._sync_full_file(fno - 1)
                     self._new_file(fno)
-                k = min(len(datas) - i, self.K - slot)
+                k = min(len(datas) - i, self.superchunklen - slot)
                 f = self._file(fno)
                 fd = self._fd(fno)
                 offsets = self._full_table(f)
@@ -333,7 +333,7 @@ class BlzWrites:
             if self._pending:
                 self.sync()         # the rewrites' offsets switched before chunks are dropped
             n = max(n, 0)
-            keep_files = max(1, -(-n // self.K))
+            keep_files = max(1, -(-n // self.superchunklen))
             self._take(keep_files)
             old_nfiles = self.nfiles
             for fno in range(self.nfiles, keep_files, -1):
@@ -347,7 +347,7 @@ class BlzWrites:
                 self._fio.sync_dir(DATA_DIR)
             self.nfiles = keep_files
             fno = keep_files
-            first = (fno - 1) * self.K
+            first = (fno - 1) * self.superchunklen
             slot = n - first
             f = self._file(fno)
             fd = self._fd(fno)
