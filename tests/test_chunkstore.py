@@ -10,7 +10,7 @@ from blzarr import cparams
 from blzarr.storage.chunk import blosc_typesize, chunk
 from blzarr.storage.chunkstore import ChunkStore, MemoryChunks, auto_superchunklen
 from blzarr.errors import FormatError, ReadOnlyError
-from blzarr.storage.stores import create_store, open_chunks, open_dir
+from blzarr.storage.layouts import create_store, open_chunks, open_dir
 from helpers import assert_same
 
 ATOM = np.dtype("i8")

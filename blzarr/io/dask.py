@@ -21,7 +21,7 @@ from blzarr.io import need_package as _need
 from blzarr.errors import StorageError
 from blzarr.storage.chunk import blosc_typesize, compress_array
 from blzarr.runtime.params import cparams
-from blzarr.storage.stores import partition_writer
+from blzarr.storage.layouts import partition_writer
 from blzarr.containers.carray.array import carray
 from blzarr.storage.files import META_DIR, ObjectPath, read_json, SIZES_FILE, detect_store, write_json
 from blzarr.storage.bytestore import is_url, open_bytestore

@@ -10,7 +10,7 @@ A carray is a sequence of full chunks (each `chunklen` atoms, compressed) plus a
 The carray, and everything above it, uses only the methods below: no layout branches, no file paths,
 no asking whether the bytes are local or fetched by requests (`read_pieces`, `read_block` and
 `read_rows` choose how to read).
-`stores.create_store` and `stores.open_store` make the on-disk ones; beneath them, the files are in a
+`layouts.create_store` and `layouts.open_store` make the on-disk ones; beneath them, the files are in a
 byte store (`bytestore`: a local directory or object storage).
 """
 

@@ -19,7 +19,7 @@ from blzarr.storage.chunk import blosc_typesize
 from blzarr.errors import ENVIRONMENT_ERRNOS, BlzarrError, FormatError, MissingError, StorageError, storage_error, storage_op
 from blzarr.runtime.params import cparams as _cparams, defaults
 from blzarr.storage.chunkstore import MemoryChunks
-from blzarr.storage.stores import create_store, open_chunks, open_dir
+from blzarr.storage.layouts import create_store, open_chunks, open_dir
 from blzarr.storage.locking import FirstWrite, lock_dir
 from blzarr.storage.bytestore import is_url, local_path, open_bytestore
 from blzarr.storage.files import META_DIR, STORAGE_FILE, new_tree

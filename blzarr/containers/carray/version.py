@@ -25,7 +25,7 @@ from blzarr.storage import commitrec
 from blzarr.storage.arraymeta import ArrayMeta
 from blzarr.containers.carray.read import (READ_AGAIN, CarrayBase, pin_version, read_again,
                                            spanned_too_often, unpin_version)
-from blzarr.storage.stores import open_chunks, open_dir
+from blzarr.storage.layouts import open_chunks, open_dir
 from blzarr.runtime import forksafe
 
 

@@ -21,7 +21,7 @@ from blzarr.storage.chunk import chunk, compress_array, quantize
 from blzarr.errors import ConcurrentWriterError, FormatError, ReadOnlyError, StorageError, storage_op
 from blzarr.storage.locking import lock_dir
 from blzarr.runtime.parallel import run_ordered
-from blzarr.storage.stores import open_dir
+from blzarr.storage.layouts import open_dir
 
 WRITE_BATCH = 8         # full chunks handed to the store together by an append
 
