@@ -27,7 +27,7 @@ def evict(r):
 
 
 def gets(obj):
-    b = obj._bytes if hasattr(obj, "_bytes") else obj
+    b = obj._bytestore if hasattr(obj, "_bytestore") else obj
     return b.stats["get"]
 
 

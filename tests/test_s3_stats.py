@@ -26,7 +26,7 @@ def layout_kw(fmt):
 
 def requests(r):
     """All requests the carray's byte store made so far (gets, lists, heads, puts)."""
-    s = r._bytes.stats
+    s = r._bytestore.stats
     return s["get"] + s["list"] + s["head"] + s["put"]
 
 
@@ -54,30 +54,30 @@ def test_s3_new_session_skips_chunks_by_stored_statistics(s3, fmt):
     assert r.stats_state() == {"chunks": 40, "known": 40, "unchecked": 0}
     assert requests(r) == before            # checked against the tags of the listing: no request
     lo = 0.5 * (N - 2 * CHUNKLEN) + 3.0
-    g = r._bytes.stats["get"]
-    b = r._bytes.stats["get_bytes"]
+    g = r._bytestore.stats["get"]
+    b = r._bytestore.stats["get_bytes"]
     got = r["r >= lo"]
     # the operand's first row (a dtype probe) and the two chunks holding matches, not 40: 3 GETs
     # of about 4 KB (without meta/stats, below: 40 to 43 GETs of 70 to 95 KB)
-    assert r._bytes.stats["get"] - g <= 3
-    assert r._bytes.stats["get_bytes"] - b < 8_000
+    assert r._bytestore.stats["get"] - g <= 3
+    assert r._bytestore.stats["get_bytes"] - b < 8_000
     np.testing.assert_array_equal(got, a[a >= lo])
-    g = r._bytes.stats["get"]
+    g = r._bytestore.stats["get"]
     np.testing.assert_array_equal(np.fromiter(r.where("r >= lo"), "f8"), a[a >= lo])
-    assert r._bytes.stats["get"] - g <= 3       # where() fetches the values of those chunks only
-    g = r._bytes.stats["get"]
+    assert r._bytestore.stats["get"] - g <= 3       # where() fetches the values of those chunks only
+    g = r._bytestore.stats["get"]
     assert r.searchsorted(12_345.5) == np.searchsorted(a, 12_345.5)
-    assert r._bytes.stats["get"] - g <= 1
+    assert r._bytestore.stats["get"] - g <= 1
 
     # without meta/stats a new session reads every chunk for the same query
     fs_of(opts).rm_file(f"{url}/meta/stats")
     r = blzarr.open(url, mode="r", storage_options=opts)
     assert r.stats_state() == {"chunks": 40, "known": 0, "unchecked": 0}
-    g = r._bytes.stats["get"]
-    b = r._bytes.stats["get_bytes"]
+    g = r._bytestore.stats["get"]
+    b = r._bytestore.stats["get_bytes"]
     np.testing.assert_array_equal(r["r >= lo"], a[a >= lo])
-    assert r._bytes.stats["get"] - g >= 40
-    assert r._bytes.stats["get_bytes"] - b > 60_000
+    assert r._bytestore.stats["get"] - g >= 40
+    assert r._bytestore.stats["get_bytes"] - b > 60_000
 
 
 @pytest.mark.parametrize("fmt", ["blz", "bcolz"])
@@ -147,9 +147,9 @@ def test_s3_writer_handle_stores_what_a_new_reader_trusts(s3, fmt):
     w.flush()
     r = blzarr.open(url, mode="r", storage_options=opts)
     assert r.stats_state() == {"chunks": 40, "known": 40, "unchecked": 0}
-    g = r._bytes.stats["get"]
+    g = r._bytestore.stats["get"]
     np.testing.assert_array_equal(r["r < 0"], a[a < 0])
-    assert r._bytes.stats["get"] - g <= 2
+    assert r._bytestore.stats["get"] - g <= 2
     np.testing.assert_array_equal(w["w < 0"], a[a < 0])
     w.close()
 
@@ -172,9 +172,9 @@ def test_s3_blz_append_into_the_last_file_keeps_its_older_entries(s3):
         r = blzarr.open(url, mode="r", storage_options=opts)
         nch = len(a) // CHUNKLEN
         assert r.stats_state() == {"chunks": nch, "known": nch, "unchecked": 0}
-        g = r._bytes.stats["get"]
+        g = r._bytestore.stats["get"]
         np.testing.assert_array_equal(r["r < 2.5 * 5000"], a[a < 2.5 * CHUNKLEN])
-        assert r._bytes.stats["get"] - g <= 3       # chunks 0, 1 and 2 (0 is also the dtype probe)
+        assert r._bytestore.stats["get"] - g <= 3       # chunks 0, 1 and 2 (0 is also the dtype probe)
 
 
 def test_s3_cli_info_tells_the_statistics(s3):
@@ -199,7 +199,7 @@ def test_fsspec_memory_statistics_written_never_trusted_without_tags(fmt):
     a = np.arange(8 * CHUNKLEN, dtype="f8")
     c = blzarr.carray(a, rootdir=url, mode="w", chunklen=CHUNKLEN, **layout_kw(fmt))
     c.flush()
-    assert c._bytes.exists("meta/stats")
+    assert c._bytestore.exists("meta/stats")
     r = blzarr.open(url, mode="r")
     assert r.stats_state() == {"chunks": 8, "known": 0, "unchecked": 0}
     np.testing.assert_array_equal(r["r > 30_000.5"], a[a > 30_000.5])
@@ -281,12 +281,12 @@ def test_s3_ctable_columns_keep_statistics_through_an_append(s3):
     cols = {ln.split()[0]: ln.split()[-1] for ln in out.getvalue().splitlines()[-3:]}
     assert cols == {"ts": "10/10", "px": "10/10", "s": "-"}
     r = blzarr.open(url, mode="r", storage_options=opts)
-    g = {k: r.cols[k]._bytes.stats["get"] for k in ("ts", "px")}
+    g = {k: r.cols[k]._bytestore.stats["get"] for k in ("ts", "px")}
     rows = r.fetchwhere("(ts >= 25_000) & (ts < 50_000)", out_flavor="numpy")
     m = (ts >= 25_000) & (ts < 50_000)
     np.testing.assert_array_equal(rows["ts"], ts[m])
     np.testing.assert_array_equal(rows["px"], px[m])
-    assert r.cols["ts"]._bytes.stats["get"] - g["ts"] <= 4      # the 3 chunks holding matches (+ a probe)
+    assert r.cols["ts"]._bytestore.stats["get"] - g["ts"] <= 4      # the 3 chunks holding matches (+ a probe)
 
 
 def test_http_statistics_are_not_fetched_without_tags_to_check_them(http_root, monkeypatch):

@@ -165,7 +165,7 @@ def snapshot(table, name):
     col = table[name]
     if not getattr(table, "rootdir", None):
         return _gen(col)
-    if getattr(table, "_bytes", None) is not None:
+    if getattr(table, "_bytestore", None) is not None:
         raise ValueError(f"cache_factor: '{table.rootdir}' is on object storage, where no "
                          "factorization cache is kept (group-bys factorize as they go)")
     table.flush()

@@ -78,13 +78,13 @@ class BcolzDir:
     opened_meta = {}        # the meta files an open just read (see blz.directory.open_store)
 
     def __init__(self, rootdir, bytestore=None):
-        self.bytes = bytestore if bytestore is not None else LocalStore(rootdir)
-        self.rootdir = self.bytes.root
-        self.datadir = self.bytes.where(DATA_DIR)
-        self.metadir = self.bytes.where(META_DIR)
+        self.bytestore = bytestore if bytestore is not None else LocalStore(rootdir)
+        self.rootdir = self.bytestore.root
+        self.datadir = self.bytestore.where(DATA_DIR)
+        self.metadir = self.bytestore.where(META_DIR)
         self._dir_unsynced = False       # chunk files renamed or removed since the last sync()
         self._listing = None             # {name: size} of data/, listed once
-        self._guard = self.bytes.writer_guard(f"{META_DIR}/{SIZES_FILE}")
+        self._guard = self.bytestore.writer_guard(f"{META_DIR}/{SIZES_FILE}")
         self._checked = False            # no other writer seen since the last flush
         self._created = False            # made by this writer: no object existed before
         self._staged = {}                # chunk n -> its new file in data/, not yet renamed over it
@@ -93,12 +93,12 @@ class BcolzDir:
 
     @property
     def remote(self):
-        return self.bytes.remote
+        return self.bytestore.remote
 
     @classmethod
     def create(cls, rootdir, bytestore=None):
         self = cls(rootdir, bytestore)
-        self.bytes.create_dirs([DATA_DIR, META_DIR])
+        self.bytestore.create_dirs([DATA_DIR, META_DIR])
         self._guard.created()
         self._created = True
         return self
@@ -118,23 +118,23 @@ class BcolzDir:
         # data/ is not required here: a carray without chunks has it empty, and copies that drop
         # empty directories (git, some archivers) lose it. A missing chunk file is reported when
         # the length needs it (check_chunk_files, read_chunk), and data/ is made again on write.
-        if not self.bytes.has_dirs:
+        if not self.bytestore.has_dirs:
             return      # object stores have no directories: reading meta/storage tells a missing dataset
-        if self.bytes.plain_dirs([META_DIR], [DATA_DIR]):
+        if self.bytestore.plain_dirs([META_DIR], [DATA_DIR]):
             return      # (real directories, no links: every check below passes)
         for key, what in (("", "root"), (META_DIR, "meta")):
-            if not self.bytes.isdir(key):
-                raise StorageError(f"{what} directory '{self.bytes.where(key)}' does not exist")
-        if self.bytes.exists(DATA_DIR) and not self.bytes.isdir(DATA_DIR):
+            if not self.bytestore.isdir(key):
+                raise StorageError(f"{what} directory '{self.bytestore.where(key)}' does not exist")
+        if self.bytestore.exists(DATA_DIR) and not self.bytestore.isdir(DATA_DIR):
             raise StorageError(f"data directory '{self.datadir}' is not a directory")
-        self.bytes.check_inside([META_DIR, DATA_DIR])
+        self.bytestore.check_inside([META_DIR, DATA_DIR])
 
     @staticmethod
     def _key(n):
         return f"{DATA_DIR}/__{n}{CHUNK_EXT}"
 
     def chunk_path(self, n):
-        return self.bytes.where(self._key(n))
+        return self.bytestore.where(self._key(n))
 
     def _list(self):
         """{name: size} of the files in data/ (listed once, kept up to date by this writer)."""
@@ -142,7 +142,7 @@ class BcolzDir:
             etags = {}
             try:
                 self._listing = {name: size for name, size in
-                                 self.bytes.list(DATA_DIR, etags=etags, missing_ok=False).items()
+                                 self.bytestore.list(DATA_DIR, etags=etags, missing_ok=False).items()
                                  if size is not None}
                 self._guard.listed(DATA_DIR, etags)
             except StorageError:
@@ -181,17 +181,17 @@ class BcolzDir:
             try:
                 # a rewrite not switched yet (this writer's), or one a committed record names whose
                 # rename is not done yet (its file is at the final name once it is)
-                h = self.bytes.open(f"{DATA_DIR}/{staged}", "r_nofollow")
+                h = self.bytestore.open(f"{DATA_DIR}/{staged}", "r_nofollow")
                 key = None
             except FileNotFoundError:
                 if n in self._staged:
-                    raise MissingError(f"chunk file '{self.bytes.where(DATA_DIR + '/' + staged)}' "
+                    raise MissingError(f"chunk file '{self.bytestore.where(DATA_DIR + '/' + staged)}' "
                                        "is missing") from None
         path = self.chunk_path(n)
         try:
             # a chunk file that is a symlink (to another array's chunk, say) is not this array's chunk
             if key is not None:
-                h = self.bytes.open(key, "r_nofollow")
+                h = self.bytestore.open(key, "r_nofollow")
         except FileNotFoundError:
             raise MissingError(f"chunk file '{path}' is missing") from None
         except StorageError:
@@ -203,20 +203,20 @@ class BcolzDir:
                                   "file of this directory") from None
             raise StorageError(f"cannot read chunk file '{path}': {e}") from None
         try:
-            size = self.bytes.state(h)[1]
+            size = self.bytestore.state(h)[1]
             if size < BLP_HEADER_SIZE + 16:
                 raise FormatError(f"chunk file '{path}' is truncated ({size} bytes)")
-            head = self.bytes.pread(h, BLP_HEADER_SIZE + 16, 0, path)
+            head = self.bytestore.pread(h, BLP_HEADER_SIZE + 16, 0, path)
             if head[:4] != BLP_MAGIC:
                 raise FormatError(f"chunk file '{path}' does not start with 'blpk'")
             ctbytes = int.from_bytes(head[BLP_HEADER_SIZE + 12:], "little", signed=True)
             avail = size - BLP_HEADER_SIZE
             want = ctbytes if 16 <= ctbytes <= avail else avail
-            body = bytes(head[BLP_HEADER_SIZE:]) + bytes(self.bytes.pread(h, want - 16, BLP_HEADER_SIZE + 16, path))
+            body = bytes(head[BLP_HEADER_SIZE:]) + bytes(self.bytestore.pread(h, want - 16, BLP_HEADER_SIZE + 16, path))
         except OSError as e:
             raise StorageError(f"cannot read chunk file '{path}': {e}") from None
         finally:
-            self.bytes.close(h)
+            self.bytestore.close(h)
         return body
 
     def check_chunk_files(self, n):
@@ -227,7 +227,7 @@ class BcolzDir:
         """
         if n <= 0:
             return
-        if self._listing is None and not self.bytes.remote:
+        if self._listing is None and not self.bytestore.remote:
             # names only (one listdir of the local directory): the sizes, a stat per file, are listed
             # when they are needed (cbytes)
             try:
@@ -238,7 +238,7 @@ class BcolzDir:
                 raise StorageError(f"cannot list data directory '{self.datadir}': {e}") from None
         else:
             names = self._list()
-        if not names and self.bytes.http:
+        if not names and self.bytestore.http:
             return      # a server that lists no directory: a missing chunk is reported when read
         for k in range(min(n, len(names) + 1)):
             if f"__{k}{CHUNK_EXT}" not in names:
@@ -261,11 +261,11 @@ class BcolzDir:
             self._guard.put(self._key(n), payload, self._seen(name), parents=False, sync_dir=False)
         except StorageError:
             # the first chunk of a directory whose empty data/ was lost: make it again
-            if n != 0 or not self.bytes.has_dirs or self.bytes.exists(DATA_DIR) or not self.bytes.isdir(META_DIR):
+            if n != 0 or not self.bytestore.has_dirs or self.bytestore.exists(DATA_DIR) or not self.bytestore.isdir(META_DIR):
                 raise
-            self.bytes.makedirs(DATA_DIR, exist_ok=True)
-            if self.bytes.syncs():
-                self.bytes.sync_dir("")
+            self.bytestore.makedirs(DATA_DIR, exist_ok=True)
+            if self.bytestore.syncs():
+                self.bytestore.sync_dir("")
             self._guard.put(self._key(n), payload, self._seen(name), parents=False, sync_dir=False)
         if self._listing is not None:
             self._listing[name] = len(payload)
@@ -274,7 +274,7 @@ class BcolzDir:
     def can_stage(self, n=None):
         """Whether a rewrite of chunk n is staged (local directories, not one being created, whose
         files reach the disk when it is published; with `n`, only over a chunk file that exists)."""
-        if not self.bytes.has_dirs or self.bytes.remote or new_tree_of(self.rootdir) is not None:
+        if not self.bytestore.has_dirs or self.bytestore.remote or new_tree_of(self.rootdir) is not None:
             return False
         return n is None or fileio.exists(self.chunk_path(n))
 
@@ -286,17 +286,17 @@ class BcolzDir:
         payload = BLP_HEADER + bytes(data)
         final = self.chunk_path(n)
         name = f".__{n}{CHUNK_EXT}{STAGE_TAG}{secrets.token_hex(6)}"
-        path = self.bytes.where(f"{DATA_DIR}/{name}")
+        path = self.bytestore.where(f"{DATA_DIR}/{name}")
         fd = None
         try:
             try:
                 fd = fileio.open(path, "new", 0o600)
             except FileNotFoundError:
-                if n != 0 or self.bytes.exists(DATA_DIR) or not self.bytes.isdir(META_DIR):
+                if n != 0 or self.bytestore.exists(DATA_DIR) or not self.bytestore.isdir(META_DIR):
                     raise
-                self.bytes.makedirs(DATA_DIR, exist_ok=True)    # an empty data/ lost by a copy
+                self.bytestore.makedirs(DATA_DIR, exist_ok=True)    # an empty data/ lost by a copy
                 fd = fileio.open(path, "new", 0o600)
-            fileio.fill(fd, payload, self.bytes.syncs(), _new_file_mode(final))
+            fileio.fill(fd, payload, self.bytestore.syncs(), _new_file_mode(final))
         except BaseException:
             reraise_write_error(path, None if fd is None else path)
         IN_FLIGHT.add(os.path.abspath(path))
@@ -306,7 +306,7 @@ class BcolzDir:
             self._unlink_staged(old[0])
 
     def _unlink_staged(self, name):
-        path = self.bytes.where(f"{DATA_DIR}/{name}")
+        path = self.bytestore.where(f"{DATA_DIR}/{name}")
         IN_FLIGHT.discard(os.path.abspath(path))
         try:
             fileio.unlink(path)
@@ -333,15 +333,15 @@ class BcolzDir:
         record's entry of this directory), None when nothing is staged."""
         if not self._staged:
             return None
-        if self.bytes.syncs():
-            self.bytes.sync_dir(DATA_DIR)
+        if self.bytestore.syncs():
+            self.bytestore.sync_dir(DATA_DIR)
         return {"layout": "bcolz", "renames": {str(n): name for n, (name, _) in sorted(self._staged.items())}}
 
     def switch_pending(self):
         """Rename every staged file over its chunk's file (each rename one step for readers)."""
         for n in sorted(self._staged):
             name, size = self._staged[n]
-            path = self.bytes.where(f"{DATA_DIR}/{name}")
+            path = self.bytestore.where(f"{DATA_DIR}/{name}")
             fileio.replace(path, self.chunk_path(n))
             IN_FLIGHT.discard(os.path.abspath(path))
             del self._staged[n]
@@ -362,8 +362,8 @@ class BcolzDir:
                                  self.switch_pending, announce)
         elif self._staged:
             self.switch_pending()
-        if self._dir_unsynced and self.bytes.syncs() and self.bytes.isdir(DATA_DIR):
-            self.bytes.sync_dir(DATA_DIR)
+        if self._dir_unsynced and self.bytestore.syncs() and self.bytestore.isdir(DATA_DIR):
+            self.bytestore.sync_dir(DATA_DIR)
         self._dir_unsynced = False
 
     def read_through(self, plan):
@@ -375,7 +375,7 @@ class BcolzDir:
         """A writer's open (under the lock): remove the hidden files killed writes left in data/ and
         meta/ (temporary files of replacements, staged rewrites no record names)."""
         for sub in (DATA_DIR, META_DIR):
-            d = self.bytes.where(sub)
+            d = self.bytestore.where(sub)
             try:
                 names = fileio.listdir(d)
             except OSError:
@@ -398,7 +398,7 @@ class BcolzDir:
     def read_chunk_file(self, n):
         """The whole file data/__n.blp (header included), or None when there is none."""
         try:
-            return self.bytes.get(self._key(n))
+            return self.bytestore.get(self._key(n))
         except OSError:
             return None
 
@@ -421,10 +421,10 @@ class BcolzDir:
     def remove_chunks_from(self, n):
         """Remove data/__k.blp for every k >= n."""
         self.drop_staged(n)
-        if self.bytes.has_dirs and not self.bytes.isdir(DATA_DIR):
+        if self.bytestore.has_dirs and not self.bytestore.isdir(DATA_DIR):
             return
         names = []
-        for name in self.bytes.list(DATA_DIR, missing_ok=False):
+        for name in self.bytestore.list(DATA_DIR, missing_ok=False):
             if name.startswith("__") and name.endswith(CHUNK_EXT):
                 try:
                     k = int(name[2:-len(CHUNK_EXT)])
@@ -435,26 +435,26 @@ class BcolzDir:
         if names:
             self._check_sole_writer()
         for name in names:
-            self.bytes.delete(f"{DATA_DIR}/{name}", missing_ok=False)
+            self.bytestore.delete(f"{DATA_DIR}/{name}", missing_ok=False)
             self._guard.forget(f"{DATA_DIR}/{name}")
             self._dir_unsynced = True
             if self._listing is not None:
                 self._listing.pop(name, None)
 
     def meta_path(self, name):
-        return self.bytes.where(f"{META_DIR}/{name}")
+        return self.bytestore.where(f"{META_DIR}/{name}")
 
     def read_meta(self, name):
         """The JSON object in meta/`name` (a FormatError naming the file if it holds anything else)."""
         path = self.meta_path(name)
-        obj = self.bytes.read_json(f"{META_DIR}/{name}", f"meta/{name}")
+        obj = self.bytestore.read_json(f"{META_DIR}/{name}", f"meta/{name}")
         if not isinstance(obj, dict):
             raise FormatError(f"meta/{name} file '{path}' must hold a JSON object, not {type(obj).__name__}")
         return obj
 
     def write_meta(self, name, obj):
         if name != SIZES_FILE:
-            self.bytes.write_json(f"{META_DIR}/{name}", obj)
+            self.bytestore.write_json(f"{META_DIR}/{name}", obj)
             return
         self._checked = False           # checked again at every flush, whatever the chunks saw
         self._check_sole_writer()
@@ -464,14 +464,14 @@ class BcolzDir:
 
     @property
     def attrs_path(self):
-        return self.bytes.ref(ATTRS_FILE)
+        return self.bytestore.ref(ATTRS_FILE)
 
     def chunk_fingerprint(self, n):
         """(inode, size, modification time) of data/__n.blp; on object storage (n, 0, its version
         tag as a number), from the listing of data/ (made once) or this writer's put; None where
         the store cannot tell."""
-        if not self.bytes.remote:
-            return self.bytes.version(self._key(n))
+        if not self.bytestore.remote:
+            return self.bytestore.version(self._key(n))
         key = self._key(n)
         if key not in self._guard.seen and self._listing is None:
             try:

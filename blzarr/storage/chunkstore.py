@@ -322,7 +322,7 @@ class ChunkStore:
         """The bytes of the statistics file (meta/stats, an object on object storage), or None when
         there is none."""
         if getattr(self.store, "remote", False):
-            return objstats.read(self.store.bytes)
+            return objstats.read(self.store.bytestore)
         path = self.meta_path("stats")
         if path is None or not self._local_stats():
             return None
@@ -337,7 +337,7 @@ class ChunkStore:
         stale file, which is only rebuilt)."""
         if getattr(self.store, "remote", False):
             if self.mode != "r":
-                objstats.write(self.store.bytes, raw)
+                objstats.write(self.store.bytestore, raw)
             return
         path = self.meta_path("stats")
         if path is not None and self.mode != "r" and self._local_stats():
@@ -384,14 +384,14 @@ class ChunkStore:
         """Plain values from which a worker process reopens this store to write chunks (dask)."""
         conf = {"format": self.format, "rootdir": self.rootdir}
         if getattr(self.store, "remote", False):
-            conf["storage_options"] = self.store.bytes.config().get("storage_options", {})
+            conf["storage_options"] = self.store.bytestore.config().get("storage_options", {})
         return conf
 
     @property
-    def bytes(self):
+    def bytestore(self):
         """The byte store beneath an object-storage carray (`blzarr.storage.bytestore`: URL, request
         counts in ``.stats``), None elsewhere."""
-        return self.store.bytes if getattr(self.store, "remote", False) else None
+        return self.store.bytestore if getattr(self.store, "remote", False) else None
 
     def prefetch(self, ns):
         """Fetch chunks `ns` ahead of reading them, where that pays (object storage: concurrently,

@@ -73,7 +73,7 @@ def open_chunks(directory, rootdir, mode, atom, chunklen, nchunks, nstored, obje
     if directory.format == "blz" and directory.nchunks < nstored:
         # the files were read before meta/sizes, and a writer beside us has added chunks since
         # (it writes them before the sizes): read their state again, now newer than meta/sizes
-        directory = open_dir(rootdir, mode, directory.bytes if directory.remote else None)
+        directory = open_dir(rootdir, mode, directory.bytestore if directory.remote else None)
     if directory.format == "blz" and directory.nchunks < nstored:
         directory.missing_tail(nstored)     # the last superchunk files are gone: their chunks raise
     chunks = LAYOUTS[directory.format][1](directory, atom, chunklen, nchunks, mode, objects)

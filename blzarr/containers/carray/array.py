@@ -154,28 +154,28 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
         self._format_arg = format
         self._mode = mode
         self._rootdir = local_path(os.fspath(rootdir)) if rootdir is not None else None
-        self._bytes = open_bytestore(self._rootdir, storage_options) \
+        self._bytestore = open_bytestore(self._rootdir, storage_options) \
             if self._rootdir is not None and (is_url(self._rootdir) or storage_options) else None
-        if self._bytes is not None:
-            self._rootdir = self._bytes.root
+        if self._bytestore is not None:
+            self._rootdir = self._bytestore.root
         if self._rootdir is None and (meta or reserve or superchunklen or checksum is not _UNSET):
             raise ValueError("checksum=, reserve=, superchunklen= and meta= apply to on-disk carrays "
                              "in the 'blz' format (give a rootdir)")
         self._lock = forksafe.RLock()
         self._blockcache = None
         self.safe = safe
-        if self._bytes is not None and array is None and mode != "w":
+        if self._bytestore is not None and array is None and mode != "w":
             # object storage: opening tells whether it is there (no existence probe first)
             try:
                 self._open(allow_pickle)
                 self._track_writer()
                 return
             except MissingError:
-                if self._bytes.exists(f"{META_DIR}/{STORAGE_FILE}"):
+                if self._bytestore.exists(f"{META_DIR}/{STORAGE_FILE}"):
                     raise           # it is there, something else is missing: never replace it
             exists = False
-        elif self._bytes is not None:
-            exists = self._bytes.exists(f"{META_DIR}/{STORAGE_FILE}")
+        elif self._bytestore is not None:
+            exists = self._bytestore.exists(f"{META_DIR}/{STORAGE_FILE}")
         else:
             exists = self._rootdir is not None and os.path.exists(self._rootdir)
         if array is not None and mode == "r" and self._rootdir is not None:
@@ -208,7 +208,7 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
                     given, checksum=kept["checksum"] if checksum is _UNSET else given["checksum"],
                     reserve=reserve or kept["reserve"], superchunklen=superchunklen or kept["superchunklen"])
         if self._rootdir is not None and not exists and mode == "r" and array is None:
-            raise (StorageError if self._bytes is None else MissingError)(
+            raise (StorageError if self._bytestore is None else MissingError)(
                 f"cannot open '{self._rootdir}' with mode 'r': it does not exist")
         if array is None:
             if self._rootdir is not None and dtype is None:
@@ -302,12 +302,12 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
         self._setup(atom, cp, chunklen, d, expectedlen)
         self._ondisk = False
         if self._stats is not None:
-            self._stats.persist = self._bytes is not None or self._rootdir is not None
+            self._stats.persist = self._bytestore is not None or self._rootdir is not None
         self._chunks = MemoryChunks(chunk_nbytes=-1 if self._isobj else self._chunklen * self._chunk_atom.itemsize)
         tree = stage = old_lock = None
-        if self._bytes is not None:
+        if self._bytestore is not None:
             # object storage: no lock (one writer at a time), what is there is replaced
-            self._bytes.remove_all()
+            self._bytestore.remove_all()
             self._chunks = self._create_store()
             self._ondisk = True
             self._write_storage()
@@ -401,20 +401,20 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
         return create_store(self._rootdir, fmt, atom=self._chunk_atom, chunklen=self._chunklen,
                             objects=self._isobj, dtype=str(self._atom.base), atom_shape=self._atom.shape,
                             typesize=self._typesize, cparams=self._cparams.to_dict(), opts=self._blz_opts,
-                            bytestore=self._bytes, expectedlen=max(self.expectedlen, 0))
+                            bytestore=self._bytestore, expectedlen=max(self.expectedlen, 0))
 
     def _open(self, allow_pickle):
         self._allow_pickle = allow_pickle
         # mode 'a' reads as mode 'r' does (no lock, nothing repaired or changed) until the first call
         # that writes: `_start_writing` takes the lock then (bcolz readers open with the default mode)
-        lazy = self._mode == "a" and self._bytes is None
-        if self._mode != "r" and not lazy and self._bytes is None and os.path.isdir(self._rootdir):
+        lazy = self._mode == "a" and self._bytestore is None
+        if self._mode != "r" and not lazy and self._bytestore is None and os.path.isdir(self._rootdir):
             # one writer process at a time (mode 'r' takes no lock); the lock is the directory's
             self._dirlock = lock_dir(self._rootdir)
         mode = "r" if lazy else self._mode
         # a reader (mode 'r', or 'a' before its first write) watches for commits by other processes
         seen = self._start_watching() if mode == "r" else None
-        store = open_dir(self._rootdir, mode, self._bytes)
+        store = open_dir(self._rootdir, mode, self._bytestore)
         meta = ArrayMeta.read(store, self._rootdir, allow_pickle, store.__dict__.pop("opened_meta", None))
         atom, chunklen = meta.atom, meta.chunklen
         try:
@@ -702,8 +702,8 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
         if self._rootdir is not None:
             self.flush()
             kw = dict(mode="r", allow_pickle=self._isobj)
-            if self._bytes is not None and self._bytes.remote:
-                kw["storage_options"] = self._bytes.storage_options
+            if self._bytestore is not None and self._bytestore.remote:
+                kw["storage_options"] = self._bytestore.storage_options
             return (_rebuild_carray, (None, self._rootdir, kw))
         return (_rebuild_carray, (self[:], None, dict(
             cparams=self._cparams.to_dict(), chunklen=self._chunklen, dflt=self._dflt[()],
@@ -732,14 +732,14 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
         kw = dict(dtype=None, dflt=self._dflt[()], expectedlen=self._len)
         kw.update(kwargs)
         dest = kw.get("rootdir")
-        if dest is not None and self._rootdir is not None and self._bytes is None \
+        if dest is not None and self._rootdir is not None and self._bytestore is None \
                 and not is_url(os.fspath(dest)) and intent.same_or_nested(dest, self._rootdir):
             raise StorageError(f"copy(): the rootdir of the copy, '{os.fspath(dest)}', overlaps the "
                                f"original's, '{self._rootdir}' (it would be replaced while it is read)")
         dtype = kw.pop("dtype")
         if dtype is not None and "dflt" not in kwargs:
             kw.pop("dflt")
-        if dest is not None and self._bytes is None and not is_url(os.fspath(dest)) \
+        if dest is not None and self._bytestore is None and not is_url(os.fspath(dest)) \
                 and not kw.get("storage_options"):
             # written whole beside its rootdir, then put in place (blzarr.storage.intent)
             mode = kw.get("mode", "a")
@@ -834,7 +834,7 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
         # first and swapped in (blzarr.storage.intent); this object is then read-only for good (its flush
         # must not write the old shape over the new directory)
         self._check_writable()      # the directory's lock
-        if self._bytes is not None:
+        if self._bytestore is not None:
             # object storage has no rename to swap a directory in: the reshaped copy would be
             # written in place over the objects it is made from (or, through the local swap, into
             # a local directory named after the URL)
@@ -874,10 +874,10 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
             The carray was opened with mode 'r'.
         """
         self._check_writable()
-        if self._bytes is not None:
-            if not self._bytes.exists(f"{META_DIR}/{STORAGE_FILE}"):
+        if self._bytestore is not None:
+            if not self._bytestore.exists(f"{META_DIR}/{STORAGE_FILE}"):
                 raise StorageError(f"cannot purge '{self._rootdir}': it does not exist")
-            self._bytes.remove_all()
+            self._bytestore.remove_all()
         elif self._rootdir:
             if not os.path.isdir(self._rootdir):
                 raise StorageError(f"cannot purge '{self._rootdir}': it does not exist")

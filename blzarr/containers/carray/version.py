@@ -40,7 +40,7 @@ class CarrayVersions(CarrayBase):
     def _start_watching(self):
         """Watch the directory for commits by other processes, from the state about to be loaded
         (call before reading meta/sizes)."""
-        if self._bytes is not None or self._rootdir is None:
+        if self._bytestore is not None or self._rootdir is None:
             return None
         w = commitrec.Watch(self._rootdir, check_fp=True)
         state = w.current()
@@ -105,7 +105,7 @@ class CarrayVersions(CarrayBase):
 
     def _publish(self):
         """Bump the commit record: what this writer flushed is now what readers load."""
-        if self._bytes is not None or self._rootdir is None:
+        if self._bytestore is not None or self._rootdir is None:
             return
         rec = self._recw
         if rec is None:

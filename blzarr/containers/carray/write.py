@@ -171,16 +171,16 @@ class CarrayWrites(CarrayBase):
         if not d.get("_dirty") or d.get("_owner_pid") != os.getpid() or d.get("_mode", "r") == "r" \
                 or d.get("_flush_failed"):
             return
-        if self._bytes is None and not os.path.isdir(self._rootdir):
+        if self._bytestore is None and not os.path.isdir(self._rootdir):
             return      # its directory was removed under it: there is nowhere to flush to
-        if self._bytes is not None and _in_event_loop():
+        if self._bytestore is not None and _in_event_loop():
             # collected on an object store client's event-loop thread, where its blocking calls
             # cannot run: say what is lost rather than fail there
             print(f"blzarr: '{self._rootdir}' was collected on an event-loop thread with unflushed "
                   "changes, which were not written (call flush() or close())", file=sys.stderr)
             return
         lock = d.get("_dirlock")
-        if self._bytes is None and lock is not None and not lock.held:
+        if self._bytestore is None and lock is not None and not lock.held:
             # its lock was collected first (both in one garbage cycle): take it again for the flush
             self._dirlock = lock_dir(self._rootdir)
             try:
@@ -204,7 +204,7 @@ class CarrayWrites(CarrayBase):
         fingerprints before a query trusts it, so reading it later than the open is safe.  On object
         storage it is read at once: there the open fetches it with the other meta files."""
         if self.__dict__.get("_stats_v") is not None:
-            if self._bytes is not None:
+            if self._bytestore is not None:
                 self._read_stats_file(nchunks)
             else:
                 self.__dict__["_stats_due"] = nchunks

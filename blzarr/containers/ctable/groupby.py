@@ -55,7 +55,7 @@ class CtableGroupby:
         """With bquery's ``auto_cache=True`` (a ctable option), cache the factorizations of `cols`
         of a writable on-disk table first."""
         if getattr(self, "auto_cache", False) and self.rootdir and self.mode != "r" \
-                and getattr(self, "_bytes", None) is None:
+                and getattr(self, "_bytestore", None) is None:
             self.cache_factor([cols] if isinstance(cols, str) else list(cols))
 
     def where_terms(self, term_list, cache=False):

@@ -227,11 +227,11 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         if unknown:
             raise TypeError(f"ctable() got unexpected keyword arguments {sorted(unknown)}")
         self._rootdir = local_path(os.fspath(rootdir)) if rootdir is not None else None
-        self._bytes = open_bytestore(self._rootdir, storage_options) \
+        self._bytestore = open_bytestore(self._rootdir, storage_options) \
             if self._rootdir is not None and (is_url(self._rootdir) or storage_options) else None
-        if self._bytes is not None:
-            self._rootdir = self._bytes.root
-            exists = self._bytes.exists(ROOTDIRS_FILE)
+        if self._bytestore is not None:
+            self._rootdir = self._bytestore.root
+            exists = self._bytestore.exists(ROOTDIRS_FILE)
         else:
             exists = self._rootdir is not None and os.path.exists(self._rootdir)
         if mode is None:
@@ -252,7 +252,7 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
                 raise ValueError(f"format must be 'bcolz' or 'blz', got {self._format!r}")
         self._ckw = {k: v for k, v in kwargs.items() if v is not None}
         self._ckw.pop("cparams", None)
-        if self._bytes is not None:
+        if self._bytestore is not None:
             self._ckw["storage_options"] = storage_options
         self.cols = cols(self)
         self._len = 0
@@ -285,8 +285,8 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         return join(self._columns_base, name)
 
     def _make_rootdir(self):
-        if self._bytes is not None:
-            self._bytes.remove_all()     # object storage: no lock (one writer at a time)
+        if self._bytestore is not None:
+            self._bytestore.remove_all()     # object storage: no lock (one writer at a time)
             return
         fileio.makedirs(self._rootdir)
         self._dirlock = lock_dir(self._rootdir)
@@ -335,7 +335,7 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
             lengths.add(len(col) if hasattr(col, "__len__") else -1)
         if len(lengths) > 1:
             raise ValueError(f"all `columns` must have the same length, got lengths {sorted(lengths)}")
-        if self._bytes is not None:
+        if self._bytestore is not None:
             self._make_rootdir()
         elif self._rootdir is not None:
             target = os.path.realpath(self._rootdir)
@@ -365,18 +365,18 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
             self._write_rootdirs()
             self._attrs = _attrs(self._rootdir, self._mode, _new=True, path=self._attrs_path)
             self.flush()
-            if self._bytes is None and self._rootdir is not None:
+            if self._bytestore is None and self._rootdir is not None:
                 self._publish_stage(final)
         except BaseException as e:
-            if self._bytes is not None:
-                self._bytes.remove_all()
+            if self._bytestore is not None:
+                self._bytestore.remove_all()
             elif final is not None:
                 if self._rootdir != final:
                     intent.abandon(self._rootdir, e)
                 self._rootdir = self._columns_base = final
             raise
         finally:
-            if self._bytes is None and self._rootdir is not None and old_lock is not None:
+            if self._bytestore is None and self._rootdir is not None and old_lock is not None:
                 old_lock.release()
 
     def _publish_stage(self, final):
@@ -436,8 +436,8 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
 
     @property
     def _attrs_path(self):
-        if self._bytes is not None:
-            return ObjectPath(self._bytes, ATTRS_FILE)
+        if self._bytestore is not None:
+            return ObjectPath(self._bytestore, ATTRS_FILE)
         return os.path.join(self._rootdir, ATTRS_FILE) if self._rootdir is not None else None
 
     def _rootdirs_meta(self, names=None):
@@ -448,17 +448,17 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
 
     def _write_rootdirs(self, names=None):
         if self._rootdir is not None:
-            write_json(ObjectPath(self._bytes, ROOTDIRS_FILE) if self._bytes is not None
+            write_json(ObjectPath(self._bytestore, ROOTDIRS_FILE) if self._bytestore is not None
                        else os.path.join(self._rootdir, ROOTDIRS_FILE), self._rootdirs_meta(names))
 
     def _open(self, allow_pickle):
         root = self._rootdir
-        remote = self._bytes is not None
+        remote = self._bytestore is not None
         if not remote and not os.path.isdir(root):
             raise StorageError(f"'{root}' is not a directory")
         if not remote and self._mode != "r" and _has_pending(root):
             self._recover_intents(root)
-        path = ObjectPath(self._bytes, ROOTDIRS_FILE) if remote else os.path.join(root, ROOTDIRS_FILE)
+        path = ObjectPath(self._bytestore, ROOTDIRS_FILE) if remote else os.path.join(root, ROOTDIRS_FILE)
         meta = read_json(path, "ctable column list")
         if not isinstance(meta, dict) or not isinstance(meta.get("names"), list):
             raise FormatError(f"'{path}' must hold a JSON object with a 'names' list")
@@ -484,7 +484,7 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
             for n in names:
                 self.cols.names.append(n)
                 self.cols._cols[n] = carray(rootdir=self._col_dir(n), mode=mode, allow_pickle=allow_pickle,
-                                            storage_options=self._bytes.storage_options)
+                                            storage_options=self._bytestore.storage_options)
             names = []
         elif mode != "r" and not lazy:
             self._dirlock = lock_dir(root)   # one writer process at a time; mode 'r' takes no lock
@@ -739,7 +739,7 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
             raise TypeError(f"copy() got unexpected keyword arguments {sorted(unknown)}")
         if rootdir is not None and self._rootdir is not None and (
                 os.path.abspath(os.fspath(rootdir)) == os.path.abspath(self._rootdir)
-                or self._bytes is None and not is_url(os.fspath(rootdir))
+                or self._bytestore is None and not is_url(os.fspath(rootdir))
                 and intent.same_or_nested(rootdir, self._rootdir)):
             raise StorageError(f"copy(): the rootdir of the copy, '{os.fspath(rootdir)}', overlaps the "
                                f"original's, '{self._rootdir}'")
@@ -978,7 +978,7 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         pickled = any(c.dtype.kind == "O" for c in self.cols.values())
         if self._rootdir is not None:
             self.flush()
-            so = self._bytes.storage_options if self._bytes is not None and self._bytes.remote else None
+            so = self._bytestore.storage_options if self._bytestore is not None and self._bytestore.remote else None
             return (_rebuild_ctable, (self._rootdir, None, None, None, pickled, so))
         return (_rebuild_ctable, (None, [self.cols[n] for n in self.cols.names], list(self.cols.names),
                                   self._attrs.getall(), pickled))

@@ -323,25 +323,25 @@ class CtableWrites(CtableBase):
         if unknown:
             raise TypeError(f"addcol() got unexpected keyword arguments {sorted(unknown)}")
         rd = self._col_dir(name)
-        local = rd is not None and self._bytes is None
+        local = rd is not None and self._bytestore is None
         if local:
             intent.recover(rd)      # an interrupted addcol/delcol of this name is completed first
             # a factorization cache of an earlier column of this name (left by another program or
             # an older blzarr) must not describe the new one
             if factor_cache.hide(self, name, rd) is not None:
                 intent.recover(rd)
-        if rd is not None and self._bytes is not None:
+        if rd is not None and self._bytestore is not None:
             self._clear_unlisted_column(name, rd)
-        if rd is not None and (self._bytes.child(name).list("") if self._bytes is not None
+        if rd is not None and (self._bytestore.child(name).list("") if self._bytestore is not None
                                else os.path.lexists(rd)):
             raise StorageError(f"cannot add column {name!r}: '{rd}' already exists")
-        if self._bytes is not None:
+        if self._bytestore is not None:
             move = False        # object storage has no rename: the column is copied
         names = list(self.cols.names)
         names.insert(pos, name)
         if local:
             moving = (move and isinstance(newcol, carray) and newcol.rootdir is not None
-                      and newcol._bytes is None and _same_device(newcol.rootdir, self._rootdir))
+                      and newcol._bytestore is None and _same_device(newcol.rootdir, self._rootdir))
             if moving:
                 src = os.path.realpath(newcol.rootdir)
                 # a carray inside the table's directory (not one of its columns) may move into it;
@@ -398,10 +398,10 @@ class CtableWrites(CtableBase):
         column's objects are deleted, so such objects are what an interrupted addcol or delcol of
         that name left: without this, the same addcol could never be retried.  A name the stored
         list has (added by another writer since this table was opened) is left alone."""
-        child = self._bytes.child(name)
+        child = self._bytestore.child(name)
         if not child.list(""):
             return
-        meta = read_json(ObjectPath(self._bytes, ROOTDIRS_FILE), "ctable column list")
+        meta = read_json(ObjectPath(self._bytestore, ROOTDIRS_FILE), "ctable column list")
         if isinstance(meta, dict) and name in (meta.get("names") or ()):
             return
         child.remove_all()
@@ -465,7 +465,7 @@ class CtableWrites(CtableBase):
         col = self.cols._cols[name]
         names = [n for n in self.cols.names if n != name]
         rd = self._col_dir(name)
-        if rd is not None and self._bytes is None and col.rootdir is not None:
+        if rd is not None and self._bytestore is None and col.rootdir is not None:
             col.flush()
             # the column's factorization cache goes first (a column without its cache is valid;
             # a cache without its column is not): hidden in one rename, deleted with the column
@@ -490,8 +490,8 @@ class CtableWrites(CtableBase):
                 col.flush()
             self._write_rootdirs(names)
             if not keep and col.rootdir is not None:
-                if self._bytes is not None:
-                    self._bytes.child(name).remove_all()    # its objects on object storage
+                if self._bytestore is not None:
+                    self._bytestore.child(name).remove_all()    # its objects on object storage
                 else:
                     fileio.rmtree(col.rootdir, ignore_errors=True)
         self._removed(name, None)
@@ -522,7 +522,7 @@ class CtableWrites(CtableBase):
         if arr.shape != old.shape:
             raise ValueError(f"new data for column {name!r} has shape {arr.shape}, the column {old.shape}")
         rd = self._col_dir(name)
-        if rd is None or self._bytes is not None:
+        if rd is None or self._bytestore is not None:
             # in memory, or on object storage (no rename): the values are assigned over the old ones,
             # which the carray's own write commits whole
             old[:] = arr
@@ -607,7 +607,7 @@ class CtableWrites(CtableBase):
         lock = self.__dict__.pop("_dirlock", None)
         if lock is not None:
             lock.release()
-            if self._rootdir is not None and self._bytes is None:
+            if self._rootdir is not None and self._bytestore is None:
                 self._watch_columns()   # another process may write from now on
         self._mode = "r"
         if getattr(self, "_attrs", None) is not None:
@@ -671,7 +671,7 @@ class CtableWrites(CtableBase):
     def _commit_rewrites(self, cols):
         """Make the chunks every column rewrote (their short last chunks too) visible in one step: one
         rewrite record for the whole table when that takes more than one switch."""
-        if self._rootdir is None or self._bytes is not None:
+        if self._rootdir is None or self._bytestore is not None:
             return      # in memory, or on object storage (each column commits its own)
         stores = []
         base = None

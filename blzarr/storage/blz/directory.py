@@ -16,7 +16,7 @@
     repair.py       repair after a killed writer, holes, compaction, verification
     metalayers.py   fixed-length and variable-length metalayers
 
-Every file operation goes through the directory's byte store (`self.bytes`, `blzarr.storage.bytestore`: a
+Every file operation goes through the directory's byte store (`self.bytestore`, `blzarr.storage.bytestore`: a
 local directory by default, through `blzarr.storage.fileio`), superchunk files through handles of the store
 `spool` names (`self._fio`: the byte store itself where files change in place; a local spool uploaded
 whole on object storage).  The hot reads pass the handles, OS descriptors, to `_superchunk` directly.
@@ -148,16 +148,16 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
     opened_meta = {}        # see `open_store`
 
     def __init__(self, rootdir, mode="a", bytestore=None):
-        self.bytes = bytestore if bytestore is not None else LocalStore(rootdir)
+        self.bytestore = bytestore if bytestore is not None else LocalStore(rootdir)
         # how superchunk files are changed (in place, or in a local spool uploaded whole: `spool`),
         # and the store whose handles they are read and written through
-        self._writes = writes_for(self.bytes)
+        self._writes = writes_for(self.bytestore)
         self._fio = self._writes.files
         self._upload_on_close = False       # a partition writer publishes its file when closed
-        self.rootdir = self.bytes.root
-        self.datadir = self.bytes.where(DATA_DIR)
-        self.metadir = self.bytes.where(META_DIR)
-        self._guard = self.bytes.writer_guard(f"{META_DIR}/{SIZES_FILE}")
+        self.rootdir = self.bytestore.root
+        self.datadir = self.bytestore.where(DATA_DIR)
+        self.metadir = self.bytestore.where(META_DIR)
+        self._guard = self.bytestore.writer_guard(f"{META_DIR}/{SIZES_FILE}")
         self.mode = mode
         self._lock = forksafe.RLock()
         self._fds = OrderedDict()
@@ -441,14 +441,14 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
     def _list_files(self):
         """The numbers of the superchunk files in data/, sorted (each a regular file inside the root)."""
         nums = []
-        for name in self.bytes.names(DATA_DIR, missing_ok=False):
+        for name in self.bytestore.names(DATA_DIR, missing_ok=False):
             if name.startswith("__") and name.endswith(SUPERCHUNK_EXT):
                 digits = name[2:-len(SUPERCHUNK_EXT)]
                 if digits.isdigit() and digits.isascii():
                     nums.append(int(digits))
         nums.sort()
         for num in nums:
-            real = self.bytes.escapes(self._key(num))
+            real = self.bytestore.escapes(self._key(num))
             if real is not None:
                 raise FormatError(f"superchunk file '{self._path(num)}' resolves to '{real}', which is not a "
                                   f"regular file inside '{self.rootdir}'")
@@ -478,7 +478,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
     def config(self):
         """Plain values from which `partition_writer` rebuilds this store in another process (with
         the byte store's options: a URL's storage_options)."""
-        extra = {k: v for k, v in self.bytes.config().items() if k != "root"}
+        extra = {k: v for k, v in self.bytestore.config().items() if k != "root"}
         return {"format": FORMAT, "rootdir": self.rootdir, **{k: getattr(self, k) for k in self._CONFIG}, **extra}
 
     @classmethod
@@ -499,28 +499,28 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         return self
 
     def _check_data_dir(self):
-        if self.bytes.has_dirs and not self.bytes.isdir(DATA_DIR):
-            raise StorageError(f"data directory '{self.bytes.where(DATA_DIR)}' does not exist")
+        if self.bytestore.has_dirs and not self.bytestore.isdir(DATA_DIR):
+            raise StorageError(f"data directory '{self.bytestore.where(DATA_DIR)}' does not exist")
 
     def check_layout(self):
-        if not self.bytes.has_dirs:
+        if not self.bytestore.has_dirs:
             return      # object stores have no directories: reading meta/storage tells a missing dataset
         for key, what in (("", "root"), (DATA_DIR, "data"), (META_DIR, "meta")):
-            if not self.bytes.isdir(key):
-                raise StorageError(f"{what} directory '{self.bytes.where(key)}' does not exist")
-        self.bytes.check_inside([META_DIR, DATA_DIR])
+            if not self.bytestore.isdir(key):
+                raise StorageError(f"{what} directory '{self.bytestore.where(key)}' does not exist")
+        self.bytestore.check_inside([META_DIR, DATA_DIR])
 
     def meta_path(self, name):
-        return self.bytes.where(f"{META_DIR}/{name}")
+        return self.bytestore.where(f"{META_DIR}/{name}")
 
     def read_meta(self, name):
-        return self.bytes.read_json(f"{META_DIR}/{name}", f"meta/{name}")
+        return self.bytestore.read_json(f"{META_DIR}/{name}", f"meta/{name}")
 
     def write_meta(self, name, obj):
         if name == "storage":
             obj = dict(obj, **self.storage_extra())
         if name != SIZES_FILE:
-            self.bytes.write_json(f"{META_DIR}/{name}", obj)
+            self.bytestore.write_json(f"{META_DIR}/{name}", obj)
             return
         self._before_sizes()
         obj, free_from = self._sizes_with_last(obj)
@@ -592,11 +592,11 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
 
     @property
     def remote(self):
-        return self.bytes.remote
+        return self.bytestore.remote
 
     @property
     def attrs_path(self):
-        return self.bytes.ref(f"{META_DIR}/{ATTRIBUTES_FILE}")
+        return self.bytestore.ref(f"{META_DIR}/{ATTRIBUTES_FILE}")
 
     def chunk_path(self, n):
         """The superchunk file holding chunk `n`."""
@@ -613,10 +613,10 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         return f"{DATA_DIR}/{superchunk_name(fno)}"
 
     def _path(self, fno):
-        return self.bytes.where(self._key(fno))
+        return self.bytestore.where(self._key(fno))
 
     def _make_dirs(self):
-        self.bytes.create_dirs([DATA_DIR, META_DIR])
+        self.bytestore.create_dirs([DATA_DIR, META_DIR])
         self._guard.created()
 
     def _barrier(self, fd):

@@ -165,12 +165,12 @@ class BlzMetalayers:
     def _meta_bytes_or_none(self, name):
         """The bytes of meta/`name`, None when it does not exist."""
         try:
-            return self.bytes.get(f"{META_DIR}/{name}")
+            return self.bytestore.get(f"{META_DIR}/{name}")
         except MissingError:
             return None
 
     def _put_meta_bytes(self, name, data):
-        self.bytes.put_atomic(f"{META_DIR}/{name}", data, parents=False)
+        self.bytestore.put_atomic(f"{META_DIR}/{name}", data, parents=False)
 
 
 class FixedMeta:

@@ -126,7 +126,7 @@ class RemoteBlzDir(BlzDir):
         # the listing, and meta/sizes, meta/attributes and meta/stats that the carray reads next:
         # concurrently
         metas = [f"{META_DIR}/{SIZES_FILE}", f"{META_DIR}/{ATTRIBUTES_FILE}"]
-        if not getattr(self.bytes, "http", False):
+        if not getattr(self.bytestore, "http", False):
             metas.append(objstats.STATS_KEY)
         if self.mode != "r":
             # a writer: the version of meta/sizes before its bytes are read (a commit in between
@@ -134,15 +134,15 @@ class RemoteBlzDir(BlzDir):
             self._guard.opened()
         etags = {}
         with ThreadPoolExecutor(1) as ex:
-            got = ex.submit(self.bytes.get_many, metas)
-            listing = self.bytes.list(DATA_DIR, etags=etags)
+            got = ex.submit(self.bytestore.get_many, metas)
+            listing = self.bytestore.list(DATA_DIR, etags=etags)
             self._guard.listed(DATA_DIR, etags)
             for key, data in got.result().items():
                 if data is None and key == objstats.STATS_KEY:
-                    self.bytes.prime(key, b"", 1)       # none: no statistics (not asked again)
+                    self.bytestore.prime(key, b"", 1)       # none: no statistics (not asked again)
                 elif data is not None:
                     # meta/sizes is read twice by an open (the chunks it counts, then the carray)
-                    self.bytes.prime(key, data, 2 if key.endswith(SIZES_FILE) else 1)
+                    self.bytestore.prime(key, data, 2 if key.endswith(SIZES_FILE) else 1)
         nums = []
         for name, size in listing.items():
             if name.startswith("__") and name.endswith(SUPERCHUNK_EXT):
@@ -153,9 +153,9 @@ class RemoteBlzDir(BlzDir):
                         self._sizes[int(digits)] = int(size)
                     self._tags[int(digits)] = etags.get(name)
         nums.sort()
-        if not nums and getattr(self.bytes, "http", False):
+        if not nums and getattr(self.bytestore, "http", False):
             return self._files_from_sizes()
-        if not nums and not self.bytes.exists(f"{META_DIR}/storage"):
+        if not nums and not self.bytestore.exists(f"{META_DIR}/storage"):
             raise StorageError(f"'{self.rootdir}' does not exist")
         if nums == list(range(1, len(nums) + 1)):
             # the states of the first and the last file, which opening reads: concurrently
@@ -198,7 +198,7 @@ class RemoteBlzDir(BlzDir):
     def _size(self, fno):
         size = self._sizes.get(fno)
         if size is None:
-            size = self.bytes.size(self._key(fno))
+            size = self.bytestore.size(self._key(fno))
             if size is None:
                 raise StorageError(f"cannot tell the size of '{self._path(fno)}'")
             self._sizes[fno] = size = int(size)
@@ -235,7 +235,7 @@ class RemoteBlzDir(BlzDir):
                       and 1 <= f <= self.nfiles)
         if len(todo) < 2:
             return
-        blobs = self.bytes.get_ranges([self._head_request(f) for f in todo])
+        blobs = self.bytestore.get_ranges([self._head_request(f) for f in todo])
         with self._lock:
             for fno, raw in zip(todo, blobs):
                 if fno not in self._files:
@@ -249,7 +249,7 @@ class RemoteBlzDir(BlzDir):
         size = self._size(fno)
         if raw is None:
             _, a, b = self._head_request(fno)
-            raw = self.bytes.get_range(key, a, b) if b else b""
+            raw = self.bytestore.get_range(key, a, b) if b else b""
         if len(raw) < 32:
             raise FormatError(f"superchunk file '{path}' is truncated ({size} bytes)")
         h = sc.unpack_header(raw[:32], path)
@@ -259,7 +259,7 @@ class RemoteBlzDir(BlzDir):
             # the bytes past the first GET (a metadata section or table larger than guessed): one more
             nonlocal raw
             if pos + n > len(raw):
-                raw += self.bytes.get_range(key, len(raw), pos + n)
+                raw += self.bytestore.get_range(key, len(raw), pos + n)
             return raw[pos:pos + n]
         superchunklen = self._parse_head(f, h, size, read, max_k=1 << 24)
         f.fstate = ("object", size, 0)
@@ -319,7 +319,7 @@ class RemoteBlzDir(BlzDir):
                 data = self._fetch_chunk(n, f, None, off, -1)
                 self._remember(n, data, f)
             if data is None:
-                data = self.bytes.get_range(self._key(f.fno), off, min(end, off + HEAD_GUESS))
+                data = self.bytestore.get_range(self._key(f.fno), off, min(end, off + HEAD_GUESS))
             h = head_of(data, where)
             if h is None:
                 if len(data) < 16:
@@ -327,7 +327,7 @@ class RemoteBlzDir(BlzDir):
                 hl = 16 + 4 * (-(-int.from_bytes(data[4:8], "little") // int.from_bytes(data[8:12], "little")))
                 if off + hl > end:
                     raise ChunkError(f"bad Blosc chunk ({where}): truncated block starts")
-                h = head_of(self.bytes.get_range(self._key(f.fno), off, off + hl), where)
+                h = head_of(self.bytestore.get_range(self._key(f.fno), off, off + hl), where)
             ct = int.from_bytes(h[12:16], "little")
             if off + ct > end:
                 raise ChunkError(f"bad Blosc chunk ({where}): it claims {ct} bytes, its slot in "
@@ -345,7 +345,7 @@ class RemoteBlzDir(BlzDir):
         end = self._slot_end(f, off)
         data = self._prefetched.pop(n, None)
         if data is None:
-            data = self.bytes.get_range(self._key(f.fno), off, end)
+            data = self.bytestore.get_range(self._key(f.fno), off, end)
         return self._check_chunk(n, data, end - off, expected_nbytes, where)
 
     def decode_chunk_into(self, n, out, expected_nbytes=-1, nthreads=1, part=None):
@@ -421,7 +421,7 @@ class RemoteBlzDir(BlzDir):
             e1 = max(e for _, e in ranges)
             if e1 > ctbytes or b0 < 0:
                 raise ChunkError(f"bad Blosc chunk ({where}): block bytes [{b0}, {e1}) outside its {ctbytes} bytes")
-            raw = self.bytes.get_range(self._key(fno), off + b0, off + e1)
+            raw = self.bytestore.get_range(self._key(fno), off + b0, off + e1)
             if len(raw) != e1 - b0:
                 raise ChunkError(f"bad Blosc chunk ({where}): {len(raw)} of its bytes [{b0}, {e1}) could be "
                                  "read (a truncated object?)")
@@ -479,7 +479,7 @@ class RemoteBlzDir(BlzDir):
                     runs.append([key, off, end, [(n, off, end)]])
         if not runs:
             return 0
-        blobs = self.bytes.get_ranges([(k, a, b) for k, a, b, _ in runs])
+        blobs = self.bytestore.get_ranges([(k, a, b) for k, a, b, _ in runs])
         with self._lock:
             for (key, a, b, parts), blob in zip(runs, blobs):
                 if isinstance(parts, int):          # a whole file: its table first, then its chunks
