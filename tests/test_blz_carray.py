@@ -322,7 +322,7 @@ def test_whole_chunk_reads_stream_through_a_reused_buffer(tmp_path, mode):
     chunklen = 1 << 14
     p, arr = _big(tmp_path, "s" + mode, chunklen, checksum="crc32", nchunks=6)
     c = blzarr.open(p, mode=mode)
-    store = c.store.store                   # the BlzDir under the carray's BlzChunks
+    store = c.store.layoutdir                   # the BlzDir under the carray's BlzChunks
     c.free_cachemem()
     sc.io_stats(reset=True)
     assert_array_equal(c[:], arr)
@@ -506,7 +506,7 @@ def test_in_place_versus_relocated_rewrites_and_compact(tmp_path):
         p = str(tmp_path / f"r{reserve}")
         arr = np.zeros(4000, dtype=np.int64)
         c = blzarr.carray(arr, rootdir=p, chunklen=500, superchunklen=4, format="blz", reserve=reserve)
-        st = c._store
+        st = c._layoutdir
         before = dict(st.stats)
         f1 = os.path.join(p, "data", "__1__.bin")
         size0 = os.path.getsize(f1)
@@ -557,11 +557,11 @@ def test_compact_blz_keeps_the_data(tmp_path):
     c[500:1000] = new
     arr[500:1000] = new
     c.flush()
-    assert c._store.holes() > 0
+    assert c._layoutdir.holes() > 0
     before = sum(os.path.getsize(os.path.join(p, "data", f)) for f in os.listdir(os.path.join(p, "data")))
     freed = c.compact()
     after = sum(os.path.getsize(os.path.join(p, "data", f)) for f in os.listdir(os.path.join(p, "data")))
-    assert freed > 0 and after == before - freed and c._store.holes() == 0
+    assert freed > 0 and after == before - freed and c._layoutdir.holes() == 0
     assert os.path.isdir(p)
     assert_array_equal(blzarr.open(p, mode="r")[:], arr)
     assert_array_equal(independent_read(p), arr)
@@ -582,7 +582,7 @@ def test_rewriting_the_last_chunk_of_a_file_grows_it_in_place(tmp_path):
     # written right after the old bytes (never over them: crash safety), the file cut after it
     new_off = parse_superchunk(f1)["offsets"][3]
     assert new_off == off + old_size and os.path.getsize(f1) == new_off + c.chunks[3].cbytes + 4
-    assert c._store.holes() == old_size
+    assert c._layoutdir.holes() == old_size
     assert_array_equal(blzarr.open(p)[:], arr)
 
 

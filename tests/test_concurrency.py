@@ -522,7 +522,7 @@ def test_reader_with_a_stale_offset_rereads_instead_of_returning_another_chunk(t
     c.close()
     r = blzarr.open(root, mode="r")
     assert r[0] == 0
-    store = r._chunks.store
+    store = r._chunks.layoutdir
     f = store._file(1)
     store._offset(1), store._offset(2)          # both entries read into the reader's table
     f.offsets[1] = f.offsets[2]

@@ -147,10 +147,10 @@ def _damage_chunk(layout, c, n):
         good = c._chunks[n]._data
     elif layout.name == "bcolz":
         good = c._chunks[n]._data
-        path = c._chunks.store.chunk_path(n)
+        path = c._chunks.layoutdir.chunk_path(n)
     else:
-        good = bytes(c._chunks.store.read_chunk(n))
-        path = c._chunks.store.chunk_path(n)
+        good = bytes(c._chunks.layoutdir.read_chunk(n))
+        path = c._chunks.layoutdir.chunk_path(n)
     data = bytearray(good)
     start = int.from_bytes(data[20:24], "little")
     data[start + 4:start + 105] = b"\xff" * 101       # a literal run longer than the block

@@ -20,7 +20,7 @@ def data(n=N):
 
 def evict(r):
     """Drop the compressed chunks an object-storage carray keeps (not what it knows of them)."""
-    st = r.store.store
+    st = r.store.layoutdir
     st._chunks.clear()
     st._recent = (None, None, None)
     r._blockcache = None
@@ -92,7 +92,7 @@ def test_s3_appends_flush_and_writer_crash(s3):
     c.flush()
     # the writer goes on, then dies without flushing: files may be uploaded, meta/sizes is not
     c.append(a[30_000:60_000])
-    c._chunks.store.flush_files()
+    c._chunks.layoutdir.flush_files()
     c._owner_pid = None     # as in a killed process: nothing flushes it at GC or exit
     del c
     r = blzarr.open(f"{url}/x.blz", mode="r", storage_options=opts)
@@ -270,7 +270,7 @@ def test_dask_cluster_of_processes_without_shared_disk(s3):
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
             Client(cluster):
         c = blzarr.from_dask(x, f"{url}/d.blz", chunklen=5000, superchunklen=4, storage_options=opts)
-        assert len(c) == n and c._chunks.store.nfiles == 6
+        assert len(c) == n and c._chunks.layoutdir.nfiles == 6
         np.testing.assert_array_equal(c[:], data(n))
         r = blzarr.open(f"{url}/d.blz", mode="r", storage_options=opts)
         y = r.to_dask()
@@ -332,7 +332,7 @@ def test_s3_first_touch_is_one_get_without_chunk_cache(s3):
     a = data()
     blzarr.carray(a, rootdir=f"{url}/x.blz", mode="w", chunklen=5000, superchunklen=8, storage_options=opts)
     r = blzarr.open(f"{url}/x.blz", mode="r", storage_options=opts)
-    r.store.store._chunks.limit = 0           # as when the data are much larger than the chunk cache
+    r.store.layoutdir._chunks.limit = 0           # as when the data are much larger than the chunk cache
     for i in (1, 12_345, 39_999):
         g = gets(r)
         assert r[i] == a[i]
@@ -416,7 +416,7 @@ def test_local_bytestore_goes_through_fileio(tmp_path):
 
 # ---------------------------------------------------------------------- conditional puts (S3)
 def _dir(c):
-    return c._chunks.store
+    return c._chunks.layoutdir
 
 
 def test_s3_conditional_put_refuses_a_stale_or_existing_object(s3):

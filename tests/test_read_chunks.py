@@ -99,7 +99,7 @@ def test_many_files_pin_a_bounded_number_of_descriptors(tmp_path, no_chunk_path)
     a = blzarr.open(p, mode="r")
     np.testing.assert_array_equal(a[:], x)
     assert a.sum() == x.sum()
-    assert len(a._chunks.store._fds) <= 8 and not a._chunks.store._inuse
+    assert len(a._chunks.layoutdir._fds) <= 8 and not a._chunks.layoutdir._inuse
 
 
 def test_io_is_counted(tmp_path):
@@ -265,7 +265,7 @@ def test_a_second_long_read_skips_the_checksums_it_verified(tmp_path, no_chunk_p
     assert a.sum() == blzarr.carray(x, chunklen=1000).sum()
     # 30 full chunks: the 4 bytes of each crc32 not read again, nor the header apart (its size is
     # known: one pread less each); and the offsets table, read whole once by the first
-    superchunklen = a._chunks.store.superchunklen
+    superchunklen = a._chunks.layoutdir.superchunklen
     assert b1 - b2 == 30 * 4 + 8 * superchunklen and c1 - c2 == 30 + 1
 
 

@@ -358,7 +358,7 @@ def test_attrs_and_meta_are_json_only(tmp_path, fmt):
             c.attrs["x"] = bad
     assert "x" not in c.attrs
     c.attrs["ok"] = {"a": [1, 2.5, "s", None, True]}
-    path = c._store.attrs_path
+    path = c._layoutdir.attrs_path
     assert json.load(open(path)) == {"ok": {"a": [1, 2.5, "s", None, True]}}
     if fmt == "blz":
         with pytest.raises(TypeError):
@@ -418,9 +418,9 @@ BLZ_WRITES = {
     "meta del": lambda c: c.meta.__delitem__("m"),
     "vlmeta set": lambda c: c.vlmeta.__setitem__("v", 2),
     "vlmeta del": lambda c: c.vlmeta.__delitem__("v"),
-    "store write_chunk": lambda c: c._store.write_chunk(0, c.chunks[0].getdata()),
-    "store remove_chunks_from": lambda c: c._store.remove_chunks_from(0),
-    "store compact": lambda c: c._store.compact(),
+    "store write_chunk": lambda c: c._layoutdir.write_chunk(0, c.chunks[0].getdata()),
+    "store remove_chunks_from": lambda c: c._layoutdir.remove_chunks_from(0),
+    "store compact": lambda c: c._layoutdir.compact(),
 }
 CTABLE_WRITES = {
     "append": lambda t: t.append((1, 2.0)),

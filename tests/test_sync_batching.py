@@ -56,7 +56,7 @@ def _make(root, rng):
 
 
 def _layout(c, fno):
-    f = c._chunks.store._file(fno)
+    f = c._chunks.layoutdir._file(fno)
     return f.table_pos, f.data_start
 
 
@@ -107,7 +107,7 @@ def test_rewritten_bytes_never_go_where_the_table_still_points(tmp_path):
     root = str(tmp_path / "c")
     x = _make(root, rng)
     c = blzarr.open(root)
-    store = c._chunks.store
+    store = c._chunks.layoutdir
     named = {}
     for fno in (1, 2):
         f = store._file(fno)

@@ -233,7 +233,7 @@ def test_an_interrupt_in_the_middle_of_an_append_changes_nothing(tmp_path, monke
     root = str(tmp_path / "c")
     c = _make_carray(root, "bcolz")
     values, tree = c[:], _tree(root)
-    store = c._store
+    store = c._layoutdir
     real = store.write_chunk
     calls = []
 

@@ -181,7 +181,7 @@ def test_fingerprints_kept_at_write_match_the_files(tmp_path):
     c = blzarr.carray(np.arange(20_000, dtype=np.float64), rootdir=root, chunklen=1000, superchunklen=8)
     c[1500] = -1.0                        # a rewrite: a new fingerprint for chunk 1
     c.flush()
-    store = c._chunks.store
+    store = c._chunks.layoutdir
     kept = dict(store._fps)
     assert set(kept) >= set(range(20))
     store._fps.clear()

@@ -498,7 +498,7 @@ class BcolzChunks(LayoutChunks):
         self._sizes = None          # compressed bytes of each chunk, from its file's size when asked
 
     def _file_cbytes(self, i):
-        size = self.store.chunk_file_size(i)
+        size = self.layoutdir.chunk_file_size(i)
         return max(size - 16, 0) if size is not None else 0
 
     def _chunk_sizes(self):
@@ -526,8 +526,8 @@ class BcolzChunks(LayoutChunks):
         return c
 
     def load(self, i, expected_nbytes):
-        path = self.store.chunk_path(i)
-        return chunk.from_bytes(self.store.read_chunk(i), self.atom, expected_nbytes,
+        path = self.layoutdir.chunk_path(i)
+        return chunk.from_bytes(self.layoutdir.read_chunk(i), self.atom, expected_nbytes,
                                 where=f"chunk {i}, file '{path}'")
 
     def _forget(self, i):
@@ -547,17 +547,17 @@ class BcolzChunks(LayoutChunks):
 
     def __setitem__(self, i, c):
         self._check_writable()
-        if self.store.can_stage():
-            self.store.stage_chunk(i, c.getdata())      # switched at the next sync (flush)
+        if self.layoutdir.can_stage():
+            self.layoutdir.stage_chunk(i, c.getdata())      # switched at the next sync (flush)
         else:
-            self.store.write_chunk(i, c.getdata())
+            self.layoutdir.write_chunk(i, c.getdata())
         self._forget(i)
         self._chunk_sizes()[i] = c.cbytes
 
     def append(self, c):
         self._check_writable()
         sizes = self._chunk_sizes()
-        self.store.write_chunk(self.nchunks, c.getdata())
+        self.layoutdir.write_chunk(self.nchunks, c.getdata())
         self._forget(self.nchunks)
         sizes.append(c.cbytes)
         self.nchunks += 1
@@ -569,7 +569,7 @@ class BcolzChunks(LayoutChunks):
         self.nchunks = n
         if self._sizes is not None:
             del self._sizes[n:]
-        self.store.remove_chunks_from(n)
+        self.layoutdir.remove_chunks_from(n)
 
     def free_cachemem(self):
         with self._lock:
@@ -578,51 +578,51 @@ class BcolzChunks(LayoutChunks):
 
     def _check_writable(self):
         if self.mode == "r":
-            first_write(self.store)     # opened with mode 'a': the first write takes the lock
+            first_write(self.layoutdir)     # opened with mode 'a': the first write takes the lock
         if self.mode == "r":
-            raise ReadOnlyError(f"cannot modify '{self.store.rootdir}': it was opened with mode 'r'")
+            raise ReadOnlyError(f"cannot modify '{self.layoutdir.rootdir}': it was opened with mode 'r'")
 
     def rewrite_pending(self, i):
-        return i in self.store._staged
+        return i in self.layoutdir._staged
 
     def drop_rewrite(self, i):
-        if i not in self.store._staged and not self.store.can_stage():
+        if i not in self.layoutdir._staged and not self.layoutdir.can_stage():
             return False        # written in place (object storage, a directory being created)
         self._forget(i)
-        staged = self.store._staged.pop(i, None)
+        staged = self.layoutdir._staged.pop(i, None)
         if staged is not None:      # (none: the write failed before it was staged)
             if self._sizes is not None and i < len(self._sizes):
                 self._sizes[i] = self._file_cbytes(i)
-            self.store._unlink_staged(staged[0])
+            self.layoutdir._unlink_staged(staged[0])
         return True
 
     # the short last chunk, metadata, maintenance: see ChunkStore
     def put_last(self, n, data):
-        if self.store.can_stage(n):
-            self.store.stage_chunk(n, data)
+        if self.layoutdir.can_stage(n):
+            self.layoutdir.stage_chunk(n, data)
         else:
-            self.store.write_chunk(n, data)
+            self.layoutdir.write_chunk(n, data)
 
     def remove_from(self, n):
-        self.store.remove_chunks_from(n)
+        self.layoutdir.remove_chunks_from(n)
 
     def stored_last(self, n):
-        return self.store.read_chunk_file(n)
+        return self.layoutdir.read_chunk_file(n)
 
     def undo_appends(self, n, last):
         self.forget_from(n)
         self.set_nchunks(n)
         if last is not None:
-            self.store.restore_chunk_file(n, last)
-        self.store.remove_chunks_from(n + (1 if last is not None else 0))
+            self.layoutdir.restore_chunk_file(n, last)
+        self.layoutdir.remove_chunks_from(n + (1 if last is not None else 0))
 
     def stray_files(self, expected):
-        return self.store.stray_files(expected)
+        return self.layoutdir.stray_files(expected)
 
     def fingerprint(self, i):
         """(inode, size, modification time) of data/__i.blp: bcolz rewrites a chunk file in place,
         blzarr replaces it (a new inode)."""
-        return self.store.chunk_fingerprint(i)
+        return self.layoutdir.chunk_fingerprint(i)
 
     def verify(self, expected_chunks):
         for i in range(self.nchunks):

@@ -70,11 +70,11 @@ class ChunkStore:
 
     format = None
     rootdir = None
-    store = None        # the layout's directory object (files, caches), None in memory
+    layoutdir = None        # the layout's directory object (files, caches), None in memory
     superchunklen = None    # chunks per file where the layout groups them (BLZ), else None
 
     def _init_fields(self, store, atom, chunklen, nchunks, objects=False):
-        self.store = store
+        self.layoutdir = store
         self.atom = atom
         self.chunk_nbytes = -1 if objects else chunklen * atom.itemsize   # -1: pickles, any size
         self.nchunks = nchunks
@@ -108,7 +108,7 @@ class ChunkStore:
     @property
     def remote(self):
         """Whether the chunks are fetched by requests (object storage), not read from memory or files."""
-        return self.store is not None and self.store.remote
+        return self.layoutdir is not None and self.layoutdir.remote
 
     def read_pieces(self, pieces, out, chunklen, itemsize):
         """Atoms of full chunks into `out`, several chunks at once: `pieces` lists (chunk number, first
@@ -316,13 +316,13 @@ class ChunkStore:
 
     def _local_stats(self):
         """Whether the statistics file is a local file (on object storage it is an object: `objstats`)."""
-        return self.store is not None and not getattr(self.store, "remote", False)
+        return self.layoutdir is not None and not getattr(self.layoutdir, "remote", False)
 
     def read_stats(self):
         """The bytes of the statistics file (meta/stats, an object on object storage), or None when
         there is none."""
-        if getattr(self.store, "remote", False):
-            return objstats.read(self.store.bytestore)
+        if getattr(self.layoutdir, "remote", False):
+            return objstats.read(self.layoutdir.bytestore)
         path = self.meta_path("stats")
         if path is None or not self._local_stats():
             return None
@@ -335,9 +335,9 @@ class ChunkStore:
     def write_stats(self, raw):
         """Rewrite the statistics file in place (no rename, no fsync: readers drop a torn, lost or
         stale file, which is only rebuilt)."""
-        if getattr(self.store, "remote", False):
+        if getattr(self.layoutdir, "remote", False):
             if self.mode != "r":
-                objstats.write(self.store.bytestore, raw)
+                objstats.write(self.layoutdir.bytestore, raw)
             return
         path = self.meta_path("stats")
         if path is not None and self.mode != "r" and self._local_stats():
@@ -383,15 +383,15 @@ class ChunkStore:
     def config(self):
         """Plain values from which a worker process reopens this store to write chunks (dask)."""
         conf = {"format": self.format, "rootdir": self.rootdir}
-        if getattr(self.store, "remote", False):
-            conf["storage_options"] = self.store.bytestore.config().get("storage_options", {})
+        if getattr(self.layoutdir, "remote", False):
+            conf["storage_options"] = self.layoutdir.bytestore.config().get("storage_options", {})
         return conf
 
     @property
     def bytestore(self):
         """The byte store beneath an object-storage carray (`blzarr.storage.bytestore`: URL, request
         counts in ``.stats``), None elsewhere."""
-        return self.store.bytestore if getattr(self.store, "remote", False) else None
+        return self.layoutdir.bytestore if getattr(self.layoutdir, "remote", False) else None
 
     def prefetch(self, ns):
         """Fetch chunks `ns` ahead of reading them, where that pays (object storage: concurrently,
@@ -402,37 +402,37 @@ class ChunkStore:
 
 
 class LayoutChunks(ChunkStore):
-    """The chunks of an on-disk layout: `store` is its directory object (`bcolz_layout.BcolzDir`,
+    """The chunks of an on-disk layout: `layoutdir` is its directory object (`bcolz_layout.BcolzDir`,
     `blz.BlzDir`), which keeps the meta files and makes the writes durable."""
 
     def sync(self, announce=None):
-        self.store.sync(announce)
+        self.layoutdir.sync(announce)
 
     def switch_units(self):
-        return self.store.switch_units()
+        return self.layoutdir.switch_units()
 
     def prepare_switch(self):
-        return self.store.prepare_switch()
+        return self.layoutdir.prepare_switch()
 
     def switch_pending(self):
-        self.store.switch_pending()
+        self.layoutdir.switch_pending()
 
     def abandon_pending(self):
         self.forget_from(0)
-        self.store.abandon_pending()
+        self.layoutdir.abandon_pending()
 
     def read_meta(self, name):
-        return self.store.read_meta(name)
+        return self.layoutdir.read_meta(name)
 
     def write_meta(self, name, obj):
-        self.store.write_meta(name, obj)
+        self.layoutdir.write_meta(name, obj)
 
     def meta_path(self, name):
-        return self.store.meta_path(name)
+        return self.layoutdir.meta_path(name)
 
     @property
     def attrs_path(self):
-        return self.store.attrs_path
+        return self.layoutdir.attrs_path
 
 
 class MemoryChunks(list, ChunkStore):

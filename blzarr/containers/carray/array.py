@@ -375,7 +375,7 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
         """Put the complete directory `stage` this carray was just written in at `final`, and go on
         writing there."""
         stage_lock = self.__dict__.pop("_dirlock", None)
-        old_store = self._chunks.store
+        old_store = self._chunks.layoutdir
         old_store.close()
         if stage_lock is not None:
             stage_lock.release()
@@ -438,7 +438,7 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
             self._watch.accept(seen)
         if lazy:
             gate = FirstWrite(self._start_writing)
-            self._first_write = self._chunks.store._first_write = self._attrs._first_write = gate
+            self._first_write = self._chunks.layoutdir._first_write = self._attrs._first_write = gate
         if self._mode == "w":
             self._mode = "a"
             self._chunks.mode = "a"
@@ -623,9 +623,9 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
         return self._chunks
 
     @property
-    def _store(self):
+    def _layoutdir(self):
         # the layout's directory object (None in memory), for tests that look at the files
-        return self._chunks.store
+        return self._chunks.layoutdir
 
     @property
     def meta(self):

@@ -80,7 +80,7 @@ class CarrayVersions(CarrayBase):
             if meta.atom != self._atom or meta.chunklen != self._chunklen:
                 self._setup(meta.atom, meta.cparams, meta.chunklen, meta.dflt, meta.expectedlen)
             nchunks, nleft = self._split(meta.length)
-            store = self._chunks.store
+            store = self._chunks.layoutdir
             # the same store object reads from now on (metalayer objects handed out hold it); its
             # descriptors are dropped, so files replaced since (compaction) are opened again, and
             # reads in flight on other threads finish on the ones they hold

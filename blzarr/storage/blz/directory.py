@@ -872,10 +872,10 @@ class LazyChunk(chunk):
     """One chunk of a BLZ file, read on demand.  A full chunk (its size known from the carray) reads
     nothing until used: a whole decode reads the chunk, a partial one its header, bstarts and blocks."""
 
-    __slots__ = ("_store", "_n", "_head")
+    __slots__ = ("_layoutdir", "_n", "_head")
 
     def __init__(self, store, n, atom, expected_nbytes=-1):
-        self._store = store
+        self._layoutdir = store
         self._n = n
         self.atom = np.dtype(atom)
         self._where = store._where(n)
@@ -888,7 +888,7 @@ class LazyChunk(chunk):
         self._len = self.nbytes // self.atom.itemsize if self.atom.itemsize else 0
 
     def _load_head(self, expected_nbytes):
-        h = self._store.head(self._n)
+        h = self._layoutdir.head(self._n)
         nbytes = int.from_bytes(h[4:8], "little")
         if expected_nbytes >= 0 and nbytes != expected_nbytes:
             raise ChunkError(f"bad Blosc chunk ({self._where}): it holds {nbytes} bytes, "
@@ -905,12 +905,12 @@ class LazyChunk(chunk):
     cbytes = property(lambda self: self._fields()[2])
 
     def getdata(self):
-        return self._store.read_chunk(self._n, self.nbytes)
+        return self._layoutdir.read_chunk(self._n, self.nbytes)
 
     def decompress(self, out=None):
         if out is None:
             out = np.empty(self._len, dtype=self.atom)
-        return self._store.decode_chunk_into(self._n, out, self.nbytes, codec_threads())
+        return self._layoutdir.decode_chunk_into(self._n, out, self.nbytes, codec_threads())
 
     def read_range(self, start, stop, out):
         if start == 0 and stop == self._len:
@@ -918,7 +918,7 @@ class LazyChunk(chunk):
         if stop > start:
             self._fields()                  # the header's size checked against the carray's
             isz = self.atom.itemsize
-            self._store.read_range(self._n, start * isz, (stop - start) * isz, out)
+            self._layoutdir.read_range(self._n, start * isz, (stop - start) * isz, out)
         return out
 
 
@@ -951,13 +951,13 @@ class BlzChunks(LayoutChunks):
     def mode(self, value):
         self._mode = value
         self._cb = None
-        if value == "r" and self.store.mode != "r":
-            if self.store._pending:
-                self.store.sync()       # rewrites not flushed are switched before writing stops
-            self.store.mode = "r"
-        elif value != "r" and self.store.mode == "r":
-            self.store.close()
-            self.store.mode = value
+        if value == "r" and self.layoutdir.mode != "r":
+            if self.layoutdir._pending:
+                self.layoutdir.sync()       # rewrites not flushed are switched before writing stops
+            self.layoutdir.mode = "r"
+        elif value != "r" and self.layoutdir.mode == "r":
+            self.layoutdir.close()
+            self.layoutdir.mode = value
 
     @property
     def cbytes(self):
@@ -978,35 +978,35 @@ class BlzChunks(LayoutChunks):
 
     def _cbytes_or_0(self, i):
         try:
-            return self.store.chunk_cbytes(i)
+            return self.layoutdir.chunk_cbytes(i)
         except (FormatError, ChunkError, StorageError):
             return 0        # a damaged chunk (reads of it raise, naming it) counts no bytes
 
     def _get(self, i):
         c = self._objs.get(i)
         if c is None:
-            c = self._objs[i] = LazyChunk(self.store, i, self.atom, self.chunk_nbytes)
+            c = self._objs[i] = LazyChunk(self.layoutdir, i, self.atom, self.chunk_nbytes)
             if len(self._objs) > 256:
                 self._objs.popitem(last=False)
         return c
 
     def load(self, i, expected_nbytes):
         """Chunk i read whole and verified (also the short last chunk, past the full ones)."""
-        return chunk.from_bytes(self.store.read_chunk(i, expected_nbytes), self.atom, expected_nbytes,
-                                where=self.store._where(i))
+        return chunk.from_bytes(self.layoutdir.read_chunk(i, expected_nbytes), self.atom, expected_nbytes,
+                                where=self.layoutdir._where(i))
 
     def __setitem__(self, i, c):
         self._check_writable()
         self._objs.pop(i, None)
         self._cb = None
-        self.store.write_chunk(i, c.getdata())
+        self.layoutdir.write_chunk(i, c.getdata())
 
     def append(self, c):
         self._check_writable()
         n = self.nchunks
         self._objs.pop(n, None)
         data = c.getdata()
-        self.store.write_chunk(n, data)
+        self.layoutdir.write_chunk(n, data)
         self._added(n, [data])
         self.nchunks += 1
 
@@ -1016,7 +1016,7 @@ class BlzChunks(LayoutChunks):
         for k in range(len(cs)):
             self._objs.pop(n + k, None)
         datas = [c.getdata() for c in cs]
-        self.store.append_chunks(n, datas)
+        self.layoutdir.append_chunks(n, datas)
         self._added(n, datas)
         self.nchunks += len(cs)
 
@@ -1025,30 +1025,30 @@ class BlzChunks(LayoutChunks):
         self._objs.clear()
         self._cb = None
         self.nchunks = n
-        self.store.remove_chunks_from(n)
+        self.layoutdir.remove_chunks_from(n)
 
     def free_cachemem(self):
         self._objs.clear()
-        self.store.drop_caches()
+        self.layoutdir.drop_caches()
 
     def decode_whole(self, ids, out, offsets):
-        return self.store.decode_whole(ids, out, offsets, self.chunk_nbytes)
+        return self.layoutdir.decode_whole(ids, out, offsets, self.chunk_nbytes)
 
     def rows_whole(self, ids, out, offsets, cstart, csize):
-        return self.store.rows_whole(ids, out, offsets, self.chunk_nbytes, self.atom.itemsize, cstart, csize)
+        return self.layoutdir.rows_whole(ids, out, offsets, self.chunk_nbytes, self.atom.itemsize, cstart, csize)
 
     def sum_whole(self, ids, dtype):
-        return self.store.sum_whole(ids, dtype, self.chunk_nbytes)
+        return self.layoutdir.sum_whole(ids, dtype, self.chunk_nbytes)
 
     def _rows_of_chunks(self, ids, out, offsets, rowsize, cstart, csize):
         return False        # its chunks are read block by block from their files
 
     @property
     def superchunklen(self):
-        return self.store.superchunklen
+        return self.layoutdir.superchunklen
 
     def prefetch(self, ns):
-        fetch = getattr(self.store, "prefetch", None)
+        fetch = getattr(self.layoutdir, "prefetch", None)
         if fetch is not None:
             fetch(ns)
 
@@ -1063,82 +1063,82 @@ class BlzChunks(LayoutChunks):
 
     # the short last chunk, metadata, maintenance: see ChunkStore
     def put_last(self, n, data):
-        self.store.write_chunk(n, data)
+        self.layoutdir.write_chunk(n, data)
 
     def remove_from(self, n):
         if n < self.nchunks:
             self._cb = None
-        self.store.remove_chunks_from(n)
+        self.layoutdir.remove_chunks_from(n)
 
     def remove_stray(self, n):
-        if self.store.nchunks > n:
+        if self.layoutdir.nchunks > n:
             if n < self.nchunks:
                 self._cb = None
-            self.store.remove_chunks_from(n)
+            self.layoutdir.remove_chunks_from(n)
 
     def stored_last(self, n):
-        return bytes(self.store.read_chunk(n)) if n < self.store.nchunks else None
+        return bytes(self.layoutdir.read_chunk(n)) if n < self.layoutdir.nchunks else None
 
     def undo_appends(self, n, last):
         self._objs.clear()
         self._cb = None
         self.nchunks = n
-        self.store.remove_chunks_from(n + (1 if last is not None else 0))
-        if last is not None and self.store.nchunks > n:
-            self.store.write_chunk(n, last)
+        self.layoutdir.remove_chunks_from(n + (1 if last is not None else 0))
+        if last is not None and self.layoutdir.nchunks > n:
+            self.layoutdir.write_chunk(n, last)
 
     def fingerprint(self, i):
         try:
-            return self.store.chunk_fingerprint(i)
+            return self.layoutdir.chunk_fingerprint(i)
         except (BlzarrError, OSError):
             return None
 
     def fingerprints(self, ids):
         try:
-            return self.store.chunk_fingerprints(ids)
+            return self.layoutdir.chunk_fingerprints(ids)
         except (BlzarrError, OSError):
             return [self.fingerprint(i) for i in ids]
 
     def moved_fingerprints(self):
-        moves = getattr(self.store, "tag_moves", None)      # object storage (remote.RemoteBlzDir)
+        moves = getattr(self.layoutdir, "tag_moves", None)      # object storage (remote.RemoteBlzDir)
         return moves.moves if moves is not None else {}
 
     def storage_options(self):
-        return {"checksum": self.store.checksum_name, "reserve": self.store.reserve,
-                "superchunklen": self.store.superchunklen}
+        return {"checksum": self.layoutdir.checksum_name, "reserve": self.layoutdir.reserve,
+                "superchunklen": self.layoutdir.superchunklen}
 
     def describe(self):
-        extra = self.store.storage_extra()
-        return {"superchunklen": extra["superchunklen"], "files": self.store.nfiles,
+        extra = self.layoutdir.storage_extra()
+        return {"superchunklen": extra["superchunklen"], "files": self.layoutdir.nfiles,
                 "checksum": extra["checksum"], "reserve": extra["reserve"]}
 
     def partition_chunks(self):
-        return int(self.store.superchunklen)
+        return int(self.layoutdir.superchunklen)
 
     def verify(self, expected_chunks):
-        return self.store.verify(expected_chunks)
+        return self.layoutdir.verify(expected_chunks)
 
     def compact(self):
         """Compact holes left by relocated rewrites (bytes reclaimed)."""
         self._check_writable()
-        return self.store.compact()
+        return self.layoutdir.compact()
 
     @property
     def meta(self):
-        return self.store.meta
+        return self.layoutdir.meta
 
     @property
     def vlmeta(self):
-        return self.store.vlmeta
+        return self.layoutdir.vlmeta
 
     def config(self):
-        return dict(self.store.config(), rootdir=self.rootdir)
+        return dict(self.layoutdir.config(), rootdir=self.rootdir)
 
     def close(self):
-        self.store.close()
+        self.layoutdir.close()
 
     def _check_writable(self):
         if self._mode == "r":
-            first_write(self.store)     # opened with mode 'a': the first write takes the lock
+            first_write(self.layoutdir)     # opened with mode 'a': the first write takes the lock
         if self._mode == "r":
-            raise ReadOnlyError(f"cannot modify '{self.store.rootdir}': it was opened with mode 'r'")
+            raise ReadOnlyError(f"cannot modify '{self.layoutdir.rootdir}': it was opened with mode 'r'")

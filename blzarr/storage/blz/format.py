@@ -40,19 +40,19 @@ _epochs = itertools.count(1)
 
 
 class _Where:
-    __slots__ = ("store", "n")
+    __slots__ = ("layoutdir", "n")
 
     def __init__(self, store, n):
-        self.store = store
+        self.layoutdir = store
         self.n = n
 
     def __str__(self):
-        fno, slot = divmod(self.n, self.store.superchunklen)
+        fno, slot = divmod(self.n, self.layoutdir.superchunklen)
         rows = ""
-        chunklen = self.store._fixed.get("chunkshape", [0])[0] if hasattr(self.store, "_fixed") else 0
-        if self.store.chunk_nbytes > 0 and isinstance(chunklen, int) and chunklen > 0:
+        chunklen = self.layoutdir._fixed.get("chunkshape", [0])[0] if hasattr(self.layoutdir, "_fixed") else 0
+        if self.layoutdir.chunk_nbytes > 0 and isinstance(chunklen, int) and chunklen > 0:
             rows = f", rows {self.n * chunklen}-{(self.n + 1) * chunklen - 1}"
-        return f"chunk {self.n} (slot {slot}{rows}) of superchunk file '{self.store._path(fno + 1)}'"
+        return f"chunk {self.n} (slot {slot}{rows}) of superchunk file '{self.layoutdir._path(fno + 1)}'"
 
     __format__ = lambda self, spec: format(str(self), spec)
 

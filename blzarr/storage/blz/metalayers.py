@@ -181,37 +181,37 @@ class FixedMeta:
     """
 
     def __init__(self, store):
-        self._store = store
+        self._layoutdir = store
 
     def __getitem__(self, name):
-        return self._store._fixed["meta"][name]
+        return self._layoutdir._fixed["meta"][name]
 
     def __setitem__(self, name, value):
-        self._store._meta_set(name, value, adding=name not in self._store._fixed["meta"])
+        self._layoutdir._meta_set(name, value, adding=name not in self._layoutdir._fixed["meta"])
 
     def __delitem__(self, name):
-        self._store._meta_del(name)
+        self._layoutdir._meta_del(name)
 
     def __contains__(self, name):
-        return name in self._store._fixed["meta"]
+        return name in self._layoutdir._fixed["meta"]
 
     def __iter__(self):
-        return iter(list(self._store._fixed["meta"]))
+        return iter(list(self._layoutdir._fixed["meta"]))
 
     def __len__(self):
-        return len(self._store._fixed["meta"])
+        return len(self._layoutdir._fixed["meta"])
 
     def keys(self):
-        return list(self._store._fixed["meta"])
+        return list(self._layoutdir._fixed["meta"])
 
     def items(self):
-        return list(self._store._fixed["meta"].items())
+        return list(self._layoutdir._fixed["meta"].items())
 
     def get(self, name, default=None):
-        return self._store._fixed["meta"].get(name, default)
+        return self._layoutdir._fixed["meta"].get(name, default)
 
     def getall(self):
-        return json.loads(_encode(self._store._fixed["meta"]))
+        return json.loads(_encode(self._layoutdir._fixed["meta"]))
 
     def __repr__(self):
         return f"meta({self.getall()!r})"
@@ -222,10 +222,10 @@ class VLMeta:
     in meta/vlmeta, which is rewritten (atomically) on every update."""
 
     def __init__(self, store):
-        self._store = store
+        self._layoutdir = store
 
     def getall(self):
-        return self._store._read_vlmeta()
+        return self._layoutdir._read_vlmeta()
 
     def __getitem__(self, name):
         return self.getall()[name]
@@ -235,12 +235,12 @@ class VLMeta:
             raise TypeError(f"vlmeta names must be strings, got {name!r}")
         d = self.getall()
         d[name] = value
-        self._store._write_vlmeta(d)
+        self._layoutdir._write_vlmeta(d)
 
     def __delitem__(self, name):
         d = self.getall()
         del d[name]
-        self._store._write_vlmeta(d)
+        self._layoutdir._write_vlmeta(d)
 
     def __contains__(self, name):
         return name in self.getall()
