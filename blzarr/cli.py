@@ -152,7 +152,7 @@ def carray_info(c):
     if c.rootdir:
         d["disk_bytes"] = _disk_bytes(c.rootdir)
     d["ratio"] = _ratio(d["nbytes"], d["cbytes"])
-    layout = c.store.describe()     # what the layout adds (superchunk files in BLZ)
+    layout = c.chunkstore.describe()     # what the layout adds (superchunk files in BLZ)
     if layout:
         k = layout["superchunklen"]
         d["superchunklen"] = k
@@ -375,7 +375,7 @@ def verify_carray(path):
     c.free_cachemem()
     notes = []
     if c.format == "bcolz":
-        extra = c.store.stray_files(c.nchunks + (1 if c.nleftover else 0))
+        extra = c.chunkstore.stray_files(c.nchunks + (1 if c.nleftover else 0))
         if extra:
             notes.append(f"{_n(len(extra), 'stray chunk file')} beyond the data ({extra[0]}...): "
                          "ignored by readers")
@@ -507,7 +507,7 @@ def _blz_opts(args, src):
     if args.checksum is not None:
         opts["checksum"] = None if args.checksum == "none" else args.checksum
     elif src.format == "blz":
-        opts["checksum"] = src.store.describe()["checksum"]
+        opts["checksum"] = src.chunkstore.describe()["checksum"]
     if args.superchunklen is not None:
         opts["superchunklen"] = args.superchunklen
     if src.format == "blz" and len(src.meta):

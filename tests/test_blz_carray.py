@@ -322,7 +322,7 @@ def test_whole_chunk_reads_stream_through_a_reused_buffer(tmp_path, mode):
     chunklen = 1 << 14
     p, arr = _big(tmp_path, "s" + mode, chunklen, checksum="crc32", nchunks=6)
     c = blzarr.open(p, mode=mode)
-    store = c.store.layoutdir                   # the BlzDir under the carray's BlzChunks
+    store = c.chunkstore.layoutdir                   # the BlzDir under the carray's BlzChunks
     c.free_cachemem()
     sc.io_stats(reset=True)
     assert_array_equal(c[:], arr)
@@ -995,7 +995,7 @@ def test_a_small_table_is_small_on_disk_and_still_grows(tmp_path):
     assert _file_bytes(root) < 8 * 1024
     # it still grows past one file, and reads back what NumPy holds
     more = np.arange(200_000, dtype=np.float64)
-    assert t.cols["a"].store.partition_chunks() == 64
+    assert t.cols["a"].chunkstore.partition_chunks() == 64
     t.append([more * k for k in range(5)])
     t.flush()
     r = blzarr.open(root, mode="r")
@@ -1008,9 +1008,9 @@ def test_without_an_expected_length_superchunk_files_stay_large(tmp_path):
     c = blzarr.carray(np.empty(0, np.int64), rootdir=str(tmp_path / "c"), format="blz")
     big = blzarr.carray(np.empty(0, np.int64), rootdir=str(tmp_path / "d"), format="blz",
                         expectedlen=10**9)
-    assert c.store.partition_chunks() == 1024
-    assert big.store.partition_chunks() == 64 * 2**20 // (big.chunklen * 8)    # files of about 64 MB
+    assert c.chunkstore.partition_chunks() == 1024
+    assert big.chunkstore.partition_chunks() == 64 * 2**20 // (big.chunklen * 8)    # files of about 64 MB
     small = blzarr.carray(np.arange(10), rootdir=str(tmp_path / "e"), format="blz")
-    assert small.store.partition_chunks() == 64
+    assert small.chunkstore.partition_chunks() == 64
     given = blzarr.carray(np.arange(10), rootdir=str(tmp_path / "f"), format="blz", superchunklen=4)
-    assert given.store.partition_chunks() == 4
+    assert given.chunkstore.partition_chunks() == 4

@@ -20,7 +20,7 @@ def data(n=N):
 
 def evict(r):
     """Drop the compressed chunks an object-storage carray keeps (not what it knows of them)."""
-    st = r.store.layoutdir
+    st = r.chunkstore.layoutdir
     st._chunks.clear()
     st._recent = (None, None, None)
     r._blockcache = None
@@ -332,7 +332,7 @@ def test_s3_first_touch_is_one_get_without_chunk_cache(s3):
     a = data()
     blzarr.carray(a, rootdir=f"{url}/x.blz", mode="w", chunklen=5000, superchunklen=8, storage_options=opts)
     r = blzarr.open(f"{url}/x.blz", mode="r", storage_options=opts)
-    r.store.layoutdir._chunks.limit = 0           # as when the data are much larger than the chunk cache
+    r.chunkstore.layoutdir._chunks.limit = 0           # as when the data are much larger than the chunk cache
     for i in (1, 12_345, 39_999):
         g = gets(r)
         assert r[i] == a[i]

@@ -37,7 +37,7 @@ def _dask_array():
 # ----------------------------------------------------------------------------------- partitions
 def _superchunklen(c):
     """Chunks per partition of carray `c`: its superchunk capacity (BLZ) or the same rule (else)."""
-    return c.store.partition_chunks()
+    return c.chunkstore.partition_chunks()
 
 
 def partition_rows(c, partition_chunks=None):
@@ -125,7 +125,7 @@ def ctable_to_dask(t, columns=None, partition_chunks=None):
 # ----------------------------------------------------------------------------------- dask -> disk
 def _store_state(c):
     """What a worker needs to write chunks of carray `c` (picklable: plain values)."""
-    return {"store": c.store.config(), "chunklen": c.chunklen,
+    return {"store": c.chunkstore.config(), "chunklen": c.chunklen,
             "typesize": blosc_typesize(c.dtype), "cparams": c.cparams.to_dict()}
 
 
@@ -314,7 +314,7 @@ class _removed_on_failure:
 
 
 def _release(c):
-    c.store.close()
+    c.chunkstore.close()
 
 
 def _is_dataframe(x):

@@ -618,7 +618,7 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
         return self._chunks.format
 
     @property
-    def store(self):
+    def chunkstore(self):
         """The chunk store beneath (`blzarr.storage.chunkstore.ChunkStore`): memory, bcolz layout or BLZ."""
         return self._chunks
 

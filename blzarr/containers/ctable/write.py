@@ -47,7 +47,7 @@ def _staged_like(old, arr, stage):
     if old.dtype.kind != "O":
         kw["dflt"] = old.dflt[()]
     if old.format == "blz":
-        kw.update(old.store.storage_options())
+        kw.update(old.chunkstore.storage_options())
     new = carray(np.empty((0,) + old.shape[1:], dtype=old.dtype), rootdir=stage, mode="w", **kw)
     step = max(old.chunklen, 1) * 16
     for s in range(0, len(arr), step):
