@@ -13,6 +13,7 @@ import pytest
 
 import blzarr
 import blzarr.containers.carray.read as carray_read
+import blzarr.storage.chunkstore as chunkstore
 from blzarr.query import fused
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
@@ -59,6 +60,7 @@ class Midway:
             second = orig_run_all(fn, items[h:], *args, **kwargs)
             return (list(first) + list(second)) if first is not None and second is not None else None
         monkeypatch.setattr(carray_read, "run_all", run_all)
+        monkeypatch.setattr(chunkstore, "run_all", run_all)     # the chunk store's reads of several chunks
         orig_blocks = fused.run_blocks
 
         def run_blocks(bounds, decoder, fn, *args, **kwargs):
