@@ -367,7 +367,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
             return last
         self._sizes_last = (n, off, nbytes)
         self._free_from, self._free_files = n, self.nfiles
-        fno, slot = divmod(n, self.K)
+        fno, slot = divmod(n, self.superchunklen)
         fno += 1
         if fno != self.nfiles:
             return last
@@ -552,7 +552,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         n, rest = divmod(length, chunklen)
         if not rest:
             return obj, n           # no short chunk: later chunks are past what the sizes count
-        fno, slot = divmod(n, self.K)
+        fno, slot = divmod(n, self.superchunklen)
         fno += 1
         if (n >= self._nphys or fno != self.nfiles or fno in self._pending or fno in self._unsynced
                 or fno in self._damaged or fno in self._no_writes):
@@ -671,7 +671,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         last = self.nfiles
         if any(fno != last or fno in self._damaged for fno in self._unsynced):
             return False
-        first = (last - 1) * self.K
+        first = (last - 1) * self.superchunklen
         for fno, (_, slots) in self._pending.items():
             if fno != last or min(slots) + first < self._free_from:
                 return False
@@ -703,7 +703,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         if last is None:
             return None
         n, off = last[0], last[1]
-        fno = n // self.K + 1
+        fno = n // self.superchunklen + 1
         if len(last) > 3:
             return (fno, off, last[3])
         if fno > self.nfiles or fno in self._damaged:
@@ -750,7 +750,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         last = self._sizes_last
         if last is None:
             return
-        fno, slot = divmod(last[0], self.K)
+        fno, slot = divmod(last[0], self.superchunklen)
         if rewriting is not None:
             if rewriting != fno + 1:
                 return
