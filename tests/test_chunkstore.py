@@ -6,6 +6,7 @@ import pickle
 import numpy as np
 import pytest
 
+import blzarr
 from blzarr import cparams
 from blzarr.storage.chunk import blosc_typesize, chunk
 from blzarr.storage.chunkstore import ChunkStore, MemoryChunks, auto_superchunklen
@@ -236,3 +237,12 @@ class TestBcolzStore(StoreTests):
 
 class TestBlzStore(StoreTests):
     kind = "blz"
+
+
+def test_the_old_names_of_the_chunk_store_and_byte_store_warn_and_give_the_same_objects(tmp_path):
+    a = blzarr.carray(np.arange(10), rootdir=str(tmp_path / "a"), mode="w")
+    with pytest.warns(DeprecationWarning, match="chunkstore"):
+        s = a.store
+    assert s is a.chunkstore
+    with pytest.warns(DeprecationWarning, match="bytestore"):
+        assert s.bytes is s.bytestore is None        # a local directory has no byte store beneath

@@ -14,6 +14,7 @@ no asking whether the bytes are local or fetched by requests (`read_pieces`, `re
 byte store (`bytestore`: a local directory or object storage).
 """
 
+import warnings
 import itertools
 import pickle
 from concurrent.futures import ThreadPoolExecutor
@@ -392,6 +393,12 @@ class ChunkStore:
         """The byte store beneath an object-storage carray (`blzarr.storage.bytestore`: URL, request
         counts in ``.stats``), None elsewhere."""
         return self.layoutdir.bytestore if getattr(self.layoutdir, "remote", False) else None
+
+    @property
+    def bytes(self):
+        """Deprecated name of `bytestore`, kept for code written against blzarr 0.1's first docs."""
+        warnings.warn("chunkstore.bytes is now chunkstore.bytestore", DeprecationWarning, stacklevel=2)
+        return self.bytestore
 
     def prefetch(self, ns):
         """Fetch chunks `ns` ahead of reading them, where that pays (object storage: concurrently,

@@ -1,5 +1,6 @@
 """`carray`: a compressed, chunked, enlargeable array, in memory or on disk (bcolz-compatible API)."""
 
+import warnings
 import math
 import operator
 import os
@@ -620,6 +621,12 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
     @property
     def chunkstore(self):
         """The chunk store beneath (`blzarr.storage.chunkstore.ChunkStore`): memory, bcolz layout or BLZ."""
+        return self._chunks
+
+    @property
+    def store(self):
+        """Deprecated name of `chunkstore`, kept for code written against blzarr 0.1's first docs."""
+        warnings.warn("carray.store is now carray.chunkstore", DeprecationWarning, stacklevel=2)
         return self._chunks
 
     @property
