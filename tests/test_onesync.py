@@ -36,18 +36,8 @@ def _sizes(root):
 
 
 def _names(rec):
-    """inode (of the recorder) -> path, for every file the log names: its last name, also when it
-    was replaced or removed later."""
-    out = {ino: p for p, (kind, ino) in rec._names.items() if kind == "f"}
-    for e in rec.log:
-        if e[0] == "link":
-            out.setdefault(e[2], e[1])
-    for e in rec.log:
-        if e[0] == "rename":
-            for ino, p in list(out.items()):
-                if p == e[1] and ino not in [i for q, (k, i) in rec._names.items() if q == p]:
-                    out[ino] = e[2]
-    return out
+    """inode (of the recorder) -> path, for every file the log names."""
+    return {ino: p for p, (kind, ino) in rec._names.items() if kind == "f"}
 
 
 def _record(tmp_path, work):
@@ -213,93 +203,6 @@ def test_a_switch_that_reached_the_disk_with_its_bytes_reads_the_committed_lengt
     np.testing.assert_array_equal(blzarr.open(root, mode="r")[:], np.r_[np.arange(250), np.arange(5)])
 
 
-def test_an_entry_naming_a_stale_whole_chunk_is_not_read(tmp_path):
-    """A one-sync flush may put the new short chunk where an older, whole chunk still lies (the hole
-    before the committed one); if the switch reached the disk and the bytes did not, the entry names
-    that stale chunk, checksum and all.  meta/sizes' chunk is read, never the stale one."""
-    root = str(tmp_path / "c")
-    c = _make(root)
-    c.close()
-    stale = _sizes(root)["last"]                    # chunk 2: 50 atoms
-    c = blzarr.open(root, mode="a")
-    c[249] = -9                                     # the committed chunk differs from the stale one
-    c.append(np.arange(1000, 1030))
-    c.flush()
-    c.close()
-    last = _sizes(root)["last"]                     # chunk 2: 80 atoms, elsewhere
-    assert last[1] != stale[1]
-    path = os.path.join(root, "data", "__1__.bin")
-    with open(path, "rb") as f:
-        data = bytearray(f.read())
-    entry = data.find(last[1].to_bytes(8, "little"))
-    assert 0 < entry < stale[1]                     # the offsets table comes before the chunks
-    data[entry:entry + 8] = stale[1].to_bytes(8, "little")
-    with open(path, "wb") as f:
-        f.write(data)
-    want = np.r_[np.arange(249), [-9], np.arange(1000, 1030)]
-    r = blzarr.open(root, mode="r")
-    np.testing.assert_array_equal(r[:], want)
-    r.verify()
-    w = blzarr.open(root, mode="a")
-    w.append([7])
-    w.close()
-    np.testing.assert_array_equal(blzarr.open(root, mode="r")[:], np.r_[want, [7]])
-
-
-def test_an_assignment_to_the_named_chunk_drops_last_before_its_switch(tmp_path):
-    """An assignment's switch is a commit of its own: before it is made (in order, as it also
-    rewrites an earlier chunk), meta/sizes loses "last" (durably), so that a crash after the switch
-    reads the assigned values; the flush's own meta/sizes names the chunk again."""
-    root = str(tmp_path / "c")
-    _make(root).close()
-    chunks_from = _sizes(root)["last"][1]           # the offsets table lies before every chunk
-
-    def work(rec):
-        c = blzarr.open(root, mode="a")
-        rec.mark("assign + flush")
-        c[5] = -1
-        c[249] = -2
-        c.flush()
-        c.close()
-    rec = _record(tmp_path, work)
-    names = _names(rec)
-    label, i, end = rec.calls()[0]
-    seq = []
-    for e in rec.log[i:end]:
-        name = os.path.basename(names.get(e[1], "")) if e[0] in ("write", "fsync") else ""
-        if e[0] == "write" and name == "sizes":
-            seq.append("sizes+last" if "last" in json.loads(e[3]) else "sizes")
-        elif e[0] == "fsync":
-            seq.append("sync " + name)
-        elif e[0] == "write" and name.endswith(".bin") and 0 < e[2] < chunks_from:
-            seq.append("entry")
-    assert seq.index("sizes") < seq.index("entry"), seq
-    assert seq[seq.index("sizes") + 1] == "sync sizes", seq
-    assert seq[-2:] == ["sizes+last", "sync sizes"], seq
-    got = blzarr.open(root, mode="r")[:]
-    assert got[5] == -1 and got[249] == -2 and len(got) == 250
-
-
-def test_compaction_moves_the_named_chunk(tmp_path):
-    """Compaction rewrites the file that holds the short last chunk at new offsets: meta/sizes
-    stops naming the old one first, and the next flush names the new one."""
-    root = str(tmp_path / "c")
-    c = _make(root)
-    c[0:100] = np.random.default_rng(1).integers(1, 1 << 40, 100)
-    c.append(np.arange(7))
-    c.flush()
-    before = _sizes(root)["last"]
-    assert c.compact() > 0
-    assert "last" not in _sizes(root)
-    c.append([5])
-    c.flush()
-    assert _sizes(root)["last"][1] < before[1]      # moved down into the reclaimed space
-    c.close()
-    got = blzarr.open(root, mode="r")
-    np.testing.assert_array_equal(got[200:], np.r_[np.arange(200, 250), np.arange(7), [5]])
-    got.verify()
-
-
 def test_sizes_naming_a_chunk_that_never_reached_the_disk_is_reported(tmp_path):
     """A meta/sizes whose "last" names bytes that are not a chunk (what a flush that wrote meta/sizes
     before its sync could leave) raises naming the file, in reads and in verify: never other values."""
@@ -316,7 +219,8 @@ def test_sizes_naming_a_chunk_that_never_reached_the_disk_is_reported(tmp_path):
     np.testing.assert_array_equal(blzarr.open(root, mode="r")[:200], np.arange(200))   # the rest reads
 
 
-@pytest.mark.parametrize("last", [["2", 0, 400], [2, 0], [2, 1108, 0], [2, -5, 400], "x", [True, 1108, 400]])
+@pytest.mark.parametrize("last", [["2", 0, 400], [2, 0], [7, 1108, 400], [2, 1108, 0], [2, -5, 400],
+                                  "x", [True, 1108, 400]])
 def test_a_malformed_last_is_an_error_naming_meta_sizes(tmp_path, last):
     root = str(tmp_path / "c")
     _make(root).close()
@@ -326,19 +230,6 @@ def test_a_malformed_last_is_an_error_naming_meta_sizes(tmp_path, last):
         json.dump(s, f)
     with pytest.raises(blzarr.FormatError, match="meta.sizes"):
         blzarr.open(root, mode="r")[:]
-
-
-@pytest.mark.parametrize("last", [[7, 1108, 400], [2, 1108, 8]])
-def test_a_last_of_another_length_is_ignored(tmp_path, last):
-    """A "last" that names another chunk, or one too short for the length (what a write of
-    meta/sizes cut midway leaves: two texts mixed), is read as absent: the offsets table decides."""
-    root = str(tmp_path / "c")
-    _make(root).close()
-    s = _sizes(root)
-    s["last"] = last
-    with open(os.path.join(root, "meta", "sizes"), "w") as f:
-        json.dump(s, f)
-    np.testing.assert_array_equal(blzarr.open(root, mode="r")[:], np.arange(250))
 
 
 def test_old_sizes_without_last_still_read_and_gain_it(tmp_path):
@@ -369,23 +260,15 @@ def test_crash_states_of_one_sync_flushes(tmp_path):
         rec.mark("create")
         _make(root, n=250, superchunklen=64).close()
         c = blzarr.open(root, mode="a")
-        for k, n in enumerate([30, 5, -40, 170, 0, 40, -20, 0, None, 3]):
+        for k, n in enumerate([30, 5, -40, 170, 40, -20]):
             # a trim shrinks the short chunk: its new bytes go into the hole before the committed
-            # ones, and the file is cut after them (once meta/sizes no longer names the old bytes);
-            # 0: an assignment to an earlier chunk and to the short one, switched in order
-            # None: a compaction, which moves the chunk meta/sizes names
-            rec.mark("compact" if n is None else f"flush {k}" if n > 0 else f"trim {-n}" if n else "assign + flush")
-            if n is None:
-                assert c.compact() > 0
-            elif n > 0:
+            # ones, and the file is cut after them (once meta/sizes no longer names the old bytes)
+            rec.mark(f"flush {k}" if n > 0 else f"trim {-n}")
+            if n > 0:
                 c.append(np.arange(1000 * (k + 1), 1000 * (k + 1) + n))
                 c.flush()
-            elif n < 0:
-                c.trim(-n)
             else:
-                c[3] = -k
-                c[len(c) - 1] = -k
-                c.flush()
+                c.trim(-n)
             states.append(c[:])
         c.close()
     calls = rec.calls()
@@ -419,10 +302,9 @@ def test_crash_states_of_one_sync_flushes(tmp_path):
 
 @pytest.mark.parametrize("fmt", ["blz", "bcolz"])
 def test_a_table_flush_syncs_its_columns_together(tmp_path, fmt):
-    """`t.append(row)` (auto_flush) on a table of three columns: the last column's meta/sizes, which
-    commits the row, is written after the others' are durable; in the BLZ layout the syncs come in
-    three rounds (runs of syncs with no write between), not two per column: every column's chunks,
-    then the sizes of the first two columns, then the last column's sizes."""
+    """`t.append(row)` (auto_flush) on a table of three columns: the syncs come in three rounds (runs
+    of syncs with no write between), not two or three per column: every column's chunks, then the
+    sizes of the first two columns, then the last column's sizes, which commit the row."""
     root = str(tmp_path / "t")
 
     def work(rec):
@@ -445,18 +327,11 @@ def test_a_table_flush_syncs_its_columns_together(tmp_path, fmt):
                 cur.append(os.path.relpath(path, root))
             elif e[0] in ("write", "trunc", "rename", "link", "unlink"):
                 cur = None
-        # the last column's meta/sizes is written after the other columns' are durable
-        commit = max(k for k, e in enumerate(rec.log[i:end])
-                     if (e[0] == "write" and names.get(e[1], "").endswith(os.path.join("c", "meta", "sizes")))
-                     or (e[0] == "rename" and e[2].endswith(os.path.join("c", "meta", "sizes"))))
-        for col in "ab":
-            mine = [k for k, e in enumerate(rec.log[i:end]) if e[0] in ("write", "fsync")
-                    and names.get(e[1], "").endswith(os.path.join(col, "meta", "sizes"))]
-            assert mine and rec.log[i + mine[-1]][0] == "fsync" and mine[-1] < commit, (label, col)
+        sizes = [r for r in rounds if any(p.endswith("sizes") for p in r)]
+        # the last round is the last column's meta/sizes alone, after every other column's
+        assert rounds[-1] == ["c/meta/sizes"], (label, rounds)
+        assert sorted(sizes[-2]) == ["a/meta/sizes", "b/meta/sizes"], (label, rounds)
         if fmt == "blz" and label != "row 0":
-            sizes = [r for r in rounds if any(p.endswith("sizes") for p in r)]
-            assert rounds[-1] == ["c/meta/sizes"], (label, rounds)
-            assert sorted(sizes[-2]) == ["a/meta/sizes", "b/meta/sizes"], (label, rounds)
             assert len(rounds) == 3, (label, rounds)
             assert sorted(rounds[0]) == [f"{c}/data/__1__.bin" for c in "abc"], (label, rounds)
     t = blzarr.open(root, mode="r")

@@ -151,8 +151,7 @@ def held_tree(root):
     return tree
 
 
-def fsync_path(path):
-    """fsync the file `path` (opened for it)."""
+def _fsync_path(path):
     fd = fileio.open(path, "rw")
     try:
         fileio.fsync(fd)
@@ -173,7 +172,7 @@ def sync_together(paths, dirs=()):
     own.  A recording or fault-injecting `fileio` implementation gets them one after the other, in
     the order given (files, then directories): the set of syncs, and what precedes and follows them,
     is the same."""
-    jobs = [(fsync_path, p) for p in paths] + [(fileio.fsync_dir, d) for d in dirs]
+    jobs = [(_fsync_path, p) for p in paths] + [(fileio.fsync_dir, d) for d in dirs]
     if len(jobs) < 2 or type(fileio.current()) is not fileio.OsIO:
         for fn, p in jobs:
             fn(p)
@@ -364,9 +363,7 @@ def atomic_write(path, data, fsync=False, sync_dir=None):
 # whole or not at all (disks write a 512-byte sector atomically; PostgreSQL's pg_control relies on
 # the same), and needs no new block, name or size: an fdatasync makes it durable.
 SECTOR = 512
-# spaces a BLZ meta/sizes keeps before its newline when it is replaced (at least its text's length:
-# the text then sits in the first half of the file, which a write cut in half still replaces whole)
-SIZES_ROOM = 48
+SIZES_ROOM = 48             # spaces a replaced meta/sizes keeps before its newline
 _LOCK_TRIES = 100           # flock attempts (0.5 ms apart) before giving up on a shared/exclusive lock
 
 
@@ -559,18 +556,18 @@ def write_json(path, obj, fsync=None):
     atomic_write(path, json_bytes(obj), fsync=fileio.sync_enabled() if fsync is None else fsync)
 
 
-def commit_json(path, obj, room=0):
+def commit_json(path, obj):
     """Replace meta/sizes (the commit point of a flush) with the JSON of `obj`: written over in place
-    when `overwrite_sector` can, else atomically (`write_json`), then with up to `room` spaces
-    before its newline (room for the text to grow: the next commits are written over in place
-    instead of through a temporary file, a rename and a directory sync)."""
+    when `overwrite_sector` can, else atomically (`write_json`)."""
     data = json_bytes(obj)
     sync = fileio.sync_enabled()
     if sync and getattr(_barrier, "paths", None) is not None and overwrite_sector(path, data, fsync=False):
         join_barrier(path)
         return
     if not overwrite_sector(path, data, fsync=sync):
-        room = max(0, min(max(room, len(data)) if room else 0, SECTOR - len(data)))
+        # room for the text to grow (more digits): the next commits are written over in place
+        # instead of through a temporary file, a rename and a directory sync
+        room = max(0, min(SIZES_ROOM, SECTOR - len(data)))
         atomic_write(path, data[:-1] + b" " * room + b"\n", fsync=sync)
 
 

@@ -42,8 +42,8 @@ from blzarr.storage.chunkstore import LayoutChunks, auto_superchunklen
 from blzarr.errors import ENVIRONMENT_ERRNOS, BlzarrError, ChunkError, FormatError, ReadOnlyError, StorageError
 from blzarr.storage.locking import first_write
 from blzarr.storage import fileio, rewrite
-from blzarr.storage.files import (ATTRIBUTES_FILE, DATA_DIR, META_DIR, SIZES_FILE, SIZES_ROOM, fsync_path,
-                                  join_barrier, new_tree_of, read_json)
+from blzarr.storage.files import (ATTRIBUTES_FILE, DATA_DIR, META_DIR, SIZES_FILE, join_barrier, new_tree_of,
+                                  read_json)
 from blzarr.runtime.parallel import codec_threads
 from blzarr.runtime import forksafe
 from blzarr.storage.spool import writes_for
@@ -336,9 +336,9 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
 
     def _take_sizes_last(self, storage, last):
         """Read meta/sizes' ``"last"`` (the short last chunk's committed position).  When the last
-        file's offsets entry names other bytes (a crash kept a switch of a flush that did not
-        commit), the chunk is read where meta/sizes says, and the file's chunks stop after it;
-        returns the last file's state."""
+        file's offsets entry names other bytes that do not hold a whole chunk (a crash kept a switch
+        and lost the bytes it names), the chunk is read where meta/sizes says, and the file's chunks
+        stop after it; returns the last file's state."""
         sizes = self.opened_meta.get("sizes")
         got = sizes.get("last") if isinstance(sizes, dict) else None
         if got is None:
@@ -358,16 +358,12 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
             length, chunklen = int(sizes["shape"][0]), int(storage["chunklen"])
         except (TypeError, ValueError, KeyError, IndexError):
             raise FormatError(f"{where}: \"last\" must be [chunk, offset, nbytes], got {got!r}") from None
-        if off < 0 or not 0 < nbytes <= self.chunk_nbytes:
-            raise FormatError(f"{where}: \"last\" {got!r} is not a chunk's position and size")
-        itemsize = self.chunk_nbytes // chunklen if chunklen > 0 else 0
-        if length % chunklen == 0 or n != length // chunklen or nbytes < (length - n * chunklen) * itemsize:
-            # not the short last chunk of this length (a meta/sizes whose write was cut midway
-            # mixes two texts): read as without "last", the offsets table being the truth
-            return last
+        if length % chunklen == 0 or n != length // chunklen or off < 0 or not 0 < nbytes <= self.chunk_nbytes:
+            raise FormatError(f"{where}: \"last\" {got!r} does not name the short last chunk of "
+                              f"{length} atoms in chunks of {chunklen}")
         self._sizes_last = (n, off, nbytes)
         self._free_from, self._free_files = n, self.nfiles
-        fno, slot = divmod(n, self.superchunklen)
+        fno, slot = divmod(n, self.K)
         fno += 1
         if fno != self.nfiles:
             return last
@@ -377,8 +373,16 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
             last.offsets[slot] = cur
         if cur == off and slot < last.nchunks:
             return last
-        # a switch meta/sizes does not count yet (a writer switches that chunk in order only after
-        # a meta/sizes without "last": see `_drop_last`): the committed chunk is where it says
+        if not self.cksize:
+            return last         # (no flush leaves the entry unordered without checksums)
+        if slot < last.nchunks and last.data_start <= cur and cur + 16 <= last.fstate[1]:
+            try:
+                # whole where the entry says (its bytes reached the disk): the newer state, the
+                # same atoms and maybe more (a flush), or an assignment committed by its switch
+                self._fetch_chunk(n, last, self._fd(fno), cur, -1)
+                return last
+            except (FormatError, ChunkError):
+                pass
         self._overlay, self._own_overlay = {fno: ({slot: off}, slot + 1, nbytes)}, True
         self._forget_file(fno)
         return self._load_file(fno)
@@ -528,8 +532,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         self._free_from = None
         old_last, self._sizes_last = self._sizes_last, None
         try:
-            # room to grow: "last" comes and goes, its offset gains digits
-            self._guard.commit(obj, room=SIZES_ROOM)
+            self._guard.commit(obj)
         except BaseException:
             self._sizes_last = old_last     # either may be on disk (the new one names live bytes)
             raise
@@ -552,7 +555,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         n, rest = divmod(length, chunklen)
         if not rest:
             return obj, n           # no short chunk: later chunks are past what the sizes count
-        fno, slot = divmod(n, self.superchunklen)
+        fno, slot = divmod(n, self.K)
         fno += 1
         if (n >= self._nphys or fno != self.nfiles or fno in self._pending or fno in self._unsynced
                 or fno in self._damaged or fno in self._no_writes):
@@ -665,13 +668,14 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         """Whether every write since the last sync is past what meta/sizes holds its writer to (the
         chunks from `_free_from` on, in the last file, which existed at that commit), so that the
         new bytes and the offsets switch may reach the disk in any order."""
-        if (self._free_from is None or not self._fio.syncs() or self.remote or self._dir_unsynced
+        if (self._free_from is None or not self.cksize or not self._fio.syncs() or self.remote
+                or self._dir_unsynced
                 or self.nfiles != self._free_files or self._new_tree() is not None):
             return False
         last = self.nfiles
         if any(fno != last or fno in self._damaged for fno in self._unsynced):
             return False
-        first = (last - 1) * self.superchunklen
+        first = (last - 1) * self.K
         for fno, (_, slots) in self._pending.items():
             if fno != last or min(slots) + first < self._free_from:
                 return False
@@ -703,7 +707,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         if last is None:
             return None
         n, off = last[0], last[1]
-        fno = n // self.superchunklen + 1
+        fno = n // self.K + 1
         if len(last) > 3:
             return (fno, off, last[3])
         if fno > self.nfiles or fno in self._damaged:
@@ -742,38 +746,11 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         """How many one-step switches the pending rewrites take (one write per superchunk file)."""
         return len(self._pending)
 
-    def _drop_last(self, rewriting=None):
-        """Before an ordered switch of the chunk the committed meta/sizes names in "last" (which is a
-        commit by itself: an assignment, a rewrite record), or before superchunk file `rewriting` is
-        replaced when it holds that chunk (compaction moves it): meta/sizes without "last",
-        durable, so that readers and a crash go by the file's entry (as without "last")."""
-        last = self._sizes_last
-        if last is None:
-            return
-        fno, slot = divmod(last[0], self.superchunklen)
-        if rewriting is not None:
-            if rewriting != fno + 1:
-                return
-        else:
-            pend = self._pending.get(fno + 1)
-            if pend is None or slot not in pend[1]:
-                return
-        obj = self.read_meta(SIZES_FILE)
-        obj.pop("last", None)
-        self._free_from = None
-        self._guard.commit(obj, room=SIZES_ROOM)
-        if self._fio.syncs() and not self.remote:
-            # durable now, also inside a table's barrier (which would sync it only at its end)
-            fsync_path(self.meta_path(SIZES_FILE))
-        self._sizes_last = None
-        self._free_from, self._free_files = last[0] + 1, self.nfiles
-
     def prepare_switch(self):
         """Make the rewritten chunks' new bytes durable and return the plan of the offsets entries to
         switch (the rewrite record's entry of this directory), None when nothing is pending."""
         with self._lock:
             self._sync_written()
-            self._drop_last()
             if not self._pending:
                 return None
             files = {}
@@ -799,7 +776,6 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         """Write the offsets entries of the chunks rewritten since the last switch (with the headers)
         and make them durable."""
         with self._lock:
-            self._drop_last()
             pending = self._write_switches()
             tree = self._new_tree()
             if self._fio.syncs():

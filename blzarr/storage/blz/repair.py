@@ -145,7 +145,6 @@ class BlzMaintenance:
                 hole, f, fd, offsets = self._file_holes(fno)
                 if not hole:
                     continue
-                self._drop_last(rewriting=fno)      # the chunk meta/sizes names moves
                 before = f.fstate[1]
                 first = (fno - 1) * self.superchunklen
                 parts = []
