@@ -369,9 +369,18 @@ def _gap(op, fmt, fault, request, strict=True):
         request.applymarker(pytest.mark.xfail(strict=strict, reason=why))
 
 
-def _sweep_points(n, k=local.SWEEP_POINTS):
+# writing calls interrupted per (operation, layout, fault) in the slow sweep: 1 (the middle one) by
+# default, since each case round-trips every object through the S3 server and three points took the
+# slow run past CI's budget; the local matrix sweeps the first and the last, test_quick one inside.
+# BLZARR_S3_SWEEP_POINTS=1000 interrupts every call.
+S3_SWEEP_POINTS = max(1, int(os.environ.get("BLZARR_S3_SWEEP_POINTS", "1")))
+
+
+def _sweep_points(n, k=S3_SWEEP_POINTS):
     if n <= k:
         return list(range(1, n + 1))
+    if k == 1:
+        return [1 + n // 2]
     return sorted({1 + round(j * (n - 1) / (k - 1)) for j in range(k)})
 
 
@@ -400,13 +409,13 @@ def _params():
 @pytest.mark.parametrize("op,fmt", _params())
 def test_full_sweep(op, fmt, fault, s3env, request):
     case = _case(op, fmt, s3env)
-    points = _sweep_points(case.ncalls, max(3, local.SWEEP_POINTS))
+    points = _sweep_points(case.ncalls)
     _gap(op, fmt, fault, request, strict=len(points) == case.ncalls)
     before = 0
     for at in points:
         before += case.interrupt_at(at, fault)
-    if fault == "kill":
-        assert before > 0
+    if fault == "kill" and 1 in points:
+        assert before > 0       # a kill before the first writing call leaves the state before
 
 
 # ------------------------------------------------------------------ the matrix stays complete
