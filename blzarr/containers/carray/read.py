@@ -142,6 +142,21 @@ def read_again(obj, attempt):
     return True
 
 
+def read_one_version(obj, fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` as one public read call of the watched `obj`: pinned to one committed
+    version, and run again on the next one while a writer committed during it (`read_again`)."""
+    for attempt in range(READ_AGAIN):
+        lock = pin_version(obj)
+        try:
+            out = fn(*args, **kwargs)
+            again = read_again(obj, attempt)
+        finally:
+            unpin_version(obj, lock)
+        if not again:
+            return out
+    return spanned_too_often(obj, out)
+
+
 def spanned_too_often(obj, out):
     """What a read call of `obj` returns when another process committed during each of its
     READ_AGAIN attempts: the last attempt's result, which may mix two versions, with a warning that
@@ -385,7 +400,8 @@ class CarrayReads(CarrayBase):
             raise IndexError(f"index {key} is out of bounds for axis 0 with size {self._len}")
         if w is not None:
             # other keys: the whole check, then one version for the whole call, read again when a
-            # writer committed meanwhile (inline: an expression key reads the caller's frame)
+            # writer committed meanwhile (read_one_version's loop, inline: an expression key reads
+            # the caller's frame at a fixed depth, which the unwatched path below shares)
             for attempt in range(READ_AGAIN):
                 lock = pin_version(self)
                 try:

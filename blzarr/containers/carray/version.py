@@ -125,7 +125,8 @@ def fresh_call(method):
     def call(self, *args, **kwargs):
         if not self._watch:
             return method(self, *args, **kwargs)
-        # read again when a writer committed while it read (read.read_again)
+        # read.read_one_version's loop, inline: a call through it costs small calls such as len()
+        # about 0.1 us more (3%)
         for attempt in range(READ_AGAIN):
             lock = pin_version(self)
             try:

@@ -27,7 +27,7 @@ from blzarr.runtime import forksafe
 from blzarr.storage.attrs import attrs as _attrs
 from blzarr.containers.carray.array import carray
 from blzarr.containers.common import Container
-from blzarr.containers.carray.read import READ_AGAIN, pin_version, read_again, spanned_too_often, unpin_version
+from blzarr.containers.carray.read import pin_version, read_one_version, unpin_version
 from blzarr.containers.carray.version import fresh_call
 from blzarr.errors import ConcurrentWriterError, FormatError, StorageError, storage_op
 from blzarr.storage import intent, rewrite
@@ -781,17 +781,7 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
             return self._getitem(key, sys._getframe(1))
         # one committed version, read again when a writer committed while the columns were read
         # (carray.read.read_again)
-        frame = sys._getframe(1)
-        for attempt in range(READ_AGAIN):
-            lock = pin_version(self)
-            try:
-                out = self._getitem(key, frame)
-                again = read_again(self, attempt)
-            finally:
-                unpin_version(self, lock)
-            if not again:
-                return out
-        return spanned_too_often(self, out)
+        return read_one_version(self, self._getitem, key, sys._getframe(1))
 
     def _getitem(self, key, frame):
         if isinstance(key, str):
