@@ -252,8 +252,19 @@ class Case:
         shutil.copytree(self.template, root, symlinks=True)
         return root
 
+    # where a crash state is, how it is verified and how the operation is retried on it: the hooks
+    # the object-storage matrix (test_fault_matrix_s3) overrides
+    def describe(self, at, fault):
+        return f"{self.op} ({self.fmt}), {fault} before call {at}/{self.ncalls} {self.calls[at - 1]}"
+
+    def verify(self, root, t):
+        verify_clean(os.path.join(root, t))
+
+    def run_op(self, root):
+        self.op.run(root, self.fmt)
+
     def check(self, root, at, fault):
-        where = f"{self.op} ({self.fmt}), {fault} before call {at}/{self.ncalls} {self.calls[at - 1]}"
+        where = self.describe(at, fault)
         got = self.states(root, "r")
         for t, g, b, a in zip(self.op.touches, got, self.before, self.after):
             assert g in (b, a), f"{where}: mode 'r' shows '{t}' neither as before nor as after"
@@ -263,11 +274,11 @@ class Case:
         got = self.states(root, "r")
         for t in self.op.touches:
             try:
-                verify_clean(os.path.join(root, t))
+                self.verify(root, t)
             except AssertionError as e:
                 raise AssertionError(f"{where}: verify: {e}") from None
         try:
-            self.op.run(root, self.fmt)
+            self.run_op(root)
         except Exception as e:
             raise AssertionError(f"{where}: the retry failed: {type(e).__name__}: {e}") from None
         if got == self.before:

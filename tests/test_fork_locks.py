@@ -8,6 +8,7 @@ and appends to a copy, each under an alarm that turns a hang into a failure.  Ch
 forkserver and spawn start clean anyway: they open the same objects by path.
 """
 
+import contextlib
 import multiprocessing as mp
 import os
 import signal
@@ -98,29 +99,36 @@ def _fork_and_wait(fn):
     assert code == 0, "the child failed (see its stderr)"
 
 
-@pytest.mark.parametrize("fmt", ["blz", "bcolz"])
-def test_fork_while_another_thread_holds_the_locks(tmp_path, fmt):
-    a, t = _objects(str(tmp_path), fmt)
-    a[:10], t[:10], a.sum(), list(t.where("i < 3"))        # stores, caches and pool in use
-    locks = _locks_of(a) + _locks_of(t) + _locks_of(blockcache.disk_blocks) + [parallel._lock]
-    assert len(locks) >= 4
+@contextlib.contextmanager
+def _held_by_another_thread(locks, seconds):
+    """`locks` held by another thread (for at most `seconds`) while the block runs."""
     held, go = threading.Event(), threading.Event()
 
     def hold():
         for lk in locks:
             lk.acquire()
         held.set()
-        go.wait(60)
+        go.wait(seconds)
         for lk in reversed(locks):
             lk.release()
     th = threading.Thread(target=hold)
     th.start()
     try:
         assert held.wait(30)
-        _fork_and_wait(lambda: _work(a, t, str(tmp_path)))
+        yield
     finally:
         go.set()
         th.join()
+
+
+@pytest.mark.parametrize("fmt", ["blz", "bcolz"])
+def test_fork_while_another_thread_holds_the_locks(tmp_path, fmt):
+    a, t = _objects(str(tmp_path), fmt)
+    a[:10], t[:10], a.sum(), list(t.where("i < 3"))        # stores, caches and pool in use
+    locks = _locks_of(a) + _locks_of(t) + _locks_of(blockcache.disk_blocks) + [parallel._lock]
+    assert len(locks) >= 4
+    with _held_by_another_thread(locks, 60):
+        _fork_and_wait(lambda: _work(a, t, str(tmp_path)))
     _work(a, t, str(tmp_path))              # the parent goes on
 
 
@@ -160,19 +168,7 @@ def test_multiprocessing_children_beside_held_locks(tmp_path, method):
     a, t = _objects(str(tmp_path), "blz")
     a[:10], a.sum(), list(t.where("i < 3"))
     locks = _locks_of(a) + _locks_of(t) + _locks_of(blockcache.disk_blocks) + [parallel._lock]
-    held, go = threading.Event(), threading.Event()
-
-    def hold():
-        for lk in locks:
-            lk.acquire()
-        held.set()
-        go.wait(120)
-        for lk in reversed(locks):
-            lk.release()
-    th = threading.Thread(target=hold)
-    th.start()
-    try:
-        assert held.wait(30)
+    with _held_by_another_thread(locks, 120):
         ctx = mp.get_context(method)
         p = ctx.Process(target=_by_path, args=(str(tmp_path),))
         p.start()
@@ -183,9 +179,6 @@ def test_multiprocessing_children_beside_held_locks(tmp_path, method):
             p.join()
         assert not hung, f"a {method} child hung"
         assert p.exitcode == 0
-    finally:
-        go.set()
-        th.join()
 
 
 @pytest.mark.parametrize("fmt", ["blz", "bcolz"])

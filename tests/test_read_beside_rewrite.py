@@ -23,19 +23,25 @@ OLD = np.arange(N, dtype=np.int64)
 NEW = -np.arange(N, dtype=np.int64) - 1
 
 
-def _rewrite_in_another_process(path):
+def _in_another_process(work):
     pid = os.fork()
     if pid == 0:
         code = 1
         try:
-            b = blzarr.open(path, mode="a")
-            b[:] = NEW
-            b.close()
+            work()
             code = 0
         finally:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, "the rewriting process failed"
+
+
+def _rewrite_in_another_process(path):
+    def work():
+        b = blzarr.open(path, mode="a")
+        b[:] = NEW
+        b.close()
+    _in_another_process(work)
 
 
 class Midway:
@@ -129,19 +135,12 @@ def test_sum_spanning_a_rewrite_sees_one_version(tmp_path, fmt, monkeypatch):
 
 
 def _rewrite_table_in_another_process(path):
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            t = blzarr.open(path, mode="a")
-            t.cols["a"][:] = NEW
-            t.cols["b"][:] = NEW * 0.5
-            t.close()
-            code = 0
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, "the rewriting process failed"
+    def work():
+        t = blzarr.open(path, mode="a")
+        t.cols["a"][:] = NEW
+        t.cols["b"][:] = NEW * 0.5
+        t.close()
+    _in_another_process(work)
 
 
 @pytest.mark.parametrize("fmt", ["blz", "bcolz"])
