@@ -29,6 +29,15 @@ The operations:
     c_where_sl      the values of the on-disk carray where a mask holds, skip=10, limit=5000
     c_wheretrue     wheretrue of a boolean carray, skip=7, limit=20,000
     c_iter_sl       iter(skip=1000, limit=30,000) of the in-memory carray
+    c_where_expr    the in-memory carray's where("expression"), 1% of the values, iterated
+    c_where_mem     the in-memory carray's where(mask), 10% of the values, iterated
+    c_where_big     the in-memory carray's where(mask), 90% of the values, iterated
+    c_where_disk    the on-disk carray's where(mask), 10%, iterated (no limit: the fused engine)
+    c_where_dexpr   the on-disk carray's where("expression"), 1%, iterated
+    c_where_obj     where(mask) of an object carray of 20,000 values, iterated (the positions' path)
+    c_getitem       the in-memory carray's a["expression"]
+    c_count         the in-memory carray's where("expression").count()
+    c_explain       the in-memory carray's where("expression").explain()
 """
 
 import os
@@ -42,8 +51,11 @@ import blzarr
 
 ROWS = 200_000
 OPS = ("ct_where", "ct_where_sl", "ct_blocks", "ct_count", "ct_fetch", "ct_fetch_sl", "ct_fetch_ct",
-       "ct_range", "ct_mask", "ct_explain", "ct_getitem", "c_where_sl", "c_wheretrue", "c_iter_sl")
+       "ct_range", "ct_mask", "ct_explain", "ct_getitem", "c_where_sl", "c_wheretrue", "c_iter_sl",
+       "c_where_expr", "c_where_mem", "c_where_big", "c_where_disk", "c_where_dexpr", "c_where_obj",
+       "c_getitem", "c_count", "c_explain")
 QUERY = "(b > 0.3) & (b < 0.31) & (k != 5)"
+CQUERY = "(c > 0.3) & (c < 0.31)"
 RANGE = "(a >= 50_000) & (a < 52_000)"
 
 
@@ -86,6 +98,31 @@ def setup(op, tmp):
     if op == "c_iter_sl":
         c = t.cols["b"]
         return lambda: sum(1 for _ in c.iter(skip=1000, limit=30_000))
+    c = t.cols["b"]
+    if op == "c_where_expr":
+        return lambda: sum(1 for _ in c.where(CQUERY))
+    if op == "c_where_mem":
+        return lambda: sum(1 for _ in c.where(mask))
+    if op == "c_where_big":
+        big = blzarr.carray(b > 0.1, chunklen=8192)
+        return lambda: sum(1 for _ in c.where(big))
+    if op in ("c_where_disk", "c_where_dexpr"):
+        d = blzarr.carray(b, chunklen=8192, rootdir=os.path.join(tmp, "b"), mode="w", format="blz")
+        d.flush()
+        d = blzarr.open(os.path.join(tmp, "b"), mode="r")
+        if op == "c_where_disk":
+            return lambda: sum(1 for _ in d.where(mask))
+        return lambda: sum(1 for _ in d.where("(d > 0.3) & (d < 0.31)"))
+    if op == "c_where_obj":
+        o = blzarr.carray(np.array([str(x) for x in range(20_000)], dtype=object), chunklen=4096)
+        om = blzarr.carray(b[:20_000] > 0.5, chunklen=4096)
+        return lambda: sum(1 for _ in o.where(om))
+    if op == "c_getitem":
+        return lambda: c[CQUERY]
+    if op == "c_count":
+        return lambda: c.where(CQUERY).count()
+    if op == "c_explain":
+        return lambda: str(c.where(CQUERY).explain())
     raise SystemExit(f"unknown operation {op!r}; one of {' '.join(OPS)}")
 
 

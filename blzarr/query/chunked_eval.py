@@ -745,6 +745,14 @@ def eval(expression, vm=None, out_flavor=None, user_dict=None, blen=None, depth=
     out_flavor = out_flavor or defaults.out_flavor
     if out_flavor not in ("bcolz", "carray", "numpy"):
         raise ValueError(f"out_flavor must be 'bcolz', 'carray' or 'numpy', got {out_flavor!r}")
+    vm = check_vm(vm)
+    operands = caller_operands(expression, user_dict, sys._getframe(depth - 1), vm)
+    return evaluate(expression, operands, vm, out_flavor, blen, **kwargs)
+
+
+def check_vm(vm):
+    """The evaluator `vm` names (None: ``defaults.vm``), checked: a ValueError for an unknown one, an
+    ImportError for one not installed."""
     vm = vm or defaults.vm
     if vm not in ("numexpr", "python", "dask"):
         raise ValueError(f"vm must be 'numexpr', 'python' or 'dask', got {vm!r}")
@@ -753,14 +761,28 @@ def eval(expression, vm=None, out_flavor=None, user_dict=None, blen=None, depth=
     if vm == "dask":
         if not have("dask"):
             raise ImportError("eval(..., vm='dask') needs dask, which is not installed")
-    code, names = _operand_names(expression)
+    return vm
+
+
+def caller_operands(expression, user_dict, frame, vm=None):
+    """{name: value} of the variables `expression` names, each from `user_dict`, then the locals and
+    the globals of `frame` (a NameError for one found nowhere; with vm='dask' an unbound ``da`` is
+    dask.array, left to the evaluator); a list, tuple or range is refused (ValueError)."""
+    _, names = _operand_names(expression)
     if vm == "dask" and "da" not in (user_dict or {}):
         names = tuple(n for n in names if n != "da")  # `da` is dask.array, as in bcolz
-    operands = _lookup(names, user_dict, depth)
+    operands = resolve_names(names, [user_dict or {}, frame.f_locals, frame.f_globals], _undefined)
     for name, v in operands.items():
         if isinstance(v, (list, tuple, range)):
             raise ValueError(f"variable '{name}' is a {type(v).__name__}: only NumPy arrays, carrays "
                              "and scalars can be operands")
+    return operands
+
+
+def evaluate(expression, operands, vm, out_flavor, blen=None, **kwargs):
+    """What `eval` gives for `expression` (its ``in`` rewritten) over the resolved `operands`, with
+    `vm` and `out_flavor` checked (`check_vm`)."""
+    code, _ = _operand_names(expression)
     if vm == "dask":
         namespace = dict(_PY_NAMESPACE, da=need("dask.array", "eval(..., vm='dask')"))
         result = integrations.get("eval_dask")(expression, code, operands, namespace, out_flavor, kwargs)

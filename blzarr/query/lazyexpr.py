@@ -7,6 +7,8 @@ decodes a block of each operand into its own buffers, evaluates the block into a
 and reduces it, so no evaluated array is ever held whole (`blzarr.query.fused`).
 """
 
+import sys
+
 import numpy as np
 
 from blzarr.query import chunked_eval as _ce
@@ -273,10 +275,5 @@ def lazyexpr(expression, user_dict=None, vm=None, blen=None, depth=2):
     vm = vm or defaults.vm
     if vm == "numexpr":
         need("numexpr", "lazyexpr(..., vm='numexpr')")
-    code, names = _ce._operand_names(expression)
-    operands = _ce._lookup(names, user_dict, depth)
-    for name, v in operands.items():
-        if isinstance(v, (list, tuple, range)):
-            raise ValueError(f"variable '{name}' is a {type(v).__name__}: only NumPy arrays, carrays "
-                             "and scalars can be operands")
+    operands = _ce.caller_operands(expression, user_dict, sys._getframe(depth - 1))
     return LazyExpr(expression, operands, vm, blen)

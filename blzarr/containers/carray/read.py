@@ -14,9 +14,9 @@ from blzarr.query import fused
 from blzarr.containers import indexing as ix
 from blzarr.query import planner
 from blzarr.query import rules
-from blzarr.query.selection import Selection
+from blzarr.query.selection import Query, Selection, true_positions  # noqa: F401 (Query: ctable's too)
 from blzarr.storage.blockcache import disk_blocks, new_generation
-from blzarr.storage.chunk import select_ahead, take_chunks, where_scalars
+from blzarr.storage.chunk import take_chunks
 from blzarr.runtime.params import get_nthreads
 from blzarr.runtime.parallel import run_all
 
@@ -26,33 +26,6 @@ _PY_KINDS = "biufcSUMmV"
 _MV_CHARS = frozenset("?bBhHiIlLqQfd")
 
 
-
-class Query:
-    """The iterator a carray's or ctable's `where` returns: the matching values (rows) one by one, and
-
-    - ``count()``: how many it gives in all (its `limit` and `skip` applied), counted in one pass
-      without building them;
-    - ``explain()``: its `blzarr.query.planner.Plan` (blocks skipped, taken whole, scanned)."""
-
-    __slots__ = ("_rows", "_count_fn", "_explain_fn")
-
-    def __init__(self, rows, count, explain):
-        self._rows, self._count_fn, self._explain_fn = rows, count, explain
-
-    def __iter__(self):
-        return self._rows           # a for loop takes the values straight from the underlying iterator
-
-    def __next__(self):
-        return next(self._rows)
-
-    def __getattr__(self, name):
-        return getattr(self._rows, name)        # what the underlying iterator has (close, ...)
-
-    def count(self):
-        return self._count_fn()
-
-    def explain(self):
-        return self._explain_fn()
 
 class CarrayBase:
     """The base of `carray` and of its parts: ``isinstance(x, CarrayBase)`` is how the parts, which the
@@ -204,15 +177,6 @@ def _handed_out(parts, skip, limit):
         yield _elements(vals)
 
 
-def _positions_cut(part, lo, hi):
-    """`rules.skip_limit`'s cut of a (start, positions) pair."""
-    return part[0], part[1][lo:hi]
-
-
-def _positions_size(part):
-    return part[1].size
-
-
 def _check_limit_skip(limit, skip):
     if limit is not None:
         limit = operator_index(limit, "limit")
@@ -240,53 +204,6 @@ def operator_index(value, name):
         return int(np.int64(value)) if isinstance(value, np.integer) else int(value.__index__())
     except (AttributeError, TypeError):
         raise TypeError(f"{name} must be an integer, got {value!r}") from None
-
-
-def _mask_blocks(mask, bounds):
-    """(all_true, decode) over the blocks `bounds` of the 1-d boolean `mask`: per block, whether its
-    statistics say it is all true, and whether it must be decoded (neither all true nor all false);
-    (None, None) when `mask` has no statistics."""
-    if isinstance(mask, np.ndarray) and mask.dtype == bool and mask.ndim == 1 and bounds:
-        # an evaluated mask (an expression's): its true rows counted per block, so that the values
-        # of a block without any are not read (on object storage: not fetched)
-        starts = np.fromiter((s for s, _ in bounds), np.intp, len(bounds))
-        sizes = np.fromiter((e - s for s, e in bounds), np.int64, len(bounds))
-        trues = np.add.reduceat(mask.view(np.uint8), starts, dtype=np.int64)
-        all_true = trues == sizes
-        return all_true.tolist(), ((trues > 0) & ~all_true).tolist()
-    get = getattr(mask, "chunk_stats", None)
-    if get is None or not bounds or getattr(mask, "ndim", 1) != 1:
-        return None, None
-    st = get()
-    if st is None or not len(st[0]):
-        return None, None
-    r = planner.block_ranges(st, bounds)
-    known = np.asarray(r.known, bool)
-    all_true = known & np.asarray(r.lo, bool)
-    all_false = known & ~np.asarray(r.hi, bool)
-    return all_true.tolist(), (~(all_true | all_false)).tolist()
-
-
-def _true_positions(mask, blen):
-    """(start, positions of the true rows from start) over the 1-d boolean `mask` in blocks of `blen`;
-    a carray's statistics tell the blocks all false (not read) and all true (not decoded)."""
-    n = len(mask)
-    bounds = [(s, min(s + blen, n)) for s in range(0, n, blen)]
-    known = None
-    get = getattr(mask, "chunk_stats", None)
-    if get is not None and bounds and getattr(mask, "ndim", 1) == 1:
-        st = get()
-        if st is not None and len(st[0]):
-            r = planner.block_ranges(st, bounds)
-            known, all_true, any_true = r.known, np.asarray(r.lo, bool), np.asarray(r.hi, bool)
-    for k, (s, e) in enumerate(bounds):
-        if known is not None and known[k]:
-            if not any_true[k]:
-                continue
-            if all_true[k]:
-                yield s, np.arange(e - s)
-                continue
-        yield s, np.flatnonzero(mask[s:e])
 
 
 class CarrayReads(CarrayBase):
@@ -382,8 +299,12 @@ class CarrayReads(CarrayBase):
     def _object_at(self, i):
         return self._chunks.unpickle(i)
 
-    def _eval_key(self, key, depth=4):
-        return _ce.eval(key, out_flavor="numpy", depth=depth)
+    def _selection(self, expression, frame):
+        """The `Selection` of an expression key or mask, its names resolved among the variables of
+        `frame` (the caller's), evaluated by ``defaults.vm``."""
+        expression = planner.rewrite_in(expression)
+        vm = _ce.check_vm(None)
+        return Selection(expression, _ce.caller_operands(expression, None, frame, vm), self._len, vm)
 
     def __getitem__(self, key):
         w = self._watch
@@ -448,7 +369,7 @@ class CarrayReads(CarrayBase):
                 off += len(sel)
             return out
         if isinstance(key, str):
-            return self[self._eval_key(key, depth=5)]     # the caller of __getitem__
+            return self[self._selection(key, sys._getframe(2)).evaluate()]     # the caller of __getitem__
         if isinstance(key, tuple):
             if len(key) == 0:
                 return self[:]
@@ -484,7 +405,7 @@ class CarrayReads(CarrayBase):
             if key.dtype == bool and key.ndim == 1:
                 # the mask's statistics skip its all-false chunks and give its all-true ones without
                 # decoding them; the positions come out ascending
-                parts = [idx + s for s, idx in _true_positions(key, key.chunklen)]
+                parts = [idx + s for s, idx in true_positions(key, key.chunklen)]
                 return self._take(np.concatenate(parts).astype(np.intp, copy=False) if parts
                                   else np.empty(0, np.intp), check_len=len(key), ascending=True)
             if key.dtype == bool:
@@ -683,10 +604,10 @@ class CarrayReads(CarrayBase):
         """
         if self._watch is not None:
             self._fresh()
-        expression = None
+        sel = None
         if isinstance(boolarr, str):
-            expression, frame = boolarr, sys._getframe(1)
-            boolarr = self._eval_key(boolarr)
+            sel = self._selection(boolarr, sys._getframe(1))
+            boolarr = sel.evaluate()
         if isinstance(boolarr, np.ndarray) and boolarr.dtype != bool or (
                 isinstance(boolarr, CarrayBase) and boolarr.dtype != bool):
             raise ValueError("`boolarr` must be of boolean type")
@@ -697,6 +618,8 @@ class CarrayReads(CarrayBase):
         if len(boolarr) != self._len:
             raise ValueError(f"`boolarr` has length {len(boolarr)}, the carray has {self._len}")
         limit, skip = _check_limit_skip(limit, skip)
+        if sel is None:
+            sel = Selection(boolarr, None, self._len, chunklen=self._chunklen)
         if getattr(boolarr, "ndim", 1) > 1:
             # NumPy's a[mask] for a mask over more than the first axis: the elements, one by one
             boolarr = np.asarray(boolarr[:] if isinstance(boolarr, CarrayBase) else boolarr)
@@ -706,84 +629,8 @@ class CarrayReads(CarrayBase):
                                  f"carray's leading dimensions)")
             found = iter(self[:][boolarr][skip:None if limit is None else skip + limit])
         else:
-            found = self._where_resident(boolarr, where_scalars, skip, limit)
-        if found is None:
-            found = itertools.chain.from_iterable(self._where(boolarr, limit, skip))
-
-        def count():
-            if hasattr(boolarr, "count_nonzero"):
-                total = int(boolarr.count_nonzero())
-            elif isinstance(boolarr, CarrayBase):
-                total = int(boolarr.sum())
-            else:
-                total = int(np.count_nonzero(boolarr))
-            total = max(0, total - skip)
-            return total if limit is None else min(total, limit)
-
-        def explain():
-            if expression is not None:
-                scope = dict(frame.f_globals)
-                scope.update(frame.f_locals)
-                return _ce.explain(expression, user_dict=scope)
-            if hasattr(boolarr, "explain"):
-                return boolarr.explain()
-            return Selection(boolarr, None, self._len, chunklen=self._chunklen).explain()
-        return Query(found, count, explain)
-
-    def _where(self, boolarr, limit, skip):
-        parts = self._where_resident(boolarr, select_ahead)
-        if parts is not None:
-            yield from _handed_out(parts, skip, limit)
-            return
-        if limit is None and not self._isobj and self.ndim == 1 and self._len:
-            # the mask and the values decoded and compacted a window of chunks at a time on every
-            # thread (blzarr.query.fused); this thread only hands out the selected values
-            cl = max(1, self._chunklen)
-            bounds = fused.block_bounds(self._len, cl)
-            # the mask's statistics tell the blocks all false (nothing decoded) and all true (only the
-            # values decoded); the others decode both and keep the selected values
-            all_true, decode = _mask_blocks(boolarr, bounds)
-            empty = np.empty(0, self._atom.base)
-
-            def pick(s, e, b):
-                if b is None:
-                    return self[s:e] if all_true[s // cl] else empty
-                return b["x"][np.flatnonzero(b["m"])]
-            sel = fused.map_blocks(bounds, fused.Decoder({"m": boolarr, "x": self}, cl), pick, decode=decode)
-            yield from _handed_out(sel, skip, None)
-            return
-        for s, idx in rules.skip_limit(_true_positions(boolarr, self._chunklen), skip, limit,
-                                       _positions_size, _positions_cut):
-            a = int(idx[0])
-            yield _elements(self[s + a:s + int(idx[-1]) + 1][idx - a])
-
-    def _where_resident(self, mask, how, *args):
-        """``how(...)`` (`chunk.where_scalars` or `chunk.select_ahead`) over this carray's chunks and the
-        mask's (a carray, or a NumPy array) when they are all in memory, else None."""
-        if self._isobj or self.ndim != 1 or not self._len:
-            return None
-        mine = self.resident_chunks()
-        if mine is None:
-            return None
-        if isinstance(mask, np.ndarray):
-            if mask.ndim != 1:
-                return None
-            theirs, mcl = ([], np.ascontiguousarray(mask)), max(1, len(mask))
-        else:
-            get = getattr(mask, "resident_chunks", None)
-            theirs = get() if get is not None and getattr(mask, "ndim", 1) == 1 else None
-            if theirs is None:
-                return None
-            mcl = mask.chunklen
-        cl = max(1, self._chunklen)
-        bounds = fused.block_bounds(self._len, cl)
-        all_true, decode = _mask_blocks(mask, bounds)
-        if decode is None:
-            modes = np.full(len(bounds), 2, np.uint8)
-        else:
-            modes = np.where(decode, 2, np.where(all_true, 1, 0)).astype(np.uint8)
-        return how(mine[0], np.ascontiguousarray(mine[1]), theirs[0], theirs[1], cl, mcl, self._atom.base,
-                   modes, *args)
+            found = sel.values(self, skip, limit, _elements)
+        return Query(found, lambda: sel.count(skip, limit), sel.explain)
 
     def wheretrue(self, limit=None, skip=0):
         """Iterate over the positions where this boolean carray is true."""
@@ -795,7 +642,6 @@ class CarrayReads(CarrayBase):
         return itertools.chain.from_iterable(self._wheretrue(limit, skip))
 
     def _wheretrue(self, limit, skip):
-        for s, idx in rules.skip_limit(_true_positions(self, self._chunklen), skip, limit,
-                                       _positions_size, _positions_cut):
+        for s, idx in Selection(self, None, self._len).true_positions(self._chunklen, skip, limit):
             yield (idx + s).tolist()
 

@@ -548,7 +548,7 @@ class CarrayWrites(CarrayBase):
         if self._isobj:
             raise NotImplementedError("assignment to object carrays is not supported")
         if isinstance(key, str):
-            key = self._eval_key(key)
+            key = self._selection(key, sys._getframe(1)).evaluate()
         if isinstance(key, tuple):
             if len(key) == 0:
                 key = slice(None)

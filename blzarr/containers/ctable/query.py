@@ -11,9 +11,8 @@ from blzarr.query import chunked_eval as _ce
 from blzarr.query import planner
 from blzarr.query import rules
 from blzarr.containers.carray.array import carray, operator_index
-from blzarr.containers.carray.read import Query
 from blzarr.containers.ctable.read import NROW
-from blzarr.query.selection import Selection
+from blzarr.query.selection import Query, Selection
 from blzarr.runtime.optional import have
 from blzarr.runtime.params import defaults
 
