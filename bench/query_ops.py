@@ -24,6 +24,7 @@ The operations:
     ct_fetch_ct     fetchwhere(...) into a new ctable
     ct_range        fetchwhere of a range of the sorted column (the planner skips blocks)
     ct_mask         where over a boolean carray mask, iterated
+    ct_count_mask   where(mask).count() over a boolean carray mask
     ct_explain      explain(...)
     ct_getitem      t["expression"]
     c_where_sl      the values of the on-disk carray where a mask holds, skip=10, limit=5000
@@ -51,7 +52,7 @@ import blzarr
 
 ROWS = 200_000
 OPS = ("ct_where", "ct_where_sl", "ct_blocks", "ct_count", "ct_fetch", "ct_fetch_sl", "ct_fetch_ct",
-       "ct_range", "ct_mask", "ct_explain", "ct_getitem", "c_where_sl", "c_wheretrue", "c_iter_sl",
+       "ct_range", "ct_mask", "ct_count_mask", "ct_explain", "ct_getitem", "c_where_sl", "c_wheretrue", "c_iter_sl",
        "c_where_expr", "c_where_mem", "c_where_big", "c_where_disk", "c_where_dexpr", "c_where_obj",
        "c_getitem", "c_count", "c_explain")
 QUERY = "(b > 0.3) & (b < 0.31) & (k != 5)"
@@ -84,6 +85,8 @@ def setup(op, tmp):
         return lambda: t.fetchwhere(RANGE, out_flavor="numpy")
     if op == "ct_mask":
         return lambda: sum(1 for _ in t.where(mask, outcols=["a"]))
+    if op == "ct_count_mask":
+        return lambda: t.where(mask).count()
     if op == "ct_explain":
         return lambda: str(t.explain(RANGE))
     if op == "ct_getitem":

@@ -148,8 +148,12 @@ class Selection:
             raise ValueError(f"the expression {expression!r} gives {s} values for {n} rows")
 
     def positions(self):
-        """The row numbers of all the matching rows (`numpy.intp`)."""
-        parts = [(idx + s) for s, m in self.mask_blocks() for idx in (np.flatnonzero(m),) if idx.size]
+        """The row numbers of all the matching rows (`numpy.intp`); a chunked mask's statistics skip
+        its all-false blocks and give its all-true ones without decoding them."""
+        if self.mask is not None and getattr(self.mask, "ndim", 1) == 1:
+            parts = [idx + s for s, idx in true_positions(self.mask, self.blen) if idx.size]
+        else:
+            parts = [(idx + s) for s, m in self.mask_blocks() for idx in (np.flatnonzero(m),) if idx.size]
         return np.concatenate(parts).astype(np.intp) if parts else np.empty(0, np.intp)
 
     # ------------------------------------------------------------------ the rows
@@ -272,8 +276,7 @@ class Selection:
                 yield elements(vals)
             return
         for s, idx in self.true_positions(target.chunklen, skip, limit):
-            a = int(idx[0])
-            yield elements(target[s + a:s + int(idx[-1]) + 1][idx - a])
+            yield elements(rules.gather(target, s, idx))
 
 
 def _true_count(mask):

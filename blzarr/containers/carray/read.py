@@ -14,7 +14,7 @@ from blzarr.query import fused
 from blzarr.containers import indexing as ix
 from blzarr.query import planner
 from blzarr.query import rules
-from blzarr.query.selection import Query, Selection, true_positions  # noqa: F401 (Query: ctable's too)
+from blzarr.query.selection import Query, Selection  # noqa: F401 (Query: ctable's too)
 from blzarr.storage.blockcache import disk_blocks, new_generation
 from blzarr.storage.chunk import take_chunks
 from blzarr.runtime.params import get_nthreads
@@ -405,9 +405,8 @@ class CarrayReads(CarrayBase):
             if key.dtype == bool and key.ndim == 1:
                 # the mask's statistics skip its all-false chunks and give its all-true ones without
                 # decoding them; the positions come out ascending
-                parts = [idx + s for s, idx in true_positions(key, key.chunklen)]
-                return self._take(np.concatenate(parts).astype(np.intp, copy=False) if parts
-                                  else np.empty(0, np.intp), check_len=len(key), ascending=True)
+                return self._take(Selection(key, None, len(key)).positions(), check_len=len(key),
+                                  ascending=True)
             if key.dtype == bool:
                 return self._take(np.concatenate([np.flatnonzero(b) + s for s, b in
                                                   _iter_blocks(key)]) if len(key) else np.empty(0, np.intp),

@@ -7,6 +7,7 @@ from collections import namedtuple
 import numpy as np
 
 from blzarr.containers.carray.read import _elements
+from blzarr.query.selection import Selection
 
 # the name of the row-number pseudo-column in outcols
 NROW = "nrow__"
@@ -46,9 +47,7 @@ class CtableReads(CtableBase):
     def _mask_positions(self, mask):
         if len(mask) != self._len:
             raise IndexError(f"boolean index has length {len(mask)}, the ctable has {self._len} rows")
-        parts = [np.flatnonzero(mask[s:s + mask.chunklen]) + s
-                 for s in range(0, len(mask), max(mask.chunklen, 1))]
-        return np.concatenate(parts) if parts else np.empty(0, np.intp)
+        return Selection(mask, None, self._len).positions()
 
     def __iter__(self):
         return self.iter()
