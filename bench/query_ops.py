@@ -39,6 +39,8 @@ The operations:
     c_getitem       the in-memory carray's a["expression"]
     c_count         the in-memory carray's where("expression").count()
     c_explain       the in-memory carray's where("expression").explain()
+    c_getitem_mask  the in-memory carray's a[boolean carray] (10%)
+    ct_getitem_mask the table's t[boolean carray] (10%)
 """
 
 import os
@@ -54,7 +56,7 @@ ROWS = 200_000
 OPS = ("ct_where", "ct_where_sl", "ct_blocks", "ct_count", "ct_fetch", "ct_fetch_sl", "ct_fetch_ct",
        "ct_range", "ct_mask", "ct_count_mask", "ct_explain", "ct_getitem", "c_where_sl", "c_wheretrue", "c_iter_sl",
        "c_where_expr", "c_where_mem", "c_where_big", "c_where_disk", "c_where_dexpr", "c_where_obj",
-       "c_getitem", "c_count", "c_explain")
+       "c_getitem", "c_count", "c_explain", "c_getitem_mask", "ct_getitem_mask")
 QUERY = "(b > 0.3) & (b < 0.31) & (k != 5)"
 CQUERY = "(c > 0.3) & (c < 0.31)"
 RANGE = "(a >= 50_000) & (a < 52_000)"
@@ -120,6 +122,10 @@ def setup(op, tmp):
         o = blzarr.carray(np.array([str(x) for x in range(20_000)], dtype=object), chunklen=4096)
         om = blzarr.carray(b[:20_000] > 0.5, chunklen=4096)
         return lambda: sum(1 for _ in o.where(om))
+    if op == "c_getitem_mask":
+        return lambda: c[mask]
+    if op == "ct_getitem_mask":
+        return lambda: t[mask]
     if op == "c_getitem":
         return lambda: c[CQUERY]
     if op == "c_count":

@@ -242,22 +242,23 @@ class Selection:
     def values(self, target, skip=0, limit=None, elements=iter):
         """An iterator over the values of `target` at the true rows of the mask, one by one, the first
         `skip` left out and at most `limit` (None: all) given.  `target` is an array of `n` rows that
-        can be sliced and has a `chunklen` (its blocks); `elements(block)` hands out the values of an
+        can be sliced and has a `chunklen` (its blocks; its length is not asked again, which a reader
+        of another process's writes would check its version for); `elements(block)` hands out the values of an
         array of them (the target's own iteration).  A one-dimensional target whose chunks and mask are
         all in memory starts now (its first chunk may be decoded here); the others at the first value."""
-        found = _resident(target, self.mask, where_scalars, skip, limit)
+        found = _resident(target, self.n, self.mask, where_scalars, skip, limit)
         if found is None:
             found = itertools.chain.from_iterable(self._value_parts(target, skip, limit, elements))
         return found
 
     def _value_parts(self, target, skip, limit, elements):
         mask = self.mask
-        parts = _resident(target, mask, select_ahead)
+        parts = _resident(target, self.n, mask, select_ahead)
         if parts is not None:
             for vals in rules.skip_limit(parts, skip, limit):
                 yield elements(vals)
             return
-        n, cl = len(target), max(1, target.chunklen)
+        n, cl = self.n, max(1, target.chunklen)
         if limit is None and target.dtype.kind != "O" and target.ndim == 1 and n:
             # the mask and the values decoded and compacted a window of chunks at a time on every
             # thread (blzarr.query.fused); this thread only hands out the selected values
@@ -276,7 +277,11 @@ class Selection:
                 yield elements(vals)
             return
         for s, idx in self.true_positions(target.chunklen, skip, limit):
-            yield elements(rules.gather(target, s, idx))
+            # the range of the block's first to last position, then a pick: the positions lie in one
+            # chunk, whose one decode costs less than `rules.gather`'s row by row gather of sparse
+            # rows (a tenth of a chunk's rows: a fifth more instructions)
+            a = int(idx[0])
+            yield elements(target[s + a:s + int(idx[-1]) + 1][idx - a])
 
 
 def _true_count(mask):
@@ -345,10 +350,10 @@ def true_positions(mask, blen):
         yield s, np.flatnonzero(mask[s:e])
 
 
-def _resident(target, mask, how, *args):
-    """``how(...)`` (`chunk.where_scalars` or `chunk.select_ahead`) over the chunks of `target` and of
-    `mask` (a chunked array, or a NumPy array) when they are all in memory, else None."""
-    if target.dtype.kind == "O" or target.ndim != 1 or not len(target):
+def _resident(target, n, mask, how, *args):
+    """``how(...)`` (`chunk.where_scalars` or `chunk.select_ahead`) over the chunks of `target` (`n`
+    rows) and of `mask` (a chunked array, or a NumPy array) when they are all in memory, else None."""
+    if target.dtype.kind == "O" or target.ndim != 1 or not n:
         return None
     get = getattr(target, "resident_chunks", None)
     mine = get() if get is not None else None
@@ -365,7 +370,7 @@ def _resident(target, mask, how, *args):
             return None
         mcl = mask.chunklen
     cl = max(1, target.chunklen)
-    bounds = fused.block_bounds(len(target), cl)
+    bounds = fused.block_bounds(n, cl)
     all_true, decode = mask_classes(mask, bounds)
     if decode is None:
         modes = np.full(len(bounds), 2, np.uint8)
