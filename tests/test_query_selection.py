@@ -113,3 +113,92 @@ def test_where_reads_the_callers_variables_at_the_call():
     bq = bt.where("a > lo")
     lo = 8
     assert [int(r.a) for r in bq] == want
+
+
+# ---------------------------------------------------------------- one array's values (carray.where)
+def _chunked_mask(rng, n, chunklen, pattern):
+    """A boolean mask of `n` values whose chunks of `chunklen` are all false, all true or random, so
+    that a carray of it has the statistics that skip blocks or take them whole."""
+    mask = np.zeros(n, bool)
+    for k, s in enumerate(range(0, n, chunklen)):
+        how = pattern[k % len(pattern)]
+        e = min(s + chunklen, n)
+        mask[s:e] = True if how == "T" else False if how == "F" else rng.random(e - s) < 0.2
+    return mask
+
+
+@pytest.fixture(scope="module")
+def disk_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("values")
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2 ** 32 - 1), n=st.integers(1, 9000), pattern=st.sampled_from(["R", "TFR", "FFT", "T"]),
+       mask_kind=st.sampled_from(["numpy", "carray"]), where=st.sampled_from(["memory", "blz", "bcolz"]),
+       dtype=st.sampled_from(["f8", "i4", "c16", "U3"]), skip=st.integers(0, 3000),
+       limit=st.one_of(st.none(), st.integers(0, 3000)))
+def test_values_at_the_true_rows_equal_numpys(disk_dir, seed, n, pattern, mask_kind, where, dtype, skip, limit):
+    """`Selection.values` (and carray.where over it) gives NumPy's ``target[mask][skip:skip + limit]``
+    by each of its strategies: chunks in memory (the C iterator for plain dtypes, the producer thread
+    for others), on disk (the fused engine without a limit, the positions with one), masks with and
+    without statistics."""
+    rng = np.random.default_rng(seed)
+    values = (rng.random(n) * 1000).astype(dtype)
+    mask = _chunked_mask(rng, n, 512, pattern)
+    if where == "memory":
+        target = blzarr.carray(values, chunklen=512)
+    else:
+        root = str(disk_dir / f"{where}-{seed}-{n}")
+        target = blzarr.carray(values, chunklen=512, rootdir=root, mode="w", format=where)
+        target.flush()
+        target = blzarr.open(root, mode="r")
+    m = mask if mask_kind == "numpy" else blzarr.carray(mask, chunklen=512)
+    want = values[mask][skip:None if limit is None else skip + limit].tolist()
+    sel = Selection(m, None, n)
+    assert list(sel.values(target, skip, limit, lambda block: block.tolist())) == want
+    assert list(target.where(m, skip=skip, limit=limit)) == want
+    assert target.where(m, skip=skip, limit=limit).count() == len(want)
+    assert np.array_equal(sel.positions(), np.flatnonzero(mask))
+    assert np.array_equal(target[m], values[mask])
+
+
+def test_positions_of_a_mask_with_statistics_equal_numpys():
+    """A chunked mask's positions (a[mask], t[mask], wheretrue) skip its all-false chunks and take its
+    all-true ones from the statistics, with NumPy's result."""
+    rng = np.random.default_rng(3)
+    mask = _chunked_mask(rng, 20_000, 1000, "TFRFT")
+    cm = blzarr.carray(mask, chunklen=1000)
+    assert cm.chunk_stats() is not None
+    v = rng.random(20_000)
+    t = blzarr.ctable([np.arange(20_000), v], names=["i", "v"], chunklen=1500)
+    got = Selection(cm, None, len(cm)).positions()
+    assert got.dtype == np.intp and np.array_equal(got, np.flatnonzero(mask))
+    assert np.array_equal(t[cm]["v"], v[mask]) and np.array_equal(t[cm]["i"], np.flatnonzero(mask))
+    assert np.array_equal(blzarr.carray(v, chunklen=700)[cm], v[mask])
+    assert list(cm.wheretrue(skip=10, limit=5000)) == np.flatnonzero(mask)[10:5010].tolist()
+
+
+def test_evaluate_makes_a_boolean_result_the_mask():
+    a = blzarr.carray(np.arange(10_000), chunklen=1000)
+    sel = Selection("a % 3 == 0", {"a": a}, len(a))
+    got = sel.evaluate()
+    assert np.array_equal(got, np.arange(10_000) % 3 == 0) and sel.mask is got
+    assert sel.count(skip=5) == 3334 - 5                 # the mask counted, not evaluated again
+    assert sel.explain().expression == "a % 3 == 0"     # the plan is the expression's
+    numbers = Selection("a * 2", {"a": a}, len(a))
+    assert np.array_equal(numbers.evaluate(), np.arange(10_000) * 2) and numbers.mask is None
+
+
+def test_carray_where_resolves_and_plans_its_expression_at_the_call():
+    """carray.where, as ctable.where, resolves the names when it is called: explain() later plans the
+    values the rows were selected with; an ``in`` is planned as it is evaluated (rewritten), so a
+    carray's plan equals a table's."""
+    c = blzarr.carray(np.arange(100_000) // 10, chunklen=10_000)
+    lo = 9_500
+    q = c.where("c >= lo")
+    lo = 0
+    assert str(q.explain()).startswith("10 blocks: 9 skipped") and q.count() == 5_000
+    t = blzarr.ctable([c], names=["c"])
+    for e in ["c in (3, 7_000)", "(c > 10) & (c not in (11, 12))"]:
+        assert c.where(e).explain().summary() == t.where(e).explain().summary()
+        assert list(c.where(e)) == [int(r[0]) for r in t.where(e, outcols="c", out_flavor=tuple)]
