@@ -40,6 +40,7 @@ The operations:
     c_count         the in-memory carray's where("expression").count()
     c_explain       the in-memory carray's where("expression").explain()
     c_getitem_mask  the in-memory carray's a[boolean carray] (10%)
+    c_count_mask    the in-memory carray's where(boolean carray).count()
     ct_getitem_mask the table's t[boolean carray] (10%)
 """
 
@@ -56,7 +57,8 @@ ROWS = 200_000
 OPS = ("ct_where", "ct_where_sl", "ct_blocks", "ct_count", "ct_fetch", "ct_fetch_sl", "ct_fetch_ct",
        "ct_range", "ct_mask", "ct_count_mask", "ct_explain", "ct_getitem", "c_where_sl", "c_wheretrue", "c_iter_sl",
        "c_where_expr", "c_where_mem", "c_where_big", "c_where_disk", "c_where_dexpr", "c_where_obj",
-       "c_getitem", "c_count", "c_explain", "c_getitem_mask", "ct_getitem_mask")
+       "c_getitem", "c_count", "c_explain", "c_getitem_mask", "ct_getitem_mask",
+       "c_count_mask")
 QUERY = "(b > 0.3) & (b < 0.31) & (k != 5)"
 CQUERY = "(c > 0.3) & (c < 0.31)"
 RANGE = "(a >= 50_000) & (a < 52_000)"
@@ -124,6 +126,8 @@ def setup(op, tmp):
         return lambda: sum(1 for _ in o.where(om))
     if op == "c_getitem_mask":
         return lambda: c[mask]
+    if op == "c_count_mask":
+        return lambda: c.where(mask).count()
     if op == "ct_getitem_mask":
         return lambda: t[mask]
     if op == "c_getitem":

@@ -12,7 +12,8 @@ gives): a boolean result of one value per row then becomes its mask, and `values
 values of one array at its true rows, by the fastest strategy the arrays allow (a carray's `where`):
 all in memory, one C iterator over the chunks; else a producer thread that compacts a window of
 chunks ahead; else the fused engine, the mask and the values decoded a block at a time on every
-thread; with a limit, only the positions up to it.
+thread; with a limit (or values of objects or of several dimensions), the true positions block by
+block, cut by `skip` and `limit` before any value is read.
 
 An output (of `rows` and `fetch`) is what `chunked_eval.select_blocks` takes: ``("positions",
 None)`` for the row numbers, ``("operand", name)`` for an operand the expression reads (compacted from
@@ -154,7 +155,7 @@ class Selection:
             parts = [idx + s for s, idx in true_positions(self.mask, self.blen) if idx.size]
         else:
             parts = [(idx + s) for s, m in self.mask_blocks() for idx in (np.flatnonzero(m),) if idx.size]
-        return np.concatenate(parts).astype(np.intp) if parts else np.empty(0, np.intp)
+        return np.concatenate(parts).astype(np.intp, copy=False) if parts else np.empty(0, np.intp)
 
     # ------------------------------------------------------------------ the rows
     def blocks(self, outputs):
@@ -208,8 +209,12 @@ class Selection:
         """How many rows `rows` gives (`skip` and `limit` applied), counted without building them."""
         total = None
         expression = self.expression
-        if self.mask is not None:
-            total = _true_count(self.mask)
+        mask = self.mask
+        if mask is not None:
+            if hasattr(mask, "count_nonzero"):
+                total = int(mask.count_nonzero())       # a lazy expression counts its own
+            elif isinstance(mask, np.ndarray):
+                total = int(np.count_nonzero(mask))
         elif self.vm != "dask":
             if self.n and any(_ce._is_array(v) for v in self.operands.values()):
                 e = LazyExpr(expression, self.operands, self.vm, self.blen)
@@ -282,16 +287,6 @@ class Selection:
             # rows (a tenth of a chunk's rows: a fifth more instructions)
             a = int(idx[0])
             yield elements(target[s + a:s + int(idx[-1]) + 1][idx - a])
-
-
-def _true_count(mask):
-    """The number of true values of a boolean `mask` (a lazy expression counts them itself, a chunked
-    array sums them, NumPy counts them)."""
-    if hasattr(mask, "count_nonzero"):
-        return int(mask.count_nonzero())
-    if not isinstance(mask, np.ndarray) and hasattr(mask, "sum"):
-        return int(mask.sum())
-    return int(np.count_nonzero(mask))
 
 
 def _positions_cut(part, lo, hi):
