@@ -14,7 +14,7 @@ from blzarr.query import fused
 from blzarr.containers import indexing as ix
 from blzarr.query import planner
 from blzarr.query import rules
-from blzarr.query.selection import Query, Selection  # noqa: F401 (Query: ctable's too)
+from blzarr.query.selection import Query, Selection
 from blzarr.storage.blockcache import disk_blocks, new_generation
 from blzarr.storage.chunk import take_chunks
 from blzarr.runtime.params import get_nthreads
