@@ -1,4 +1,4 @@
-"""`Selection`: one query over the rows of a table, everything its steps share in one object.
+"""`Selection`: one query over the rows of a table or an array, all its steps share in one object.
 
 A selection holds the query (a boolean expression, its ``in`` already rewritten, or a boolean mask),
 the operands its names were resolved to, the number of rows, the block length (`rules.block_length`)
