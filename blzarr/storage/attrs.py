@@ -89,6 +89,12 @@ class attrs:
         if self._path is not None:
             write_json(self._path, self._data)
 
+    def moved_to(self, rootdir, path):
+        """The directory was renamed to `rootdir` (a new one published): its file is `path` now (the
+        attributes held are what was written there)."""
+        self.rootdir = rootdir
+        self._path = path
+
     def reload(self):
         """Read the attributes again from the file (another process may have changed them)."""
         if self._path is not None and not isinstance(self._path, ObjectPath) and os.path.exists(self._path):

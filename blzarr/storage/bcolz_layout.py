@@ -106,6 +106,14 @@ class BcolzDir:
     def _after_open_for_write(self):
         self._guard.opened()
 
+    def moved_to(self, rootdir):
+        """The directory this store wrote under a hidden name was renamed to `rootdir` (published):
+        go on there (chunk files are opened per read: nothing else names the old path)."""
+        self.bytestore.moved_to(rootdir)
+        self.rootdir = self.bytestore.root
+        self.datadir = self.bytestore.where(DATA_DIR)
+        self.metadir = self.bytestore.where(META_DIR)
+
     def _check_sole_writer(self):
         """Before the first upload after a flush (where there is no lock): meta/sizes must be as this
         writer left it."""

@@ -362,6 +362,11 @@ class LocalStore(ByteStore):
         """The local path of `key` (no URL to tell apart: the layouts ask it for every message path)."""
         return self._p(key)
 
+    def moved_to(self, root):
+        """The directory was renamed to `root` (a stage published by `blzarr.storage.intent`): name
+        it there from now on.  Descriptors opened in it stay valid (they name inodes, not paths)."""
+        self.root = os.fspath(root)
+
     def child(self, name):
         return LocalStore(self._p(name))
 

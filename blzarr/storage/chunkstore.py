@@ -441,6 +441,11 @@ class LayoutChunks(ChunkStore):
     def attrs_path(self):
         return self.layoutdir.attrs_path
 
+    def moved_to(self, rootdir):
+        """The directory was renamed to `rootdir` (a new one published): go on there."""
+        self.layoutdir.moved_to(rootdir)
+        self.rootdir = self.layoutdir.rootdir
+
 
 class MemoryChunks(list, ChunkStore):
     """The full chunks of an in-memory carray: a list of `chunk` objects."""

@@ -77,13 +77,16 @@ class NewTree:
     files and renames, and not synced one by one.  Writing meta/sizes (the first flush) writes it in
     place too and publishes the tree: every file written through `atomic_write` or handed over by
     the store (`sync_later`: its chunk files), meta/sizes, the new directories and the root's
-    parent are synced, once each, in one barrier (`sync_together`).  Syncs issued together after all
+    parent are synced, once each, in one barrier (`sync_together`).  A root that a rename puts in
+    place afterwards (`renamed`: a stage of `blzarr.storage.intent`, which syncs the parent after
+    the rename) leaves its parent out: that later sync covers the root's name too.  Syncs issued together after all
     the writes cost about one journal commit, where a sync per file, in turn, cost one each."""
 
-    def __init__(self, root):
+    def __init__(self, root, renamed=False):
         self.root = os.path.abspath(os.fspath(root))
         self.files = {}             # paths written in place (ordered), synced by publish
         self.dirs = {}              # directories made inside the root, synced by publish
+        self.renamed = renamed      # published by a rename followed by a sync of the parent
 
     def write(self, path, data):
         fileio.write_new(path, data)
@@ -107,7 +110,8 @@ class NewTree:
             return                  # inside a directory built whole: its own barrier covers this one
         dirs = set(self.dirs) | {os.path.dirname(p) for p in self.files}
         dirs.add(self.root)
-        dirs.add(os.path.dirname(self.root))
+        if not self.renamed:
+            dirs.add(os.path.dirname(self.root))
         sync_together(list(self.files), sorted(dirs, key=lambda d: -d.count(os.sep)))
 
     def close(self):
@@ -206,9 +210,10 @@ def sync_together(paths, dirs=()):
         raise errors[0]
 
 
-def new_tree(root):
-    """Register `root`, a directory about to be created, as a `NewTree` and return it."""
-    tree = NewTree(root)
+def new_tree(root, renamed=False):
+    """Register `root`, a directory about to be created, as a `NewTree` and return it (`renamed`:
+    see `NewTree`)."""
+    tree = NewTree(root, renamed)
     with _new_trees_lock:
         _new_trees[tree.root] = tree
     return tree

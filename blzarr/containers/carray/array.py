@@ -327,7 +327,7 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
             self._rootdir = stage or final
             # nothing in the new directory is promised before its first flush writes meta/sizes: its
             # files are written in place and synced together then (files.NewTree)
-            tree = new_tree(self._rootdir)
+            tree = new_tree(self._rootdir, renamed=stage is not None)
             try:
                 self._chunks = self._create_store()
                 self._ondisk = True
@@ -374,24 +374,22 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
 
     def _publish_stage(self, stage, final):
         """Put the complete directory `stage` this carray was just written in at `final`, and go on
-        writing there."""
-        stage_lock = self.__dict__.pop("_dirlock", None)
-        old_store = self._chunks.layoutdir
-        old_store.close()
-        if stage_lock is not None:
-            stage_lock.release()
+        writing there.  The rename moves the directory itself: its files, and the lock taken on it
+        as the stage, stay this carray's, so nothing is opened again or read back (the store's
+        descriptors are closed first, as a directory with files open in it may not be renamed
+        everywhere; they reopen at the next use)."""
+        self._chunks.layoutdir.close()
         intent.publish(stage, final)
         self._rootdir = final
-        self._dirlock = lock_dir(final)
-        store = open_dir(final, "a", None)
-        nchunks, nleft = self._split(self._len)
-        self._chunks = open_chunks(store, final, "a", self._chunk_atom, self._chunklen, nchunks,
-                                   nchunks + (1 if nleft else 0), self._isobj)
-        fps = getattr(old_store, "_fps", None)
-        if fps is not None and hasattr(store, "_fps"):
-            store._fps.update(fps)      # the chunks' fingerprints, as written (the same files)
+        self._chunks.moved_to(final)
+        lock = self.__dict__.get("_dirlock")
+        if lock is not None:
+            lock.path = final
+        rec = self.__dict__.get("_recw")
+        if rec is not None:
+            rec.path = commitrec.record_path(final)     # (its descriptor: the same file)
         self._opened_len = self._len
-        self._attrs = _attrs(final, "a", path=self._chunks.attrs_path)
+        self._attrs.moved_to(final, self._chunks.attrs_path)
 
     @property
     def _chunk_atom(self):

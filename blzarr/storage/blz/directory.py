@@ -519,6 +519,17 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         self.bytestore.create_dirs([DATA_DIR, META_DIR])
         self._guard.created()
 
+    def moved_to(self, rootdir):
+        """The directory this store wrote under a hidden name was renamed to `rootdir` (published):
+        go on there with what the store holds (descriptors, file states, caches: the same files)."""
+        with self._lock:
+            self.bytestore.moved_to(rootdir)
+            self.rootdir = self.bytestore.root
+            self.datadir = self.bytestore.where(DATA_DIR)
+            self.metadir = self.bytestore.where(META_DIR)
+            for f in self._files.values():
+                f.path = self._path(f.fno)
+
     def _barrier(self, fd):
         """Make what was written to `fd` durable (when writers sync)."""
         if self._fio.syncs():
