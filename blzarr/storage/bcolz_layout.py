@@ -26,7 +26,7 @@ from blzarr.storage.chunkstore import LayoutChunks
 from blzarr.errors import FormatError, MissingError, ReadOnlyError, StorageError
 from blzarr.storage.locking import first_write
 from blzarr.storage.files import (ATTRS_FILE, DATA_DIR, IN_FLIGHT, META_DIR, SIZES_FILE, _new_file_mode,
-                                  new_tree_of, reraise_write_error)
+                                  new_tree_of, reraise_write_error, sync_together)
 from blzarr.runtime import forksafe
 
 CHUNK_EXT = ".blp"
@@ -83,6 +83,8 @@ class BcolzDir:
         self.datadir = self.bytestore.where(DATA_DIR)
         self.metadir = self.bytestore.where(META_DIR)
         self._dir_unsynced = False       # chunk files renamed or removed since the last sync()
+        self._unsynced = {}              # path -> None: chunk files created in place, not yet synced
+        self._staged_unsynced = set()    # names of staged files whose bytes are not synced yet
         self._listing = None             # {name: size} of data/, listed once
         self._guard = self.bytestore.writer_guard(f"{META_DIR}/{SIZES_FILE}")
         self._checked = False            # no other writer seen since the last flush
@@ -255,8 +257,10 @@ class BcolzDir:
                     f"'{self.meta_path(SIZES_FILE)}' implies {n} full chunk files)")
 
     def write_chunk(self, n, data):
-        # durable: the file's bytes reach the disk before its name does (fsync before the rename);
-        # the name itself is made durable by sync(), before meta/sizes counts the chunk
+        # A chunk file that does not exist yet is named by no meta/sizes (a committed one exists), so
+        # it is written in place, unsynced: the flush syncs it with data/ in one barrier before
+        # meta/sizes counts it (`sync`).  One that exists may be the committed short last chunk: it
+        # is replaced through a synced temporary file, so that a crash leaves its old or new bytes.
         self._check_sole_writer()
         payload = BLP_HEADER + bytes(data)
         name = f"__{n}{CHUNK_EXT}"
@@ -264,6 +268,10 @@ class BcolzDir:
         if staged is not None:
             self._unlink_staged(staged[0])      # written over before it was switched
         self._dir_unsynced = True
+        if self._create_new(n, payload):
+            if self._listing is not None:
+                self._listing[name] = len(payload)
+            return
         try:
             # where there is no lock, a conditional put: refused when another writer replaced or created it
             self._guard.put(self._key(n), payload, self._seen(name), parents=False, sync_dir=False)
@@ -277,6 +285,41 @@ class BcolzDir:
             self._guard.put(self._key(n), payload, self._seen(name), parents=False, sync_dir=False)
         if self._listing is not None:
             self._listing[name] = len(payload)
+
+    def _create_new(self, n, payload):
+        """Write data/__n.blp in place when no file has that name (True); False, nothing written,
+        where that cannot be done (the file exists, data/ is missing, object storage, a directory
+        being created, whose store writes every file in place already)."""
+        store = self.bytestore
+        if store.remote or not (store.has_dirs and store.in_place_writes) or new_tree_of(self.rootdir) is not None:
+            return False
+        path = self.chunk_path(n)
+        try:
+            fd = fileio.open(path, "new")       # the permissions of open(): umask applied
+        except (FileExistsError, FileNotFoundError):
+            return False
+        except OSError as e:
+            raise StorageError(f"cannot write '{path}': {e}") from None
+        try:
+            fileio.fill(fd, payload)
+        except BaseException:
+            reraise_write_error(path, path)     # (named by nothing: removed)
+        if store.syncs():
+            self._unsynced[path] = None
+        return True
+
+    def _sync_files(self, with_dir):
+        """One barrier (`files.sync_together`): the chunk files created in place and the staged files
+        not synced yet, and data/ itself when `with_dir` (the names made or removed there)."""
+        files = list(self._unsynced)
+        files += [self.bytestore.where(f"{DATA_DIR}/{name}") for name in sorted(self._staged_unsynced)]
+        dirs = [self.datadir] if with_dir and self.bytestore.syncs() and self.bytestore.isdir(DATA_DIR) else []
+        if files or dirs:
+            sync_together(files, dirs)
+        self._unsynced.clear()
+        self._staged_unsynced.clear()
+        if dirs:
+            self._dir_unsynced = False
 
     # ---- rewrites: a new file beside the chunk's, renamed over it at the next sync (rewrite.py)
     def can_stage(self, n=None):
@@ -304,18 +347,22 @@ class BcolzDir:
                     raise
                 self.bytestore.makedirs(DATA_DIR, exist_ok=True)    # an empty data/ lost by a copy
                 fd = fileio.open(path, "new", 0o600)
-            fileio.fill(fd, payload, self.bytestore.syncs(), _new_file_mode(final))
+            # synced with the flush's other files (`_sync_files`), before its rename
+            fileio.fill(fd, payload, False, _new_file_mode(final))
         except BaseException:
             reraise_write_error(path, None if fd is None else path)
         IN_FLIGHT.add(os.path.abspath(path))
         old = self._staged.get(n)
         self._staged[n] = (name, len(payload))
+        if self.bytestore.syncs():
+            self._staged_unsynced.add(name)
         if old is not None:
             self._unlink_staged(old[0])
 
     def _unlink_staged(self, name):
         path = self.bytestore.where(f"{DATA_DIR}/{name}")
         IN_FLIGHT.discard(os.path.abspath(path))
+        self._staged_unsynced.discard(name)
         try:
             fileio.unlink(path)
         except FileNotFoundError:
@@ -341,12 +388,14 @@ class BcolzDir:
         record's entry of this directory), None when nothing is staged."""
         if not self._staged:
             return None
-        if self.bytestore.syncs():
-            self.bytestore.sync_dir(DATA_DIR)
+        self._sync_files(with_dir=True)     # the staged files' bytes and names, the new chunk files
         return {"layout": "bcolz", "renames": {str(n): name for n, (name, _) in sorted(self._staged.items())}}
 
     def switch_pending(self):
-        """Rename every staged file over its chunk's file (each rename one step for readers)."""
+        """Rename every staged file over its chunk's file (each rename one step for readers), its
+        bytes synced first."""
+        if self._staged_unsynced:
+            self._sync_files(with_dir=False)
         for n in sorted(self._staged):
             name, size = self._staged[n]
             path = self.bytestore.where(f"{DATA_DIR}/{name}")
@@ -360,9 +409,12 @@ class BcolzDir:
 
     def sync(self, announce=None):
         """Switch the staged rewrites (more than one under a rewrite record, `blzarr.storage.rewrite`),
-        then make the chunk files written, renamed or removed since the last sync durable (their
-        directory; their bytes were synced before their rename).  A flush calls it before replacing
-        meta/sizes."""
+        then make the chunk files written, renamed or removed since the last sync durable.  A flush
+        calls it before replacing meta/sizes.
+
+        Serial rounds of syncs: with no rewrite staged, one (the files created in place and data/
+        together); with one (the short last chunk's file), three (its bytes and the new files; the
+        rename; data/)."""
         rewrite.clear_stale(self)
         if len(self._staged) > 1:
             plan = self.prepare_switch()
@@ -370,8 +422,8 @@ class BcolzDir:
                                  self.switch_pending, announce)
         elif self._staged:
             self.switch_pending()
-        if self._dir_unsynced and self.bytestore.syncs() and self.bytestore.isdir(DATA_DIR):
-            self.bytestore.sync_dir(DATA_DIR)
+        if (self._dir_unsynced or self._unsynced) and self.bytestore.syncs():
+            self._sync_files(with_dir=True)
         self._dir_unsynced = False
 
     def read_through(self, plan):
@@ -396,7 +448,10 @@ class BcolzDir:
                         pass
 
     def close(self):
-        """Nothing to release: chunk files are opened per read."""
+        """Make the chunk files written in place durable (a dask partition writer's, whose caller
+        writes meta/sizes next); nothing else to release: chunk files are opened per read."""
+        if self._unsynced:
+            self._sync_files(with_dir=True)
 
     def adopt(self, fresh):
         """Take, in place, the state of `fresh`, a store of the same directory opened just now (reads
@@ -417,6 +472,7 @@ class BcolzDir:
         name = f"__{n}{CHUNK_EXT}"
         self._dir_unsynced = True
         self._guard.put(self._key(n), raw, self._seen(name), parents=False, sync_dir=False)
+        self._unsynced.pop(self.chunk_path(n), None)      # (replaced by a synced file)
         if self._listing is not None:
             self._listing[name] = len(raw)
 
@@ -444,6 +500,7 @@ class BcolzDir:
             self._check_sole_writer()
         for name in names:
             self.bytestore.delete(f"{DATA_DIR}/{name}", missing_ok=False)
+            self._unsynced.pop(self.bytestore.where(f"{DATA_DIR}/{name}"), None)
             self._guard.forget(f"{DATA_DIR}/{name}")
             self._dir_unsynced = True
             if self._listing is not None:
@@ -466,6 +523,8 @@ class BcolzDir:
             return
         self._checked = False           # checked again at every flush, whatever the chunks saw
         self._check_sole_writer()
+        if self._unsynced:
+            self._sync_files(with_dir=True)     # never count a chunk file that is not durable
         # the commit point: where there is no lock, a conditional put (two writers never both commit)
         self._guard.commit(obj)
         self._checked = False
