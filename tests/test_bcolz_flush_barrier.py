@@ -298,3 +298,37 @@ def _check_both(path, states, j, where):
 @pytest.mark.slow
 def test_power_loss_states_read_by_blzarr_and_bcolz(tmp_path):
     _simulate(tmp_path, "bcolz flush barrier", _w_barrier_paths(), _check_both, _carray_repair("c"))
+
+
+class _CountingIO(fileio.OsIO):
+    """The OS's calls, counting the ones that look at one file's type or size."""
+
+    def __init__(self):
+        self.looks = 0
+
+    def isfile(self, path):
+        self.looks += 1
+        return super().isfile(path)
+
+    def getsize(self, path):
+        self.looks += 1
+        return super().getsize(path)
+
+
+@pytest.mark.parametrize("nchunks", [3, 60])
+def test_a_flush_on_a_chunk_boundary_looks_at_no_chunk_file(tmp_path, nchunks):
+    """A flush whose length ends on a chunk boundary removes the files past the end from the names
+    of data/ alone: no stat of each chunk file at every such flush, whatever their number."""
+    root = str(tmp_path / "c")
+    c = _make(root, nchunks * CHUNKLEN)
+    c.append(np.arange(CHUNKLEN))
+    c.flush()       # (the first may list data/ with sizes once: the compressed size of the chunks)
+    io = _CountingIO()
+    with fileio.use(io):
+        c.append(np.arange(CHUNKLEN))
+        c.flush()
+    assert io.looks == 0
+    c.close()
+    expected = np.concatenate([np.arange(nchunks * CHUNKLEN), np.arange(CHUNKLEN), np.arange(CHUNKLEN)])
+    np.testing.assert_array_equal(blzarr.open(root, mode="r")[:], expected)
+    _check_bcolz_reads(root, expected)
