@@ -6,15 +6,17 @@ The order of every flush is read from the log of the recording I/O layer (tests/
 syncs that follow one another with nothing in between are one barrier (`files.sync_together` issues
 them together).  The power-loss states of a workload that takes every path are checked with blzarr
 and with the real bcolz (bcolz-zipline), which must read each one as the state before or after the
-interrupted call.
+interrupted call, and with `blzarr verify`.
 """
 
+import io
 import os
 
 import numpy as np
 import pytest
 
 import blzarr
+from blzarr.cli import main as cli_main
 from blzarr.storage import fileio
 
 import crashsim
@@ -292,6 +294,8 @@ def _check_both(path, states, j, where):
     got = b[:]
     assert len(got) == len(arr), f"{where}: bcolz reads {len(got)} rows, blzarr {len(arr)}"
     _check_values(got, states, f"{where} (bcolz)")
+    out = io.StringIO()
+    assert cli_main(["verify", root], out=out) == 0, f"{where}: verify: {out.getvalue()}"
     return arr
 
 
