@@ -229,7 +229,7 @@ def test_flushes_write_meta_sizes_over_in_place_while_its_text_fits(tmp_path, fm
     st = os.stat(path)
     assert (st.st_ino, st.st_size) == (ino, size)
     raw = open(path, "rb").read()
-    assert json.loads(raw)["shape"] == [40_000] and raw.endswith(b"}\n")
+    assert json.loads(raw)["shape"] == [40_000] and raw.rstrip(b" \n").endswith(b"}") and raw.endswith(b"\n")
     np.testing.assert_array_equal(blzarr.open(root, mode="r")[:], x)
 
 
@@ -237,19 +237,26 @@ def test_a_shorter_text_is_padded_and_a_longer_one_replaces_the_file(tmp_path):
     root = os.path.realpath(str(tmp_path / "c"))
     c = blzarr.carray(np.arange(123_456, dtype=np.int64), rootdir=root, chunklen=1000)
     path = _sizes(root)
+    with open(path, "rb") as f:
+        text = json.dumps(json.load(f)).encode() + b"\n"
+    with open(path, "wb") as f:         # as an older blzarr left it: no room to grow
+        f.write(text)
     ino, size = os.stat(path).st_ino, os.path.getsize(path)
     c.trim(123_456 - 7)                     # shape [7]: a shorter text, padded to the file's size
     st = os.stat(path)
     assert (st.st_ino, st.st_size) == (ino, size)
     raw = open(path, "rb").read()
-    assert json.loads(raw) == {"shape": [7], "nbytes": 56, "cbytes": json.loads(raw)["cbytes"]}
+    got = json.loads(raw)
+    assert got == {"shape": [7], "nbytes": 56, "cbytes": got["cbytes"], "last": [0, got["last"][1], 56]}
     assert raw.rstrip(b"\n").endswith(b" ") and raw.endswith(b"\n")
     assert blzarr.open(root, mode="r")[:].tolist() == list(range(7))
-    c.append(np.arange(7, 2_000_000))       # longer than the file: replaced atomically
+    c.append(np.arange(7, 2_000_007))       # longer than the file: replaced atomically
     c.flush()
     assert os.stat(path).st_ino != ino
-    assert json.loads(open(path, "rb").read())["shape"] == [2_000_000]
-    assert len(blzarr.open(root, mode="r")) == 2_000_000
+    raw = open(path, "rb").read()
+    assert json.loads(raw)["shape"] == [2_000_007]
+    assert raw.endswith(b" " * 40 + b"\n")   # the replacement keeps room for the text to grow
+    assert len(blzarr.open(root, mode="r")) == 2_000_007
 
 
 class NoLocks(fileio.OsIO):

@@ -319,8 +319,9 @@ class ByteStore(abc.ABC):
         """Replace object `key` with the JSON of `obj`, atomically."""
         files.write_json(files.ObjectPath(self, key), obj)
 
-    def commit_json(self, key, obj):
-        """Replace `key`, the commit point (meta/sizes), with the JSON of `obj`, atomically."""
+    def commit_json(self, key, obj, room=0):
+        """Replace `key`, the commit point (meta/sizes), with the JSON of `obj`, atomically (`room`:
+        see `files.commit_json`)."""
         self.write_json(key, obj)
 
     def ref(self, key):
@@ -510,10 +511,10 @@ class LocalStore(ByteStore):
     def write_json(self, key, obj):
         files.write_json(self._p(key), obj)
 
-    def commit_json(self, key, obj):
+    def commit_json(self, key, obj, room=0):
         """meta/sizes: written over in place once it exists (`files.commit_json`: one sector, its size
         kept, one fdatasync), else replaced atomically."""
-        files.commit_json(self._p(key), obj)
+        files.commit_json(self._p(key), obj, room)
 
     def ref(self, key):
         return self._p(key)
@@ -1030,9 +1031,9 @@ class LockedGuard:
         """Write data object `key` (`put_atomic` with `kwargs`)."""
         self.store.put_atomic(key, data, **kwargs)
 
-    def commit(self, obj):
+    def commit(self, obj, room=0):
         """Write meta/sizes, the commit point."""
-        self.store.commit_json(self.key, obj)
+        self.store.commit_json(self.key, obj, room)
 
 
 class WriterGuard:
@@ -1094,7 +1095,7 @@ class WriterGuard:
         tag = self.store.put(key, data, **self.conditions(seen))
         self.seen[key] = tag if tag is not None else False
 
-    def commit(self, obj):
+    def commit(self, obj, room=0):
         """Write meta/sizes, the commit point (conditional where the store can)."""
         raw = json.dumps(obj, ensure_ascii=True).encode("ascii") + b"\n"
         tag = self.store.put(self.key, raw, **self.conditions(self.etag))

@@ -9,6 +9,7 @@ rename or directory sync.  BLZARR_FSYNC=0 in the environment (or blzarr.defaults
 skips the syncs, for scratch data.  Every file operation goes through `blzarr.storage.fileio`, the I/O layer.
 """
 
+import concurrent.futures
 import json
 import os
 import secrets
@@ -154,7 +155,8 @@ def held_tree(root):
     return tree
 
 
-def _fsync_path(path):
+def fsync_path(path):
+    """fsync the file `path` (opened for it)."""
     fd = fileio.open(path, "rw")
     try:
         fileio.fsync(fd)
@@ -175,7 +177,7 @@ def sync_together(paths, dirs=()):
     own.  A recording or fault-injecting `fileio` implementation gets them one after the other, in
     the order given (files, then directories): the set of syncs, and what precedes and follows them,
     is the same."""
-    jobs = [(_fsync_path, p) for p in paths] + [(fileio.fsync_dir, d) for d in dirs]
+    jobs = [(fsync_path, p) for p in paths] + [(fileio.fsync_dir, d) for d in dirs]
     if len(jobs) < 2 or type(fileio.current()) is not fileio.OsIO:
         for fn, p in jobs:
             fn(p)
@@ -197,17 +199,80 @@ def sync_together(paths, dirs=()):
                     errors.append(e)
                 return
 
-    threads = [threading.Thread(target=work, name="blzarr-sync", daemon=True)
-               for _ in range(min(_SYNC_THREADS, len(jobs)) - 1)]
-    for t in threads:
-        t.start()
+    pool = _sync_pool()
+    helpers = [pool.submit(work) for _ in range(min(_SYNC_THREADS, len(jobs)) - 1)]
     try:
         work()
     finally:
-        for t in threads:
-            t.join()
+        for h in helpers:
+            h.result()
     if errors:
         raise errors[0]
+
+
+_pool = None
+_pool_lock = threading.Lock()
+
+
+def _sync_pool():
+    """The threads `sync_together` issues syncs from, kept between calls (a table's flush makes
+    such a barrier per flush: starting threads each time cost more than the syncs' own calls)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = concurrent.futures.ThreadPoolExecutor(_SYNC_THREADS - 1, thread_name_prefix="blzarr-sync")
+        return _pool
+
+
+def _forget_sync_pool():
+    """In a child made by fork: the parent's threads do not exist there."""
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_sync_pool)
+
+
+_barrier = threading.local()
+
+
+class one_barrier:
+    """A context in which the syncs that writers hand to `join_barrier` wait, and are made at its end
+    together (`sync_together`: one barrier, not one sync after the other).  A table's flush runs its
+    columns' flushes in it, so that their files are synced at once.  Only syncs after which nothing
+    is ordered inside the context may join (the caller orders what follows the context's end).
+    Nested contexts join the outer one.  The syncs are made also when the block raises (what was
+    handed over is then durable, as it would have been without the context)."""
+
+    def __enter__(self):
+        self.outer = getattr(_barrier, "paths", None) is not None
+        if not self.outer:
+            _barrier.paths = {}
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if self.outer:
+            return False
+        paths, _barrier.paths = list(_barrier.paths), None
+        if kind is None:
+            sync_together(paths)
+        else:
+            try:
+                sync_together(paths)
+            except BaseException:       # noqa: BLE001 - the block's own error is the one raised
+                pass
+        return False
+
+
+def join_barrier(path):
+    """Hand the sync of file `path` to the enclosing `one_barrier`: True, or False when there is none
+    (the caller syncs it now)."""
+    paths = getattr(_barrier, "paths", None)
+    if paths is None:
+        return False
+    paths[os.path.abspath(os.fspath(path))] = None
+    return True
 
 
 def new_tree(root, renamed=False):
@@ -304,6 +369,9 @@ def atomic_write(path, data, fsync=False, sync_dir=None):
 # whole or not at all (disks write a 512-byte sector atomically; PostgreSQL's pg_control relies on
 # the same), and needs no new block, name or size: an fdatasync makes it durable.
 SECTOR = 512
+# spaces a BLZ meta/sizes keeps before its newline when it is replaced (at least its text's length:
+# the text then sits in the first half of the file, which a write cut in half still replaces whole)
+SIZES_ROOM = 48
 _LOCK_TRIES = 100           # flock attempts (0.5 ms apart) before giving up on a shared/exclusive lock
 
 
@@ -496,12 +564,19 @@ def write_json(path, obj, fsync=None):
     atomic_write(path, json_bytes(obj), fsync=fileio.sync_enabled() if fsync is None else fsync)
 
 
-def commit_json(path, obj):
+def commit_json(path, obj, room=0):
     """Replace meta/sizes (the commit point of a flush) with the JSON of `obj`: written over in place
-    when `overwrite_sector` can, else atomically (`write_json`)."""
+    when `overwrite_sector` can, else atomically (`write_json`), then with up to `room` spaces
+    before its newline (room for the text to grow: the next commits are written over in place
+    instead of through a temporary file, a rename and a directory sync)."""
     data = json_bytes(obj)
-    if not overwrite_sector(path, data, fsync=fileio.sync_enabled()):
-        atomic_write(path, data, fsync=fileio.sync_enabled())
+    sync = fileio.sync_enabled()
+    if sync and getattr(_barrier, "paths", None) is not None and overwrite_sector(path, data, fsync=False):
+        join_barrier(path)
+        return
+    if not overwrite_sector(path, data, fsync=sync):
+        room = max(0, min(max(room, len(data)) if room else 0, SECTOR - len(data)))
+        atomic_write(path, data[:-1] + b" " * room + b"\n", fsync=sync)
 
 
 

@@ -416,8 +416,17 @@ class CarrayWrites(CarrayBase):
     @storage_op("flush")
     def flush(self):
         """Write the leftover atoms and the sizes to disk (no-op in memory, or when nothing changed)."""
+        with self._lock:
+            nch = self._flush_data()
+            if nch is not None:
+                self._flush_commit(nch)
+
+    def _flush_data(self):
+        """The first half of `flush`: the leftover atoms written as the short last chunk and every
+        chunk made durable (in a `files.one_barrier`, that last sync may wait for its end).  Returns
+        what `_flush_commit` takes, None when there is nothing to flush."""
         if not self._ondisk or self._mode == "r" or not self._dirty:
-            return
+            return None
         self._check_not_broken()
         self._flush_failed = True
         with self._lock:
@@ -429,7 +438,20 @@ class CarrayWrites(CarrayBase):
                 c = self._new_chunk(self._last[:self._nleft])
                 self._chunks.put_last(nch, c.getdata())
             self._chunks.sync(self._publish)    # the chunks are durable before the sizes that count them
+            return nch
+
+    def _flush_commit(self, nch):
+        """The second half of `flush`, once the chunks are durable: meta/sizes, then
+        `_flush_finish`."""
+        with self._lock:
             self._write_sizes()
+            self._flush_finish(nch)
+
+    def _flush_finish(self, nch):
+        """The end of `flush`, once meta/sizes is durable (a table's columns write theirs in a
+        `files.one_barrier`, then finish): the chunks left past the end removed, the statistics
+        stored, the commit published."""
+        with self._lock:
             if not self._nleft or self.__dict__.get("_stale_chunks", True):
                 self._chunks.remove_from(nch + (1 if self._nleft else 0))
             self._stale_chunks = False

@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 
-from blzarr.storage import fileio, intent, rewrite
+from blzarr.storage import fileio, files, intent, rewrite
 from blzarr.containers.carray.array import carray, operator_index
 from blzarr.containers.carray.write import _python_values, retire
 from blzarr.containers.ctable.read import CtableBase
@@ -557,8 +557,33 @@ class CtableWrites(CtableBase):
         if why is not None:
             raise StorageError(f"'{self._rootdir}' cannot be written through this object: {why}; nothing "
                                f"more was written: reopen it with blzarr.open({self._rootdir!r}, mode='a')")
-        for c in self.cols.values():
-            c.flush()
+        cols = list(self.cols.values())
+        if len(cols) < 2:
+            for c in cols:
+                c.flush()
+            return
+        with contextlib.ExitStack() as held:
+            for c in cols:
+                held.enter_context(c._lock)
+            # three sync rounds whatever the number of columns, not two or three per column: every
+            # column's chunks together; then the sizes of all but the last column together; then the
+            # last column's sizes, which commit the rows (see `_committed_rows`)
+            with files.one_barrier():
+                todo = [(c, c._flush_data()) for c in cols]
+            todo = [(c, nch) for c, nch in todo if nch is not None]
+            if not todo:
+                return
+            *first, (last, last_nch) = todo
+            if last is not cols[-1]:
+                first.append((last, last_nch))
+                last = None
+            with files.one_barrier():
+                for c, _ in first:
+                    c._write_sizes()
+            for c, nch in first:
+                c._flush_finish(nch)
+            if last is not None:
+                last._flush_commit(last_nch)
 
     @storage_op("close")
     def close(self):

@@ -42,7 +42,8 @@ from blzarr.storage.chunkstore import LayoutChunks, auto_superchunklen
 from blzarr.errors import ENVIRONMENT_ERRNOS, BlzarrError, ChunkError, FormatError, ReadOnlyError, StorageError
 from blzarr.storage.locking import first_write
 from blzarr.storage import fileio, rewrite
-from blzarr.storage.files import ATTRIBUTES_FILE, DATA_DIR, META_DIR, SIZES_FILE, new_tree_of, read_json
+from blzarr.storage.files import (ATTRIBUTES_FILE, DATA_DIR, META_DIR, SIZES_FILE, SIZES_ROOM, fsync_path,
+                                  join_barrier, new_tree_of, read_json)
 from blzarr.runtime.parallel import codec_threads
 from blzarr.runtime import forksafe
 from blzarr.storage.spool import writes_for
@@ -184,6 +185,13 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         self._stale_record = None           # a rewrite record whose removal failed (rewrite.commit)
         self._overlay = None                # a reader's: file number -> (slot -> offset, nchunks,
                                             # last_chunk) a committed rewrite record switches
+        # the chunks meta/sizes does not hold its writer to: rewrites of chunk `_free_from` and later,
+        # in the files that existed at that commit, need no sync between their bytes and their
+        # offsets switch (see `sync`); None: every rewrite is ordered
+        self._free_from = None
+        self._free_files = 0
+        self._sizes_last = None             # (chunk, offset, nbytes) meta/sizes names as its short last
+        self._own_overlay = False           # `_overlay` holds that chunk (a crash left another entry)
 
     # ------------------------------------------------------------------ creation / opening
     @classmethod
@@ -309,6 +317,8 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
                 if getattr(e, "errno", None) in ENVIRONMENT_ERRNOS:
                     raise
                 self._damaged[self.nfiles] = str(e)
+        if last is not None and overlay is None:
+            last = self._take_sizes_last(storage, last)
         if last is not None:
             self._nphys = (self.nfiles - 1) * superchunklen + last.nchunks
         else:
@@ -317,10 +327,61 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         self._check_full_files()
         if mode != "r":
             self._repair()          # (which may rewrite meta/sizes: read it again)
+            if self._own_overlay:   # the repair wrote it into the file
+                self._overlay, self._own_overlay = None, False
             self.opened_meta = {}
         else:
             self.opened_meta = dict(self.opened_meta, storage=storage)
         return self
+
+    def _take_sizes_last(self, storage, last):
+        """Read meta/sizes' ``"last"`` (the short last chunk's committed position).  When the last
+        file's offsets entry names other bytes (a crash kept a switch of a flush that did not
+        commit), the chunk is read where meta/sizes says, and the file's chunks stop after it;
+        returns the last file's state."""
+        sizes = self.opened_meta.get("sizes")
+        got = sizes.get("last") if isinstance(sizes, dict) else None
+        if got is None:
+            try:
+                length, chunklen = int(sizes["shape"][0]), int(storage["chunklen"])
+            except (TypeError, ValueError, KeyError, IndexError):
+                return last
+            if self.chunk_nbytes > 0 and chunklen > 0 and length % chunklen == 0:
+                # no short chunk: the chunks from the length's on are past what it counts
+                self._free_from, self._free_files = length // chunklen, self.nfiles
+            return last     # (else written by an older blzarr: every rewrite is ordered)
+        where = f"'{self.meta_path('sizes')}'"
+        try:
+            n, off, nbytes = (int(v) for v in got)
+            if any(isinstance(v, bool) or not isinstance(v, int) for v in got):
+                raise TypeError
+            length, chunklen = int(sizes["shape"][0]), int(storage["chunklen"])
+        except (TypeError, ValueError, KeyError, IndexError):
+            raise FormatError(f"{where}: \"last\" must be [chunk, offset, nbytes], got {got!r}") from None
+        if off < 0 or not 0 < nbytes <= self.chunk_nbytes:
+            raise FormatError(f"{where}: \"last\" {got!r} is not a chunk's position and size")
+        itemsize = self.chunk_nbytes // chunklen if chunklen > 0 else 0
+        if length % chunklen == 0 or n != length // chunklen or nbytes < (length - n * chunklen) * itemsize:
+            # not the short last chunk of this length (a meta/sizes whose write was cut midway
+            # mixes two texts): read as without "last", the offsets table being the truth
+            return last
+        self._sizes_last = (n, off, nbytes)
+        self._free_from, self._free_files = n, self.nfiles
+        fno, slot = divmod(n, self.superchunklen)
+        fno += 1
+        if fno != self.nfiles:
+            return last
+        cur = int(last.offsets[slot])
+        if cur == -2:
+            cur = sc.read_offset(self._fd(fno), last.table_pos, slot, last.path)
+            last.offsets[slot] = cur
+        if cur == off and slot < last.nchunks:
+            return last
+        # a switch meta/sizes does not count yet (a writer switches that chunk in order only after
+        # a meta/sizes without "last": see `_drop_last`): the committed chunk is where it says
+        self._overlay, self._own_overlay = {fno: ({slot: off}, slot + 1, nbytes)}, True
+        self._forget_file(fno)
+        return self._load_file(fno)
 
     def _sizes_chunks(self, storage):
         """How many chunks meta/sizes counts (the short last one included); 0 when it cannot tell."""
@@ -462,8 +523,47 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
             self.bytestore.write_json(f"{META_DIR}/{name}", obj)
             return
         self._before_sizes()
+        obj, free_from = self._sizes_with_last(obj)
         # the commit point: where there is no lock, a conditional put (two writers never both commit)
-        self._guard.commit(obj)
+        self._free_from = None
+        old_last, self._sizes_last = self._sizes_last, None
+        try:
+            # room to grow: "last" comes and goes, its offset gains digits
+            self._guard.commit(obj, room=SIZES_ROOM)
+        except BaseException:
+            self._sizes_last = old_last     # either may be on disk (the new one names live bytes)
+            raise
+        self._sizes_last = tuple(obj["last"]) if "last" in obj else None
+        self._named_extent()
+        self._free_from, self._free_files = free_from, self.nfiles
+        self._cut_pending()
+
+    def _sizes_with_last(self, obj):
+        """`obj` (meta/sizes) with the position of its short last chunk (``"last": [chunk, offset,
+        nbytes]``) when the files hold that chunk durably, and the first chunk a later flush may
+        rewrite without ordering syncs (None: none)."""
+        if self.remote or self.chunk_nbytes <= 0:
+            return obj, None
+        try:
+            length = int(obj["shape"][0])
+            chunklen = int(self._fixed["chunkshape"][0])
+        except (KeyError, IndexError, TypeError, ValueError):
+            return obj, None
+        n, rest = divmod(length, chunklen)
+        if not rest:
+            return obj, n           # no short chunk: later chunks are past what the sizes count
+        fno, slot = divmod(n, self.superchunklen)
+        fno += 1
+        if (n >= self._nphys or fno != self.nfiles or fno in self._pending or fno in self._unsynced
+                or fno in self._damaged or fno in self._no_writes):
+            return obj, n + 1       # not known durable where the table says: it keeps its ordering
+        f = self._file(fno)
+        off = int(f.offsets[slot])
+        if off == -2:
+            off = sc.read_offset(self._fd(fno), f.table_pos, slot, f.path)
+            f.offsets[slot] = off
+        nbytes = f.last_chunk if slot == f.nchunks - 1 else self._nbytes_at(self._fd(fno), off, f)
+        return dict(obj, last=[n, off, int(nbytes)]), n
 
     def _before_sizes(self):
         """Before meta/sizes counts them: the files published (where they are uploaded whole), and no
@@ -551,22 +651,84 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
                 plan = self.prepare_switch()
                 rewrite.commit_store(self, rewrite.carray_record_path(self.rootdir), {rewrite.SELF: plan},
                                      self.switch_pending, announce)
+            elif self._unordered():
+                # meta/sizes names the short last chunk's committed bytes, which stay as they are:
+                # the new bytes and their switch need no order between them, one sync makes both
+                # durable before meta/sizes names them
+                files = sorted(self._unsynced | set(self._pending))
+                self._write_switches()
+                for fno in files:
+                    if self._writes.local(self._key(fno)) and join_barrier(self._path(fno)):
+                        continue        # synced with other files (a table's columns) at once
+                    self._fio.datasync(self._fd(fno))
+                self._unsynced.clear()
             else:
                 self._sync_written()
                 self.switch_pending()
             sync = self._fio.syncs() and self._new_tree() is None
-            for fno, cut in sorted(self._pending_cut.items()):
-                f = self._file(fno)
-                live = self._full_table(f)[:f.nchunks]
-                if cut < f.fstate[1] and not (live >= cut).any():     # nothing written past it since
-                    fd = self._fd(fno)
-                    self._fio.truncate(fd, cut)
-                    self._after_write(f, fd)
-            self._pending_cut.clear()
+            self._cut_pending()
             if sync and self._dir_unsynced:
                 self._fio.sync_dir(DATA_DIR)
             self._unsynced.clear()
             self._dir_unsynced = False
+
+    def _unordered(self):
+        """Whether every write since the last sync is past what meta/sizes holds its writer to (the
+        chunks from `_free_from` on, in the last file, which existed at that commit), so that the
+        new bytes and the offsets switch may reach the disk in any order."""
+        if (self._free_from is None or not self._fio.syncs() or self.remote or self._dir_unsynced
+                or self.nfiles != self._free_files or self._new_tree() is not None):
+            return False
+        last = self.nfiles
+        if any(fno != last or fno in self._damaged for fno in self._unsynced):
+            return False
+        first = (last - 1) * self.superchunklen
+        for fno, (_, slots) in self._pending.items():
+            if fno != last or min(slots) + first < self._free_from:
+                return False
+        return True
+
+    def _cut_pending(self):
+        """Cut the files a rewrite left free bytes at the end of, but never the bytes the committed
+        meta/sizes names as the short last chunk (those cuts wait for the next commit)."""
+        keep = {}
+        named = self._named_extent()
+        for fno, cut in sorted(self._pending_cut.items()):
+            if fno > self.nfiles or fno in self._damaged:
+                continue
+            if named is not None and named[0] == fno and named[2] > cut:
+                keep[fno] = cut
+                continue
+            f = self._file(fno)
+            live = self._full_table(f)[:f.nchunks]
+            if cut < f.fstate[1] and not (live >= cut).any():     # nothing written past it since
+                fd = self._fd(fno)
+                self._fio.truncate(fd, cut)
+                self._after_write(f, fd)
+        self._pending_cut = keep
+
+    def _named_extent(self):
+        """(file number, start, end) of the bytes the committed meta/sizes names as its short last
+        chunk (chunk, checksum), None when it names none."""
+        last = self._sizes_last
+        if last is None:
+            return None
+        n, off = last[0], last[1]
+        fno = n // self.superchunklen + 1
+        if len(last) > 3:
+            return (fno, off, last[3])
+        if fno > self.nfiles or fno in self._damaged:
+            return None
+        fp = self._fps.get(n)
+        if fp is not None and fp[0] == off:
+            ct = fp[1]
+        else:
+            try:
+                ct = self._ctbytes_at(self._fd(fno), off, self._file(fno))
+            except (BlzarrError, OSError):
+                ct = 16
+        self._sizes_last = (n, off, last[2], off + ct + self.cksize)
+        return (fno, off, off + ct + self.cksize)
 
     def _new_tree(self):
         """The new directory (`files.NewTree`) this store is being written in, None once published:
@@ -591,11 +753,38 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         """How many one-step switches the pending rewrites take (one write per superchunk file)."""
         return len(self._pending)
 
+    def _drop_last(self, rewriting=None):
+        """Before an ordered switch of the chunk the committed meta/sizes names in "last" (which is a
+        commit by itself: an assignment, a rewrite record), or before superchunk file `rewriting` is
+        replaced when it holds that chunk (compaction moves it): meta/sizes without "last",
+        durable, so that readers and a crash go by the file's entry (as without "last")."""
+        last = self._sizes_last
+        if last is None:
+            return
+        fno, slot = divmod(last[0], self.superchunklen)
+        if rewriting is not None:
+            if rewriting != fno + 1:
+                return
+        else:
+            pend = self._pending.get(fno + 1)
+            if pend is None or slot not in pend[1]:
+                return
+        obj = self.read_meta(SIZES_FILE)
+        obj.pop("last", None)
+        self._free_from = None
+        self._guard.commit(obj, room=SIZES_ROOM)
+        if self._fio.syncs() and not self.remote:
+            # durable now, also inside a table's barrier (which would sync it only at its end)
+            fsync_path(self.meta_path(SIZES_FILE))
+        self._sizes_last = None
+        self._free_from, self._free_files = last[0] + 1, self.nfiles
+
     def prepare_switch(self):
         """Make the rewritten chunks' new bytes durable and return the plan of the offsets entries to
         switch (the rewrite record's entry of this directory), None when nothing is pending."""
         with self._lock:
             self._sync_written()
+            self._drop_last()
             if not self._pending:
                 return None
             files = {}
@@ -604,17 +793,25 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
                                    "nchunks": int(f.nchunks), "last_chunk": int(f.last_chunk)}
             return {"layout": "blz", "files": files}
 
+    def _write_switches(self):
+        """Write the offsets entries of the chunks rewritten since the last switch (with the headers);
+        returns the files written."""
+        pending = sorted(self._pending.items())
+        for fno, (f, slots) in pending:
+            fd = self._fd(fno)
+            lo, hi = min(slots), max(slots) + 1     # the entries between are the file's already
+            self._fio.pwrite(fd, sc.pack_offsets(f.offsets[lo:hi]), f.table_pos + 8 * lo, f.path)
+            self._write_header(f, fd)
+            self._after_write(f, fd)
+        self._pending.clear()
+        return pending
+
     def switch_pending(self):
         """Write the offsets entries of the chunks rewritten since the last switch (with the headers)
         and make them durable."""
         with self._lock:
-            pending = sorted(self._pending.items())
-            for fno, (f, slots) in pending:
-                fd = self._fd(fno)
-                lo, hi = min(slots), max(slots) + 1     # the entries between are the file's already
-                self._fio.pwrite(fd, sc.pack_offsets(f.offsets[lo:hi]), f.table_pos + 8 * lo, f.path)
-                self._write_header(f, fd)
-                self._after_write(f, fd)
+            self._drop_last()
+            pending = self._write_switches()
             tree = self._new_tree()
             if self._fio.syncs():
                 for fno, _ in pending:
@@ -622,7 +819,6 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
                         tree.sync_later(self._path(fno))
                     else:
                         self._fio.datasync(self._fd(fno))
-            self._pending.clear()
 
     def abandon_pending(self):
         """Forget the rewrites not switched yet (their new bytes stay unused free space): the owner

@@ -67,6 +67,14 @@ class BlzMaintenance:
                 self._fio.pwrite(fd, raw, 32, f.path)
                 f.meta_json = json.loads(raw.decode("ascii"))
         offsets = self._full_table(f)
+        own = self._overlay.get(fno) if self._own_overlay and self._overlay else None
+        if own is not None:
+            # meta/sizes names another short last chunk than the file (a switch that reached the disk
+            # before the sizes that would count it): the file takes meta/sizes' entry and count
+            fd = self._fd(fno)
+            for slot, pos in own[0].items():
+                self._fio.pwrite(fd, sc.pack_i64(pos), f.table_pos + 8 * slot, f.path)
+            self._write_header(f, fd)
         if (offsets[f.nchunks:] != -1).any():
             fd = self._fd(fno)
             offsets[f.nchunks:] = -1
@@ -137,6 +145,7 @@ class BlzMaintenance:
                 hole, f, fd, offsets = self._file_holes(fno)
                 if not hole:
                     continue
+                self._drop_last(rewriting=fno)      # the chunk meta/sizes names moves
                 before = f.fstate[1]
                 first = (fno - 1) * self.superchunklen
                 parts = []

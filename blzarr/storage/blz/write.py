@@ -135,6 +135,12 @@ class BlzWrites:
                 defer = not getattr(self, "remote", False)
                 pend = self._pending.get(fno) if defer else None
                 named = list(pend[1].values()) if pend is not None else []
+                if defer:
+                    # nor over the short last chunk the committed meta/sizes names (it may differ
+                    # from the table's entry until the next commit)
+                    ext = self._named_extent()
+                    if ext is not None and ext[0] == fno:
+                        named.append(ext[1:])
 
                 def free(a, b):
                     return all(b <= p0 or a >= p1 for p0, p1 in named)

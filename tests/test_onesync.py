@@ -1,0 +1,489 @@
+"""The BLZ flush that makes the short last chunk durable in one sync before meta/sizes.
+
+meta/sizes names the committed short last chunk (``"last": [chunk, offset, nbytes]``, docs/FORMAT.rst),
+so a flush may write the new bytes and their offsets switch in any order and sync them once; these
+tests check the order of the syncs (a meta/sizes is never written while a superchunk file it relies
+on has writes no sync covered), what a reader and a writer make of the crash states the unordered
+writes allow, and that a meta/sizes naming bytes that never reached the disk is reported, not read.
+"""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import blzarr
+from blzarr.storage import fileio
+
+import crashsim
+
+CHUNKLEN = 100
+CP = blzarr.cparams(clevel=0)       # uncompressed: chunk sizes are known, bytes span sectors
+
+
+def _make(root, n=250, **kw):
+    c = blzarr.carray(np.arange(n, dtype=np.int64), rootdir=root, mode="w", format="blz",
+                      chunklen=CHUNKLEN, cparams=CP, **kw)
+    c.flush()
+    return c
+
+
+def _sizes(root):
+    with open(os.path.join(root, "meta", "sizes")) as f:
+        return json.load(f)
+
+
+def _names(rec):
+    """inode (of the recorder) -> path, for every file the log names: its last name, also when it
+    was replaced or removed later."""
+    out = {ino: p for p, (kind, ino) in rec._names.items() if kind == "f"}
+    for e in rec.log:
+        if e[0] == "link":
+            out.setdefault(e[2], e[1])
+    for e in rec.log:
+        if e[0] == "rename":
+            for ino, p in list(out.items()):
+                if p == e[1] and ino not in [i for q, (k, i) in rec._names.items() if q == p]:
+                    out[ino] = e[2]
+    return out
+
+
+def _record(tmp_path, work):
+    rec = crashsim.Recorder(str(tmp_path))
+    with fileio.use(rec):
+        work(rec)
+    return rec
+
+
+def _flush_syncs(rec, names):
+    """For each marked call: the files it synced, in order (file names)."""
+    out = []
+    for label, i, end in rec.calls():
+        out.append((label, [os.path.basename(names.get(e[1], "?")) for e in rec.log[i:end]
+                            if e[0] == "fsync"]))
+    return out
+
+
+def test_sizes_names_the_short_last_chunk(tmp_path):
+    root = str(tmp_path / "c")
+    c = _make(root)
+    last = _sizes(root)["last"]
+    assert last[0] == 2 and last[2] == 50 * 8
+    c.append(np.arange(1000, 1080))
+    c.flush()
+    last = _sizes(root)["last"]
+    assert last[0] == 3 and last[2] == 30 * 8        # 330 atoms: chunk 3 holds 30
+    with open(os.path.join(root, "data", "__1__.bin"), "rb") as f:
+        f.seek(last[1])
+        head = f.read(16)
+    assert int.from_bytes(head[4:8], "little") == last[2]     # a Blosc header of that chunk there
+    c.append(np.arange(70))                                     # a multiple of chunklen: no short chunk
+    c.flush()
+    assert "last" not in _sizes(root)
+    np.testing.assert_array_equal(blzarr.open(root, mode="r")[:],
+                                  np.r_[np.arange(250), np.arange(1000, 1080), np.arange(70)])
+
+
+def test_a_flush_syncs_the_superchunk_file_once_then_sizes(tmp_path):
+    """Two syncs per flush, one after the other: the superchunk file (bytes and switch together),
+    then meta/sizes; the first flush of a handle whose meta/sizes names no short chunk keeps three."""
+    root = str(tmp_path / "c")
+    _make(root).close()
+    os.remove(os.path.join(root, "meta", "sizes"))
+    with open(os.path.join(root, "meta", "sizes"), "w") as f:     # as an older blzarr wrote it
+        json.dump({"shape": [250], "nbytes": 2000, "cbytes": 0}, f)
+
+    def work(rec):
+        c = blzarr.open(root, mode="a")
+        for k in range(4):
+            rec.mark(f"append+flush {k}")
+            c.append(np.arange(30 * k, 30 * k + 30))
+            c.flush()
+        c.close()
+    rec = _record(tmp_path, work)
+    syncs = _flush_syncs(rec, _names(rec))
+    assert syncs[0][1] == ["__1__.bin", "__1__.bin", "sizes"], syncs[0]
+    for label, files in syncs[1:]:
+        assert files == ["__1__.bin", "sizes"], (label, files)
+    assert blzarr.open(root, mode="r")[:].tolist() == list(range(250)) + list(range(120))
+
+
+@pytest.mark.parametrize("superchunklen", [2, 64])
+def test_sizes_never_names_a_chunk_with_unsynced_bytes(tmp_path, superchunklen):
+    """The invariant the protocol rests on: when a meta/sizes naming a short last chunk is written,
+    no write or cut of that chunk's bytes is waiting for a sync (so the chunk it names reached the
+    disk first), across appends, assignments, trims and flushes, in one file and across files."""
+    root = str(tmp_path / "c")
+    _make(root, superchunklen=superchunklen).close()
+    rng = np.random.default_rng(3)
+
+    def work(rec):
+        c = blzarr.open(root, mode="a")
+        for k in range(12):
+            rec.mark(f"step {k}")
+            c.append(rng.integers(0, 1000, int(rng.integers(1, 170))))
+            if k % 3 == 1:
+                c[int(rng.integers(0, len(c)))] = -1
+            if k % 4 == 2:
+                c.trim(int(rng.integers(0, 60)))
+            c.flush()
+        c.close()
+    rec = _record(tmp_path, work)
+    names = _names(rec)
+    pending = {}            # inode -> [(lo, hi)] written or cut since its last sync
+    named = 0
+    for e in rec.log:
+        if e[0] == "write":
+            pending.setdefault(e[1], []).append((e[2], e[2] + len(e[3])))
+        elif e[0] == "trunc":
+            pending.setdefault(e[1], []).append((e[2], 1 << 62))
+        elif e[0] == "fsync":
+            pending.pop(e[1], None)
+        if e[0] == "write" and os.path.basename(names.get(e[1], "")) == "sizes":
+            last = json.loads(e[3]).get("last")
+            if last is None:
+                continue
+            named += 1
+            n, off, nbytes = last
+            path = os.path.join(root, "data", f"__{n // superchunklen + 1}__.bin")
+            ino = [i for i, p in names.items() if os.path.realpath(p) == os.path.realpath(path)][0]
+            lo, hi = off, off + 16 + nbytes + 4          # header, uncompressed data, CRC-32
+            hits = [(a, b) for a, b in pending.get(ino, []) if a < hi and b > lo]
+            assert not hits, f"meta/sizes names chunk {n} at {off} while writes {hits} wait for a sync"
+    assert named >= 8
+
+
+def _states(tmp_path):
+    """The files of a directory after a flush (state 0) and after the next one (state 1), which
+    appended 30 atoms to the short last chunk: (root, sizes0, data1, last0, last1)."""
+    root = str(tmp_path / "c")
+    c = _make(root)
+    c.close()
+    with open(os.path.join(root, "meta", "sizes"), "rb") as f:
+        sizes0 = f.read()
+    c = blzarr.open(root, mode="a")
+    c.append(np.arange(1000, 1030))
+    c.flush()
+    c.close()
+    with open(os.path.join(root, "data", "__1__.bin"), "rb") as f:
+        data1 = bytearray(f.read())
+    return root, sizes0, data1, json.loads(sizes0)["last"], _sizes(root)["last"]
+
+
+def _put(root, sizes, data):
+    with open(os.path.join(root, "meta", "sizes"), "wb") as f:
+        f.write(sizes)
+    with open(os.path.join(root, "data", "__1__.bin"), "wb") as f:
+        f.write(data)
+
+
+def test_a_switch_whose_bytes_were_lost_reads_the_committed_chunk(tmp_path):
+    """The crash state the one-sync flush allows and the ordered one did not: the offsets switch and
+    header reached the disk, the new chunk's bytes did not, meta/sizes is the old one.  Readers read
+    the short chunk meta/sizes names; a writer writes that entry back and goes on."""
+    root, sizes0, data1, last0, last1 = _states(tmp_path)
+    assert last0[1] != last1[1]          # the new short chunk went beside the committed one
+    data1[last1[1]:last1[1] + 16 + 80 * 8] = bytes(16 + 80 * 8)     # its bytes never reached the disk
+    _put(root, sizes0, data1)
+    r = blzarr.open(root, mode="r")
+    np.testing.assert_array_equal(r[:], np.arange(250))
+    assert r[249] == 249 and r[-1] == 249
+    r.verify()
+    w = blzarr.open(root, mode="a")
+    np.testing.assert_array_equal(w[:], np.arange(250))
+    w.verify()
+    w.append([-7, -7, -7])
+    w.flush()
+    w.close()
+    again = blzarr.open(root, mode="r")
+    np.testing.assert_array_equal(again[:], np.r_[np.arange(250), [-7, -7, -7]])
+    again.verify()
+
+
+def test_a_switch_that_reached_the_disk_with_its_bytes_reads_the_committed_length(tmp_path):
+    """Switch and bytes durable, meta/sizes old: the array is the committed one (250 atoms)."""
+    root, sizes0, data1, _, _ = _states(tmp_path)
+    _put(root, sizes0, data1)
+    np.testing.assert_array_equal(blzarr.open(root, mode="r")[:], np.arange(250))
+    w = blzarr.open(root, mode="a")
+    w.append(np.arange(5))
+    w.close()
+    np.testing.assert_array_equal(blzarr.open(root, mode="r")[:], np.r_[np.arange(250), np.arange(5)])
+
+
+def test_an_entry_naming_a_stale_whole_chunk_is_not_read(tmp_path):
+    """A one-sync flush may put the new short chunk where an older, whole chunk still lies (the hole
+    before the committed one); if the switch reached the disk and the bytes did not, the entry names
+    that stale chunk, checksum and all.  meta/sizes' chunk is read, never the stale one."""
+    root = str(tmp_path / "c")
+    c = _make(root)
+    c.close()
+    stale = _sizes(root)["last"]                    # chunk 2: 50 atoms
+    c = blzarr.open(root, mode="a")
+    c[249] = -9                                     # the committed chunk differs from the stale one
+    c.append(np.arange(1000, 1030))
+    c.flush()
+    c.close()
+    last = _sizes(root)["last"]                     # chunk 2: 80 atoms, elsewhere
+    assert last[1] != stale[1]
+    path = os.path.join(root, "data", "__1__.bin")
+    with open(path, "rb") as f:
+        data = bytearray(f.read())
+    entry = data.find(last[1].to_bytes(8, "little"))
+    assert 0 < entry < stale[1]                     # the offsets table comes before the chunks
+    data[entry:entry + 8] = stale[1].to_bytes(8, "little")
+    with open(path, "wb") as f:
+        f.write(data)
+    want = np.r_[np.arange(249), [-9], np.arange(1000, 1030)]
+    r = blzarr.open(root, mode="r")
+    np.testing.assert_array_equal(r[:], want)
+    r.verify()
+    w = blzarr.open(root, mode="a")
+    w.append([7])
+    w.close()
+    np.testing.assert_array_equal(blzarr.open(root, mode="r")[:], np.r_[want, [7]])
+
+
+def test_an_assignment_to_the_named_chunk_drops_last_before_its_switch(tmp_path):
+    """An assignment's switch is a commit of its own: before it is made (in order, as it also
+    rewrites an earlier chunk), meta/sizes loses "last" (durably), so that a crash after the switch
+    reads the assigned values; the flush's own meta/sizes names the chunk again."""
+    root = str(tmp_path / "c")
+    _make(root).close()
+    chunks_from = _sizes(root)["last"][1]           # the offsets table lies before every chunk
+
+    def work(rec):
+        c = blzarr.open(root, mode="a")
+        rec.mark("assign + flush")
+        c[5] = -1
+        c[249] = -2
+        c.flush()
+        c.close()
+    rec = _record(tmp_path, work)
+    names = _names(rec)
+    label, i, end = rec.calls()[0]
+    seq = []
+    for e in rec.log[i:end]:
+        name = os.path.basename(names.get(e[1], "")) if e[0] in ("write", "fsync") else ""
+        if e[0] == "write" and name == "sizes":
+            seq.append("sizes+last" if "last" in json.loads(e[3]) else "sizes")
+        elif e[0] == "fsync":
+            seq.append("sync " + name)
+        elif e[0] == "write" and name.endswith(".bin") and 0 < e[2] < chunks_from:
+            seq.append("entry")
+    assert seq.index("sizes") < seq.index("entry"), seq
+    assert seq[seq.index("sizes") + 1] == "sync sizes", seq
+    assert seq[-2:] == ["sizes+last", "sync sizes"], seq
+    got = blzarr.open(root, mode="r")[:]
+    assert got[5] == -1 and got[249] == -2 and len(got) == 250
+
+
+def test_compaction_moves_the_named_chunk(tmp_path):
+    """Compaction rewrites the file that holds the short last chunk at new offsets: meta/sizes
+    stops naming the old one first, and the next flush names the new one."""
+    root = str(tmp_path / "c")
+    c = _make(root)
+    c[0:100] = np.random.default_rng(1).integers(1, 1 << 40, 100)
+    c.append(np.arange(7))
+    c.flush()
+    before = _sizes(root)["last"]
+    assert c.compact() > 0
+    assert "last" not in _sizes(root)
+    c.append([5])
+    c.flush()
+    assert _sizes(root)["last"][1] < before[1]      # moved down into the reclaimed space
+    c.close()
+    got = blzarr.open(root, mode="r")
+    np.testing.assert_array_equal(got[200:], np.r_[np.arange(200, 250), np.arange(7), [5]])
+    got.verify()
+
+
+def test_sizes_naming_a_chunk_that_never_reached_the_disk_is_reported(tmp_path):
+    """A meta/sizes whose "last" names bytes that are not a chunk (what a flush that wrote meta/sizes
+    before its sync could leave) raises naming the file, in reads and in verify: never other values."""
+    root, _, data1, _, last1 = _states(tmp_path)
+    with open(os.path.join(root, "meta", "sizes"), "rb") as f:
+        sizes1 = f.read()
+    data1[last1[1]:last1[1] + 16 + 80 * 8] = bytes(16 + 80 * 8)
+    _put(root, sizes1, data1)
+    r = blzarr.open(root, mode="r")
+    with pytest.raises(blzarr.BlzarrError, match="__1__.bin"):
+        r[:]
+    with pytest.raises(blzarr.BlzarrError):
+        blzarr.open(root, mode="r").verify()
+    np.testing.assert_array_equal(blzarr.open(root, mode="r")[:200], np.arange(200))   # the rest reads
+
+
+@pytest.mark.parametrize("last", [["2", 0, 400], [2, 0], [2, 1108, 0], [2, -5, 400], "x", [True, 1108, 400]])
+def test_a_malformed_last_is_an_error_naming_meta_sizes(tmp_path, last):
+    root = str(tmp_path / "c")
+    _make(root).close()
+    s = _sizes(root)
+    s["last"] = last
+    with open(os.path.join(root, "meta", "sizes"), "w") as f:
+        json.dump(s, f)
+    with pytest.raises(blzarr.FormatError, match="meta.sizes"):
+        blzarr.open(root, mode="r")[:]
+
+
+@pytest.mark.parametrize("last", [[7, 1108, 400], [2, 1108, 8]])
+def test_a_last_of_another_length_is_ignored(tmp_path, last):
+    """A "last" that names another chunk, or one too short for the length (what a write of
+    meta/sizes cut midway leaves: two texts mixed), is read as absent: the offsets table decides."""
+    root = str(tmp_path / "c")
+    _make(root).close()
+    s = _sizes(root)
+    s["last"] = last
+    with open(os.path.join(root, "meta", "sizes"), "w") as f:
+        json.dump(s, f)
+    np.testing.assert_array_equal(blzarr.open(root, mode="r")[:], np.arange(250))
+
+
+def test_old_sizes_without_last_still_read_and_gain_it(tmp_path):
+    root = str(tmp_path / "c")
+    _make(root).close()
+    s = _sizes(root)
+    del s["last"]
+    with open(os.path.join(root, "meta", "sizes"), "w") as f:
+        json.dump(s, f)
+    np.testing.assert_array_equal(blzarr.open(root, mode="r")[:], np.arange(250))
+    w = blzarr.open(root, mode="a")
+    w.append([1, 2])
+    w.close()
+    assert _sizes(root)["last"][0] == 2
+    np.testing.assert_array_equal(blzarr.open(root, mode="r")[:], np.r_[np.arange(250), [1, 2]])
+
+
+@pytest.mark.slow
+def test_crash_states_of_one_sync_flushes(tmp_path):
+    """Every tree a power loss could leave during a few one-sync flushes (one superchunk file) opens
+    with the values of a completed flush or of the one running, and a writer goes on from it."""
+    base = tmp_path / "base"
+    base.mkdir()
+    root = str(base / "c")
+    rec = crashsim.Recorder(str(base))
+    states = [np.arange(250)]
+    with fileio.use(rec):
+        rec.mark("create")
+        _make(root, n=250, superchunklen=64).close()
+        c = blzarr.open(root, mode="a")
+        for k, n in enumerate([30, 5, -40, 170, 0, 40, -20, 0, None, 3]):
+            # a trim shrinks the short chunk: its new bytes go into the hole before the committed
+            # ones, and the file is cut after them (once meta/sizes no longer names the old bytes);
+            # 0: an assignment to an earlier chunk and to the short one, switched in order
+            # None: a compaction, which moves the chunk meta/sizes names
+            rec.mark("compact" if n is None else f"flush {k}" if n > 0 else f"trim {-n}" if n else "assign + flush")
+            if n is None:
+                assert c.compact() > 0
+            elif n > 0:
+                c.append(np.arange(1000 * (k + 1), 1000 * (k + 1) + n))
+                c.flush()
+            elif n < 0:
+                c.trim(-n)
+            else:
+                c[3] = -k
+                c[len(c) - 1] = -k
+                c.flush()
+            states.append(c[:])
+        c.close()
+    calls = rec.calls()
+    scratch = str(tmp_path / "state")
+    seen = set()
+    for st in crashsim.crash_states(rec, seed=7):
+        d = st.tree.digest()
+        if d in seen:
+            continue
+        seen.add(d)
+        js = [j for j in crashsim.calls_at(rec, st.kmin, st.kmax) if j >= 0]
+        if os.path.exists(scratch):
+            shutil.rmtree(scratch)
+        st.tree.materialize(rec.base, scratch)
+        if js == [0] and not os.path.exists(os.path.join(scratch, "c", "meta", "sizes")):
+            continue            # the creating call was cut: nothing was promised yet
+        got = blzarr.open(os.path.join(scratch, "c"), mode="r")[:]
+        # during call j (0: create, k + 1: flush k): the state before it or after it
+        allowed = [states[max(j - 1, 0)] for j in js] + [states[j] for j in js]
+        assert any(len(got) == len(s) and (got == s).all() for s in allowed), \
+            f"state {st.kind} in {[calls[j][0] for j in js]}: {len(got)} atoms"
+        with blzarr.defaults_ctx(fsync=False):
+            w = blzarr.open(os.path.join(scratch, "c"), mode="a")
+            w.append([-1])
+            w.close()
+        again = blzarr.open(os.path.join(scratch, "c"), mode="r")
+        np.testing.assert_array_equal(again[:], np.r_[got, [-1]])
+        again.verify()
+    assert len(seen) > 20
+
+
+@pytest.mark.parametrize("fmt", ["blz", "bcolz"])
+def test_a_table_flush_syncs_its_columns_together(tmp_path, fmt):
+    """`t.append(row)` (auto_flush) on a table of three columns: the last column's meta/sizes, which
+    commits the row, is written after the others' are durable; in the BLZ layout the syncs come in
+    three rounds (runs of syncs with no write between), not two per column: every column's chunks,
+    then the sizes of the first two columns, then the last column's sizes."""
+    root = str(tmp_path / "t")
+
+    def work(rec):
+        t = blzarr.ctable([np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32)],
+                          names=["a", "b", "c"], rootdir=root, mode="w", format=fmt, chunklen=CHUNKLEN)
+        for i in range(5):
+            rec.mark(f"row {i}")
+            t.append((i * 0.5, -i, i))
+        t.close()
+    rec = _record(tmp_path, work)
+    names = _names(rec)
+    for label, i, end in rec.calls():
+        rounds, cur = [], None
+        for e in rec.log[i:end]:
+            if e[0] in ("fsync", "fsyncdir"):
+                if cur is None:
+                    cur = []
+                    rounds.append(cur)
+                path = names.get(e[1], f"{root}/(gone {e[1]})") if e[0] == "fsync" else e[1] + "/"
+                cur.append(os.path.relpath(path, root))
+            elif e[0] in ("write", "trunc", "rename", "link", "unlink"):
+                cur = None
+        # the last column's meta/sizes is written after the other columns' are durable
+        commit = max(k for k, e in enumerate(rec.log[i:end])
+                     if (e[0] == "write" and names.get(e[1], "").endswith(os.path.join("c", "meta", "sizes")))
+                     or (e[0] == "rename" and e[2].endswith(os.path.join("c", "meta", "sizes"))))
+        for col in "ab":
+            mine = [k for k, e in enumerate(rec.log[i:end]) if e[0] in ("write", "fsync")
+                    and names.get(e[1], "").endswith(os.path.join(col, "meta", "sizes"))]
+            assert mine and rec.log[i + mine[-1]][0] == "fsync" and mine[-1] < commit, (label, col)
+        if fmt == "blz" and label != "row 0":
+            sizes = [r for r in rounds if any(p.endswith("sizes") for p in r)]
+            assert rounds[-1] == ["c/meta/sizes"], (label, rounds)
+            assert sorted(sizes[-2]) == ["a/meta/sizes", "b/meta/sizes"], (label, rounds)
+            assert len(rounds) == 3, (label, rounds)
+            assert sorted(rounds[0]) == [f"{c}/data/__1__.bin" for c in "abc"], (label, rounds)
+    t = blzarr.open(root, mode="r")
+    np.testing.assert_array_equal(t["a"][:], np.arange(5) * 0.5)
+    np.testing.assert_array_equal(t["b"][:], -np.arange(5))
+    np.testing.assert_array_equal(t["c"][:], np.arange(5))
+
+
+def _rows_in_child(root):
+    t = blzarr.ctable([np.zeros(0), np.zeros(0, dtype=np.int64)], names=["a", "b"], rootdir=root, mode="w")
+    for i in range(3):
+        t.append((i * 1.0, i))
+    t.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_table_flush_in_a_forked_child(tmp_path):
+    """The threads a table's flush syncs from are the parent's: a child made by fork makes its own."""
+    import multiprocessing
+    with blzarr.defaults_ctx(fsync=True):
+        _rows_in_child(str(tmp_path / "parent"))        # the parent's sync threads exist now
+        p = multiprocessing.get_context("fork").Process(target=_rows_in_child, args=(str(tmp_path / "child"),))
+        p.start()
+        p.join(120)
+        if p.is_alive():
+            p.kill()
+            pytest.fail("a table's flush hung in a child made by fork")
+    assert p.exitcode == 0
+    t = blzarr.open(str(tmp_path / "child"), mode="r")
+    assert t["b"][:].tolist() == [0, 1, 2] and t["a"][:].tolist() == [0.0, 1.0, 2.0]
