@@ -16,6 +16,7 @@ import pytest
 
 import blzarr
 from blzarr.storage import fileio
+from blzarr.storage.blz.directory import BlzDir
 
 import crashsim
 
@@ -487,3 +488,78 @@ def test_a_table_flush_in_a_forked_child(tmp_path):
     assert p.exitcode == 0
     t = blzarr.open(str(tmp_path / "child"), mode="r")
     assert t["b"][:].tolist() == [0, 1, 2] and t["a"][:].tolist() == [0.0, 1.0, 2.0]
+
+
+# ------------------------------------------------------------------ a reader beside the writer
+def _writer_flushes_after_the_readers_sizes(monkeypatch, w, rounds):
+    """Make each of the next meta/sizes reads of a reader (mode 'r') be followed at once by the
+    writer `w`'s appends and flushes of one of `rounds` (each a list of arrays, one flush each): what
+    a writer in another process may do between a reader's meta/sizes read and its read of the chunk
+    that file names.  Returns the rounds not run yet."""
+    orig = BlzDir.read_meta
+    todo = list(rounds)
+
+    def read_meta(self, name):
+        out = orig(self, name)
+        if name == "sizes" and self.mode == "r" and todo:
+            for values in todo.pop(0):
+                w.append(values)
+                w.flush()
+        return out
+    monkeypatch.setattr(BlzDir, "read_meta", read_meta)
+    return todo
+
+
+def _bytes_at(path, pos, n):
+    with open(path, "rb") as f:
+        f.seek(pos)
+        return f.read(n)
+
+
+def _rounds(start, rounds):
+    """`rounds` of appends (lists of sizes) as consecutive ranges from `start`; and the end."""
+    out = []
+    for sizes in rounds:
+        out.append([])
+        for k in sizes:
+            out[-1].append(np.arange(start, start + k))
+            start += k
+    return out, start
+
+
+@pytest.mark.parametrize("rounds", [
+    # the short chunk's third version goes into the hole before the second, over the place named
+    [[10, 10]],
+    # the same beside the reader's open, then again beside the load of the version that open
+    # found stale (its first read call)
+    [[10, 10], [10, 10]],
+    # the chunk fills, and the next one's short versions take the hole
+    [[10, 10], [10, 10], [20, 10, 10]],
+    [[10, 10, 10, 10], [10, 10, 10, 10]],
+])
+def test_a_reader_whose_sizes_named_a_place_the_writer_reused(tmp_path, monkeypatch, rounds):
+    """A reader in mode 'r' reads meta/sizes, which names the short last chunk's place; before it
+    reads that chunk, the writer (another handle) flushes twice or more, and its second flush writes
+    new bytes over that place (free once the first flush's meta/sizes named another).  The reader
+    shows one committed version, a prefix of what was written: never an error about the last
+    chunk's size, never other values."""
+    root = str(tmp_path / "c")
+    w = _make(root)
+    w.append(np.arange(250, 260))
+    w.flush()                               # meta/sizes names the chunk beside a hole before it
+    named = _sizes(root)["last"]
+    place = os.path.join(root, "data", "__1__.bin")
+    before = _bytes_at(place, named[1], 16 + named[2])
+    rounds, end = _rounds(260, rounds)
+    todo = _writer_flushes_after_the_readers_sizes(monkeypatch, w, rounds)
+    r = blzarr.open(root, mode="r")
+    assert len(todo) < len(rounds)          # the writer ran in between
+    assert _bytes_at(place, named[1], 16 + named[2]) != before     # the place was written over
+    got = r[:]
+    assert 260 <= len(got) <= end
+    np.testing.assert_array_equal(got, np.arange(len(got)))
+    assert r[len(got) - 1] == len(got) - 1
+    np.testing.assert_array_equal(r[200:len(got)], np.arange(200, len(got)))
+    assert not todo
+    w.close()
+    np.testing.assert_array_equal(r[:], np.arange(end))

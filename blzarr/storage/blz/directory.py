@@ -334,12 +334,14 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
             self.opened_meta = dict(self.opened_meta, storage=storage)
         return self
 
-    def _take_sizes_last(self, storage, last):
-        """Read meta/sizes' ``"last"`` (the short last chunk's committed position).  When the last
-        file's offsets entry names other bytes (a crash kept a switch of a flush that did not
-        commit), the chunk is read where meta/sizes says, and the file's chunks stop after it;
-        returns the last file's state."""
-        sizes = self.opened_meta.get("sizes")
+    def _take_sizes_last(self, storage, last, sizes=None):
+        """Read meta/sizes' ``"last"`` (the short last chunk's committed position; `sizes`: that file,
+        else the one the open read).  When the last file's offsets entry names other bytes (a crash
+        kept a switch of a flush that did not commit, or a writer beside this reader switched since
+        that meta/sizes), the chunk is read where meta/sizes says, and the file's chunks stop after
+        it; returns the last file's state."""
+        if sizes is None:
+            sizes = self.opened_meta.get("sizes")
         got = sizes.get("last") if isinstance(sizes, dict) else None
         if got is None:
             try:
@@ -382,6 +384,37 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         self._overlay, self._own_overlay = {fno: ({slot: off}, slot + 1, nbytes)}, True
         self._forget_file(fno)
         return self._load_file(fno)
+
+    def sizes_still_name(self, n, off):
+        """A reader that read chunk n at `off`, where meta/sizes' "last" put it (not where the file's
+        offsets entry says): whether meta/sizes still names that chunk there.  Once a writer's later
+        meta/sizes names another place, that place is free to it, and a flush after that one may have
+        put other bytes there (another chunk, with a valid checksum) before or while they were read:
+        what was read is then not known to be that chunk.  (Read by path: a meta/sizes replaced
+        through a rename would keep an open descriptor on the old text.)"""
+        last = self._sizes_last
+        if last is None or last[0] != n or last[1] != off:
+            return False
+        try:
+            sizes = self.read_meta(SIZES_FILE)
+        except (BlzarrError, OSError):
+            return False
+        got = sizes.get("last") if isinstance(sizes, dict) else None
+        return isinstance(got, list) and got == list(last[:3])
+
+    def reread_last(self):
+        """A reader whose short last chunk was located by meta/sizes' "last", and whose read there
+        failed or was found stale (`sizes_still_name`): meta/sizes read again and the last file's
+        state with it, so that the next read goes where the current meta/sizes or the file says."""
+        if not self._own_overlay:
+            return
+        fno = self.nfiles
+        self._overlay, self._own_overlay, self._sizes_last = None, False, None
+        self._forget_file(fno)
+        sizes = self.read_meta(SIZES_FILE)
+        last = self._load_file(fno)
+        last = self._take_sizes_last({"chunklen": self._fixed["chunkshape"][0]}, last, sizes)
+        self._nphys = max(self._nphys, (fno - 1) * self.superchunklen + last.nchunks)
 
     def _sizes_chunks(self, storage):
         """How many chunks meta/sizes counts (the short last one included); 0 when it cannot tell."""

@@ -73,6 +73,7 @@ class BlzReads:
             if n is not None:
                 self._drop_chunk(n)
             self._close(fno)
+            self.reread_last()      # (only where meta/sizes' "last" located the short chunk)
 
     def _entry_pos(self, f, n):
         """Where chunk n's offsets entry is in file `f`, to check after a read that the chunk did not
@@ -88,7 +89,12 @@ class BlzReads:
         slot = n - (f.fno - 1) * self.superchunklen
         over = self._overlay.get(f.fno) if self._overlay else None
         if over is not None and slot in over[0]:
-            return          # read where a committed rewrite record says (the file may not say it yet)
+            # read where a committed rewrite record says (the file may not say it yet), or where
+            # meta/sizes' "last" says: that meta/sizes must still be the current one
+            if self._own_overlay and self.mode == "r" and not self.sizes_still_name(n, off):
+                raise FormatError(f"{where}: meta/sizes no longer names the place the chunk was read "
+                                  "from (a writer committed since)")
+            return
         if self.mode == "r" and sc.read_offset(fd, f.table_pos, slot, where) != off:
             raise FormatError(f"{where}: the chunk moved while it was read (a writer rewrote it)")
 
@@ -193,6 +199,9 @@ class BlzReads:
             finally:
                 with self._lock:
                     self._release_fd(fd)
+            if self._own_overlay and self._entry_pos(f, n) < 0:
+                # read where meta/sizes' "last" says (fetch_decode checked no entry): is it current?
+                self._check_still_at(n, f, fd, off, where)
         else:
             if buf is None:
                 try:
