@@ -28,6 +28,7 @@ demand.  (`remote_blz.RemoteBlzDir` adds the reads of object storage: ranged GET
 """
 
 import ast
+import json
 import os
 import threading
 from collections import OrderedDict
@@ -42,7 +43,7 @@ from blzarr.storage.chunkstore import LayoutChunks, auto_superchunklen
 from blzarr.errors import ENVIRONMENT_ERRNOS, BlzarrError, ChunkError, FormatError, ReadOnlyError, StorageError
 from blzarr.storage.locking import first_write
 from blzarr.storage import fileio, rewrite
-from blzarr.storage.files import (ATTRIBUTES_FILE, DATA_DIR, META_DIR, SIZES_FILE, SIZES_ROOM, fsync_path,
+from blzarr.storage.files import (ATTRIBUTES_FILE, DATA_DIR, META_DIR, SECTOR, SIZES_FILE, SIZES_ROOM, fsync_path,
                                   join_barrier, new_tree_of, read_json)
 from blzarr.runtime.parallel import codec_threads
 from blzarr.runtime import forksafe
@@ -390,14 +391,24 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         offsets entry says): whether meta/sizes still names that chunk there.  Once a writer's later
         meta/sizes names another place, that place is free to it, and a flush after that one may have
         put other bytes there (another chunk, with a valid checksum) before or while they were read:
-        what was read is then not known to be that chunk.  (Read by path: a meta/sizes replaced
-        through a rename would keep an open descriptor on the old text.)"""
+        what was read is then not known to be that chunk.
+
+        Read by path (a meta/sizes replaced through a rename would leave a kept descriptor on the
+        old text), without the shared lock: a text torn by a write in progress differs or does not
+        parse, and reads as "no longer" (the reload then reads it under the lock); a write in
+        progress cannot have reached the old place yet, the writer writes there only after it."""
         last = self._sizes_last
         if last is None or last[0] != n or last[1] != off:
             return False
         try:
-            sizes = self.read_meta(SIZES_FILE)
-        except (BlzarrError, OSError):
+            raw = None
+            if isinstance(self.bytestore, LocalStore):
+                raw = fileio.read_file(self.meta_path(SIZES_FILE), SECTOR)
+            if raw is not None and len(raw) < SECTOR:
+                sizes = json.loads(raw.decode("ascii"))
+            else:
+                sizes = self.read_meta(SIZES_FILE)
+        except (BlzarrError, OSError, ValueError, RecursionError):
             return False
         got = sizes.get("last") if isinstance(sizes, dict) else None
         return isinstance(got, list) and got == list(last[:3])
