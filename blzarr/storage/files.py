@@ -265,6 +265,11 @@ class one_barrier:
         return False
 
 
+def in_barrier():
+    """Whether syncs handed to `join_barrier` now wait for the end of a `one_barrier` context."""
+    return getattr(_barrier, "paths", None) is not None
+
+
 def join_barrier(path):
     """Hand the sync of file `path` to the enclosing `one_barrier`: True, or False when there is none
     (the caller syncs it now)."""

@@ -44,7 +44,7 @@ from blzarr.errors import ENVIRONMENT_ERRNOS, BlzarrError, ChunkError, FormatErr
 from blzarr.storage.locking import first_write
 from blzarr.storage import fileio, rewrite
 from blzarr.storage.files import (ATTRIBUTES_FILE, DATA_DIR, META_DIR, SECTOR, SIZES_FILE, SIZES_ROOM, fsync_path,
-                                  join_barrier, new_tree_of, read_json)
+                                  in_barrier, join_barrier, new_tree_of, read_json)
 from blzarr.runtime.parallel import codec_threads
 from blzarr.runtime import forksafe
 from blzarr.storage.spool import writes_for
@@ -580,7 +580,11 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         self._sizes_last = tuple(obj["last"]) if "last" in obj else None
         self._named_extent()
         self._free_from, self._free_files = free_from, self.nfiles
-        self._cut_pending()
+        if not in_barrier():
+            # (in a table's barrier this meta/sizes is not durable yet: the one before it, which
+            # may name the bytes past the cut, stays the commit until the barrier's end; the cut
+            # waits for the next sync)
+            self._cut_pending()
 
     def _sizes_with_last(self, obj):
         """`obj` (meta/sizes) with the position of its short last chunk (``"last": [chunk, offset,
