@@ -382,7 +382,8 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
             return last
         # a switch meta/sizes does not count yet (a writer switches that chunk in order only after
         # a meta/sizes without "last": see `_drop_last`): the committed chunk is where it says
-        self._overlay, self._own_overlay = {fno: ({slot: off}, slot + 1, nbytes)}, True
+        # (tagged "last": a reader's check tells this overlay from a rewrite record's in one read)
+        self._overlay, self._own_overlay = {fno: ({slot: off}, slot + 1, nbytes, "last")}, True
         self._forget_file(fno)
         return self._load_file(fno)
 

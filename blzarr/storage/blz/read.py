@@ -91,7 +91,7 @@ class BlzReads:
         if over is not None and slot in over[0]:
             # read where a committed rewrite record says (the file may not say it yet), or where
             # meta/sizes' "last" says: that meta/sizes must still be the current one
-            if self._own_overlay and self.mode == "r" and not self.sizes_still_name(n, off):
+            if len(over) > 3 and self.mode == "r" and not self.sizes_still_name(n, off):
                 raise FormatError(f"{where}: meta/sizes no longer names the place the chunk was read "
                                   "from (a writer committed since)")
             return
@@ -191,16 +191,17 @@ class BlzReads:
             # a reader's whole chunk (the long reads): read, verified, validated, its offsets entry
             # checked and decoded in one call, into this thread's buffer
             local = self._local
+            entry = self._entry_pos(f, n)
             try:
                 local.cbuf, ct = sc.fetch_decode(fd, off, -1 if ct is None else ct, f.fstate[1],
                                                  cid, getattr(local, "cbuf", None), out,
-                                                 expected_nbytes, nthreads,
-                                                 self._entry_pos(f, n), where)
+                                                 expected_nbytes, nthreads, entry, where)
             finally:
                 with self._lock:
                     self._release_fd(fd)
-            if self._own_overlay and self._entry_pos(f, n) < 0:
-                # read where meta/sizes' "last" says (fetch_decode checked no entry): is it current?
+            if entry < 0:
+                # no entry checked: read where a rewrite record or meta/sizes' "last" says (the
+                # latter must still be the current meta/sizes)
                 self._check_still_at(n, f, fd, off, where)
         else:
             if buf is None:
