@@ -483,12 +483,7 @@ def _checking_reader(root, seconds, w):
     os.write(w, b"ok %d\n" % reads)
 
 
-# BLZ: a reader beside rewrites and compaction sometimes fails (about one run in three to six on a
-# loaded 2-core machine) with "chunk N ... claims 335544333 bytes, past the end of the file": a chunk
-# read at a place of a superchunk file that compaction replaced, which the reader's retries did not
-# recover from; not understood yet, so not strict (an XPASS is the usual outcome)
-@pytest.mark.parametrize("fmt", [pytest.param("blz", marks=pytest.mark.xfail(
-    strict=False, reason="a reader beside compaction sometimes reads a replaced file's bytes")), "bcolz"])
+@pytest.mark.parametrize("fmt", ["blz", "bcolz"])
 def test_readers_beside_rewrites_and_compaction_never_fail(tmp_path, fmt):
     """Several reader processes beside a writer that rewrites chunks (relocating them) and, in BLZ,
     compacts the files: zero errors, zero values never written (a reader that sees a chunk move under

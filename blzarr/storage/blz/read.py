@@ -11,6 +11,7 @@ from blzarr import _superchunk as sc
 from blzarr.runtime.parallel import run_threads
 from blzarr.runtime.params import get_nthreads
 from blzarr.storage.blz.cache import CHUNK_CACHE_BYTES, FD_CACHE, READ_RETRIES, TOUCHED_CACHE, VERIFIED_CACHE
+from blzarr.storage import rewrite
 from blzarr.storage.blz.format import _Where
 from blzarr.errors import BlzarrError, ChunkError, FormatError
 
@@ -67,13 +68,37 @@ class BlzReads:
     def _reload(self, fno, n=None):
         """Forget what is known of file `fno` (and chunk n) and open it again at the next read (a
         compaction may have replaced the file: the old descriptor reads the old one; reads in flight
-        through it keep it until they are done)."""
+        through it keep it until they are done).  A reader reading through a rewrite record reads the
+        record again too: the writer removes it once the files say what it says, and the offsets it
+        names are then no longer the chunks' (a later rewrite moves them, a compaction replaces the file)."""
         with self._lock:
+            if self._overlay is not None and not self._own_overlay:
+                self._read_record_again()
             self._forget_file(fno)
             if n is not None:
                 self._drop_chunk(n)
             self._close(fno)
             self.reread_last()      # (only where meta/sizes' "last" located the short chunk)
+
+    def _read_record_again(self):
+        """Take the committed rewrite record as it is now (None once the writer removed it), forgetting
+        the states of the files whose offsets the old or the new one switched."""
+        old = self._overlay
+        plan = rewrite.plan_for(self.rootdir)
+        if plan is None:
+            self._overlay = None
+        else:
+            self.read_through(plan)
+        if self._overlay != old:
+            for fno in set(old or ()) | set(self._overlay or ()):
+                self._forget_file(fno)
+
+    def _record_still_names(self, fno, slot, off):
+        """Whether the rewrite record, read again now, still puts chunk `slot` of file `fno` at `off`."""
+        with self._lock:
+            self._read_record_again()
+            over = self._overlay.get(fno) if self._overlay else None
+            return over is not None and over[0].get(slot) == off
 
     def _entry_pos(self, f, n):
         """Where chunk n's offsets entry is in file `f`, to check after a read that the chunk did not
@@ -86,17 +111,23 @@ class BlzReads:
         """A reader (mode 'r'), after reading chunk n's bytes from `off`: its offsets entry in the file
         must still say `off`.  A writer in another process may have moved the chunk meanwhile and reused
         its old bytes for another chunk, whose checksum is valid: only the entry tells."""
+        if self.mode != "r":
+            return
         slot = n - (f.fno - 1) * self.superchunklen
         over = self._overlay.get(f.fno) if self._overlay else None
-        if over is not None and slot in over[0]:
-            # read where a committed rewrite record says (the file may not say it yet), or where
-            # meta/sizes' "last" says: that meta/sizes must still be the current one
-            if len(over) > 3 and self.mode == "r" and not self.sizes_still_name(n, off):
+        if over is not None and len(over) > 3 and slot in over[0]:
+            # read where meta/sizes' "last" says: that meta/sizes must still be the current one
+            if not self.sizes_still_name(n, off):
                 raise FormatError(f"{where}: meta/sizes no longer names the place the chunk was read "
                                   "from (a writer committed since)")
             return
-        if self.mode == "r" and sc.read_offset(fd, f.table_pos, slot, where) != off:
-            raise FormatError(f"{where}: the chunk moved while it was read (a writer rewrote it)")
+        if sc.read_offset(fd, f.table_pos, slot, where) == off:
+            return
+        # read where a committed rewrite record says: the file does not say it while the writer has
+        # not switched that entry yet, and that stays true only while the record stands
+        if over is not None and over[0].get(slot) == off and self._record_still_names(f.fno, slot, off):
+            return
+        raise FormatError(f"{where}: the chunk moved while it was read (a writer rewrote it)")
 
     def _read_chunk(self, n, expected_nbytes=-1):
         with self._lock:
@@ -196,13 +227,13 @@ class BlzReads:
                 local.cbuf, ct = sc.fetch_decode(fd, off, -1 if ct is None else ct, f.fstate[1],
                                                  cid, getattr(local, "cbuf", None), out,
                                                  expected_nbytes, nthreads, entry, where)
+                if entry < 0:
+                    # no entry checked: read where a rewrite record or meta/sizes' "last" says (the
+                    # record must still stand, or the file say it; that meta/sizes still be current)
+                    self._check_still_at(n, f, fd, off, where)
             finally:
                 with self._lock:
                     self._release_fd(fd)
-            if entry < 0:
-                # no entry checked: read where a rewrite record or meta/sizes' "last" says (the
-                # latter must still be the current meta/sizes)
-                self._check_still_at(n, f, fd, off, where)
         else:
             if buf is None:
                 try:
