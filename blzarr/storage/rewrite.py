@@ -3,8 +3,10 @@
 A rewrite of a chunk already on disk first writes the new bytes beside the old ones, where no reader
 looks (the bcolz layout: a new hidden file in data/, to be renamed over the chunk's file; BLZ: free
 space of the superchunk file, its offsets entry still naming the old bytes).  A flush then *switches*
-them: renames in the bcolz layout, offsets entries written in BLZ.  One rename, or the entries of one
-superchunk file (one write), is one step; a switch of more than that is guarded by a record:
+them: renames in the bcolz layout, offsets entries written in BLZ.  One rename, or the entry of one
+chunk, is one step; a switch of more than one chunk is guarded by a record (also where one write
+switches several entries of a superchunk file: a reader's call may read one chunk before that write
+and another after it, and only the record's announcement makes it read again):
 
 1. the new bytes are made durable (the layouts' syncs);
 2. the record, naming every switch of the operation (of every column of a table), is written

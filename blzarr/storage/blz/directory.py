@@ -696,7 +696,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         flush calls it before meta/sizes, which makes appended chunks visible, is replaced."""
         with self._lock:
             rewrite.clear_stale(self)
-            if len(self._pending) > 1:
+            if self.switch_units() > 1:
                 plan = self.prepare_switch()
                 rewrite.commit_store(self, rewrite.carray_record_path(self.rootdir), {rewrite.SELF: plan},
                                      self.switch_pending, announce)
@@ -799,8 +799,12 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         self._unsynced.clear()
 
     def switch_units(self):
-        """How many one-step switches the pending rewrites take (one write per superchunk file)."""
-        return len(self._pending)
+        """How many chunks the pending rewrites switch.  The entries of one file are switched by one
+        write, but a reader's call that reads one of them before that write and another after it would
+        return a mix that no commit check sees (the commit record is bumped after meta/sizes): more
+        than one chunk goes under a rewrite record, whose bump before the switch makes readers read
+        again, through the record."""
+        return sum(len(slots) for _, slots in self._pending.values())
 
     def _drop_last(self, rewriting=None):
         """Before an ordered switch of the chunk the committed meta/sizes names in "last" (which is a
