@@ -206,3 +206,81 @@ def test_read_ending_between_a_switch_and_the_commit_sees_one_version(tmp_path, 
     assert np.array_equal(got, BASE) or np.array_equal(got, new), \
         f"a mix: chunk 3 {'new' if got[3 * CL] == -1 else 'old'}, chunk 30 {'new' if got[30 * CL] == -1 else 'old'}"
     np.testing.assert_array_equal(r[:], new)
+
+
+# ------------------------------------------------------------------ the real bcolz as the writer
+class _Clock:
+    """A monotonic clock the test moves (commitrec reads it to pace its look at meta/sizes)."""
+
+    def __init__(self):
+        self.ns = 10 ** 12
+
+    def monotonic_ns(self):
+        return self.ns
+
+
+def test_scalar_reads_see_a_bcolz_flush_within_the_poll_without_a_stat_each(tmp_path, monkeypatch):
+    bcolz = pytest.importorskip("bcolz")
+    from blzarr.storage import commitrec
+    root = str(tmp_path / "a")
+    blzarr.carray(BASE, rootdir=root, mode="w", chunklen=CL, format="bcolz").close()
+    clock = _Clock()
+    monkeypatch.setattr(commitrec, "time", clock)
+    looks = []
+    real = commitrec.sizes_fingerprint
+    monkeypatch.setattr(commitrec, "sizes_fingerprint", lambda root: looks.append(root) or real(root))
+    r = blzarr.open(root, mode="r")
+    assert r[205] == 205
+    looks.clear()
+    assert [r[i] for i in range(0, N, 7)] == list(range(0, N, 7))
+    assert looks == [], "scalar reads looked at meta/sizes before the poll was due"
+    b = bcolz.open(root, mode="a")
+    b[205] = -1                     # bcolz rewrites chunk 0's file in place, then meta/sizes
+    b[15_005] = -2
+    b.flush()
+    del b
+    clock.ns += commitrec.POLL_NS
+    assert r[205] == -1             # the first scalar read once the poll is due sees the flush
+    assert r[15_005] == -2
+    assert r[204] == 204
+    # a BLZ reader's scalar reads compare the mapped record only (no poll: bcolz cannot write BLZ)
+    blz = str(tmp_path / "b")
+    blzarr.carray(BASE, rootdir=blz, mode="w", chunklen=CL, format="blz").close()
+    assert not blzarr.open(blz, mode="r")._watch.polled
+
+
+def test_read_spanning_a_bcolz_rewrite_and_flush_sees_one_version(tmp_path):
+    # the real bcolz rewrites chunks 3 and 30 in place and flushes while a blzarr reader's a[:] is
+    # between them: the reader reads again (meta/sizes' fingerprint changed during the call)
+    bcolz = pytest.importorskip("bcolz")
+    root = str(tmp_path / "a")
+    blzarr.carray(BASE, rootdir=root, mode="w", chunklen=CL, format="bcolz").close()
+    new = BASE.copy()
+    new[3 * CL:3 * CL + 10] = -1
+    new[30 * CL:30 * CL + 10] = -1
+    r = blzarr.open(root, mode="r")
+    assert r[5] == 5
+    cls = type(r._chunks)
+    real_get = cls._get
+    fired = []
+    threads = blzarr.set_nthreads(1)        # the chunks read one after the other, in order
+
+    def get(chunks, i):
+        if i == 8 and not fired:
+            fired.append(i)
+            b = bcolz.open(root, mode="a")
+            b[3 * CL:3 * CL + 10] = -1
+            b[30 * CL:30 * CL + 10] = -1
+            b.flush()
+            del b
+        return real_get(chunks, i)
+    cls._get = get
+    try:
+        got = r[:]
+    finally:
+        cls._get = real_get
+        blzarr.set_nthreads(threads)
+    assert fired, "the hook did not run: the read took another path"
+    assert np.array_equal(got, BASE) or np.array_equal(got, new), \
+        f"a mix: chunk 3 {'new' if got[3 * CL] == -1 else 'old'}, chunk 30 {'new' if got[30 * CL] == -1 else 'old'}"
+    np.testing.assert_array_equal(r[:], new)

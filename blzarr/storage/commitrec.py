@@ -23,6 +23,7 @@ once it exists (a replaced file would leave the readers' maps on the old one).
 import mmap
 import os
 import struct
+import time
 import zlib
 
 from blzarr.storage import fileio
@@ -133,22 +134,34 @@ def sizes_fingerprint(rootdir):
     return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
+# how often a scalar read of a directory in the bcolz layout looks at meta/sizes (see `_Polled`)
+POLL_NS = 2_000_000
+
+
 class Watch:
     """What a reader of one carray directory last loaded, and whether that is still current.
 
-    `view` is the record mapped as eight u64 (None when the directory has none yet); ``view[1] !=
-    seen`` is the check of a scalar read.  `changed()` is the check of every other call: the record
-    (mapped now if it appeared since), and for the bcolz layout the fingerprint of meta/sizes."""
+    `view` is what a scalar read compares: ``view[1] != seen`` means "load again".  It is the record
+    mapped as eight u64 (None when the directory has none yet), or, where a writer that does not bump
+    the record may commit (`poll_sizes`: the bcolz layout, which the real bcolz writes), a `_Polled`
+    view.  `changed()` is the check of every other call: the record (mapped now if it appeared
+    since), and the fingerprint of meta/sizes."""
 
-    __slots__ = ("rootdir", "view", "seen", "fp", "check_fp", "_map")
+    __slots__ = ("rootdir", "view", "seen", "fp", "check_fp", "polled", "_mv", "_map")
 
     def __init__(self, rootdir, check_fp):
         self.rootdir = rootdir
         self.check_fp = check_fp
-        self.view = self._map = None
+        self.view = self._mv = self._map = None
+        self.polled = False
         self.seen = None
         self.fp = None
         self._open_map()
+
+    def poll_sizes(self):
+        """Scalar reads look at meta/sizes too (now and then: `_Polled`)."""
+        self.polled = True
+        self.view = _Polled(self)
 
     def _open_map(self):
         try:
@@ -165,27 +178,29 @@ class Watch:
             m.close()
             return
         self._map = m
-        self.view = memoryview(m).cast("Q")
+        self._mv = memoryview(m).cast("Q")
+        if not self.polled:
+            self.view = self._mv
 
     def current(self):
         """The state to remember once the array is loaded: read it before loading (a commit in
         between is then seen as a change, never missed)."""
-        if self.view is None:
+        if self._mv is None:
             self._open_map()
-        return (self.view[1] if self.view is not None else None,
-                sizes_fingerprint(self.rootdir) if self.check_fp or self.view is None else None)
+        return (self._mv[1] if self._mv is not None else None,
+                sizes_fingerprint(self.rootdir) if self.check_fp or self._mv is None else None)
 
     def accept(self, state):
         self.seen, self.fp = state
 
     def changed(self):
-        if self.view is None:
+        if self._mv is None:
             self._open_map()
-            if self.view is not None:
+            if self._mv is not None:
                 return True
-        elif self.view[1] != self.seen:
+        elif self._mv[1] != self.seen:
             return True
-        if self.check_fp or self.view is None:
+        if self.check_fp or self._mv is None:
             return sizes_fingerprint(self.rootdir) != self.fp
         return False
 
@@ -193,3 +208,30 @@ class Watch:
         """Make the next check find a change (the state loaded was cut short, e.g. to the rows every
         column of a table holds)."""
         self.seen = self.fp = -1
+
+
+class _Polled:
+    """The `view` of a `Watch` of a directory that a writer which never bumps the record may change
+    (the real bcolz rewrites chunk files in place and meta/sizes at its flush).  Nothing tells a
+    reader of such a commit without a system call, and a scalar read must not make one: item 1 is
+    the record's generation (the loaded one where there is no record) while the whole check
+    (`Watch.changed`, one stat of meta/sizes) found nothing, and that check is made at most once per
+    `POLL_NS` of the monotonic clock, which is read without a system call.  Once it finds a change
+    item 1 is -2, which no generation is, until the state is loaded again."""
+
+    __slots__ = ("w", "due")
+
+    def __init__(self, w):
+        self.w = w
+        self.due = 0
+
+    def __getitem__(self, i):
+        w = self.w
+        now = time.monotonic_ns()
+        if now >= self.due:
+            self.due = now + POLL_NS
+            if w.changed():
+                self.due = 0            # until a load accepts the new state
+                return -2
+        m = w._mv
+        return m[i] if m is not None else w.seen

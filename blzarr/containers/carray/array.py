@@ -414,6 +414,8 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
         # a reader (mode 'r', or 'a' before its first write) watches for commits by other processes
         seen = self._start_watching() if mode == "r" else None
         store = open_dir(self._rootdir, mode, self._bytestore)
+        if seen is not None:
+            self._watch_layout(store.format)
         meta = ArrayMeta.read(store, self._rootdir, allow_pickle, store.__dict__.pop("opened_meta", None))
         atom, chunklen = meta.atom, meta.chunklen
         try:
@@ -804,6 +806,8 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
         # since that version is found by the view's first read, which loads it first.
         w = self._watch
         new._watch = commitrec.Watch(self._rootdir, check_fp=True)
+        if w.polled:
+            new._watch.poll_sizes()
         new._watch.accept((w.seen, w.fp))
         new._vlock = forksafe.RLock()
         forksafe.counts_calls(new)

@@ -84,7 +84,8 @@ def _moved(obj):
     watches = [c._watch for c in obj.cols._cols.values() if c._watch is not None] if w is True else [w]
     for w in watches:
         v = w.view
-        if (v[1] != w.seen) if v is not None else w.changed():
+        # (a polled view looks now and then: the end of a call looks now)
+        if (v[1] != w.seen) if v is not None and not w.polled else w.changed():
             return True
     return False
 
@@ -100,7 +101,7 @@ def read_again(obj, attempt):
     w = obj._watch
     if w and w is not True:      # a carray's Watch (a table: True; the writer: None or False)
         v = w.view
-        if v is not None and v[1] == w.seen:
+        if v is not None and not w.polled and v[1] == w.seen:
             return False        # the common case: nothing committed meanwhile (one compare)
     if obj._pinned != 1:
         return False

@@ -50,6 +50,12 @@ class CarrayVersions(CarrayBase):
         self._watch = w
         return state
 
+    def _watch_layout(self, fmt):
+        """Scalar reads of a directory in the bcolz layout look at meta/sizes too, now and then: the
+        real bcolz may write it beside this reader without bumping the commit record."""
+        if self._watch and fmt != "blz":
+            self._watch.poll_sizes()
+
     _owner = None           # the column of a table: a weak reference to it, which loads its columns
 
     def _fresh(self):

@@ -488,6 +488,7 @@ class CarrayWrites(CarrayBase):
                 # another process may write from now on: this object, which still reads, watches
                 seen = self._start_watching()
                 if seen is not None:
+                    self._watch_layout(self._chunks.format)
                     self._watch.accept(seen)
         if self._ondisk:
             self._mode = "r"
