@@ -225,7 +225,7 @@ def test_scalar_reads_see_a_bcolz_flush_within_the_poll_without_a_stat_each(tmp_
     root = str(tmp_path / "a")
     blzarr.carray(BASE, rootdir=root, mode="w", chunklen=CL, format="bcolz").close()
     clock = _Clock()
-    monkeypatch.setattr(commitrec, "time", clock)
+    monkeypatch.setattr(commitrec, "CLOCK", clock.monotonic_ns)
     looks = []
     real = commitrec.sizes_fingerprint
     monkeypatch.setattr(commitrec, "sizes_fingerprint", lambda root: looks.append(root) or real(root))

@@ -23,9 +23,9 @@ once it exists (a replaced file would leave the readers' maps on the old one).
 import mmap
 import os
 import struct
-import time
 import zlib
 
+from blzarr._poll import PolledView
 from blzarr.storage import fileio
 from blzarr.storage.files import META_DIR, SIZES_FILE, atomic_write
 
@@ -134,8 +134,9 @@ def sizes_fingerprint(rootdir):
     return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-# how often a scalar read of a directory in the bcolz layout looks at meta/sizes (see `_Polled`)
+# how often a scalar read of a directory in the bcolz layout looks at meta/sizes (`Watch.poll_sizes`)
 POLL_NS = 2_000_000
+CLOCK = None            # the monotonic clock in ns those reads go by (None: CLOCK_MONOTONIC; tests move one)
 
 
 class Watch:
@@ -143,7 +144,7 @@ class Watch:
 
     `view` is what a scalar read compares: ``view[1] != seen`` means "load again".  It is the record
     mapped as eight u64 (None when the directory has none yet), or, where a writer that does not bump
-    the record may commit (`poll_sizes`: the bcolz layout, which the real bcolz writes), a `_Polled`
+    the record may commit (`poll_sizes`: the bcolz layout, which the real bcolz writes), a polled
     view.  `changed()` is the check of every other call: the record (mapped now if it appeared
     since), and the fingerprint of meta/sizes."""
 
@@ -159,9 +160,15 @@ class Watch:
         self._open_map()
 
     def poll_sizes(self):
-        """Scalar reads look at meta/sizes too (now and then: `_Polled`)."""
+        """Scalar reads look at meta/sizes too, now and then.  Nothing tells a reader of a commit by a
+        writer that never bumps the record (the real bcolz rewrites chunk files in place and
+        meta/sizes at its flush) without a system call, and a warm scalar read must not make one:
+        `view` becomes a `_poll.PolledView`, whose item 1 is the record's generation while the whole
+        check (`changed`, one stat of meta/sizes) found nothing, made at most once per `POLL_NS` of
+        the monotonic clock (read without a system call), and -2 (no generation) once it found a
+        change."""
         self.polled = True
-        self.view = _Polled(self)
+        self.view = PolledView(self, POLL_NS, CLOCK)
 
     def _open_map(self):
         try:
@@ -208,30 +215,3 @@ class Watch:
         """Make the next check find a change (the state loaded was cut short, e.g. to the rows every
         column of a table holds)."""
         self.seen = self.fp = -1
-
-
-class _Polled:
-    """The `view` of a `Watch` of a directory that a writer which never bumps the record may change
-    (the real bcolz rewrites chunk files in place and meta/sizes at its flush).  Nothing tells a
-    reader of such a commit without a system call, and a scalar read must not make one: item 1 is
-    the record's generation (the loaded one where there is no record) while the whole check
-    (`Watch.changed`, one stat of meta/sizes) found nothing, and that check is made at most once per
-    `POLL_NS` of the monotonic clock, which is read without a system call.  Once it finds a change
-    item 1 is -2, which no generation is, until the state is loaded again."""
-
-    __slots__ = ("w", "due")
-
-    def __init__(self, w):
-        self.w = w
-        self.due = 0
-
-    def __getitem__(self, i):
-        w = self.w
-        now = time.monotonic_ns()
-        if now >= self.due:
-            self.due = now + POLL_NS
-            if w.changed():
-                self.due = 0            # until a load accepts the new state
-                return -2
-        m = w._mv
-        return m[i] if m is not None else w.seen
