@@ -284,3 +284,28 @@ def test_read_spanning_a_bcolz_rewrite_and_flush_sees_one_version(tmp_path):
     assert np.array_equal(got, BASE) or np.array_equal(got, new), \
         f"a mix: chunk 3 {'new' if got[3 * CL] == -1 else 'old'}, chunk 30 {'new' if got[30 * CL] == -1 else 'old'}"
     np.testing.assert_array_equal(r[:], new)
+
+
+def test_table_reads_see_a_bcolz_flush_within_the_poll(tmp_path, monkeypatch):
+    bcolz = pytest.importorskip("bcolz")
+    from blzarr.storage import commitrec
+    root = str(tmp_path / "t")
+    blzarr.ctable([BASE, BASE * 0.5], names=["a", "b"], rootdir=root, mode="w", chunklen=CL,
+                  format="bcolz").close()
+    clock = _Clock()
+    monkeypatch.setattr(commitrec, "CLOCK", clock.monotonic_ns)
+    t = blzarr.open(root, mode="r")
+    assert tuple(t[205]) == (205, 102.5) and t.cols["b"][206] == 103.0
+    b = bcolz.open(root, mode="a")
+    b.cols["a"][205] = -1
+    b.cols["b"][206] = -2.0
+    b.flush()
+    del b
+    clock.ns += commitrec.POLL_NS
+    assert t.cols["b"][206] == -2.0     # a warm scalar read of a column first (main kept 103.0)
+    assert tuple(t[205]) == (-1, 102.5)
+    got = t[:]
+    ref_a, ref_b = BASE.copy(), BASE * 0.5
+    ref_a[205], ref_b[206] = -1, -2.0
+    np.testing.assert_array_equal(got["a"], ref_a)
+    np.testing.assert_array_equal(got["b"], ref_b)
