@@ -162,7 +162,6 @@ def test_read_ending_between_a_switch_and_the_commit_sees_one_version(tmp_path, 
     new[30 * CL:30 * CL + 10] = -1
     r = blzarr.open(root, mode="r")
     assert r[5] == 5
-    store = r._chunks.layoutdir
     up_r, up_w = os.pipe()
     down_r, down_w = os.pipe()
     pids = []
