@@ -85,8 +85,12 @@ def _reader_beside_record(tmp_path):
     assert r._chunks.layoutdir._overlay, "the reader did not open through the rewrite record"
 
     def let_writer_finish():
-        os.write(down_w, b"go\n")
-        assert read_line(up_r) == "done", "the writer failed"
+        try:
+            os.write(down_w, b"go\n")
+            assert read_line(up_r) == "done", "the writer failed"
+        finally:
+            os.close(down_w)
+            os.close(up_r)
     return r, let_writer_finish, pid
 
 
@@ -198,6 +202,8 @@ def test_read_ending_between_a_switch_and_the_commit_sees_one_version(tmp_path, 
         for name, fn in real.items():
             setattr(cls, name, fn)
         os.write(down_w, b"go\n")
+        for fd in (up_r, up_w, down_r, down_w):
+            os.close(fd)
         for pid in pids:
             _, status = os.waitpid(pid, 0)
             assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
