@@ -29,7 +29,7 @@ from blzarr.containers.carray.array import carray, compression_ratio, human_read
 from blzarr.query import chunked_eval as _ce
 from blzarr.containers.ctable.table import _committed_rows as committed_rows, check_name, ctable
 from blzarr.errors import storage_error
-from blzarr.storage.files import ROOTDIRS_FILE, ObjectPath, detect, detect_store, read_json
+from blzarr.storage.files import ROOTDIRS_FILE, ObjectPath, creation_debris, detect, detect_store, read_json
 from blzarr.storage.bytestore import find_objects, is_url, join, open_bytestore
 
 PROG = "blzarr"
@@ -425,10 +425,17 @@ def cmd_verify(args, out):
             problems.append(f"'{root}' does not exist")
             continue
         found = list(_objects_below(root)) if is_url(root) or os.path.isdir(root) else []
+        if not found and is_url(root) and creation_debris(_store(root)):
+            # the state before a creation that was interrupted: nothing stored, nothing damaged
+            print(f"EMPTY    {root}: nothing is stored there but the objects of an interrupted creation "
+                  "(the next writer with mode 'w' removes them)", file=out)
+            continue
         if not found:
             problems.append(f"'{root}' holds no carray or ctable")
         targets.update((path, kind) for path, kind in found if path not in targets)
     if not targets:
+        if not problems:
+            return 0
         raise CLIError("; ".join(problems))
     damaged = 0
     for path, kind in targets.items():

@@ -76,7 +76,7 @@ import time
 from blzarr.storage import fileio
 from blzarr.storage import files
 from blzarr.errors import ConcurrentWriterError, FormatError, MissingError, StorageError
-from blzarr.storage.files import detect_store
+from blzarr.storage.files import creation_debris, detect_store
 from blzarr.runtime.optional import need
 from blzarr.runtime import forksafe
 
@@ -1130,10 +1130,13 @@ def open_bytestore(root, storage_options=None):
 
 def find_objects(store):
     """(root URL, kind) of every carray/ctable at or below the root of `store`, in name order,
-    not descending into them: the objects of a level before the levels below it (as `walk`)."""
+    not descending into them: the objects of a level before the levels below it (as `walk`).  A
+    prefix holding an interrupted creation's objects (`files.creation_debris`) holds none."""
     kind = detect_store(store)
     if kind is not None:
         yield store.root, kind
+        return
+    if creation_debris(store):
         return
     yield from _below(store)
 
@@ -1147,7 +1150,7 @@ def _below(store):
         kind = detect_store(child)
         if kind is not None:
             yield child.root, kind
-        else:
+        elif not creation_debris(child):     # (an interrupted creation's objects are no dataset)
             subs.append(child)
     for child in subs:
         yield from _below(child)

@@ -30,6 +30,10 @@ ATTRS_FILE = "__attrs__"
 # the attributes file of the BLZ layout, in meta/
 ATTRIBUTES_FILE = "attributes"
 ROOTDIRS_FILE = "__rootdirs__"
+# on object storage, the object a table's creation puts first and deletes once the table is committed
+# (its __rootdirs__ written): a prefix holding it and no carray or ctable holds only what an
+# interrupted creation left, which `creation_debris` tells (docs/FORMAT.rst, "Creation marker")
+CREATING_FILE = ".blzarr-creating"
 
 # The largest meta JSON file blzarr agrees to parse: real ones are a few hundred bytes.
 MAX_JSON_BYTES = 16 * 1024 * 1024
@@ -593,6 +597,18 @@ def detect_store(store):
     if store.exists(ROOTDIRS_FILE):
         return "ctable"
     return None
+
+
+def creation_debris(store):
+    """Whether the prefix of `store`, which holds no carray or ctable (`detect_store` None), holds the
+    objects of a table's creation that never committed (its creation marker): nothing is stored there,
+    and the next writer with mode 'w' removes them."""
+    return store.exists(CREATING_FILE)
+
+
+def creation_marker():
+    """The bytes of the creation marker (a small JSON object; only its presence matters)."""
+    return json_bytes({"creating": "ctable", "version": 1})
 
 
 def detect(path):

@@ -34,7 +34,8 @@ from blzarr.storage import intent, rewrite
 from blzarr.storage.locking import FirstWrite, LockError, lock_dir
 from blzarr.query.rules import DEFAULT_BLEN
 from blzarr.runtime.params import cparams as _cparams, defaults
-from blzarr.storage.files import ATTRS_FILE, ROOTDIRS_FILE, ObjectPath, read_json, write_json
+from blzarr.storage.files import (ATTRS_FILE, CREATING_FILE, ROOTDIRS_FILE, ObjectPath, creation_marker,
+                                   read_json, write_json)
 from blzarr.storage.bytestore import is_url, join, local_path, open_bytestore
 # the parts of ctable, one module each (the moved names stay importable from here)
 from blzarr.containers.ctable.read import NROW, CtableBase, CtableReads, _split_outcols  # noqa: F401
@@ -287,6 +288,9 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
     def _make_rootdir(self):
         if self._bytestore is not None:
             self._bytestore.remove_all()     # object storage: no lock (one writer at a time)
+            # put first, deleted once __rootdirs__ commits the table: what a killed creation leaves
+            # is then known as its debris (verify and ls skip it), not as damaged columns
+            self._bytestore.put(CREATING_FILE, creation_marker())
             return
         fileio.makedirs(self._rootdir)
         self._dirlock = lock_dir(self._rootdir)
@@ -365,7 +369,9 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
             self._write_rootdirs()
             self._attrs = _attrs(self._rootdir, self._mode, _new=True, path=self._attrs_path)
             self.flush()
-            if self._bytestore is None and self._rootdir is not None:
+            if self._bytestore is not None:
+                self._bytestore.delete(CREATING_FILE)
+            elif self._rootdir is not None:
                 self._publish_stage(final)
         except BaseException as e:
             if self._bytestore is not None:
