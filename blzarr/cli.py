@@ -23,7 +23,7 @@ import numpy as np
 import blzarr
 from blzarr import _superchunk
 from blzarr.bench import command as bench_command
-from blzarr.storage import intent
+from blzarr.storage import intent, tablejournal
 from blzarr.storage.locking import LockError, lock_dir
 from blzarr.containers.carray.array import carray, compression_ratio, human_readable_size
 from blzarr.query import chunked_eval as _ce
@@ -394,15 +394,20 @@ def verify_ctable(path):
     if not isinstance(meta, dict) or not isinstance(meta.get("names"), list):
         raise CLIError(f"'{where}' must hold a JSON object with a 'names' list")
     notes = []
+    # an interrupted rewrite of several columns on object storage: the columns are their aside copies
+    aside = tablejournal.aside_columns(meta, str(where)) if is_url(path) else {}
+    if aside:
+        notes.append(f"an interrupted rewrite of the columns {sorted(aside)} left a journal: their copies as "
+                     "before it are what readers read, and the next writer restores them")
     for n in meta["names"]:
         try:
             n = check_name(n)
-            _, nn = verify_carray(join(path, n))
+            _, nn = verify_carray(join(path, aside.get(n, n)))
         except Exception as e:
             raise CLIError(f"column {n!r}: {_message(e)}") from None
         notes += [f"column {n!r}: {x}" for x in nn]
     t = ctable(rootdir=path, mode="r", allow_pickle=True, **_kw(path))   # equal lengths, attributes
-    lengths = {n: len(carray(rootdir=join(path, n), mode="r", allow_pickle=True, **_kw(path)))
+    lengths = {n: len(carray(rootdir=join(path, aside.get(n, n)), mode="r", allow_pickle=True, **_kw(path)))
                for n in t.names}
     rows, short = committed_rows(lengths)
     if short:

@@ -909,6 +909,24 @@ class FsspecStore(ByteStore):
             self.fs.invalidate_cache(self._p(prefix))
         return out
 
+    def find(self, prefix):
+        """The keys (relative to the root) of every object at any depth under `prefix/`, sorted."""
+        self._count("list")
+        base = self._p(prefix).rstrip("/") + "/"
+        try:
+            paths = self._call("list", prefix, self.fs.find, base)
+        except MissingError:
+            return []
+        self.fs.invalidate_cache(self._p(prefix))
+        cut = len(self._p("")) + 1
+        return sorted(p[cut:] for p in paths if p.startswith(base))
+
+    def copy(self, src, dst):
+        """Copy object `src` to `dst` on the server (no bytes through this process)."""
+        self._primed.pop(dst, None)
+        self._call("write", dst, self.fs.copy, self._p(src), self._p(dst))
+        self._count("put", 0)
+
     def info(self, key):
         self._count("head")
         if not self.http:

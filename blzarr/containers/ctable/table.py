@@ -30,7 +30,7 @@ from blzarr.containers.common import Container
 from blzarr.containers.carray.read import pin_version, read_one_version, unpin_version
 from blzarr.containers.carray.version import fresh_call
 from blzarr.errors import ConcurrentWriterError, FormatError, StorageError, storage_op
-from blzarr.storage import intent, rewrite
+from blzarr.storage import intent, rewrite, tablejournal
 from blzarr.storage.locking import FirstWrite, LockError, lock_dir
 from blzarr.query.rules import DEFAULT_BLEN
 from blzarr.runtime.params import cparams as _cparams, defaults
@@ -479,6 +479,14 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         fmt = meta.get("format", "bcolz")
         if fmt not in ("bcolz", "blz"):
             raise FormatError(f"'{path}': unknown format {fmt!r} (expected 'bcolz' or 'blz')")
+        aside = {}
+        if remote and "journal" in meta:
+            # a rewrite of several columns in place was interrupted: a writer rolls it back, a reader
+            # reads those columns from their copies as they were before it (blzarr.storage.tablejournal)
+            if self._mode != "r":
+                tablejournal.roll_back(self._bytestore, meta)
+            else:
+                aside = tablejournal.aside_columns(meta, str(path))
         self._format = fmt
         self._columns_base = root
         mode = self._mode
@@ -489,7 +497,8 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         if remote:
             for n in names:
                 self.cols.names.append(n)
-                self.cols._cols[n] = carray(rootdir=self._col_dir(n), mode=mode, allow_pickle=allow_pickle,
+                rd = join(root, aside[n]) if n in aside else self._col_dir(n)
+                self.cols._cols[n] = carray(rootdir=rd, mode=mode, allow_pickle=allow_pickle,
                                             storage_options=self._bytestore.storage_options)
             names = []
         elif mode != "r" and not lazy:

@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 
-from blzarr.storage import fileio, files, intent, rewrite
+from blzarr.storage import fileio, files, intent, rewrite, tablejournal
 from blzarr.containers.carray.array import carray, operator_index
 from blzarr.containers.carray.write import _python_values, retire
 from blzarr.containers.ctable.read import CtableBase
@@ -524,9 +524,10 @@ class CtableWrites(CtableBase):
         rd = self._col_dir(name)
         if rd is None or self._bytestore is not None:
             # in memory, or on object storage (no rename): the values are assigned over the old ones,
-            # which the carray's own write commits whole
-            old[:] = arr
-            old.flush()
+            # in place under a rollback journal on object storage (the chunk objects change one by one)
+            with self._columns_journal([name], single=True):
+                old[:] = arr
+                old.flush()
             return
         # on disk: the new column is written whole beside the old one, then swapped in (blzarr.storage.intent);
         # the column is never empty, whatever interrupts it
@@ -657,16 +658,36 @@ class CtableWrites(CtableBase):
             if key.dtype == bool and len(key) != self._len:
                 raise IndexError(f"boolean index has length {len(key)}, the ctable has {self._len} rows")
         cols = [(n, self.cols._cols[n]) for n in self.cols.names]
-        with contextlib.ExitStack() as undo:
-            # an exception anywhere before the commit below undoes every column's assignment; the
-            # rewritten chunks reach no reader before it (staged, `blzarr.storage.rewrite`)
-            for _, col in cols:
-                undo.enter_context(col._undoable())
-            for n, col in cols:
-                col[key] = vals[n]
-            self._commit_rewrites(cols)
-        if self.auto_flush:
-            self.flush()
+        journal = self._columns_journal([n for n, _ in cols])
+        with journal:
+            with contextlib.ExitStack() as undo:
+                # an exception anywhere before the commit below undoes every column's assignment; the
+                # rewritten chunks reach no reader before it (staged, `blzarr.storage.rewrite`)
+                for _, col in cols:
+                    undo.enter_context(col._undoable())
+                for n, col in cols:
+                    col[key] = vals[n]
+                self._commit_rewrites(cols)
+            if self.auto_flush or journal is not _NO_JOURNAL:
+                self.flush()      # (on object storage, inside the journal: the columns are rewritten in place)
+
+    def _columns_journal(self, names, single=False):
+        """What makes a rewrite of the columns `names` one step: on object storage, where they are
+        rewritten in place one after the other, a rollback journal (`blzarr.storage.tablejournal`);
+        elsewhere nothing (staged rewrites and the rewrite record do it).  One column (`single`) has one
+        too: its objects are rewritten one by one."""
+        if self._bytestore is None or (len(names) < 2 and not single):
+            return _NO_JOURNAL
+
+        def rolled_back(ok):
+            if not ok:
+                self._broken = ("a rewrite of several columns failed and rolling it back failed too (the "
+                                "next writer's open rolls it back)")
+                return
+            for n in names:     # the columns as they are again on the store
+                self.cols._cols[n] = carray(rootdir=self._col_dir(n), mode="a", allow_pickle=True,
+                                               storage_options=self._bytestore.storage_options)
+        return tablejournal.journaled(self._bytestore, self._rootdirs_meta(), names, rolled_back)
 
     def _commit_rewrites(self, cols):
         """Make the chunks every column rewrote (their short last chunks too) visible in one step: one
@@ -691,6 +712,9 @@ class CtableWrites(CtableBase):
         rewrite.commit(rewrite.table_record_path(base), plans,
                        lambda: [st.switch_pending() for _, st in stores],
                        lambda: [col._publish() for _, col in cols if col._ondisk])
+
+
+_NO_JOURNAL = contextlib.nullcontext()
 
 
 # keyword arguments a ctable forwards to the carrays it creates
