@@ -15,8 +15,9 @@ and the same operation run again succeeds (from the state before, giving the sta
 the local matrix is here too, or in `NOT_ON_OBJECT_STORAGE` with the reason (and a check that it is
 refused with a clear error there rather than half done).
 
-The default run interrupts two operations at one point each (and checks the lists); the sweep, and
-the check that the reading calls write nothing on S3, are marked slow.
+The default run interrupts two operations at one point each (and checks the lists), and kills a table
+creation and a row assignment where the creation marker and the table journal must do their work;
+the sweep, and the check that the reading calls write nothing on S3, are marked slow.
 """
 
 import gc
