@@ -203,8 +203,15 @@ def sync_together(paths, dirs=()):
                     errors.append(e)
                 return
 
-    pool = _sync_pool()
-    helpers = [pool.submit(work) for _ in range(min(_SYNC_THREADS, len(jobs)) - 1)]
+    helpers = []
+    try:
+        pool = _sync_pool()
+        for _ in range(min(_SYNC_THREADS, len(jobs)) - 1):
+            helpers.append(pool.submit(work))
+    except RuntimeError:
+        # no new threads at interpreter exit (a writer flushed by the exit hook): the caller's
+        # thread below then issues every sync itself
+        pass
     try:
         work()
     finally:
