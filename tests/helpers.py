@@ -6,7 +6,9 @@
 - `tree`, `flip_byte`: the bytes of a directory, and damaging one byte of a file;
 - `fork_child`, `read_line`, `read_all`, `wait_for`: the fork/pipe loop of the kill and
   concurrency tests (a child reports on a pipe; the parent reads lines until a marker);
-- `examples`: a property test's own count of hypothesis examples, scaled to the run (conftest.py).
+- `examples`: a property test's own count of hypothesis examples, scaled to the run (conftest.py);
+- `FileOpLog`: a `fileio` implementation that does every operation and logs the writes, cuts, syncs
+  and renames with the files they touch (the tests of what a write path syncs, and in which order).
 """
 
 import os
@@ -17,6 +19,7 @@ import numpy as np
 from hypothesis import settings
 
 import blzarr
+from blzarr.storage import fileio
 
 # the default count of examples of a sweep (the run of the slow tests) that the counts tests ask for
 # through `examples` are relative to
@@ -164,3 +167,73 @@ def kill_child(pid, r):
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
     return read_all(r)
+
+
+class FileOpLog(fileio.OsIO):
+    """Does every file operation (as `fileio.OsIO`) and logs, in order, those that change or make
+    durable what is on disk, each with the absolute paths it touches:
+
+        ("write", path, pos, nbytes)    pos None for a write at the descriptor's position
+        ("trunc", path, size)
+        ("sync", path)                  fsync or fdatasync
+        ("syncdir", path)
+        ("rename", src, dst)            replace, rename or exchange
+
+    A pwritev is logged as the pwrite of each of its buffers (`OsIO.pwritev` then calls `pwrite`)."""
+
+    def __init__(self):
+        self.log = []
+        self.paths = {}
+
+    @staticmethod
+    def paths_of(entry):
+        """The paths an entry of the log touches."""
+        return entry[1:] if entry[0] == "rename" else entry[1:2]
+
+    def _path(self, fd):
+        return self.paths.get(fd, "?")
+
+    def open(self, path, how="r", mode=0o666):
+        fd = super().open(path, how, mode)
+        self.paths[fd] = os.path.abspath(os.fspath(path))
+        return fd
+
+    def close(self, fd):
+        self.paths.pop(fd, None)
+        super().close(fd)
+
+    def pwrite(self, fd, data, pos, where=None):
+        super().pwrite(fd, data, pos, where)
+        self.log.append(("write", self._path(fd), pos, len(data)))
+
+    def write(self, fd, data):
+        super().write(fd, data)
+        self.log.append(("write", self._path(fd), None, len(data)))
+
+    def truncate(self, fd, size):
+        super().truncate(fd, size)
+        self.log.append(("trunc", self._path(fd), size))
+
+    def fsync(self, fd):
+        super().fsync(fd)
+        self.log.append(("sync", self._path(fd)))
+
+    def fdatasync(self, fd):
+        super().fdatasync(fd)
+        self.log.append(("sync", self._path(fd)))
+
+    def fsync_dir(self, path):
+        super().fsync_dir(path)
+        self.log.append(("syncdir", os.path.abspath(path)))
+
+    def replace(self, src, dst):
+        super().replace(src, dst)
+        self.log.append(("rename", os.path.abspath(src), os.path.abspath(dst)))
+
+    def rename(self, src, dst):
+        super().rename(src, dst)
+        self.log.append(("rename", os.path.abspath(src), os.path.abspath(dst)))
+
+    def exchange(self, a, b):
+        super().exchange(a, b)
+        self.log.append(("rename", os.path.abspath(a), os.path.abspath(b)))

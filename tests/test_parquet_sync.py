@@ -15,60 +15,10 @@ from blzarr.storage import fileio, intent
 from blzarr.io import arrow as arrow_io
 
 import crashsim
+from helpers import FileOpLog
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
-
-
-class Logging(fileio.OsIO):
-    """Does every operation; logs writes, syncs and renames with the paths they touch."""
-
-    def __init__(self):
-        self.log = []
-        self.paths = {}
-
-    def open(self, path, how="r", mode=0o666):
-        fd = super().open(path, how, mode)
-        self.paths[fd] = os.path.abspath(os.fspath(path))
-        return fd
-
-    def close(self, fd):
-        self.paths.pop(fd, None)
-        super().close(fd)
-
-    def pwrite(self, fd, data, pos, where=None):
-        super().pwrite(fd, data, pos, where)
-        self.log.append(("write", self.paths.get(fd, "?")))
-
-    def pwritev(self, fd, bufs, pos, where=None):
-        super().pwritev(fd, bufs, pos, where)
-        self.log.append(("write", self.paths.get(fd, "?")))
-
-    def write(self, fd, data):
-        super().write(fd, data)
-        self.log.append(("write", self.paths.get(fd, "?")))
-
-    def fsync(self, fd):
-        super().fsync(fd)
-        self.log.append(("sync", self.paths.get(fd, "?")))
-
-    def fdatasync(self, fd):
-        super().fdatasync(fd)
-        self.log.append(("sync", self.paths.get(fd, "?")))
-
-    def fsync_dir(self, path):
-        super().fsync_dir(path)
-        self.log.append(("syncdir", os.path.abspath(path)))
-
-    def replace(self, src, dst):
-        super().replace(src, dst)
-        self.log.append(("rename", os.path.abspath(src), os.path.abspath(dst)))
-
-    rename = replace
-
-    def exchange(self, a, b):
-        super().exchange(a, b)
-        self.log.append(("rename", os.path.abspath(a), os.path.abspath(b)))
 
 
 def _source(tmp_path, n=60_000, rg=10_000):
@@ -87,18 +37,18 @@ def test_fromparquet_syncs_every_file_once_after_the_last_write(tmp_path, fmt, r
     root = str(tmp_path / "t")
     if replace:
         ctable([np.arange(3)], names=["old"], rootdir=root, mode="w").close()
-    rec = Logging()
+    rec = FileOpLog()
     with fileio.use(rec):
         ctable.fromparquet(src, rootdir=root, mode="w", chunklen=1000, format=fmt)
     t = blzarr.open(root, mode="r")
     for k, v in cols.items():
         np.testing.assert_array_equal(t[k][:], v)
     prefix = str(tmp_path / ".t.building-")
-    work = {os.path.relpath(p, tmp_path).split(os.sep)[0] for e in rec.log for p in e[1:]
+    work = {os.path.relpath(p, tmp_path).split(os.sep)[0] for e in rec.log for p in rec.paths_of(e)
             if p.startswith(prefix)}
     assert len(work) == 1
     work = str(tmp_path / work.pop()) + os.sep
-    ops = [e for e in rec.log if any(p.startswith(work) for p in e[1:])]
+    ops = [e for e in rec.log if any(p.startswith(work) for p in rec.paths_of(e))]
     kinds = [e[0] for e in ops]
     first_sync = kinds.index("sync")
     # nothing is synced while the table is written, nothing written once the syncs begin
@@ -121,7 +71,7 @@ def test_fromparquet_syncs_every_file_once_after_the_last_write(tmp_path, fmt, r
 
 def test_fromparquet_without_fsync_syncs_nothing(tmp_path):
     src, cols = _source(tmp_path, 20_000, 5_000)
-    rec = Logging()
+    rec = FileOpLog()
     with blzarr.defaults_ctx(fsync=False), fileio.use(rec):
         ctable.fromparquet(src, rootdir=str(tmp_path / "t"), mode="w", chunklen=1000)
     assert not [e for e in rec.log if e[0] in ("sync", "syncdir")]

@@ -13,40 +13,9 @@ import pytest
 import blzarr
 from blzarr.storage import fileio
 
+from helpers import FileOpLog
+
 K, CL = 8, 100
-
-
-class Counting(fileio.OsIO):
-    """Does every operation; logs writes, truncations and syncs with the file they touch."""
-
-    def __init__(self):
-        self.log = []
-        self.paths = {}
-
-    def open(self, path, how="r", mode=0o666):
-        fd = super().open(path, how, mode)
-        self.paths[fd] = os.fspath(path)
-        return fd
-
-    def close(self, fd):
-        self.paths.pop(fd, None)
-        super().close(fd)
-
-    def pwrite(self, fd, data, pos, where=None):
-        super().pwrite(fd, data, pos, where)
-        self.log.append(("write", self.paths.get(fd, "?"), pos, len(data)))
-
-    def truncate(self, fd, size):
-        super().truncate(fd, size)
-        self.log.append(("trunc", self.paths.get(fd, "?"), size))
-
-    def fdatasync(self, fd):
-        super().fdatasync(fd)
-        self.log.append(("sync", self.paths.get(fd, "?")))
-
-    def fsync(self, fd):
-        super().fsync(fd)
-        self.log.append(("sync", self.paths.get(fd, "?")))
 
 
 def _make(root, rng):
@@ -65,7 +34,7 @@ def test_rewrites_sync_twice_per_file_per_flush_in_order(tmp_path):
     root = str(tmp_path / "c")
     x = _make(root, rng)
     c = blzarr.open(root)
-    rec = Counting()
+    rec = FileOpLog()
     with fileio.use(rec):
         # every chunk of both files rewritten, twice, some growing (relocated), some not
         x[::7] = -1
@@ -113,7 +82,7 @@ def test_rewritten_bytes_never_go_where_the_table_still_points(tmp_path):
         f = store._file(fno)
         named[fno] = [(int(o), int(o) + store._ctbytes_at(store._fd(fno), int(o), f) + store.cksize)
                       for o in store._full_table(f)[:f.nchunks]]
-    rec = Counting()
+    rec = FileOpLog()
     with fileio.use(rec):
         for k in range(12):
             a = int(rng.integers(0, len(x) - 300))
@@ -153,7 +122,7 @@ def test_without_syncs_nothing_is_synced(tmp_path):
     root = str(tmp_path / "c")
     x = _make(root, rng)
     c = blzarr.open(root)
-    rec = Counting()
+    rec = FileOpLog()
     with blzarr.defaults_ctx(fsync=False), fileio.use(rec):
         c[::7] = -2
         c.flush()
