@@ -119,3 +119,21 @@ def test_carray_reads_reach_chunks_only_through_the_chunk_store():
             if past.search(line.split("#")[0]):
                 found.append(f"containers/carray/{name}:{k}: {line.strip()}")
     assert not found, found
+
+
+def test_containers_reach_the_layout_directory_only_through_the_chunk_store():
+    """Opening, writing and loading a newer version ask the chunk store (`LayoutChunks.adopt`,
+    `gate_writes`, `close_dir`...), never its layout directory; the one exception is the
+    carray's `_layoutdir`, the tests' way to the files."""
+    found = []
+    for here, _, files in os.walk(os.path.join(PKG, "containers")):
+        for name in sorted(f for f in files if f.endswith(".py")):
+            path = os.path.join(here, name)
+            tree = ast.parse(open(path, encoding="utf-8").read())
+            allowed = {id(node) for fn in ast.walk(tree)
+                       if isinstance(fn, ast.FunctionDef) and fn.name == "_layoutdir"
+                       for node in ast.walk(fn)}
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Attribute) and node.attr == "layoutdir" and id(node) not in allowed:
+                    found.append(f"{os.path.relpath(path, PKG)}:{node.lineno}")
+    assert not found, found

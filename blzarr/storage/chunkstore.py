@@ -441,10 +441,28 @@ class LayoutChunks(ChunkStore):
     def attrs_path(self):
         return self.layoutdir.attrs_path
 
+    def close_dir(self):
+        """Close the layout directory as its own `close` does (its descriptors, and what a layout
+        finishes there), before the directory is renamed; it reopens at the next use."""
+        self.layoutdir.close()
+
     def moved_to(self, rootdir):
         """The directory was renamed to `rootdir` (a new one published): go on there."""
         self.layoutdir.moved_to(rootdir)
         self.rootdir = self.layoutdir.rootdir
+
+    def adopt(self, fresh):
+        """The layout directory takes, in place, the state of `fresh`, a directory object of the same
+        files opened since (a reader loading a newer version, a writer's first write), so that the
+        objects holding it (metalayers handed out) see the new state; returns it, for the chunk store
+        over that state (`layouts.open_chunks`)."""
+        self.layoutdir.adopt(fresh)
+        return self.layoutdir
+
+    def gate_writes(self, gate):
+        """Make the first write through the layout directory (its metalayers included) pass `gate`
+        first (a `locking.FirstWrite`, which takes the directory's lock); None: writes pass."""
+        self.layoutdir._first_write = gate
 
 
 class MemoryChunks(list, ChunkStore):

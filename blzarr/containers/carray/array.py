@@ -378,7 +378,7 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
         as the stage, stay this carray's, so nothing is opened again or read back (the store's
         descriptors are closed first, as a directory with files open in it may not be renamed
         everywhere; they reopen at the next use)."""
-        self._chunks.layoutdir.close()
+        self._chunks.close_dir()
         intent.publish(stage, final)
         self._rootdir = final
         self._chunks.moved_to(final)
@@ -439,7 +439,8 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
             self._watch.accept(seen)
         if lazy:
             gate = FirstWrite(self._start_writing)
-            self._first_write = self._chunks.layoutdir._first_write = self._attrs._first_write = gate
+            self._first_write = self._attrs._first_write = gate
+            self._chunks.gate_writes(gate)
         if self._mode == "w":
             self._mode = "a"
             self._chunks.mode = "a"

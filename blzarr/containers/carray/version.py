@@ -86,11 +86,10 @@ class CarrayVersions(CarrayBase):
             if meta.atom != self._atom or meta.chunklen != self._chunklen:
                 self._setup(meta.atom, meta.cparams, meta.chunklen, meta.dflt, meta.expectedlen)
             nchunks, nleft = self._split(meta.length)
-            store = self._chunks.layoutdir
-            # the same store object reads from now on (metalayer objects handed out hold it); its
-            # descriptors are dropped, so files replaced since (compaction) are opened again, and
-            # reads in flight on other threads finish on the ones they hold
-            store.adopt(fresh)
+            # the same directory object reads from now on (metalayer objects handed out hold it);
+            # its descriptors are dropped, so files replaced since (compaction) are opened again,
+            # and reads in flight on other threads finish on the ones they hold
+            store = self._chunks.adopt(fresh)
             self._chunks = open_chunks(store, self._rootdir, "r", self._chunk_atom, self._chunklen, nchunks,
                                        nchunks + (1 if nleft else 0), self._isobj)
             self._len = self._opened_len = meta.length

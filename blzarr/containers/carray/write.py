@@ -228,7 +228,7 @@ class CarrayWrites(CarrayBase):
             if self._mode == "r" or self.__dict__.get("_first_write") is None:
                 return
             self._become_writer(self._load_for_writing)
-            self._chunks.layoutdir._first_write = None
+            self._chunks.gate_writes(None)
 
     def _load_for_writing(self):
         # under the directory's lock (`_become_writer`)
@@ -255,10 +255,9 @@ class CarrayWrites(CarrayBase):
         nstored = nchunks + (1 if nleft else 0)
         if getattr(fresh, "missing_tail", None) is not None and fresh.nchunks < nstored:
             fresh.missing_tail(nstored)             # as open_chunks does
-        store = self._chunks.layoutdir
-        # the same store object writes from now on (metalayer objects handed out hold it);
+        # the same directory object writes from now on (metalayer objects handed out hold it);
         # reads in flight on other threads finish on the descriptors they hold
-        store.adopt(fresh)
+        self._chunks.adopt(fresh)
         self._chunks.mode = "a"
         self._chunks.set_nchunks(nchunks)
         self._chunks.remove_stray(nstored)
