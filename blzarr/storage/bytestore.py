@@ -40,6 +40,8 @@ the layouts read instead of the store's type:
 ====================  ========================================================================
 ``remote``            objects over a network: requests are costly, nothing is locked
 ``ranged_reads``      ``get_range`` fetches only the bytes asked for
+``descriptors``       a read handle is an OS descriptor the Cython readers pread (else the layouts
+                      read with ``get_range`` / ``get_ranges``: `blzarr.storage.blz.remote`)
 ``in_place_writes``   a file can be changed in place through a handle (else: written whole)
 ``has_dirs``          real directories, made, checked and synced (object stores have none)
 ``conditional``       ``put`` honours ``if_match`` / ``if_none_match``
@@ -128,6 +130,7 @@ class ByteStore(abc.ABC):
     # capabilities (see the module docstring)
     remote = False
     ranged_reads = True
+    descriptors = False
     in_place_writes = False
     has_dirs = False
     conditional = False
@@ -340,6 +343,7 @@ class LocalStore(ByteStore):
     directory, as `fileio.sync_enabled()` says)."""
 
     has_dirs = True
+    descriptors = True
     in_place_writes = True
 
     def __init__(self, root, durable=True):
