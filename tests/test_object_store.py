@@ -22,7 +22,7 @@ def evict(r):
     """Drop the compressed chunks an object-storage carray keeps (not what it knows of them)."""
     st = r.chunkstore.layoutdir
     st._chunks.clear()
-    st._recent = (None, None, None)
+    st._ranged.recent = (None, None, None)
     r._blockcache = None
 
 
@@ -580,7 +580,7 @@ def test_s3_read_all_decodes_each_part_while_later_parts_are_fetched(s3, monkeyp
     """Parts of whole superchunk files, several in flight: the first part is decoded before the last
     one is even asked for, and every part is one file."""
     import sys
-    from blzarr.storage.blz.remote import RemoteBlzDir
+    from blzarr.storage.blz.remote import RangedReads
     carray_mod = sys.modules["blzarr.storage.chunkstore"]
     url, opts = s3
     a = data()
@@ -588,17 +588,17 @@ def test_s3_read_all_decodes_each_part_while_later_parts_are_fetched(s3, monkeyp
     monkeypatch.setattr(carray_mod, "PREFETCH_PART_BYTES", 8 * 5000 * 8)          # one file a part
     monkeypatch.setattr(carray_mod, "PREFETCH_BATCH_BYTES", 2 * 8 * 5000 * 8)     # two parts in flight
     events = []
-    prefetch, fetch = RemoteBlzDir.prefetch, RemoteBlzDir._fetch_chunk
+    prefetch, fetch = RangedReads.prefetch, RangedReads.fetch_chunk
 
-    def logged_prefetch(self, ns):
+    def logged_prefetch(self, d, ns):
         events.append(("fetch", sorted(ns)))
-        return prefetch(self, ns)
+        return prefetch(self, d, ns)
 
-    def logged_fetch(self, n, *args):
+    def logged_fetch(self, d, n, *args):
         events.append(("decode", n))
-        return fetch(self, n, *args)
-    monkeypatch.setattr(RemoteBlzDir, "prefetch", logged_prefetch)
-    monkeypatch.setattr(RemoteBlzDir, "_fetch_chunk", logged_fetch)
+        return fetch(self, d, n, *args)
+    monkeypatch.setattr(RangedReads, "prefetch", logged_prefetch)
+    monkeypatch.setattr(RangedReads, "fetch_chunk", logged_fetch)
     r = blzarr.open(f"{url}/x.blz", mode="r", storage_options=opts)
     events.clear()
     g = gets(r)

@@ -12,7 +12,6 @@ from blzarr.storage.bytestore import open_bytestore
 from blzarr.storage.chunkstore import auto_superchunklen
 from blzarr.errors import FormatError
 from blzarr.storage.files import META_DIR, STORAGE_FILE, parse_json
-from blzarr.storage.blz.remote import RemoteBlzDir
 
 LAYOUTS = {"bcolz": (BcolzDir, BcolzChunks), "blz": (BlzDir, BlzChunks)}
 
@@ -32,11 +31,10 @@ def create_store(rootdir, fmt, *, atom, chunklen, objects, dtype, atom_shape, ty
             raise ValueError("checksum=, reserve=, superchunklen= and meta= need format='blz'")
         d = BcolzDir.create(rootdir, bytestore)
         return BcolzChunks(d, atom, chunklen, 0, "a", objects=objects)
-    cls = BlzDir if bytestore is None else RemoteBlzDir
     if opts.get("superchunklen") is None and not objects and expectedlen > 0:
         opts = dict(opts, superchunklen=auto_superchunklen(chunklen * atom.itemsize,
                                                            -(-expectedlen // chunklen)))
-    store = cls.create(rootdir, dtype=dtype, atom_shape=atom_shape, chunklen=chunklen, typesize=typesize,
+    store = BlzDir.create(rootdir, dtype=dtype, atom_shape=atom_shape, chunklen=chunklen, typesize=typesize,
                        chunk_nbytes=-1 if objects else chunklen * atom.itemsize, cparams=cparams,
                        bytestore=bytestore, **opts)
     return BlzChunks(store, atom, chunklen, 0, "a", objects=objects)
@@ -55,7 +53,7 @@ def open_dir(rootdir, mode="a", bytestore=None):
     fmt = storage.get("format", "bcolz")
     bytestore.prime(key, raw, 3 if fmt == BLZ_FORMAT else 1)   # the layout's open (twice) and the carray's
     if fmt == BLZ_FORMAT:
-        d = RemoteBlzDir.open(rootdir, mode, bytestore)
+        d = BlzDir.open(rootdir, mode, bytestore)
         if mode != "r":
             d._after_open_for_write()
         return d
@@ -87,7 +85,7 @@ def partition_writer(config, first_chunk, nchunks):
     whose `config()` is given (bcolz layout: any chunks; BLZ: one superchunk file's worth)."""
     remote = "storage_options" in config
     if config["format"] == "blz":
-        return (RemoteBlzDir if remote else BlzDir).partition_writer(config, first_chunk, nchunks)
+        return BlzDir.partition_writer(config, first_chunk, nchunks)
     if remote:
         return BcolzDir(config["rootdir"], open_bytestore(config["rootdir"], config["storage_options"]))
     return BcolzDir(config["rootdir"])

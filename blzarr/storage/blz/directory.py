@@ -19,12 +19,16 @@
 Every file operation goes through the directory's byte store (`self.bytestore`, `blzarr.storage.bytestore`: a
 local directory by default, through `blzarr.storage.fileio`), superchunk files through handles of the store
 `spool` names (`self._fio`: the byte store itself where files change in place; a local spool uploaded
-whole on object storage).  The hot reads pass the handles, OS descriptors, to `_superchunk` directly.
+whole on object storage).  How the superchunk files are read is chosen by what the byte store declares:
+where its handles are OS descriptors (`ByteStore.descriptors`), the hot reads pass them to `_superchunk`
+directly (the bodies of read.py); on any other store, a file not at hand in the spool is read with
+the requests of `remote.RangedReads` (`self._ranged`, None for descriptors), which the reads of
+read.py hand over to where they meet such a file.
 A writer without a lock (object storage) is guarded by `bytestore.WriterGuard` (`self._guard`).
 
 Here: creating and opening a directory, its names, the metadata files, the picklable config; `BlzChunks`,
 the sequence of a carray's full chunks over a `BlzDir` (a `ChunkStore`); `LazyChunk`, one chunk read on
-demand.  (`remote_blz.RemoteBlzDir` adds the reads of object storage: ranged GETs, lazily.)
+demand.
 """
 
 import ast
@@ -55,6 +59,7 @@ from blzarr.storage.blz.format import (FORMAT, SUPERCHUNK_EXT, BlzFileFormat, _c
 from blzarr.storage.blz.metalayers import (VLMETA_FILE, VLMETA_MAGIC, BlzMetalayers, FixedMeta, MetalayerError,  # noqa: F401
                              VLMeta)
 from blzarr.storage.blz.read import BlzReads
+from blzarr.storage.blz.remote import RangedReads
 from blzarr.storage.blz.repair import BlzMaintenance
 from blzarr.storage.blz.write import BlzWrites
 
@@ -154,6 +159,8 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         # and the store whose handles they are read and written through
         self._writes = writes_for(self.bytestore)
         self._fio = self._writes.files
+        # how the files not at hand through descriptors are read (None: every file is)
+        self._ranged = None if self.bytestore.descriptors else RangedReads()
         self._upload_on_close = False       # a partition writer publishes its file when closed
         self.rootdir = self.bytestore.root
         self.datadir = self.bytestore.where(DATA_DIR)
@@ -485,6 +492,8 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
 
     def _list_files(self):
         """The numbers of the superchunk files in data/, sorted (each a regular file inside the root)."""
+        if self._ranged is not None:
+            return self._ranged.list_files(self)
         nums = []
         for name in self.bytestore.names(DATA_DIR, missing_ok=False):
             if name.startswith("__") and name.endswith(SUPERCHUNK_EXT):
@@ -502,6 +511,8 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
     def _check_full_files(self):
         """Every file but the last holds `superchunklen` chunks; one that cannot be read or does not is damaged
         (its chunks raise when read, the other files' chunks stay readable)."""
+        if self._ranged is not None:
+            return      # lazily: each file is checked when its state is first read (`RangedReads.load`)
         for fno in range(1, self.nfiles):
             if fno in self._damaged:
                 continue
@@ -905,6 +916,24 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         self._close(fno)
         self._writes.remove(self._key(fno))
         self._guard.forget(self._key(fno))
+        if self._ranged is not None:
+            self._ranged.removed(self, fno)
+
+    def _at_hand(self, fno):
+        """Whether file `fno` is read through a descriptor (a local file, or one being written in
+        the local spool)."""
+        return self._ranged is None or self._writes.local(self._key(fno))
+
+    def prefetch(self, ns):
+        """Fetch chunks `ns` ahead of the reads that follow, where requests are costly (a no-op for
+        files read through descriptors); returns the bytes fetched."""
+        if self._ranged is not None:
+            return self._ranged.prefetch(self, ns)
+        return 0
+
+    def moved_fingerprints(self):
+        """{old fingerprint: new one} of the superchunk files this writer uploaded (`objstats`)."""
+        return self._ranged.tag_moves.moves if self._ranged is not None else {}
 
     def close(self):
         """Close the files (a partition writer publishes its file first)."""
@@ -1112,9 +1141,7 @@ class BlzChunks(LayoutChunks):
         return self.layoutdir.superchunklen
 
     def prefetch(self, ns):
-        fetch = getattr(self.layoutdir, "prefetch", None)
-        if fetch is not None:
-            fetch(ns)
+        self.layoutdir.prefetch(ns)
 
     def forget_from(self, n):
         self._objs.clear()
@@ -1164,8 +1191,7 @@ class BlzChunks(LayoutChunks):
             return [self.fingerprint(i) for i in ids]
 
     def moved_fingerprints(self):
-        moves = getattr(self.layoutdir, "tag_moves", None)      # object storage (remote.RemoteBlzDir)
-        return moves.moves if moves is not None else {}
+        return self.layoutdir.moved_fingerprints()
 
     def storage_options(self):
         return {"checksum": self.layoutdir.checksum_name, "reserve": self.layoutdir.reserve,

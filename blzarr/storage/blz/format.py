@@ -77,6 +77,8 @@ class BlzFileFormat:
     """Parsing and writing the header, metadata section and offsets table of a `BlzDir`'s superchunk files."""
 
     def _load_file(self, fno):
+        if self._ranged is not None and not self._at_hand(fno):
+            return self._ranged.load_file(self, fno)
         fd = self._fd(fno)
         f = _File(fno, self._path(fno))
         f.fstate = self._fio.state(fd)
@@ -136,6 +138,8 @@ class BlzFileFormat:
         """(file state, fd, offset) of chunk n, reading only its offsets entry."""
         fno, slot = divmod(n, self.superchunklen)
         fno += 1
+        if self._ranged is not None and not self._at_hand(fno):
+            return self._ranged.offset(self, n, fno, slot)
         if not 0 <= n < self._nphys:
             raise FormatError(f"'{self.rootdir}': {self._where(n)} is needed but the superchunk files hold "
                               f"{self._nphys} chunks")

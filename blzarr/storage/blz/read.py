@@ -34,6 +34,8 @@ class BlzReads:
                 time.sleep(0.001 * attempt)
 
     def _head_at(self, n, f, fd, off):
+        if fd is None:          # a file read with requests (no descriptor: `_offset` gave none)
+            return self._ranged.head_at(self, n, f, off)
         with self._lock:
             h = self._heads.get(n, f.epoch)
             if h is not None:
@@ -155,6 +157,8 @@ class BlzReads:
 
     def _fetch_chunk(self, n, f, fd, off, expected_nbytes):
         """Chunk n's bytes from the file at `off`, checksum verified and structure validated."""
+        if fd is None:
+            return self._ranged.fetch_chunk(self, n, f, off, expected_nbytes)
         where = self._where(n)
         h16 = sc.pread(fd, 16, off, where)
         ctbytes = int.from_bytes(h16[12:16], "little", signed=True)
@@ -180,6 +184,8 @@ class BlzReads:
         remembered as verified, so later reads of a few of its blocks read only those blocks.
         With `part` = (start, nbytes, out_offset), only those bytes are decoded (into `out` at
         out_offset), the whole chunk still read and verified."""
+        if self._ranged is not None:
+            return self._ranged.decode_chunk_into(self, n, out, expected_nbytes, nthreads, part)
         for attempt in range(READ_RETRIES):
             try:
                 return self._decode_chunk_into(n, out, expected_nbytes, nthreads, part)
@@ -281,6 +287,10 @@ class BlzReads:
         yet verified is read whole and verified, and cached while the chunk cache has room (else read
         through a reused buffer), and so is a chunk touched again soon after a lazy read while the cache
         has free room.  Returns the bytes read from the file."""
+        if self._ranged is not None:
+            fno = n // self.superchunklen + 1
+            if not self._at_hand(fno):
+                return self._ranged.read_range(self, n, fno, start, nbytes, out, out_offset)
         where = _Where(self, n)
         with self._lock:
             f, fd, off = self._offset(n)
@@ -489,6 +499,8 @@ class BlzReads:
         """The compressed size of chunk n (its 16-byte header is read once)."""
         c = self._ctbytes.get(n)
         if c is None:
+            if self._ranged is not None and not self._at_hand(n // self.superchunklen + 1):
+                return self._ranged.chunk_cbytes(self, n)
             with self._lock:
                 f, fd, off = self._offset(n)
                 h = self._heads.get(n, f.epoch)
@@ -501,7 +513,10 @@ class BlzReads:
 
     def chunk_fingerprint(self, n):
         """(offset, ctbytes, first bytes of the stored checksum) of chunk n: a rewrite never reuses
-        the live bytes of a chunk, so its offset changes (and its checksum, where there is one)."""
+        the live bytes of a chunk, so its offset changes (and its checksum, where there is one).
+        On a store without descriptors: (file number, file size, version tag), see `RangedReads`."""
+        if self._ranged is not None:
+            return self._ranged.chunk_fingerprints(self, [n])[0]
         with self._lock:
             f, fd, off = self._offset(n)
             fp = self._fps.get(n)
@@ -520,6 +535,8 @@ class BlzReads:
         store wrote lately is given the fingerprint it kept while writing when its offsets entry still
         names those bytes (each file's state looked up once for the batch, not once per chunk); any
         other is read as `chunk_fingerprint` reads it."""
+        if self._ranged is not None:
+            return self._ranged.chunk_fingerprints(self, ids)
         out = []
         with self._lock:
             files = {}

@@ -27,6 +27,8 @@ class BlzMaintenance:
         whose header was not written, a header that counts chunks whose offsets or bytes never reached
         the disk (a power loss: the header's sector was written, not theirs), and a header last-chunk
         that its last chunk no longer has."""
+        if not self.bytestore.in_place_writes:
+            return      # files are uploaded whole from a consistent state: nothing half-written
         with self._lock:
             for fno in range(1, self.nfiles + 1):
                 if fno in self._damaged:
