@@ -46,6 +46,11 @@ def test_the_read_strategy_follows_the_declared_capability(tmp_path):
         np.testing.assert_array_equal(out, x[i * 1000 + 300:i * 1000 + 310])
         whole = ranged.decode_chunk_into(i, np.empty(1000, "i8"), 8000)
         np.testing.assert_array_equal(whole, x[i * 1000:(i + 1) * 1000])
+    # the many-chunk path pins descriptors: only the local directory takes it
+    out = np.empty(3000, "i8")
+    assert ranged.decode_whole([4, 5, 6], out, [0, 8000, 16000], 8000) is False
+    assert local.decode_whole([4, 5, 6], out, [0, 8000, 16000], 8000) is True
+    np.testing.assert_array_equal(out, x[4000:7000])
 
 
 def test_ranged_reads_fetch_ahead_in_few_requests(tmp_path):

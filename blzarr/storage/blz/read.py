@@ -347,9 +347,10 @@ class BlzReads:
     def _whole_work(self, ns, expected_nbytes):
         """(work, ns, pinned files) reading the chunks `ns` whole in one `sc.ReadChunks` (their offsets
         taken with one state check per file, their descriptors pinned), or None where that path does not
-        apply: a writer in this process, a byte store, a checksum not verified without the GIL, a file
-        known damaged, or an offset outside its file (the chunk-by-chunk path then says what is wrong)."""
-        if (self.mode != "r" or self.remote or expected_nbytes <= 0 or len(ns) < 2 or self._overlay
+        apply: a writer in this process, a byte store without descriptors, a checksum not verified
+        without the GIL, a file known damaged, or an offset outside its file (the chunk-by-chunk path
+        then says what is wrong)."""
+        if (self.mode != "r" or self._ranged is not None or expected_nbytes <= 0 or len(ns) < 2 or self._overlay
                 or not sc.native_checksum(self.checksum_id)):
             return None
         ns = np.asarray(ns, dtype=np.int64)
