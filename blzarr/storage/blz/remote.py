@@ -16,7 +16,7 @@ blocks holding them with one ranged GET (its header and block starts are cached)
 fetches the slots of many chunks at once: adjacent slots coalesced into one range, the ranges of
 several files fetched concurrently.
 
-Writing (mode 'a'/'w', by `BlzDir` itself, as its write strategy `spool.Spool` says).  Objects have no partial writes: a superchunk file that
+Writing (mode 'a'/'w', by `BlzDir` itself).  Objects have no partial writes: a superchunk file that
 is to change is copied whole into a local spool directory (`spool.Spool`, the write strategy of a
 store without partial writes), changed there by the `BlzDir` code (appends, rewrites, truncation),
 and uploaded whole when it is complete (the next file is started) or when meta/sizes
@@ -427,7 +427,8 @@ class RangedReads:
         header and table with the chunks: no round trip for the table first)."""
         ns = sorted(set(ns))
         whole = self._whole_files(d, ns)
-        self.load_many(d, (n // d.superchunklen + 1 for n in ns if n // d.superchunklen + 1 not in whole))   # tables: concurrently
+        # the tables of the other files: concurrently
+        self.load_many(d, (n // d.superchunklen + 1 for n in ns if n // d.superchunklen + 1 not in whole))
         with d._lock:
             if len(self.prefetched) > 4096:
                 self.prefetched.clear()
