@@ -36,3 +36,5 @@ cdef int chunk_valid(const uint8_t *p, Py_ssize_t buflen, Py_ssize_t expected_nb
 cdef int take_core(const uint8_t *src, header_t *h, const cnp.intp_t *pos, Py_ssize_t n, Py_ssize_t base,
                    Py_ssize_t itemsize, char *out, const cnp.intp_t *rows, Py_ssize_t first_row,
                    char *scratch, Py_ssize_t *ndec, bint whole) noexcept nogil
+cdef int decode_chunk(const uint8_t *src, Py_ssize_t srclen, char *out, Py_ssize_t nbytes,
+                      int nthreads) noexcept nogil

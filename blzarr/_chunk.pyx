@@ -39,6 +39,10 @@ cnp.import_array()
 # bcolz's included, decodes them.  This is process-wide state of the library, set once here.
 blosc_set_splitmode(BLOSC_NEVER_SPLIT)
 
+cdef extern from "blz_lz4dec.h" nogil:
+    int64_t BLZ_DEC_OTHER
+    int64_t blz_decode_chunk(const uint8_t *src, int64_t srclen, uint8_t *dst, int64_t destsize)
+
 cdef extern from "Python.h":
     PyObject *_bytes_new "PyBytes_FromStringAndSize"(const char *v, Py_ssize_t n)
     char *_bytes_ptr "PyBytes_AS_STRING"(PyObject *o)
@@ -440,10 +444,40 @@ def decompress_into(buf, cnp.ndarray dest not None, int nthreads=1, bint check=T
     nthreads = _threads_for(nthreads, h.nbytes)
     # straight into the caller's array: no intermediate bytes object
     with nogil:
-        ret = blosc_decompress_ctx(&v[0], out, h.nbytes, nthreads)
+        ret = decode_chunk(&v[0], v.shape[0], out, h.nbytes, nthreads)
     if ret != h.nbytes:
         raise ChunkError(f"corrupted Blosc chunk{located(where)}: decompression failed (return code {ret})")
     return ret
+
+
+cdef int decode_chunk(const uint8_t *src, Py_ssize_t srclen, char *out, Py_ssize_t nbytes,
+                      int nthreads) noexcept nogil:
+    """Decode a whole chunk (`nbytes` decoded bytes) into `out`: the LZ4 chunks of the default
+    parameters by blz_lz4dec.h (the same bytes as C-Blosc's, faster where a long match repeats a
+    short period: byte-shuffled small integers), any other by C-Blosc.  Returns the bytes written or
+    a value <= 0."""
+    cdef int64_t r
+    if nthreads <= 1:
+        r = blz_decode_chunk(src, srclen, <uint8_t *>out, nbytes)
+        if r != BLZ_DEC_OTHER:
+            return <int>r if r >= 0 else -1
+    return blosc_decompress_ctx(src, out, nbytes, nthreads)
+
+
+def decompress_blosc(buf, cnp.ndarray dest not None):
+    """Decompress a whole chunk into `dest` by C-Blosc alone (`decompress_into`'s reference in the
+    tests and benchmarks); returns C-Blosc's return code.  The chunk's structure is checked first, as
+    C-Blosc trusts the sizes in it."""
+    cdef const uint8_t[::1] v = bytes_view(buf)
+    cdef char *out = _dest_ptr(dest, 0, cnp.PyArray_NBYTES(dest), "decompress_blosc")
+    cdef Py_ssize_t n = cnp.PyArray_NBYTES(dest)
+    cdef header_t h
+    cdef int r
+    if not chunk_valid(&v[0] if v.shape[0] else NULL, v.shape[0], n, &h):
+        raise ChunkError(f"decompress_blosc: not a well-formed chunk of {n} bytes")
+    with nogil:
+        r = blosc_decompress_ctx(&v[0], out, n, 1)
+    return r
 
 
 def getitem_into(buf, Py_ssize_t start, Py_ssize_t nbytes, cnp.ndarray dest not None, Py_ssize_t offset=0,

@@ -1,0 +1,141 @@
+"""blzarr's own decoder of LZ4 chunks (blzarr/_include/blz_lz4dec.h, used by `_chunk.decompress_into`):
+the same bytes as C-Blosc's decoder (`_chunk.decompress_blosc`) and as the data compressed, for every
+codec, shuffle, level and block size, and a clear ChunkError for malformed LZ4 streams."""
+
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from blzarr import _chunk
+from blzarr.errors import ChunkError
+
+DTYPES = ["i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f4", "f8", "S5", "?"]
+
+
+def _both(c, like):
+    """(decompress_into's bytes, C-Blosc's bytes) of the chunk `c`, decoded into arrays like `like`."""
+    new = np.full_like(like, 0)
+    ref = np.full_like(like, 0)
+    assert _chunk.decompress_into(c, new) == like.nbytes
+    assert _chunk.decompress_blosc(c, ref) == like.nbytes
+    return new.tobytes(), ref.tobytes()
+
+
+def _values(dtype, n, k, seed):
+    rng = np.random.default_rng(seed)
+    dt = np.dtype(dtype)
+    if dt.kind == "S":
+        return np.array([b"id%03d" % i for i in rng.integers(0, k, n)], dtype=dt)
+    if dt.kind == "b":
+        return rng.integers(0, 2, n).astype(bool)
+    if dt.kind == "f":
+        return np.round(rng.uniform(0, k, n), 3).astype(dt)
+    return rng.integers(0, min(k, np.iinfo(dt).max), n).astype(dt)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(DTYPES), st.integers(1, 70_000), st.sampled_from([1, 2, 5, 100, 10_000, 1 << 40]),
+       st.integers(0, 9), st.sampled_from([0, 1, 2]), st.sampled_from(["lz4", "lz4hc", "blosclz"]),
+       st.sampled_from([0, 1000, 4096, 16384, 65536]), st.integers(0, 99))
+def test_same_bytes_as_c_blosc(dtype, n, k, clevel, shuffle, cname, blocksize, seed):
+    a = _values(dtype, n, k, seed)
+    c = _chunk.compress(a, a.dtype.itemsize, clevel, shuffle, cname, blocksize)
+    new, ref = _both(c, a)
+    assert new == ref == a.tobytes()
+
+
+@pytest.mark.parametrize("period", range(1, 20))
+@pytest.mark.parametrize("clevel", [1, 5, 9])
+def test_long_matches_of_every_short_period(period, clevel):
+    """A block of a repeating pattern of every period under 20 and then zeros: long matches at every
+    small offset (the decoder's pattern path) and at offsets of 16 or more."""
+    rng = np.random.default_rng(period)
+    pat = rng.integers(1, 256, period).astype(np.uint8)
+    a = np.concatenate([np.tile(pat, 40_000 // period), np.zeros(9_000, np.uint8),
+                        rng.integers(0, 3, 777).astype(np.uint8)])
+    for shuffle in (0, 1):
+        c = _chunk.compress(a, 1, clevel, shuffle, "lz4", 16384)
+        new, ref = _both(c, a)
+        assert new == ref == a.tobytes()
+    b = (np.arange(60_000) % period + 1).astype(np.int64)       # small int64 values, byte-shuffled
+    c = _chunk.compress(b, 8, clevel, 1, "lz4", 16384)
+    new, ref = _both(c, b)
+    assert new == ref == b.tobytes()
+
+
+def test_chunk_boundaries_and_short_last_block():
+    """Items that do not fill the last block, and fewer items than one SIMD round of the unshuffle."""
+    for n in (1, 2, 15, 16, 17, 31, 32, 33, 2047, 2048, 2049, 65_537):
+        a = (np.arange(n) % 5 + 1).astype(np.int64)
+        for bs in (0, 1000, 16384):
+            c = _chunk.compress(a, 8, 5, 1, "lz4", bs)
+            new, ref = _both(c, a)
+            assert new == ref == a.tobytes(), (n, bs)
+
+
+def _lz4_chunk(stream, nbytes):
+    """A Blosc chunk of one LZ4 block of `nbytes` bytes (typesize 1, no shuffle, whole blocks) whose
+    stream is `stream`."""
+    flags = (1 << 5) | 0x10
+    head = struct.pack("<BBBBiii", 2, 1, flags, 1, nbytes, nbytes, 16 + 4 + 4 + len(stream))
+    return head + struct.pack("<i", 20) + struct.pack("<i", len(stream)) + stream
+
+
+def _literals_then_match(lits, offset, mlen, tail):
+    """An LZ4 stream: `lits` literals, a match of `mlen` bytes at `offset`, then `tail` literals."""
+    tok = (min(len(lits), 15) << 4) | min(mlen - 4, 15)
+    out = bytes([tok])
+    if len(lits) >= 15:
+        r = len(lits) - 15
+        out += b"\xff" * (r // 255) + bytes([r % 255])
+    out += lits + struct.pack("<H", offset)
+    if mlen - 4 >= 15:
+        r = mlen - 4 - 15
+        out += b"\xff" * (r // 255) + bytes([r % 255])
+    return out + bytes([min(len(tail), 15) << 4]) + (bytes([len(tail) - 15]) if len(tail) >= 15 else b"") + tail
+
+
+@pytest.mark.parametrize("offset", [1, 2, 3, 5, 7, 9, 15, 16, 17])
+@pytest.mark.parametrize("mlen", [16, 18, 19, 31, 32, 100, 1000])
+def test_hand_made_streams_decode_as_c_blosc(offset, mlen):
+    lits = bytes(range(1, 21))
+    stream = _literals_then_match(lits, offset, mlen, b"tail!")
+    n = len(lits) + mlen + 5
+    c = _lz4_chunk(stream, n)
+    like = np.zeros(n, np.uint8)
+    new, ref = _both(c, like)
+    want = bytearray(lits)
+    for _ in range(mlen):
+        want.append(want[-offset])
+    assert new == ref == bytes(want) + b"tail!"
+
+
+def test_offset_zero_is_refused():
+    """A match at offset 0 (no LZ4 compressor writes one) is an error here; the LZ4 inside C-Blosc
+    1.x copies the match from itself instead, giving bytes nobody wrote."""
+    c = _lz4_chunk(_literals_then_match(b"abcdefgh" * 3, 0, 20, b"tail!"), 49)
+    with pytest.raises(ChunkError, match="decompression failed"):
+        _chunk.decompress_into(c, np.zeros(49, np.uint8), check=False)
+
+
+@pytest.mark.parametrize("stream, n, why", [
+    (_literals_then_match(b"abcdefgh" * 3, 25, 20, b"tail!"), 49, "offset before the output's start"),
+    (_literals_then_match(b"abcdefgh" * 3, 8, 20, b"tail!"), 40, "a match past the output's end"),
+    (_literals_then_match(b"abcdefgh" * 3, 8, 20, b"tail!"), 60, "a stream short of the output"),
+    (_literals_then_match(b"abcdefgh" * 3, 8, 20, b"tail!")[:-3], 49, "the stream cut short"),
+    (b"\xf0\xff\xff", 600, "a literal run past the stream's end"),
+    (_literals_then_match(b"abcdefgh" * 3, 8, 20, b""), 44, "a match in the last five bytes"),
+])
+def test_malformed_streams_raise_chunk_error(stream, n, why):
+    c = _lz4_chunk(stream, n)
+    with pytest.raises(ChunkError):
+        _chunk.decompress_into(c, np.zeros(n, np.uint8), check=False)
+    # C-Blosc refuses it as well (or the structure check before it does): the two decoders agree on
+    # what is malformed here
+    try:
+        code = _chunk.decompress_blosc(c, np.zeros(n, np.uint8))
+    except ChunkError:
+        code = 0
+    assert code <= 0, why
