@@ -19,7 +19,7 @@ from libc.string cimport memcpy
 cimport numpy as cnp
 
 from blzarr._blosc cimport blosc_decompress_ctx, blosc_getitem
-from blzarr._chunk cimport header_t, C_MEMCPYED, take_core
+from blzarr._chunk cimport header_t, C_MEMCPYED, take_core, decode_chunk
 from blzarr._workpool cimport ChunkWork
 
 cnp.import_array()
@@ -87,7 +87,7 @@ cdef class DecodeChunks(ChunkWork):
             return 0
         # one Blosc thread per call: the parallelism is the pool's, one chunk per thread
         if nb == h.nbytes:
-            ret = blosc_decompress_ctx(self.src[k], dst, nb, 1)
+            ret = decode_chunk(self.src[k], h.ctbytes, dst, nb, 1)
         elif h.flags & C_MEMCPYED:
             memcpy(dst, self.src[k] + 16 + st, nb)
             return 0

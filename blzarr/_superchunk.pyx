@@ -58,8 +58,7 @@ cdef extern from *:
     int BLZARR_HAVE_WRITEBACK
 
 from blzarr import _chunk
-from blzarr._blosc cimport blosc_decompress_ctx
-from blzarr._chunk cimport header_t, chunk_valid, read_i32
+from blzarr._chunk cimport header_t, chunk_valid, read_i32, decode_chunk
 from blzarr._rows cimport rows_of_chunk
 from blzarr._sums cimport sum_values, SUM_F8, SUM_F4, SUM_SIGNED, SUM_UNSIGNED
 from blzarr._workpool cimport Work
@@ -757,7 +756,7 @@ cdef class ReadChunks(Work):
                 return 7
         self.ct[k] = ct
         if self.mode == RC_DECODE:
-            if blosc_decompress_ctx(rbuf, self.out + self.doff[k], nb, 1) != nb:
+            if decode_chunk(<const uint8_t *>rbuf, ct, self.out + self.doff[k], nb, 1) != nb:
                 return 8
             return 0
         if self.mode == RC_ROWS:
@@ -769,7 +768,7 @@ cdef class ReadChunks(Work):
         if h.flags & 0x02:
             v = rbuf + 16
         else:
-            if blosc_decompress_ctx(rbuf, scratch, nb, 1) != nb:
+            if decode_chunk(<const uint8_t *>rbuf, ct, scratch, nb, 1) != nb:
                 return 8
             v = scratch
         sum_values(self.kind, self.isz, self.is_signed, v, nb // self.isz, self.sums, k)
