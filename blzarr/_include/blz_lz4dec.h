@@ -56,10 +56,13 @@ static inline void blz_dec_match(uint8_t *op, size_t off, size_t len, size_t roo
         /* a long match of a short period: its first 16 bytes by the byte rule, then those 16 bytes
            (a pattern of the period) stored again every largest multiple of the period in 16 */
         uint8_t pat[16];
-        size_t step = 16 - 16 % off, i;
+        size_t step = 16 - 16 % off, i, k = 0;
         uint8_t *p;
-        for (i = 0; i < 16; i++) op[i] = m[i];
-        memcpy(pat, op, 16);
+        for (i = 0; i < 16; i++) {
+            pat[i] = m[k];
+            if (++k == off) k = 0;
+        }
+        memcpy(op, pat, 16);
         p = op + step;
         while (p + 16 <= end) { memcpy(p, pat, 16); p += step; }
         if (p < end) memcpy(p, pat, (size_t)(end - p));
