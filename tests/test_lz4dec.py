@@ -59,20 +59,22 @@ def test_long_matches_of_every_short_period(period, clevel):
         c = _chunk.compress(a, 1, clevel, shuffle, "lz4", 16384)
         new, ref = _both(c, a)
         assert new == ref == a.tobytes()
-    b = (np.arange(60_000) % period + 1).astype(np.int64)       # small int64 values, byte-shuffled
-    c = _chunk.compress(b, 8, clevel, 1, "lz4", 16384)
-    new, ref = _both(c, b)
-    assert new == ref == b.tobytes()
+    for dt in (np.int64, np.int32):                              # small values, byte-shuffled
+        b = (np.arange(60_000) % period + 1).astype(dt)
+        c = _chunk.compress(b, b.dtype.itemsize, clevel, 1, "lz4", 16384)
+        new, ref = _both(c, b)
+        assert new == ref == b.tobytes()
 
 
 def test_chunk_boundaries_and_short_last_block():
     """Items that do not fill the last block, and fewer items than one SIMD round of the unshuffle."""
     for n in (1, 2, 15, 16, 17, 31, 32, 33, 2047, 2048, 2049, 65_537):
-        a = (np.arange(n) % 5 + 1).astype(np.int64)
-        for bs in (0, 1000, 16384):
-            c = _chunk.compress(a, 8, 5, 1, "lz4", bs)
-            new, ref = _both(c, a)
-            assert new == ref == a.tobytes(), (n, bs)
+        for dt in (np.int64, np.int32, np.float32):
+            a = (np.arange(n) % 5 + 1).astype(dt)
+            for bs in (0, 1000, 16384):
+                c = _chunk.compress(a, a.dtype.itemsize, 5, 1, "lz4", bs)
+                new, ref = _both(c, a)
+                assert new == ref == a.tobytes(), (n, dt, bs)
 
 
 def _lz4_chunk(stream, nbytes):

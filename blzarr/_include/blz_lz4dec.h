@@ -1,6 +1,6 @@
-/* A decoder of the Blosc 1.x chunks blzarr writes by default (LZ4 streams, one per block, 8-byte
-   byte shuffle or none), used in place of blosc_decompress_ctx where it applies and giving the same
-   bytes.
+/* A decoder of the Blosc 1.x chunks blzarr writes by default (LZ4 streams, one per block, byte
+   shuffle of 4- or 8-byte items or none), used in place of blosc_decompress_ctx where it applies,
+   giving the same bytes.
 
    Why not C-Blosc's own LZ4: a block of small integers, once byte-shuffled, ends in a long run of
    zero planes that LZ4 encodes as one long match, and at Blosc's default level 5 that match's offset
@@ -8,11 +8,12 @@
    bytes its previous store has only just written (a store-to-load forwarding stall per 8 bytes): a
    column of integers 1-5 decodes at about a third of the speed of the same data written at level 9.
    Here a long match with an offset under 16 writes a 16-byte pattern of its period again and again,
-   without reading back what it wrote.
+   without reading back what it wrote (the pattern is built from the period's bytes before the
+   match).
 
    What it does not handle (blz_decode_chunk returns BLZ_DEC_OTHER, and the caller uses C-Blosc):
    other codecs, bitshuffle, split blocks (several streams per block), and byte shuffle of item
-   sizes other than 8.  Every length and offset is checked against the input and output bounds, so
+   sizes other than 4 and 8.  Every length and offset is checked against the input and output bounds, so
    a malformed stream is an error (BLZ_DEC_BAD), never a read or write outside the buffers. */
 #ifndef BLZ_LZ4DEC_H
 #define BLZ_LZ4DEC_H
@@ -233,6 +234,32 @@ static void blz_unshuffle8(const uint8_t *src, uint8_t *dst, size_t n) {
     memcpy(dst + 8 * ne, src + 8 * ne, n - 8 * ne);
 }
 
+/* The same for 4-byte items (int32, float32): plane j from j * (n / 4); the n % 4 bytes past the last
+   whole item are stored as they are. */
+static void blz_unshuffle4(const uint8_t *src, uint8_t *dst, size_t n) {
+    size_t ne = n / 4, i = 0, j;
+#ifdef BLZ_DEC_SSE2
+    for (; i + 16 <= ne; i += 16) {
+        __m128i a0 = _mm_loadu_si128((const __m128i *)(src + 0 * ne + i));
+        __m128i a1 = _mm_loadu_si128((const __m128i *)(src + 1 * ne + i));
+        __m128i a2 = _mm_loadu_si128((const __m128i *)(src + 2 * ne + i));
+        __m128i a3 = _mm_loadu_si128((const __m128i *)(src + 3 * ne + i));
+        /* bytes (0,1) and (2,3) of items 0-7 (lo) and 8-15 (hi), then whole items 0-3 ... 12-15 */
+        __m128i b0 = _mm_unpacklo_epi8(a0, a1), b1 = _mm_unpackhi_epi8(a0, a1);
+        __m128i b2 = _mm_unpacklo_epi8(a2, a3), b3 = _mm_unpackhi_epi8(a2, a3);
+        uint8_t *o = dst + 4 * i;
+        _mm_storeu_si128((__m128i *)(o + 0), _mm_unpacklo_epi16(b0, b2));
+        _mm_storeu_si128((__m128i *)(o + 16), _mm_unpackhi_epi16(b0, b2));
+        _mm_storeu_si128((__m128i *)(o + 32), _mm_unpacklo_epi16(b1, b3));
+        _mm_storeu_si128((__m128i *)(o + 48), _mm_unpackhi_epi16(b1, b3));
+    }
+#endif
+    for (; i < ne; i++)
+        for (j = 0; j < 4; j++)
+            dst[4 * i + j] = src[j * ne + i];
+    memcpy(dst + 4 * ne, src + 4 * ne, n - 4 * ne);
+}
+
 /* Decode the Blosc 1.x chunk at `src` (`srclen` bytes, its header read by the caller's checks or
    not) into `dst` (`destsize` bytes).  Returns the decoded size, BLZ_DEC_BAD for a chunk that does
    not decode, or BLZ_DEC_OTHER, nothing written, for a chunk this decoder leaves to C-Blosc. */
@@ -255,7 +282,7 @@ static int64_t blz_decode_chunk(const uint8_t *src, int64_t srclen, uint8_t *dst
         return nbytes;
     }
     shuf = (flags & 0x01) && ts > 1;
-    if ((flags >> 5) != 1 || (flags & 0x04) || (flags & 0x08) || !(flags & 0x10) || (shuf && ts != 8))
+    if ((flags >> 5) != 1 || (flags & 0x04) || (flags & 0x08) || !(flags & 0x10) || (shuf && ts != 8 && ts != 4))
         return BLZ_DEC_OTHER;
     if (bs <= 0 || nbytes == 0) return BLZ_DEC_BAD;
     nblocks = (nbytes + bs - 1) / bs;
@@ -278,7 +305,10 @@ static int64_t blz_decode_chunk(const uint8_t *src, int64_t srclen, uint8_t *dst
             ret = BLZ_DEC_BAD;
             break;
         }
-        if (shuf) blz_unshuffle8(scratch, dst + j * bs, (size_t)bsize);
+        if (shuf) {
+            if (ts == 8) blz_unshuffle8(scratch, dst + j * bs, (size_t)bsize);
+            else blz_unshuffle4(scratch, dst + j * bs, (size_t)bsize);
+        }
     }
     if (scratch != stack) free(scratch);
     return ret;
