@@ -122,6 +122,19 @@ def test_offset_zero_is_refused():
         _chunk.decompress_into(c, np.zeros(49, np.uint8), check=False)
 
 
+
+@pytest.mark.parametrize("version", [0, 2, 255])
+def test_unknown_lz4_format_version_is_left_to_c_blosc(version):
+    """Byte 1 of the header, the codec's format version, is 1 for every LZ4 chunk; C-Blosc refuses
+    another, and so does decompress_into instead of decoding it as today's LZ4."""
+    a = (np.arange(5000) % 5 + 1).astype(np.int64)
+    c = bytearray(_chunk.compress(a, 8, 5, 1, "lz4", 16384))
+    assert c[1] == 1
+    c[1] = version
+    assert _chunk.decompress_blosc(bytes(c), np.zeros(a.nbytes, np.uint8)) < 0
+    with pytest.raises(ChunkError, match="decompression failed"):
+        _chunk.decompress_into(bytes(c), np.zeros(a.nbytes, np.uint8))
+
 @pytest.mark.parametrize("stream, n, why", [
     (_literals_then_match(b"abcdefgh" * 3, 25, 20, b"tail!"), 49, "offset before the output's start"),
     (_literals_then_match(b"abcdefgh" * 3, 8, 20, b"tail!"), 40, "a match past the output's end"),

@@ -12,7 +12,7 @@
    match).
 
    What it does not handle (blz_decode_chunk returns BLZ_DEC_OTHER, and the caller uses C-Blosc):
-   other codecs, bitshuffle, split blocks (several streams per block), and byte shuffle of item
+   other codecs, an LZ4 format version other than 1, bitshuffle, split blocks (several streams per block), and byte shuffle of item
    sizes other than 4 and 8.  Every length and offset is checked against the input and output bounds, so
    a malformed stream is an error (BLZ_DEC_BAD), never a read or write outside the buffers. */
 #ifndef BLZ_LZ4DEC_H
@@ -282,7 +282,10 @@ static int64_t blz_decode_chunk(const uint8_t *src, int64_t srclen, uint8_t *dst
         return nbytes;
     }
     shuf = (flags & 0x01) && ts > 1;
-    if ((flags >> 5) != 1 || (flags & 0x04) || (flags & 0x08) || !(flags & 0x10) || (shuf && ts != 8 && ts != 4))
+    /* src[1] is the version of the codec's format (1 for LZ4): C-Blosc refuses any other, so such a
+       chunk goes to C-Blosc for its answer rather than being read as today's LZ4 */
+    if ((flags >> 5) != 1 || src[1] != 1 || (flags & 0x04) || (flags & 0x08) || !(flags & 0x10) ||
+        (shuf && ts != 8 && ts != 4))
         return BLZ_DEC_OTHER;
     if (bs <= 0 || nbytes == 0) return BLZ_DEC_BAD;
     nblocks = (nbytes + bs - 1) / bs;
