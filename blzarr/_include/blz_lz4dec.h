@@ -290,8 +290,10 @@ static int64_t blz_decode_chunk(const uint8_t *src, int64_t srclen, uint8_t *dst
     if (bs <= 0 || nbytes == 0) return BLZ_DEC_BAD;
     nblocks = (nbytes + bs - 1) / bs;
     if (16 + 4 * nblocks > ct) return BLZ_DEC_BAD;
-    if (shuf && bs > (int64_t)sizeof(stack)) {
-        scratch = (uint8_t *)malloc((size_t)bs);
+    /* a block never holds more than the chunk: a damaged `bs` past `nbytes` (which the caller's
+       buffer already bounds) must not size an allocation */
+    if (shuf && (bs < nbytes ? bs : nbytes) > (int64_t)sizeof(stack)) {
+        scratch = (uint8_t *)malloc((size_t)(bs < nbytes ? bs : nbytes));
         if (scratch == NULL) return BLZ_DEC_OTHER;
     }
     ret = nbytes;
