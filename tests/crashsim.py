@@ -23,6 +23,7 @@ import errno
 import hashlib
 import os
 import random
+import shutil
 
 from blzarr.storage import fileio
 
@@ -375,6 +376,21 @@ def crash_states(rec, seed=0, exhaustive=8, samples=16, stats=None):
                 stats.states += 1
                 yield State(tree, kind, max([start, w + 1] + [i + 1 for i in chosen]), end)
         start = end + 1
+
+
+def distinct_states(rec, scratch, seed=0, **kw):
+    """The crash states of `rec` whose files differ from every earlier one's, each materialized at
+    `scratch` (replacing the previous state's files) before it is yielded."""
+    seen = set()
+    for st in crash_states(rec, seed=seed, **kw):
+        d = st.tree.digest()
+        if d in seen:
+            continue
+        seen.add(d)
+        if os.path.exists(scratch):
+            shutil.rmtree(scratch)
+        st.tree.materialize(rec.base, scratch)
+        yield st
 
 
 def calls_at(rec, kmin, kmax):
