@@ -22,8 +22,8 @@ from libc.string cimport memcpy
 
 cimport numpy as cnp
 
-from blzarr._blosc cimport blosc_decompress_ctx, blosc_getitem
-from blzarr._chunk cimport header_t, C_MEMCPYED, bytes_view, parse_header
+from blzarr._blosc cimport blosc_getitem
+from blzarr._chunk cimport header_t, C_MEMCPYED, bytes_view, parse_header, decode_chunk
 from blzarr._sums cimport pairwise, PAIRWISE_LEAF
 from blzarr._workpool cimport ChunkWork
 
@@ -131,9 +131,22 @@ cdef class ExprChunks(ChunkWork):
     `tails`: the rows after the full chunks (a carray's last, uncompressed rows), one 1-d C-contiguous
     array per operand of its dtype, all of one length, and a tail array for every "chunks" output: one
     more item after the chunks, without decoding.
+
+    `clens`: each operand's chunk length, when they differ (None: all `chunklen`): each a multiple of
+    `chunklen` that divides the largest, G times `chunklen`.  An item is then G blocks of `chunklen`
+    rows, each chunk decoded once; `values` and `counts` hold one result per block of `chunklen` rows
+    (the tail's rows cut into blocks too), as a query's blocks of `chunklen` rows would.  Mode "select"
+    needs one chunk length and a tail shorter than it.
     """
 
     cdef Py_ssize_t nops, nconst, nregs_, nins, res, mode, clen, win, nouts, nchunks
+    # operands of several chunk lengths (multiples of `clen`): an item is a group of `grp` blocks of
+    # `clen` rows, in which operand i has grp / rat_[i] chunks, at coff_[i] among the group's
+    # `cstride` chunks, decoded whole at woff_[i] in the thread's scratch; the results are per block
+    cdef Py_ssize_t grp, cstride, nblk
+    cdef Py_ssize_t *rat_
+    cdef Py_ssize_t *coff_
+    cdef Py_ssize_t *woff_
     cdef int32_t *prog
     cdef double *consts
     cdef int64_t *plan
@@ -166,19 +179,40 @@ cdef class ExprChunks(ChunkWork):
     def __init__(self, list operands not None, const int32_t[:, ::1] program not None,
                  const double[::1] consts not None, Py_ssize_t nregs, Py_ssize_t result, mode,
                  Py_ssize_t chunklen, outputs=(), Py_ssize_t nparts=1, wheres=None, tails=None, dest=None,
-                 kinds=None):
-        cdef Py_ssize_t nops = len(operands), n, k, i, j, t, off, nitems, isz
+                 kinds=None, clens=None):
+        cdef Py_ssize_t nops = len(operands), n, k, i, j, t, off, nitems, isz, c, idx, ntb
         cdef cnp.ndarray ta
         cdef list flat = []
         cdef header_t *h
         if nops < 1:
             raise ValueError("ExprChunks: at least one operand is needed")
-        n = len(operands[0])
-        for i in range(nops):
-            if len(operands[i]) != n:
-                raise ValueError("ExprChunks: every operand needs the same number of chunks")
         if chunklen < 1:
             raise ValueError(f"ExprChunks: chunklen must be positive, got {chunklen}")
+        # each operand's chunk length: a multiple of `chunklen` that divides the largest one
+        self.rat_ = <Py_ssize_t *>calloc(nops, sizeof(Py_ssize_t))
+        self.coff_ = <Py_ssize_t *>calloc(nops, sizeof(Py_ssize_t))
+        self.woff_ = <Py_ssize_t *>calloc(nops, sizeof(Py_ssize_t))
+        if self.rat_ == NULL or self.coff_ == NULL or self.woff_ == NULL:
+            raise MemoryError()
+        if clens is not None and len(clens) != nops:
+            raise ValueError("ExprChunks: one chunk length per operand is needed")
+        for i in range(nops):
+            c = chunklen if clens is None else clens[i]
+            if c < chunklen or c % chunklen:
+                raise ValueError(f"ExprChunks: operand {i}'s chunk length {c} is not a multiple of {chunklen}")
+            self.rat_[i] = c // chunklen
+        self.grp = max([self.rat_[i] for i in range(nops)])
+        self.cstride = 0
+        for i in range(nops):
+            if self.grp % self.rat_[i]:
+                raise ValueError(f"ExprChunks: operand {i}'s chunk length does not divide the largest one")
+            self.coff_[i] = self.cstride
+            self.cstride += self.grp // self.rat_[i]
+        # n: the groups of `grp` blocks (one block each when every chunk length is `chunklen`)
+        n = len(operands[0]) * self.rat_[0] // self.grp
+        for i in range(nops):
+            if len(operands[i]) != n * (self.grp // self.rat_[i]):
+                raise ValueError("ExprChunks: every operand needs chunks for the same rows")
         if mode not in EXPR_MODES:
             raise ValueError(f"ExprChunks: unknown mode {mode!r}")
         self.mode = EXPR_MODES[mode]
@@ -212,10 +246,11 @@ cdef class ExprChunks(ChunkWork):
                 raise ValueError(f"ExprChunks: operand {i} has an unknown kind {kd!r}")
             self.kind_[i] = OPERAND_KINDS[kd]
             self.isz_[i] = np_dtype(kd).itemsize
-        # the chunks in item order: chunk k of operand i is item k * nops + i
+        # the chunks in item order: group k's chunks of operand i from k * cstride + coff_[i]
         for k in range(n):
             for i in range(nops):
-                flat.append(operands[i][k])
+                c = self.grp // self.rat_[i]
+                flat.extend(operands[i][k * c:(k + 1) * c])
         self._set_chunks(flat, nparts, wheres)
         self.tptr = <char **>calloc(nops, sizeof(char *))
         if self.tptr == NULL:
@@ -235,21 +270,27 @@ cdef class ExprChunks(ChunkWork):
                 self.tptr[i] = <char *>cnp.PyArray_DATA(ta)
                 self.keep.append(ta)
             self.ntail = cnp.PyArray_DIM(<cnp.ndarray>tails[0], 0)
-        # one item per chunk (all its operands), then the tail: the threads' shares over them
+        # one item per group (all its operands' chunks), then the tail: the threads' shares over them;
+        # the results are per block of `chunklen` rows, the tail's cut the same way
         nitems = n + (self.ntail > 0)
         if nitems < 1:
             raise ValueError("ExprChunks: no chunk and no tail")
+        ntb = (self.ntail + chunklen - 1) // chunklen
+        self.nblk = n * self.grp + ntb
         self._share(nitems, nparts)
-        for k in range(n * nops):
-            h = &self.hdr[k]
-            isz = self.isz_[k % nops]
-            if h.nbytes != chunklen * isz:
-                raise ValueError(f"ExprChunks: a chunk holds {h.nbytes} bytes, not {chunklen} values of "
-                                 f"{isz} bytes")
-            if isz % h.typesize:
-                # (Blosc decodes whole typesize units; a chunk saved with another typesize would not
-                # split at value boundaries)
-                raise ValueError(f"ExprChunks: typesize {h.typesize} does not divide values of {isz} bytes")
+        for k in range(n):
+            for i in range(nops):
+                for c in range(self.grp // self.rat_[i]):
+                    h = &self.hdr[k * self.cstride + self.coff_[i] + c]
+                    isz = self.isz_[i]
+                    if h.nbytes != chunklen * self.rat_[i] * isz:
+                        raise ValueError(f"ExprChunks: a chunk holds {h.nbytes} bytes, not "
+                                         f"{chunklen * self.rat_[i]} values of {isz} bytes")
+                    if isz % h.typesize:
+                        # (Blosc decodes whole typesize units; a chunk saved with another typesize
+                        # would not split at value boundaries)
+                        raise ValueError(f"ExprChunks: typesize {h.typesize} does not divide values of "
+                                         f"{isz} bytes")
         # the window: the temporaries of 2048 values each stay in L1/L2; at least a pairwise leaf, so
         # that a leaf spans at most two windows (the carry below holds what a leaf has so far)
         self.win = max(PAIRWISE_LEAF, min(chunklen, XK_WINDOW))
@@ -262,28 +303,32 @@ cdef class ExprChunks(ChunkWork):
                 self.prog[4 * t + j] = program[t, j]
         for j in range(self.nconst):
             self.consts[j] = consts[j]
+        if self.mode == XK_SELECT and self.nblk != nitems:
+            raise ValueError("ExprChunks: mode 'select' needs operands of one chunk length and a tail "
+                             "shorter than a chunk")
         if self.mode == XK_SUM:
             self.plan = _pairwise_plan(chunklen, &self.nplan)
-            if self.ntail:
-                self.tplan = _pairwise_plan(self.ntail, &self.ntplan)
-            self.values_arr = np_zeros(nitems, np_f8)
+            if self.ntail % chunklen:
+                self.tplan = _pairwise_plan(self.ntail % chunklen, &self.ntplan)
+            self.values_arr = np_zeros(self.nblk, np_f8)
             self.vals = <double *>cnp.PyArray_DATA(<cnp.ndarray>self.values_arr)
-        self.counts_arr = np_zeros(nitems, np_i8)
+        self.counts_arr = np_zeros(self.nblk, np_i8)
         if self.mode == XK_VALUES:
             if (not isinstance(dest, cnp.ndarray) or cnp.PyArray_NDIM(dest) != 1
                     or not cnp.PyArray_IS_C_CONTIGUOUS(dest) or not cnp.PyArray_ISWRITEABLE(dest)
                     or cnp.PyArray_ITEMSIZE(dest) not in (1, 8)
-                    or cnp.PyArray_DIM(dest, 0) != n * chunklen + self.ntail):
+                    or cnp.PyArray_DIM(dest, 0) != n * self.grp * chunklen + self.ntail):
                 raise ValueError(f"ExprChunks: mode 'values' needs a writeable C-contiguous array of "
-                                 f"{n * chunklen + self.ntail} items of 8 (float64) or 1 (bool) bytes")
+                                 f"{n * self.grp * chunklen + self.ntail} items of 8 (float64) or 1 (bool) "
+                                 f"bytes")
             self.dest_arr = dest
             self.dest = <char *>cnp.PyArray_DATA(<cnp.ndarray>dest)
             self.disz = cnp.PyArray_ITEMSIZE(<cnp.ndarray>dest)
         self.cnts = <int64_t *>cnp.PyArray_DATA(<cnp.ndarray>self.counts_arr)
         self._set_outputs(list(outputs) if self.mode == XK_SELECT else [], n, chunklen)
         # the thread's scratch: registers, the outputs' windows, the selected positions, the carry
-        # of a pairwise leaf across two windows, the register pointers, then every operand's chunk
-        # decoded whole (64-byte aligned, for the vector loads)
+        # of a pairwise leaf across two windows, the register pointers and each operand's chunk and
+        # block, then every operand's chunk decoded whole (64-byte aligned, for the vector loads)
         self.regs_bytes = nregs * self.win * 8
         off = self.regs_bytes
         for j in range(self.nouts):
@@ -295,9 +340,13 @@ cdef class ExprChunks(ChunkWork):
         self.carry_off = off
         off += 2 * PAIRWISE_LEAF * 8
         self.ptr_off = off
-        off += (nregs + nops) * sizeof(char *)
+        off += (nregs + 2 * nops) * sizeof(char *)
         self.whole_off = (off + 63) // 64 * 64
-        self.scratch_bytes = self.whole_off + nops * chunklen * 8
+        off = self.whole_off
+        for i in range(nops):
+            self.woff_[i] = off
+            off += (chunklen * self.rat_[i] * self.isz_[i] + 63) // 64 * 64
+        self.scratch_bytes = off
 
     cdef int _set_outputs(self, list outputs, Py_ssize_t n, Py_ssize_t chunklen) except -1:
         cdef Py_ssize_t j, k, ncol = 0, c = 0, isz
@@ -378,6 +427,9 @@ cdef class ExprChunks(ChunkWork):
         free(self.okind)
         free(self.kind_)
         free(self.isz_)
+        free(self.rat_)
+        free(self.coff_)
+        free(self.woff_)
         free(self.oarg)
         free(self.osize)
         free(self.ooff)
@@ -391,12 +443,12 @@ cdef class ExprChunks(ChunkWork):
 
     @property
     def values(self):
-        """Each chunk's sum (mode "sum"), valid after `check()`."""
+        """Each block's sum (mode "sum"), valid after `check()`."""
         return self.values_arr
 
     @property
     def counts(self):
-        """Each chunk's count of true results (modes "count" and "select"), valid after `check()`."""
+        """Each block's count of true results (modes "count" and "select"), valid after `check()`."""
         return self.counts_arr
 
     def fill(self, Py_ssize_t j, cnp.ndarray dest not None, Py_ssize_t k0=0, Py_ssize_t k1=-1):
@@ -457,10 +509,61 @@ cdef class ExprChunks(ChunkWork):
         return 0
 
     cdef int _do(self, Py_ssize_t k, char *scratch) noexcept nogil:
-        cdef Py_ssize_t i, j, w0, m, W = self.win, n = self.clen, nops = self.nops, sel, cnt = 0
-        cdef Py_ssize_t li = 0, lo = 0, pi = 0, sp = 0, fill = 0, need, isz, cap, t
+        cdef Py_ssize_t i, j, W = self.win, L = self.clen, nops = self.nops, b, nb, r, ret
         cdef char **rp = <char **>(scratch + self.ptr_off)
         cdef char **whole = rp + self.nregs_
+        cdef char **at = whole + nops
+        cdef double *v
+        cdef double s
+        cdef bint tail = k == self.nchunks
+        # every register is a window of the thread's scratch; an operand's register is pointed into its
+        # decoded chunk at each window instead (no copy), and a constant fills its register once, so
+        # the C loops have no scalar cases
+        for i in range(self.nregs_):
+            rp[i] = scratch + i * W * 8
+        for j in range(self.nconst):
+            v = <double *>rp[nops + j]
+            s = self.consts[j]
+            for i in range(W):
+                v[i] = s
+        if tail:
+            for i in range(nops):
+                whole[i] = self.tptr[i]
+            nb = (self.ntail + L - 1) // L
+        else:
+            nb = self.grp
+        for b in range(nb):
+            for i in range(nops):
+                r = self.rat_[i]
+                if tail:
+                    at[i] = whole[i] + b * L * self.isz_[i]
+                    continue
+                if b % r == 0:
+                    # the operand's next chunk decoded whole into the thread's buffer (a whole decode
+                    # writes each block straight to its place; blosc_getitem of a block copies it once
+                    # more, ~1.4x the CPU), by the decoder of whole chunks that reads byte-shuffled
+                    # small integers without LZ4's stalls
+                    j = k * self.cstride + self.coff_[i] + b // r
+                    if self.hdr[j].flags & C_MEMCPYED:
+                        whole[i] = <char *>self.src[j] + 16
+                    else:
+                        whole[i] = scratch + self.woff_[i]
+                        ret = decode_chunk(self.src[j], self.hdr[j].ctbytes, whole[i], self.hdr[j].nbytes, 1)
+                        if ret != self.hdr[j].nbytes:
+                            return ret if ret != 0 else -1
+                at[i] = whole[i] + (b % r) * L * self.isz_[i]
+            ret = self._block(k * self.grp + b, min(L, self.ntail - b * L) if tail else L, tail, scratch)
+            if ret != 0:
+                return ret
+        return 0
+
+    cdef int _block(self, Py_ssize_t k, Py_ssize_t n, bint tail, char *scratch) noexcept nogil:
+        """Block k's `n` rows: the program over them window by window, its result reduced, compacted
+        or written out.  Each operand's rows are at the pointers after the registers'."""
+        cdef Py_ssize_t i, j, w0, m, W = self.win, nops = self.nops, sel, cnt = 0
+        cdef Py_ssize_t li = 0, lo = 0, pi = 0, sp = 0, fill = 0, need, isz, cap, t
+        cdef char **rp = <char **>(scratch + self.ptr_off)
+        cdef char **whole = rp + self.nregs_ + nops
         cdef int32_t *idx = <int32_t *>(scratch + self.idx_off)
         cdef double *carry = <double *>(scratch + self.carry_off)
         cdef double stack[72]      # the pairwise tree's partial sums: depth log2(chunklen / 128) + 1
@@ -472,38 +575,13 @@ cdef class ExprChunks(ChunkWork):
         cdef char *dst
         cdef char *nb
         cdef int ret
-        cdef int64_t count = 0, row0 = k * n
+        cdef int64_t count = 0, row0 = k * self.clen
         cdef const int64_t *plan = self.plan
         cdef Py_ssize_t nplan = self.nplan
-        cdef bint tail = k == self.nchunks
-        if tail:
-            n = self.ntail
+        if n < self.clen:
             plan = self.tplan
             nplan = self.ntplan
-        # every register is a window of the thread's scratch; an operand's register is pointed into its
-        # decoded chunk at each window instead (no copy), and a constant fills its register once, so
-        # the C loops have no scalar cases
-        for i in range(self.nregs_):
-            rp[i] = scratch + i * W * 8
-        for j in range(self.nconst):
-            v = <double *>rp[nops + j]
-            s = self.consts[j]
-            for i in range(W):
-                v[i] = s
         w0 = 0
-        # every operand's chunk decoded whole into the thread's buffers (a whole decode writes each
-        # block straight to its place; blosc_getitem of a block copies it once more, ~1.4x the CPU)
-        for i in range(nops):
-            j = k * nops + i
-            if tail:
-                whole[i] = self.tptr[i]
-            elif self.hdr[j].flags & C_MEMCPYED:
-                whole[i] = <char *>self.src[j] + 16
-            else:
-                whole[i] = scratch + self.whole_off + i * n * 8
-                ret = blosc_decompress_ctx(self.src[j], whole[i], n * self.isz_[i], 1)
-                if ret != n * self.isz_[i]:
-                    return ret if ret != 0 else -1
         while w0 < n:
             m = min(W, n - w0)
             for i in range(nops):

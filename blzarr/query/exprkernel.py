@@ -5,12 +5,16 @@ chunks are in memory (and int or float scalars) becomes a register program; the 
 every thread, each chunk of every operand decoded whole into the thread's buffer and the program run
 over windows of it whose temporaries stay in the thread's cache, and sums, counts or compacts the
 result there (no Python per chunk, the GIL released).
-Whatever this module cannot compile (other dtypes, functions, operands on disk, a block length other
-than the chunk length) returns None: the caller then evaluates it the general way (`blzarr.query.fused`).
+Operands of several chunk lengths (an int32 column's chunks hold twice the rows of a float64 one's)
+are read in groups of chunks of the largest length, each chunk decoded once; their results are still
+per block of the query's block length.
+Whatever this module cannot compile (other dtypes, functions, operands on disk, a block length that
+is not the chunk length, or chunk lengths that are not multiples of it dividing the largest) returns
+None: the caller then evaluates it the general way (`blzarr.query.fused`).
 
 The results are the general way's, bit for bit: the operations are IEEE double operations as NumPy's
-and numexpr's, a chunk's sum is NumPy's pairwise sum of that chunk's values, and the callers add the
-chunks' sums in order as the general path adds its blocks'.
+and numexpr's, a block's sum is NumPy's pairwise sum of that block's values, and the callers add the
+blocks' sums in order as the general path does.
 """
 
 import ast
@@ -213,16 +217,40 @@ def _resident(v, blen):
     return get()
 
 
+def _chunked(v):
+    """(the bytes of `v`'s full chunks, the rows after them, its chunk length) when they are in
+    memory, else None."""
+    get, clen = getattr(v, "resident_chunks", None), getattr(v, "chunklen", None)
+    if get is None or type(clen) is not int or clen < 1:
+        return None
+    parts = get()
+    return None if parts is None else (parts[0], parts[1], clen)
+
+
 class Prepared:
     """A compiled expression and the chunks it reads: `nfull` full chunks of each operand (`chunks`),
-    and the rows after them (`tails`, None when there are none)."""
+    and the rows after them (`tails`, None when there are none).  `clens`: each operand's chunk
+    length where they differ (the kernel then reads groups of chunks of the largest length, and the
+    rows after the last whole group are the tails, read here), else None."""
 
-    def __init__(self, prog, parts):
+    def __init__(self, prog, parts, clens=None, arrays=None):
         self.prog = prog
-        self.chunks = [p[0] for p in parts]
-        self.nfull = len(self.chunks[0])
-        ntail = len(parts[0][1])
-        self.tails = [p[1] for p in parts] if ntail else None
+        self.clens = clens
+        if clens is None:
+            self.chunks = [p[0] for p in parts]
+            self.nfull = len(self.chunks[0])
+            ntail = len(parts[0][1])
+            self.tails = [p[1] for p in parts] if ntail else None
+            return
+        group = max(clens)
+        n = len(arrays[prog.names[0]])
+        ngroups = n // group
+        self.chunks = [p[0][:ngroups * group // c] for p, c in zip(parts, clens)]
+        self.nfull = ngroups
+        self.tails = None
+        if n > ngroups * group:
+            self.tails = [np.ascontiguousarray(arrays[name][ngroups * group:n], np.dtype(kind))
+                          for name, kind in zip(prog.names, prog.kinds)]
 
 
 def prepare(expression, arrays, scalars, blen):
@@ -236,8 +264,19 @@ def prepare(expression, arrays, scalars, blen):
         prog = Program(tree, arrays, scalars)
     except _Unsupported:
         return None
-    parts = [_resident(arrays[name], blen) for name in prog.names]
-    if any(p is None for p in parts) or len({(len(p[0]), len(p[1])) for p in parts}) != 1:
+    parts = [_chunked(arrays[name]) for name in prog.names]
+    if any(p is None for p in parts):
+        return None
+    clens = [p[2] for p in parts]
+    if len(set(clens)) > 1:
+        # operands of several chunk lengths (an int32 column's chunks hold twice the rows of a
+        # float64 one's): each a multiple of the block length that divides the largest, else the
+        # kernel could not decode every chunk once
+        if len({len(arrays[name]) for name in prog.names}) != 1 or not len(arrays[prog.names[0]]) or \
+                any(c % blen or max(clens) % c for c in clens):
+            return None
+        return Prepared(prog, parts, clens, arrays)
+    if clens[0] != blen or len({(len(p[0]), len(p[1])) for p in parts}) != 1:
         return None
     if not len(parts[0][0]) and not len(parts[0][1]):
         return None
@@ -248,7 +287,7 @@ def _work(prepared, mode, blen, outputs=(), dest=None):
     prog = prepared.prog
     return run_work(_exprkernel.ExprChunks(prepared.chunks, prog.program, prog.consts, prog.nregs, prog.result,
                                            mode, blen, outputs, get_nthreads(), None, prepared.tails, dest,
-                                           prog.kinds))
+                                           prog.kinds, prepared.clens))
 
 
 def values(expression, arrays, scalars, blen):
@@ -262,8 +301,8 @@ def values(expression, arrays, scalars, blen):
 
 
 def chunk_sums(expression, arrays, scalars, blen):
-    """(the sum of the float64 expression over each chunk and over the rows after the full chunks,
-    the rows covered: all), or None."""
+    """(the sum of the float64 expression over each block of `blen` rows, the last one shorter, the
+    rows covered: all), or None."""
     p = prepare(expression, arrays, scalars, blen)
     if p is None or p.prog.kind != "f8":
         return None
@@ -271,7 +310,7 @@ def chunk_sums(expression, arrays, scalars, blen):
 
 
 def chunk_counts(expression, arrays, scalars, blen):
-    """(the number of rows of each chunk, and of the rows after the full chunks, where the boolean
+    """(the number of rows of each block of `blen` rows, the last one shorter, where the boolean
     expression holds; the rows covered: all), or None."""
     p = prepare(expression, arrays, scalars, blen)
     if p is None or p.prog.kind != "b1":
@@ -285,7 +324,7 @@ def select(expression, arrays, scalars, blen, outputs):
     the kernel's work, where ``work.counts`` are the rows found per chunk (the rows after the full
     chunks last) and ``work.fill(j, dest, k0, k1)`` writes output j's; or None."""
     p = prepare(expression, arrays, scalars, blen)
-    if p is None or p.prog.kind != "b1":
+    if p is None or p.prog.kind != "b1" or p.clens is not None:
         return None
     names = p.prog.names
     specs = []
