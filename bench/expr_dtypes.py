@@ -40,7 +40,9 @@ ROWS = {
     "i8*i8 sum": ("v * v", "sum"),
     "i8*i4 sum": ("v * v4", "sum"),
     "i4+i4 sum": ("v4 + v4", "sum"),
+    "f8 cmp count": ("a > 0", "count"),
     "i8 cmp count": ("v > 5000", "count"),
+    "i4 cmp count": ("v4 > 5000", "count"),
     "f4 cmp count": ("c > 0", "count"),
 }
 

@@ -157,7 +157,8 @@ def test_fetchwhere_over_mixed_dtypes(nthreads, kernel_calls, monkeypatch, seed,
 @pytest.mark.parametrize("ka", KINDS)
 def test_which_mixes_the_kernel_compiles(ka, kb):
     """An arithmetic operation compiles exactly where NumPy computes it in float64; a comparison
-    where NumPy compares in float64 and one side is a float."""
+    where NumPy compares in float64 and one side is a float, or where it compares in an integer
+    dtype or float32 values that float64 holds exactly (integers of up to 32 bits, bools, float32)."""
     a = blzarr.carray(np.zeros(10, ka), chunklen=5)
     b = blzarr.carray(np.zeros(10, kb), chunklen=5)
     c = blzarr.carray(np.zeros(10), chunklen=5)
@@ -171,14 +172,22 @@ def test_which_mixes_the_kernel_compiles(ka, kb):
         assert (exprkernel.prepare(f"a {op} b", arrays, {}, 5) is not None) == numpy_f8, (ka, op, kb)
         # with a float64 operand it is float64, whatever the other
         assert exprkernel.prepare(f"(a {op} c) * b", arrays, {}, 5) is not None
-    compares = np.result_type(ea, eb) == np.float64 and "f" in (ea.dtype.kind, eb.dtype.kind)
-    assert (exprkernel.prepare("(a > b) | (c < 0)", arrays, {}, 5) is not None) == compares
+    rt = np.result_type(ea, eb)
+    small, f4_small = ("i1", "i2", "i4", "u1", "u2", "u4", "b1"), ("i1", "i2", "u1", "u2", "b1", "f4")
+    compares = ((rt == np.float64 and "f" in (ea.dtype.kind, eb.dtype.kind))
+                or (rt.kind in "iu" and ka in small and kb in small)
+                or (rt == np.float32 and ka in f4_small and kb in f4_small))
+    assert (exprkernel.prepare("(a > b) | (c < 0)", arrays, {}, 5) is not None) == compares, (ka, kb)
     assert exprkernel.prepare("a > c", arrays, {}, 5) is not None
     # a float Python scalar: float64 arithmetic for integers and booleans, float32 for float32
     assert (exprkernel.prepare("a * 0.5", arrays, {}, 5) is not None) == (ka != "f4")
     # an int one: the operand's own arithmetic, unless it is float64
     assert (exprkernel.prepare("a * 2", arrays, {}, 5) is not None) == (ka == "f8")
-    assert (exprkernel.prepare("a > 2", arrays, {}, 5) is not None) == (ka == "f8")
+    # compared with an int: exactly where float64 holds every value (the constant converted as NumPy
+    # converts it: float32(0.1) for a float32 operand)
+    assert (exprkernel.prepare("a > 2", arrays, {}, 5) is not None) == (ka not in ("i8", "u8"))
+    assert (exprkernel.prepare("a > 0.1", arrays, {}, 5) is not None)
+    assert (exprkernel.prepare("a > 300", arrays, {}, 5) is not None) == (ka not in ("i8", "u8", "i1", "u1"))
     assert (exprkernel.prepare("-a + c", arrays, {}, 5) is not None) == (ka == "f8")
 
 
@@ -189,10 +198,10 @@ def test_what_stays_on_the_general_path():
     big = blzarr.carray(np.arange(10, dtype=">i8"), chunklen=5)
     arrays = {"i": i, "f": f, "x": x, "big": big}
     for expr in ("i", "+i", "i * i", "i // 2", "f * f", "f * 2.0", "i > 3", "i == i", "(i > x) & i",
-                 "big * x", "f < 0.5", "i % 2 * x"):
+                 "big * x", "f < 1e39", "i % 2 * x"):
         assert exprkernel.prepare(expr, arrays, {}, 5) is None, expr
     for expr in ("i * x", "i / 2", "i * 1.5 + f", "f * x", "i / i", "(i > x) & (f <= 0.5 * x)", "i < 2.5",
-                 "+i * x", "f * i"):
+                 "+i * x", "f * i", "f < 0.5", "f == f"):
         assert exprkernel.prepare(expr, arrays, {}, 5) is not None, expr
 
 
@@ -262,3 +271,41 @@ def test_kinds_are_checked():
     sel = np.array([[_exprkernel.EXPR_OPCODES["gt"], 1, 0, 0]], np.int32)
     with pytest.raises(ValueError):                                # its register is not the column's values
         _exprkernel.ExprChunks(chunks, sel, np.zeros(0), 2, 1, "select", 5, [("operand", 0)], kinds=["i8"])
+
+
+@pytest.mark.parametrize("kind", ["i1", "i2", "i4", "u1", "u2", "u4", "b1", "f4", "i8", "u8"])
+def test_comparisons_with_constants(nthreads, kernel_calls, kind):
+    """A column compared with constants at the edges of what its dtype or float32 holds: NumPy's
+    answer, whether the kernel (the constant converted as NumPy converts it) or the general path
+    computes it."""
+    rng = np.random.default_rng(3)
+    x = make_values(kind, 700, rng, True)
+    if np.dtype(kind).kind == "f":
+        x[:20] = [0.1, 16777216, 16777218, -0.0, 3.4e38, np.inf, -np.inf, np.nan, 1e-45, 0.5] * 2
+    ops = {"x": blzarr.carray(x, chunklen=64), "y": blzarr.carray(x[::-1].copy(), chunklen=64)}
+    consts = [0, 1, -1, 0.1, 0.5, 127, 128, -129, 255, 256, 32767, 65536, 2 ** 31 - 1, 2 ** 31, -(2 ** 31) - 1,
+              2 ** 32, 16777217, 1e39, float("nan"), float("inf"), -2.5]
+    compiled = 0
+    for q in consts:
+        for op in ("<", "<=", ">", ">=", "==", "!="):
+            expression = f"x {op} q"
+            try:
+                with np.errstate(all="ignore"):
+                    value = np.asarray(eval(expression, {}, {"x": x, "q": q}))
+            except (TypeError, OverflowError):
+                continue
+            ok = exprkernel.prepare(expression, {"x": ops["x"]}, {"q": q}, 64) is not None
+            compiled += ok and type(q) is int
+            kernel_calls.clear()
+            with np.errstate(all="ignore"):
+                e = blzarr.lazyexpr(expression, user_dict=dict(ops, q=q), vm="python", blen=64)
+                same_values(e[:], value)
+                assert e.count_nonzero() == np.count_nonzero(value), (expression, q)
+            assert bool(kernel_calls) == ok
+    # (with an int constant: only where float64 holds the column's values)
+    assert (compiled > 0) == (kind not in ("i8", "u8"))
+    # two columns of the dtype: compared in it, or in float64 (float64 holds their values)
+    value = x < x[::-1]
+    ok = exprkernel.prepare("x < y", {"x": ops["x"], "y": ops["y"]}, {}, 64) is not None
+    assert ok == (kind not in ("i8", "u8", "b1"))
+    assert blzarr.lazyexpr("x < y", user_dict=ops, vm="python", blen=64).count_nonzero() == np.count_nonzero(value)

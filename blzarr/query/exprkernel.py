@@ -105,7 +105,9 @@ class Program:
     Every value is typed twice: where it lives ("f8": a float64 register, which an operand of any
     dtype becomes; "b1": the bytes of a comparison) and the type NumPy gives it (the operand's dtype,
     a constant's scalar, an operation's result dtype).  An operation is compiled only where NumPy
-    computes it in float64, on the float64 conversions of its operands, which the registers hold."""
+    computes it in float64, on the float64 conversions of its operands, which the registers hold;
+    and a comparison also where NumPy compares in an integer dtype or in float32 values that float64
+    holds exactly (`_exact_compare`)."""
 
     def __init__(self, tree, arrays, scalars):
         self.names, self.kinds, consts, code = [], [], [], []
@@ -173,9 +175,11 @@ class Program:
                 raise _Unsupported
             if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _COMPARE:
                 (a, ta, na), (b, tb, nb) = walk(node.left), walk(node.comparators[0])
-                if numeric(a, ta, na) and numeric(b, tb, nb) and not a[0] == b[0] == "c" \
-                        and _is_f8(_promoted("cmp", na, nb)) and (_floating(na) or _floating(nb)):
-                    return emit(_COMPARE[type(node.ops[0])], a, b), "b1", _B1
+                if numeric(a, ta, na) and numeric(b, tb, nb) and not a[0] == b[0] == "c":
+                    p = _promoted("cmp", na, nb)
+                    if (_is_f8(p) and (_floating(na) or _floating(nb))) or \
+                            _exact_compare(p, (a, na), (b, nb), consts):
+                        return emit(_COMPARE[type(node.ops[0])], a, b), "b1", _B1
                 raise _Unsupported
             return leaf(node)
 
@@ -195,6 +199,40 @@ class Program:
         self.consts = np.array([float(c) for c in consts], dtype=np.float64)
         self.nregs = nops + nc + len(temps)
         self.result = reg(res)
+
+
+# the operand dtypes whose every value a float64 holds exactly, and those a float32 holds exactly
+_F8_EXACT = frozenset(["i1", "i2", "i4", "u1", "u2", "u4", "b1", "f4"])
+_F4_EXACT = frozenset(["i1", "i2", "u1", "u2", "b1", "f4"])
+
+
+def _exact_compare(p, side_a, side_b, consts):
+    """Whether a comparison NumPy makes in dtype `p` (an integer dtype, or float32) gives the same
+    answer on the float64 conversions of its sides: where each side's values convert to `p` exactly
+    and float64 holds them exactly, a comparison of the converted values is the comparison of the
+    values themselves.  A constant side is replaced by its value converted to `p` (as NumPy converts
+    a Python scalar: ``f4 > 0.1`` compares with float32(0.1)); one `p` cannot hold refuses."""
+    if not isinstance(p, np.dtype) or not (p.kind in "iu" or p == np.float32):
+        return False
+    exact = _F4_EXACT if p.kind == "f" else _F8_EXACT
+    conv = {}
+    for reg, t in (side_a, side_b):
+        if isinstance(t, np.dtype):
+            if reg[0] != "op" or t.str[1:] not in exact:
+                return False
+            continue
+        v = consts[reg[1]]
+        try:
+            with np.errstate(all="raise"):
+                c = p.type(v)
+        except (OverflowError, FloatingPointError, ValueError, TypeError):
+            return False
+        if (p.kind in "iu" and int(c) != v) or (p.kind == "f" and np.isinf(c) and not np.isinf(v)):
+            return False
+        conv[reg[1]] = c
+    for i, c in conv.items():
+        consts[i] = c
+    return True
 
 
 def _is_f8(t):
