@@ -183,11 +183,13 @@ def test_which_mixes_the_kernel_compiles(ka, kb):
     assert (exprkernel.prepare("a * 0.5", arrays, {}, 5) is not None) == (ka != "f4")
     # an int one: the operand's own arithmetic, unless it is float64
     assert (exprkernel.prepare("a * 2", arrays, {}, 5) is not None) == (ka == "f8")
-    # compared with an int: exactly where float64 holds every value (the constant converted as NumPy
-    # converts it: float32(0.1) for a float32 operand)
-    assert (exprkernel.prepare("a > 2", arrays, {}, 5) is not None) == (ka not in ("i8", "u8"))
+    # compared with an int the dtype holds: float64 holds every value, or (int64, uint64) the
+    # constant is under 2**53 (the constant converted as NumPy converts it: float32(0.1) for float32)
+    assert exprkernel.prepare("a > 2", arrays, {}, 5) is not None
     assert (exprkernel.prepare("a > 0.1", arrays, {}, 5) is not None)
-    assert (exprkernel.prepare("a > 300", arrays, {}, 5) is not None) == (ka not in ("i8", "u8", "i1", "u1"))
+    assert (exprkernel.prepare("a > 300", arrays, {}, 5) is not None) == (ka not in ("i1", "u1"))
+    if ka in ("i8", "u8"):      # 2**53: float64 cannot tell 2**53 + 1 from it
+        assert exprkernel.prepare("a > 9007199254740992", arrays, {}, 5) is None
     assert (exprkernel.prepare("-a + c", arrays, {}, 5) is not None) == (ka == "f8")
 
 
@@ -197,11 +199,11 @@ def test_what_stays_on_the_general_path():
     x = blzarr.carray(np.arange(10.0), chunklen=5)
     big = blzarr.carray(np.arange(10, dtype=">i8"), chunklen=5)
     arrays = {"i": i, "f": f, "x": x, "big": big}
-    for expr in ("i", "+i", "i * i", "i // 2", "f * f", "f * 2.0", "i > 3", "i == i", "(i > x) & i",
-                 "big * x", "f < 1e39", "i % 2 * x"):
+    for expr in ("i", "+i", "i * i", "i // 2", "f * f", "f * 2.0", "i > 9007199254740992", "i == i", "(i > x) & i",
+                 "big * x", "f < 1e39", "i % 2 * x", "big > 3"):
         assert exprkernel.prepare(expr, arrays, {}, 5) is None, expr
     for expr in ("i * x", "i / 2", "i * 1.5 + f", "f * x", "i / i", "(i > x) & (f <= 0.5 * x)", "i < 2.5",
-                 "+i * x", "f * i", "f < 0.5", "f == f"):
+                 "+i * x", "f * i", "f < 0.5", "f == f", "i > 3", "i != -9007199254740991"):
         assert exprkernel.prepare(expr, arrays, {}, 5) is not None, expr
 
 
@@ -282,9 +284,15 @@ def test_comparisons_with_constants(nthreads, kernel_calls, kind):
     x = make_values(kind, 700, rng, True)
     if np.dtype(kind).kind == "f":
         x[:20] = [0.1, 16777216, 16777218, -0.0, 3.4e38, np.inf, -np.inf, np.nan, 1e-45, 0.5] * 2
-    ops = {"x": blzarr.carray(x, chunklen=64), "y": blzarr.carray(x[::-1].copy(), chunklen=64)}
     consts = [0, 1, -1, 0.1, 0.5, 127, 128, -129, 255, 256, 32767, 65536, 2 ** 31 - 1, 2 ** 31, -(2 ** 31) - 1,
-              2 ** 32, 16777217, 1e39, float("nan"), float("inf"), -2.5]
+              2 ** 32, 16777217, 1e39, float("nan"), float("inf"), -2.5, 2 ** 53 - 1, 2 ** 53, 2 ** 53 + 1,
+              -(2 ** 53) + 1, 2 ** 63 - 1]
+    if kind in ("i8", "u8"):
+        # values next to 2**53, where float64 starts to round, and the extremes
+        near = np.array([2 ** 53 - 1, 2 ** 53, 2 ** 53 + 1, 2 ** 53 + 2, 2 ** 63 - 1], np.uint64).astype(kind)
+        x[:5] = near
+        x[5:10] = x[:5] if kind == "u8" else -x[:5]
+    ops = {"x": blzarr.carray(x, chunklen=64), "y": blzarr.carray(x[::-1].copy(), chunklen=64)}
     compiled = 0
     for q in consts:
         for op in ("<", "<=", ">", ">=", "==", "!="):
@@ -302,8 +310,7 @@ def test_comparisons_with_constants(nthreads, kernel_calls, kind):
                 same_values(e[:], value)
                 assert e.count_nonzero() == np.count_nonzero(value), (expression, q)
             assert bool(kernel_calls) == ok
-    # (with an int constant: only where float64 holds the column's values)
-    assert (compiled > 0) == (kind not in ("i8", "u8"))
+    assert compiled > 0
     # two columns of the dtype: compared in it, or in float64 (float64 holds their values)
     value = x < x[::-1]
     ok = exprkernel.prepare("x < y", {"x": ops["x"], "y": ops["y"]}, {}, 64) is not None

@@ -211,15 +211,24 @@ def _exact_compare(p, side_a, side_b, consts):
     answer on the float64 conversions of its sides: where each side's values convert to `p` exactly
     and float64 holds them exactly, a comparison of the converted values is the comparison of the
     values themselves.  A constant side is replaced by its value converted to `p` (as NumPy converts
-    a Python scalar: ``f4 > 0.1`` compares with float32(0.1)); one `p` cannot hold refuses."""
+    a Python scalar: ``f4 > 0.1`` compares with float32(0.1)); one `p` cannot hold refuses.
+
+    An int64 or uint64 column compares exactly with a constant under 2**53 in magnitude too:
+    float64 holds its values up to 2**53, and the conversion is monotonic, so a value past 2**53
+    stays past the constant (the constant 2**53 itself would not: 2**53 + 1 rounds to it)."""
     if not isinstance(p, np.dtype) or not (p.kind in "iu" or p == np.float32):
         return False
     exact = _F4_EXACT if p.kind == "f" else _F8_EXACT
     conv = {}
+    wide = 0            # int64 / uint64 columns, exact only against a small constant
     for reg, t in (side_a, side_b):
         if isinstance(t, np.dtype):
-            if reg[0] != "op" or t.str[1:] not in exact:
+            if reg[0] != "op":
                 return False
+            if t.str[1:] not in exact:
+                if p.kind == "f" or t.str[1:] not in ("i8", "u8"):
+                    return False
+                wide += 1
             continue
         v = consts[reg[1]]
         try:
@@ -230,6 +239,8 @@ def _exact_compare(p, side_a, side_b, consts):
         if (p.kind in "iu" and int(c) != v) or (p.kind == "f" and np.isinf(c) and not np.isinf(v)):
             return False
         conv[reg[1]] = c
+    if wide and (len(conv) != 1 or not all(abs(int(c)) < 2 ** 53 for c in conv.values())):
+        return False
     for i, c in conv.items():
         consts[i] = c
     return True
