@@ -300,11 +300,13 @@ class BcolzDir:
             return False
         except OSError as e:
             raise StorageError(f"cannot write '{path}': {e}") from None
+        sync = store.syncs()
         try:
-            fileio.fill(fd, payload)
+            # its bytes start their way to the disk now: the flush's barrier then finds them written
+            fileio.fill(fd, payload, writeback=sync)
         except BaseException:
             reraise_write_error(path, path)     # (named by nothing: removed)
-        if store.syncs():
+        if sync:
             self._unsynced[path] = None
         return True
 

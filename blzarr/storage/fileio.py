@@ -376,21 +376,28 @@ def rmtree(path, ignore_errors=False):
             raise
 
 
-def write_new(path, data, sync=False, mode=None):
-    """Create (or empty) `path` and write `data`; fsync it when `sync`.  Not atomic: see
-    files.atomic_write."""
-    fill(_impl.open(path, "trunc"), data, sync, mode)
+def write_new(path, data, sync=False, mode=None, writeback=False):
+    """Create (or empty) `path` and write `data`; fsync it when `sync`, else start its writeback when
+    `writeback` (see `fill`).  Not atomic: see files.atomic_write."""
+    fill(_impl.open(path, "trunc"), data, sync, mode, writeback)
 
 
-def fill(fd, data, sync=False, mode=None):
+def fill(fd, data, sync=False, mode=None, writeback=False):
     """Give the new file of descriptor `fd` its `mode` (unless None) and `data`, fsync it when `sync`,
-    and close `fd` (also when one of these fails)."""
+    and close `fd` (also when one of these fails).  With `writeback` (and no `sync`), the file's
+    bytes start their way to the disk at once (`start_writeback`, a hint): for a file that a later
+    barrier syncs, which then finds them written."""
     try:
         if mode is not None:
             _impl.fchmod(fd, mode)
         _impl.write(fd, data)
         if sync:
             _impl.fsync(fd)
+        elif writeback and len(data):
+            try:
+                _impl.start_writeback(fd, 0, len(data))
+            except OSError:
+                pass            # a hint: the sync that follows reports what is wrong
     finally:
         _impl.close(fd)
 

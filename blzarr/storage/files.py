@@ -94,7 +94,8 @@ class NewTree:
         self.renamed = renamed      # published by a rename followed by a sync of the parent
 
     def write(self, path, data):
-        fileio.write_new(path, data)
+        # its bytes start their way to the disk at once: the barrier then finds them written
+        fileio.write_new(path, data, writeback=fileio.sync_enabled())
         self.files[path] = None
 
     def made_dirs(self, *paths):

@@ -16,7 +16,8 @@ CHUNK_CACHE_BYTES = 32 * _MB      # verified compressed chunks
 VERIFIED_CACHE = 1 << 16          # chunks remembered as verified
 TOUCHED_CACHE = 64                # chunks read lazily lately (a second touch reads and caches them whole)
 FINGERPRINT_CACHE = 1 << 16       # fingerprints of the chunks written lately
-WRITEBACK_BYTES = 4 * _MB         # appended bytes whose writeback starts at once (when flushes sync)
+WRITEBACK_BYTES = 1 * _MB         # appended bytes whose writeback starts at once (when flushes sync)
+WRITEBACK_PAGE = 4096             # the hinted ranges end on a multiple of this (a page)
 READ_RETRIES = 8                  # reads by a reader (mode 'r') that saw a chunk change under it
 
 

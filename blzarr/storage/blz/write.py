@@ -6,7 +6,7 @@ import numpy as np
 
 from blzarr import _chunk
 from blzarr import _superchunk as sc
-from blzarr.storage.blz.cache import FINGERPRINT_CACHE, WRITEBACK_BYTES
+from blzarr.storage.blz.cache import FINGERPRINT_CACHE, WRITEBACK_BYTES, WRITEBACK_PAGE
 from blzarr.errors import BlzarrError, StorageError
 from blzarr.storage.files import DATA_DIR
 
@@ -308,16 +308,29 @@ class BlzWrites:
         if fno in self._unsynced:
             if self._fio.syncs():
                 self._fio.datasync(self._fd(fno))
+            else:
+                # a directory being created: the barrier that publishes it syncs this file; its
+                # last bytes start their way to the disk now, while the next file is written
+                fd = self._fd(fno)
+                self._start_writeback(fno, fd, self._file(fno).fstate[1], whole=True)
             self._unsynced.discard(fno)
 
-    def _start_writeback(self, fno, fd, end):
+    def _start_writeback(self, fno, fd, end, whole=False):
         """Appends past WRITEBACK_BYTES since the last call start their way to the disk (where flushes
         sync): the fdatasync of the next flush then waits for less, and the disk works while the next
-        chunks are compressed."""
+        chunks are compressed.  The range ends at a page boundary (the partial page after it would be
+        written twice: now, and again once the next append fills it), unless `whole`: the file is
+        complete up to `end`.  A hint: an error is the later sync's to report."""
+        stop = end if whole else end - end % WRITEBACK_PAGE
         start = self._writeback.get(fno, 0)
-        if end - start >= WRITEBACK_BYTES:
-            self._fio.start_writeback(fd, start, end - start)
-            self._writeback[fno] = end
+        if start > stop:
+            start = 0           # the file was cut since: what is left of the old range is written
+        if stop > start and (whole or stop - start >= WRITEBACK_BYTES):
+            try:
+                self._fio.start_writeback(fd, start, stop - start)
+            except OSError:
+                pass
+            self._writeback[fno] = stop
 
     def remove_chunks_from(self, n):
         """Drop every chunk >= n: whole superchunk files are deleted, the file holding n is cut."""
