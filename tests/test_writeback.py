@@ -203,3 +203,40 @@ def test_the_system_call_s_own_errors_are_ignored(tmp_path):
     finally:
         os.close(fd)
     assert p.read_bytes() == b"x" * 10_000
+
+
+
+# counted on OsIO itself: a `fileio` implementation that overrides pwrite gets a pwrite per buffer of
+# a pwritev (`OsIO.pwritev`), which would hide what the system sees
+def test_a_chunk_appended_alone_is_one_pwritev(tmp_path, monkeypatch):
+    x = _data(100_000, seed=11)
+    a = blzarr.carray(np.empty(0), rootdir=str(tmp_path / "a"), mode="w", chunklen=4096,
+                      format="blz")
+    counts = {"pwrite": 0, "pwritev": 0}
+    real_pwrite, real_pwritev = fileio.OsIO.pwrite, fileio.OsIO.pwritev
+
+    def pwrite(self, fd, data, pos, where=None):
+        counts["pwrite"] += 1
+        real_pwrite(self, fd, data, pos, where)
+
+    def pwritev(self, fd, bufs, pos, where=None):
+        counts["pwritev"] += 1
+        if sc.HAVE_PWRITEV:
+            sc.pwritev_all(fd, bufs, pos, where)
+        else:
+            for b in bufs:
+                real_pwrite(self, fd, b, pos, where)
+                pos += len(b)
+
+    monkeypatch.setattr(fileio.OsIO, "pwrite", pwrite)
+    monkeypatch.setattr(fileio.OsIO, "pwritev", pwritev)
+    for s in range(0, len(x), 1000):        # each append fills at most one chunk
+        a.append(x[s:s + 1000])
+    full = len(x) // 4096
+    # each full chunk: one pwritev (its bytes and checksum), its offsets entry and the header
+    assert counts["pwritev"] == full
+    assert counts["pwrite"] == 2 * full
+    monkeypatch.undo()
+    a.flush()
+    a.close()
+    np.testing.assert_array_equal(blzarr.open(str(tmp_path / "a"), mode="r")[:], x)

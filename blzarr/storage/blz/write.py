@@ -26,8 +26,8 @@ class BlzWrites:
         return sc.checksum(self.checksum_id, data) + bytes(self._reserve_for(len(data)))
 
     def _write_slot(self, fd, pos, data, tail, path):
-        self._fio.pwrite(fd, data, pos, path)
-        self._fio.pwrite(fd, tail, pos + len(data), path)
+        # one pwritev (the chunk, then its checksum and reserve): the bytes and order of two pwrites
+        self._fio.pwritev(fd, [data, tail], pos, path)
 
     def write_chunk(self, n, data):
         """Write chunk n (see `_write_chunk`); if a write fails midway (a full disk), what the store knows
