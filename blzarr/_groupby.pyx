@@ -344,9 +344,10 @@ def direct_codes(const intkey_t[::1] vals, int64_t lo, int64_t stride, int64_t[:
                     out[i] += (<int64_t> vals[i] - lo) * stride
 
 
-def rows_seen(const int64_t[::1] codes, int64_t base, int64_t[::1] nrows, int64_t[::1] first_row):
-    """Per group: rows counted, and the first row (numbered from `base`) that fell in it.  A thread
-    gives its blocks in ascending order, so a group's first row is where its count was 0."""
+def rows_seen(const int64_t[::1] codes, int64_t[::1] nrows, int64_t[::1] order, Py_ssize_t norder):
+    """Per group: rows counted; a group met for the first time (its count was 0) is appended to
+    `order` after its first `norder` entries.  Returns the new length of `order`: the groups in the
+    order of their first rows, as long as the blocks come in ascending order."""
     cdef Py_ssize_t i, n = codes.shape[0]
     cdef int64_t g
     with nogil:
@@ -354,13 +355,16 @@ def rows_seen(const int64_t[::1] codes, int64_t base, int64_t[::1] nrows, int64_
             g = codes[i]
             if g >= 0:
                 if nrows[g] == 0:
-                    first_row[g] = base + i
+                    order[norder] = g
+                    norder += 1
                 nrows[g] += 1
+    return norder
 
 
-def direct_rows(const intkey_t[::1] vals, int64_t lo, int64_t[::1] out, int64_t base, int64_t[::1] nrows,
-                int64_t[::1] first_row, const uint8_t[::1] mask=None):
-    """One integer key: `direct_codes` and `rows_seen` in one pass."""
+def direct_rows(const intkey_t[::1] vals, int64_t lo, int64_t[::1] out, int64_t[::1] nrows,
+                int64_t[::1] order, Py_ssize_t norder, const uint8_t[::1] mask=None):
+    """One integer key: `direct_codes` and `rows_seen` in one pass; returns the new length of
+    `order`."""
     cdef Py_ssize_t i, n = vals.shape[0]
     cdef int64_t g
     cdef bint masked = mask is not None
@@ -372,8 +376,10 @@ def direct_rows(const intkey_t[::1] vals, int64_t lo, int64_t[::1] out, int64_t 
             g = <int64_t> vals[i] - lo
             out[i] = g
             if nrows[g] == 0:
-                first_row[g] = base + i
+                order[norder] = g
+                norder += 1
             nrows[g] += 1
+    return norder
 
 
 def sum_int(const int64_t[::1] codes, const int64_t[::1] vals, int64_t[::1] acc):
