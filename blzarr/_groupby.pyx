@@ -19,6 +19,22 @@ from libc.math cimport isnan, NAN
 
 import numpy as np
 
+cdef extern from *:
+    """
+    #if defined(__GNUC__) || defined(__clang__)
+    #define BLZ_PREFETCH_W(p) __builtin_prefetch((p), 1, 3)
+    #else
+    #define BLZ_PREFETCH_W(p) ((void)(p))
+    #endif
+    """
+    void BLZ_PREFETCH_W(const void *p) noexcept nogil
+
+# how many rows ahead the kernels that update one group's state per row ask for that state: with
+# more groups than the L2 cache holds, each update is a cache miss, and a load issued this far
+# ahead is back by the time the row comes
+cdef enum:
+    AHEAD = 48
+
 ctypedef fused intkey_t:
     int8_t
     int16_t
@@ -352,6 +368,8 @@ def rows_seen(const int64_t[::1] codes, int64_t[::1] nrows, int64_t[::1] order, 
     cdef int64_t g
     with nogil:
         for i in range(n):
+            if i + AHEAD < n and codes[i + AHEAD] >= 0:
+                BLZ_PREFETCH_W(&nrows[codes[i + AHEAD]])
             g = codes[i]
             if g >= 0:
                 if nrows[g] == 0:
@@ -370,6 +388,8 @@ def direct_rows(const intkey_t[::1] vals, int64_t lo, int64_t[::1] out, int64_t[
     cdef bint masked = mask is not None
     with nogil:
         for i in range(n):
+            if i + AHEAD < n:
+                BLZ_PREFETCH_W(&nrows[<int64_t> vals[i + AHEAD] - lo])
             if masked and not mask[i]:
                 out[i] = -1
                 continue
@@ -387,6 +407,8 @@ def sum_int(const int64_t[::1] codes, const int64_t[::1] vals, int64_t[::1] acc)
     cdef int64_t g
     with nogil:
         for i in range(n):
+            if i + AHEAD < n and codes[i + AHEAD] >= 0:
+                BLZ_PREFETCH_W(&acc[codes[i + AHEAD]])
             g = codes[i]
             if g >= 0:
                 acc[g] += vals[i]
@@ -398,6 +420,8 @@ def sum_float(const int64_t[::1] codes, const double[::1] vals, double[::1] acc)
     cdef int64_t g
     with nogil:
         for i in range(n):
+            if i + AHEAD < n and codes[i + AHEAD] >= 0:
+                BLZ_PREFETCH_W(&acc[codes[i + AHEAD]])
             g = codes[i]
             if g >= 0:
                 acc[g] += vals[i]
