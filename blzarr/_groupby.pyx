@@ -34,6 +34,10 @@ cdef extern from *:
 # ahead is back by the time the row comes
 cdef enum:
     AHEAD = 48
+# ... when the state array holds at least this many groups (below, it stays in the caches and the
+# prefetches are only extra work)
+cdef enum:
+    AHEAD_MIN_GROUPS = 1 << 14
 
 ctypedef fused intkey_t:
     int8_t
@@ -366,9 +370,10 @@ def rows_seen(const int64_t[::1] codes, int64_t[::1] nrows, int64_t[::1] order, 
     order of their first rows, as long as the blocks come in ascending order."""
     cdef Py_ssize_t i, n = codes.shape[0]
     cdef int64_t g
+    cdef bint ahead = nrows.shape[0] >= AHEAD_MIN_GROUPS
     with nogil:
         for i in range(n):
-            if i + AHEAD < n and codes[i + AHEAD] >= 0:
+            if ahead and i + AHEAD < n and codes[i + AHEAD] >= 0:
                 BLZ_PREFETCH_W(&nrows[codes[i + AHEAD]])
             g = codes[i]
             if g >= 0:
@@ -386,9 +391,10 @@ def direct_rows(const intkey_t[::1] vals, int64_t lo, int64_t[::1] out, int64_t[
     cdef Py_ssize_t i, n = vals.shape[0]
     cdef int64_t g
     cdef bint masked = mask is not None
+    cdef bint ahead = nrows.shape[0] >= AHEAD_MIN_GROUPS
     with nogil:
         for i in range(n):
-            if i + AHEAD < n:
+            if ahead and i + AHEAD < n:
                 BLZ_PREFETCH_W(&nrows[<int64_t> vals[i + AHEAD] - lo])
             if masked and not mask[i]:
                 out[i] = -1
@@ -405,9 +411,10 @@ def direct_rows(const intkey_t[::1] vals, int64_t lo, int64_t[::1] out, int64_t[
 def sum_int(const int64_t[::1] codes, const int64_t[::1] vals, int64_t[::1] acc):
     cdef Py_ssize_t i, n = codes.shape[0]
     cdef int64_t g
+    cdef bint ahead = acc.shape[0] >= AHEAD_MIN_GROUPS
     with nogil:
         for i in range(n):
-            if i + AHEAD < n and codes[i + AHEAD] >= 0:
+            if ahead and i + AHEAD < n and codes[i + AHEAD] >= 0:
                 BLZ_PREFETCH_W(&acc[codes[i + AHEAD]])
             g = codes[i]
             if g >= 0:
@@ -418,9 +425,10 @@ def sum_float(const int64_t[::1] codes, const double[::1] vals, double[::1] acc)
     """NaN propagates into its group's sum (as in bquery)."""
     cdef Py_ssize_t i, n = codes.shape[0]
     cdef int64_t g
+    cdef bint ahead = acc.shape[0] >= AHEAD_MIN_GROUPS
     with nogil:
         for i in range(n):
-            if i + AHEAD < n and codes[i + AHEAD] >= 0:
+            if ahead and i + AHEAD < n and codes[i + AHEAD] >= 0:
                 BLZ_PREFETCH_W(&acc[codes[i + AHEAD]])
             g = codes[i]
             if g >= 0:
