@@ -1,12 +1,14 @@
 """Group-by and bquery's query API over a ctable's columns, chunk by chunk on every thread.
 
 The engine reads the key columns (and, for blocks where the filter keeps a row, the value columns)
-block by block through the columns' own decoding (`read_into`), on every thread at once.  Each thread
-keeps partial aggregates of its own: the keys of a block become dense group ids (directly from the
-values when the keys are integers of a small combined range, else through an open-addressing table of
-the packed key bytes, `blzarr._groupby.KeyTable`), and the kernels update the thread's per-group
-state.  At the end the partials are merged: memory holds the groups and one block per thread, never
-a column.
+block by block through the columns' own decoding (`read_into`), on every thread at once.  The blocks
+are cut into one contiguous part per thread, and each part keeps partial aggregates of its own: the
+keys of a block become dense group ids (directly from the values when the keys are integers of a
+small combined range, else through an open-addressing table of the packed key bytes,
+`blzarr._groupby.KeyTable`), and the kernels update the part's per-group state, block after block.
+Part p is folded into the total once parts 0..p-1 are, whichever thread finishes first, so a
+floating-point sum adds the same numbers in the same order on every run (the same bits for the same
+table and number of threads).  Memory holds the groups and one block per thread, never a column.
 
 Groups come out in bquery's order, the order of their first row (among the rows the filter keeps).
 NaN follows bquery: it propagates into ``sum``, ``mean`` and ``std``; ``count`` and ``count_na``
@@ -563,8 +565,7 @@ def _parts(nblocks):
     """Where the parts start (and the last ends), as block numbers: one contiguous run of blocks per
     thread, each with a partial of its own.  The cut depends on the number of blocks and threads
     only, never on which thread runs what.  (More, smaller parts would even out threads that get
-    unequal CPU, but each costs a partial of fresh memory and a fold: with 100,000 groups, four parts
-    a thread took 1.45x the CPU of one.)"""
+    unequal CPU, but each costs a partial of fresh memory, touched group by group, and a fold.)"""
     nparts = max(1, min(parallel.get_nthreads(), nblocks))
     return [nblocks * p // nparts for p in range(nparts + 1)]
 
