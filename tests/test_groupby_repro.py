@@ -53,7 +53,8 @@ def _one_thread_run_each(fn, items):
 @pytest.mark.parametrize("key_kind", ["int", "str", "float"])
 @pytest.mark.parametrize("disk", [False, True])
 def test_same_bits_whatever_order_the_parts_run(tmp_path, monkeypatch, two_threads, key_kind, disk):
-    t, df = _table(300_000, 5_000, key_kind, str(tmp_path / "t") if disk else None)
+    # 20,000 groups: past the size where the kernels prefetch the state
+    t, df = _table(300_000, 20_000, key_kind, str(tmp_path / "t") if disk else None)
     ref = t.groupby(["k"], AGGS, out_flavor="numpy")
     want = _bits(ref)
     # the reference against pandas: the engine is right, not only repeatable
@@ -98,7 +99,7 @@ def test_same_bits_run_after_run_with_a_loaded_thread(two_threads):
 def test_filtered_and_empty_parts(two_threads):
     """A filter that keeps rows of the last blocks only (the first part has no partial) and one that
     keeps nothing: the groups still come in the order of their first kept rows."""
-    t, df = _table(200_000, 300, "int")
+    t, df = _table(200_000, 20_000, "int")
     keep = np.zeros(len(df), bool)
     keep[150_000:] = df["v"].to_numpy()[150_000:] > 0
     got = t.groupby(["k"], [["v", "sum", "s"]], bool_arr=keep, out_flavor="numpy")
