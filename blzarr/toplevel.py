@@ -89,6 +89,8 @@ def open(rootdir, mode="a", allow_pickle=False, storage_options=None):
         return ctable(rootdir=rootdir, mode=mode, allow_pickle=allow_pickle, **kw)
     if kind is None:
         raise StorageError(f"'{rootdir}' holds neither a carray nor a ctable")
+    if not kw and mode != "w":
+        return carray._open_local(rootdir, mode, allow_pickle)
     return carray(rootdir=rootdir, mode=mode, allow_pickle=allow_pickle, **kw)
 
 

@@ -125,19 +125,22 @@ class BcolzDir:
         self._checked = True
 
     def check_layout(self):
+        """Refuse a root, meta/ or data/ that is not a directory inside the root; True when each is a
+        plain directory (or data/ missing), which the BLZ open then need not look at again."""
         # data/ is not required here: a carray without chunks has it empty, and copies that drop
         # empty directories (git, some archivers) lose it. A missing chunk file is reported when
         # the length needs it (check_chunk_files, read_chunk), and data/ is made again on write.
         if not self.bytestore.has_dirs:
-            return      # object stores have no directories: reading meta/storage tells a missing dataset
+            return False    # object stores have no directories: reading meta/storage tells a missing dataset
         if self.bytestore.plain_dirs([META_DIR], [DATA_DIR]):
-            return      # (real directories, no links: every check below passes)
+            return True     # (real directories, no links: every check below passes)
         for key, what in (("", "root"), (META_DIR, "meta")):
             if not self.bytestore.isdir(key):
                 raise StorageError(f"{what} directory '{self.bytestore.where(key)}' does not exist")
         if self.bytestore.exists(DATA_DIR) and not self.bytestore.isdir(DATA_DIR):
             raise StorageError(f"data directory '{self.datadir}' is not a directory")
         self.bytestore.check_inside([META_DIR, DATA_DIR])
+        return False
 
     @staticmethod
     def _key(n):

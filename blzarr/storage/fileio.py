@@ -15,6 +15,7 @@ says whether writers sync what they publish; `sync_enabled()` reads it.
 import contextlib
 import errno
 import os
+import stat
 import sys
 
 try:
@@ -167,24 +168,30 @@ class OsIO:
         fd = os.open(path, os.O_RDONLY | _BINARY)
         try:
             left = (1 << 62) if limit is None else limit
-            return read_upto(fd, left, min(left, os.fstat(fd).st_size + 1))
+            st = os.fstat(fd)
+            return read_upto(fd, left, min(left, st.st_size + 1), stat.S_ISREG(st.st_mode))
         finally:
             os.close(fd)
 
 
-def read_upto(fd, limit, first=1 << 16):
+def read_upto(fd, limit, first=1 << 16, regular=False):
     """Up to `limit` bytes of `fd` from its position to its end: one read of `first` bytes, then reads
-    of at least 64 KiB (a file that grew meanwhile is read on, never past `limit`)."""
+    of at least 64 KiB (a file that grew meanwhile is read on, never past `limit`).  `regular`: `fd` is
+    a regular file, where a read that returns fewer bytes than asked has met the end (no read more to
+    see it)."""
     parts = []
     size = first
     while limit > 0:
-        b = os.read(fd, min(limit, size))
+        want = min(limit, size)
+        b = os.read(fd, want)
         if not b:
             break
         parts.append(b)
         limit -= len(b)
+        if regular and len(b) < want:
+            break
         size = max(first, 1 << 16)
-    return b"".join(parts)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _load_renameat2():

@@ -627,8 +627,9 @@ def detect(path):
     naming it.
     """
     path = os.fspath(path)
-    if not fileio.isdir(path):
+    if not path:
         return None
+    # (no probe of `path` itself first: below a missing path or a file nothing exists either)
     if fileio.exists(os.path.join(path, ROOTDIRS_FILE)):
         return "ctable"
     if fileio.exists(os.path.join(path, META_DIR, STORAGE_FILE)):

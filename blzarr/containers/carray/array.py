@@ -224,6 +224,28 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
         self._create(array, cparams, dtype, dflt, expectedlen, chunklen)
         self._track_writer()
 
+    @classmethod
+    def _open_local(cls, rootdir, mode, allow_pickle):
+        """The carray in the local directory `rootdir`, which `blzarr.open` just found holds one, opened
+        with mode 'r' or 'a': what the constructor does for it, without the checks of the arguments
+        given to create one and its existence probe (it raises as the constructor does)."""
+        self = cls.__new__(cls)
+        self._init_open(rootdir, mode, allow_pickle)
+        return self
+
+    @storage_op("open")
+    def _init_open(self, rootdir, mode, allow_pickle):
+        self._blz_opts = dict(checksum="crc32", reserve=0, superchunklen=None, meta=None)
+        self._format_arg = None
+        self._mode = mode
+        self._rootdir = rootdir
+        self._bytestore = None
+        self._lock = forksafe.RLock()
+        self._blockcache = None
+        self.safe = True
+        self._open(allow_pickle)
+        self._track_writer()
+
     # ---------------------------------------------------------------- creation and opening
     def _setup(self, atom, cparams, chunklen, dflt, expectedlen):
         self._atom = atom

@@ -34,6 +34,7 @@ demand.
 import ast
 import json
 import os
+import stat
 import threading
 from collections import OrderedDict
 
@@ -113,7 +114,7 @@ def open_store(rootdir, mode="a"):
     The meta files the open read are left on the store as `opened_meta` ({name: JSON object}) for
     the carray opening it, which pops them (and does not read them again)."""
     base = BcolzDir(rootdir)
-    base.check_layout()
+    plain = base.check_layout()
     plan = None
     if mode != "r":
         rewrite.recover_carray(rootdir)
@@ -121,7 +122,9 @@ def open_store(rootdir, mode="a"):
         plan = rewrite.plan_for(rootdir)
     fmt, storage = _read_storage(rootdir)
     if fmt == FORMAT:
-        d = BlzDir.open(rootdir, mode, storage=storage, checked=True, overlay=plan)
+        # (the same byte store: the layout checks of `base` were made through it)
+        d = BlzDir.open(rootdir, mode, base.bytestore, storage=storage, checked="plain" if plain else True,
+                        overlay=plan)
     else:
         d = base
         d.opened_meta = {"storage": storage}
@@ -130,6 +133,14 @@ def open_store(rootdir, mode="a"):
     if mode != "r":
         d.remove_debris()
     return d
+
+
+def _regular(path):
+    """Whether `path` is a regular file (no symbolic link), by one lstat."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except (OSError, ValueError):
+        return False
 
 
 def _dtype_or_none(text):
@@ -261,19 +272,21 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
     def open(cls, rootdir, mode="a", bytestore=None, storage=None, checked=False, overlay=None):
         """The store of the BLZ directory `rootdir`; `storage`: its meta/storage, when just read;
         `checked`: its layout was just checked (`BcolzDir.check_layout`, which checks the same
-        directories and links but data/); `overlay`: a committed rewrite record's entry to read
-        through (a reader)."""
+        directories and links but data/; "plain": it found data/ a directory that is no link, or
+        missing, which the listing then tells); `overlay`: a committed rewrite record's entry to
+        read through (a reader)."""
         self = cls(rootdir, mode, bytestore)
         if overlay is not None:
             self.read_through(overlay)
-        if checked:
-            self._check_data_dir()
-        else:
+        plain = checked == "plain"
+        if not checked:
             self.check_layout()
+        elif not plain:
+            self._check_data_dir()
         if storage is None:
             storage = self.read_meta("storage")
         where = f"'{self.meta_path('storage')}'"
-        nums = self._list_files()
+        nums = self._list_files(plain)
         if not nums:
             raise FormatError(f"BLZ directory '{self.rootdir}' has no superchunk file data/__1__.bin")
         if nums != list(range(1, len(nums) + 1)):
@@ -490,18 +503,28 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
                     f"is readable to a new directory with blzarr.salvage(src, dst) (or `blzarr convert "
                     f"--salvage SRC DST`) and write there")
 
-    def _list_files(self):
-        """The numbers of the superchunk files in data/, sorted (each a regular file inside the root)."""
+    def _list_files(self, plain=False):
+        """The numbers of the superchunk files in data/, sorted (each a regular file inside the root);
+        `plain`: data/ was found a directory that is no link, or missing (`BlzDir.open`)."""
         if self._ranged is not None:
             return self._ranged.list_files(self)
         nums = []
-        for name in self.bytestore.names(DATA_DIR, missing_ok=False):
+        try:
+            names = self.bytestore.names(DATA_DIR, missing_ok=False)
+        except FileNotFoundError:
+            if not plain:
+                raise
+            self._check_data_dir()      # (its message)
+            raise
+        for name in names:
             if name.startswith("__") and name.endswith(SUPERCHUNK_EXT):
                 digits = name[2:-len(SUPERCHUNK_EXT)]
                 if digits.isdigit() and digits.isascii():
                     nums.append(int(digits))
         nums.sort()
         for num in nums:
+            if plain and _regular(self._path(num)):
+                continue        # a regular file in data/, which is inside the root and no link
             real = self.bytestore.escapes(self._key(num))
             if real is not None:
                 raise FormatError(f"superchunk file '{self._path(num)}' resolves to '{real}', which is not a "
