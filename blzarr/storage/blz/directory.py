@@ -1003,8 +1003,8 @@ class LazyChunk(chunk):
             self._load_head(-1)
         self._len = self.nbytes // self.atom.itemsize if self.atom.itemsize else 0
 
-    def _load_head(self, expected_nbytes):
-        h = self._layoutdir.head(self._n)
+    def _load_head(self, expected_nbytes, whole=False):
+        h = self._layoutdir.head(self._n, whole)
         nbytes = int.from_bytes(h[4:8], "little")
         if expected_nbytes >= 0 and nbytes != expected_nbytes:
             raise ChunkError(f"bad Blosc chunk ({self._where}): it holds {nbytes} bytes, "
@@ -1105,6 +1105,13 @@ class BlzChunks(LayoutChunks):
             if len(self._objs) > 256:
                 self._objs.popitem(last=False)
         return c
+
+    def read_block(self, i, local, chunklen, atom):
+        ch = self._get(i)
+        if ch._head is None:
+            # the block is read next: a chunk that read reads whole gives its header too
+            ch._load_head(ch.nbytes, whole=True)
+        return super().read_block(i, local, chunklen, atom)
 
     def load(self, i, expected_nbytes):
         """Chunk i read whole and verified (also the short last chunk, past the full ones)."""

@@ -16,12 +16,32 @@ from blzarr.storage.blz.format import _Where
 from blzarr.errors import BlzarrError, ChunkError, FormatError
 
 
+def _validated_head(data):
+    """The Blosc header and block starts at the start of the chunk `data`, whose structure was
+    validated (`_chunk.validate`: its block starts fit in it)."""
+    nbytes = int.from_bytes(data[4:8], "little")
+    if data[2] & 0x02 or not nbytes:
+        return bytes(data[:16])
+    return bytes(data[:16 + 4 * (-(-nbytes // int.from_bytes(data[8:12], "little")))])
+
+
 class BlzReads:
     """Reading the chunks of a `BlzDir`."""
 
     # ------------------------------------------------------------------ reading
-    def head(self, n):
-        """The Blosc header + bstarts of chunk n (cached; a reader retries as `read_chunk` does)."""
+    def head(self, n, whole=False):
+        """The Blosc header + bstarts of chunk n (cached; a reader retries as `read_chunk` does).
+        `whole`: a read of part of the chunk follows, which reads a chunk not verified yet whole (to
+        verify it, `read_range`): such a chunk is read whole now and its header taken from its bytes,
+        rather than read from the file first."""
+        if whole and self._read_whole_first(n):
+            data = self.read_chunk(n)
+            h = _validated_head(data)
+            with self._lock:
+                f = self._files.get(n // self.superchunklen + 1)
+                if f is not None and self._chunks.get(n, f.epoch) is data:
+                    self._heads.put(n, f.epoch, h)
+            return h
         for attempt in range(READ_RETRIES):
             try:
                 with self._lock:
@@ -32,6 +52,17 @@ class BlzReads:
                     raise
                 self._reload(n // self.superchunklen + 1, n)
                 time.sleep(0.001 * attempt)
+
+    def _read_whole_first(self, n):
+        """Whether `read_range` would read chunk n whole (and cache it): a chunk not verified, whose
+        size is not known yet (so the cache's room is not asked), of a file read through descriptors
+        in a dataset with checksums."""
+        if self._ranged is not None or not self.checksum_id:
+            return False
+        with self._lock:
+            f = self._files.get(n // self.superchunklen + 1)
+            return (f is not None and n not in f.verified and n not in self._ctbytes
+                    and self._heads.get(n, f.epoch) is None and self._chunks.get(n, f.epoch) is None)
 
     def _head_at(self, n, f, fd, off):
         if fd is None:          # a file read with requests (no descriptor: `_offset` gave none)
