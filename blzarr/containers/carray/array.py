@@ -247,7 +247,7 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
         self._track_writer()
 
     # ---------------------------------------------------------------- creation and opening
-    def _setup(self, atom, cparams, chunklen, dflt, expectedlen):
+    def _setup(self, atom, cparams, chunklen, dflt, expectedlen, lazy_last=False):
         self._atom = atom
         self._isobj = atom.base.kind == "O"
         if self._isobj and atom.shape:
@@ -263,8 +263,12 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
         self._pyscalars = not atom.shape and atom.kind in _PY_KINDS
         self._dflt = dflt
         self.expectedlen = int(expectedlen)
-        # the uncompressed last chunk (object carrays store one pickled object a chunk: none)
-        self._last = np.zeros((0 if self._isobj else self._chunklen,) + atom.shape, dtype=atom.base)
+        # the uncompressed last chunk (object carrays store one pickled object a chunk: none);
+        # `lazy_last` (an open): made at its first use (`_last`), which a read of other rows never makes
+        if lazy_last:
+            self.__dict__.update(_last_v=None, _last_due=())
+        else:
+            self._last = self._new_last()
         self._nleft = 0
         self._len = 0
         self._dirty = True     # something flush() must write (the leftover or the sizes)
@@ -413,6 +417,17 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
         self._opened_len = self._len
         self._attrs.moved_to(final, self._chunks.attrs_path)
 
+    def _new_last(self):
+        """A zeroed leftover buffer: a chunk's worth of atoms."""
+        return np.zeros((0 if self._isobj else self._chunklen,) + self._atom.shape, dtype=self._atom.base)
+
+    def _last_buffer(self):
+        """The leftover buffer, made now if an open left it to its first use."""
+        buf = self.__dict__.get("_last_v")
+        if buf is None:
+            buf = self.__dict__["_last_v"] = self._new_last()
+        return buf
+
     @property
     def _chunk_atom(self):
         return np.dtype("u1") if self._isobj else self._atom
@@ -441,7 +456,7 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
         meta = ArrayMeta.read(store, self._rootdir, allow_pickle, store.__dict__.pop("opened_meta", None))
         atom, chunklen = meta.atom, meta.chunklen
         try:
-            self._setup(atom, meta.cparams, chunklen, meta.dflt, meta.expectedlen)
+            self._setup(atom, meta.cparams, chunklen, meta.dflt, meta.expectedlen, lazy_last=True)
         except (TypeError, ValueError) as e:
             raise FormatError(f"{meta.where_storage} (with {meta.where_sizes}): {e}") from None
         length = meta.length
@@ -486,17 +501,19 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
             raise e     # a full disk, a permission: the file is not damaged, nothing to salvage
         # damage stays where it is: the array opens, its other rows read, and every read (or
         # write) of these rows raises this error, which names the file, the chunk and its rows
-        self._last = _DamagedLast(self.__dict__["_last_v"], e)
+        self._last = _DamagedLast(self._last_buffer(), e)
 
-    def _decode_leftover(self, c, nchunks, nleft):
+    def _decode_leftover(self, c=None, nchunks=0, nleft=0):
         """The `nleft` atoms of the short last chunk `c` (chunk `nchunks`) into the leftover buffer.
 
         The chunk stored there may hold more atoms than meta/sizes counts (up to a full chunk): a
         writer stores new data before the sizes that make it visible, so after a crash (or while it
         writes) the chunk can be ahead of meta/sizes.  The first `nleft` atoms are the ones counted.
         """
+        buf = self._last_buffer()
+        if c is None:
+            return          # (no short last chunk: the buffer only)
         isz = self._atom.itemsize
-        buf = self.__dict__["_last_v"]
         try:
             if c.nbytes == nleft * isz:
                 c.decompress(buf[:nleft])

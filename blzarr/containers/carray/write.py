@@ -264,7 +264,7 @@ class CarrayWrites(CarrayBase):
         self._len, self._nleft = meta.length, nleft
         self._blockcache = None
         if nleft:
-            self._last = np.zeros_like(np.asarray(self.__dict__["_last_v"]))
+            self._last = self._new_last()
             self._load_leftover(nchunks, nleft)
         self._load_stats(nchunks)
 
