@@ -360,7 +360,7 @@ class LocalStore(ByteStore):
         if p is None:
             if len(self._paths) > 4096:
                 self._paths.clear()
-            p = self._paths[key] = os.path.join(self.root, *key.split("/")) if key else self.root
+            p = self._paths[key] = fileio.join(self.root, key) if key else self.root
         return p
 
     def where(self, key=""):

@@ -194,6 +194,15 @@ def read_upto(fd, limit, first=1 << 16, regular=False):
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
+def join(root, key):
+    """`root` joined with the relative name `key` ('meta/sizes': parts separated by '/'), as
+    ``os.path.join(root, *key.split('/'))`` gives it (without its cost, where '/' is the separator:
+    a path is made this way several times per open)."""
+    if os.sep != "/" or not key or key.startswith("/") or "//" in key or key.endswith("/"):
+        return os.path.join(root, *key.split("/"))
+    return root + key if not root or root.endswith("/") else f"{root}/{key}"
+
+
 def _load_renameat2():
     try:
         import ctypes

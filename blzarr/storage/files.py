@@ -351,7 +351,7 @@ def atomic_write(path, data, fsync=False, sync_dir=None):
             tree.write(path, data)
         except OSError as e:
             raise StorageError(f"cannot write '{path}': {e}") from None
-        if os.path.basename(path) == SIZES_FILE:
+        if (not isinstance(path, str) or path.endswith(SIZES_FILE)) and os.path.basename(path) == SIZES_FILE:
             # meta/sizes, which names the chunks, is the tree's last file: one barrier makes them
             # all durable (a new tree is built under a hidden name that a rename publishes later, so
             # nothing needs meta/sizes to be a commit point before that rename)
@@ -526,7 +526,7 @@ def read_json(path, what="metadata", missing=_RAISE):
             raise MissingError(f"{what} file '{path}' does not exist") from None
         return parse_json(raw, path, what)
     try:
-        if os.path.basename(path) == SIZES_FILE:
+        if (not isinstance(path, str) or path.endswith(SIZES_FILE)) and os.path.basename(path) == SIZES_FILE:
             raw = _read_shared(path, MAX_JSON_BYTES + 1)     # it may be written over in place
         else:
             raw = fileio.read_file(path, MAX_JSON_BYTES + 1)
@@ -630,8 +630,8 @@ def detect(path):
     if not path:
         return None
     # (no probe of `path` itself first: below a missing path or a file nothing exists either)
-    if fileio.exists(os.path.join(path, ROOTDIRS_FILE)):
+    if fileio.exists(fileio.join(path, ROOTDIRS_FILE)):
         return "ctable"
-    if fileio.exists(os.path.join(path, META_DIR, STORAGE_FILE)):
+    if fileio.exists(fileio.join(path, f"{META_DIR}/{STORAGE_FILE}")):
         return "carray"
     return None

@@ -91,7 +91,7 @@ rewrite.APPLY[FORMAT] = apply_offsets
 
 def _read_storage(rootdir):
     """(layout, JSON object) of the directory's meta/storage (no "format" key means bcolz)."""
-    path = os.path.join(os.fspath(rootdir), META_DIR, "storage")
+    path = fileio.join(os.fspath(rootdir), f"{META_DIR}/storage")
     storage = read_json(path, "meta/storage")
     if not isinstance(storage, dict):
         raise FormatError(f"meta file '{path}' must hold a JSON object")
