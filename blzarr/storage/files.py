@@ -480,7 +480,9 @@ def _read_shared(path, limit):
     try:
         locked = _lock_briefly(fd, "sh")
         try:
-            return fileio.read_upto(fd, limit)
+            # (a short read is the end: meta/sizes is a regular file written whole or over in place
+            # under the exclusive lock)
+            return fileio.read_upto(fd, limit, regular=True)
         finally:
             if locked:
                 fileio.flock(fd, "un")
