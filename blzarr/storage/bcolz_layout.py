@@ -69,6 +69,25 @@ rewrite.APPLY["bcolz"] = apply_renames
 DISK_CACHE_BYTES = 32 * 1024 * 1024
 
 
+def check_layout(store):
+    """`BcolzDir.check_layout` of the directory of byte store `store` (an open asks it before it
+    knows the layout)."""
+    # data/ is not required here: a carray without chunks has it empty, and copies that drop
+    # empty directories (git, some archivers) lose it. A missing chunk file is reported when
+    # the length needs it (check_chunk_files, read_chunk), and data/ is made again on write.
+    if not store.has_dirs:
+        return False    # object stores have no directories: reading meta/storage tells a missing dataset
+    if store.plain_dirs([META_DIR], [DATA_DIR]):
+        return True     # (real directories, no links: every check below passes)
+    for key, what in (("", "root"), (META_DIR, "meta")):
+        if not store.isdir(key):
+            raise StorageError(f"{what} directory '{store.where(key)}' does not exist")
+    if store.exists(DATA_DIR) and not store.isdir(DATA_DIR):
+        raise StorageError(f"data directory '{store.where(DATA_DIR)}' is not a directory")
+    store.check_inside([META_DIR, DATA_DIR])
+    return False
+
+
 class BcolzDir:
     """Files of one carray directory in the bcolz 1.x layout, on a byte store (`blzarr.storage.bytestore`: a
     local directory by default, or object storage, where each file is an object written whole)."""
@@ -127,20 +146,7 @@ class BcolzDir:
     def check_layout(self):
         """Refuse a root, meta/ or data/ that is not a directory inside the root; True when each is a
         plain directory (or data/ missing), which the BLZ open then need not look at again."""
-        # data/ is not required here: a carray without chunks has it empty, and copies that drop
-        # empty directories (git, some archivers) lose it. A missing chunk file is reported when
-        # the length needs it (check_chunk_files, read_chunk), and data/ is made again on write.
-        if not self.bytestore.has_dirs:
-            return False    # object stores have no directories: reading meta/storage tells a missing dataset
-        if self.bytestore.plain_dirs([META_DIR], [DATA_DIR]):
-            return True     # (real directories, no links: every check below passes)
-        for key, what in (("", "root"), (META_DIR, "meta")):
-            if not self.bytestore.isdir(key):
-                raise StorageError(f"{what} directory '{self.bytestore.where(key)}' does not exist")
-        if self.bytestore.exists(DATA_DIR) and not self.bytestore.isdir(DATA_DIR):
-            raise StorageError(f"data directory '{self.datadir}' is not a directory")
-        self.bytestore.check_inside([META_DIR, DATA_DIR])
-        return False
+        return check_layout(self.bytestore)
 
     @staticmethod
     def _key(n):

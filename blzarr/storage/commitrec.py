@@ -37,7 +37,7 @@ _SLOTS = (16, 40)
 
 
 def record_path(rootdir):
-    return os.path.join(rootdir, META_DIR, COMMIT_FILE)
+    return fileio.join(rootdir, f"{META_DIR}/{COMMIT_FILE}")
 
 
 def _slot(gen, length):
@@ -128,7 +128,7 @@ class Writer:
 def sizes_fingerprint(rootdir):
     """(inode, size, mtime in ns) of meta/sizes, None when it cannot be read."""
     try:
-        st = os.stat(os.path.join(rootdir, META_DIR, SIZES_FILE))
+        st = os.stat(fileio.join(rootdir, f"{META_DIR}/{SIZES_FILE}"))
     except OSError:
         return None
     return (st.st_ino, st.st_size, st.st_mtime_ns)

@@ -56,11 +56,11 @@ def remove_tmp_debris(directory):
 
 
 def carray_record_path(rootdir):
-    return os.path.join(rootdir, META_DIR, CARRAY_RECORD)
+    return fileio.join(rootdir, f"{META_DIR}/{CARRAY_RECORD}")
 
 
 def table_record_path(columns_base):
-    return os.path.join(columns_base, TABLE_RECORD)
+    return fileio.join(columns_base, TABLE_RECORD)
 
 
 def encode(switches):

@@ -41,7 +41,7 @@ from collections import OrderedDict
 import numpy as np
 
 from blzarr import _superchunk as sc
-from blzarr.storage.bcolz_layout import BcolzDir
+from blzarr.storage.bcolz_layout import BcolzDir, check_layout
 from blzarr.storage.bytestore import LocalStore, open_bytestore
 from blzarr.storage.chunk import blosc_typesize, chunk
 from blzarr.storage.chunkstore import LayoutChunks, auto_superchunklen
@@ -113,8 +113,8 @@ def open_store(rootdir, mode="a"):
 
     The meta files the open read are left on the store as `opened_meta` ({name: JSON object}) for
     the carray opening it, which pops them (and does not read them again)."""
-    base = BcolzDir(rootdir)
-    plain = base.check_layout()
+    store = LocalStore(rootdir)
+    plain = check_layout(store)
     plan = None
     if mode != "r":
         rewrite.recover_carray(rootdir)
@@ -122,11 +122,11 @@ def open_store(rootdir, mode="a"):
         plan = rewrite.plan_for(rootdir)
     fmt, storage = _read_storage(rootdir)
     if fmt == FORMAT:
-        # (the same byte store: the layout checks of `base` were made through it)
-        d = BlzDir.open(rootdir, mode, base.bytestore, storage=storage, checked="plain" if plain else True,
+        # (the byte store the layout was just checked through)
+        d = BlzDir.open(rootdir, mode, store, storage=storage, checked="plain" if plain else True,
                         overlay=plan)
     else:
-        d = base
+        d = BcolzDir(rootdir, store)
         d.opened_meta = {"storage": storage}
         if plan is not None:
             d.read_through(plan)
