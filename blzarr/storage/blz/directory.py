@@ -373,16 +373,17 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
                 # no short chunk: the chunks from the length's on are past what it counts
                 self._free_from, self._free_files = length // chunklen, self.nfiles
             return last     # (else written by an older blzarr: every rewrite is ordered)
-        where = f"'{self.meta_path('sizes')}'"
         try:
-            n, off, nbytes = (int(v) for v in got)
-            if any(isinstance(v, bool) or not isinstance(v, int) for v in got):
-                raise TypeError
+            vals = tuple(got)
+            if len(vals) != 3 or type(vals[0]) is not int or type(vals[1]) is not int or type(vals[2]) is not int:
+                raise TypeError         # (three JSON integers: no bool, no float)
+            n, off, nbytes = vals
             length, chunklen = int(sizes["shape"][0]), int(storage["chunklen"])
         except (TypeError, ValueError, KeyError, IndexError):
-            raise FormatError(f"{where}: \"last\" must be [chunk, offset, nbytes], got {got!r}") from None
+            raise FormatError(f"'{self.meta_path('sizes')}': \"last\" must be [chunk, offset, nbytes], "
+                              f"got {got!r}") from None
         if off < 0 or not 0 < nbytes <= self.chunk_nbytes:
-            raise FormatError(f"{where}: \"last\" {got!r} is not a chunk's position and size")
+            raise FormatError(f"'{self.meta_path('sizes')}': \"last\" {got!r} is not a chunk's position and size")
         itemsize = self.chunk_nbytes // chunklen if chunklen > 0 else 0
         if length % chunklen == 0 or n != length // chunklen or nbytes < (length - n * chunklen) * itemsize:
             # not the short last chunk of this length (a meta/sizes whose write was cut midway
