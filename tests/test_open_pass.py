@@ -191,3 +191,24 @@ def test_read_file_of_any_size(tmp_path, size, monkeypatch):
     assert reads == [size]                  # one read: its shortness is the end
     reads.clear()
     assert fileio.read_file(str(p), 100) == data[:100]
+
+
+def test_forksafe_registry_stays_bounded_and_releases_in_a_child():
+    import gc
+    import sys
+    from blzarr.runtime import forksafe
+    for _ in range(5000):
+        forksafe.RLock()
+        forksafe.Lock()
+    gc.collect()
+    assert len(forksafe._locks) < 400       # the dead ones are dropped as it grows
+    held = forksafe.Lock()
+    held.acquire()
+    if not hasattr(os, "fork") or sys.platform == "darwin":
+        return
+    pid = os.fork()
+    if pid == 0:                            # the child: the lock the parent holds is free here
+        os._exit(0 if held.acquire(timeout=5) else 1)
+    _, status = os.waitpid(pid, 0)
+    held.release()
+    assert os.WEXITSTATUS(status) == 0

@@ -12,28 +12,37 @@ threads gone in the child are emptied by their own modules' fork hooks.
 Taking these locks costs what taking a plain lock costs: they are the plain locks.
 """
 
+import _thread
 import os
 import threading
 import weakref
 
-_locks = weakref.WeakSet()
+# weak references to the locks made, without callbacks (a lock is made for every open of a carray:
+# its registration must cost no Python call when made or when the lock goes); the dead ones are
+# dropped whenever the list has doubled since the last time
+_locks = []
+_prune_at = 64
 _guard = threading.Lock()
+
+
+def _remember(lock):
+    global _locks, _prune_at
+    with _guard:
+        _locks.append(weakref.ref(lock))
+        if len(_locks) >= _prune_at:
+            _locks = [r for r in _locks if r() is not None]
+            _prune_at = max(64, 2 * len(_locks))
+    return lock
 
 
 def Lock():
     """A `threading.Lock` that a forked child gets released."""
-    lock = threading.Lock()
-    with _guard:
-        _locks.add(lock)
-    return lock
+    return _remember(_thread.allocate_lock())
 
 
 def RLock():
     """A `threading.RLock` that a forked child gets released."""
-    lock = threading.RLock()
-    with _guard:
-        _locks.add(lock)
-    return lock
+    return _remember(_thread.RLock())
 
 
 def counts_calls(obj):
@@ -56,8 +65,10 @@ _counted = {}       # id -> weak reference
 def _after_fork_in_child():
     global _guard
     _guard = threading.Lock()
-    for lock in list(_locks):
-        lock._at_fork_reinit()
+    for ref in list(_locks):
+        lock = ref()
+        if lock is not None:
+            lock._at_fork_reinit()
     for ref in list(_counted.values()):
         obj = ref()
         if obj is not None:
