@@ -212,3 +212,30 @@ def test_forksafe_registry_stays_bounded_and_releases_in_a_child():
     _, status = os.waitpid(pid, 0)
     held.release()
     assert os.WEXITSTATUS(status) == 0
+
+
+@pytest.mark.parametrize("fmt", LAYOUTS)
+@pytest.mark.parametrize("first", ["scalar", "len"])
+def test_watch_reads_the_record_before_mapping_it(tmp_path, fmt, first):
+    """A reader's first looks at the commit record are reads (no map made for an open and one
+    a[i]), the third maps it; a commit by another writer is seen at every look."""
+    root = str(tmp_path / "a")
+    x = _make(root, fmt, n=25_500)
+    r = blzarr.open(root, mode="r")
+    w = r._watch
+    assert (w._map is None) == (fmt == "blz")   # (a polled watch, bcolz layout: mapped at once)
+    writer = blzarr.open(root, mode="a")
+    writer.append(np.arange(7.0))
+    writer.flush()                              # a commit between the open and the first read
+    y = np.concatenate([x, np.arange(7.0)])
+    if first == "scalar" and fmt == "blz":      # (the bcolz layout's scalar reads poll meta/sizes)
+        assert r[25_503] == y[25_503]
+    assert len(r) == len(y)
+    for i in (5, 25_499, 25_506):
+        assert r[i] == y[i]
+    assert w._map is not None                   # mapped by now: later checks make no system call
+    writer.append(np.arange(3.0))
+    writer.flush()
+    y = np.concatenate([y, np.arange(3.0)])
+    np.testing.assert_array_equal(r[:], y)
+    writer.close()

@@ -23,9 +23,11 @@ once it exists (a replaced file would leave the readers' maps on the old one).
 import mmap
 import os
 import struct
+import weakref
 import zlib
 
 from blzarr._poll import PolledView
+from blzarr.errors import BlzarrError
 from blzarr.storage import fileio
 from blzarr.storage.files import META_DIR, SIZES_FILE, atomic_write
 
@@ -139,6 +141,51 @@ POLL_NS = 2_000_000
 CLOCK = None            # the monotonic clock in ns those reads go by (None: CLOCK_MONOTONIC; tests move one)
 
 
+class _Peek:
+    """The record read through a descriptor, for a watch's first looks: the first is the record the
+    watch read when it found it (its open, a moment before), the second reads item i with one pread,
+    the third maps the record instead (`Watch._mapped`) and hands the watch its map, so that a
+    reader's later checks cost no system call."""
+
+    __slots__ = ("watch", "fd", "looks", "head")
+
+    def __init__(self, watch, fd, head):
+        self.watch = weakref.ref(watch)     # (the watch holds this: no cycle, the descriptor goes with it)
+        self.fd = fd
+        self.looks = 0
+        self.head = head                    # the record as the watch just read it: the first look's
+
+    def __getitem__(self, i):
+        fd = self.fd
+        if fd is not None:
+            self.looks += 1
+            head, self.head = self.head, None
+            if head is not None:
+                return struct.unpack_from("<Q", head, 8 * i)[0]
+            if self.looks <= 2:
+                try:
+                    return struct.unpack_from("<Q", fileio.pread(fd, 8, 8 * i))[0]
+                except (OSError, BlzarrError, struct.error):
+                    pass            # (a record cut short meanwhile: the map says what it can)
+            self.fd = None
+            watch = self.watch()
+            if watch is None:
+                fileio.close(fd)
+            else:
+                mv = watch._mapped(fd)
+                if mv is not None:
+                    return mv[i]
+        return -2                   # no generation: a change (the watch looks without a record now)
+
+    def __del__(self):
+        fd, self.fd = getattr(self, "fd", None), None
+        if fd is not None:
+            try:
+                fileio.close(fd)
+            except Exception:
+                pass
+
+
 class Watch:
     """What a reader of one carray directory last loaded, and whether that is still current.
 
@@ -148,7 +195,7 @@ class Watch:
     view.  `changed()` is the check of every other call: the record (mapped now if it appeared
     since), and the fingerprint of meta/sizes."""
 
-    __slots__ = ("rootdir", "view", "seen", "fp", "check_fp", "polled", "_mv", "_map")
+    __slots__ = ("rootdir", "view", "seen", "fp", "check_fp", "polled", "_mv", "_map", "__weakref__")
 
     def __init__(self, rootdir, check_fp):
         self.rootdir = rootdir
@@ -169,25 +216,45 @@ class Watch:
         change."""
         self.polled = True
         self.view = PolledView(self, POLL_NS, CLOCK)
+        peek = self._mv
+        if isinstance(peek, _Peek) and peek.fd is not None:
+            fd, peek.fd = peek.fd, None         # (its every check reads the record: mapped now)
+            self._mapped(fd)
 
     def _open_map(self):
+        """Look at the record: its first looks are positioned reads through a descriptor kept open
+        (`_Peek`), which maps it at the third (an open and its first read cost no mmap and munmap)."""
         try:
             fd = fileio.open(record_path(self.rootdir), "r")
         except OSError:
             return
         try:
-            m = mmap.mmap(fd, SIZE, access=mmap.ACCESS_READ)
-        except (OSError, ValueError):       # shorter than a record: treated as none
-            return
-        finally:
+            head = fileio.pread(fd, SIZE, 0)
+        except (OSError, BlzarrError):
+            head = b""
+        if len(head) < SIZE or head[:8] != MAGIC:   # shorter than a record: treated as none
             fileio.close(fd)
-        if m[:8] != MAGIC:
-            m.close()
             return
-        self._map = m
-        self._mv = memoryview(m).cast("Q")
+        self._mv = _Peek(self, fd, head)
         if not self.polled:
             self.view = self._mv
+
+    def _mapped(self, fd):
+        """Map the record through `fd` (then closed: the map keeps its own); None when it cannot be."""
+        try:
+            m = mmap.mmap(fd, SIZE, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):
+            self._mv = None             # as if there were none: every check is the whole check
+            if not self.polled:
+                self.view = None
+            return None
+        finally:
+            fileio.close(fd)
+        self._map = m
+        mv = self._mv = memoryview(m).cast("Q")
+        if not self.polled:
+            self.view = mv
+        return mv
 
     def current(self):
         """The state to remember once the array is loaded: read it before loading (a commit in
