@@ -27,7 +27,6 @@ import weakref
 import zlib
 
 from blzarr._poll import PolledView
-from blzarr.errors import BlzarrError
 from blzarr.storage import fileio
 from blzarr.storage.files import META_DIR, SIZES_FILE, atomic_write
 
@@ -164,8 +163,8 @@ class _Peek:
                 return struct.unpack_from("<Q", head, 8 * i)[0]
             if self.looks <= 2:
                 try:
-                    return struct.unpack_from("<Q", fileio.pread(fd, 8, 8 * i))[0]
-                except (OSError, BlzarrError, struct.error):
+                    return struct.unpack_from("<Q", os.pread(fd, 8, 8 * i))[0]
+                except (OSError, struct.error):
                     pass            # (a record cut short meanwhile: the map says what it can)
             self.fd = None
             watch = self.watch()
@@ -229,8 +228,8 @@ class Watch:
         except OSError:
             return
         try:
-            head = fileio.pread(fd, SIZE, 0)
-        except (OSError, BlzarrError):
+            head = os.pread(fd, SIZE, 0)     # (outside fileio's reads, as the map's are)
+        except OSError:
             head = b""
         if len(head) < SIZE or head[:8] != MAGIC:   # shorter than a record: treated as none
             fileio.close(fd)
