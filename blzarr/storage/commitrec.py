@@ -2,8 +2,9 @@
 
 Every flush, trim or compaction that changes what a carray directory holds ends by bumping a
 generation number in a 64-byte file beside meta/sizes.  A process that keeps the array open for
-reading maps that file into memory (`Watch`): before a read call it compares one integer of the map
-with the generation it last loaded, which costs no system call, and reloads the array's state
+reading maps that file into memory (`Watch`; its first two looks read it instead, so that an open
+followed by one read makes no map): before a read call it compares one integer of the map with the
+generation it last loaded, which costs no system call, and reloads the array's state
 (length, chunks, caches, statistics) when it differs.  The real bcolz writes the bcolz layout without
 knowing the record; its flushes are caught by a fingerprint of meta/sizes (inode, size, modification
 time), which a `Watch` checks, with one stat, at calls that are not scalar reads.
