@@ -17,6 +17,10 @@ the un-synced ones when they are few, a bounded, seeded sample when they are man
 prefixes, each one missing alone, random subsets), and un-synced writes torn at sector boundaries.
 Each state carries the range of crash points that can leave it; the tests check it against the calls
 running at each.
+
+A power loss is followed by a reboot: before its first state, `crash_states` gives this process another
+boot (`blzarr.storage.blz.sizes.boot_id`), so that what the workload wrote is read as a later boot
+reads it (a BLZ meta/sizes synced with its chunk in one barrier is checked against that chunk).
 """
 
 import errno
@@ -26,6 +30,7 @@ import random
 import shutil
 
 from blzarr.storage import fileio
+from blzarr.storage.blz import sizes as sizes_record
 
 SECTOR = 512
 # one line per simulated workload (conftest prints them in the terminal summary)
@@ -327,6 +332,12 @@ def _subsets(volatile, rng, exhaustive, samples):
         yield f"random{s}", [i for i in volatile if rng.random() < 0.5]
 
 
+def reboot():
+    """Give this process another boot than the one the workload wrote in (see the module docstring)."""
+    now = sizes_record.boot_id() or ""
+    sizes_record._boot = "%016x" % ((int(now, 16) + 1) % (1 << 64) if now else 1)
+
+
 def crash_states(rec, seed=0, exhaustive=8, samples=16, stats=None):
     """Yield the `State`s a power loss can leave during `rec`'s log (see the module docstring).
 
@@ -339,6 +350,7 @@ def crash_states(rec, seed=0, exhaustive=8, samples=16, stats=None):
     each one missing alone, and `samples` seeded random subsets.  Each un-synced write longer than a
     sector is also torn: its first sectors only (after the operations before it), and a random set
     of its sectors (beside a random subset)."""
+    reboot()
     log = rec.log
     n = len(log)
     stats = stats if stats is not None else Stats()

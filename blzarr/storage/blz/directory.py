@@ -49,7 +49,7 @@ from blzarr.errors import ENVIRONMENT_ERRNOS, BlzarrError, ChunkError, FormatErr
 from blzarr.storage.locking import first_write
 from blzarr.storage import fileio, rewrite
 from blzarr.storage.files import (ATTRIBUTES_FILE, DATA_DIR, META_DIR, SECTOR, SIZES_FILE, SIZES_ROOM, fsync_path,
-                                  in_barrier, join_barrier, new_tree_of, read_json)
+                                  in_barrier, join_barrier, new_tree_of, one_barrier, read_json)
 from blzarr.runtime.parallel import codec_threads
 from blzarr.runtime import forksafe
 from blzarr.storage.spool import writes_for
@@ -60,6 +60,7 @@ from blzarr.storage.blz.format import (FORMAT, SUPERCHUNK_EXT, BlzFileFormat, _c
 from blzarr.storage.blz.metalayers import (VLMETA_FILE, VLMETA_MAGIC, BlzMetalayers, FixedMeta, MetalayerError,  # noqa: F401
                              VLMeta)
 from blzarr.storage.blz.read import BlzReads
+from blzarr.storage.blz import sizes as sizes_record
 from blzarr.storage.blz.remote import RangedReads
 from blzarr.storage.blz.repair import BlzMaintenance
 from blzarr.storage.blz.write import BlzWrites
@@ -211,6 +212,9 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         self._free_files = 0
         self._sizes_last = None             # (chunk, offset, nbytes) meta/sizes names as its short last
         self._own_overlay = False           # `_overlay` holds that chunk (a crash left another entry)
+        self._sizes_len = None              # the length the committed meta/sizes counts
+        self._with_sizes = None             # file number synced with the next meta/sizes, in one barrier
+        self._fallback_sizes = None         # meta/sizes as its "prev" (its chunk did not reach the disk)
 
     # ------------------------------------------------------------------ creation / opening
     @classmethod
@@ -347,6 +351,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
             self._nphys = min(max(self._counted, (self.nfiles - 1) * superchunklen), self.nfiles * superchunklen)
         self._check_full_files()
         if mode != "r":
+            self._commit_fallback()
             self._repair()          # (which may rewrite meta/sizes: read it again)
             if self._own_overlay:   # the repair wrote it into the file
                 self._overlay, self._own_overlay = None, False
@@ -427,7 +432,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
             if isinstance(self.bytestore, LocalStore):
                 raw = fileio.read_file(self.meta_path(SIZES_FILE), SECTOR)
             if raw is not None and len(raw) < SECTOR:
-                sizes = json.loads(raw.decode("ascii"))
+                sizes = self._resolved_sizes(json.loads(raw.decode("ascii")))
             else:
                 sizes = self.read_meta(SIZES_FILE)
         except (BlzarrError, OSError, ValueError, RecursionError):
@@ -457,7 +462,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
                 self.opened_meta = {"sizes": sizes}
             shape = sizes.get("shape")
             chunklen = storage.get("chunklen")
-            n = int(shape[0])
+            n = self._sizes_len = int(shape[0])
             return n if self.chunk_nbytes <= 0 else -(-n // int(chunklen))
         except (BlzarrError, OSError, AttributeError, TypeError, ValueError, IndexError):
             return 0
@@ -594,7 +599,49 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         return self.bytestore.where(f"{META_DIR}/{name}")
 
     def read_meta(self, name):
-        return self.bytestore.read_json(f"{META_DIR}/{name}", f"meta/{name}")
+        obj = self.bytestore.read_json(f"{META_DIR}/{name}", f"meta/{name}")
+        if name == SIZES_FILE and isinstance(obj, dict) and "prev" in obj:
+            obj = self._resolved_sizes(obj)
+        return obj
+
+    def _resolved_sizes(self, sizes):
+        """The commit a reader uses of meta/sizes `sizes` (`sizes_record.resolve`): a one-barrier
+        record of another boot whose chunk did not reach the disk is read as its "prev" (a writer's
+        open then writes that down, `_commit_fallback`)."""
+        out, fell_back = sizes_record.resolve(sizes, self._chunk_matches, f"'{self.meta_path(SIZES_FILE)}'")
+        self._fallback_sizes = out if fell_back and self.mode != "r" else None
+        return out
+
+    def _chunk_matches(self, n, off, nbytes, digest):
+        """Whether chunk `n` of the last superchunk file is at `off` with `nbytes` uncompressed bytes and
+        a checksum beginning with `digest` (hex): the chunk a one-barrier meta/sizes names reached the
+        disk."""
+        fno = n // self.superchunklen + 1
+        if self._ranged is not None:
+            return True         # a store read by requests: its files were uploaded whole
+        if not self.cksize or fno != self.nfiles or fno in self._damaged:
+            return False
+        path = self._path(fno)
+        try:
+            fd = self._fd(fno)
+            head = self._fio.pread(fd, 16, off, path)
+            ct = int.from_bytes(head[12:16], "little", signed=True) if len(head) == 16 else 0
+            ok = int.from_bytes(head[4:8], "little", signed=True) == nbytes and 16 <= ct <= 2 * self.chunk_nbytes + 65536
+            if ok:
+                # the chunk and the checksum after it, as a read of it verifies them
+                data = bytes(self._fio.pread(fd, ct + self.cksize, off, path))
+                want = sc.checksum(self.checksum_id, data[:ct])
+                ok = len(data) == ct + self.cksize and data[ct:] == want and want[:8].hex() == digest
+        except (BlzarrError, OSError, ValueError):
+            ok = False
+        return ok
+
+    def _commit_fallback(self):
+        """A writer's open that read meta/sizes as its "prev": that commit written down (durably,
+        through `commit_json`), before anything else is written."""
+        obj, self._fallback_sizes = self._fallback_sizes, None
+        if obj is not None:
+            self._guard.commit(obj, room=SIZES_ROOM)
 
     def write_meta(self, name, obj):
         if name == "storage":
@@ -604,15 +651,27 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
             return
         self._before_sizes()
         obj, free_from = self._sizes_with_last(obj)
+        one = self._one_barrier_sizes(obj)
+        if one is None:
+            self._sync_with_sizes()     # the chunk before the meta/sizes that names it, in order
         # the commit point: where there is no lock, a conditional put (two writers never both commit)
         self._free_from = None
         old_last, self._sizes_last = self._sizes_last, None
         try:
             # room to grow: "last" comes and goes, its offset gains digits
-            self._guard.commit(obj, room=SIZES_ROOM)
+            if one is None:
+                self._guard.commit(obj, room=SIZES_ROOM)
+            else:
+                # the chunk and meta/sizes synced together: a power loss may keep meta/sizes alone,
+                # which readers then take as its "prev" (`sizes_record`), whose bytes stay as they are
+                with one_barrier():
+                    fno, self._with_sizes = self._with_sizes, None
+                    join_barrier(self._path(fno))
+                    self._guard.commit(one, room=SIZES_ROOM)
         except BaseException:
             self._sizes_last = old_last     # either may be on disk (the new one names live bytes)
             raise
+        self._sizes_len = int(obj["shape"][0])
         self._sizes_last = tuple(obj["last"]) if "last" in obj else None
         self._named_extent()
         self._free_from, self._free_files = free_from, self.nfiles
@@ -731,6 +790,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         flush calls it before meta/sizes, which makes appended chunks visible, is replaced."""
         with self._lock:
             rewrite.clear_stale(self)
+            self._sync_with_sizes()     # one left by a sync whose meta/sizes never came
             if self.switch_units() > 1:
                 plan = self.prepare_switch()
                 rewrite.commit_store(self, rewrite.carray_record_path(self.rootdir), {rewrite.SELF: plan},
@@ -740,7 +800,11 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
                 # the new bytes and their switch need no order between them, one sync makes both
                 # durable before meta/sizes names them
                 files = sorted(self._unsynced | set(self._pending))
+                alone = self._short_chunk_alone(files)
                 self._write_switches()
+                if alone is not None:
+                    files = []
+                    self._with_sizes = alone    # synced with the next meta/sizes, in one barrier
                 for fno in files:
                     if self._writes.local(self._key(fno)) and join_barrier(self._path(fno)):
                         continue        # synced with other files (a table's columns) at once
@@ -755,6 +819,42 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
                 self._fio.sync_dir(DATA_DIR)
             self._unsynced.clear()
             self._dir_unsynced = False
+
+    def _short_chunk_alone(self, files):
+        """The superchunk file, when the writes since the last sync are a rewrite of the short last
+        chunk that the committed meta/sizes names (no other chunk, no new one) and that file's sync
+        may wait for meta/sizes, to be made with it in one barrier (`sizes_record`); else None."""
+        last = self._sizes_last
+        if (last is None or self._sizes_len is None or not self.cksize or in_barrier()
+                or not isinstance(self.bytestore, LocalStore) or self._upload_on_close):
+            return None
+        fno, slot = divmod(last[0], self.superchunklen)
+        fno += 1
+        pend = self._pending.get(fno)
+        if (files != [fno] or fno != self.nfiles or pend is None or set(pend[1]) != {slot}
+                or self._nphys != last[0] + 1 or not self._writes.local(self._key(fno))):
+            return None
+        return fno
+
+    def _sync_with_sizes(self):
+        """The sync a rewrite of the short last chunk left for the next meta/sizes, made now (that
+        meta/sizes did not come, or is not a one-barrier record)."""
+        fno, self._with_sizes = self._with_sizes, None
+        if fno is not None and fno <= self.nfiles and fno not in self._damaged and self._fio.syncs():
+            self._fio.datasync(self._fd(fno))
+
+    def _one_barrier_sizes(self, obj):
+        """`obj` (meta/sizes, with "last") as a one-barrier record (`sizes_record.record`) when the file
+        `sync` left unsynced holds only the rewrite of the chunk it names; else None."""
+        fno = self._with_sizes
+        got, last = obj.get("last"), self._sizes_last
+        if fno is None or got is None or last is None or got[0] != last[0] or got[1] == last[1]:
+            return None
+        fp = self._fps.get(got[0])
+        if fp is None or fp[0] != got[1] or not self.cksize:
+            return None
+        digest = int(fp[2]).to_bytes(8, "little", signed=True)[:min(8, self.cksize)]
+        return sizes_record.record(obj, self._sizes_len, last, digest)
 
     def _unordered(self):
         """Whether every write since the last sync is past what meta/sizes holds its writer to (the

@@ -1,0 +1,90 @@
+"""BLZ ``meta/sizes`` as the commit record of a flush that syncs its chunk and itself in one barrier.
+
+A flush that only rewrites the short last chunk (no new full chunk, no earlier chunk) writes the new
+chunk bytes, the offsets switch and ``meta/sizes``, then syncs the superchunk file and ``meta/sizes``
+together.  A power loss may then keep ``meta/sizes`` without the chunk it names, so that record
+carries what a reader needs to notice it and to step back (docs/FORMAT.rst, "meta/sizes"):
+
+    "prev": [length, n, offset, nbytes]   the commit before it (its length and its "last")
+    "sum":  hex                           the first (up to 8) bytes of the file's checksum of the
+                                          chunk "last" names, as written
+    "boot": hex                           the writer's boot (16 hex digits of the kernel's boot id)
+
+Within one boot the page cache shows every process the writer's writes in program order (the chunk
+bytes were written before ``meta/sizes``), so only a reboot can leave ``meta/sizes`` ahead of its
+chunk: a record written in this boot is taken as it is, one of another boot (or where the boot cannot
+be told) has its chunk checked against "sum", and falls back to "prev" when it does not match.  The
+bytes "prev" names are never written while the record naming them as "last" is the committed one,
+and the flush that writes the new record does not reuse them, so they hold that chunk.
+
+Here: the boot, the keys, and the resolution of a record into the commit a reader uses.
+"""
+
+import os
+
+from blzarr.errors import FormatError
+
+BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
+KEYS = ("prev", "sum", "boot")
+
+_boot = None        # this process's boot ("" when it cannot be told), read once
+
+
+def boot_id():
+    """This machine's current boot (16 hex digits), None where it cannot be told (other systems)."""
+    global _boot
+    if _boot is None:
+        text = ""
+        try:
+            fd = os.open(BOOT_ID_FILE, os.O_RDONLY)
+            try:
+                text = os.read(fd, 64).decode("ascii").strip().replace("-", "").lower()
+            finally:
+                os.close(fd)
+        except (OSError, UnicodeDecodeError):
+            pass
+        _boot = text[:16] if len(text) >= 16 and all(c in "0123456789abcdef" for c in text[:16]) else ""
+    return _boot or None
+
+
+def record(obj, prev_len, prev_last, digest):
+    """`obj` (meta/sizes with "last") as a one-barrier commit record: with the commit before it
+    (`prev_len` atoms, its "last" `prev_last`), the checksum `digest` (bytes) of the chunk "last"
+    names, and this boot.  None where the boot cannot be told (the flush keeps its ordered syncs:
+    every reader would have to read the chunk to trust the record)."""
+    boot = boot_id()
+    if boot is None:
+        return None
+    return dict(obj, prev=[int(prev_len)] + [int(v) for v in prev_last[:3]], sum=bytes(digest[:8]).hex(),
+                boot=boot)
+
+
+def _ints(v, k):
+    return (isinstance(v, list) and len(v) == k
+            and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v))
+
+
+def resolve(sizes, verify, where):
+    """The commit a reader uses of the meta/sizes JSON `sizes`: (object without the record's keys,
+    fell_back).  `verify(n, offset, nbytes, sum)` tells whether the chunk "last" names holds those
+    bytes; it is asked only of a record of another boot.  A malformed "prev" of a record whose chunk
+    does not verify is a FormatError naming `where`."""
+    if not isinstance(sizes, dict) or "prev" not in sizes:
+        return sizes, False
+    out = {k: v for k, v in sizes.items() if k not in KEYS}
+    boot = boot_id()
+    if boot is not None and sizes.get("boot") == boot:
+        return out, False
+    last, digest = sizes.get("last"), sizes.get("sum")
+    if _ints(last, 3) and isinstance(digest, str) and verify(last[0], last[1], last[2], digest):
+        return out, False
+    prev, shape = sizes.get("prev"), sizes.get("shape")
+    if not _ints(prev, 4) or not isinstance(shape, list) or not shape:
+        raise FormatError(f"{where}: its short last chunk did not reach the disk, and \"prev\" "
+                          f"{prev!r} is not [length, chunk, offset, nbytes]")
+    out["shape"] = [prev[0]] + list(shape[1:])
+    out["last"] = prev[1:]
+    length, nbytes = shape[0], sizes.get("nbytes")
+    if isinstance(length, int) and length > 0 and isinstance(nbytes, int):
+        out["nbytes"] = nbytes // length * prev[0]      # (informative)
+    return out, True
