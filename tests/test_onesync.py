@@ -701,3 +701,100 @@ def test_crash_states_of_one_barrier_flushes(tmp_path, monkeypatch, order, steps
     assert distinct > 20
     if order == "reversed" or len(steps) > 2:
         assert fell_back > 0        # meta/sizes durable without its chunk: read as its "prev"
+
+
+def _lose_named_chunk(root, rec):
+    """The chunk the record names never reached the disk (zeros where it was written)."""
+    path = os.path.join(root, "data", "__1__.bin")
+    with open(path, "r+b") as f:
+        f.seek(rec["last"][1])
+        f.write(bytes(16 + rec["last"][2]))
+
+
+def test_a_record_of_another_boot_whose_chunk_is_lost_reads_as_prev(tmp_path, monkeypatch):
+    """After a reboot, a one-barrier meta/sizes whose chunk did not reach the disk is read as its
+    "prev" (the flush before it): by a reader, which writes nothing, and by a writer, whose first
+    write writes that commit down (durably) before its own writes."""
+    root, _, _, _, _ = _states(tmp_path)
+    with open(os.path.join(root, "meta", "sizes"), "rb") as f:
+        raw = f.read()
+    rec = json.loads(raw)
+    assert rec["shape"] == [280] and rec["prev"][0] == 250 and rec["boot"] == sizes_record.boot_id()
+    _lose_named_chunk(root, rec)
+    # in the boot that wrote it the record is taken as it is: the lost chunk is reported, not read
+    with pytest.raises(blzarr.BlzarrError, match="__1__.bin"):
+        blzarr.open(root, mode="r")[:]
+    monkeypatch.setattr(sizes_record, "_boot", "%016x" % (int(rec["boot"], 16) ^ 1))
+    r = blzarr.open(root, mode="r")
+    np.testing.assert_array_equal(r[:], np.arange(250))
+    assert r[-1] == 249
+    r.verify()
+    with open(os.path.join(root, "meta", "sizes"), "rb") as f:
+        assert f.read() == raw                      # mode 'r' never writes
+
+    def work(log):
+        w = blzarr.open(root, mode="a")
+        np.testing.assert_array_equal(w[:], np.arange(250))
+        with open(os.path.join(root, "meta", "sizes"), "rb") as f:
+            assert f.read() == raw                  # mode 'a' writes nothing before its first write
+        log.mark("append")
+        w.append([-5, -6])
+        now = _sizes(root)
+        assert now["shape"] == [250] and now["last"] == rec["prev"][1:] and "prev" not in now
+        w.close()
+    log = _record(tmp_path, work)
+    names = _names(log)
+    seq = [(e[0], os.path.basename(names.get(e[1], "?"))) for e in log.log[log.calls()[0][1]:]
+           if e[0] in ("write", "fsync")]
+    first_data = min(k for k, (_, name) in enumerate(seq) if name == "__1__.bin")
+    assert ("fsync", "sizes") in seq[:first_data], seq        # written down durably, first
+    again = blzarr.open(root, mode="r")
+    np.testing.assert_array_equal(again[:], np.r_[np.arange(250), [-5, -6]])
+    again.verify()
+
+
+def test_a_record_of_another_boot_whose_chunk_is_there_reads_as_written(tmp_path, monkeypatch):
+    root, _, _, _, _ = _states(tmp_path)
+    with open(os.path.join(root, "meta", "sizes"), "rb") as f:
+        raw = f.read()
+    monkeypatch.setattr(sizes_record, "_boot", "%016x" % (int(json.loads(raw)["boot"], 16) ^ 1))
+    want = np.r_[np.arange(250), np.arange(1000, 1030)]
+    np.testing.assert_array_equal(blzarr.open(root, mode="r")[:], want)
+    w = blzarr.open(root, mode="a")
+    np.testing.assert_array_equal(w[:], want)
+    w.close()
+    with open(os.path.join(root, "meta", "sizes"), "rb") as f:
+        assert f.read() == raw                      # nothing to write down
+
+
+@pytest.mark.parametrize("prev", [None, [250, 2], ["250", 2, 2392, 400], [250, 2, -1, 400]])
+def test_a_malformed_prev_of_a_lost_chunk_is_an_error_naming_meta_sizes(tmp_path, monkeypatch, prev):
+    root, _, _, _, _ = _states(tmp_path)
+    rec = _sizes(root)
+    _lose_named_chunk(root, rec)
+    rec["prev"] = prev
+    with open(os.path.join(root, "meta", "sizes"), "w") as f:
+        json.dump(rec, f)
+    monkeypatch.setattr(sizes_record, "_boot", "%016x" % (int(rec["boot"], 16) ^ 1))
+    with pytest.raises(blzarr.FormatError, match="meta.sizes"):
+        blzarr.open(root, mode="r")[:]
+
+
+def test_without_a_boot_id_a_flush_keeps_its_ordered_syncs(tmp_path, monkeypatch):
+    """Where the boot cannot be told, every reader would have to check the chunk: the flush writes
+    no record and syncs the chunk before meta/sizes; a record found there is checked."""
+    root = str(tmp_path / "c")
+    _make(root).close()
+    monkeypatch.setattr(sizes_record, "_boot", "")
+
+    def work(rec):
+        c = blzarr.open(root, mode="a")
+        rec.mark("append+flush")
+        c.append(np.arange(10))
+        c.flush()
+        c.close()
+    rec = _record(tmp_path, work)
+    _, i, end = rec.calls()[0]
+    assert _rounds_of(rec, _names(rec), i, end) == [["__1__.bin"], ["sizes"]]
+    assert "prev" not in _sizes(root)
+    np.testing.assert_array_equal(blzarr.open(root, mode="r")[:], np.r_[np.arange(250), np.arange(10)])
