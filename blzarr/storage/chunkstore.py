@@ -273,6 +273,12 @@ class ChunkStore:
         """How many one-step switches the rewrites not yet visible take (0: none pending)."""
         return 0
 
+    def sizes_with_chunks(self):
+        """Inside the barrier that syncs the chunks the last `sync` wrote (`files.one_barrier`): whether
+        meta/sizes may be written in it too (the layout's readers then check those chunks after a
+        power loss); False: only once they are durable."""
+        return False
+
     def prepare_switch(self):
         """Make the pending rewrites' new bytes durable; the plan of their switch (a rewrite record's
         entry), None when none is pending."""
@@ -458,6 +464,10 @@ class LayoutChunks(ChunkStore):
         over that state (`layouts.open_chunks`)."""
         self.layoutdir.adopt(fresh)
         return self.layoutdir
+
+    def sizes_with_chunks(self):
+        ask = getattr(self.layoutdir, "sizes_with_chunks", None)
+        return ask() if ask is not None else False
 
     def gate_writes(self, gate):
         """Make the first write through the layout directory (its metalayers included) pass `gate`

@@ -566,21 +566,28 @@ class CtableWrites(CtableBase):
         with contextlib.ExitStack() as held:
             for c in cols:
                 held.enter_context(c._lock)
-            # three sync rounds whatever the number of columns, not two or three per column: every
-            # column's chunks together; then the sizes of all but the last column together; then the
-            # last column's sizes, which commit the rows (see `_committed_rows`)
+            # at most three sync rounds whatever the number of columns, not two or three per column:
+            # every column's chunks together, with the sizes of the columns (but the last) whose
+            # sizes may be synced with their chunks (`sizes_with_chunks`); then the sizes of the
+            # other columns but the last together; then the last column's sizes, which commit the
+            # rows (see `_committed_rows`)
             with files.one_barrier():
                 todo = [(c, c._flush_data()) for c in cols]
-            todo = [(c, nch) for c, nch in todo if nch is not None]
-            if not todo:
-                return
-            *first, (last, last_nch) = todo
-            if last is not cols[-1]:
-                first.append((last, last_nch))
-                last = None
-            with files.one_barrier():
-                for c, _ in first:
+                todo = [(c, nch) for c, nch in todo if nch is not None]
+                if not todo:
+                    return
+                *first, (last, last_nch) = todo
+                if last is not cols[-1]:
+                    first.append((last, last_nch))
+                    last = None
+                early = [c for c, _ in first if c._chunks.sizes_with_chunks()]
+                for c in early:
                     c._write_sizes()
+            rest = [c for c, _ in first if not any(c is e for e in early)]
+            if rest:
+                with files.one_barrier():
+                    for c in rest:
+                        c._write_sizes()
             for c, nch in first:
                 c._flush_finish(nch)
             if last is not None:

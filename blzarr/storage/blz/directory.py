@@ -214,6 +214,8 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         self._own_overlay = False           # `_overlay` holds that chunk (a crash left another entry)
         self._sizes_len = None              # the length the committed meta/sizes counts
         self._with_sizes = None             # file number synced with the next meta/sizes, in one barrier
+        self._joined = False                # ... in the enclosing `files.one_barrier` (a table's flush)
+        self._joined_alone = None           # file number `sizes_with_chunks` may make `_with_sizes`
         self._fallback_sizes = None         # meta/sizes as its "prev" (its chunk did not reach the disk)
 
     # ------------------------------------------------------------------ creation / opening
@@ -791,6 +793,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         with self._lock:
             rewrite.clear_stale(self)
             self._sync_with_sizes()     # one left by a sync whose meta/sizes never came
+            self._joined_alone = None
             if self.switch_units() > 1:
                 plan = self.prepare_switch()
                 rewrite.commit_store(self, rewrite.carray_record_path(self.rootdir), {rewrite.SELF: plan},
@@ -802,9 +805,11 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
                 files = sorted(self._unsynced | set(self._pending))
                 alone = self._short_chunk_alone(files)
                 self._write_switches()
-                if alone is not None:
+                if alone is not None and in_barrier():
+                    self._joined_alone = alone  # (its sync joins the barrier below, as the others')
+                elif alone is not None:
                     files = []
-                    self._with_sizes = alone    # synced with the next meta/sizes, in one barrier
+                    self._with_sizes, self._joined = alone, False   # synced with the next meta/sizes
                 for fno in files:
                     if self._writes.local(self._key(fno)) and join_barrier(self._path(fno)):
                         continue        # synced with other files (a table's columns) at once
@@ -825,7 +830,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         chunk that the committed meta/sizes names (no other chunk, no new one) and that file's sync
         may wait for meta/sizes, to be made with it in one barrier (`sizes_record`); else None."""
         last = self._sizes_last
-        if (last is None or self._sizes_len is None or not self.cksize or in_barrier()
+        if (last is None or self._sizes_len is None or not self.cksize
                 or not isinstance(self.bytestore, LocalStore) or self._upload_on_close):
             return None
         fno, slot = divmod(last[0], self.superchunklen)
@@ -835,6 +840,17 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
                 or self._nphys != last[0] + 1 or not self._writes.local(self._key(fno))):
             return None
         return fno
+
+    def sizes_with_chunks(self):
+        """Inside the `files.one_barrier` whose end syncs the chunks the last `sync` wrote: whether the
+        next meta/sizes may be written now, in that barrier, as a one-barrier record (`sizes_record`);
+        False: only once the barrier has made the chunks durable."""
+        with self._lock:
+            fno, self._joined_alone = self._joined_alone, None
+            if fno is None or not in_barrier() or sizes_record.boot_id() is None:
+                return False
+            self._with_sizes, self._joined = fno, True
+            return True
 
     def _sync_with_sizes(self):
         """The sync a rewrite of the short last chunk left for the next meta/sizes, made now (that
