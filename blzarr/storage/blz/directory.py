@@ -610,8 +610,10 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         """The commit a reader uses of meta/sizes `sizes` (`sizes_record.resolve`): a one-barrier
         record of another boot whose chunk did not reach the disk is read as its "prev" (a writer's
         open then writes that down, `_commit_fallback`)."""
-        out, fell_back = sizes_record.resolve(sizes, self._chunk_matches, f"'{self.meta_path(SIZES_FILE)}'")
-        self._fallback_sizes = out if fell_back and self.mode != "r" else None
+        out, fell_back = sizes_record.resolve(sizes, self._chunk_matches,
+                                              lambda: f"'{self.meta_path(SIZES_FILE)}'")
+        if fell_back or self._fallback_sizes is not None:
+            self._fallback_sizes = out if fell_back and self.mode != "r" else None
         return out
 
     def _chunk_matches(self, n, off, nbytes, digest):

@@ -68,19 +68,21 @@ def resolve(sizes, verify, where):
     """The commit a reader uses of the meta/sizes JSON `sizes`: (object without the record's keys,
     fell_back).  `verify(n, offset, nbytes, sum)` tells whether the chunk "last" names holds those
     bytes; it is asked only of a record of another boot.  A malformed "prev" of a record whose chunk
-    does not verify is a FormatError naming `where`."""
+    does not verify is a FormatError naming the file `where()` names."""
     if not isinstance(sizes, dict) or "prev" not in sizes:
         return sizes, False
-    out = {k: v for k, v in sizes.items() if k not in KEYS}
-    boot = boot_id()
-    if boot is not None and sizes.get("boot") == boot:
+    out = dict(sizes)
+    del out["prev"]
+    out.pop("sum", None)
+    boot = out.pop("boot", None)
+    if boot is not None and boot == (_boot if _boot else boot_id()):
         return out, False
     last, digest = sizes.get("last"), sizes.get("sum")
     if _ints(last, 3) and isinstance(digest, str) and verify(last[0], last[1], last[2], digest):
         return out, False
     prev, shape = sizes.get("prev"), sizes.get("shape")
     if not _ints(prev, 4) or not isinstance(shape, list) or not shape:
-        raise FormatError(f"{where}: its short last chunk did not reach the disk, and \"prev\" "
+        raise FormatError(f"{where()}: its short last chunk did not reach the disk, and \"prev\" "
                           f"{prev!r} is not [length, chunk, offset, nbytes]")
     out["shape"] = [prev[0]] + list(shape[1:])
     out["last"] = prev[1:]
