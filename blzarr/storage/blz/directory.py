@@ -630,7 +630,8 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
             fd = self._fd(fno)
             head = self._fio.pread(fd, 16, off, path)
             ct = int.from_bytes(head[12:16], "little", signed=True) if len(head) == 16 else 0
-            ok = int.from_bytes(head[4:8], "little", signed=True) == nbytes and 16 <= ct <= 2 * self.chunk_nbytes + 65536
+            ok = (int.from_bytes(head[4:8], "little", signed=True) == nbytes
+                  and 16 <= ct <= 2 * self.chunk_nbytes + 65536)
             if ok:
                 # the chunk and the checksum after it, as a read of it verifies them
                 data = bytes(self._fio.pread(fd, ct + self.cksize, off, path))
