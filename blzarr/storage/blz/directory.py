@@ -217,6 +217,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         self._joined = False                # ... in the enclosing `files.one_barrier` (a table's flush)
         self._joined_alone = None           # file number `sizes_with_chunks` may make `_with_sizes`
         self._fallback_sizes = None         # meta/sizes as its "prev" (its chunk did not reach the disk)
+        self._sizes_unsure = False          # meta/sizes is a record of this boot, not known durable
 
     # ------------------------------------------------------------------ creation / opening
     @classmethod
@@ -610,10 +611,10 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         """The commit a reader uses of meta/sizes `sizes` (`sizes_record.resolve`): a one-barrier
         record of another boot whose chunk did not reach the disk is read as its "prev" (a writer's
         open then writes that down, `_commit_fallback`)."""
-        out, fell_back = sizes_record.resolve(sizes, self._chunk_matches,
-                                              lambda: f"'{self.meta_path(SIZES_FILE)}'")
-        if fell_back or self._fallback_sizes is not None:
-            self._fallback_sizes = out if fell_back and self.mode != "r" else None
+        out, how = sizes_record.resolve(sizes, self._chunk_matches, lambda: f"'{self.meta_path(SIZES_FILE)}'")
+        if how == "prev" or self._fallback_sizes is not None:
+            self._fallback_sizes = out if how == "prev" and self.mode != "r" else None
+        self._sizes_unsure = how == "boot"
         return out
 
     def _chunk_matches(self, n, off, nbytes, digest):
@@ -643,10 +644,18 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
 
     def _commit_fallback(self):
         """A writer's open that read meta/sizes as its "prev": that commit written down (durably,
-        through `commit_json`), before anything else is written."""
+        through `commit_json`), before anything else is written.  One that read a record of this
+        boot, which another writer may have left before its barrier (killed): that record and its
+        chunk made durable, in one barrier, before this writer's flushes reuse the bytes its "prev"
+        names."""
         obj, self._fallback_sizes = self._fallback_sizes, None
         if obj is not None:
             self._guard.commit(obj, room=SIZES_ROOM)
+        elif self._sizes_unsure and self._fio.syncs() and isinstance(self.bytestore, LocalStore):
+            with one_barrier():
+                join_barrier(self._path(self.nfiles))
+                join_barrier(self.meta_path(SIZES_FILE))
+        self._sizes_unsure = False
 
     def write_meta(self, name, obj):
         if name == "storage":

@@ -66,20 +66,21 @@ def _ints(v, k):
 
 def resolve(sizes, verify, where):
     """The commit a reader uses of the meta/sizes JSON `sizes`: (object without the record's keys,
-    fell_back).  `verify(n, offset, nbytes, sum)` tells whether the chunk "last" names holds those
+    how): how None (not a record), "boot" (a record of this boot, taken as it is), "checked" (its chunk
+    verified) or "prev" (read as its "prev").  `verify(n, offset, nbytes, sum)` tells whether the chunk "last" names holds those
     bytes; it is asked only of a record of another boot.  A malformed "prev" of a record whose chunk
     does not verify is a FormatError naming the file `where()` names."""
     if not isinstance(sizes, dict) or "prev" not in sizes:
-        return sizes, False
+        return sizes, None
     out = dict(sizes)
     del out["prev"]
     out.pop("sum", None)
     boot = out.pop("boot", None)
     if boot is not None and boot == (_boot if _boot else boot_id()):
-        return out, False
+        return out, "boot"
     last, digest = sizes.get("last"), sizes.get("sum")
     if _ints(last, 3) and isinstance(digest, str) and verify(last[0], last[1], last[2], digest):
-        return out, False
+        return out, "checked"
     prev, shape = sizes.get("prev"), sizes.get("shape")
     if not _ints(prev, 4) or not isinstance(shape, list) or not shape:
         raise FormatError(f"{where()}: its short last chunk did not reach the disk, and \"prev\" "
@@ -89,4 +90,4 @@ def resolve(sizes, verify, where):
     length, nbytes = shape[0], sizes.get("nbytes")
     if isinstance(length, int) and length > 0 and isinstance(nbytes, int):
         out["nbytes"] = nbytes // length * prev[0]      # (informative)
-    return out, True
+    return out, "prev"
