@@ -618,14 +618,14 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         return out
 
     def _chunk_matches(self, n, off, nbytes, digest):
-        """Whether chunk `n` of the last superchunk file is at `off` with `nbytes` uncompressed bytes and
+        """Whether chunk `n` (of its superchunk file) is at `off` with `nbytes` uncompressed bytes and
         a checksum beginning with `digest` (hex): the chunk a one-barrier meta/sizes names reached the
         disk."""
         fno = n // self.superchunklen + 1
         if self._ranged is not None:
             return True         # a store read by requests: its files were uploaded whole
-        if not self.cksize or fno != self.nfiles or fno in self._damaged:
-            return False
+        if not self.cksize or fno > self.nfiles or fno in self._damaged:
+            return False        # (a later file may exist: a flush after this one began to append)
         path = self._path(fno)
         try:
             fd = self._fd(fno)
