@@ -805,6 +805,7 @@ def test_without_a_boot_id_a_flush_keeps_its_ordered_syncs(tmp_path, monkeypatch
     np.testing.assert_array_equal(blzarr.open(root, mode="r")[:], np.r_[np.arange(250), np.arange(10)])
 
 
+@pytest.mark.slow
 def test_a_writer_after_a_killed_one_barrier_flush(tmp_path, monkeypatch):
     """A writer killed inside a one-barrier flush (its chunk and its record written, not synced), and
     a second writer of the same boot that opens the directory and flushes: every tree a power loss
