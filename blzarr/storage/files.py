@@ -9,7 +9,6 @@ rename or directory sync.  BLZARR_FSYNC=0 in the environment (or blzarr.defaults
 skips the syncs, for scratch data.  Every file operation goes through `blzarr.storage.fileio`, the I/O layer.
 """
 
-import concurrent.futures
 import json
 import os
 import secrets
@@ -19,6 +18,7 @@ import threading
 import time
 import zlib
 
+from blzarr import _syncpool
 from blzarr.storage import fileio
 from blzarr.errors import FormatError, MissingError, StorageError
 
@@ -169,81 +169,67 @@ def fsync_path(path):
         fileio.close(fd)
 
 
-_SYNC_THREADS = 8
+def _os_io():
+    """Whether file operations go to the operating system's own calls (not a recording or
+    fault-injecting `fileio` implementation)."""
+    return type(fileio.current()) is fileio.OsIO
 
 
 def sync_together(paths, dirs=()):
     """fsync the files `paths` and the directories `dirs`: one barrier, after which all of them are
-    durable (nothing is ordered between them: the caller publishes what they hold afterwards).
+    durable (nothing is ordered between them: the caller publishes what they hold afterwards)."""
+    _sync_all([(p, None, False) for p in paths], dirs)
 
-    With the operating system's own calls (`fileio.OsIO`) they are issued at once from up to
-    `_SYNC_THREADS` threads: a journaling file system then commits them together (ext4 makes one
-    journal commit serve every fsync waiting for it), where one after the other each waited for its
-    own.  A recording or fault-injecting `fileio` implementation gets them one after the other, in
-    the order given (files, then directories): the set of syncs, and what precedes and follows them,
-    is the same."""
-    jobs = [(fsync_path, p) for p in paths] + [(fileio.fsync_dir, d) for d in dirs]
-    if len(jobs) < 2 or type(fileio.current()) is not fileio.OsIO:
-        for fn, p in jobs:
-            fn(p)
-        return
-    errors = []
-    lock = threading.Lock()
-    todo = list(reversed(jobs))
 
-    def work():
-        while True:
-            with lock:
-                if not todo or errors:
-                    return
-                fn, p = todo.pop()
+def _sync_all(items, dirs=()):
+    """One barrier over the files `items`, each ``(path, fd, data_only)``, and the directories `dirs`
+    (synced best effort, as `fileio.fsync_dir` does).  `fd` is a descriptor of the file that this call
+    owns and closes (None: the file is opened by path); `data_only`: an fdatasync is enough (the sync
+    its writer would make itself), else fsync.
+
+    With the operating system's own calls (`fileio.OsIO`) the syncs are issued at once, from the
+    caller's thread and up to seven C threads kept between calls (`blzarr._syncpool`): a journaling
+    file system then commits them together (ext4 makes one journal commit serve every fsync waiting
+    for it), where one after the other each waited for its own.  While the interpreter finalizes,
+    the caller's thread issues every sync itself.  A recording or fault-injecting `fileio`
+    implementation gets them one after the other, in the order given (files, then directories), each
+    file opened by path: the set of syncs, and what precedes and follows them, is the same.  The
+    first failed sync of a file is raised (an OSError naming it) once every sync has returned."""
+    opened = [fd for _, fd, _ in items if fd is not None]
+    try:
+        if not _os_io():
+            for path, _, _ in items:
+                fsync_path(path)
+            for d in dirs:
+                fileio.fsync_dir(d)
+            return
+        fds, flags, names = [], [], []
+        for path, fd, data_only in items:
+            if fd is None:
+                fd = fileio.open(path, "rw")
+                opened.append(fd)
+            fds.append(fd)
+            flags.append(data_only)
+            names.append(path)
+        for d in dirs:
             try:
-                fn(p)
-            except BaseException as e:      # noqa: BLE001 - raised again in the caller's thread
-                with lock:
-                    errors.append(e)
-                return
-
-    helpers = []
-    try:
-        pool = _sync_pool()
-        for _ in range(min(_SYNC_THREADS, len(jobs)) - 1):
-            helpers.append(pool.submit(work))
-    except RuntimeError:
-        # no new threads at interpreter exit (a writer flushed by the exit hook): the caller's
-        # thread below then issues every sync itself
-        pass
-    try:
-        work()
+                fd = os.open(d, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+            except OSError:
+                continue            # (not every platform can open a directory)
+            opened.append(fd)
+            fds.append(fd)
+            flags.append(False)
+            names.append(None)
+        errs = _syncpool.sync_fds(fds, flags, serial=sys.is_finalizing())
+        for err, name in zip(errs, names):
+            if err and name is not None:
+                raise OSError(err, os.strerror(err), name)
     finally:
-        for h in helpers:
-            h.result()
-    if errors:
-        raise errors[0]
-
-
-_pool = None
-_pool_lock = threading.Lock()
-
-
-def _sync_pool():
-    """The threads `sync_together` issues syncs from, kept between calls (a table's flush makes
-    such a barrier per flush: starting threads each time cost more than the syncs' own calls)."""
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = concurrent.futures.ThreadPoolExecutor(_SYNC_THREADS - 1, thread_name_prefix="blzarr-sync")
-        return _pool
-
-
-def _forget_sync_pool():
-    """In a child made by fork: the parent's threads do not exist there."""
-    global _pool, _pool_lock
-    _pool, _pool_lock = None, threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_sync_pool)
+        for fd in opened:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
 
 _barrier = threading.local()
@@ -251,11 +237,11 @@ _barrier = threading.local()
 
 class one_barrier:
     """A context in which the syncs that writers hand to `join_barrier` wait, and are made at its end
-    together (`sync_together`: one barrier, not one sync after the other).  A table's flush runs its
-    columns' flushes in it, so that their files are synced at once.  Only syncs after which nothing
-    is ordered inside the context may join (the caller orders what follows the context's end).
-    Nested contexts join the outer one.  The syncs are made also when the block raises (what was
-    handed over is then durable, as it would have been without the context)."""
+    together (one barrier, not one sync after the other).  A table's flush runs its columns' flushes
+    in it, so that their files are synced at once.  Only syncs after which nothing is ordered inside
+    the context may join (the caller orders what follows the context's end).  Nested contexts join
+    the outer one.  The syncs are made also when the block raises (what was handed over is then
+    durable, as it would have been without the context)."""
 
     def __enter__(self):
         self.outer = getattr(_barrier, "paths", None) is not None
@@ -266,12 +252,12 @@ class one_barrier:
     def __exit__(self, kind, exc, tb):
         if self.outer:
             return False
-        paths, _barrier.paths = list(_barrier.paths), None
+        items, _barrier.paths = list(_barrier.paths.values()), None
         if kind is None:
-            sync_together(paths)
+            _sync_all(items)
         else:
             try:
-                sync_together(paths)
+                _sync_all(items)
             except BaseException:       # noqa: BLE001 - the block's own error is the one raised
                 pass
         return False
@@ -282,13 +268,36 @@ def in_barrier():
     return getattr(_barrier, "paths", None) is not None
 
 
-def join_barrier(path):
+def join_barrier(path, fd=None, owned=False):
     """Hand the sync of file `path` to the enclosing `one_barrier`: True, or False when there is none
-    (the caller syncs it now)."""
+    (the caller syncs it now; an `owned` descriptor stays the caller's).
+
+    `fd`, an open descriptor of the file, lets the barrier sync it with fdatasync (the sync a writer
+    makes itself) without opening the file again by path: the barrier syncs a duplicate of it, or,
+    when `owned`, takes `fd` itself over (when True is returned the caller must not close an owned
+    descriptor: the barrier closes it).  With a recording or fault-injecting `fileio` the file is
+    synced by path at the barrier's end, as without `fd`."""
     paths = getattr(_barrier, "paths", None)
     if paths is None:
         return False
-    paths[os.path.abspath(os.fspath(path))] = None
+    key = os.path.abspath(os.fspath(path))
+    if type(fd) is int and _os_io():
+        if key in paths and paths[key][1] is not None:
+            if owned:
+                os.close(fd)                        # the barrier syncs the file through the other one
+            return True
+        if paths.get(key) is not None:
+            return _owned_left(fd, owned)           # joined by path already: synced by path
+        paths[key] = (key, fd if owned else os.dup(fd), True)
+        return True
+    if key not in paths:
+        paths[key] = (key, None, False)
+    return _owned_left(fd, owned)
+
+
+def _owned_left(fd, owned):
+    if owned and fd is not None:
+        fileio.close(fd)
     return True
 
 
@@ -412,7 +421,9 @@ def overwrite_sector(path, data, fsync):
     reached through a symbolic link)
     of at most `SECTOR` bytes, `data` fits its size (the size is never changed: the content is one
     sector written at offset 0) and the platform has flock; else nothing is written and False is
-    returned (the caller replaces the file atomically).  The write is done under an exclusive flock
+    returned (the caller replaces the file atomically).  `fsync="barrier"`: the fdatasync is handed
+    to the enclosing `one_barrier` (`join_barrier`, through this call's descriptor), or made now
+    when there is none.  The write is done under an exclusive flock
     of the file, which `read_json` takes shared, so that a reader in another process never sees it
     half done; where there are no flocks (platform, file system) the file is replaced atomically."""
     if not data.endswith(b"\n") or new_tree_of(path) is not None or os.path.islink(path):
@@ -421,6 +432,7 @@ def overwrite_sector(path, data, fsync):
         fd = fileio.open(path, "rw")
     except OSError:
         return False
+    handed = False
     try:
         st = fileio.fstat(fd)
         size = st.st_size
@@ -432,12 +444,17 @@ def overwrite_sector(path, data, fsync):
             fileio.pwrite(fd, data[:-1] + b" " * (size - len(data)) + b"\n", 0, path)
         finally:
             fileio.flock(fd, "un")
-        if fsync:
+        if fsync == "barrier":
+            handed = join_barrier(path, fd, owned=True)
+            if not handed:
+                fileio.fdatasync(fd)
+        elif fsync:
             fileio.fdatasync(fd)
     except OSError as e:
         raise StorageError(f"cannot write '{path}': {e}") from None
     finally:
-        fileio.close(fd)
+        if not handed:
+            fileio.close(fd)
     return True
 
 
@@ -590,8 +607,7 @@ def commit_json(path, obj, room=0):
     instead of through a temporary file, a rename and a directory sync)."""
     data = json_bytes(obj)
     sync = fileio.sync_enabled()
-    if sync and getattr(_barrier, "paths", None) is not None and overwrite_sector(path, data, fsync=False):
-        join_barrier(path)
+    if sync and getattr(_barrier, "paths", None) is not None and overwrite_sector(path, data, fsync="barrier"):
         return
     if not overwrite_sector(path, data, fsync=sync):
         room = max(0, min(max(room, len(data)) if room else 0, SECTOR - len(data)))

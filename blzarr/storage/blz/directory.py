@@ -823,7 +823,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
                     files = []
                     self._with_sizes, self._joined = alone, False   # synced with the next meta/sizes
                 for fno in files:
-                    if self._writes.local(self._key(fno)) and join_barrier(self._path(fno)):
+                    if self._writes.local(self._key(fno)) and join_barrier(self._path(fno), self._fd(fno)):
                         continue        # synced with other files (a table's columns) at once
                     self._fio.datasync(self._fd(fno))
                 self._unsynced.clear()
