@@ -6,7 +6,8 @@ A journaling file system makes one journal commit serve every sync waiting for i
 together cost about one commit where syncs one after the other cost one each.  The helpers never take
 the GIL: a barrier hands each its batch through a lock of its own (one wake-up), the items are claimed
 from an atomic counter by the helpers and by the caller, who does its share instead of waiting, and the
-last thread to finish an item or to leave the batch wakes the caller.  A barrier of n syncs thus costs
+last thread to finish an item or to leave the batch wakes the caller.  A helper that has not started
+when the caller has run out of items to claim is not waited for: the caller takes its job back.  A barrier of n syncs thus costs
 n - 1 wake-ups and one wait, where a pool of Python threads paid for a future, a queue and the GIL's
 hand-offs per sync.
 
@@ -52,19 +53,30 @@ cdef extern from *:
     #if defined(_WIN64)
     #define BLZ_SYNC_DEC(p) ((Py_ssize_t)_InterlockedExchangeAdd64((volatile __int64 *)(p), -1))
     #define BLZ_SYNC_CLAIM(p) ((Py_ssize_t)_InterlockedExchangeAdd64((volatile __int64 *)(p), 1))
+    #define BLZ_SYNC_TAKE_BACK(p, o) (_InterlockedCompareExchange64((volatile __int64 *)(p), 0, (__int64)(o)) == (__int64)(o))
     #else
     #define BLZ_SYNC_DEC(p) ((Py_ssize_t)_InterlockedExchangeAdd((volatile long *)(p), -1))
     #define BLZ_SYNC_CLAIM(p) ((Py_ssize_t)_InterlockedExchangeAdd((volatile long *)(p), 1))
+    #define BLZ_SYNC_TAKE_BACK(p, o) (_InterlockedCompareExchange((volatile long *)(p), 0, (long)(o)) == (long)(o))
     #endif
     #else
     /* acquire-release: what a thread wrote for its items is seen by the one that finishes last */
     #define BLZ_SYNC_DEC(p) __atomic_fetch_add((p), -1, __ATOMIC_ACQ_REL)
     #define BLZ_SYNC_CLAIM(p) __atomic_fetch_add((p), 1, __ATOMIC_RELAXED)
+    /* *p = 0 if *p is still o (a job not taken yet, of this very batch: another caller may have
+       handed the same helper a new one since) */
+    static inline int blz_sync_take_back(Py_ssize_t *p, Py_ssize_t o) {
+        return __atomic_compare_exchange_n(p, &o, 0, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    }
+    #define BLZ_SYNC_TAKE_BACK(p, o) blz_sync_take_back((p), (o))
     #endif
     """
     int blz_sync_fd(int fd, int data_only) nogil
     Py_ssize_t BLZ_SYNC_DEC(Py_ssize_t *p) nogil
     Py_ssize_t BLZ_SYNC_CLAIM(Py_ssize_t *p) nogil
+    bint BLZ_SYNC_TAKE_BACK(Py_ssize_t *p, Py_ssize_t o) nogil
+
+from blzarr._workpool cimport BLZ_XCHG_SC
 
 
 # helper threads at most (the caller's own thread makes one more)
@@ -85,7 +97,7 @@ ctypedef struct batch_t:
 
 ctypedef struct helper_t:
     PyThread_type_lock go       # released to hand the helper `job`
-    batch_t *job
+    Py_ssize_t job              # the batch_t * handed over (0: none); taken by one exchange
     helper_t *next_idle
 
 
@@ -133,8 +145,14 @@ cdef void _helper(void *arg) noexcept nogil:
     cdef batch_t *b
     while True:
         PyThread_acquire_lock(h.go, WAIT_LOCK)
-        b = h.job
-        h.job = NULL
+        b = <batch_t *>BLZ_XCHG_SC(&h.job, 0)
+        if b == NULL:
+            # the caller finished the batch before this thread ran and took the job back
+            PyThread_acquire_lock(_pool_lock, WAIT_LOCK)
+            h.next_idle = _idle
+            _idle = h
+            PyThread_release_lock(_pool_lock)
+            continue
         _do_items(b)
         # idle again before leaving the batch: the caller's next barrier finds it
         PyThread_acquire_lock(_pool_lock, WAIT_LOCK)
@@ -225,9 +243,14 @@ def sync_fds(fds, data_only, bint serial=False):
                 PyThread_acquire_lock(b.done, NOWAIT_LOCK)
         with nogil:
             for i in range(k):
-                hs[i].job = &b
+                hs[i].job = <Py_ssize_t>&b
                 PyThread_release_lock(hs[i].go)
             _do_items(&b)
+            # a helper that has not taken its job yet (no core for it on a busy machine) is not
+            # waited for: the caller took its items, and takes the job back and leaves for it
+            for i in range(k):
+                if BLZ_SYNC_TAKE_BACK(&hs[i].job, <Py_ssize_t>&b):
+                    _leave(&b)
             if k:
                 PyThread_acquire_lock(b.done, WAIT_LOCK)    # every helper has left the batch
         if b.done != NULL:
