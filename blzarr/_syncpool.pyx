@@ -154,12 +154,13 @@ cdef void _helper(void *arg) noexcept nogil:
             PyThread_release_lock(_pool_lock)
             continue
         _do_items(b)
-        # idle again before leaving the batch: the caller's next barrier finds it
+        # leave the batch first (the last touch of it): the caller waits for nothing else, not
+        # even for this thread to get the idle stack's lock, which another helper may hold
+        _leave(b)
         PyThread_acquire_lock(_pool_lock, WAIT_LOCK)
         h.next_idle = _idle
         _idle = h
         PyThread_release_lock(_pool_lock)
-        _leave(b)           # the last touch of the batch
 
 
 cdef helper_t *_new_helper() noexcept:
