@@ -101,16 +101,25 @@ ctypedef struct helper_t:
     helper_t *next_idle
 
 
+ctypedef struct donelock_t:
+    PyThread_type_lock lock     # held while on the free stack
+    donelock_t *next
+
+
 cdef PyThread_type_lock _pool_lock = PyThread_allocate_lock()
 cdef helper_t *_idle = NULL         # helpers waiting for a batch (a stack)
+# the locks barriers wait on, kept for the next barrier rather than freed: a helper that releases
+# one may still be inside that call when the caller's wait returns, so it is never freed under it
+cdef donelock_t *_free_done = NULL
 cdef Py_ssize_t _nhelpers = 0       # helpers started (in this process)
 
 
 def _after_fork_in_child():
     # the parent's helpers do not exist here; a lock one of them held stays held: made anew
-    global _pool_lock, _idle, _nhelpers
+    global _pool_lock, _idle, _nhelpers, _free_done
     _pool_lock = PyThread_allocate_lock()
     _idle = NULL
+    _free_done = NULL
     _nhelpers = 0
 
 
@@ -185,7 +194,7 @@ def sync_fds(fds, data_only, bint serial=False):
     item of `data_only` (a sequence of flags as long as `fds`) is true, fsync elsewhere.  Returns a
     list of each sync's errno (0: done); every sync was issued and has returned when this returns.
     `serial`: the caller's thread issues them all, one after the other."""
-    global _idle, _nhelpers
+    global _idle, _nhelpers, _free_done
     cdef Py_ssize_t n = len(fds), i, k = 0, want
     cdef batch_t b
     cdef helper_t *hs[MAX_HELPERS]
@@ -193,6 +202,7 @@ def sync_fds(fds, data_only, bint serial=False):
     cdef int *fdv
     cdef char *dov
     cdef int *errs
+    cdef donelock_t *dl = NULL
     if len(data_only) != n:
         raise ValueError(f"data_only has {len(data_only)} flags for {n} descriptors")
     if n == 0:
@@ -229,8 +239,24 @@ def sync_fds(fds, data_only, bint serial=False):
             PyThread_release_lock(_pool_lock)
         b.left = n + k
         b.done = NULL
+        dl = NULL
         if k:
-            b.done = PyThread_allocate_lock()
+            PyThread_acquire_lock(_pool_lock, WAIT_LOCK)
+            dl = _free_done
+            if dl != NULL:
+                _free_done = dl.next
+            PyThread_release_lock(_pool_lock)
+            if dl == NULL:
+                dl = <donelock_t *>calloc(1, sizeof(donelock_t))
+                if dl != NULL:
+                    dl.lock = PyThread_allocate_lock()
+                    if dl.lock == NULL:
+                        free(dl)
+                        dl = NULL
+                    else:
+                        PyThread_acquire_lock(dl.lock, NOWAIT_LOCK)
+            if dl != NULL:
+                b.done = dl.lock
             if b.done == NULL:
                 # no lock to wait on: give the helpers back unused and sync alone
                 PyThread_acquire_lock(_pool_lock, WAIT_LOCK)
@@ -240,8 +266,6 @@ def sync_fds(fds, data_only, bint serial=False):
                 PyThread_release_lock(_pool_lock)
                 k = 0
                 b.left = n
-            else:
-                PyThread_acquire_lock(b.done, NOWAIT_LOCK)
         with nogil:
             for i in range(k):
                 hs[i].job = <Py_ssize_t>&b
@@ -254,8 +278,12 @@ def sync_fds(fds, data_only, bint serial=False):
                     _leave(&b)
             if k:
                 PyThread_acquire_lock(b.done, WAIT_LOCK)    # every helper has left the batch
-        if b.done != NULL:
-            PyThread_free_lock(b.done)
+        if dl != NULL:
+            # held again (by the wait above): back on the free stack as it came
+            PyThread_acquire_lock(_pool_lock, WAIT_LOCK)
+            dl.next = _free_done
+            _free_done = dl
+            PyThread_release_lock(_pool_lock)
         return [errs[i] for i in range(n)]
     finally:
         free(fdv)
