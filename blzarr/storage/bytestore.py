@@ -39,7 +39,6 @@ the layouts read instead of the store's type:
 
 ====================  ========================================================================
 ``remote``            objects over a network: requests are costly, nothing is locked
-``ranged_reads``      ``get_range`` fetches only the bytes asked for
 ``descriptors``       a read handle is an OS descriptor the Cython readers pread (else the layouts
                       read with ``get_range`` / ``get_ranges``: `blzarr.storage.blz.remote`)
 ``in_place_writes``   a file can be changed in place through a handle (else: written whole)
@@ -129,7 +128,6 @@ class ByteStore(abc.ABC):
 
     # capabilities (see the module docstring)
     remote = False
-    ranged_reads = True
     descriptors = False
     in_place_writes = False
     has_dirs = False
