@@ -22,7 +22,7 @@ def evict(r):
     """Drop the compressed chunks an object-storage carray keeps (not what it knows of them)."""
     st = r.chunkstore.layoutdir
     st._chunks.clear()
-    st._ranged.recent = (None, None, None)
+    st._reads.recent = (None, None, None)
     r._blockcache = None
 
 

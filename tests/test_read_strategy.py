@@ -1,7 +1,8 @@
 """A BLZ directory reads its superchunk files the way its byte store's declared capabilities allow,
 not by the store's type: through OS descriptors where the store's handles are descriptors, with
-ranged requests (`storage.blz.remote.RangedReads`) elsewhere.  Both read the same bytes and raise the
-same errors for damage; no subclass of the directory overrides its reads."""
+ranged requests elsewhere: two strategy objects of one interface (`storage.blz.local.FileReads`,
+`storage.blz.remote.RangedReads`).  Both read the same bytes and raise the same errors for damage; no
+subclass of the directory overrides its reads."""
 
 import numpy as np
 import pytest
@@ -9,6 +10,7 @@ import pytest
 import blzarr
 from blzarr.errors import ChunkError, FormatError
 from blzarr.storage.blz.directory import BlzDir
+from blzarr.storage.blz.local import FileReads
 from blzarr.storage.blz.remote import RangedReads
 from blzarr.storage.bytestore import LocalStore
 from blzarr.storage.layouts import open_dir
@@ -33,10 +35,10 @@ def test_the_read_strategy_follows_the_declared_capability(tmp_path):
     root = str(tmp_path / "a")
     x = _make(root)
     local = open_dir(root, "r")
-    assert local._ranged is None
+    assert type(local._reads) is FileReads
     store = RequestsOnly(root)
     ranged = open_dir(root, "r", store)
-    assert isinstance(ranged._ranged, RangedReads)
+    assert type(ranged._reads) is RangedReads
     assert ranged.nchunks == local.nchunks == 100
     for i in (0, 7, 8, 51, 99):
         assert bytes(ranged.read_chunk(i, 8000)) == bytes(local.read_chunk(i, 8000))
@@ -83,3 +85,20 @@ def test_both_strategies_name_a_damaged_chunk(tmp_path):
 
 def test_no_subclass_of_the_directory_overrides_its_reads():
     assert BlzDir.__subclasses__() == []
+
+
+def test_both_strategies_have_one_interface():
+    """Every method the directory calls on its strategy exists on both, with the same parameters, so
+    the directory never asks which one it holds."""
+    import inspect
+
+    def interface(cls):
+        return {name: list(inspect.signature(fn).parameters)
+                for name, fn in inspect.getmembers(cls, inspect.isfunction) if not name.startswith("_")}
+    files, ranged = interface(FileReads), interface(RangedReads)
+    assert set(files) <= set(ranged)
+    for name, params in files.items():
+        assert ranged[name] == params, name
+        assert params[:2] == ["self", "d"], name       # each takes the directory it reads for
+    # RangedReads' own extras are its object-storage helpers, which the directory does not call
+    assert set(ranged) - set(files) == {"load", "load_many"}

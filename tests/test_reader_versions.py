@@ -97,18 +97,18 @@ def _reader_beside_record(tmp_path):
 @pytest.mark.parametrize("key", [slice(None), slice(7500, 8000), 7600, 7950, "sum"])
 def test_reader_through_a_rewrite_record_beside_its_switch_rewrites_and_compaction(tmp_path, key):
     r, let_writer_finish, pid = _reader_beside_record(tmp_path)
-    store = r._chunks.layoutdir
-    real_offset = store._offset
+    reads = r._chunks.layoutdir._reads       # the directory's read strategy looks offsets up
+    real_offset = reads.offset
     fired = []
 
-    def offset(n):
+    def offset(d, n):
         # the first time the read call looks for chunk 15: the writer switches, rewrites it again
         # and compacts file 2 before the reader goes on
         if n == 15 and not fired:
             fired.append(n)
             let_writer_finish()
-        return real_offset(n)
-    store._offset = offset
+        return real_offset(d, n)
+    reads.offset = offset
     try:
         got = r.sum() if key == "sum" else r[key]
     finally:

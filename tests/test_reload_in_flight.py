@@ -13,7 +13,7 @@ import pytest
 
 import blzarr
 from blzarr.storage import bcolz_layout, commitrec
-from blzarr.storage.blz import read as blz_read
+from blzarr.storage.blz import local as blz_local, read as blz_read
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX descriptors")
 
@@ -38,7 +38,8 @@ class _Gate:
 
 
 class _HeldSuperchunk:
-    """The `_superchunk` module as blzarr.storage.blz.read sees it, each read by descriptor gated."""
+    """The `_superchunk` module as the BLZ layout's descriptor reads (blzarr.storage.blz.local) see it,
+    each read by descriptor gated."""
 
     def __init__(self, real, gate):
         self._real = real
@@ -57,7 +58,7 @@ class _HeldSuperchunk:
 @pytest.fixture
 def gate(monkeypatch):
     g = _Gate()
-    monkeypatch.setattr(blz_read, "sc", _HeldSuperchunk(blz_read.sc, g))
+    monkeypatch.setattr(blz_local, "sc", _HeldSuperchunk(blz_local.sc, g))
     real_run = blz_read.run_threads
 
     def run_threads(*a, **k):

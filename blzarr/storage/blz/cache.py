@@ -162,19 +162,7 @@ class BlzCaches:
     def _file(self, fno):
         """The state of file `fno`, reloaded when the file changed behind our back (never while it has
         rewrites waiting for their offsets switch: the state in memory is the truth then)."""
-        if self._ranged is not None and not self._at_hand(fno):
-            return self._ranged.file(self, fno)
-        pinned = self._pending.get(fno) if hasattr(self, "_pending") else None
-        if pinned is not None:
-            return pinned[0]
-        f = self._files.get(fno)
-        if f is None:
-            return self._load_file(fno)
-        self._files.move_to_end(fno)
-        if self._fio.state(self._fd(fno)) != f.fstate:
-            self._forget_file(fno)
-            return self._load_file(fno)
-        return f
+        return self._reads.file(self, fno)
 
     def _forget_file(self, fno):
         """Drop what is known of file `fno` (its cached chunks become misses: their epoch is gone)."""
@@ -184,8 +172,7 @@ class BlzCaches:
             del self._ctbytes[n]
         for n in [n for n in self._fps if lo <= n < hi]:
             del self._fps[n]
-        if self._ranged is not None:
-            self._ranged.forget_file(fno)
+        self._reads.forget_file(self, fno)
 
     def _remember(self, n, data, f):
         f.verified.add(n)
@@ -194,8 +181,7 @@ class BlzCaches:
             f.verified.add(n)
         self._ctbytes[n] = len(data)
         self._chunks.put(n, f.epoch, data)
-        if self._ranged is not None:
-            self._ranged.remembered(self, n, data, f)
+        self._reads.remembered(self, n, data, f)
 
     def _scratch(self):
         """A per-thread reusable buffer for lazy chunks."""
@@ -220,5 +206,4 @@ class BlzCaches:
         f = self._files.get(n // self.superchunklen + 1)
         if f is not None:
             f.verified.discard(n)
-        if self._ranged is not None:
-            self._ranged.dropped(n)
+        self._reads.dropped(self, n)

@@ -20,10 +20,9 @@ Every file operation goes through the directory's byte store (`self.bytestore`, 
 local directory by default, through `blzarr.storage.fileio`), superchunk files through handles of the store
 `spool` names (`self._fio`: the byte store itself where files change in place; a local spool uploaded
 whole on object storage).  How the superchunk files are read is chosen by what the byte store declares:
-where its handles are OS descriptors (`ByteStore.descriptors`), the hot reads pass them to `_superchunk`
-directly (the bodies of read.py); on any other store, a file not at hand in the spool is read with
-the requests of `remote.RangedReads` (`self._ranged`, None for descriptors), which the reads of
-read.py hand over to where they meet such a file.
+`self._reads` is `local.FileReads` where its handles are OS descriptors (`ByteStore.descriptors`: the
+hot reads pass them to `_superchunk` directly), `remote.RangedReads` on any other store (ranged
+requests; a file at hand in the spool through descriptors).  The directory's reads delegate to it.
 A writer without a lock (object storage) is guarded by `bytestore.WriterGuard` (`self._guard`).
 
 Here: creating and opening a directory, its names, the metadata files, the picklable config; `BlzChunks`,
@@ -34,7 +33,6 @@ demand.
 import ast
 import json
 import os
-import stat
 import threading
 from collections import OrderedDict
 
@@ -61,6 +59,7 @@ from blzarr.storage.blz.metalayers import (VLMETA_FILE, VLMETA_MAGIC, BlzMetalay
                              VLMeta)
 from blzarr.storage.blz.read import BlzReads
 from blzarr.storage.blz import sizes as sizes_record
+from blzarr.storage.blz.local import FileReads
 from blzarr.storage.blz.remote import RangedReads
 from blzarr.storage.blz.repair import BlzMaintenance
 from blzarr.storage.blz.write import BlzWrites
@@ -136,14 +135,6 @@ def open_store(rootdir, mode="a"):
     return d
 
 
-def _regular(path):
-    """Whether `path` is a regular file (no symbolic link), by one lstat."""
-    try:
-        return stat.S_ISREG(os.lstat(path).st_mode)
-    except (OSError, ValueError):
-        return False
-
-
 def _dtype_or_none(text):
     """The dtype a meta/storage or superchunk metadata string names (structured ones as their list
     form, read without eval), or None."""
@@ -171,8 +162,8 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         # and the store whose handles they are read and written through
         self._writes = writes_for(self.bytestore)
         self._fio = self._writes.files
-        # how the files not at hand through descriptors are read (None: every file is)
-        self._ranged = None if self.bytestore.descriptors else RangedReads()
+        # how the superchunk files are read: positioned reads of descriptors, or ranged requests
+        self._reads = FileReads() if self.bytestore.descriptors else RangedReads()
         self._upload_on_close = False       # a partition writer publishes its file when closed
         self.rootdir = self.bytestore.root
         self.datadir = self.bytestore.where(DATA_DIR)
@@ -513,51 +504,14 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
                     f"--salvage SRC DST`) and write there")
 
     def _list_files(self, plain=False):
-        """The numbers of the superchunk files in data/, sorted (each a regular file inside the root);
-        `plain`: data/ was found a directory that is no link, or missing (`BlzDir.open`)."""
-        if self._ranged is not None:
-            return self._ranged.list_files(self)
-        nums = []
-        try:
-            names = self.bytestore.names(DATA_DIR, missing_ok=False)
-        except FileNotFoundError:
-            if not plain:
-                raise
-            self._check_data_dir()      # (its message)
-            raise
-        for name in names:
-            if name.startswith("__") and name.endswith(SUPERCHUNK_EXT):
-                digits = name[2:-len(SUPERCHUNK_EXT)]
-                if digits.isdigit() and digits.isascii():
-                    nums.append(int(digits))
-        nums.sort()
-        for num in nums:
-            if plain and _regular(self._path(num)):
-                continue        # a regular file in data/, which is inside the root and no link
-            real = self.bytestore.escapes(self._key(num))
-            if real is not None:
-                raise FormatError(f"superchunk file '{self._path(num)}' resolves to '{real}', which is not a "
-                                  f"regular file inside '{self.rootdir}'")
-        return nums
+        """The numbers of the superchunk files in data/, sorted; `plain`: data/ was found a directory
+        that is no link, or missing (`BlzDir.open`)."""
+        return self._reads.list_files(self, plain)
 
     def _check_full_files(self):
         """Every file but the last holds `superchunklen` chunks; one that cannot be read or does not is damaged
         (its chunks raise when read, the other files' chunks stay readable)."""
-        if self._ranged is not None:
-            return      # lazily: each file is checked when its state is first read (`RangedReads.load`)
-        for fno in range(1, self.nfiles):
-            if fno in self._damaged:
-                continue
-            try:
-                f = self._load_file(fno)
-            except (FormatError, StorageError) as e:
-                if getattr(e, "errno", None) in ENVIRONMENT_ERRNOS:
-                    raise
-                self._damaged[fno] = str(e)
-                continue
-            if f.nchunks != self.superchunklen:
-                self._damaged[fno] = (f"superchunk file '{self._path(fno)}' holds {f.nchunks} chunks, but "
-                                      f"it is not the last file and must be full ({self.superchunklen})")
+        self._reads.check_full_files(self)
 
     # ------------------------------------------------------------------ the bcolz-like store interface
     # the fields that opening or creating sets: a worker rebuilds the store from them (config)
@@ -620,27 +574,8 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
     def _chunk_matches(self, n, off, nbytes, digest):
         """Whether chunk `n` (of its superchunk file) is at `off` with `nbytes` uncompressed bytes and
         a checksum beginning with `digest` (hex): the chunk a one-barrier meta/sizes names reached the
-        disk."""
-        fno = n // self.superchunklen + 1
-        if self._ranged is not None:
-            return True         # a store read by requests: its files were uploaded whole
-        if not self.cksize or fno > self.nfiles or fno in self._damaged:
-            return False        # (a later file may exist: a flush after this one began to append)
-        path = self._path(fno)
-        try:
-            fd = self._fd(fno)
-            head = self._fio.pread(fd, 16, off, path)
-            ct = int.from_bytes(head[12:16], "little", signed=True) if len(head) == 16 else 0
-            ok = (int.from_bytes(head[4:8], "little", signed=True) == nbytes
-                  and 16 <= ct <= 2 * self.chunk_nbytes + 65536)
-            if ok:
-                # the chunk and the checksum after it, as a read of it verifies them
-                data = bytes(self._fio.pread(fd, ct + self.cksize, off, path))
-                want = sc.checksum(self.checksum_id, data[:ct])
-                ok = len(data) == ct + self.cksize and data[ct:] == want and want[:8].hex() == digest
-        except (BlzarrError, OSError, ValueError):
-            ok = False
-        return ok
+        disk (asked of the read strategy)."""
+        return self._reads.chunk_matches(self, n, off, nbytes, digest)
 
     def _commit_fallback(self):
         """A writer's open that read meta/sizes as its "prev": that commit written down (durably,
@@ -1068,24 +1003,16 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         self._close(fno)
         self._writes.remove(self._key(fno))
         self._guard.forget(self._key(fno))
-        if self._ranged is not None:
-            self._ranged.removed(self, fno)
-
-    def _at_hand(self, fno):
-        """Whether file `fno` is read through a descriptor (a local file, or one being written in
-        the local spool)."""
-        return self._ranged is None or self._writes.local(self._key(fno))
+        self._reads.removed(self, fno)
 
     def prefetch(self, ns):
         """Fetch chunks `ns` ahead of the reads that follow, where requests are costly (a no-op for
         files read through descriptors); returns the bytes fetched."""
-        if self._ranged is not None:
-            return self._ranged.prefetch(self, ns)
-        return 0
+        return self._reads.prefetch(self, ns)
 
     def moved_fingerprints(self):
         """{old fingerprint: new one} of the superchunk files this writer uploaded (`objstats`)."""
-        return self._ranged.tag_moves.moves if self._ranged is not None else {}
+        return self._reads.moved_fingerprints(self)
 
     def close(self):
         """Close the files (a partition writer publishes its file first)."""

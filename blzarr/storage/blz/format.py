@@ -77,23 +77,7 @@ class BlzFileFormat:
     """Parsing and writing the header, metadata section and offsets table of a `BlzDir`'s superchunk files."""
 
     def _load_file(self, fno):
-        if self._ranged is not None and not self._at_hand(fno):
-            return self._ranged.load_file(self, fno)
-        fd = self._fd(fno)
-        f = _File(fno, self._path(fno))
-        f.fstate = self._fio.state(fd)
-        h = sc.unpack_header(sc.pread(fd, 32, 0, f.path), f.path)
-        superchunklen = self._parse_head(f, h, f.fstate[1], lambda pos, n: sc.pread(fd, n, pos, f.path))
-        f.offsets = np.full(superchunklen, -2, dtype=np.int64)     # -2: not read yet
-        f.full_table = False
-        over = self._overlay.get(fno) if self._overlay else None
-        if over is not None:
-            # a committed rewrite record switches entries of this file: they are read from the record
-            for slot, pos in over[0].items():
-                if 0 <= slot < superchunklen:
-                    f.offsets[slot] = pos
-            f.nchunks, f.last_chunk = over[1], over[2]
-        return self._keep_file(f)
+        return self._reads.load_file(self, fno)
 
     def _parse_head(self, f, h, size, read, max_k=None):
         """Fill the state `f` of a superchunk file of `size` bytes from its header `h` (unpacked) and its
@@ -135,33 +119,9 @@ class BlzFileFormat:
         return f
 
     def _offset(self, n):
-        """(file state, fd, offset) of chunk n, reading only its offsets entry."""
-        fno, slot = divmod(n, self.superchunklen)
-        fno += 1
-        if self._ranged is not None and not self._at_hand(fno):
-            return self._ranged.offset(self, n, fno, slot)
-        if not 0 <= n < self._nphys:
-            raise FormatError(f"'{self.rootdir}': {self._where(n)} is needed but the superchunk files hold "
-                              f"{self._nphys} chunks")
-        if fno in self._damaged:
-            raise FormatError(f"{self._where(n)} cannot be read: {self._damaged[fno]}")
-        f = self._file(fno)
-        fd = self._fd(fno)
-        off = int(f.offsets[slot])
-        if off == -2:
-            off = sc.read_offset(fd, f.table_pos, slot, f.path)
-            f.offsets[slot] = off
-        if (slot >= f.nchunks or off == -1 or off + 16 > f.fstate[1]) and self._fio.state(fd) != f.fstate \
-                and fno not in self._pending:
-            # a writer changed the file since its state was read (a reader beside a writer): reload
-            self._forget_file(fno)
-            f = self._load_file(fno)
-            off = int(f.offsets[slot])
-            if off == -2:
-                off = sc.read_offset(fd, f.table_pos, slot, f.path)
-                f.offsets[slot] = off
-        self._check_offset(n, f, slot, off)
-        return f, fd, off
+        """(file state, fd, offset) of chunk n, reading only its offsets entry (fd None for a file read
+        with requests)."""
+        return self._reads.offset(self, n)
 
     def _check_offset(self, n, f, slot, off):
         """FormatError unless `off`, chunk n's entry in file `f`, names a chunk inside the chunk area."""

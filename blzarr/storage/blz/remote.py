@@ -36,6 +36,7 @@ import numpy as np
 from blzarr import _chunk
 from blzarr import _superchunk as sc
 from blzarr.storage.blz.format import SUPERCHUNK_EXT, _File, _Where
+from blzarr.storage.blz.local import FileReads
 from blzarr.storage import objstats
 from blzarr.errors import BlzarrError, ChunkError, FormatError, StorageError
 from blzarr.storage.files import ATTRIBUTES_FILE, DATA_DIR, META_DIR, SIZES_FILE
@@ -83,6 +84,11 @@ class RangedReads:
         self.superchunklen_hint = None  # superchunklen as meta/storage says, before file 1 is read
         self.tags = {}                  # file number -> its version tag (ETag) as listed or uploaded
         self.tag_moves = objstats.TagMoves()
+        self.files = FileReads()        # for the files a writer has at hand in its local spool
+
+    def at_hand(self, d, fno):
+        """Whether file `fno` is read through a descriptor (being written in the local spool)."""
+        return d._writes.local(d._key(fno))
 
     # ------------------------------------------------------------------ the files being written
     def stored(self, d, fno):
@@ -106,6 +112,16 @@ class RangedReads:
     def _tag_fingerprint(self, fno):
         return objstats.object_fingerprint(fno, self.sizes.get(fno), self.tags.get(fno))
 
+    def chunk_matches(self, d, n, off, nbytes, digest):
+        """True: files are uploaded whole here, so the chunk a one-barrier meta/sizes names is there."""
+        return True
+
+    def chunk_fingerprint(self, d, n):
+        return self.chunk_fingerprints(d, [n])[0]
+
+    def moved_fingerprints(self, d):
+        return self.tag_moves.moves
+
     def chunk_fingerprints(self, d, ids):
         """(file number, file size, its version tag as a number) of the superchunk file of each chunk
         of `ids`, from the listing or this writer's upload (no request); None for a file changed
@@ -122,9 +138,9 @@ class RangedReads:
             return out
 
     # ------------------------------------------------------------------ opening
-    def list_files(self, d):
+    def list_files(self, d, plain=False):
         """The numbers of the superchunk files, sorted, from one listing of data/ (which also gives
-        their sizes and tags)."""
+        their sizes and tags); `plain`, a local directory's hint, does not apply."""
         # the listing, and meta/sizes, meta/attributes and meta/stats that the carray reads next:
         # concurrently
         store = d.bytestore
@@ -175,6 +191,9 @@ class RangedReads:
                 pass    # each is read (and its error reported) again by the checks of opening
         return nums
 
+    def check_full_files(self, d):
+        """Nothing at opening: each file is checked when its state is first read (`load`)."""
+
     def _files_from_sizes(self, d):
         """The superchunk files that meta/sizes needs, for servers that list no directory (plain
         HTTP): their sizes are asked for (HEAD) when each is first used."""
@@ -204,6 +223,8 @@ class RangedReads:
     def file(self, d, fno):
         """The state of file `fno` (read on its first use: an object does not change under a reader
         without a new version, which a reader sees by reopening)."""
+        if self.at_hand(d, fno):
+            return self.files.file(d, fno)
         f = d._files.get(fno)
         if f is None:
             return self.load(d, fno)
@@ -211,10 +232,12 @@ class RangedReads:
         return f
 
     def load_file(self, d, fno):
+        if self.at_hand(d, fno):
+            return self.files.load_file(d, fno)
         f = d._files.get(fno)
         return f if f is not None else self.load(d, fno)
 
-    def forget_file(self, fno):
+    def forget_file(self, d, fno):
         self.ends.pop(fno, None)
 
     def _head_request(self, d, fno):
@@ -225,7 +248,7 @@ class RangedReads:
 
     def load_many(self, d, fnos):
         """Read the states of the files `fnos` not known yet, their first bytes fetched concurrently."""
-        todo = sorted(f for f in set(fnos) if f not in d._files and not d._at_hand(f)
+        todo = sorted(f for f in set(fnos) if f not in d._files and not self.at_hand(d, f)
                       and 1 <= f <= d.nfiles)
         if len(todo) < 2:
             return
@@ -275,8 +298,12 @@ class RangedReads:
         k = int(np.searchsorted(ends, off, side="right"))
         return int(ends[k]) if k < len(ends) else f.fstate[1]
 
-    def offset(self, d, n, fno, slot):
-        """(file state, None, offset) of chunk n, in slot `slot` of file `fno`."""
+    def offset(self, d, n):
+        """(file state, None, offset) of chunk n."""
+        fno, slot = divmod(n, d.superchunklen)
+        fno += 1
+        if self.at_hand(d, fno):
+            return self.files.offset(d, n)
         if not 0 <= n < d._nphys:
             raise FormatError(f"'{d.rootdir}': chunk {n} is needed but the superchunk files hold "
                               f"{d._nphys} chunks")
@@ -286,8 +313,14 @@ class RangedReads:
         return f, None, off
 
     # ------------------------------------------------------------------ reading
-    def head_at(self, d, n, f, off):
+    def read_whole_first(self, d, n):
+        """False: a chunk's first read here fetches it whole with its header anyway (`head_at`)."""
+        return False
+
+    def head_at(self, d, n, f, fd, off):
         """The Blosc header and block starts of chunk n at `off` of file `f` (cached)."""
+        if fd is not None:
+            return self.files.head_at(d, n, f, fd, off)
         with d._lock:
             h = d._heads.get(n, f.epoch)
             if h is not None:
@@ -301,7 +334,7 @@ class RangedReads:
                 data = self.recent[2]
             if data is None and d.checksum_id != 0 and n not in f.verified:
                 # its first read will fetch and verify it whole anyway: do it now, one GET
-                data = self.fetch_chunk(d, n, f, off, -1)
+                data = self.fetch_chunk(d, n, f, None, off, -1)
                 d._remember(n, data, f)
             if data is None:
                 data = d.bytestore.get_range(d._key(f.fno), off, min(end, off + HEAD_GUESS))
@@ -321,9 +354,11 @@ class RangedReads:
             d._heads.put(n, f.epoch, h)
             return h
 
-    def fetch_chunk(self, d, n, f, off, expected_nbytes):
+    def fetch_chunk(self, d, n, f, fd, off, expected_nbytes):
         """Chunk n's bytes from its slot at `off` (fetched ahead, or one ranged GET), checksum
         verified and structure validated."""
+        if fd is not None:
+            return self.files.fetch_chunk(d, n, f, fd, off, expected_nbytes)
         where = d._where(n)
         if self.recent[0] == n and self.recent[1] == f.epoch:
             return self.recent[2]
@@ -339,6 +374,10 @@ class RangedReads:
         d._decode(d.read_chunk(n, expected_nbytes), out, nthreads, part, d._where(n))
         return out
 
+    def whole_work(self, d, ns, expected_nbytes):
+        """None: the many-chunk path pins descriptors; here `prefetch` fetches many chunks at once."""
+        return None
+
     def _check_chunk(self, d, n, data, slot_bytes, expected_nbytes, where):
         if len(data) < 16:
             raise ChunkError(f"bad Blosc chunk ({where}): {len(data)} bytes, a truncated object?")
@@ -353,14 +392,14 @@ class RangedReads:
         _chunk.validate(data, expected_nbytes, where)
         return data
 
-    def dropped(self, n):
+    def dropped(self, d, n):
         """Chunk n was dropped from the directory's caches."""
         if self.recent[0] == n:
             self.recent = (None, None, None)
 
     def remembered(self, d, n, data, f):
         """Chunk n's bytes `data` (of file state `f`) went into the directory's cache."""
-        if not d._at_hand(f.fno):
+        if not self.at_hand(d, f.fno):
             self.recent = (n, f.epoch, data)
         if d._heads.get(n, f.epoch) is None:
             try:
@@ -370,10 +409,13 @@ class RangedReads:
             if h is not None:
                 d._heads.put(n, f.epoch, h)
 
-    def read_range(self, d, n, fno, start, nbytes, out, out_offset=0):
+    def read_range(self, d, n, start, nbytes, out, out_offset=0):
         """Decode bytes [start, start+nbytes) of chunk n (of file `fno`) into `out`: from the bytes
         at hand, else, once the chunk is verified, from only the Blosc blocks holding them (one
         ranged GET); returns the bytes fetched."""
+        fno = n // d.superchunklen + 1
+        if self.at_hand(d, fno):
+            return self.files.read_range(d, n, start, nbytes, out, out_offset)
         where = _Where(d, n)
         with d._lock:
             f, _, off = d._offset(n)
@@ -382,7 +424,7 @@ class RangedReads:
                 data = self.recent[2]
             lazy = data is None and n not in self.prefetched and (d.checksum_id == 0 or n in f.verified)
             if lazy:
-                head = self.head_at(d, n, f, off)
+                head = self.head_at(d, n, f, None, off)
         if data is None and not lazy:
             data = d.read_chunk(n)
         if data is not None:
@@ -410,11 +452,16 @@ class RangedReads:
         return got
 
     def chunk_cbytes(self, d, n):
-        """The compressed size of chunk n (of a file not at hand)."""
+        """The compressed size of chunk n."""
+        c = d._ctbytes.get(n)
+        if c is not None:
+            return c
+        if self.at_hand(d, n // d.superchunklen + 1):
+            return self.files.chunk_cbytes(d, n)
         if d.reserve:
             with d._lock:
                 f, _, off = d._offset(n)
-                return int.from_bytes(self.head_at(d, n, f, off)[12:16], "little")
+                return int.from_bytes(self.head_at(d, n, f, None, off)[12:16], "little")
         # the slot minus the checksum: exact for files written in order without reserve
         with d._lock:
             f, _, off = d._offset(n)
@@ -436,7 +483,7 @@ class RangedReads:
             budget = PREFETCH_BYTES - sum(b for _, _, b, _ in runs)
             for n in ns:
                 fno = n // d.superchunklen + 1
-                if fno in whole or d._at_hand(fno) or not 0 <= n < d._nphys:
+                if fno in whole or self.at_hand(d, fno) or not 0 <= n < d._nphys:
                     continue
                 f, _, off = d._offset(n)
                 if d._chunks.get(n, f.epoch) is not None or n in self.prefetched:
@@ -475,7 +522,7 @@ class RangedReads:
         out = set()
         budget = PREFETCH_BYTES
         for fno, count in sorted(per.items()):
-            if fno in d._files or d._at_hand(fno) or fno in d._damaged or fno not in self.sizes:
+            if fno in d._files or self.at_hand(d, fno) or fno in d._damaged or fno not in self.sizes:
                 continue
             if count < min(d.superchunklen, d._nphys - (fno - 1) * d.superchunklen):
                 continue

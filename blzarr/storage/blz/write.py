@@ -50,7 +50,7 @@ class BlzWrites:
 
     def _stored(self, fno):
         """Whether file `fno` is known to be in the byte store without being at hand locally."""
-        return self._ranged is not None and self._ranged.stored(self, fno)
+        return self._reads.stored(self, fno)
 
     def flush_files(self, below=None, check=True):
         """Publish the files changed since they were last published (only those numbered below
@@ -82,8 +82,7 @@ class BlzWrites:
 
     def _uploaded(self, fno, size):
         """File `fno` was published with `size` bytes."""
-        if self._ranged is not None:
-            self._ranged.uploaded(self, fno, size)
+        self._reads.uploaded(self, fno, size)
 
     def _resync(self):
         with self._lock:
