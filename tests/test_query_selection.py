@@ -36,16 +36,49 @@ def test_skip_limit_equals_slicing_the_whole(sizes, skip, limit):
 
 @settings(max_examples=200, deadline=None)
 @given(n=st.integers(1, 300), seed=st.integers(0, 2 ** 32 - 1), density=st.sampled_from([0.01, 0.3, 1.0]),
-       start=st.integers(0, 50))
-def test_gather_gives_the_rows_at_the_positions(n, seed, density, start):
+       start=st.integers(0, 50), small=st.sampled_from([0, 8, rules.SMALL_RANGE]),
+       width=st.sampled_from([0, 1, 3]))
+def test_gather_gives_the_rows_at_the_positions(n, seed, density, start, small, width):
     rng = np.random.default_rng(seed)
     idx = np.flatnonzero(rng.random(n) < density)
     if idx.size == 0:
         idx = np.array([rng.integers(n)])
-    col = rng.random(start + n)
+    col = rng.random((start + n, width) if width else start + n)
     c = blzarr.carray(col, chunklen=16)
-    assert np.array_equal(rules.gather(col, start, idx), col[idx + start])
-    assert np.array_equal(rules.gather(c, start, idx), col[idx + start])
+    saved, rules.SMALL_RANGE = rules.SMALL_RANGE, small      # every branch of the rule
+    try:
+        assert np.array_equal(rules.gather(col, start, idx), col[idx + start])
+        assert np.array_equal(rules.gather(c, start, idx), col[idx + start])
+    finally:
+        rules.SMALL_RANGE = saved
+
+
+class _Asked:
+    """A column that records the keys it is read with."""
+
+    def __init__(self, values):
+        self.values, self.keys = values, []
+
+    def __getitem__(self, key):
+        self.keys.append("range" if isinstance(key, slice) else "rows")
+        return self.values[key]
+
+
+@pytest.mark.parametrize("rows, wanted, width, asked", [
+    (100, [3, 4, 5], 1, ["range"]),                       # a run: one slice
+    (100, [3, 50, 90], 1, ["range"]),                     # sparse but small: the range, then a pick
+    (1 << 16, [3, 40_000, 60_000], 1, ["rows"]),          # sparse, 60,000 rows between: the rows
+    (1 << 16, [3, 40_000, 60_000], 4, ["rows"]),
+    (1 << 15, [0, 9_000, (1 << 15) - 1], 2, ["range"]),   # 32,768 rows between: small
+    (1 << 16, [0, 1 << 15], 1, ["rows"]),                 # one row more: not
+    (1 << 16, list(range(0, 1 << 16, 3)), 1, ["range"]),  # dense: the range
+])
+def test_gather_reads_a_range_when_small_or_dense(rows, wanted, width, asked):
+    values = np.arange(rows * width, dtype="f8").reshape((rows, width) if width > 1 else rows)
+    col = _Asked(values)
+    idx = np.asarray(wanted)
+    assert np.array_equal(rules.gather(col, 0, idx), values[idx])
+    assert col.keys == asked
 
 
 def test_block_length_rule():

@@ -42,15 +42,21 @@ def block_length(operands, fallback=DEFAULT_BLEN):
     return max(fallback() if callable(fallback) else fallback, MIN_BLEN)
 
 
+# a range of at most this many rows is read whole and picked from, however few of its rows are wanted:
+# one decode of it (256 KiB of 8-byte values) costs less than what a gather of single rows does per
+# call.  In rows, not bytes: asking a carray for its row's bytes costs as much as the rest of the rule.
+SMALL_RANGE = 1 << 15
+
+
 def gather(column, start, idx):
     """The rows ``start + idx`` of `column` (`idx`: sorted positions from `start`, not empty), by the
-    compaction rule: one slice for a run; when dense (at least a quarter of the range between the
-    first and the last row wanted: one decode of the range beats a gather) the range, then a pick;
-    else the single rows."""
+    compaction rule: one slice for a run; the range between the first and the last row wanted, then
+    a pick, when it is small (at most SMALL_RANGE rows) or dense (at least a quarter of its rows
+    wanted: one decode of the range beats a gather); else the single rows."""
     a, b = int(idx[0]), int(idx[-1]) + 1
     if idx.size == b - a:
         return column[start + a:start + b]
-    if idx.size * 4 >= b - a:
+    if b - a <= SMALL_RANGE or idx.size * 4 >= b - a:
         return column[start + a:start + b][idx - a]
     return column[idx + start]
 
