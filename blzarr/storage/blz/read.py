@@ -45,7 +45,7 @@ class BlzReads:
         for attempt in range(READ_RETRIES):
             try:
                 with self._lock:
-                    f, fd, off = self._offset(n)
+                    f, fd, off = self._reads.offset(self, n)
                     return self._reads.head_at(self, n, f, fd, off)
             except (FormatError, ChunkError):
                 if self.mode != "r" or attempt == READ_RETRIES - 1:
@@ -135,7 +135,7 @@ class BlzReads:
 
     def _read_chunk(self, n, expected_nbytes=-1):
         with self._lock:
-            f, fd, off = self._offset(n)
+            f, fd, off = self._reads.offset(self, n)
             data = self._chunks.get(n, f.epoch)
             if data is not None:
                 return data
