@@ -284,7 +284,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         if storage is None:
             storage = self.read_meta("storage")
         where = f"'{self.meta_path('storage')}'"
-        nums = self._list_files(plain)
+        nums = self._reads.list_files(self, plain)
         if not nums:
             raise FormatError(f"BLZ directory '{self.rootdir}' has no superchunk file data/__1__.bin")
         if nums != list(range(1, len(nums) + 1)):
@@ -343,7 +343,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         else:
             # the last file cannot be read: it holds what meta/sizes counts there (those chunks raise)
             self._nphys = min(max(self._counted, (self.nfiles - 1) * superchunklen), self.nfiles * superchunklen)
-        self._check_full_files()
+        self._reads.check_full_files(self)
         if mode != "r":
             self._commit_fallback()
             self._repair()          # (which may rewrite meta/sizes: read it again)
@@ -502,16 +502,6 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
                     f"cannot write chunk {n} of '{self.rootdir}': {why}; nothing was written.  Copy what "
                     f"is readable to a new directory with blzarr.salvage(src, dst) (or `blzarr convert "
                     f"--salvage SRC DST`) and write there")
-
-    def _list_files(self, plain=False):
-        """The numbers of the superchunk files in data/, sorted; `plain`: data/ was found a directory
-        that is no link, or missing (`BlzDir.open`)."""
-        return self._reads.list_files(self, plain)
-
-    def _check_full_files(self):
-        """Every file but the last holds `superchunklen` chunks; one that cannot be read or does not is damaged
-        (its chunks raise when read, the other files' chunks stay readable)."""
-        self._reads.check_full_files(self)
 
     # ------------------------------------------------------------------ the bcolz-like store interface
     # the fields that opening or creating sets: a worker rebuilds the store from them (config)
