@@ -225,8 +225,9 @@ class BlzReads:
     def decode_whole(self, ns, out, offsets, expected_nbytes):
         """Decode the whole chunks `ns` into the contiguous array `out`, chunk ``ns[k]`` at byte
         ``offsets[k]``, read, verified and decoded on every thread without the GIL; False where that path
-        does not apply (see the read strategy's `whole_work`; `out` may then hold some of the chunks).  A chunk that fails
-        there is read again by `decode_chunk_into` (which retries a moved chunk, raises for a damaged one)."""
+        does not apply (see the read strategy's `whole_work`; `out` may then hold some of the chunks).
+        A chunk that fails there is read again by `decode_chunk_into` (which retries a moved chunk,
+        raises for a damaged one)."""
         offsets = np.asarray(offsets, dtype=np.int64)
         failed = self._whole(ns, expected_nbytes, lambda w, lo, hi: w.decode_into(out, offsets[lo:hi]))
         if failed is None:

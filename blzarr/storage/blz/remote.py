@@ -2,9 +2,10 @@
 
 A `blz.BlzDir` reads its superchunk files in one of two ways, chosen by what its byte store declares
 (`ByteStore.descriptors`): through OS descriptors that the Cython readers of `_superchunk` pread
-(a local directory: the bodies of `blz.read`), or, for any other store (object storage), with the
+(a local directory: `local.FileReads`), or, for any other store (object storage), with the
 requests of `RangedReads` here: ranged GETs, whole objects, several ranges in one batch.  A file a
-writer has at hand in its local spool is read through its descriptor whatever the store.  The
+writer has at hand in its local spool is read through its descriptor whatever the store (by a
+`FileReads` this object holds).  The
 names, meta files, writes and the writer's guard are `BlzDir`'s, over the store:
 
 Reading (any mode).  Opening reads meta/storage and lists data/ once (names and sizes).  A superchunk
@@ -410,9 +411,9 @@ class RangedReads:
                 d._heads.put(n, f.epoch, h)
 
     def read_range(self, d, n, start, nbytes, out, out_offset=0):
-        """Decode bytes [start, start+nbytes) of chunk n (of file `fno`) into `out`: from the bytes
-        at hand, else, once the chunk is verified, from only the Blosc blocks holding them (one
-        ranged GET); returns the bytes fetched."""
+        """Decode bytes [start, start+nbytes) of chunk n into `out`: from the bytes at hand, else,
+        once the chunk is verified, from only the Blosc blocks holding them (one ranged GET); returns
+        the bytes fetched."""
         fno = n // d.superchunklen + 1
         if self.at_hand(d, fno):
             return self.files.read_range(d, n, start, nbytes, out, out_offset)
