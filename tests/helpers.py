@@ -126,6 +126,24 @@ def fork_child(fn, *args, nthreads=1):
     return pid, r
 
 
+def run_forked(fn, seconds):
+    """Run fn() in a forked child under an alarm of `seconds`; return its exit code after it ends:
+    0 when fn returned, 1 when it raised (the error is written to stderr), 2 when it hung."""
+    pid = os.fork()
+    if pid == 0:
+        signal.signal(signal.SIGALRM, lambda *a: os._exit(2))
+        signal.alarm(seconds)
+        try:
+            fn()
+        except BaseException as e:      # noqa: B902 - any failure is the child's answer
+            os.write(2, f"child: {type(e).__name__}: {e}\n".encode())
+            os._exit(1)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status), f"the child died: {status}"
+    return os.WEXITSTATUS(status)
+
+
 def read_line(r, timeout=30):
     """One line from the pipe `r` (without its newline), or what came before `timeout` seconds."""
     buf = b""

@@ -11,7 +11,6 @@ forkserver and spawn start clean anyway: they open the same objects by path.
 import contextlib
 import multiprocessing as mp
 import os
-import signal
 import threading
 
 import numpy as np
@@ -20,6 +19,8 @@ import pytest
 import blzarr
 from blzarr.runtime import parallel
 from blzarr.storage import blockcache
+
+from helpers import run_forked
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
@@ -76,25 +77,8 @@ def _work(a, t, root):
     c.close()
 
 
-def _child_exit(fn):
-    """Run fn() in this (forked) child under an alarm: exit 0, 1 on an error, 2 on a hang."""
-    signal.signal(signal.SIGALRM, lambda *a: os._exit(2))
-    signal.alarm(CHILD_SECONDS)
-    try:
-        fn()
-    except BaseException as e:       # noqa: B902 - any failure is the child's answer
-        os.write(2, f"child: {type(e).__name__}: {e}\n".encode())
-        os._exit(1)
-    os._exit(0)
-
-
 def _fork_and_wait(fn):
-    pid = os.fork()
-    if pid == 0:
-        _child_exit(fn)
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFEXITED(status), f"the child died: {status}"
-    code = os.WEXITSTATUS(status)
+    code = run_forked(fn, CHILD_SECONDS)
     assert code != 2, "the child hung (a lock held by another thread of the parent when it forked)"
     assert code == 0, "the child failed (see its stderr)"
 

@@ -11,7 +11,6 @@ raising from the flush as a failed sync of the recording I/O layer does, and a r
 import errno
 import os
 import random
-import signal
 import threading
 
 import numpy as np
@@ -21,6 +20,8 @@ import blzarr
 from blzarr import _syncpool
 from blzarr.errors import StorageError
 from blzarr.storage import fileio, files
+
+from helpers import run_forked
 
 CHILD_SECONDS = 60
 
@@ -121,21 +122,9 @@ def _same(root, want):
 
 
 def _child(fn):
-    """Run fn() in a forked child under an alarm: exit 0, 1 on an error, 2 on a hang."""
-    pid = os.fork()
-    if pid == 0:
-        signal.signal(signal.SIGALRM, lambda *a: os._exit(2))
-        signal.alarm(CHILD_SECONDS)
-        try:
-            fn()
-        except BaseException as e:      # noqa: B902 - any failure is the child's answer
-            os.write(2, f"child: {type(e).__name__}: {e}\n".encode())
-            os._exit(1)
-        os._exit(0)
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFEXITED(status), f"the child died: {status}"
-    assert os.WEXITSTATUS(status) != 2, "the child hung in a sync barrier"
-    assert os.WEXITSTATUS(status) == 0, "the child failed (see its stderr)"
+    code = run_forked(fn, CHILD_SECONDS)
+    assert code != 2, "the child hung in a sync barrier"
+    assert code == 0, "the child failed (see its stderr)"
 
 
 def test_a_forked_child_beside_barriers_in_flight(tmp_path):
