@@ -23,7 +23,7 @@ import numpy as np
 import blzarr
 from blzarr import _superchunk
 from blzarr.bench import command as bench_command
-from blzarr.storage import intent, tablejournal
+from blzarr.storage import intent, replace, tablejournal
 from blzarr.storage.locking import LockError, lock_dir
 from blzarr.containers.carray.array import carray, compression_ratio, human_readable_size
 from blzarr.query import chunked_eval as _ce
@@ -445,10 +445,18 @@ def cmd_verify(args, out):
     damaged = 0
     for path, kind in targets.items():
         try:
+            read, moved = path, []
+            if is_url(path):
+                st, kind, rec = replace.resolve(_store(path), kind)
+                if rec is not None:
+                    read = st.root
+                    moved = [f"an interrupted replacement left the new {kind} complete at '{read}': readers read "
+                             "it there, and the next writer puts it in place"]
             if kind == "carray":
-                line, notes = verify_carray(path)
+                line, notes = verify_carray(read)
             else:
-                line, notes = verify_ctable(path)
+                line, notes = verify_ctable(read)
+            notes = moved + notes
         except Exception as e:
             damaged += 1
             print(f"DAMAGED  {path}: {_message(e)}", file=out)
@@ -607,7 +615,7 @@ def cmd_convert(args, out):
                        "which can run code; pass --allow-pickle if you trust the data") from None
     fmt = args.format or src.format
     if parent is None:
-        # object storage has no rename: the copy is written in place (meta/sizes last, as always)
+        # object storage has no rename: the copy is built aside and switched in (blzarr.storage.replace)
         return _convert_to_url(src, src_path, dst, kind, fmt, args, out)
     # DST's writer lock, held until the copy replaced it: never replace what another process writes
     dst_lock = None
@@ -668,15 +676,23 @@ def _print_converted(src, src_path, dst, kind, fmt, args, out, where):
 def _convert_to_url(src, src_path, dst, kind, fmt, args, out):
     show = args.progress if args.progress is not None else src.nbytes > PROGRESS_BYTES
     progress = _Progress(int(src.nbytes), show, f"convert {src_path.rstrip('/').rsplit('/', 1)[-1]}")
-    try:
-        res = (_convert_ctable if kind == "ctable" else _convert_carray)(src, dst, fmt, args, progress)
+    targets = []
+
+    def make(url):
+        targets.append(url)
+        res = (_convert_ctable if kind == "ctable" else _convert_carray)(src, url, fmt, args, progress)
         res.flush()
-        del res
+        return res
+    try:
+        # what is at DST is replaced by one switch once the copy is complete (blzarr.storage.replace)
+        store = _store(dst)
+        replace.build(store.root, store, make, lambda: None)
     except BaseException:
-        try:
-            _store(dst).remove_all()
-        except Exception:
-            pass
+        if targets == [store.root]:     # a new dataset written in place: its objects go
+            try:
+                store.remove_all()
+            except Exception:
+                pass
         raise
     finally:
         progress.close()

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 
 from blzarr import _chunk
-from blzarr.storage import intent
+from blzarr.storage import intent, replace
 from blzarr.storage.locking import lock_dir
 from blzarr.containers.carray.array import carray
 from blzarr.errors import BlzarrError, StorageError
@@ -85,13 +85,15 @@ def open(rootdir, mode="a", allow_pickle=False, storage_options=None):
             if os.path.exists(rootdir):
                 raise StorageError(f"'{rootdir}' is a file, not a carray or ctable directory")
             raise StorageError(f"'{rootdir}' does not exist")
-    if kind == "ctable":
-        return ctable(rootdir=rootdir, mode=mode, allow_pickle=allow_pickle, **kw)
     if kind is None:
         raise StorageError(f"'{rootdir}' holds neither a carray nor a ctable")
-    if not kw and mode != "w":
+    if not kw and mode != "w" and kind == "carray":
         return carray._open_local(rootdir, mode, allow_pickle)
-    return carray(rootdir=rootdir, mode=mode, allow_pickle=allow_pickle, **kw)
+    try:
+        return (ctable if kind == "ctable" else carray)(rootdir=rootdir, mode=mode, allow_pickle=allow_pickle, **kw)
+    except replace.OtherKind as e:
+        # object storage: replaced by a dataset of the other kind (blzarr.storage.replace)
+        return (ctable if e.kind == "ctable" else carray)(rootdir=e.url, mode=mode, allow_pickle=allow_pickle, **kw)
 
 
 def _shape_of(shape):
@@ -111,10 +113,17 @@ def _built(make, kwargs, fill):
     put in place (blzarr.storage.intent): an interrupt leaves what was there, never a part."""
     rootdir = kwargs.get("rootdir")
     if rootdir is None or is_url(os.fspath(rootdir)) or kwargs.get("storage_options"):
-        out = make(**kwargs)
-        fill(out)
-        out.flush()
-        return out
+        def build(url=rootdir):
+            out = make(**dict(kwargs, rootdir=url))
+            fill(out)
+            out.flush()
+            return out
+        if rootdir is None or kwargs.get("mode") != "w":
+            return build()
+        # object storage, replacing what is there: built in a stage, switched in (blzarr.storage.replace)
+        store = open_bytestore(os.fspath(rootdir), kwargs.get("storage_options"))
+        return replace.build(store.root, store, build, lambda: open(store.root, mode="a", allow_pickle=True,
+                                                                    storage_options=kwargs.get("storage_options")))
     mode = kwargs.get("mode")
     if os.path.exists(rootdir) and mode != "w":
         raise StorageError(f"'{rootdir}' already exists and mode is {mode or 'a'!r}: pass mode='w' to "
@@ -561,6 +570,12 @@ def salvage(src, dst, format=None, overwrite=False):
                            "another directory)")
     if os.path.lexists(dst) and not overwrite:
         raise StorageError(f"cannot salvage into '{dst}': it exists (pass overwrite=True to replace it)")
+    if remote and is_url(dst):
+        # object storage: what is at DST is replaced by one switch once the copy is complete
+        store = open_bytestore(dst)
+        report = []
+        replace.build(store.root, store, lambda url: report.append(_salvage(src, url, format)), lambda: None)
+        return report[0]
     if remote:
         return _salvage(src, dst, format)
     # DST's writer lock (never replace what another process writes); the copy is written beside DST and

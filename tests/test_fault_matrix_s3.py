@@ -318,26 +318,8 @@ def _case(op, fmt, env):
 
 
 # operations not yet atomic on object storage under a fault: (operation, layout or None, fault or
-# None) -> why; each an expected failure of the sweep (strict where every point is swept)
-_REPLACE = ("object storage has no rename: mode 'w' over an existing dataset removes its objects, then "
-            "writes the new ones in place (meta/sizes last), so a fault between leaves neither; needs a "
-            "versioned prefix published by one put")
-_IN_PLACE = ("the bcolz layout rewrites chunk objects in place (their names are bcolz's); the in-process "
-             "undo puts the old bytes back, which a killed process or a store refusing puts cannot (a "
-             "table's columns have the rollback journal of blzarr.storage.tablejournal; a carray alone has "
-             "none yet)")
-KNOWN_GAPS = {
-    ("carray", None, None): _REPLACE,
-    ("carray.copy", None, None): _REPLACE,
-    ("ctable.copy", None, None): _REPLACE,
-    ("ctable", None, None): _REPLACE,
-    ("ctable.fromarrow", None, None): _REPLACE,
-    ("salvage", None, None): _REPLACE + " (salvage writes DST in place there)",
-    ("cli.convert", None, None): _REPLACE + " (convert --overwrite to a URL writes DST in place)",
-    ("cli.convert_ctable", None, None): _REPLACE + " (convert --overwrite to a URL writes DST in place)",
-    ("carray.__setitem__", "bcolz", "enospc"): _IN_PLACE,
-    ("carray.__setitem__", "bcolz", "kill"): _IN_PLACE,
-}
+# None) -> why; each an expected failure of the sweep (strict where every point is swept).  None today.
+KNOWN_GAPS = {}
 
 
 def _gap(op, fmt, fault, request, strict=True):
@@ -462,6 +444,87 @@ def test_a_killed_row_assignment_is_rolled_back(s3env):
     assert not [p for p in fs.ls(f"{root}/x") if ".blzarr-old-" in p]
     op.run(root, "blz", opts)
     assert snapshot(fs, f"{root}/x", opts) == after
+    _remove(fs, root)
+
+
+def _keys(fs, url):
+    fs.invalidate_cache()
+    return sorted(p[len(url.split("://", 1)[1]) + 1:] for p in fs.find(url))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_killed_replacement_after_its_switch_is_the_new_dataset(s3env):
+    # a carray replaced by a ctable (mode 'w' over it), killed after the switch (the carray's
+    # meta/storage put as the redirect) and the first deletes of the roll-forward: a reader opens the
+    # new table from its stage, verify is clean and says so, a writer's open puts it in place, and
+    # replacing it again works
+    fs, opts, bucket = s3env
+    root = f"{bucket}/switch-{uuid.uuid4().hex[:6]}"
+    url = f"{root}/x"
+    _carray(url, "bcolz", opts)
+
+    def replace_it():
+        blzarr.ctable([np.arange(300), np.arange(300) * 0.5], names=["p", "q"], rootdir=url, mode="w",
+                      format="blz", chunklen=CL, storage_options=opts).close()
+    _carray(f"{root}/probe", "bcolz", opts)
+    _, calls = count_store_calls(lambda: blzarr.ctable(
+        [np.arange(300), np.arange(300) * 0.5], names=["p", "q"], rootdir=f"{root}/probe", mode="w",
+        format="blz", chunklen=CL, storage_options=opts).close())
+    _remove(fs, f"{root}/probe")
+    switch = next(k for k, (what, key) in enumerate(calls) if key.endswith("/probe/meta/storage"))
+    assert calls[switch][0] == "write" and calls[switch + 1][0] == "delete"
+    assert run_store_killed(replace_it, switch + 3)         # the switch and one delete done
+    keys = _keys(fs, url)
+    stage = next(k.split("/")[0] for k in keys if k.startswith(".blzarr-new-"))
+    assert json.loads(fs.cat(f"{url}/meta/storage"))["replaced"] == {"version": 1, "by": stage, "kind": "ctable"}
+    after = ("ctable", 300, (("p", "<i8", (300,), np.arange(300).tobytes()),
+                             ("q", "<f8", (300,), (np.arange(300) * 0.5).tobytes())), ())
+    assert snapshot(fs, url, opts) == after
+    with pytest.raises(blzarr.StorageError, match="being replaced by a ctable"):
+        blzarr.carray(rootdir=url, mode="r", storage_options=opts)
+    out = io.StringIO()
+    assert cli.main(["verify", url, "--storage-options", json.dumps(opts)], out=out) == 0, out.getvalue()
+    assert "interrupted replacement" in out.getvalue()
+    assert snapshot(fs, url, opts, mode="a") == after       # the writer's open completed it
+    keys = _keys(fs, url)
+    assert "__rootdirs__" in keys and not [k for k in keys if k.startswith((".blzarr-", "meta/", "data/"))], keys
+    replace_it()
+    assert snapshot(fs, url, opts) == after
+    _remove(fs, root)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_killed_assignment_to_a_bcolz_carray_is_rolled_back(s3env):
+    # a bcolz-layout carray's a[50:350] = -7 killed after two of its chunk objects were rewritten in
+    # place: a reader sees the values before (read from the journal's copy), verify is clean, a
+    # writer's open puts the old objects back, and the retry gives the values after
+    fs, opts, bucket = s3env
+    root = f"{bucket}/carray-journal-{uuid.uuid4().hex[:6]}"
+    url = f"{root}/x"
+    _carray(url, "bcolz", opts)
+    before = snapshot(fs, url, opts)
+    op = OPS_BY_NAME["carray.__setitem__"]
+    _, calls = count_store_calls(lambda: op.run(root, "bcolz", opts))
+    chunk_puts = [k for k, (what, key) in enumerate(calls) if what == "write" and "/x/data/" in key
+                  and ".blzarr-new-" not in key]
+    assert len(chunk_puts) == 4       # chunks 0-3, rewritten in place
+    _remove(fs, root)
+    _carray(url, "bcolz", opts)
+    assert run_store_killed(lambda: op.run(root, "bcolz", opts), chunk_puts[2] + 1)
+    in_place = np.frombuffer(snapshot(fs, url, opts)[3], np.int64)
+    assert (in_place == np.arange(N)).all()         # the reader's view: the state before
+    keys = _keys(fs, url)
+    assert json.loads(fs.cat(f"{url}/meta/storage"))["replaced"]["kind"] == "carray"
+    assert [k for k in keys if k.startswith(".blzarr-new-")]
+    out = io.StringIO()
+    assert cli.main(["verify", url, "--storage-options", json.dumps(opts)], out=out) == 0, out.getvalue()
+    assert snapshot(fs, url, opts, mode="a") == before      # rolled back
+    assert not [k for k in _keys(fs, url) if k.startswith(".blzarr-")]
+    op.run(root, "bcolz", opts)
+    a = blzarr.open(url, mode="r", storage_options=opts)
+    expected = np.arange(N)
+    expected[50:350] = -7
+    np.testing.assert_array_equal(a[:], expected)
     _remove(fs, root)
 
 

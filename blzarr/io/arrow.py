@@ -24,8 +24,8 @@ import uuid
 import numpy as np
 
 from blzarr.runtime import integrations
-from blzarr.storage import fileio, files, intent
-from blzarr.storage.bytestore import is_url
+from blzarr.storage import fileio, files, intent, replace
+from blzarr.storage.bytestore import is_url, open_bytestore
 from blzarr.containers.carray.array import carray
 from blzarr.containers.ctable.table import ctable
 from blzarr.errors import StorageError
@@ -628,7 +628,7 @@ def _remove_unlocked_dir(path):
         lock.release()
 
 
-def build_beside(rootdir, mode, make, what):
+def build_beside(rootdir, mode, make, what, storage_options=None):
     """Run ``make(kwargs)``, which creates and fills a ctable with ``ctable(..., **kwargs)``; with a
     `rootdir`, the table is made in a directory beside it and moved to `rootdir` only when complete,
     so an interruption (an exception, Ctrl-C, a kill) leaves `rootdir` as it was, and a retry works.
@@ -643,7 +643,10 @@ def build_beside(rootdir, mode, make, what):
     if mode not in (None, "w", "a"):
         raise ValueError(f"{what}: mode must be 'w' (or 'a' for a new directory), got {mode!r}")
     if is_url(rootdir):
-        return make({"rootdir": rootdir, "mode": "w"})   # object storage: no rename, meta/sizes last
+        # object storage: no rename; what is there is replaced by one switch once the table is complete
+        store = open_bytestore(rootdir, storage_options)
+        return replace.build(store.root, store, lambda url: make({"rootdir": url, "mode": "w"}),
+                             lambda: ctable(rootdir=store.root, mode="a", storage_options=storage_options))
     exists = os.path.lexists(rootdir)
     if exists and mode != "w":
         raise StorageError(f"{what}: '{rootdir}' already exists: pass mode='w' to replace it")
@@ -740,8 +743,8 @@ def fromarrow(obj, rootdir=None, mode=None, columns=None, **kwargs):
         schema = pa.schema([schema.field(i) for i in idx])
     plan = _import_plan(pa, schema)
     widths = _table_widths(pa, obj, plan) if columns is None else {}
-    return build_beside(rootdir, mode, lambda kw: fill_from_batches(pa, schema, batches, {**kwargs, **kw},
-                                                                   widths), "fromarrow()")
+    return build_beside(rootdir, mode, lambda kw: fill_from_batches(pa, schema, batches, {**kwargs, **kw}, widths),
+                        "fromarrow()", kwargs.get("storage_options"))
 
 
 integrations.register("arrow_c_stream", arrow_c_stream)

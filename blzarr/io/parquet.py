@@ -213,7 +213,7 @@ def fromparquet(path, rootdir=None, mode=None, columns=None, **kwargs):
             yield from table.to_batches()
 
     return _arrow.build_beside(rootdir, mode, lambda kw: _arrow.fill_from_batches(
-        pa, schema, _ahead(batches()), {**kwargs, **kw}), "fromparquet()")
+        pa, schema, _ahead(batches()), {**kwargs, **kw}), "fromparquet()", kwargs.get("storage_options"))
 
 
 integrations.register("toparquet", toparquet)

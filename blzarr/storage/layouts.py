@@ -8,6 +8,7 @@ worker, a store that writes a range of chunks, from the `config()` of the store 
 
 from blzarr.storage.bcolz_layout import BcolzChunks, BcolzDir
 from blzarr.storage.blz.directory import BlzChunks, BlzDir, FORMAT as BLZ_FORMAT, open_store as _open_local
+from blzarr.storage import replace
 from blzarr.storage.bytestore import open_bytestore
 from blzarr.storage.chunkstore import auto_superchunklen
 from blzarr.errors import FormatError
@@ -50,6 +51,12 @@ def open_dir(rootdir, mode="a", bytestore=None):
     storage = parse_json(raw, where, "meta/storage")
     if not isinstance(storage, dict):
         raise FormatError(f"meta file '{where}' must hold a JSON object")
+    rec = replace.record_of(storage, where)
+    if rec is not None:
+        # the carray is being replaced (blzarr.storage.replace): a reader reads the new one in its
+        # stage (`replace.Moved`), a writer finishes the replacement and opens what it left
+        replace.follow(bytestore, rec, "carray", mode)
+        return open_dir(rootdir, mode, bytestore)
     fmt = storage.get("format", "bcolz")
     bytestore.prime(key, raw, 3 if fmt == BLZ_FORMAT else 1)   # the layout's open (twice) and the carray's
     if fmt == BLZ_FORMAT:

@@ -23,6 +23,7 @@ import contextlib
 import secrets
 
 from blzarr.errors import FormatError
+from blzarr.storage import replace
 from blzarr.storage.files import ROOTDIRS_FILE
 
 ASIDE_PREFIX = ".blzarr-old-"
@@ -106,7 +107,8 @@ def journaled(store, meta, columns, rolled_back):
         raise
     journal = dict(meta, journal={"version": VERSION, "old": aside, "columns": list(columns)})
     try:
-        yield
+        with replace.fresh(store.root):     # (the columns need no journal of their own)
+            yield
         store.write_json(ROOTDIRS_FILE, meta)
     except BaseException:
         try:

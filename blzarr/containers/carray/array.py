@@ -7,7 +7,7 @@ import os
 
 import numpy as np
 
-from blzarr.storage import fileio, intent
+from blzarr.storage import fileio, intent, replace
 from blzarr import _chunk
 from blzarr.runtime import integrations
 from blzarr.runtime import forksafe
@@ -23,7 +23,7 @@ from blzarr.storage.chunkstore import MemoryChunks
 from blzarr.storage.layouts import create_store, open_chunks, open_dir
 from blzarr.storage.locking import FirstWrite, lock_dir
 from blzarr.storage.bytestore import is_url, local_path, open_bytestore
-from blzarr.storage.files import META_DIR, STORAGE_FILE, new_tree
+from blzarr.storage.files import META_DIR, ROOTDIRS_FILE, STORAGE_FILE, new_tree
 from blzarr.storage.arraymeta import ArrayMeta, dflt_from_json, dflt_to_json, parse_dtype  # noqa: F401
 # the parts of carray, one module each (the moved names stay importable from here)
 from blzarr.containers.carray.read import _PY_KINDS, CarrayBase, CarrayReads, _iter_blocks, operator_index  # noqa: F401
@@ -159,6 +159,7 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
             if self._rootdir is not None and (is_url(self._rootdir) or storage_options) else None
         if self._bytestore is not None:
             self._rootdir = self._bytestore.root
+        target = self._bytestore, self._rootdir
         if self._rootdir is None and (meta or reserve or superchunklen or checksum is not _UNSET):
             raise ValueError("checksum=, reserve=, superchunklen= and meta= apply to on-disk carrays "
                              "in the 'blz' format (give a rootdir)")
@@ -221,6 +222,13 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
             raise StorageError(
                 f"'{self._rootdir}' already exists and mode is 'a': use mode='w' to replace it, "
                 "or open it (blzarr.open) and append")
+        if self._bytestore is not None and mode == "w" and not replace.is_fresh(target[1]):
+            self._bytestore, self._rootdir = target     # (a reader's open above may have followed a redirect)
+            old = "carray" if exists else "ctable" if self._bytestore.exists(ROOTDIRS_FILE) else None
+            if old is not None:
+                self._replace(old, array, cparams, dtype, dflt, expectedlen, chunklen, allow_pickle)
+                self._track_writer()
+                return
         self._create(array, cparams, dtype, dflt, expectedlen, chunklen)
         self._track_writer()
 
@@ -398,6 +406,20 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
         self._chunks.mode = self._mode if self._ondisk else "a"
         self._attrs.mode = self._mode
 
+    def _replace(self, old_kind, array, cparams, dtype, dflt, expectedlen, chunklen, allow_pickle):
+        """Object storage, a dataset (an `old_kind`) stored at the URL: the new carray is written whole
+        in a stage under its prefix and switched in (blzarr.storage.replace), then opened here."""
+        opts = self._bytestore.storage_options
+
+        def make(url):
+            return carray(array, cparams=cparams, dtype=dtype, dflt=dflt, expectedlen=expectedlen,
+                          chunklen=chunklen, rootdir=url, mode="w", format=self._format_arg,
+                          allow_pickle=allow_pickle, safe=self.safe, storage_options=opts, **self._blz_opts)
+        replace.build(self._rootdir, self._bytestore, make, lambda: None, kind=old_kind)
+        mode, self._mode = self._mode, "a"
+        self._open(allow_pickle)
+        self._mode = mode
+
     def _publish_stage(self, stage, final):
         """Put the complete directory `stage` this carray was just written in at `final`, and go on
         writing there.  The rename moves the directory itself: its files, and the lock taken on it
@@ -450,7 +472,13 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
         mode = "r" if lazy else self._mode
         # a reader (mode 'r', or 'a' before its first write) watches for commits by other processes
         seen = self._start_watching() if mode == "r" else None
-        store = open_dir(self._rootdir, mode, self._bytestore)
+        try:
+            store = open_dir(self._rootdir, mode, self._bytestore)
+        except replace.Moved as m:
+            # a reader of a carray being replaced on object storage reads the new one where it was
+            # built (blzarr.storage.replace)
+            self._bytestore, self._rootdir = m.store, m.store.root
+            store = open_dir(self._rootdir, mode, self._bytestore)
         if seen is not None:
             self._watch_layout(store.format)
         meta = ArrayMeta.read(store, self._rootdir, allow_pickle, store.__dict__.pop("opened_meta", None))
@@ -795,6 +823,13 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
                                    "mode='w' to replace it")
             intent.build_then_publish(dest, lambda path: self._copy_to(dict(kw, rootdir=path, mode="w"), dtype))
             return carray(rootdir=dest, mode="r" if mode == "r" else "a", allow_pickle=self._isobj)
+        if dest is not None and kw.get("mode") == "w" and is_url(os.fspath(dest)):
+            # object storage: what is there is replaced by one switch once the copy is complete
+            opts = kw.get("storage_options")
+            store = open_bytestore(os.fspath(dest), opts)
+            return replace.build(store.root, store, lambda url: self._copy_to(dict(kw, rootdir=url), dtype),
+                                 lambda: carray(rootdir=store.root, mode="a", allow_pickle=self._isobj,
+                                                storage_options=opts))
         return self._copy_to(kw, dtype)
 
     def _copy_to(self, kw, dtype):

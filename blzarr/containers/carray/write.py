@@ -22,6 +22,7 @@ from blzarr.errors import ConcurrentWriterError, FormatError, ReadOnlyError, Sto
 from blzarr.storage.locking import lock_dir
 from blzarr.runtime.parallel import run_ordered
 from blzarr.storage.layouts import open_dir
+from blzarr.storage import replace
 
 WRITE_BATCH = 8         # full chunks handed to the store together by an append
 
@@ -57,6 +58,9 @@ def _flush_writers_at_exit():
         except Exception as e:
             print(f"blzarr: the unflushed changes of '{c._rootdir}' could not be written at "
                   f"interpreter exit: {type(e).__name__}: {e}", file=sys.stderr)
+
+
+_NO_JOURNAL = contextlib.nullcontext()
 
 
 class _UndoLog:
@@ -588,6 +592,40 @@ class CarrayWrites(CarrayBase):
                 rows[(slice(None),) + rest] = value
                 self[first] = rows
                 return
+        journal = self._rewrite_journal(key)
+        with journal:
+            self._assign(key, value)
+            if journal is not _NO_JOURNAL:
+                self.flush()        # inside the journal: what the assignment changed is committed at its end
+
+    def _rewrite_journal(self, key):
+        """What makes an assignment to stored chunks one step where they are rewritten in place, object
+        by object (the bcolz layout on object storage): a rollback journal (`replace.journaled`);
+        elsewhere nothing (staged rewrites and the rewrite record do it)."""
+        if self._bytestore is None or not self._ondisk or self._chunks.format != "bcolz" \
+                or not len(self._chunks) or replace.is_fresh(self._rootdir) or not self._may_touch_stored(key):
+            return _NO_JOURNAL
+
+        def rolled_back(ok):
+            # the objects hold the state before the assignment again (or will, once the next writer
+            # opens): this object may hold the assignment's values, so it writes nothing more
+            self._broken = ("an assignment to stored chunks failed and was rolled back on the store" if ok else
+                            "an assignment to stored chunks failed and rolling it back failed too (the next "
+                            "writer's open rolls it back)") + ": open the carray again"
+        return replace.journaled(self._bytestore, rolled_back)
+
+    def _may_touch_stored(self, key):
+        """False when assigning to `key` surely changes no stored full chunk (cheap keys only)."""
+        first = len(self._chunks) * self._chunklen
+        if isinstance(key, (int, np.integer)):
+            return -self._len <= key < first - self._len or 0 <= key < first
+        if isinstance(key, slice):
+            start, stop, step = key.indices(self._len)
+            n = ix.slice_length(start, stop, step)
+            return n > 0 and min(start, start + (n - 1) * step) < first
+        return True
+
+    def _assign(self, key, value):
         with self._lock, self._undoable(leftover=self._may_touch_leftover(key)):
             self._blockcache = None
             if isinstance(key, (int, np.integer)):

@@ -30,12 +30,12 @@ from blzarr.containers.common import Container
 from blzarr.containers.carray.read import pin_version, read_one_version, unpin_version
 from blzarr.containers.carray.version import fresh_call
 from blzarr.errors import ConcurrentWriterError, FormatError, StorageError, storage_op
-from blzarr.storage import intent, rewrite, tablejournal
+from blzarr.storage import intent, replace, rewrite, tablejournal
 from blzarr.storage.locking import FirstWrite, LockError, lock_dir
 from blzarr.query.rules import DEFAULT_BLEN
 from blzarr.runtime.params import cparams as _cparams, defaults
-from blzarr.storage.files import (ATTRS_FILE, CREATING_FILE, ROOTDIRS_FILE, ObjectPath, creation_marker,
-                                   read_json, write_json)
+from blzarr.storage.files import (ATTRS_FILE, CREATING_FILE, META_DIR, ROOTDIRS_FILE, STORAGE_FILE, ObjectPath,
+                                   creation_marker, read_json, write_json)
 from blzarr.storage.bytestore import is_url, join, local_path, open_bytestore
 # the parts of ctable, one module each (the moved names stay importable from here)
 from blzarr.containers.ctable.read import NROW, CtableBase, CtableReads, _split_outcols  # noqa: F401
@@ -269,7 +269,24 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
             raise StorageError(
                 f"'{self._rootdir}' already exists and mode is {mode!r}: pass mode='w' to replace it, "
                 "or open it (without `columns`) and append")
+        if self._bytestore is not None and not replace.is_fresh(self._rootdir):
+            old = "ctable" if exists else \
+                "carray" if self._bytestore.exists(f"{META_DIR}/{STORAGE_FILE}") else None
+            if old is not None:
+                self._replace(old, columns, names, kwargs, storage_options, auto_flush, allow_pickle)
+                return
         self._create(columns, names, kwargs)
+
+    def _replace(self, old_kind, columns, names, kwargs, storage_options, auto_flush, allow_pickle):
+        """Object storage, a dataset (an `old_kind`) stored at the URL: the new table is written whole
+        in a stage under its prefix and switched in (blzarr.storage.replace), then opened here."""
+        def make(url):
+            return ctable(columns, names, rootdir=url, mode="w", auto_flush=auto_flush,
+                          auto_cache=self.auto_cache, storage_options=storage_options, **kwargs)
+        replace.build(self._rootdir, self._bytestore, make, lambda: None, kind=old_kind)
+        mode, self._mode = self._mode, "a"
+        self._open(allow_pickle)
+        self._mode = mode
 
     # ------------------------------------------------------------------ creation and opening
     def _col_kwargs(self, **extra):
@@ -364,7 +381,8 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         try:
             for name, col in zip(names, data):
                 self.cols.names.append(name)
-                self.cols._cols[name] = self._new_column(col, name)
+                with replace.fresh(self._rootdir) if self._bytestore is not None else contextlib.nullcontext():
+                    self.cols._cols[name] = self._new_column(col, name)
             self._len = len(self.cols._cols[names[0]]) if names else 0
             self._write_rootdirs()
             self._attrs = _attrs(self._rootdir, self._mode, _new=True, path=self._attrs_path)
@@ -466,6 +484,15 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
             self._recover_intents(root)
         path = ObjectPath(self._bytestore, ROOTDIRS_FILE) if remote else os.path.join(root, ROOTDIRS_FILE)
         meta = read_json(path, "ctable column list")
+        rec = replace.record_of(meta, str(path)) if remote else None
+        if rec is not None:
+            # the table is being replaced (blzarr.storage.replace): a reader reads the new one in its
+            # stage, a writer finishes the replacement; either opens what that leaves
+            try:
+                replace.follow(self._bytestore, rec, "ctable", self._mode)
+            except replace.Moved as m:
+                self._bytestore, self._rootdir = m.store, m.store.root
+            return self._open(allow_pickle)
         if not isinstance(meta, dict) or not isinstance(meta.get("names"), list):
             raise FormatError(f"'{path}' must hold a JSON object with a 'names' list")
         names = []
@@ -763,15 +790,25 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         if rootdir is not None:
             if self._format is not None:
                 kwargs.setdefault("format", self._format)
-            out = ctable([self.cols._cols[n] for n in self.cols.names], names, rootdir=rootdir,
-                         mode=mode, **kwargs)
-        else:
-            copies = []
-            for n in self.cols.names:
-                c = self.cols._cols[n]
-                kw = {k: v for k, v in kwargs.items() if k != "format"}
-                copies.append(c.copy(**kw))
-            out = ctable(copies, names, **{k: v for k, v in kwargs.items() if k == "cparams"})
+
+            def make(url):
+                return self._copy_col_attrs(ctable([self.cols._cols[n] for n in self.cols.names], names,
+                                                   rootdir=url, mode=mode, **kwargs), names)
+            if mode == "w" and is_url(os.fspath(rootdir)):
+                # object storage: what is there is replaced by one switch once the copy is complete
+                store = open_bytestore(os.fspath(rootdir), kwargs.get("storage_options"))
+                return replace.build(store.root, store, make, lambda: ctable(
+                    rootdir=store.root, mode="a", storage_options=kwargs.get("storage_options")))
+            return make(rootdir)
+        copies = []
+        for n in self.cols.names:
+            c = self.cols._cols[n]
+            kw = {k: v for k, v in kwargs.items() if k != "format"}
+            copies.append(c.copy(**kw))
+        return self._copy_col_attrs(ctable(copies, names, **{k: v for k, v in kwargs.items() if k == "cparams"}),
+                                    names)
+
+    def _copy_col_attrs(self, out, names):
         # the columns' attributes go with them (a validity column's link follows a renamed column)
         renamed = dict(zip(self.cols.names, names))
         for old, new in renamed.items():

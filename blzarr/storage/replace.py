@@ -1,0 +1,239 @@
+"""Replacing a whole dataset on object storage, before-or-after: build aside, switch, roll forward.
+
+Object storage has no rename, so a dataset written with mode 'w' over an existing one (a constructor,
+``copy``, ``fromarrow``, ``salvage``, ``convert --overwrite``) cannot be moved into place.  Instead:
+
+1. the new dataset is written whole under a fresh prefix inside the old one's,
+   ``<prefix>/.blzarr-new-<12 hex digits>/`` (the *stage*), as a creation at a new URL; until step 2
+   nothing names it, and readers see the old dataset;
+2. the old dataset's *commit object* (``meta/storage`` for a carray, ``__rootdirs__`` for a ctable:
+   the object every open reads first) is put again as a *redirect* naming the stage and the kind of
+   the dataset in it (the switch: from then on readers open the stage, the state after);
+3. the redirect is rolled forward: the old dataset's other objects the new one lacks are deleted, the
+   stage's objects are copied on the server over the prefix, the new dataset's own commit object
+   last (which ends the redirect when both are of one kind; otherwise the redirect is deleted after
+   it), and the stage removed.
+
+Each step of the roll-forward can be repeated, so a writer's open (mode 'a') that meets a redirect
+finishes it, and so does the next replacement.  A stage no redirect names (a build interrupted
+before step 2) is removed by the next replacement.  Readers of datasets never replaced pay nothing:
+the redirect sits in an object their open reads anyway.  The format is in docs/FORMAT.rst.
+"""
+
+import contextlib
+import json
+import secrets
+import threading
+
+from blzarr.errors import FormatError, MissingError, StorageError
+from blzarr.storage.files import META_DIR, ROOTDIRS_FILE, STORAGE_FILE, detect_store, parse_json
+
+STAGE_PREFIX = ".blzarr-new-"
+VERSION = 1
+COMMIT_KEYS = {"carray": f"{META_DIR}/{STORAGE_FILE}", "ctable": ROOTDIRS_FILE}
+
+
+class OtherKind(StorageError):
+    """An opener of one kind met a dataset replaced by one of the other kind: `url` holds a `kind`."""
+
+    def __init__(self, message, url, kind):
+        super().__init__(message)
+        self.url, self.kind = url, kind
+
+
+class Moved(Exception):
+    """A reader's open met a redirect: the dataset to read is the one of `store` (the stage)."""
+
+    def __init__(self, store):
+        super().__init__(store.root)
+        self.store = store
+
+
+def record_of(obj, where):
+    """The redirect of a parsed commit object `obj` (None when it is none); FormatError naming `where`
+    when it is malformed."""
+    r = obj.get("replaced") if isinstance(obj, dict) else None
+    if r is None:
+        return None
+    if not isinstance(r, dict) or r.get("version") != VERSION or not isinstance(r.get("by"), str) \
+            or not r["by"].startswith(STAGE_PREFIX) or "/" in r["by"] or r.get("kind") not in COMMIT_KEYS:
+        raise FormatError(f"'{where}': its replacement record is malformed: {r!r}")
+    return r
+
+
+def redirect_bytes(stage, kind):
+    return json.dumps({"replaced": {"version": VERSION, "by": stage, "kind": kind}}).encode() + b"\n"
+
+
+def follow(store, rec, kind, mode):
+    """What an opener of `kind` (mode `mode`) does on meeting the redirect `rec` in the commit object
+    of `store`: a reader raises `Moved` with the stage's store (OtherKind when the stage holds the
+    other kind); a writer rolls the replacement forward and returns (OtherKind when the dataset is
+    now of the other kind), after which it opens the prefix again."""
+    if mode == "r":
+        stage = store.child(rec["by"])
+        if rec["kind"] != kind:
+            raise OtherKind(f"'{store.root}' is being replaced by a {rec['kind']}, at '{stage.root}' "
+                            f"until the replacement completes (open it with blzarr.open)", stage.root, rec["kind"])
+        raise Moved(stage)
+    roll_forward(store, rec, kind)
+    if rec["kind"] != kind:
+        raise OtherKind(f"'{store.root}' now holds a {rec['kind']} (it was replaced): open it with "
+                        "blzarr.open", store.root, rec["kind"])
+
+
+def roll_forward(store, rec, old_kind):
+    """Finish the replacement `rec` names, whose redirect is in the commit object of an `old_kind`."""
+    stage = rec["by"]
+    redirect, commit = COMMIT_KEYS[old_kind], COMMIT_KEYS[rec["kind"]]
+    new = {k[len(stage) + 1:] for k in store.find(stage)}
+    if commit not in new:
+        raise FormatError(f"'{store.where(redirect)}' names the replacement '{store.where(stage)}', which "
+                          f"holds no {rec['kind']} ('{commit}' is missing)")
+    for key in store.find(""):
+        if key != redirect and not key.startswith(stage + "/") and key not in new:
+            store.delete(key)
+    for rel in sorted(new - {commit}):
+        store.copy(f"{stage}/{rel}", rel)
+    store.copy(f"{stage}/{commit}", commit)
+    if redirect != commit:
+        store.delete(redirect)
+    store.child(stage).remove_all()
+
+
+def _pending(store, kind):
+    """The redirect in the commit object of the `kind` at `store` (None when there is none)."""
+    key = COMMIT_KEYS[kind]
+    try:
+        obj = parse_json(store.get(key), store.where(key), "commit object")
+    except (FormatError, MissingError):
+        return None         # damaged or gone: no redirect (the replacement removes it like any old object)
+    return record_of(obj, store.where(key))
+
+
+def resolve(store, kind):
+    """(store, kind, redirect) of what readers read at `store`, which holds a `kind`: the stage and
+    the redirect of a replacement in progress, else (store, kind, None).  One GET."""
+    rec = _pending(store, kind)
+    if rec is None:
+        return store, kind, None
+    return store.child(rec["by"]), rec["kind"], rec
+
+
+def begin(store, kind=None):
+    """Before a new dataset is written at the prefix of `store`: (None, None) when no dataset is stored
+    there (it is written in place, as any creation), else (stage name, kind of the dataset there),
+    a replacement in progress there finished and stages no redirect names removed first."""
+    kind = kind or detect_store(store)
+    if kind is None:
+        return None, None
+    rec = _pending(store, kind)
+    if rec is not None:
+        roll_forward(store, rec, kind)
+        kind = rec["kind"]
+    for name in store.names(""):
+        if name.startswith(STAGE_PREFIX):
+            store.child(name).remove_all()
+    return STAGE_PREFIX + secrets.token_hex(6), kind
+
+
+def publish(store, stage, old_kind):
+    """Switch the prefix of `store` (holding an `old_kind`) to the complete dataset in `stage`, and
+    roll forward."""
+    new_kind = detect_store(store.child(stage))
+    if new_kind is None:
+        raise StorageError(f"'{store.where(stage)}' holds no complete carray or ctable to put in place")
+    rec = {"version": VERSION, "by": stage, "kind": new_kind}
+    store.put(COMMIT_KEYS[old_kind], redirect_bytes(stage, new_kind))
+    roll_forward(store, rec, old_kind)
+
+
+def abandon(store, stage):
+    """Remove a stage whose build failed (a leftover is removed by the next replacement)."""
+    with contextlib.suppress(Exception):
+        store.child(stage).remove_all()
+
+
+# prefixes whose dataset is being created where nothing was stored: the constructors inside need not
+# look for a dataset to replace there (a table's columns, the dataset built in a stage)
+_fresh = threading.local()
+
+
+@contextlib.contextmanager
+def fresh(url):
+    urls = _fresh.__dict__.setdefault("urls", [])
+    urls.append(url.rstrip("/") + "/")
+    try:
+        yield
+    finally:
+        urls.pop()
+
+
+def is_fresh(url):
+    url = url.rstrip("/") + "/"
+    return any(url.startswith(u) for u in getattr(_fresh, "urls", ()))
+
+
+def build(url, store, make, reopen, kind=None):
+    """Make a dataset at `url` (whose byte store is `store`) with ``make(target_url)``, atomically
+    where one is stored there already (of `kind`, when the caller knows it): in a stage, switched in
+    once complete.  Returns what `make` returned when nothing was there, else ``reopen()`` after the
+    switch."""
+    stage, old_kind = begin(store, kind)
+    if stage is None:
+        with fresh(url):
+            return make(url)
+    target = f"{store.root}/{stage}"
+    try:
+        with fresh(target):
+            out = make(target)
+            close = getattr(out, "close", None)
+            if callable(close):
+                close()
+            del out
+    except BaseException:
+        abandon(store, stage)
+        raise
+    publish(store, stage, old_kind)
+    return reopen()
+
+
+@contextlib.contextmanager
+def journaled(store, rolled_back):
+    """Run the block, which rewrites objects of the carray at `store` in place (and flushes), under a
+    rollback journal made of the same pieces: every object of the carray is copied on the server to
+    a stage, ``meta/storage`` is put as a redirect to that copy (readers read the state before from
+    it; a writer's open rolls it "forward", which puts the old objects back), the block runs, and
+    ``meta/storage`` is put back as it was (the commit).  On an exception in the block the copy is
+    put back at once, then `rolled_back(ok)` is called (ok False: that failed too; the next writer's
+    open does it)."""
+    for name in store.names(""):
+        if name.startswith(STAGE_PREFIX):       # an interrupted replacement's or journal's leftover
+            store.child(name).remove_all()
+    key = COMMIT_KEYS["carray"]
+    original = store.get(key)
+    stage = STAGE_PREFIX + secrets.token_hex(6)
+    rec = {"version": VERSION, "by": stage, "kind": "carray"}
+    try:
+        for k in store.find(""):
+            store.copy(k, f"{stage}/{k}")
+        store.put(key, redirect_bytes(stage, "carray"))
+    except BaseException:
+        # (a put that failed may still have landed: meta/storage is put back before the copy goes)
+        with contextlib.suppress(BaseException):
+            store.put(key, original)
+            abandon(store, stage)
+        raise
+    try:
+        with fresh(store.root):
+            yield
+        store.put(key, original)
+    except BaseException:
+        try:
+            roll_forward(store, rec, "carray")
+        except BaseException:
+            rolled_back(False)
+            raise
+        rolled_back(True)
+        raise
+    abandon(store, stage)       # (a leftover is removed before the next journal or replacement)
