@@ -593,10 +593,18 @@ class CarrayWrites(CarrayBase):
                 self[first] = rows
                 return
         journal = self._rewrite_journal(key)
+        nch = None
         with journal:
             self._assign(key, value)
             if journal is not _NO_JOURNAL:
-                self.flush()        # inside the journal: what the assignment changed is committed at its end
+                # flushed inside the journal, whose end is the commit; the rest of the flush (the
+                # statistics) after it, so that its failure undoes nothing committed
+                with self._lock:
+                    nch = self._flush_data()
+                    if nch is not None:
+                        self._write_sizes()
+        if nch is not None:
+            self._flush_finish(nch)
 
     def _rewrite_journal(self, key):
         """What makes an assignment to stored chunks one step where they are rewritten in place, object
