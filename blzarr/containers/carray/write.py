@@ -607,12 +607,18 @@ class CarrayWrites(CarrayBase):
             self._flush_finish(nch)
 
     def _rewrite_journal(self, key):
-        """What makes an assignment to stored chunks one step where they are rewritten in place, object
-        by object (the bcolz layout on object storage): a rollback journal (`replace.journaled`);
-        elsewhere nothing (staged rewrites and the rewrite record do it)."""
-        if self._bytestore is None or not self._ondisk or self._chunks.format != "bcolz" \
-                or not len(self._chunks) or replace.is_fresh(self._rootdir) or not self._may_touch_stored(key):
+        """What makes an assignment one step where it rewrites more than one object in place, one
+        after the other (object storage: chunk objects of the bcolz layout, superchunk files of BLZ,
+        each uploaded whole): a rollback journal (`replace.journaled`); elsewhere, or for one object,
+        nothing (locally, staged rewrites and the rewrite record do it)."""
+        if self._bytestore is None or not self._ondisk or not len(self._chunks) or replace.is_fresh(self._rootdir):
             return _NO_JOURNAL
+        span = self._stored_span(key)
+        if span is None:
+            return _NO_JOURNAL
+        per = 1 if self._chunks.format == "bcolz" else max(int(self._chunks.partition_chunks()), 1)
+        if span[0] // per == span[1] // per:
+            return _NO_JOURNAL      # one object: replaced whole by its upload
 
         def rolled_back(ok):
             # the objects hold the state before the assignment again (or will, once the next writer
@@ -622,16 +628,20 @@ class CarrayWrites(CarrayBase):
                             "writer's open rolls it back)") + ": open the carray again"
         return replace.journaled(self._bytestore, rolled_back)
 
-    def _may_touch_stored(self, key):
-        """False when assigning to `key` surely changes no stored full chunk (cheap keys only)."""
+    def _stored_span(self, key):
+        """(first, last) chunk an assignment to `key` may change, the short last chunk counted, when
+        that reaches a stored full chunk; None when it surely does not (cheap keys only)."""
         first = len(self._chunks) * self._chunklen
+        cl = self._chunklen
         if isinstance(key, (int, np.integer)):
-            return -self._len <= key < first - self._len or 0 <= key < first
+            i = int(key) + self._len if key < 0 else int(key)
+            return (i // cl, i // cl) if 0 <= i < first else None
         if isinstance(key, slice):
             start, stop, step = key.indices(self._len)
             n = ix.slice_length(start, stop, step)
-            return n > 0 and min(start, start + (n - 1) * step) < first
-        return True
+            lo, hi = sorted((start, start + (n - 1) * step))
+            return (lo // cl, hi // cl) if n > 0 and lo < first else None
+        return 0, len(self._chunks)
 
     def _assign(self, key, value):
         with self._lock, self._undoable(leftover=self._may_touch_leftover(key)):
