@@ -16,8 +16,10 @@ the local matrix is here too, or in `NOT_ON_OBJECT_STORAGE` with the reason (and
 refused with a clear error there rather than half done).
 
 The default run interrupts two operations at one point each (and checks the lists), and kills a table
-creation and a row assignment where the creation marker and the table journal must do their work;
-the sweep, and the check that the reading calls write nothing on S3, are marked slow.
+creation, a row assignment, a replacement after its switch and a carray's assignment across chunk
+objects, where the creation marker, the table journal, the redirect (blzarr.storage.replace) and the
+carray journal must do their work; the sweep, and the check that the reading calls write nothing on
+S3, are marked slow.
 """
 
 import gc
