@@ -17,6 +17,12 @@ import os
 import threading
 import weakref
 
+# np.unique (called by reader threads) reaches numpy.ma through numpy's lazy module attribute, and
+# the first access imports it.  A fork while another thread is inside that import leaves the
+# module's import lock held in the child (CPython 3.11 does not free module locks at fork), and the
+# child's first np.unique waits forever.  Imported here, before any thread of ours runs.
+import numpy.ma  # noqa: F401,E402
+
 # weak references to the locks made, without callbacks (a lock is made for every open of a carray:
 # its registration must cost no Python call when made or when the lock goes); the dead ones are
 # dropped whenever the list has doubled since the last time
