@@ -349,6 +349,7 @@ def fromiter(iterable, dtype, count, **kwargs):
     Returns
     -------
     carray or ctable
+        The items read (at most `count`), flushed when it is on disk.
 
     Raises
     ------
