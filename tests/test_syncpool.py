@@ -9,6 +9,7 @@ raising from the flush as a failed sync of the recording I/O layer does, and a r
 """
 
 import errno
+import gc
 import os
 import random
 import threading
@@ -196,11 +197,19 @@ def test_a_table_flush_syncs_through_the_writers_descriptors(tmp_path, monkeypat
         return real_open(path, how, mode)
 
     monkeypatch.setattr(fileio, "open", counting_open)
-    fds_before = _open_fds()
-    rows = _rows(20, 3)
-    for r in rows:
-        t.append(tuple(r))
-    assert _open_fds() == fds_before        # every descriptor a barrier took is closed again
+    # objects of earlier tests in this process, collected during the loop, would close their own
+    # descriptors and hide a leak (or fail the count): collect them first, none during the loop
+    gc.collect()
+    gc.disable()
+    try:
+        fds_before = _open_fds()
+        rows = _rows(20, 3)
+        for r in rows:
+            t.append(tuple(r))
+        fds_after = _open_fds()
+    finally:
+        gc.enable()
+    assert fds_after == fds_before          # every descriptor a barrier took is closed again
     ino = lambda *p: os.stat(os.path.join(root, *p)).st_ino      # noqa: E731
     data = {ino(c, "data", "__1__.bin") for c in "abc"}
     sizes = {ino(c, "meta", "sizes") for c in "ab"}
