@@ -636,8 +636,8 @@ def _barrier_order(monkeypatch, order):
     (superchunk file, then meta/sizes) keeps the states where the chunk is durable and meta/sizes is
     not; 'reversed' the states where meta/sizes is durable and its chunk is not."""
     if order == "reversed":
-        orig = files.sync_together
-        monkeypatch.setattr(files, "sync_together", lambda paths, dirs=(): orig(list(paths)[::-1], dirs))
+        orig = files._sync_all          # (every barrier goes through it: sync_together, one_barrier)
+        monkeypatch.setattr(files, "_sync_all", lambda items, dirs=(): orig(list(items)[::-1], dirs))
 
 
 def _growing_flushes(base, monkeypatch, order, steps):
@@ -829,18 +829,18 @@ def test_a_writer_after_a_killed_one_barrier_flush(tmp_path, monkeypatch):
             states.append(a[:])
         rec.mark("killed flush")
         a.append(np.arange(5000, 5010))
-        orig = files.sync_together
+        orig = files._sync_all
 
         class Killed(BaseException):
             pass
 
-        def killed(paths, dirs=()):
+        def killed(items, dirs=()):
             raise Killed()          # the process dies before its barrier's syncs
-        monkeypatch.setattr(files, "sync_together", killed)
+        monkeypatch.setattr(files, "_sync_all", killed)
         want = a[:]
         with pytest.raises(Killed):
             a.flush()
-        monkeypatch.setattr(files, "sync_together", orig)
+        monkeypatch.setattr(files, "_sync_all", orig)
         states.append(want)
         a._dirty = False
         a._mode = "r"                   # (the killed process writes nothing more)
