@@ -347,17 +347,18 @@ def test_toparquet_interrupted_leaves_the_old_file(tmp_path, monkeypatch, fault)
         with pytest.raises(OSError):
             t.toparquet(path, row_group_size=70_000)
     else:
-        real = arrow_io._Export.batch
+        real = arrow_io._Export.array
         calls = {"n": 0}
 
-        def interrupted(self, s, e):
+        def interrupted(self, j, s, e):
             calls["n"] += 1
             if calls["n"] == 4:
                 raise KeyboardInterrupt
-            return real(self, s, e)
-        monkeypatch.setattr(arrow_io._Export, "batch", interrupted)
+            return real(self, j, s, e)
+        monkeypatch.setattr(arrow_io._Export, "array", interrupted)
         with pytest.raises(KeyboardInterrupt):
             t.toparquet(path, row_group_size=70_000)
+    assert calls["n"] > 3                                          # the fault was reached
     monkeypatch.undo()
     assert sorted(os.listdir(tmp_path)) == ["out.parquet"]
     assert pq.read_table(path).to_pydict() == {"old": [1, 2, 3]}
@@ -420,7 +421,7 @@ _KILL_CHILD = textwrap.dedent("""
     import sys, numpy as np, blzarr, pyarrow as pa, pyarrow.parquet as pq
     from blzarr.io import arrow as arrow_io
     what, path, src = sys.argv[1:4]
-    real = arrow_io._Builder.append if what == "from" else arrow_io._Export.batch
+    real = arrow_io._Builder.append if what == "from" else arrow_io._Export.array
     calls = [0]
     def slow(*a):
         calls[0] += 1
@@ -432,7 +433,7 @@ _KILL_CHILD = textwrap.dedent("""
         arrow_io._Builder.append = slow
         blzarr.ctable.fromparquet(src, rootdir=path, mode="w")
     else:
-        arrow_io._Export.batch = slow
+        arrow_io._Export.array = slow
         t = blzarr.ctable([np.arange(300_000)], names=["a"])
         t.toparquet(path, row_group_size=70_000)
 """)

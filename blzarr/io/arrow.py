@@ -177,20 +177,22 @@ class _Export:
         widest = max([t.cols[n].chunklen for n in names] or [1])
         self.blen = widest * max(1, -(-MIN_BATCH_ROWS // widest))
 
-    def batch(self, s, e):
+    def array(self, j, s, e):
+        """The Arrow array of field j for rows [s, e)."""
         pa, t = self.pa, self.t
-        arrays = []
-        for n, vname, typ, conv in self.plan:
-            values = t.cols[n][s:e]
-            valid = t.cols[vname][s:e] if vname is not None else None
-            if values.dtype.kind in "US":
-                arrays.append(_fixed_to_arrow(pa, values, valid))
-                continue
-            if conv is not None:
-                values = values.astype(conv)
-            mask = None if valid is None or valid.all() else ~valid
-            arrays.append(pa.array(values, type=typ, mask=mask))
-        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+        n, vname, typ, conv = self.plan[j]
+        values = t.cols[n][s:e]
+        valid = t.cols[vname][s:e] if vname is not None else None
+        if values.dtype.kind in "US":
+            return _fixed_to_arrow(pa, values, valid)
+        if conv is not None:
+            values = values.astype(conv)
+        mask = None if valid is None or valid.all() else ~valid
+        return pa.array(values, type=typ, mask=mask)
+
+    def batch(self, s, e):
+        return self.pa.RecordBatch.from_arrays([self.array(j, s, e) for j in range(len(self.plan))],
+                                               schema=self.schema)
 
     def batches(self, start=0, stop=None):
         stop = len(self.t) if stop is None else stop

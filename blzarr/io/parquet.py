@@ -13,12 +13,17 @@ import threading
 import uuid
 
 from blzarr.runtime import integrations
+from blzarr.runtime.params import get_nthreads
 from blzarr.storage import fileio
 from blzarr.errors import StorageError
 from blzarr.io import arrow as _arrow
+from blzarr.io import parquet_parts as _parts
 
 # rows per row group written by toparquet (pyarrow's default), rounded to whole stream batches
 ROW_GROUP_ROWS = 1 << 20
+# row groups at least this long are written in pieces (`blzarr.io.parquet_parts`): below it, making
+# and parsing a one-column file per piece costs more than the threads give back
+PIECES_MIN_ROWS = 1 << 16
 
 
 class _FdFile:
@@ -132,6 +137,17 @@ def toparquet(t, path, columns=None, row_group_size=None, compression="snappy", 
         for s in range(0, len(t), group_rows):
             yield pa.Table.from_batches([ex.batch(s, min(s + group_rows, len(t)))], schema=ex.schema)
 
+    options = {"compression": compression, **kwargs}
+    # the file is written in pieces, its column chunks made and encoded on several threads, unless
+    # the row groups are short or an option or the pyarrow version asks for one writer
+    template = None
+    if min(group_rows, len(t)) >= PIECES_MIN_ROWS:
+        template = _parts.stitchable(pa, pq, pa.Table.from_batches([ex.batch(0, 1)]), options)
+    bounds = [(s, min(s + group_rows, len(t))) for s in range(0, len(t), group_rows)]
+
+    def column(j, s, e):
+        return pa.Table.from_arrays([ex.array(j, s, e)], schema=pa.schema([ex.schema.field(j)]))
+
     prefix = f".{os.path.basename(path)}.writing-"
     _arrow.remove_abandoned(parent, prefix, _remove_unlocked_file)
     tmp = os.path.join(parent, f"{prefix}{uuid.uuid4().hex[:8]}")
@@ -139,10 +155,12 @@ def toparquet(t, path, columns=None, row_group_size=None, compression="snappy", 
     try:
         fileio.flock(fd, "ex")          # tells a later call that this file is not abandoned
         sink = _FdFile(fd)
-        with pq.ParquetWriter(pa.PythonFile(sink, mode="w"), ex.schema, compression=compression,
-                              **kwargs) as w:
-            for table in _ahead(groups()):
-                w.write_table(table, row_group_size=group_rows)
+        if template is not None:
+            _parts.write(pa, pq, sink, bounds, len(ex.schema), column, options, template, get_nthreads())
+        else:
+            with pq.ParquetWriter(pa.PythonFile(sink, mode="w"), ex.schema, **options) as w:
+                for table in _ahead(groups()):
+                    w.write_table(table, row_group_size=group_rows)
         if fileio.sync_enabled():
             fileio.fsync(fd)
         fileio.close(fd)

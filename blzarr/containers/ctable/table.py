@@ -979,6 +979,8 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         there), so an interrupted call leaves `path` as it was.  `row_group_size` (default 1Mi
         rows), `compression` and `**kwargs` go to ``pyarrow.parquet.ParquetWriter``.  Missing values
         and time zones are written as Arrow nulls and zoned timestamps (see `__arrow_c_stream__`).
+        The file is the one ``pyarrow.parquet.write_table`` writes for the same rows and options;
+        long row groups have their columns encoded on several threads (`blzarr.set_nthreads`).
 
         Examples
         --------
