@@ -357,9 +357,11 @@ def _is_dict(pa, arr):
     return not isinstance(arr, pa.ChunkedArray) and pa.types.is_dictionary(arr.type)
 
 
-def _dict_parts(pa, arr, kind):
+def _dict_parts(pa, arr, kind, fits=0):
     """(dictionary as one plain Array, the rows' indices into it as NumPy int64, the rows' validity
-    or None, the widest value the rows use) of the dictionary-encoded string or binary Array `arr`."""
+    or None, the widest value the rows use) of the dictionary-encoded string or binary Array `arr`.
+    When no value of the dictionary is wider than `fits`, the widest one is given instead (without
+    looking at which values the rows use)."""
     import pyarrow.compute as pc
     dictionary = _plain(pa, arr.dictionary)
     ind = arr.indices
@@ -378,6 +380,8 @@ def _dict_parts(pa, arr, kind):
         valid = dvalid[idx] if valid is None else valid & dvalid[idx]
     lengths = pc.utf8_length(dictionary) if kind == "U" else pc.binary_length(dictionary)
     lengths = np.asarray(lengths.fill_null(0), dtype=np.int64)
+    if int(lengths.max()) <= fits:
+        return dictionary, idx, valid, int(lengths.max())
     used = lengths[idx] if n else lengths[:0]
     if valid is not None:
         used = used[valid]
@@ -501,7 +505,7 @@ class _Builder:
     def _add_validity(self, name):
         t = self.t
         vname = colmeta.validity_name(name, set(t.names))
-        ones = carray(np.ones(0, bool), expectedlen=max(len(t), 1))
+        ones = carray(np.ones(0, bool), expectedlen=max(len(t), self.kw.get("expectedlen") or 1, 1))
         for s in range(0, len(t), 1 << 20):
             ones.append(np.ones(min(1 << 20, len(t) - s), bool))
         t.addcol(ones, name=vname, pos=t.names.index(name) + 1)
@@ -534,7 +538,7 @@ class _Builder:
         else:
             self._append(batch)
 
-    SLICE = 1 << 16
+    SLICE = 1 << 20
 
     def _append(self, batch):
         pa, t = self.pa, self.t
@@ -546,8 +550,8 @@ class _Builder:
             arr = batch.column(j)
             if kind in "US" and _is_dict(pa, arr):
                 # (a Parquet column read with its dictionary) converted once per dictionary value
-                dictionary, idx, valid, w = _dict_parts(pa, arr, kind)
                 cur = t.cols[name].dtype.itemsize // (4 if kind == "U" else 1)
+                dictionary, idx, valid, w = _dict_parts(pa, arr, kind, cur)
                 if w > cur:
                     self._widen(name, np.dtype(f"{kind}{w}"))
                     cur = w
@@ -745,7 +749,10 @@ def fromarrow(obj, rootdir=None, mode=None, columns=None, **kwargs):
         schema = pa.schema([schema.field(i) for i in idx])
     plan = _import_plan(pa, schema)
     widths = _table_widths(pa, obj, plan) if columns is None else {}
-    return build_beside(rootdir, mode, lambda kw: fill_from_batches(pa, schema, batches, {**kwargs, **kw}, widths),
+    # in-memory data: the columns' chunks sized for all its rows
+    ctor = {"expectedlen": max(obj.num_rows, 1), **kwargs} if isinstance(obj, (pa.Table, pa.RecordBatch)) \
+        else kwargs
+    return build_beside(rootdir, mode, lambda kw: fill_from_batches(pa, schema, batches, {**ctor, **kw}, widths),
                         "fromarrow()", kwargs.get("storage_options"))
 
 

@@ -230,8 +230,10 @@ def fromparquet(path, rootdir=None, mode=None, columns=None, **kwargs):
                 raise StorageError(f"fromparquet(): row group {i} of '{path}' cannot be read: {e}") from None
             yield from table.to_batches()
 
+    # the columns' chunks sized for the whole file, as a table made from arrays of that length would be
+    ctor = {"expectedlen": max(pf.metadata.num_rows, 1), **kwargs}
     return _arrow.build_beside(rootdir, mode, lambda kw: _arrow.fill_from_batches(
-        pa, schema, _ahead(batches()), {**kwargs, **kw}), "fromparquet()", kwargs.get("storage_options"))
+        pa, schema, _ahead(batches()), {**ctor, **kw}), "fromparquet()", kwargs.get("storage_options"))
 
 
 integrations.register("toparquet", toparquet)
