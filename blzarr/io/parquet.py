@@ -139,9 +139,11 @@ def toparquet(t, path, columns=None, row_group_size=None, compression="snappy", 
 
     options = {"compression": compression, **kwargs}
     # the file is written in pieces, its column chunks made and encoded on several threads, unless
-    # the row groups are short or an option or the pyarrow version asks for one writer
+    # one thread is asked for, the row groups are short or an option or the pyarrow version needs
+    # one writer
     template = None
-    if min(group_rows, len(t)) >= PIECES_MIN_ROWS:
+    nthreads = get_nthreads()
+    if nthreads > 1 and min(group_rows, len(t)) >= PIECES_MIN_ROWS:
         template = _parts.stitchable(pa, pq, pa.Table.from_batches([ex.batch(0, 1)]), options)
     bounds = [(s, min(s + group_rows, len(t))) for s in range(0, len(t), group_rows)]
 
@@ -156,7 +158,7 @@ def toparquet(t, path, columns=None, row_group_size=None, compression="snappy", 
         fileio.flock(fd, "ex")          # tells a later call that this file is not abandoned
         sink = _FdFile(fd)
         if template is not None:
-            _parts.write(pa, pq, sink, bounds, len(ex.schema), column, options, template, get_nthreads())
+            _parts.write(pa, pq, sink, bounds, len(ex.schema), column, options, template, nthreads)
         else:
             with pq.ParquetWriter(pa.PythonFile(sink, mode="w"), ex.schema, **options) as w:
                 for table in _ahead(groups()):
