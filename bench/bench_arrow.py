@@ -7,7 +7,10 @@ repeat, so load on the machine falls on both; ratios are peer time / blzarr time
 is faster):
 
     toparquet        t.toparquet(path)  vs  pyarrow.parquet.write_table(table, path) of the same rows
-                     held in memory as an Arrow table (same compression, same row group size)
+                     held in memory as an Arrow table (same compression, same row group size); the
+                     file is the same, byte for byte.  toparquet syncs the file before it renames it
+                     into place, write_table does not: the "fsync off" row times toparquet with
+                     blzarr.defaults_ctx(fsync=False), like for like
     fromparquet      ctable.fromparquet(path) in memory, and into a BLZ directory, vs
                      pyarrow.parquet.read_table(path)
     polars           polars.DataFrame(t) (the Arrow stream)  vs  polars.from_pandas(t.todataframe())
@@ -90,12 +93,15 @@ def main(argv=None):
         t.toparquet(ours, compression=args.compression, row_group_size=rg)
         pq.write_table(at, theirs, compression=args.compression, row_group_size=rg)
         assert pq.read_table(ours).equals(pq.read_table(theirs))
+        with open(ours, "rb") as f1, open(theirs, "rb") as f2:
+            same_bytes = f1.read() == f2.read()
         back = blzarr.ctable.fromparquet(theirs)
         for name, v in cols.items():
             np.testing.assert_array_equal(back[name][:], v)
         print(f"bench_arrow: {args.n:,} rows x {len(cols)} columns, {t.nbytes / 2**20:.0f} MB, "
               f"compression {args.compression}, row groups of {rg:,}, {args.repeats} repeats "
-              f"(interleaved, medians, {'CPU time' if args.cpu else 'wall clock'})")
+              f"(interleaved, medians, {'CPU time' if args.cpu else 'wall clock'}); toparquet's file "
+              f"{'is' if same_bytes else 'is NOT'} pyarrow's byte for byte")
         print(f"{'operation':<34}{'blzarr':>10}{'peer':>10}{'peer/blzarr':>13}  peer")
         rows = []
 
@@ -104,10 +110,16 @@ def main(argv=None):
             print(f"{label:<34}{ours_t * 1e3:>8.0f}ms{peer_t * 1e3:>8.0f}ms{peer_t / ours_t:>13.2f}  {peer}",
                   flush=True)
 
+        def unsynced():
+            with blzarr.defaults_ctx(fsync=False):
+                t.toparquet(ours, compression=args.compression, row_group_size=rg)
+
         m = interleaved([("ours", lambda: t.toparquet(ours, compression=args.compression, row_group_size=rg)),
+                         ("nosync", unsynced),
                          ("pyarrow", lambda: pq.write_table(at, theirs, compression=args.compression,
                                                             row_group_size=rg))], args.repeats, clock)
         row("toparquet", m["ours"], m["pyarrow"], "pyarrow write_table (Arrow table in memory)")
+        row("toparquet (fsync off)", m["nosync"], m["pyarrow"], "pyarrow write_table (which does not sync)")
         dest = os.path.join(tmp, "from.blz")
         m = interleaved([("mem", lambda: blzarr.ctable.fromparquet(theirs)),
                          ("disk", lambda: blzarr.ctable.fromparquet(theirs, rootdir=dest, mode="w")),
