@@ -100,6 +100,26 @@ def test_the_file_is_pyarrows_byte_for_byte(tmp_path, monkeypatch, n, rg, option
         assert f.read() == _pyarrows_file(t, rg, **options)
 
 
+@pytest.mark.parametrize("fmt", ["blz", "bcolz"])
+def test_on_disk_one_column_and_many(tmp_path, monkeypatch, fmt):
+    # the threads read the same column at once (one column), or 20 of them (a footer's long lists)
+    monkeypatch.setattr(parquet_io, "get_nthreads", lambda: 3)
+    n = 3_000
+    rng = np.random.default_rng(9)
+    for k, cols in enumerate(({"x": np.cumsum(rng.normal(size=n))},
+                              {f"c{j}": rng.integers(-50, 50, n).astype("i4") * j for j in range(20)})):
+        root = str(tmp_path / f"t{k}")
+        t = ctable(list(cols.values()), list(cols), rootdir=root, mode="w", format=fmt, chunklen=400)
+        t = blzarr.open(root, mode="r")
+        path = str(tmp_path / f"o{k}.parquet")
+        spy = _Spy(monkeypatch, parquet_parts, "write")
+        t.toparquet(path, row_group_size=1000)
+        assert spy.calls == 1
+        with open(path, "rb") as f:
+            assert f.read() == _pyarrows_file(t, 1000)
+        assert pq.read_table(path).equals(pa.table(t))
+
+
 def test_read_back_by_pyarrow_polars_and_duckdb(tmp_path, monkeypatch):
     pl = pytest.importorskip("polars")
     duckdb = pytest.importorskip("duckdb")
