@@ -131,6 +131,41 @@ def test_a_flush_syncs_the_superchunk_file_and_sizes_in_one_barrier(tmp_path):
     assert blzarr.open(root, mode="r")[:].tolist() == list(range(250)) + list(range(40))
 
 
+def test_a_flush_that_fills_the_short_chunk_makes_one_barrier(tmp_path):
+    """A flush that completes the short last chunk and writes the next one short (or a few full ones
+    and then a short one), all in the last superchunk file, also syncs that file and meta/sizes in
+    one barrier: the record names every chunk counted since its "prev" ("more": the completed one
+    and the full ones, with their checksums; "last": the new short one)."""
+    root = str(tmp_path / "c")
+    _make(root).close()                 # 250 atoms: chunk 2 holds 50
+
+    def work(rec):
+        c = blzarr.open(root, mode="a")
+        rec.mark("within the chunk")    # (the first record replaces the file: room for the next)
+        c.append(np.arange(5))
+        c.flush()
+        rec.mark("fills the chunk")     # 55 + 60: chunk 2 full, chunk 3 holds 15
+        c.append(np.arange(60))
+        c.flush()
+        rec.mark("fills it and two more")     # 15 + 290: chunks 3, 4, 5 full, chunk 6 holds 5
+        c.append(np.arange(290))
+        c.flush()
+        c.close()
+    rec = _record(tmp_path, work)
+    names = _names(rec)
+    records = [json.loads(e[3]) for e in rec.log
+               if e[0] == "write" and os.path.basename(names.get(e[1], "")) == "sizes"]
+    for label, i, end in rec.calls()[1:]:
+        assert _rounds_of(rec, names, i, end) == [["__1__.bin", "sizes"]], label
+    one, two = [r for r in records if "more" in r]
+    assert one["prev"][:2] == [255, 2] and one["last"][0] == 3 and [m[0] for m in one["more"]] == [2]
+    assert two["prev"][:2] == [315, 3] and two["last"][0] == 6 and [m[0] for m in two["more"]] == [3, 4, 5]
+    want = np.r_[np.arange(250), np.arange(5), np.arange(60), np.arange(290)]
+    r = blzarr.open(root, mode="r")
+    np.testing.assert_array_equal(r[:], want)
+    r.verify()
+
+
 @pytest.mark.parametrize("superchunklen", [2, 64])
 def test_sizes_never_names_a_chunk_with_unsynced_bytes(tmp_path, superchunklen):
     """The invariant the protocol rests on: when a meta/sizes naming a short last chunk is written,
@@ -640,16 +675,17 @@ def _barrier_order(monkeypatch, order):
         monkeypatch.setattr(files, "_sync_all", lambda items, dirs=(): orig(list(items)[::-1], dirs))
 
 
-def _growing_flushes(base, monkeypatch, order, steps):
+def _growing_flushes(base, monkeypatch, order, steps, superchunklen=64):
     """`steps`: appends + flushes (> 0 atoms) and trims (< 0); of the appends, those that rewrite the
-    short last chunk only make one barrier each; (recorder, the values after each call)."""
+    short last chunk (and may fill it and add chunks after it, in its superchunk file) make one
+    barrier each; (recorder, the values after each call)."""
     root = str(base / "c")
     rec = crashsim.Recorder(str(base))
     states = [np.arange(250)]
     _barrier_order(monkeypatch, order)
     with fileio.use(rec):
         rec.mark("create")
-        _make(root, n=250, superchunklen=64).close()
+        _make(root, n=250, superchunklen=superchunklen).close()
         c = blzarr.open(root, mode="a")
         for k, n in enumerate(steps):
             rec.mark(f"flush {k} ({n})")
@@ -664,25 +700,34 @@ def _growing_flushes(base, monkeypatch, order, steps):
     return rec, states
 
 
-@pytest.mark.parametrize("steps", [
-    [10, 5],
-    # a flush that adds a full chunk (ordered), one barrier after it, a trim, one barrier after that
-    pytest.param([10, 20, 5, 60, 15, -10, 7], marks=pytest.mark.slow),
+@pytest.mark.parametrize("order, steps, superchunklen", [
+    # a flush that fills the short chunk and writes the next one short, then one within the chunk
+    ("given", [60, 5], 64),
+    ("reversed", [60, 5], 64),
+    # flushes within the chunk, one that fills it, one within the next, a trim, one more
+    pytest.param("given", [10, 20, 5, 60, 15, -10, 7], 64, marks=pytest.mark.slow),
+    pytest.param("reversed", [10, 20, 5, 60, 15, -10, 7], 64, marks=pytest.mark.slow),
+    # one that fills the short chunk and starts a new superchunk file (ordered syncs), one after it
+    pytest.param("reversed", [60, 5], 3, marks=pytest.mark.slow),
 ])
-@pytest.mark.parametrize("order", ["given", "reversed"])
-def test_crash_states_of_one_barrier_flushes(tmp_path, monkeypatch, order, steps):
-    """Every tree a power loss could leave during flushes that sync the short chunk and meta/sizes in
-    one barrier, in either order of the barrier's syncs, read after a reboot (`crashsim.reboot`): the
-    values of the completed flush or of the one running; a writer's open goes on from there, and the
-    reader after it agrees."""
+def test_crash_states_of_one_barrier_flushes(tmp_path, monkeypatch, order, steps, superchunklen):
+    """Every tree a power loss could leave during flushes that sync the short chunk (and the chunks
+    after it, when the flush fills it) and meta/sizes in one barrier, in either order of the
+    barrier's syncs, read after a reboot (`crashsim.reboot`): the values of the completed flush or of
+    the one running; a writer's open goes on from there, and the reader after it agrees."""
     base = tmp_path / "base"
     base.mkdir()
-    rec, states = _growing_flushes(base, monkeypatch, order, steps)
+    rec, states = _growing_flushes(base, monkeypatch, order, steps, superchunklen)
     calls = rec.calls()
     monkeypatch.setattr(sizes_record, "_boot", sizes_record.boot_id())    # crash_states reboots
     scratch = str(tmp_path / "state")
     root = os.path.join(scratch, "c")
-    distinct = fell_back = 0
+    names = _names(rec)
+    filling = [e for e in rec.log if e[0] == "write" and os.path.basename(names.get(e[1], "")) == "sizes"
+               and "more" in json.loads(e[3])]
+    # the flush that fills the chunk wrote a record naming it, unless it started a new file
+    assert bool(filling) == (superchunklen == 64)
+    distinct = fell_back = fell_back_filled = 0
     for st in crashsim.distinct_states(rec, scratch, seed=3):
         js = [j for j in crashsim.calls_at(rec, st.kmin, st.kmax) if j >= 0]
         if 0 in js:
@@ -695,6 +740,7 @@ def test_crash_states_of_one_barrier_flushes(tmp_path, monkeypatch, order, steps
             f"state {st.kind} in {[calls[j][0] for j in js]}: {len(got)} atoms"
         if "prev" in raw and len(got) == raw["prev"][0] != raw["shape"][0]:
             fell_back += 1
+            fell_back_filled += "more" in raw
         with blzarr.defaults_ctx(fsync=False):
             w = blzarr.open(root, mode="a")
             np.testing.assert_array_equal(w[:], got)
@@ -706,6 +752,8 @@ def test_crash_states_of_one_barrier_flushes(tmp_path, monkeypatch, order, steps
     assert distinct > 20
     if order == "reversed" or len(steps) > 2:
         assert fell_back > 0        # meta/sizes durable without its chunk: read as its "prev"
+    if order == "reversed" and filling:
+        assert fell_back_filled > 0     # ... also a record naming the chunks of a filling flush
 
 
 def _lose_named_chunk(root, rec):
