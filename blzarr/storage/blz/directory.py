@@ -764,8 +764,9 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
 
     def _short_chunk_alone(self, files):
         """The superchunk file, when the writes since the last sync are a rewrite of the short last
-        chunk that the committed meta/sizes names (no other chunk, no new one) and that file's sync
-        may wait for meta/sizes, to be made with it in one barrier (`sizes_record`); else None."""
+        chunk that the committed meta/sizes names (no other chunk rewritten), and maybe up to
+        `sizes_record.MAX_MORE` chunks appended after it in the same file, and that file's sync may
+        wait for meta/sizes, to be made with it in one barrier (`sizes_record`); else None."""
         last = self._sizes_last
         if (last is None or self._sizes_len is None or not self.cksize
                 or not isinstance(self.bytestore, LocalStore) or self._upload_on_close):
@@ -773,8 +774,10 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         fno, slot = divmod(last[0], self.superchunklen)
         fno += 1
         pend = self._pending.get(fno)
+        added = self._nphys - 1 - last[0]
         if (files != [fno] or fno != self.nfiles or pend is None or set(pend[1]) != {slot}
-                or self._nphys != last[0] + 1 or not self._writes.local(self._key(fno))):
+                or not 0 <= added <= sizes_record.MAX_MORE or slot + added >= self.superchunklen
+                or not self._writes.local(self._key(fno))):
             return None
         return fno
 
@@ -798,16 +801,25 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
 
     def _one_barrier_sizes(self, obj):
         """`obj` (meta/sizes, with "last") as a one-barrier record (`sizes_record.record`) when the file
-        `sync` left unsynced holds only the rewrite of the chunk it names; else None."""
+        `sync` left unsynced holds only the rewrite of the chunk the committed meta/sizes names as
+        its short last one and the chunks appended after it, the last of which `obj` names; else
+        None."""
         fno = self._with_sizes
         got, last = obj.get("last"), self._sizes_last
-        if fno is None or got is None or last is None or got[0] != last[0] or got[1] == last[1]:
+        if (fno is None or got is None or last is None or not self.cksize or got[0] != self._nphys - 1
+                or got[0] - last[0] > sizes_record.MAX_MORE or got[0] == last[0] and got[1] == last[1]):
             return None
-        fp = self._fps.get(got[0])
-        if fp is None or fp[0] != got[1] or not self.cksize:
+        f = self._file(fno)
+        first = (fno - 1) * self.superchunklen
+        sums = []
+        for n in range(last[0], got[0] + 1):
+            fp = self._fps.get(n)
+            if fp is None or fp[0] != int(f.offsets[n - first]):
+                return None     # (not remembered as written: the ordered syncs)
+            sums.append((n, fp[0], int(fp[2]).to_bytes(8, "little", signed=True)[:min(8, self.cksize)]))
+        if sums[-1][1] != got[1]:
             return None
-        digest = int(fp[2]).to_bytes(8, "little", signed=True)[:min(8, self.cksize)]
-        return sizes_record.record(obj, self._sizes_len, last, digest)
+        return sizes_record.record(obj, self._sizes_len, last, sums[-1][2], more=sums[:-1])
 
     def _unordered(self):
         """Whether every write since the last sync is past what meta/sizes holds its writer to (the

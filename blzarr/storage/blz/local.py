@@ -437,13 +437,20 @@ class FileReads:
     def chunk_matches(self, d, n, off, nbytes, digest):
         """Whether chunk `n` (of its superchunk file) is at `off` with `nbytes` uncompressed bytes and
         a checksum beginning with `digest` (hex): the chunk a one-barrier meta/sizes names reached the
-        disk."""
-        fno = n // d.superchunklen + 1
+        disk.  `nbytes` None: a full chunk, which the file's offsets entry must also name (readers
+        find it there)."""
+        fno, slot = divmod(n, d.superchunklen)
+        fno += 1
         if not d.cksize or fno > d.nfiles or fno in d._damaged:
             return False        # (a later file may exist: a flush after this one began to append)
         path = d._path(fno)
         try:
             fd = d._fd(fno)
+            if nbytes is None:
+                nbytes = d.chunk_nbytes
+                f = d._file(fno)
+                if sc.read_offset(fd, f.table_pos, slot, path) != off:
+                    return False
             head = d._fio.pread(fd, 16, off, path)
             ct = int.from_bytes(head[12:16], "little", signed=True) if len(head) == 16 else 0
             ok = (int.from_bytes(head[4:8], "little", signed=True) == nbytes

@@ -1,13 +1,18 @@
 """BLZ ``meta/sizes`` as the commit record of a flush that syncs its chunk and itself in one barrier.
 
-A flush that only rewrites the short last chunk (no new full chunk, no earlier chunk) writes the new
-chunk bytes, the offsets switch and ``meta/sizes``, then syncs the superchunk file and ``meta/sizes``
-together.  A power loss may then keep ``meta/sizes`` without the chunk it names, so that record
-carries what a reader needs to notice it and to step back (docs/FORMAT.rst, "meta/sizes"):
+A flush that only rewrites the short last chunk, or fills it and appends a few chunks after it (in
+the same superchunk file), writes the new chunk bytes, the offsets switch and ``meta/sizes``, then
+syncs the superchunk file and ``meta/sizes`` together.  A power loss may then keep ``meta/sizes``
+without the chunks it counts, so that record carries what a reader needs to notice it and to step
+back (docs/FORMAT.rst, "meta/sizes"):
 
     "prev": [length, n, offset, nbytes]   the commit before it (its length and its "last")
     "sum":  hex                           the first (up to 8) bytes of the file's checksum of the
                                           chunk "last" names, as written
+    "more": [[n, offset, hex], ...]       (when the flush filled chunk "prev" names) every other
+                                          chunk counted since "prev": the full chunks from that
+                                          one on, where the file's offsets table puts them, and
+                                          their checksums' first bytes
     "boot": hex                           the writer's boot (16 hex digits of the kernel's boot id)
 
 Within one boot the page cache shows every process the writer's writes in program order (the chunk
@@ -25,7 +30,8 @@ import os
 from blzarr.errors import FormatError
 
 BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
-KEYS = ("prev", "sum", "boot")
+KEYS = ("prev", "sum", "more", "boot")
+MAX_MORE = 4        # full chunks a record names in "more" (the text stays well inside one sector)
 
 _boot = None        # this process's boot ("" when it cannot be told), read once
 
@@ -47,16 +53,21 @@ def boot_id():
     return _boot or None
 
 
-def record(obj, prev_len, prev_last, digest):
+def record(obj, prev_len, prev_last, digest, more=()):
     """`obj` (meta/sizes with "last") as a one-barrier commit record: with the commit before it
     (`prev_len` atoms, its "last" `prev_last`), the checksum `digest` (bytes) of the chunk "last"
-    names, and this boot.  None where the boot cannot be told (the flush keeps its ordered syncs:
-    every reader would have to read the chunk to trust the record)."""
+    names, `more`: (chunk, offset, checksum bytes) of every other chunk counted since that commit
+    (the full ones a flush that filled the short chunk wrote), and this boot.  None where the boot
+    cannot be told (the flush keeps its ordered syncs: every reader would have to read the chunks
+    to trust the record)."""
     boot = boot_id()
     if boot is None:
         return None
-    return dict(obj, prev=[int(prev_len)] + [int(v) for v in prev_last[:3]], sum=bytes(digest[:8]).hex(),
-                boot=boot)
+    out = dict(obj, prev=[int(prev_len)] + [int(v) for v in prev_last[:3]], sum=bytes(digest[:8]).hex())
+    if more:
+        out["more"] = [[int(n), int(off), bytes(d[:8]).hex()] for n, off, d in more]
+    out["boot"] = boot
+    return out
 
 
 def _ints(v, k):
@@ -64,22 +75,39 @@ def _ints(v, k):
             and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v))
 
 
+def _more(more):
+    """The entries of "more" as (chunk, offset, hex), None when it is malformed."""
+    if not isinstance(more, list) or len(more) > 64:
+        return None
+    out = []
+    for m in more:
+        if not (isinstance(m, list) and len(m) == 3 and _ints(m[:2], 2) and isinstance(m[2], str)):
+            return None
+        out.append(tuple(m))
+    return out
+
+
 def resolve(sizes, verify, where):
     """The commit a reader uses of the meta/sizes JSON `sizes`: (object without the record's keys,
-    how): how None (not a record), "boot" (a record of this boot, taken as it is), "checked" (its chunk
-    verified) or "prev" (read as its "prev").  `verify(n, offset, nbytes, sum)` tells whether the chunk "last" names holds those
-    bytes; it is asked only of a record of another boot.  A malformed "prev" of a record whose chunk
-    does not verify is a FormatError naming the file `where()` names."""
+    how): how None (not a record), "boot" (a record of this boot, taken as it is), "checked" (its
+    chunks verified) or "prev" (read as its "prev").  `verify(n, offset, nbytes, sum)` tells whether
+    chunk `n` is at `offset` with that checksum and `nbytes` uncompressed bytes (None: a full chunk,
+    which the superchunk file's offsets table must also put there): asked of the chunk "last" names
+    and of each in "more", only for a record of another boot.  A malformed "prev" of a record whose
+    chunks do not verify is a FormatError naming the file `where()` names."""
     if not isinstance(sizes, dict) or "prev" not in sizes:
         return sizes, None
     out = dict(sizes)
     del out["prev"]
     out.pop("sum", None)
+    more = _more(out.pop("more", []))
     boot = out.pop("boot", None)
     if boot is not None and boot == (_boot if _boot else boot_id()):
         return out, "boot"
     last, digest = sizes.get("last"), sizes.get("sum")
-    if _ints(last, 3) and isinstance(digest, str) and verify(last[0], last[1], last[2], digest):
+    if (_ints(last, 3) and isinstance(digest, str) and more is not None
+            and all(verify(n, off, None, d) for n, off, d in more)
+            and verify(last[0], last[1], last[2], digest)):
         return out, "checked"
     prev, shape = sizes.get("prev"), sizes.get("shape")
     if not _ints(prev, 4) or not isinstance(shape, list) or not shape:
