@@ -207,11 +207,15 @@ def test_flushes_write_meta_sizes_over_in_place_while_its_text_fits(tmp_path, fm
     root = os.path.realpath(str(tmp_path / "c"))
     x = np.random.default_rng(0).random(40_000)     # barely compressible: cbytes about nbytes
     c = blzarr.carray(x[:20_000], rootdir=root, chunklen=4096, format=fmt)
+    # (the first flush's text may outgrow the file the creation wrote: BLZ's first one-barrier
+    # record, which names the chunk it filled, replaces it once, with room for the next ones)
+    c.append(x[20_000:21_000])
+    c.flush()
     path = _sizes(root)
     ino, size = os.stat(path).st_ino, os.path.getsize(path)
     rec = Events(tmp_path)
     with fileio.use(rec):
-        for s in range(20_000, 40_000, 1000):     # shape, nbytes and cbytes keep their digit counts
+        for s in range(21_000, 40_000, 1000):     # shape, nbytes and cbytes keep their digit counts
             c.append(x[s:s + 1000])
             c.flush()
             assert len(blzarr.open(root, mode="r")) == s + 1000
@@ -221,7 +225,7 @@ def test_flushes_write_meta_sizes_over_in_place_while_its_text_fits(tmp_path, fm
                 and os.path.basename(e[1]).startswith(".tmp-")]
     assert ("sync", os.path.dirname(path)) not in ev              # no name changed: no directory sync
     writes = [i for i, e in enumerate(ev) if e == ("write", path)]
-    assert len(writes) == 20
+    assert len(writes) == 19
     for i in writes:
         # durable before flush() goes on (in one barrier with the superchunk file, when the flush
         # only rewrote the short last chunk: nothing written between them)
