@@ -605,7 +605,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
                 # which readers then take as its "prev" (`sizes_record`), whose bytes stay as they are
                 with one_barrier():
                     fno, self._with_sizes = self._with_sizes, None
-                    join_barrier(self._path(fno))
+                    join_barrier(self._path(fno), self._fd(fno))     # (fdatasync of a dup)
                     self._guard.commit(one, room=SIZES_ROOM)
         except BaseException:
             self._sizes_last = old_last     # either may be on disk (the new one names live bytes)
@@ -809,7 +809,9 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         if (fno is None or got is None or last is None or not self.cksize or got[0] != self._nphys - 1
                 or got[0] - last[0] > sizes_record.MAX_MORE or got[0] == last[0] and got[1] == last[1]):
             return None
-        f = self._file(fno)
+        f = self._files.get(fno)       # (the writer's own state of it: no fstat)
+        if f is None:
+            return None
         first = (fno - 1) * self.superchunklen
         sums = []
         for n in range(last[0], got[0] + 1):
