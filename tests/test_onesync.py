@@ -228,7 +228,13 @@ def _states(tmp_path):
     c = blzarr.open(root, mode="a")
     c.append(np.arange(1000, 1030))
     c.flush()
+    with open(os.path.join(root, "meta", "sizes"), "rb") as f:
+        record = f.read()
     c.close()
+    # as a writer killed after its flush left it: close() writes the record over as plain text
+    assert b'"prev"' in record and b'"prev"' not in open(os.path.join(root, "meta", "sizes"), "rb").read()
+    with open(os.path.join(root, "meta", "sizes"), "wb") as f:
+        f.write(record)
     with open(os.path.join(root, "data", "__1__.bin"), "rb") as f:
         data1 = bytearray(f.read())
     return root, sizes0, data1, json.loads(sizes0)["last"], _sizes(root)["last"]
@@ -488,10 +494,11 @@ def test_a_table_flush_syncs_its_columns_together(tmp_path, fmt):
         for i in range(5):
             rec.mark(f"row {i}")
             t.append((i * 0.5, -i, i))
+        rec.mark("close")
         t.close()
     rec = _record(tmp_path, work)
     names = _names(rec)
-    for label, i, end in rec.calls():
+    for label, i, end in rec.calls()[:-1]:
         rounds, cur = [], None
         for e in rec.log[i:end]:
             if e[0] in ("fsync", "fsyncdir"):
@@ -695,7 +702,9 @@ def _growing_flushes(base, monkeypatch, order, steps, superchunklen=64):
             else:
                 c.trim(-n)
             states.append(c[:])
+        rec.mark("close")       # (writes the last record over as plain text, not synced)
         c.close()
+        states.append(states[-1])
     monkeypatch.undo()
     return rec, states
 
@@ -831,6 +840,45 @@ def test_a_malformed_prev_of_a_lost_chunk_is_an_error_naming_meta_sizes(tmp_path
     monkeypatch.setattr(sizes_record, "_boot", "%016x" % (int(rec["boot"], 16) ^ 1))
     with pytest.raises(blzarr.FormatError, match="meta.sizes"):
         blzarr.open(root, mode="r")[:]
+
+
+def test_close_writes_the_last_record_as_plain_text(tmp_path, monkeypatch):
+    """close() writes the one-barrier record its last flush committed over with the same commit
+    without the record's keys (in place, no sync: both texts are durable commits of one state by
+    then), so that a reader after a reboot no longer checks the record's chunks at every open."""
+    root = str(tmp_path / "c")
+    _make(root).close()
+    path = os.path.join(root, "meta", "sizes")
+    c = blzarr.open(root, mode="a")
+    c.append(np.arange(60))             # fills chunk 2, chunk 3 short
+    c.flush()
+    rec = _sizes(root)
+    assert "prev" in rec and [m[0] for m in rec["more"]] == [2] and rec["last"][0] == 3
+    checked = []
+    orig = BlzDir._chunk_matches
+
+    def spy(self, n, *args):
+        checked.append(n)
+        return orig(self, n, *args)
+    monkeypatch.setattr(BlzDir, "_chunk_matches", spy)
+    monkeypatch.setattr(sizes_record, "_boot", "%016x" % (int(rec["boot"], 16) ^ 1))    # a reboot
+    want = np.r_[np.arange(250), np.arange(60)]
+    np.testing.assert_array_equal(blzarr.open(root, mode="r")[:], want)
+    assert sorted(set(checked)) == [2, 3]           # the record's chunks were checked
+    ino = os.stat(path).st_ino
+
+    def work(log):
+        log.mark("close")
+        c.close()
+    log = _record(tmp_path, work)
+    names = _names(log)
+    ops = [(e[0], os.path.basename(names.get(e[1], "?"))) for e in log.log if e[0] in ("write", "fsync")]
+    assert ops == [("write", "sizes")], ops
+    assert os.stat(path).st_ino == ino
+    assert _sizes(root) == {k: v for k, v in rec.items() if k not in sizes_record.KEYS}
+    checked.clear()
+    np.testing.assert_array_equal(blzarr.open(root, mode="r")[:], want)
+    assert checked == []
 
 
 def test_without_a_boot_id_a_flush_keeps_its_ordered_syncs(tmp_path, monkeypatch):

@@ -273,6 +273,10 @@ class ChunkStore:
         """How many one-step switches the rewrites not yet visible take (0: none pending)."""
         return 0
 
+    def settle(self):
+        """At close, after a flush that succeeded: what the layout leaves in a simpler form now that
+        every commit is durable (BLZ: a one-barrier record of meta/sizes as plain text)."""
+
     def sizes_with_chunks(self):
         """Inside the barrier that syncs the chunks the last `sync` wrote (`files.one_barrier`): whether
         meta/sizes may be written in it too (the layout's readers then check those chunks after a
@@ -468,6 +472,11 @@ class LayoutChunks(ChunkStore):
     def sizes_with_chunks(self):
         ask = getattr(self.layoutdir, "sizes_with_chunks", None)
         return ask() if ask is not None else False
+
+    def settle(self):
+        settle = getattr(self.layoutdir, "settle_sizes", None)
+        if settle is not None:
+            settle()
 
     def gate_writes(self, gate):
         """Make the first write through the layout directory (its metalayers included) pass `gate`

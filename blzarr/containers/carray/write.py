@@ -479,6 +479,7 @@ class CarrayWrites(CarrayBase):
                 if self._chunks.switch_units():
                     # rewrites made through the chunk store without marking this object changed
                     self._chunks.sync(self._publish)
+                self._chunks.settle()
             self._why_readonly = (
                 f"the carray '{self._rootdir}' was closed (by close() or at the end of its `with` block), "
                 f"which gave back the directory's write lock; reopen it with "

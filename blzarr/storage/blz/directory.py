@@ -47,7 +47,8 @@ from blzarr.errors import ENVIRONMENT_ERRNOS, BlzarrError, ChunkError, FormatErr
 from blzarr.storage.locking import first_write
 from blzarr.storage import fileio, rewrite
 from blzarr.storage.files import (ATTRIBUTES_FILE, DATA_DIR, META_DIR, SECTOR, SIZES_FILE, SIZES_ROOM, fsync_path,
-                                  in_barrier, join_barrier, new_tree_of, one_barrier, read_json)
+                                  in_barrier, join_barrier, json_bytes, new_tree_of, one_barrier,
+                                  overwrite_sector, read_json)
 from blzarr.runtime.parallel import codec_threads
 from blzarr.runtime import forksafe
 from blzarr.storage.spool import writes_for
@@ -209,6 +210,8 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         self._joined_alone = None           # file number `sizes_with_chunks` may make `_with_sizes`
         self._fallback_sizes = None         # meta/sizes as its "prev" (its chunk did not reach the disk)
         self._sizes_unsure = False          # meta/sizes is a record of this boot, not known durable
+        self._plain_sizes = None            # the commit of the one-barrier record this writer wrote
+                                            # last, without the record's keys (`settle_sizes`)
 
     # ------------------------------------------------------------------ creation / opening
     @classmethod
@@ -574,6 +577,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         chunk made durable, in one barrier, before this writer's flushes reuse the bytes its "prev"
         names."""
         obj, self._fallback_sizes = self._fallback_sizes, None
+        self._plain_sizes = None
         if obj is not None:
             self._guard.commit(obj, room=SIZES_ROOM)
         elif self._sizes_unsure and self._fio.syncs() and isinstance(self.bytestore, LocalStore):
@@ -596,6 +600,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         # the commit point: where there is no lock, a conditional put (two writers never both commit)
         self._free_from = None
         old_last, self._sizes_last = self._sizes_last, None
+        self._plain_sizes = None
         try:
             # room to grow: "last" comes and goes, its offset gains digits
             if one is None:
@@ -610,6 +615,8 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         except BaseException:
             self._sizes_last = old_last     # either may be on disk (the new one names live bytes)
             raise
+        if one is not None:
+            self._plain_sizes = obj
         self._sizes_len = int(obj["shape"][0])
         self._sizes_last = tuple(obj["last"]) if "last" in obj else None
         self._named_extent()
@@ -792,6 +799,22 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
             self._with_sizes, self._joined = fno, True
             return True
 
+    def settle_sizes(self):
+        """At close, after a flush that succeeded: the one-barrier record this writer committed last,
+        durable with its chunks by then, written over in place with the same commit without the
+        record's keys, so that readers after a reboot do not check its chunks at every open.  Not
+        synced: either text is a complete, durable commit of the same state.  Nothing is done where
+        the text cannot be written over in place (the record stays, as valid as before)."""
+        with self._lock:
+            obj, self._plain_sizes = self._plain_sizes, None
+            if (obj is None or self.mode == "r" or in_barrier() or not isinstance(self.bytestore, LocalStore)
+                    or self._with_sizes is not None or self._pending or self._unsynced):
+                return
+            try:
+                overwrite_sector(self.meta_path(SIZES_FILE), json_bytes(obj), fsync=False)
+            except StorageError:
+                pass
+
     def _sync_with_sizes(self):
         """The sync a rewrite of the short last chunk left for the next meta/sizes, made now (that
         meta/sizes did not come, or is not a one-barrier record)."""
@@ -927,6 +950,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         obj = self.read_meta(SIZES_FILE)
         obj.pop("last", None)
         self._free_from = None
+        self._plain_sizes = None
         self._guard.commit(obj, room=SIZES_ROOM)
         if self._fio.syncs() and not self.remote:
             # durable now, also inside a table's barrier (which would sync it only at its end)
