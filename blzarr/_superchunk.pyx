@@ -707,15 +707,15 @@ cdef class ReadChunks(Work):
         self._set_mode(RC_SUM, self.expected)
         return self
 
-    cdef int _one(self, Py_ssize_t k, char *rbuf, char *scratch, Py_ssize_t *nread,
-                  Py_ssize_t *calls) noexcept nogil:
+    cdef int _fetch(self, Py_ssize_t k, char *rbuf, Py_ssize_t *nread, Py_ssize_t *calls,
+                    header_t *h) noexcept nogil:
+        """Chunk k read into `rbuf`, verified, validated (its header into `h`) and its entry checked:
+        0 (its compressed size then in ``ct[k]``), else the status code."""
         cdef int fd = <int>self.fd[k]
         cdef int64_t off = self.off[k], pos
-        cdef Py_ssize_t got, ct = self.known[k], have = 0, total, nb = self.expected, r
+        cdef Py_ssize_t got, ct = self.known[k], have = 0, total, nb = self.expected
         cdef uint32_t stored, cs
-        cdef header_t h
         cdef uint8_t ebuf[8]
-        cdef const char *v
         cdef bint check = self.cid != 0 and not self.ver[k]
         cdef int err         # a failed read is a short one here: the slow path says what went wrong
         if off < 0:
@@ -744,7 +744,7 @@ cdef class ReadChunks(Work):
                 cs = _c_adler32(1, <const uint8_t *>rbuf, <uint32_t>ct)
             if cs != stored:
                 return 5
-        if not chunk_valid(<const uint8_t *>rbuf, ct, nb, &h):
+        if not chunk_valid(<const uint8_t *>rbuf, ct, nb, h):
             return 6
         pos = self.ent[k]
         if pos >= 0:
@@ -755,6 +755,17 @@ cdef class ReadChunks(Work):
             if _get_i64(ebuf) != off:
                 return 7
         self.ct[k] = ct
+        return 0
+
+    cdef int _one(self, Py_ssize_t k, char *rbuf, char *scratch, Py_ssize_t *nread,
+                  Py_ssize_t *calls) noexcept nogil:
+        cdef Py_ssize_t ct, nb = self.expected
+        cdef header_t h
+        cdef const char *v
+        cdef int r = self._fetch(k, rbuf, nread, calls, &h)
+        if r != 0:
+            return r
+        ct = self.ct[k]
         if self.mode == RC_DECODE:
             if decode_chunk(<const uint8_t *>rbuf, ct, self.out + self.doff[k], nb, 1) != nb:
                 return 8
@@ -773,6 +784,44 @@ cdef class ReadChunks(Work):
             v = scratch
         sum_values(self.kind, self.isz, self.is_signed, v, nb // self.isz, self.sums, k)
         return 0
+
+    @property
+    def read_bytes(self):
+        """The size of the buffer `decode_one` reads a chunk into."""
+        return self.cap
+
+    def decode_one(self, Py_ssize_t k, cnp.ndarray dest not None, bytearray buf not None):
+        """Chunk k read, verified and validated as `run()` does, and decoded whole into `dest` (C-contiguous,
+        writeable, `expected_nbytes` bytes at least), on the calling thread, without the GIL and
+        without a Python call between the read and the decoding; `buf` (at least `read_bytes` long)
+        holds the compressed bytes.  Returns ``status[k]``, which it sets: 0 when `dest` holds the
+        chunk, else the caller reads it its slow way (as after `run()`).  Any mode, or none, may be set."""
+        global _stat_bytes, _stat_calls
+        cdef header_t h
+        cdef Py_ssize_t counts[2]
+        cdef char *rbuf
+        cdef char *out
+        cdef int r
+        if not 0 <= k < self.nitems:
+            raise IndexError(f"ReadChunks: chunk {k} of {self.nitems}")
+        if not cnp.PyArray_IS_C_CONTIGUOUS(dest) or not cnp.PyArray_ISWRITEABLE(dest) \
+                or cnp.PyArray_NBYTES(dest) < self.expected:
+            raise ValueError(f"ReadChunks: the output must be a C-contiguous, writeable array of "
+                             f"{self.expected} bytes at least")
+        if len(buf) < self.cap:
+            raise ValueError(f"ReadChunks: the read buffer must hold {self.cap} bytes")
+        rbuf = PyByteArray_AS_STRING(buf)
+        out = <char *>cnp.PyArray_DATA(dest)
+        counts[0] = 0
+        counts[1] = 0
+        with nogil:
+            r = self._fetch(k, rbuf, &counts[0], &counts[1], &h)
+            if r == 0 and decode_chunk(<const uint8_t *>rbuf, self.ct[k], out, self.expected, 1) != self.expected:
+                r = 8
+        self.st[k] = r
+        _stat_bytes += counts[0]
+        _stat_calls += counts[1]
+        return r
 
     cdef int _do(self, Py_ssize_t k, char *scratch) noexcept nogil:
         # a chunk that cannot be used here is not a failure of the work: its status sends it to the

@@ -232,8 +232,34 @@ class _Reader:
             return arr[s:e]
         if hasattr(arr, "read_into") and np.dtype(arr.dtype) != object:
             out = self.buf(("col", id(arr), tag), (e - s,), np.dtype(arr.dtype))
+            cr = getattr(self.tls, "chunks", None)
+            if cr is not None:
+                got = cr.get(id(arr))
+                # a whole chunk of this thread's run: straight from the column's chunk reader
+                if got is not None and e - s == got[1] and s % got[1] == 0 and got[2] <= s // got[1] < got[3]:
+                    return got[0].read(s // got[1], out)
             return arr.read_into(s, e, out)
         return np.asarray(arr[s:e])
+
+    def open_chunks(self, arrays, first, stop):
+        """Chunk readers (`chunk_reader`) on this thread for the columns among `arrays` whose chunks are
+        this reader's blocks, over the chunks of blocks first..stop-1 (`close_chunks` ends them)."""
+        cr = {}
+        for arr in arrays:
+            if id(arr) in cr or isinstance(arr, np.ndarray) or getattr(arr, "chunklen", None) != self.blen:
+                continue
+            get = getattr(arr, "chunk_reader", None)
+            hi = min(stop, len(arr) // self.blen)
+            r = get(first, hi) if get is not None and first < hi else None
+            if r is not None:
+                cr[id(arr)] = (r, self.blen, first, hi)
+        self.tls.chunks = cr
+
+    def close_chunks(self):
+        cr = getattr(self.tls, "chunks", None)
+        self.tls.chunks = None
+        for r in (cr or {}).values():
+            r[0].close()
 
     def as_key(self, a, tag):
         """Integer keys as a dtype the direct kernels take without a copy where possible."""
@@ -496,18 +522,22 @@ def aggregate(table, groupby_cols, agg_list, bool_arr=None, use_cache=True):
 
     def part(p):
         P = None
-        for k in range(parts[p], parts[p + 1]):
-            s, e = bounds[k]
-            cls = None if classes is None else classes[k]
-            if cls == planner.SKIP:
-                continue                    # the filter's statistics: no row kept, nothing read
-            mask = _mask_block(bool_arr, s, e, reader, cls)
-            if mask is not None and not mask.any():
-                continue                    # no row kept: no value column decoded
-            if P is None:
-                P = _Partial(plan, aggs, plan.nslots if plan.kind == "direct" else 64)
-            codes = _codes(plan, keys, s, e, mask, reader, P.table, P=P)
-            _update(P, codes, s, e, table, aggs, reader)
+        reader.open_chunks(arrays + [bool_arr], parts[p], parts[p + 1])
+        try:
+            for k in range(parts[p], parts[p + 1]):
+                s, e = bounds[k]
+                cls = None if classes is None else classes[k]
+                if cls == planner.SKIP:
+                    continue                    # the filter's statistics: no row kept, nothing read
+                mask = _mask_block(bool_arr, s, e, reader, cls)
+                if mask is not None and not mask.any():
+                    continue                    # no row kept: no value column decoded
+                if P is None:
+                    P = _Partial(plan, aggs, plan.nslots if plan.kind == "direct" else 64)
+                codes = _codes(plan, keys, s, e, mask, reader, P.table, P=P)
+                _update(P, codes, s, e, table, aggs, reader)
+        finally:
+            reader.close_chunks()
         with lock:
             done[p] = P
             while folded["next"] in done:

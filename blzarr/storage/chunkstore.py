@@ -210,6 +210,14 @@ class ChunkStore:
         store holds them in memory, else None (the caller reads them through the chunk objects)."""
         return None
 
+    def chunk_reader(self, start, stop):
+        """A reader of the full chunks start..stop-1, for a caller that decodes them whole, one after
+        the other in ascending order on one thread (``reader.read(n, out)`` into a contiguous array of
+        `chunk_nbytes` bytes, then ``reader.close()``), when this layout reads a chunk in one call
+        (read, verified and decoded without Python in between); else None (the caller reads the
+        chunks its usual way)."""
+        return None
+
     def decode_whole(self, ids, out, offsets):
         """Decode the full chunks `ids` (a list) whole into the contiguous array `out`, chunk ``ids[k]``
         at byte ``offsets[k]``, in one call per thread, when this layout can (True); else False and

@@ -233,6 +233,16 @@ class CarrayReads(CarrayBase):
             return out
         return self._read_range(start, stop, out)
 
+    def chunk_reader(self, start, stop):
+        """A reader of the full chunks start..stop-1 whole, in ascending order on one thread
+        (``r.read(n, out)`` decodes chunk n into the contiguous array `out` of `chunklen` atoms and
+        returns it; ``r.close()`` when done), each in one call from its file to `out`; None where the
+        chunk store has no such reads (in memory, the bcolz layout, objects).  It reads the version
+        loaded when it was made: call it inside a public read call (the group-by's)."""
+        if self._isobj:
+            return None
+        return self._chunks.chunk_reader(start, stop)
+
     def resident_chunks(self):
         """(the compressed bytes of the full chunks, a list; the rows after them, an array) when all
         of them are in memory, else None: what the kernels of `_chunk` read themselves

@@ -1241,6 +1241,11 @@ class BlzChunks(LayoutChunks):
     def decode_whole(self, ids, out, offsets):
         return self.layoutdir.decode_whole(ids, out, offsets, self.chunk_nbytes)
 
+    def chunk_reader(self, start, stop):
+        if self.chunk_nbytes <= 0 or not 0 <= start <= stop <= self.nchunks:
+            return None
+        return self.layoutdir.chunk_reader(start, stop, self.chunk_nbytes)
+
     def rows_whole(self, ids, out, offsets, cstart, csize):
         return self.layoutdir.rows_whole(ids, out, offsets, self.chunk_nbytes, self.atom.itemsize, cstart, csize)
 

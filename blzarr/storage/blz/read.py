@@ -205,22 +205,31 @@ class BlzReads:
                 use(work, lo, hi)
                 run_threads(work.run, work.nparts)
             finally:
-                with self._lock:
-                    for f, fd in pinned:
-                        self._release_fd(fd)
-                    files = {f.fno: f for f, _ in pinned if self._current(f)}
-                    ok = work.status == 0
-                    for n, ct in zip(sub[ok].tolist(), work.cts[ok].tolist()):
-                        f = files.get(n // self.superchunklen + 1)
-                        if f is None:
-                            continue
-                        f.verified.add(n)
-                        if len(f.verified) > VERIFIED_CACHE:
-                            f.verified.clear()
-                            f.verified.add(n)
-                        self._ctbytes[n] = ct
+                self._whole_done(work, sub, pinned)
             failed += (lo + np.flatnonzero(work.status)).tolist()
         return failed
+
+    def _whole_done(self, work, sub, pinned):
+        """After a `whole_work` job: its descriptors released, the chunks it read remembered as verified
+        (with their compressed sizes) where their file's state is still the current one."""
+        with self._lock:
+            for f, fd in pinned:
+                self._release_fd(fd)
+            files = {f.fno: f for f, _ in pinned if self._current(f)}
+            ok = work.status == 0
+            for n, ct in zip(sub[ok].tolist(), work.cts[ok].tolist()):
+                f = files.get(n // self.superchunklen + 1)
+                if f is None:
+                    continue
+                f.verified.add(n)
+                if len(f.verified) > VERIFIED_CACHE:
+                    f.verified.clear()
+                    f.verified.add(n)
+                self._ctbytes[n] = ct
+
+    def chunk_reader(self, start, stop, expected_nbytes):
+        """A `ChunkReader` of the whole chunks start..stop-1 (of `expected_nbytes` bytes each)."""
+        return ChunkReader(self, start, stop, expected_nbytes)
 
     def decode_whole(self, ns, out, offsets, expected_nbytes):
         """Decode the whole chunks `ns` into the contiguous array `out`, chunk ``ns[k]`` at byte
@@ -290,3 +299,48 @@ class BlzReads:
     def chunk_fingerprints(self, ids):
         """`chunk_fingerprint` of each chunk of `ids`, for a writer storing its statistics."""
         return self._reads.chunk_fingerprints(self, ids)
+
+
+class ChunkReader:
+    """The whole chunks start..stop-1 of a `BlzDir`, each decoded on request into the caller's array:
+    read, verified, validated and decoded in one call without the GIL (`sc.ReadChunks.decode_one`,
+    the many-chunk path's reads one at a time), for a caller that asks for them in ascending order
+    on one thread and uses each before asking for the next (a group-by's part).  Their offsets come
+    from one `whole_work` job per run of at most FD_CACHE files, whose descriptors stay pinned until
+    the run is left or `close()`.  A chunk that path does not read (a writer in this process, a
+    checksum not verified without the GIL, a moved or damaged chunk) is read by `decode_chunk_into`,
+    which retries a moved chunk and raises for a damaged one, naming it."""
+
+    def __init__(self, d, start, stop, expected_nbytes):
+        self.d, self.start, self.stop, self.expected = d, start, stop, expected_nbytes
+        self.job = None         # (lo, hi, work or None, its chunks, its pinned files)
+        self.buf = None
+
+    def _job_for(self, n):
+        self.close()
+        d = self.d
+        k = d.superchunklen
+        lo, hi = n, min(self.stop, (n // k + FD_CACHE) * k)
+        job = d._reads.whole_work(d, np.arange(lo, hi, dtype=np.int64), self.expected) \
+            if hi - lo >= 2 else None
+        self.job = (lo, hi) + (tuple(job) if job is not None else (None, None, None))
+        return self.job
+
+    def read(self, n, out):
+        """Decode chunk n (start <= n < stop) whole into `out` (contiguous, `expected_nbytes` bytes)."""
+        job = self.job
+        if job is None or not job[0] <= n < job[1]:
+            job = self._job_for(n)
+        work = job[2]
+        if work is not None:
+            if self.buf is None:
+                self.buf = bytearray(work.read_bytes)
+            if work.decode_one(n - job[0], out, self.buf) == 0:
+                return out
+        return self.d.decode_chunk_into(n, out, self.expected)
+
+    def close(self):
+        """Release the pinned descriptors (the chunks read so far remembered as verified)."""
+        job, self.job = self.job, None
+        if job is not None and job[2] is not None:
+            self.d._whole_done(job[2], job[3], job[4])
