@@ -1,7 +1,8 @@
 """Group-by and bquery's query API over a ctable's columns, chunk by chunk on every thread.
 
 The engine reads the key columns (and, for blocks where the filter keeps a row, the value columns)
-block by block through the columns' own decoding (`read_into`), on every thread at once.  The blocks
+block by block through the columns' own decoding (a column's `chunk_reader` for the whole chunks of
+a thread's run where it has one, else `read_into`), on every thread at once.  The blocks
 are cut into one contiguous part per thread, and each part keeps partial aggregates of its own: the
 keys of a block become dense group ids (directly from the values when the keys are integers of a
 small combined range, else through an open-addressing table of the packed key bytes,
