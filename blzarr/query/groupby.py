@@ -395,13 +395,15 @@ def _valid_mask(vals, reader, tag):
     return None
 
 
-def _update(P, codes, s, e, table, aggs, reader):
+def _update(P, codes, s, e, cols, aggs, reader):
+    """Each aggregation's state of the partial `P` updated with rows [s, e) of its column (``cols[j]``
+    for ``aggs[j]``: the table's columns are looked up once a query, not once a block)."""
     for j, a in enumerate(aggs):
         if a.op == "sorted_count_distinct":
             continue
         if a.op in ("count", "count_na") and not a.hasna:
             continue                                 # every row counts: nrows is the answer
-        raw = reader.read(table[a.col], s, e)
+        raw = reader.read(cols[j], s, e)
         st = P.state[j]
         op = a.op
         if op == "sum":
@@ -510,7 +512,8 @@ def aggregate(table, groupby_cols, agg_list, bool_arr=None, use_cache=True):
     keys = _make_keys(table, groupby_cols, use_cache)
     plan = _Plan(keys, n)
     aggs = [_Agg(c, op, out, table[c].dtype) for c, op, out in specs]
-    arrays = [k.src for k in keys] + [table[a.col] for a in aggs]
+    cols = [table[a.col] for a in aggs]
+    arrays = [k.src for k in keys] + cols
     blen = _block_len(arrays + ([bool_arr] if bool_arr is not None else []))
     bounds = [(s, min(s + blen, n)) for s in range(0, n, blen)]
     reader = _Reader(blen)
@@ -536,7 +539,7 @@ def aggregate(table, groupby_cols, agg_list, bool_arr=None, use_cache=True):
                 if P is None:
                     P = _Partial(plan, aggs, plan.nslots if plan.kind == "direct" else 64)
                 codes = _codes(plan, keys, s, e, mask, reader, P.table, P=P)
-                _update(P, codes, s, e, table, aggs, reader)
+                _update(P, codes, s, e, cols, aggs, reader)
         finally:
             reader.close_chunks()
         with lock:
@@ -697,6 +700,7 @@ def _finish(table, a, G, j, gid, scd):
 
 def _sorted_count_distinct(table, plan, keys, a, bool_arr, bounds, reader, G):
     runs = _gb.SortedRuns(a.vwords)
+    col = table[a.col]
     stamp = np.full(G.n, -1, np.int64)
     out = np.zeros(G.n, np.int64)
     for s, e in bounds:
@@ -704,7 +708,7 @@ def _sorted_count_distinct(table, plan, keys, a, bool_arr, bounds, reader, G):
         if mask is not None and not mask.any():
             continue
         codes = _codes(plan, keys, s, e, mask, reader, G.table, insert=False)
-        w = _value_words(reader.read(table[a.col], s, e), reader, a.col)
+        w = _value_words(reader.read(col, s, e), reader, a.col)
         runs.update(codes, w, stamp, out)
     return out
 
