@@ -201,6 +201,41 @@ def test_read_chunks_reports_failures_per_chunk(tmp_path):
     d.close()
 
 
+def test_decode_one_reads_a_chunk_with_the_same_checks(tmp_path):
+    x = np.cumsum(np.random.default_rng(4).standard_normal(4000))
+    p = make(tmp_path, x)
+    path, off3 = chunk_pos(p, 3)
+    with open(path, "r+b") as f:        # chunk 3's bytes no longer match its crc32
+        f.seek(off3 + 100)
+        b = f.read(1)
+        f.seek(off3 + 100)
+        f.write(bytes([b[0] ^ 0x55]))
+    d = BlzDir.open(p, mode="r")
+    offs, fds, lims, ents = [], [], [], []
+    for n in range(4):
+        f, fd, off = d._offset(n)
+        offs.append(off)
+        fds.append(fd)
+        lims.append(f.fstate[1])
+        ents.append(f.table_pos + 8 * n)
+    ents[2] = ents[1]                   # chunk 2's entry names another chunk: "moved"
+    w = sc.ReadChunks(fds, offs, lims, ents, 2, 8000)
+    buf = bytearray(w.read_bytes)
+    out = np.zeros(1000)
+    for k in (1, 0):
+        assert w.decode_one(k, out, buf) == 0 and w.status[k] == 0 and w.cts[k] > 16
+        np.testing.assert_array_equal(out, x[k * 1000:(k + 1) * 1000])
+    assert w.decode_one(2, out, buf) != 0 and w.status[2] != 0          # moved
+    assert w.decode_one(3, out, buf) != 0 and w.status[3] != 0          # checksum
+    with pytest.raises(IndexError):
+        w.decode_one(4, out, buf)
+    with pytest.raises(ValueError, match="8000 bytes"):
+        w.decode_one(0, np.zeros(999), buf)
+    with pytest.raises(ValueError, match="read buffer"):
+        w.decode_one(0, out, bytearray(10))
+    d.close()
+
+
 def test_beside_a_writer_of_this_process_the_chunk_path_is_used(tmp_path):
     x = np.arange(20_000, dtype="f8")
     p = make(tmp_path, x)
