@@ -132,3 +132,22 @@ def test_stores_without_the_reads_give_none(tmp_path):
     blz = blzarr.carray(np.arange(3 * CL), chunklen=CL, rootdir=str(tmp_path / "z"), mode="w")
     blz.flush()
     assert blz.chunk_reader(0, 4) is None          # past the full chunks
+
+
+def test_a_job_that_cannot_be_set_up_leaves_the_chunks_to_the_slow_reads(tmp_path, counted, monkeypatch):
+    from blzarr.errors import FormatError
+    from blzarr.storage.blz import local
+    asked = []
+
+    def failing(self, d, ns, expected_nbytes):
+        asked.append(int(ns[0]))
+        raise FormatError("injected: a file header read while a writer replaced the file")
+    monkeypatch.setattr(local.FileReads, "whole_work", failing)
+    df = _table(str(tmp_path / "t"), 4 * CL + 5)
+    t = blzarr.open(str(tmp_path / "t"), mode="r")
+    got = t.groupby(["k"], [["v", "sum", "v"]], out_flavor="pandas")
+    assert asked                          # the injected failure was reached
+    assert sorted(counted["slow"]) == sorted(list(range(4)) * 2)
+    ref = df.groupby("k", sort=False).agg(v=("v", "sum")).reset_index()
+    np.testing.assert_array_equal(got["k"].to_numpy(), ref["k"].to_numpy())
+    np.testing.assert_array_equal(got["v"].to_numpy(), ref["v"].to_numpy())

@@ -321,8 +321,11 @@ class ChunkReader:
         d = self.d
         k = d.superchunklen
         lo, hi = n, min(self.stop, (n // k + FD_CACHE) * k)
-        job = d._reads.whole_work(d, np.arange(lo, hi, dtype=np.int64), self.expected) \
-            if hi - lo >= 2 else None
+        try:
+            job = d._reads.whole_work(d, np.arange(lo, hi, dtype=np.int64), self.expected) \
+                if hi - lo >= 2 else None
+        except (FormatError, ChunkError):
+            job = None      # the chunk-by-chunk reads retry (a reader beside a writer) or say what is wrong
         self.job = (lo, hi) + (tuple(job) if job is not None else (None, None, None))
         return self.job
 
