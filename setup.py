@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 
 def _candidate_prefixes():
@@ -75,7 +76,23 @@ ext_kwargs = dict(
 headers = [str(p) for p in sorted(Path("blzarr/_include").glob("*.h"))]
 extensions = [Extension(name, [path], depends=headers, **ext_kwargs) for name, path in extensions_under("blzarr")]
 
+
+
+class BuildExt(build_ext):
+    """build_ext that compiles the modules on every core unless ``-j`` says otherwise: pip's builds
+    (an install, ``python -m build``) pass no ``-j``, and the modules are independent."""
+
+    def finalize_options(self):
+        super().finalize_options()
+        if not self.parallel:
+            self.parallel = os.cpu_count() or 1
+
+
+# Cython's own translation in worker processes too, where they are forked (a spawned worker would
+# import this file again and run setup() inside itself)
+fork = sys.platform.startswith("linux")
 setup(
-    ext_modules=cythonize(extensions, language_level=3,
+    ext_modules=cythonize(extensions, language_level=3, nthreads=(os.cpu_count() or 1) if fork else 0,
                           compiler_directives={"embedsignature": True}),
+    cmdclass={"build_ext": BuildExt},
 )
