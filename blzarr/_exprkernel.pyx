@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""The fused expression kernel: an element-wise float64 expression over the chunks of its operands,
+"""The fused expression kernel: an element-wise numeric expression over the chunks of its operands,
 reduced or compacted where it is computed.
 
 `ExprChunks` runs a small register program (compiled by `blzarr.query.exprkernel` from an expression such
@@ -11,12 +11,12 @@ compacts the rows where the result holds (a query's selected values, positions o
 or writes the result out.  No evaluated array or mask of a whole chunk reaches memory.  The loops of
 the operations are C (blz_exprkernel.h), vectorized.
 
-What it does not do: parse or compile expressions (`blzarr.query.exprkernel` does), decide which operand
-dtypes an expression may convert to float64 (the compiler does, after NumPy's type promotion), or
-read files (the caller hands it chunk bytes and the uncompressed tail of a carray).
+What it does not do: parse or compile expressions (`blzarr.query.exprkernel` does), decide the dtype
+of each operation or the conversions between them (the compiler does, after NumPy's type promotion),
+or read files (the caller hands it chunk bytes and the uncompressed tail of a carray).
 """
 
-from libc.stdint cimport int32_t, int64_t, uint8_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 from libc.stdlib cimport malloc, free, realloc, calloc
 from libc.string cimport memcpy
 
@@ -31,7 +31,21 @@ cdef extern from "blz_exprkernel.h" nogil:
     void xk_exec(const int32_t *prog, int64_t nins, char **rp, int64_t m)
     int64_t xk_count(const uint8_t *v, int64_t m)
     void xk_widen(int kind, const char *src, double *d, int64_t m)
+    int64_t xk_isum(const int64_t *v, int64_t m)
+    void xk_narrow(const int64_t *a, char *dst, int64_t isz, int64_t m)
     enum: XK_FROM_F8
+    enum: XK_FROM_F4
+    enum: XK_FROM_I8
+    enum: XK_FROM_B1
+    enum: XK_FROM_N
+    enum: XK_OP_CVT_F8
+    enum: XK_OP_CVT_F4
+    enum: XK_OP_CVT_I8
+    enum: XK_OP_F4
+    enum: XK_OP_I8
+    enum: XK_OP_WRAP
+    enum: XK_OP_I4CMP
+    enum: XK_OP_N
 
 # the operand dtypes the kernel reads, each converted to float64 window by window (blz_exprkernel.h)
 OPERAND_KINDS = {"f8": 0, "f4": 1, "i1": 2, "i2": 3, "i4": 4, "i8": 5, "u1": 6, "u2": 7, "u4": 8, "u8": 9,
@@ -43,6 +57,7 @@ from numpy import dtype as np_dtype, zeros as np_zeros
 
 np_f8 = np_dtype("f8")
 np_i8 = np_dtype("i8")
+np_f4 = np_dtype("f4")
 
 cdef enum:
     XK_ADD = 0
@@ -60,7 +75,6 @@ cdef enum:
     XK_OR = 12
     XK_XOR = 13
     XK_NOT = 14
-    XK_NOPS = 15
 
 cdef enum:
     XK_SUM = 0          # the result (float64) summed per chunk, as np.sum sums the chunk's values
@@ -70,7 +84,43 @@ cdef enum:
 
 EXPR_OPCODES = {"add": XK_ADD, "sub": XK_SUB, "mul": XK_MUL, "div": XK_DIV, "neg": XK_NEG,
                 "gt": XK_GT, "ge": XK_GE, "lt": XK_LT, "le": XK_LE, "eq": XK_EQ, "ne": XK_NE,
-                "and": XK_AND, "or": XK_OR, "xor": XK_XOR, "not": XK_NOT}
+                "and": XK_AND, "or": XK_OR, "xor": XK_XOR, "not": XK_NOT,
+                # conversions into a float64, float32 or int64 register (the fourth field: -2 minus the
+                # source's OPERAND_KINDS value), and the wrap of an int64 register to a narrower
+                # integer dtype (the fourth field: -2 minus that dtype's OPERAND_KINDS value)
+                "cvt_f8": XK_OP_CVT_F8, "cvt_f4": XK_OP_CVT_F4, "cvt_i8": XK_OP_CVT_I8, "wrap": XK_OP_WRAP}
+for _i, _op in enumerate(["add", "sub", "mul", "div", "neg", "gt", "ge", "lt", "le", "eq", "ne"]):
+    EXPR_OPCODES["f4_" + _op] = XK_OP_F4 + _i
+for _i, _op in enumerate(["add", "sub", "mul", "neg", "gt", "ge", "lt", "le", "eq", "ne"]):
+    EXPR_OPCODES["i8_" + _op] = XK_OP_I8 + _i
+for _i, _op in enumerate(["gt", "ge", "lt", "le", "eq", "ne"]):
+    EXPR_OPCODES["i4_" + _op] = XK_OP_I4CMP + _i
+# the kinds of register a constant fills (`ckinds`) and the result's (`rkind`)
+CONST_KINDS = {"f8": 0, "f4": 1, "i8": 2, "i4": 3}
+RESULT_KINDS = {"f8": 0, "f4": 1, "i8": 2, "b1": 3}
+_WRAP_KINDS = frozenset([2, 3, 4, 5, 6, 7, 8])      # i1 i2 i4 i8 u1 u2 u4
+_KIND_SIZE = {0: 8, 1: 4, 2: 1, 3: 2, 4: 4, 5: 8, 6: 1, 7: 2, 8: 4, 9: 8, 10: 1}
+
+
+cdef Py_ssize_t _read_size(int op, int b):
+    """The bytes of each value an instruction reads from its source registers (-1: a malformed one)."""
+    if op <= XK_NE:
+        return 8
+    if op <= XK_NOT:
+        return 1
+    if op in (XK_OP_CVT_F8, XK_OP_CVT_F4, XK_OP_CVT_I8):
+        return _KIND_SIZE.get(-2 - b, -1)
+    if XK_OP_F4 <= op < XK_OP_F4 + 11:
+        return 4
+    if XK_OP_I8 <= op <= XK_OP_WRAP:
+        return 8
+    if XK_OP_I4CMP <= op < XK_OP_N:
+        return 4
+    return -1
+
+
+cdef bint _unary(int op):
+    return op in (XK_NEG, XK_NOT, XK_OP_F4 + 4, XK_OP_I8 + 3)
 EXPR_MODES = {"sum": XK_SUM, "count": XK_COUNT, "select": XK_SELECT, "values": XK_VALUES}
 
 
@@ -115,7 +165,13 @@ cdef class ExprChunks(ChunkWork):
 
     `operands`: one list of chunk bytes per operand, all of `chunklen` values; register i is operand
     i's window, as float64.  `kinds`: each operand's dtype, an `OPERAND_KINDS` key ("i8", "f4", "b1",
-    ...; None: all "f8"); one other than "f8" is converted to float64 window by window.  `consts`: float64 values, registers ``len(operands) + j``.  `program`: int32
+    ...; None: all "f8"); one other than "f8" is converted to float64 window by window, unless `raw`:
+    then every operand's register holds its own values, and the program converts them (the "cvt_*"
+    opcodes).  `consts`: one 8-byte slot per constant, register ``len(operands) + j``: a float64
+    value, or with `ckinds` (one `CONST_KINDS` key each) "f4" (that float64 as float32), "i8" or "i4"
+    (an integer's bits).  `rkind` (a `RESULT_KINDS` key): what the result register holds; a "sum"
+    then comes as float64, float32 or int64 (wrapping), "values" as the dtype of `dest` (an int64
+    result stored in its low bytes).  `program`: int32
     rows ``(opcode, dst, a, b)`` (`EXPR_OPCODES`; b is -1 for a unary op); `nregs` registers in all;
     `result` the register that holds the expression.  `mode` (`EXPR_MODES`):
 
@@ -162,6 +218,10 @@ cdef class ExprChunks(ChunkWork):
     cdef int64_t *cnts
     # outputs: kind (0 operand, 1 positions, 2 chunks), operand index or column, itemsize
     cdef int *okind
+    cdef int *ckind_               # each constant's register kind (CONST_KINDS); its slot in `consts`
+                                   # holds an int64's bits for "i8" and "i4"
+    cdef int rkind                 # the result's register kind (RESULT_KINDS)
+    cdef bint raw                  # every operand's register points into its chunk, values of its dtype
     cdef int *kind_                # each operand's dtype (OPERAND_KINDS); other than float64 it is
     cdef Py_ssize_t *isz_          # converted to float64 window by window, into its own register
     cdef Py_ssize_t *oarg
@@ -179,7 +239,7 @@ cdef class ExprChunks(ChunkWork):
     def __init__(self, list operands not None, const int32_t[:, ::1] program not None,
                  const double[::1] consts not None, Py_ssize_t nregs, Py_ssize_t result, mode,
                  Py_ssize_t chunklen, outputs=(), Py_ssize_t nparts=1, wheres=None, tails=None, dest=None,
-                 kinds=None, clens=None):
+                 kinds=None, clens=None, bint raw=False, ckinds=None, rkind="f8"):
         cdef Py_ssize_t nops = len(operands), n, k, i, j, t, off, nitems, isz, c, idx, ntb
         cdef cnp.ndarray ta
         cdef list flat = []
@@ -225,14 +285,6 @@ cdef class ExprChunks(ChunkWork):
         self.nchunks = n
         if program.shape[1] != 4 or nregs < nops + self.nconst or not 0 <= result < nregs:
             raise ValueError("ExprChunks: a malformed program")
-        for t in range(self.nins):
-            if not 0 <= program[t, 0] < XK_NOPS or not nops + self.nconst <= program[t, 1] < nregs \
-                    or not 0 <= program[t, 2] < nregs or not -1 <= program[t, 3] < nregs:
-                raise ValueError(f"ExprChunks: instruction {t} is malformed")
-            if program[t, 3] < 0 and program[t, 0] not in (XK_NEG, XK_NOT):
-                raise ValueError(f"ExprChunks: instruction {t} lacks its second operand")
-        # (every register index is checked above: the C loop indexes with them unchecked, and never
-        # writes an operand's or a constant's register)
         # each operand's dtype: float64 unless `kinds` names another (an OPERAND_KINDS key)
         self.kind_ = <int *>calloc(nops, sizeof(int))
         self.isz_ = <Py_ssize_t *>calloc(nops, sizeof(Py_ssize_t))
@@ -246,6 +298,41 @@ cdef class ExprChunks(ChunkWork):
                 raise ValueError(f"ExprChunks: operand {i} has an unknown kind {kd!r}")
             self.kind_[i] = OPERAND_KINDS[kd]
             self.isz_[i] = np_dtype(kd).itemsize
+        self.raw = raw
+        for t in range(self.nins):
+            op, b = program[t, 0], program[t, 3]
+            isz = _read_size(op, b)
+            if isz < 0 or not nops + self.nconst <= program[t, 1] < nregs \
+                    or not 0 <= program[t, 2] < nregs or not b < nregs:
+                raise ValueError(f"ExprChunks: instruction {t} is malformed")
+            if op in (XK_OP_CVT_F8, XK_OP_CVT_F4, XK_OP_CVT_I8, XK_OP_WRAP):
+                ok = b <= -2 and (op != XK_OP_WRAP or -2 - b in _WRAP_KINDS) and (
+                    op != XK_OP_CVT_I8 or -2 - b not in (XK_FROM_F8, XK_FROM_F4))
+            else:
+                ok = b == -1 if _unary(op) else b >= 0
+            if not ok:
+                raise ValueError(f"ExprChunks: instruction {t} lacks its second operand or has a wrong one")
+            # an operand's register points into its chunk when `raw`: an instruction reads values of
+            # its own size there (a conversion: of the operand's kind), never past the window
+            for r in (program[t, 2], b):
+                if raw and 0 <= r < nops and (isz != self.isz_[r] or (
+                        op in (XK_OP_CVT_F8, XK_OP_CVT_F4, XK_OP_CVT_I8) and -2 - b != self.kind_[r])):
+                    raise ValueError(f"ExprChunks: instruction {t} reads operand {r} as another kind")
+        # (every register index is checked above: the C loop indexes with them unchecked, and never
+        # writes an operand's or a constant's register)
+        if rkind not in RESULT_KINDS:
+            raise ValueError(f"ExprChunks: unknown result kind {rkind!r}")
+        self.rkind = RESULT_KINDS[rkind]
+        self.ckind_ = <int *>calloc(max(1, self.nconst), sizeof(int))
+        if self.ckind_ == NULL:
+            raise MemoryError()
+        if ckinds is not None and len(ckinds) != self.nconst:
+            raise ValueError("ExprChunks: one kind per constant is needed")
+        for j in range(self.nconst):
+            kd = "f8" if ckinds is None else ckinds[j]
+            if kd not in CONST_KINDS:
+                raise ValueError(f"ExprChunks: constant {j} has an unknown kind {kd!r}")
+            self.ckind_[j] = CONST_KINDS[kd]
         # the chunks in item order: group k's chunks of operand i from k * cstride + coff_[i]
         for k in range(n):
             for i in range(nops):
@@ -310,17 +397,18 @@ cdef class ExprChunks(ChunkWork):
             self.plan = _pairwise_plan(chunklen, &self.nplan)
             if self.ntail % chunklen:
                 self.tplan = _pairwise_plan(self.ntail % chunklen, &self.ntplan)
-            self.values_arr = np_zeros(self.nblk, np_f8)
+            if self.rkind == 3:
+                raise ValueError("ExprChunks: mode 'sum' needs a numeric result")
+            self.values_arr = np_zeros(self.nblk, (np_f8, np_f4, np_i8)[self.rkind])
             self.vals = <double *>cnp.PyArray_DATA(<cnp.ndarray>self.values_arr)
         self.counts_arr = np_zeros(self.nblk, np_i8)
         if self.mode == XK_VALUES:
             if (not isinstance(dest, cnp.ndarray) or cnp.PyArray_NDIM(dest) != 1
                     or not cnp.PyArray_IS_C_CONTIGUOUS(dest) or not cnp.PyArray_ISWRITEABLE(dest)
-                    or cnp.PyArray_ITEMSIZE(dest) not in (1, 8)
+                    or cnp.PyArray_ITEMSIZE(dest) not in ((1, 8), (4,), (1, 2, 4, 8), (1,))[self.rkind]
                     or cnp.PyArray_DIM(dest, 0) != n * self.grp * chunklen + self.ntail):
                 raise ValueError(f"ExprChunks: mode 'values' needs a writeable C-contiguous array of "
-                                 f"{n * self.grp * chunklen + self.ntail} items of 8 (float64) or 1 (bool) "
-                                 f"bytes")
+                                 f"{n * self.grp * chunklen + self.ntail} items of the result's size")
             self.dest_arr = dest
             self.dest = <char *>cnp.PyArray_DATA(<cnp.ndarray>dest)
             self.disz = cnp.PyArray_ITEMSIZE(<cnp.ndarray>dest)
@@ -426,6 +514,7 @@ cdef class ExprChunks(ChunkWork):
         free(self.otail)
         free(self.okind)
         free(self.kind_)
+        free(self.ckind_)
         free(self.isz_)
         free(self.rat_)
         free(self.coff_)
@@ -515,6 +604,7 @@ cdef class ExprChunks(ChunkWork):
         cdef char **at = whole + nops
         cdef double *v
         cdef double s
+        cdef int64_t l
         cdef bint tail = k == self.nchunks
         # every register is a window of the thread's scratch; an operand's register is pointed into its
         # decoded chunk at each window instead (no copy), and a constant fills its register once, so
@@ -524,8 +614,19 @@ cdef class ExprChunks(ChunkWork):
         for j in range(self.nconst):
             v = <double *>rp[nops + j]
             s = self.consts[j]
-            for i in range(W):
-                v[i] = s
+            memcpy(&l, &self.consts[j], 8)
+            if self.ckind_[j] == 0:
+                for i in range(W):
+                    v[i] = s
+            elif self.ckind_[j] == 1:
+                for i in range(W):
+                    (<float *>v)[i] = <float>s
+            elif self.ckind_[j] == 2:
+                for i in range(W):
+                    (<int64_t *>v)[i] = l
+            else:
+                for i in range(W):
+                    (<int32_t *>v)[i] = <int32_t>l
         if tail:
             for i in range(nops):
                 whole[i] = self.tptr[i]
@@ -567,6 +668,11 @@ cdef class ExprChunks(ChunkWork):
         cdef int32_t *idx = <int32_t *>(scratch + self.idx_off)
         cdef double *carry = <double *>(scratch + self.carry_off)
         cdef double stack[72]      # the pairwise tree's partial sums: depth log2(chunklen / 128) + 1
+        cdef float fstack[72]      # (float32 results: float32 arithmetic all the way, as NumPy's sum)
+        cdef float *fv
+        cdef float *fcarry = <float *>carry
+        cdef float f
+        cdef uint64_t isum = 0
         cdef double *v
         cdef double s
         cdef const uint8_t *mask
@@ -585,8 +691,8 @@ cdef class ExprChunks(ChunkWork):
         while w0 < n:
             m = min(W, n - w0)
             for i in range(nops):
-                if self.kind_[i] == XK_FROM_F8:
-                    rp[i] = whole[i] + w0 * 8
+                if self.raw or self.kind_[i] == XK_FROM_F8:
+                    rp[i] = whole[i] + w0 * self.isz_[i]
                 else:
                     # converted into the operand's own register window (only float64 operands are
                     # pointed into their chunk)
@@ -596,7 +702,10 @@ cdef class ExprChunks(ChunkWork):
             if self.mode == XK_COUNT:
                 count += xk_count(<const uint8_t *>rp[self.res], m)
             elif self.mode == XK_VALUES:
-                memcpy(self.dest + (row0 + w0) * self.disz, rp[self.res], m * self.disz)
+                if self.rkind == 2:
+                    xk_narrow(<const int64_t *>rp[self.res], self.dest + (row0 + w0) * self.disz, self.disz, m)
+                else:
+                    memcpy(self.dest + (row0 + w0) * self.disz, rp[self.res], m * self.disz)
             elif self.mode == XK_SELECT:
                 sel = xk_positions(<const uint8_t *>rp[self.res], m, idx)
                 if sel:
@@ -629,6 +738,33 @@ cdef class ExprChunks(ChunkWork):
                                 return ret
                         gather(dst, src, idx, sel, m, isz)
                     cnt += sel
+            elif self.rkind == 2:
+                isum += <uint64_t>xk_isum(<const int64_t *>rp[self.res], m)
+            elif self.rkind == 1:
+                # as below, in float32
+                fv = <float *>rp[self.res]
+                while pi < nplan:
+                    if plan[pi] == 0:
+                        sp -= 1
+                        fstack[sp - 1] = fstack[sp - 1] + fstack[sp]
+                        pi += 1
+                        continue
+                    t = plan[pi]
+                    if lo + t > w0 + m:
+                        i = max(lo, w0)
+                        memcpy(fcarry + fill, fv + (i - w0), (w0 + m - i) * 4)
+                        fill += w0 + m - i
+                        break
+                    if lo >= w0:
+                        f = pairwise(<const float *>(fv + (lo - w0)), t)
+                    else:
+                        memcpy(fcarry + fill, fv, (lo + t - w0) * 4)
+                        f = pairwise(<const float *>fcarry, t)
+                        fill = 0
+                    fstack[sp] = f
+                    sp += 1
+                    lo += t
+                    pi += 1
             else:
                 # NumPy's pairwise sum of the chunk, leaf by leaf as the windows come (a leaf across two
                 # windows is gathered in `carry`)
@@ -657,7 +793,13 @@ cdef class ExprChunks(ChunkWork):
                     lo += t
                     pi += 1
             w0 += m
-        if self.mode == XK_SUM:
+        if self.mode == XK_SUM and self.rkind == 2:
+            (<int64_t *>self.vals)[k] = <int64_t>isum
+        elif self.mode == XK_SUM and self.rkind == 1:
+            f = 0.0
+            f += fstack[0]
+            (<float *>self.vals)[k] = f
+        elif self.mode == XK_SUM:
             s = 0.0
             s += stack[0]
             self.vals[k] = s

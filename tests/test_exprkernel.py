@@ -1,4 +1,4 @@
-"""The fused C kernel of float64 expressions (blzarr.query.exprkernel, _exprkernel.ExprChunks): lazy sums and counts
+"""The fused C kernel of expressions (blzarr.query.exprkernel, _exprkernel.ExprChunks): lazy sums and counts
 and fetchwhere over in-memory float64 carrays must give NumPy's values, bit for bit the general path's,
 whatever the chunk edges, NaN, infinities, signed zeros, raw (uncompressed) chunks and thread count."""
 
@@ -218,9 +218,11 @@ def test_what_the_kernel_leaves_to_the_general_path():
     a = blzarr.carray(np.arange(10.0), chunklen=5)
     i = blzarr.carray(np.arange(10), chunklen=5)
     arrays = {"a": a, "i": i, "x": np.arange(10.0)}
-    for expr in ("i * 2", "a * x", "sqrt(a)", "a ** 2", "a < 3 < 5", "1 + 2", "(a > 1) + 1", "a & a",
-                 "~a", "-(a > 1)", "a * True"):
+    for expr in ("a * x", "sqrt(a)", "a ** 2", "a < 3 < 5", "1 + 2", "a & a", "~a", "-(a > 1)", "a * True",
+                 "(a > 1) + (a > 2)", "i // 2", "i ** 2"):
         assert exprkernel.prepare(expr, arrays, {"True": True}, 5) is None, expr
+    for expr in ("i * 2", "(a > 1) + 1"):                              # int64 arithmetic, as NumPy's
+        assert exprkernel.prepare(expr, arrays, {}, 5) is not None, expr
     assert exprkernel.prepare("a * 2", arrays, {}, 4) is None          # a block length not the chunk's
     assert exprkernel.prepare("a * 2", arrays, {}, 5) is not None
     assert exprkernel.prepare("a * q", arrays, {"q": 2 ** 60}, 5) is None   # not exact as a float64

@@ -1,10 +1,11 @@
-"""Element-wise float64 expressions compiled for the fused C kernel (`_exprkernel.ExprChunks`).
+"""Element-wise expressions over numeric carrays compiled for the fused C kernel (`_exprkernel.ExprChunks`).
 
-An expression of ``+ - * /``, unary minus, comparisons, ``& | ^ ~`` over float64 carrays whose full
-chunks are in memory (and int or float scalars) becomes a register program; the kernel runs it on
-every thread, each chunk of every operand decoded whole into the thread's buffer and the program run
-over windows of it whose temporaries stay in the thread's cache, and sums, counts or compacts the
-result there (no Python per chunk, the GIL released).
+An expression of ``+ - * /``, unary minus, comparisons, ``& | ^ ~`` over carrays of float64, float32,
+integers and bools whose full chunks are in memory (and int or float scalars) becomes a register
+program; the kernel runs it on every thread, each chunk of every operand decoded whole into the
+thread's buffer and the program run over windows of it whose temporaries stay in the thread's cache,
+and sums, counts or compacts the result there (no Python per chunk, the GIL released).  Each
+operation is computed in the dtype NumPy's promotion gives it (`Program`).
 Operands of several chunk lengths (an int32 column's chunks hold twice the rows of a float64 one's)
 are read in groups of chunks of the largest length, each chunk decoded once; their results are still
 per block of the query's block length.
@@ -12,9 +13,10 @@ Whatever this module cannot compile (other dtypes, functions, operands on disk, 
 is not the chunk length, or chunk lengths that are not multiples of it dividing the largest) returns
 None: the caller then evaluates it the general way (`blzarr.query.fused`).
 
-The results are the general way's, bit for bit: the operations are IEEE double operations as NumPy's
-and numexpr's, a block's sum is NumPy's pairwise sum of that block's values, and the callers add the
-blocks' sums in order as the general path does.
+The results are NumPy's, bit for bit: the float operations are the IEEE operations of NumPy's loops in
+the same dtype, integer ones wrap as NumPy's do, a block's sum is NumPy's sum of that block's values
+(pairwise for floats, in the float's own precision), and the callers add the blocks' sums in order as
+the general path does.
 """
 
 import ast
@@ -49,14 +51,12 @@ def _tree(expression):
 
 
 def _scalar(v):
-    """`v` when NumPy would promote it to a float64 of the same value against a float64 array, else
-    raise _Unsupported.  It is kept as it is until the program is built (``-q`` of an int 0 is 0, not
-    -0.0, as in NumPy)."""
+    """`v` when it is an int or a float (Python's or NumPy's, of at most 8 bytes), else raise
+    _Unsupported.  It is kept as it is until an operation gives it a dtype (``-q`` of an int 0 is 0,
+    not -0.0, as in NumPy)."""
     if isinstance(v, (bool, np.bool_)):
         raise _Unsupported
     if isinstance(v, (int, np.integer)):
-        if abs(int(v)) > 2 ** 53:
-            raise _Unsupported
         return v
     if isinstance(v, (float, np.floating)) and np.dtype(type(v)).itemsize <= 8:
         return v
@@ -97,22 +97,42 @@ def _type_of(v):
     return type(v)(1)
 
 
+# where a value of each NumPy dtype lives in the kernel's registers: float64 and float32 as they are,
+# every integer dtype but uint64 as int64 (each operation wrapped back to its dtype), bools as bytes
+_STORE = {"f8": "f8", "f4": "f4", "b1": "b1", "i1": "i8", "i2": "i8", "i4": "i8", "i8": "i8", "u1": "i8",
+          "u2": "i8", "u4": "i8"}
+_INT_OPS = ("add", "sub", "mul")
+
+
+def _dkind(t):
+    """The `_STORE` key of dtype `t`, or None."""
+    if not isinstance(t, np.dtype):
+        return None
+    k = t.str[1:] if t.kind != "b" else "b1"
+    return k if k in _STORE and t == np.dtype(k) else None
+
+
 class Program:
     """The register program of an expression: `names` are the array operands (registers 0..), then
-    the constants, then the temporaries; `kind` is the result's dtype, "f8" or "b1"; `kinds` each
-    operand's dtype (an `_exprkernel.OPERAND_KINDS` key: the kernel converts it to float64).
+    the constants, then the temporaries; `kinds` each operand's dtype (an `_exprkernel.OPERAND_KINDS`
+    key), whose register points at its values as they are; `dtype` the result's NumPy dtype and
+    `rkind` where it lives ("f8", "f4", "i8" or "b1"); `kind` is "b1" for a boolean result, else "num".
 
-    Every value is typed twice: where it lives ("f8": a float64 register, which an operand of any
-    dtype becomes; "b1": the bytes of a comparison) and the type NumPy gives it (the operand's dtype,
-    a constant's scalar, an operation's result dtype).  An operation is compiled only where NumPy
-    computes it in float64, on the float64 conversions of its operands, which the registers hold;
-    and a comparison also where NumPy compares in an integer dtype or in float32 values that float64
-    holds exactly (`_exact_compare`)."""
+    Every operation is typed as NumPy types it (`_promoted`: NumPy itself is asked, Python scalars
+    weak as NEP 50 has them) and computed in that dtype: float64 and float32 in their own IEEE
+    arithmetic, integers in int64 wrapped back to the operation's dtype after each step (int32 + int32
+    wraps as NumPy's int32 addition), comparisons in the dtype both sides are converted to.  Each
+    operand or constant is converted to that dtype first, as NumPy's casts convert it; a constant
+    the dtype cannot hold, and every operation NumPy computes otherwise (integer division, uint64,
+    float16, bool arithmetic), stays on the general path."""
 
     def __init__(self, tree, arrays, scalars):
-        self.names, self.kinds, consts, code = [], [], [], []
-        temps = []
+        self.names, self.kinds = [], []
+        cvals, slots, code, temps = [], [], [], []
+        memo = {}
 
+        # a value: (register, where it lives, its NumPy type); a constant's register is ("v", j) into
+        # `cvals` until an operation gives it a dtype, then a slot ("c", k) of that kind
         def leaf(node):
             if isinstance(node, ast.Name):
                 if node.id in arrays:
@@ -123,14 +143,14 @@ class Program:
                         self.names.append(node.id)
                         self.kinds.append(kind)
                     i = self.names.index(node.id)
-                    return ("op", i), "f8", np.dtype(self.kinds[i])
+                    return ("op", i), self.kinds[i], np.dtype(self.kinds[i])
                 if node.id in scalars:
-                    consts.append(_scalar(scalars[node.id]))
-                    return ("c", len(consts) - 1), "f8", _type_of(consts[-1])
+                    cvals.append(_scalar(scalars[node.id]))
+                    return ("v", len(cvals) - 1), None, _type_of(cvals[-1])
                 raise _Unsupported
             if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-                consts.append(_scalar(node.value))
-                return ("c", len(consts) - 1), "f8", _type_of(consts[-1])
+                cvals.append(_scalar(node.value))
+                return ("v", len(cvals) - 1), None, _type_of(cvals[-1])
             raise _Unsupported
 
         def emit(op, a, b):
@@ -138,112 +158,138 @@ class Program:
             code.append((op, ("t", len(temps) - 1), a, b))
             return ("t", len(temps) - 1)
 
-        def numeric(a, ta, na):
-            # a float64 register whose values are NumPy's float64 conversion of the value: an operand,
-            # a constant, or a float64 temporary (a comparison's bytes are not)
-            return ta == "f8" and (a[0] != "t" or _is_f8(na))
+        def const(j, p, where):
+            """Constant j converted to dtype `p` as NumPy converts a scalar for an operation in `p`,
+            in a register of kind `where` ("f8", "f4", "i8", "i4")."""
+            v = cvals[j]
+            try:
+                with np.errstate(all="raise"):
+                    c = p.type(v)
+            except (OverflowError, FloatingPointError, ValueError, TypeError):
+                raise _Unsupported from None
+            if p.kind in "iu" and (not isinstance(v, (int, np.integer)) or int(c) != v):
+                raise _Unsupported
+            if p.kind == "f" and np.isinf(c) and not np.isinf(v):
+                raise _Unsupported
+            if p == _F8 and isinstance(v, (int, np.integer)) and abs(int(v)) > 2 ** 53:
+                raise _Unsupported          # (float64 holds it only rounded)
+            slots.append((where, c))
+            return ("c", len(slots) - 1)
+
+        def to(val, p, where=None):
+            """The register holding `val` converted to dtype `p`, of kind `where` (default: p's store)."""
+            r, store, _ = val
+            where = where or _STORE[_dkind(p)]
+            if r[0] == "v":
+                return const(r[1], p, where)
+            if store == where:
+                return r
+            if where not in ("f8", "f4", "i8") or (where == "i8" and store in ("f8", "f4", "u8")):
+                raise _Unsupported
+            key = (r, where)
+            if key not in memo:
+                memo[key] = emit("cvt_" + where, r, -2 - _exprkernel.OPERAND_KINDS[store])
+            return memo[key]
+
+        def arith(op, p, regs):
+            """An operation computed in dtype `p`, on operand registers already of p's store."""
+            k = _dkind(p)
+            if k in ("f8", "f4"):
+                return emit(op if k == "f8" else "f4_" + op, *regs), k, p
+            if k is None or k == "b1" or op not in _INT_OPS + ("neg",):
+                raise _Unsupported
+            t = emit("i8_" + op, *regs)
+            if k != "i8":
+                t = emit("wrap", t, -2 - _exprkernel.OPERAND_KINDS[k])
+            return t, "i8", p
 
         def walk(node):
             if isinstance(node, ast.BinOp):
-                (a, ta, na), (b, tb, nb) = walk(node.left), walk(node.right)
-                if type(node.op) in _BINARY and numeric(a, ta, na) and numeric(b, tb, nb) \
-                        and not a[0] == b[0] == "c":
+                a, b = walk(node.left), walk(node.right)
+                if type(node.op) in _BINARY and not a[0][0] == b[0][0] == "v":
                     op = _BINARY[type(node.op)]
-                    if not _is_f8(_promoted(op, na, nb)):
+                    p = _promoted(op, a[2], b[2])
+                    if _dkind(p) in (None, "b1"):
                         raise _Unsupported
-                    return emit(op, a, b), "f8", _F8
-                if type(node.op) in _LOGICAL and ta == tb == "b1":
-                    return emit(_LOGICAL[type(node.op)], a, b), "b1", _B1
+                    if _dkind(p) not in ("f8", "f4") and op not in _INT_OPS:
+                        raise _Unsupported
+                    return arith(op, p, (to(a, p), to(b, p)))
+                if type(node.op) in _LOGICAL and a[1] == b[1] == "b1":
+                    return emit(_LOGICAL[type(node.op)], a[0], b[0]), "b1", _B1
                 raise _Unsupported
             if isinstance(node, ast.UnaryOp):
-                a, ta, na = walk(node.operand)
-                if a[0] == "c" and isinstance(node.op, (ast.USub, ast.UAdd)):
-                    with np.errstate(all="ignore"):
-                        v = -consts[a[1]] if isinstance(node.op, ast.USub) else +consts[a[1]]
-                    consts.append(_scalar(v))
-                    return ("c", len(consts) - 1), "f8", _type_of(consts[-1])
-                if a[0] == "c":
+                a = walk(node.operand)
+                if a[0][0] == "v":
+                    v = cvals[a[0][1]]
+                    if not isinstance(node.op, (ast.USub, ast.UAdd)) or type(v) not in (int, float):
+                        raise _Unsupported
+                    cvals.append(_scalar(-v if isinstance(node.op, ast.USub) else +v))
+                    return ("v", len(cvals) - 1), None, _type_of(cvals[-1])
+                if isinstance(node.op, ast.Invert) and a[1] == "b1":
+                    return emit("not", a[0], None), "b1", _B1
+                k = _dkind(a[2])
+                if k is None or k == "b1" or not isinstance(node.op, (ast.USub, ast.UAdd)):
                     raise _Unsupported
-                if isinstance(node.op, ast.USub) and numeric(a, ta, na) and _is_f8(na):
-                    return emit("neg", a, None), "f8", _F8
-                if isinstance(node.op, ast.UAdd) and ta == "f8" and a[0] == "op":
-                    return a, "f8", na
-                if isinstance(node.op, ast.UAdd) and numeric(a, ta, na):
-                    return a, "f8", _F8
-                if isinstance(node.op, ast.Invert) and ta == "b1":
-                    return emit("not", a, None), "b1", _B1
-                raise _Unsupported
+                if isinstance(node.op, ast.UAdd):
+                    return a
+                return arith("neg", a[2], (to(a, a[2]), None))
             if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _COMPARE:
-                (a, ta, na), (b, tb, nb) = walk(node.left), walk(node.comparators[0])
-                if numeric(a, ta, na) and numeric(b, tb, nb) and not a[0] == b[0] == "c":
-                    p = _promoted("cmp", na, nb)
-                    if (_is_f8(p) and (_floating(na) or _floating(nb))) or \
-                            _exact_compare(p, (a, na), (b, nb), consts):
-                        return emit(_COMPARE[type(node.ops[0])], a, b), "b1", _B1
+                a, b = walk(node.left), walk(node.comparators[0])
+                if a[0][0] == b[0][0] == "v":
+                    raise _Unsupported
+                cmp = _COMPARE[type(node.ops[0])]
+                p = _promoted("cmp", a[2], b[2])
+                k = _dkind(p)
+                if k == "f8" and not (_floating(a[2]) or _floating(b[2])):
+                    # two integers NumPy compares exactly (int64 against uint64), not in float64
+                    raise _Unsupported
+                if k in ("f8", "f4"):
+                    return emit(cmp if k == "f8" else "f4_" + cmp, to(a, p), to(b, p)), "b1", _B1
+                if k in ("i1", "i2", "i4", "i8", "u1", "u2", "u4"):
+                    if p == np.int32 and all(x[1] in ("i4", None) for x in (a, b)):
+                        # int32 against int32: compared as they are, without widening
+                        return emit("i4_" + cmp, to(a, p, "i4"), to(b, p, "i4")), "b1", _B1
+                    return emit("i8_" + cmp, to(a, p), to(b, p)), "b1", _B1
+                if isinstance(p, np.dtype) and p == np.uint64:
+                    # a uint64 column against a constant under 2**53: float64 holds the constant, and
+                    # the conversion is monotonic, so a value past 2**53 stays past it
+                    col, c = (a, b) if b[0][0] == "v" else (b, a)
+                    if c[0][0] == "v" and col[1] == "u8":
+                        v = cvals[c[0][1]]
+                        if isinstance(v, (int, np.integer)) and 0 <= int(v) < 2 ** 53:
+                            return emit(cmp, to(a, _F8), to(b, _F8)), "b1", _B1
                 raise _Unsupported
             return leaf(node)
 
-        res, tres, nres = walk(tree)
-        self.kind = tres
-        nops, nc = len(self.names), len(consts)
-        if not nops or res[0] == "c" or (tres == "f8" and not _is_f8(nres)):
+        res, store, dt = walk(tree)
+        if not self.names or res[0] == "v":
             raise _Unsupported
+        k = _dkind(dt)
+        if k is None:
+            raise _Unsupported
+        if res[0] == "op" and _STORE[k] != store:
+            res = to((res, store, dt), dt)          # (an integer column itself, as int64 values)
+        self.dtype, self.rkind = dt, _STORE[k]
+        self.kind = "b1" if k == "b1" else "num"
+        nops, nc = len(self.names), len(slots)
 
         def reg(r):
             if r is None:
                 return -1
+            if isinstance(r, int):
+                return r            # a conversion's or a wrap's kind, as -2 - kind
             return {"op": 0, "c": nops, "t": nops + nc}[r[0]] + r[1]
         ops = _exprkernel.EXPR_OPCODES
         self.program = np.array([(ops[op], reg(d), reg(a), reg(b)) for op, d, a, b in code],
                                 dtype=np.int32).reshape(-1, 4)
-        self.consts = np.array([float(c) for c in consts], dtype=np.float64)
+        # every constant in an 8-byte slot: a float64 value, or an integer's bits
+        bits = np.zeros(nc, np.int64)
+        for j, (where, c) in enumerate(slots):
+            bits[j] = int(c) if where in ("i8", "i4") else np.float64(c).view(np.int64)
+        self.consts = bits.view(np.float64)
+        self.ckinds = [w for w, _ in slots]
         self.nregs = nops + nc + len(temps)
         self.result = reg(res)
-
-
-# the operand dtypes whose every value a float64 holds exactly, and those a float32 holds exactly
-_F8_EXACT = frozenset(["i1", "i2", "i4", "u1", "u2", "u4", "b1", "f4"])
-_F4_EXACT = frozenset(["i1", "i2", "u1", "u2", "b1", "f4"])
-
-
-def _exact_compare(p, side_a, side_b, consts):
-    """Whether a comparison NumPy makes in dtype `p` (an integer dtype, or float32) gives the same
-    answer on the float64 conversions of its sides: where each side's values convert to `p` exactly
-    and float64 holds them exactly, a comparison of the converted values is the comparison of the
-    values themselves.  A constant side is replaced by its value converted to `p` (as NumPy converts
-    a Python scalar: ``f4 > 0.1`` compares with float32(0.1)); one `p` cannot hold refuses.
-
-    An int64 or uint64 column compares exactly with a constant under 2**53 in magnitude too:
-    float64 holds its values up to 2**53, and the conversion is monotonic, so a value past 2**53
-    stays past the constant (the constant 2**53 itself would not: 2**53 + 1 rounds to it)."""
-    if not isinstance(p, np.dtype) or not (p.kind in "iu" or p == np.float32):
-        return False
-    exact = _F4_EXACT if p.kind == "f" else _F8_EXACT
-    conv = {}
-    wide = 0            # int64 / uint64 columns, exact only against a small constant
-    for reg, t in (side_a, side_b):
-        if isinstance(t, np.dtype):
-            if reg[0] != "op":
-                return False
-            if t.str[1:] not in exact:
-                if p.kind == "f" or t.str[1:] not in ("i8", "u8"):
-                    return False
-                wide += 1
-            continue
-        v = consts[reg[1]]
-        try:
-            with np.errstate(all="raise"):
-                c = p.type(v)
-        except (OverflowError, FloatingPointError, ValueError, TypeError):
-            return False
-        if (p.kind in "iu" and int(c) != v) or (p.kind == "f" and np.isinf(c) and not np.isinf(v)):
-            return False
-        conv[reg[1]] = c
-    if wide and (len(conv) != 1 or not all(abs(int(c)) < 2 ** 53 for c in conv.values())):
-        return False
-    for i, c in conv.items():
-        consts[i] = c
-    return True
 
 
 def _is_f8(t):
@@ -336,26 +382,30 @@ def _work(prepared, mode, blen, outputs=(), dest=None):
     prog = prepared.prog
     return run_work(_exprkernel.ExprChunks(prepared.chunks, prog.program, prog.consts, prog.nregs, prog.result,
                                            mode, blen, outputs, get_nthreads(), None, prepared.tails, dest,
-                                           prog.kinds, prepared.clens))
+                                           prog.kinds, prepared.clens, True, prog.ckinds, prog.rkind))
 
 
 def values(expression, arrays, scalars, blen):
-    """The expression over every row, as a new NumPy array (float64 or bool), or None."""
+    """The expression over every row, as a new NumPy array of its dtype, or None."""
     p = prepare(expression, arrays, scalars, blen)
     if p is None:
         return None
-    out = np.empty(len(arrays[p.prog.names[0]]), np.float64 if p.prog.kind == "f8" else np.bool_)
+    out = np.empty(len(arrays[p.prog.names[0]]), p.prog.dtype)
     _work(p, "values", blen, (), out)
     return out
 
 
-def chunk_sums(expression, arrays, scalars, blen):
-    """(the sum of the float64 expression over each block of `blen` rows, the last one shorter, the
-    rows covered: all), or None."""
+def chunk_sums(expression, arrays, scalars, blen, dtype=None):
+    """(NumPy's sum of the numeric expression over each block of `blen` rows, the last one shorter,
+    as an array of the sum's dtype: float64, float32, int64 or uint64; the rows covered: all), or None
+    (also where `dtype` is given and the expression's is another)."""
     p = prepare(expression, arrays, scalars, blen)
-    if p is None or p.prog.kind != "f8":
+    if p is None or p.prog.kind != "num" or (dtype is not None and p.prog.dtype != dtype):
         return None
-    return _work(p, "sum", blen).values, len(arrays[p.prog.names[0]])
+    sums = _work(p, "sum", blen).values
+    if p.prog.dtype.kind == "u":
+        sums = sums.view(np.uint64)     # (NumPy sums unsigned integers in uint64: the same bits)
+    return sums, len(arrays[p.prog.names[0]])
 
 
 def chunk_counts(expression, arrays, scalars, blen):

@@ -9,6 +9,8 @@ and reduces it, so no evaluated array is ever held whole (`blzarr.query.fused`).
 
 import sys
 
+import functools
+
 import numpy as np
 
 from blzarr.query import chunked_eval as _ce
@@ -134,8 +136,10 @@ class LazyExpr:
         self._check_numeric("sum")
         kw = {} if dtype is None else {"dtype": np.dtype(dtype)}
         kernel = None
-        if dtype is None and self.dtype == np.float64:
-            kernel = exprkernel.chunk_sums
+        if dtype is None and self.dtype.kind in "fiu":
+            # (the kernel types the expression as NumPy does; where this expression's dtype differs,
+            # the evaluator's, it is left to the blocks below)
+            kernel = functools.partial(exprkernel.chunk_sums, dtype=self.dtype)
         elif dtype is None and self.dtype == bool:
             kernel = exprkernel.chunk_counts       # NumPy's sum of booleans: their count, an int64
         parts = self._run(lambda v: np.sum(v, **kw), kernel=kernel)
