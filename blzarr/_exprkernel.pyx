@@ -388,8 +388,9 @@ cdef class ExprChunks(ChunkWork):
         for t in range(self.nins):
             for j in range(4):
                 self.prog[4 * t + j] = program[t, j]
-        for j in range(self.nconst):
-            self.consts[j] = consts[j]
+        if self.nconst:
+            # (bytes, not doubles: a slot may hold an integer's bits, which need not be a number)
+            memcpy(self.consts, &consts[0], self.nconst * sizeof(double))
         if self.mode == XK_SELECT and self.nblk != nitems:
             raise ValueError("ExprChunks: mode 'select' needs operands of one chunk length and a tail "
                              "shorter than a chunk")
