@@ -210,3 +210,16 @@ def test_typed_programs_are_checked():
     w.run()
     w.check()
     assert dest.tolist() == [v * v for v in range(20)]
+
+
+def test_float32_sums_over_deep_pairwise_trees(nthreads, kernel_calls):
+    """A float32 block's sum over many windows (a pairwise tree several levels deep, leaves across
+    windows) is NumPy's float32 sum of the block to the last bit."""
+    rng = np.random.default_rng(8)
+    c = (rng.standard_normal(3 * 8192 + 1001) * 1000).astype(np.float32)
+    ops = {"c": blzarr.carray(c, chunklen=8192)}
+    value = c * c - c
+    kernel_calls.clear()
+    got = blzarr.lazyexpr("c * c - c", user_dict=ops, vm="python", blen=8192).sum()
+    assert kernel_calls == ["sum"]
+    same_number(got, blockwise_sum(value, 8192))
