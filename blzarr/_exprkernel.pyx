@@ -45,6 +45,7 @@ cdef extern from "blz_exprkernel.h" nogil:
     enum: XK_OP_I8
     enum: XK_OP_WRAP
     enum: XK_OP_I4CMP
+    enum: XK_OP_B1
     enum: XK_OP_N
 
 # the operand dtypes the kernel reads, each converted to float64 window by window (blz_exprkernel.h)
@@ -88,7 +89,8 @@ EXPR_OPCODES = {"add": XK_ADD, "sub": XK_SUB, "mul": XK_MUL, "div": XK_DIV, "neg
                 # conversions into a float64, float32 or int64 register (the fourth field: -2 minus the
                 # source's OPERAND_KINDS value), and the wrap of an int64 register to a narrower
                 # integer dtype (the fourth field: -2 minus that dtype's OPERAND_KINDS value)
-                "cvt_f8": XK_OP_CVT_F8, "cvt_f4": XK_OP_CVT_F4, "cvt_i8": XK_OP_CVT_I8, "wrap": XK_OP_WRAP}
+                "cvt_f8": XK_OP_CVT_F8, "cvt_f4": XK_OP_CVT_F4, "cvt_i8": XK_OP_CVT_I8, "wrap": XK_OP_WRAP,
+                "b1_norm": XK_OP_B1}
 for _i, _op in enumerate(["add", "sub", "mul", "div", "neg", "gt", "ge", "lt", "le", "eq", "ne"]):
     EXPR_OPCODES["f4_" + _op] = XK_OP_F4 + _i
 for _i, _op in enumerate(["add", "sub", "mul", "neg", "gt", "ge", "lt", "le", "eq", "ne"]):
@@ -106,7 +108,7 @@ cdef Py_ssize_t _read_size(int op, int b):
     """The bytes of each value an instruction reads from its source registers (-1: a malformed one)."""
     if op <= XK_NE:
         return 8
-    if op <= XK_NOT:
+    if op <= XK_NOT or op == XK_OP_B1:
         return 1
     if op in (XK_OP_CVT_F8, XK_OP_CVT_F4, XK_OP_CVT_I8):
         return _KIND_SIZE.get(-2 - b, -1)
@@ -114,13 +116,13 @@ cdef Py_ssize_t _read_size(int op, int b):
         return 4
     if XK_OP_I8 <= op <= XK_OP_WRAP:
         return 8
-    if XK_OP_I4CMP <= op < XK_OP_N:
+    if XK_OP_I4CMP <= op < XK_OP_I4CMP + 6:
         return 4
     return -1
 
 
 cdef bint _unary(int op):
-    return op in (XK_NEG, XK_NOT, XK_OP_F4 + 4, XK_OP_I8 + 3)
+    return op in (XK_NEG, XK_NOT, XK_OP_F4 + 4, XK_OP_I8 + 3, XK_OP_B1)
 EXPR_MODES = {"sum": XK_SUM, "count": XK_COUNT, "select": XK_SELECT, "values": XK_VALUES}
 
 

@@ -223,3 +223,22 @@ def test_float32_sums_over_deep_pairwise_trees(nthreads, kernel_calls):
     got = blzarr.lazyexpr("c * c - c", user_dict=ops, vm="python", blen=8192).sum()
     assert kernel_calls == ["sum"]
     same_number(got, blockwise_sum(value, 8192))
+
+
+def test_bool_columns_with_other_true_bytes(nthreads, kernel_calls):
+    """A bool column whose true bytes are not all 1 (a view of uint8 data): NumPy reads every non-zero
+    byte as true, in logic, negation, counts and arithmetic, and so does the kernel."""
+    m = np.frombuffer(bytes([0, 2, 1, 0, 255, 3, 128]) * 300, dtype=bool)
+    a = np.arange(len(m), dtype=np.float64) - 3
+    ops = {"m": blzarr.carray(m, chunklen=210), "a": blzarr.carray(a, chunklen=210)}
+    assert ops["m"][:7].view(np.uint8).tolist() == [0, 2, 1, 0, 255, 3, 128]     # stored as given
+    for expression in ("m & (a > 0)", "~m", "m", "m ^ (a > 0)", "(a > 0) | ~m", "m * 3", "a * m", "m > 0"):
+        value = eval(expression, {}, {"m": m, "a": a})
+        kernel_calls.clear()
+        e = blzarr.lazyexpr(expression, user_dict=ops, vm="python", blen=210)
+        same_values(e[:], value)
+        if value.dtype == np.bool_:
+            assert e.count_nonzero() == np.count_nonzero(value), expression
+        else:
+            same_number(e.sum(), blockwise_sum(value, 210))
+        assert kernel_calls, expression

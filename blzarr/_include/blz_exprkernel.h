@@ -69,7 +69,8 @@ enum { XK_OP_CVT_F8 = 15, XK_OP_CVT_F4 = 16, XK_OP_CVT_I8 = 17,
        XK_OP_I8 = 29,       /* + add sub mul neg gt ge lt le eq ne */
        XK_OP_WRAP = 39,
        XK_OP_I4CMP = 40,    /* + gt ge lt le eq ne */
-       XK_OP_N = 46 };
+       XK_OP_B1 = 46,       /* a bool operand's bytes as 0 or 1 (NumPy reads any non-zero byte as true) */
+       XK_OP_N = 47 };
 #define XK_CMP6(BASE, A, B)                                                                         \
     case BASE + 0: XK_LOOP(bd[i] = A[i] > B[i]) break;                                              \
     case BASE + 1: XK_LOOP(bd[i] = A[i] >= B[i]) break;                                             \
@@ -122,6 +123,7 @@ static BLZ_CLONES void xk_exec(const int32_t *prog, int64_t nins, char **rp, int
         XK_CMP6(XK_OP_I8 + 4, la, lb)
         case XK_OP_WRAP: xk_wrap(-2 - ins[3], la, ld, m); break;
         XK_CMP6(XK_OP_I4CMP, ia, ib)
+        case XK_OP_B1: XK_LOOP(bd[i] = ba[i] != 0) break;
         }
     }
 }

@@ -191,6 +191,16 @@ class Program:
                 memo[key] = emit("cvt_" + where, r, -2 - _exprkernel.OPERAND_KINDS[store])
             return memo[key]
 
+        def truth(val):
+            """The register of boolean `val` holding bytes 0 and 1 (a bool column may hold other
+            non-zero bytes, which NumPy reads as true)."""
+            r, store, _ = val
+            if r[0] != "op":
+                return r
+            if (r, "b1") not in memo:
+                memo[(r, "b1")] = emit("b1_norm", r, None)
+            return memo[(r, "b1")]
+
         def arith(op, p, regs):
             """An operation computed in dtype `p`, on operand registers already of p's store."""
             k = _dkind(p)
@@ -215,7 +225,7 @@ class Program:
                         raise _Unsupported
                     return arith(op, p, (to(a, p), to(b, p)))
                 if type(node.op) in _LOGICAL and a[1] == b[1] == "b1":
-                    return emit(_LOGICAL[type(node.op)], a[0], b[0]), "b1", _B1
+                    return emit(_LOGICAL[type(node.op)], truth(a), truth(b)), "b1", _B1
                 raise _Unsupported
             if isinstance(node, ast.UnaryOp):
                 a = walk(node.operand)
@@ -226,7 +236,7 @@ class Program:
                     cvals.append(_scalar(-v if isinstance(node.op, ast.USub) else +v))
                     return ("v", len(cvals) - 1), None, _type_of(cvals[-1])
                 if isinstance(node.op, ast.Invert) and a[1] == "b1":
-                    return emit("not", a[0], None), "b1", _B1
+                    return emit("not", truth(a), None), "b1", _B1
                 k = _dkind(a[2])
                 if k is None or k == "b1" or not isinstance(node.op, (ast.USub, ast.UAdd)):
                     raise _Unsupported
@@ -269,6 +279,8 @@ class Program:
             raise _Unsupported
         if res[0] == "op" and _STORE[k] != store:
             res = to((res, store, dt), dt)          # (an integer column itself, as int64 values)
+        elif k == "b1":
+            res = truth((res, store, dt))
         self.dtype, self.rkind = dt, _STORE[k]
         self.kind = "b1" if k == "b1" else "num"
         nops, nc = len(self.names), len(slots)
