@@ -22,6 +22,7 @@ the redirect sits in an object their open reads anyway.  The format is in docs/F
 
 import contextlib
 import json
+import re
 import secrets
 import threading
 
@@ -31,6 +32,8 @@ from blzarr.storage.files import META_DIR, ROOTDIRS_FILE, STORAGE_FILE, detect_s
 STAGE_PREFIX = ".blzarr-new-"
 VERSION = 1
 COMMIT_KEYS = {"carray": f"{META_DIR}/{STORAGE_FILE}", "ctable": ROOTDIRS_FILE}
+# the names `begin` and `journaled` give stages: a redirect naming anything else is not one of ours
+_STAGE_NAME = re.compile(re.escape(STAGE_PREFIX) + "[0-9a-f]{12}")
 
 
 class OtherKind(StorageError):
@@ -56,7 +59,7 @@ def record_of(obj, where):
     if r is None:
         return None
     if not isinstance(r, dict) or r.get("version") != VERSION or not isinstance(r.get("by"), str) \
-            or not r["by"].startswith(STAGE_PREFIX) or "/" in r["by"] or r.get("kind") not in COMMIT_KEYS:
+            or not _STAGE_NAME.fullmatch(r["by"]) or r.get("kind") not in COMMIT_KEYS:
         raise FormatError(f"'{where}': its replacement record is malformed: {r!r}")
     return r
 
@@ -69,7 +72,13 @@ def follow(store, rec, kind, mode):
     """What an opener of `kind` (mode `mode`) does on meeting the redirect `rec` in the commit object
     of `store`: a reader raises `Moved` with the stage's store (OtherKind when the stage holds the
     other kind); a writer rolls the replacement forward and returns (OtherKind when the dataset is
-    now of the other kind), after which it opens the prefix again."""
+    now of the other kind), after which it opens the prefix again.  When another writer completed
+    the replacement meanwhile (the stage is gone, the redirect too) it returns as well."""
+    if not _complete(store, rec, kind):
+        if rec["kind"] != kind:
+            raise OtherKind(f"'{store.root}' now holds a {rec['kind']} (it was replaced): open it with "
+                            "blzarr.open", store.root, rec["kind"])
+        return
     if mode == "r":
         stage = store.child(rec["by"])
         if rec["kind"] != kind:
@@ -80,6 +89,20 @@ def follow(store, rec, kind, mode):
     if rec["kind"] != kind:
         raise OtherKind(f"'{store.root}' now holds a {rec['kind']} (it was replaced): open it with "
                         "blzarr.open", store.root, rec["kind"])
+
+
+def _complete(store, rec, old_kind):
+    """Whether the stage the redirect `rec` (in the commit object of an `old_kind` at `store`) names
+    holds its dataset's commit object.  False when it does not because the replacement was completed
+    meanwhile (the commit object is no longer that redirect); FormatError naming both URLs when the
+    redirect names a stage that is gone."""
+    commit = COMMIT_KEYS[rec["kind"]]
+    if store.child(rec["by"]).exists(commit):
+        return True
+    if _pending(store, old_kind) != rec:
+        return False
+    raise FormatError(f"'{store.where(COMMIT_KEYS[old_kind])}' names the replacement '{store.where(rec['by'])}', "
+                      f"which holds no {rec['kind']} ('{commit}' is missing)")
 
 
 def roll_forward(store, rec, old_kind):
@@ -127,10 +150,18 @@ def begin(store, kind=None):
     kind = kind or detect_store(store)
     if kind is None:
         return None, None
-    rec = _pending(store, kind)
-    if rec is not None:
+    try:
+        rec = _pending(store, kind)
+        complete = rec is not None and _complete(store, rec, kind)
+    except FormatError:
+        # a malformed redirect, or one naming a stage that is gone: damage, which the replacement
+        # removes as it removes the old dataset's other objects
+        rec = complete = None
+    if complete:
         roll_forward(store, rec, kind)
         kind = rec["kind"]
+    elif rec is not None:           # completed meanwhile by another writer
+        kind = detect_store(store) or kind
     for name in store.names(""):
         if name.startswith(STAGE_PREFIX):
             store.child(name).remove_all()
