@@ -4,13 +4,10 @@ new read-only open: its rows (count and a digest) and the GETs and bytes its col
 `python bench/query_s3_requests.py` prints one line per query; compare two checkouts line by line."""
 
 import hashlib
-import uuid
-
 import numpy as np
-import s3fs
 
 import blzarr
-from blzarr.bench.s3 import MotoS3
+from blzarr.bench.s3 import moto_buckets
 
 QUERIES = (("b < 0.01", {}), ("b < 0.001", {}), ("b < 0.1", {"limit": 500, "skip": 50}))
 
@@ -21,13 +18,10 @@ def gets(t):
 
 
 def main():
-    server = MotoS3()
-    try:
-        opts = server.storage_options
+    with moto_buckets() as new_bucket:
         for fmt in ("bcolz", "blz"):
-            bucket = "b" + uuid.uuid4().hex[:12]
-            s3fs.S3FileSystem(**opts).mkdir(bucket)
-            url = f"s3://{bucket}/t"
+            bucket, opts = new_bucket()
+            url = f"{bucket}/t"
             rng = np.random.default_rng(3)
             n = 300_000
             blzarr.ctable([np.arange(n), rng.random(n)], names=["a", "b"], rootdir=url, mode="w",
@@ -39,8 +33,6 @@ def main():
                 g1, b1 = gets(r)
                 digest = hashlib.sha256(repr(rows).encode()).hexdigest()[:12]
                 print(fmt, q, kw, len(rows), digest, "GETs", g1 - g0, "bytes", b1 - b0)
-    finally:
-        server.stop()
 
 
 if __name__ == "__main__":

@@ -3,13 +3,10 @@ create (1,000,000 int64 in chunks of 16384), then each read on a new read-only o
 reads a[i], a[:], a short slice, sum, where, a 2-D column slice.  `python bench/seams_s3_requests.py` prints one line per step with the
 byte store's counters (gets, bytes got, puts, lists, heads)."""
 
-import uuid
-
 import numpy as np
-import s3fs
 
 import blzarr
-from blzarr.bench.s3 import MotoS3
+from blzarr.bench.s3 import moto_buckets
 
 
 def counts(obj):
@@ -19,13 +16,10 @@ def counts(obj):
 
 
 def main():
-    server = MotoS3()
-    try:
-        opts = server.storage_options
+    with moto_buckets() as new_bucket:
         for fmt in ("bcolz", "blz"):
-            bucket = "b" + uuid.uuid4().hex[:12]
-            s3fs.S3FileSystem(**opts).mkdir(bucket)
-            url = f"s3://{bucket}/x"
+            bucket, opts = new_bucket()
+            url = f"{bucket}/x"
             x = np.arange(1_000_000, dtype="i8")
             w = blzarr.carray(x, rootdir=url, mode="w", chunklen=16384, format=fmt, storage_options=opts)
             w.flush()
@@ -46,8 +40,6 @@ def main():
                 opened = counts(r)
                 assert step(r)
                 print(fmt, f"open {opened}", name, tuple(b - a for a, b in zip(opened, counts(r))))
-    finally:
-        server.stop()
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ The server runs on this machine: the times are mostly client work (and the serve
 and byte counts what a real store would bill and wait for.
 """
 
+import contextlib
 import importlib.util
 import os
 import socket
@@ -85,6 +86,25 @@ class MotoS3:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+@contextlib.contextmanager
+def moto_buckets():
+    """moto's S3 server for the length of the block (a script's); yields `new_bucket()`, which makes
+    an empty bucket there and returns (its s3:// URL, the storage options that reach it)."""
+    server = MotoS3()
+    try:
+        import s3fs
+        opts = server.storage_options
+        fs = s3fs.S3FileSystem(**opts)
+
+        def new_bucket():
+            name = "b" + uuid.uuid4().hex[:12]
+            fs.mkdir(name)
+            return f"s3://{name}", opts
+        yield new_bucket
+    finally:
+        server.stop()
 
 
 class Counter:
