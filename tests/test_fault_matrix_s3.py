@@ -19,7 +19,9 @@ The default run interrupts two operations at one point each (and checks the list
 creation, a row assignment, a replacement after its switch and a carray's assignment across chunk
 objects, where the creation marker, the table journal, the redirect (blzarr.storage.replace) and the
 carray journal must do their work; the sweep, and the check that the reading calls write nothing on
-S3, are marked slow.
+S3, are marked slow.  The slow sweep interrupts a fixed sample of each operation's store calls (the
+first, the last, every `SAMPLE_STRIDE`-th); `BLZARR_S3_SWEEP_POINTS=all` interrupts every one.  A
+crash state is told by its objects' keys and ETags, and one met before is not checked again.
 """
 
 import gc
@@ -378,14 +380,20 @@ def _gap(op, fmt, fault, request, strict=True):
         request.applymarker(pytest.mark.xfail(strict=strict, reason=why))
 
 
-# writing calls interrupted per (operation, layout, fault) in the slow sweep: 1 (the middle one) by
-# default, since each case round-trips every object through the S3 server and three points took the
-# slow run past CI's budget; the local matrix sweeps the first and the last, test_quick one inside.
-# BLZARR_S3_SWEEP_POINTS=1000 interrupts every call.
-S3_SWEEP_POINTS = max(1, int(os.environ.get("BLZARR_S3_SWEEP_POINTS", "1")))
+# writing calls interrupted per (operation, layout, fault) in the slow sweep: by default a fixed
+# sample, the first call, the last, and every SAMPLE_STRIDE-th between (starting at an offset that
+# differs per fault, so that the three faults of a pair meet different calls); the first call's crash
+# state is the template, checked once per pair.  BLZARR_S3_SWEEP_POINTS=k interrupts k calls spread
+# evenly instead, =all (or any k at least the number of calls) every call.
+SAMPLE_STRIDE = 30
+_env_points = os.environ.get("BLZARR_S3_SWEEP_POINTS", "").strip().lower()
+S3_SWEEP_POINTS = None if not _env_points else 10 ** 9 if _env_points == "all" else max(1, int(_env_points))
 
 
-def _sweep_points(n, k=S3_SWEEP_POINTS):
+def _sweep_points(n, fault, k=S3_SWEEP_POINTS):
+    if k is None:
+        offset = FAULTS.index(fault) * SAMPLE_STRIDE // len(FAULTS)
+        return sorted({1, n} | set(range(1 + offset, n + 1, SAMPLE_STRIDE)))
     if n <= k:
         return list(range(1, n + 1))
     if k == 1:
@@ -418,7 +426,7 @@ def _params():
 @pytest.mark.parametrize("op,fmt", _params())
 def test_full_sweep(op, fmt, fault, s3env, request):
     case = _case(op, fmt, s3env)
-    points = _sweep_points(case.ncalls)
+    points = _sweep_points(case.ncalls, fault)
     _gap(op, fmt, fault, request, strict=len(points) == case.ncalls)
     before = 0
     reused = case.reused
@@ -428,6 +436,27 @@ def test_full_sweep(op, fmt, fault, s3env, request):
           f"{case.reused - reused} states met before, {before} states before")
     if fault == "kill" and 1 in points:
         assert before > 0       # a kill before the first writing call leaves the state before
+
+
+def _keys(fs, url):
+    fs.invalidate_cache()
+    return sorted(p[len(url.split("://", 1)[1]) + 1:] for p in fs.find(url))
+
+
+def _bcolz_carray_at(env, tag):
+    """(fs, options, root, url): a new prefix `root` of the module's bucket, with the test's bcolz-layout
+    carray (0..N-1) at `url` = root/x."""
+    fs, opts, bucket = env
+    root = f"{bucket}/{tag}-{uuid.uuid4().hex[:6]}"
+    _carray(f"{root}/x", "bcolz", opts)
+    return fs, opts, root, f"{root}/x"
+
+
+def _verified(url, opts):
+    """What `blzarr verify url` reports (it must exit 0)."""
+    out = io.StringIO()
+    assert cli.main(["verify", url, "--storage-options", json.dumps(opts)], out=out) == 0, out.getvalue()
+    return out.getvalue()
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
@@ -448,12 +477,9 @@ def test_a_killed_table_creation_leaves_no_dataset_and_no_damage(s3env):
     fs.invalidate_cache()
     assert fs.exists(f"{root}/y/.blzarr-creating") and fs.exists(f"{root}/y/c/meta/storage")
     assert snapshot(fs, f"{root}/y", opts) is None
-    out = io.StringIO()
-    assert cli.main(["verify", f"{root}/y", "--storage-options", json.dumps(opts)], out=out) == 0, out.getvalue()
-    assert "EMPTY" in out.getvalue() and "/y/c" not in out.getvalue()
-    out = io.StringIO()
-    assert cli.main(["verify", root, "--storage-options", json.dumps(opts)], out=out) == 0, out.getvalue()
-    assert "1 object verified: 1 OK" in out.getvalue()      # x only
+    report = _verified(f"{root}/y", opts)
+    assert "EMPTY" in report and "/y/c" not in report
+    assert "1 object verified: 1 OK" in _verified(root, opts)      # x only
     op.run(root, "blz", opts)
     t = blzarr.open(f"{root}/y", mode="r", storage_options=opts)
     c = np.arange(N, dtype=np.int32) % 7
@@ -487,9 +513,7 @@ def test_a_killed_row_assignment_is_rolled_back(s3env):
     a_in_place = blzarr.carray(rootdir=f"{root}/x/a", mode="r", storage_options=opts)[:]
     assert (a_in_place[10:400] == 1).all()          # the column itself was rewritten in place
     assert snapshot(fs, f"{root}/x", opts) == before
-    out = io.StringIO()
-    assert cli.main(["verify", f"{root}/x", "--storage-options", json.dumps(opts)], out=out) == 0, out.getvalue()
-    assert "journal" in out.getvalue()
+    assert "journal" in _verified(f"{root}/x", opts)
     assert snapshot(fs, f"{root}/x", opts, mode="a") == before       # rolled back
     fs.invalidate_cache()
     assert "journal" not in json.loads(fs.cat(f"{root}/x/__rootdirs__"))
@@ -499,21 +523,13 @@ def test_a_killed_row_assignment_is_rolled_back(s3env):
     _remove(fs, root)
 
 
-def _keys(fs, url):
-    fs.invalidate_cache()
-    return sorted(p[len(url.split("://", 1)[1]) + 1:] for p in fs.find(url))
-
-
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_a_killed_replacement_after_its_switch_is_the_new_dataset(s3env):
     # a carray replaced by a ctable (mode 'w' over it), killed after the switch (the carray's
     # meta/storage put as the redirect) and the first deletes of the roll-forward: a reader opens the
     # new table from its stage, verify is clean and says so, a writer's open puts it in place, and
     # replacing it again works
-    fs, opts, bucket = s3env
-    root = f"{bucket}/switch-{uuid.uuid4().hex[:6]}"
-    url = f"{root}/x"
-    _carray(url, "bcolz", opts)
+    fs, opts, root, url = _bcolz_carray_at(s3env, "switch")
 
     def replace_it():
         blzarr.ctable([np.arange(300), np.arange(300) * 0.5], names=["p", "q"], rootdir=url, mode="w",
@@ -534,9 +550,7 @@ def test_a_killed_replacement_after_its_switch_is_the_new_dataset(s3env):
     assert snapshot(fs, url, opts) == after
     with pytest.raises(blzarr.StorageError, match="being replaced by a ctable"):
         blzarr.carray(rootdir=url, mode="r", storage_options=opts)
-    out = io.StringIO()
-    assert cli.main(["verify", url, "--storage-options", json.dumps(opts)], out=out) == 0, out.getvalue()
-    assert "interrupted replacement" in out.getvalue()
+    assert "interrupted replacement" in _verified(url, opts)
     assert snapshot(fs, url, opts, mode="a") == after       # the writer's open completed it
     keys = _keys(fs, url)
     assert "__rootdirs__" in keys and not [k for k in keys if k.startswith((".blzarr-", "meta/", "data/"))], keys
@@ -550,10 +564,7 @@ def test_a_killed_assignment_to_a_bcolz_carray_is_rolled_back(s3env):
     # a bcolz-layout carray's a[50:350] = -7 killed after two of its chunk objects were rewritten in
     # place: a reader sees the values before (read from the journal's copy), verify is clean, a
     # writer's open puts the old objects back, and the retry gives the values after
-    fs, opts, bucket = s3env
-    root = f"{bucket}/carray-journal-{uuid.uuid4().hex[:6]}"
-    url = f"{root}/x"
-    _carray(url, "bcolz", opts)
+    fs, opts, root, url = _bcolz_carray_at(s3env, "carray-journal")
     before = snapshot(fs, url, opts)
     op = OPS_BY_NAME["carray.__setitem__"]
     _, calls = count_store_calls(lambda: op.run(root, "bcolz", opts))
@@ -568,8 +579,7 @@ def test_a_killed_assignment_to_a_bcolz_carray_is_rolled_back(s3env):
     keys = _keys(fs, url)
     assert json.loads(fs.cat(f"{url}/meta/storage"))["replaced"]["kind"] == "carray"
     assert [k for k in keys if k.startswith(".blzarr-new-")]
-    out = io.StringIO()
-    assert cli.main(["verify", url, "--storage-options", json.dumps(opts)], out=out) == 0, out.getvalue()
+    _verified(url, opts)
     assert snapshot(fs, url, opts, mode="a") == before      # rolled back
     assert not [k for k in _keys(fs, url) if k.startswith(".blzarr-")]
     op.run(root, "bcolz", opts)
