@@ -89,3 +89,23 @@ def test_a_reader_meeting_a_replacement_that_completes(s3, monkeypatch):
     assert reached == [".blzarr-new-00000000000a"]
     np.testing.assert_array_equal(a[:], np.arange(7) * 2)
     assert a.rootdir.rstrip("/") == url
+
+
+@pytest.mark.xfail(strict=True, reason="object storage readers do not notice that the dataset they opened "
+                                       "was replaced: they read the new objects with the old metadata")
+@pytest.mark.parametrize("fmt", ["bcolz", "blz"])
+def test_a_reader_open_across_a_replacement(s3, fmt):
+    # a reader opened before an int64 carray is replaced by a float64 one of the same shape: it may
+    # read the values it opened, or fail; it must not decode the new objects as the old dtype
+    bucket, opts = s3
+    url = f"{bucket}/reader-{fmt}"
+    blzarr.carray(np.arange(1000), rootdir=url, mode="w", chunklen=100, format=fmt, storage_options=opts).close()
+    r = blzarr.open(url, mode="r", storage_options=opts)
+    assert r[5] == 5
+    blzarr.carray(np.arange(1000) + 0.5, rootdir=url, mode="w", chunklen=100, format=fmt,
+                  storage_options=opts).close()
+    try:
+        got = r[:]
+    except blzarr.StorageError:
+        return
+    np.testing.assert_array_equal(got, np.arange(1000))
