@@ -286,6 +286,7 @@ class Case:
         return got == self.before
 
     def interrupt_at(self, at, fault):
+        freeze_survivors()
         root = self.fresh(f"{fault}-{at}")
         if fault == "kill":
             run_killed(lambda: self.op.run(root, self.fmt), at)
@@ -297,6 +298,21 @@ class Case:
             return self.check(root, at, fault)
         finally:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def freeze_survivors():
+    """Put every object alive now out of the collector's sight (`gc.freeze`) before a crash state:
+    a state collects its garbage several times (an object left to a later collection could flush
+    into the next state), and each full collection walked the whole session's objects (numpy,
+    hypothesis, pytest's), not the state's own."""
+    gc.collect()
+    gc.freeze()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _unfreeze():
+    yield
+    gc.unfreeze()
 
 
 # operations that change the files, not the contents
