@@ -122,9 +122,13 @@ def test_round_trip_and_layout(tmp_path, arr):
     assert sorted(os.listdir(p)) == ["data", "meta"]
     # meta/stats: the per-chunk statistics of dtypes that have them (docs/FORMAT.rst)
     has_stats = arr.ndim == 1 and arr.dtype.kind in "biufmM" and len(arr) >= 16
-    # meta/commit: the commit record readers watch (docs/FORMAT.rst)
-    assert sorted(os.listdir(os.path.join(p, "meta"))) == ["attributes", "commit", "sizes"] + (
+    # meta/commit: the commit record readers watch (docs/FORMAT.rst); no meta/attributes until
+    # there are attributes (a missing file is none)
+    assert sorted(os.listdir(os.path.join(p, "meta"))) == ["commit", "sizes"] + (
         ["stats"] if has_stats else []) + ["storage"]
+    assert c.attrs.getall() == {} and blzarr.open(p, mode="r").attrs.getall() == {}
+    c.attrs["unit"] = "m"
+    assert json.load(open(os.path.join(p, "meta", "attributes"))) == {"unit": "m"}
     storage = json.load(open(os.path.join(p, "meta", "storage")))
     assert storage["format"] == "blz" and storage["checksum"] == "crc32" and storage["superchunklen"] == 3
     assert storage["chunklen"] == 16

@@ -26,6 +26,13 @@ def attrs_path(rootdir):
     return os.path.join(rootdir, ATTRS_FILE)
 
 
+def _absent_is_empty(path):
+    """Whether a new directory may leave its attributes file unwritten while it has none: the BLZ
+    layout's local meta/attributes, which every reader takes as no attributes when it is missing
+    (bcolz's own __attrs__ is always written: the real bcolz fails to open a directory without it)."""
+    return not isinstance(path, ObjectPath) and os.path.basename(os.fspath(path)) == ATTRIBUTES_FILE
+
+
 class attrs:
     """The user attributes of a carray or ctable (``obj.attrs``): a small dict-like store.
 
@@ -82,7 +89,7 @@ class attrs:
             if data is not absent and not isinstance(data, dict):
                 raise FormatError(f"attributes file '{path}' does not hold a JSON object")
             self._data = data
-        elif path is not None and _new and mode != "r":
+        elif path is not None and _new and mode != "r" and not _absent_is_empty(path):
             self._save()
 
     def _save(self):

@@ -77,18 +77,41 @@ def create(rootdir, length=0):
 
 
 class Writer:
-    """The record as the one writer of a directory bumps it (its descriptor kept open)."""
+    """The record as the one writer of a directory bumps it (its descriptor kept open).
 
-    __slots__ = ("path", "fd", "last")
+    `new`: the directory is being created and has no record yet; the first bump creates it, in
+    place and unsynced like every later bump (the creation's flush bumps before the directory is
+    published, so readers always find one; a power loss may lose it, which leaves a valid directory
+    without a record)."""
 
-    def __init__(self, rootdir):
+    __slots__ = ("path", "fd", "last", "new")
+
+    def __init__(self, rootdir, new=False):
         self.path = record_path(rootdir)
         self.fd = None
         self.last = None        # the 64 bytes this writer wrote last (it holds the lock: nobody else writes)
+        self.new = new
 
     def bump(self, length):
         """Publish a new generation: called after meta/sizes (and the chunks it counts) are in place."""
         raw = self.last
+        if self.fd is None and self.new:
+            self.new = False
+            try:
+                fd = fileio.open(self.path, "new")
+            except FileExistsError:
+                fd = None
+            if fd is not None:
+                # the bytes a record created at generation 1 (length 0) and bumped once holds, as
+                # blzarr wrote them when it made the record before the creation's flush
+                data = encode(2, length, _slot(1, 0))
+                try:
+                    fileio.pwrite(fd, data, 0, self.path)
+                except BaseException:
+                    fileio.close(fd)
+                    raise
+                self.fd, self.last = fd, data
+                return 2
         if self.fd is None:
             try:
                 self.fd = fileio.open(self.path, "rw")
@@ -100,7 +123,8 @@ class Writer:
             raw = bytes(fileio.pread(self.fd, SIZE, 0, self.path))
         got = decode(raw)
         if got is None:         # torn or damaged: start again above what the hint said
-            hint = struct.unpack_from("<Q", raw, 8)[0] if len(raw) >= 16 else 0
+            hint = struct.unpack_from("<Q", raw, 8)[0] if len(raw) >= 16 and raw[:8] == MAGIC else 0
+            hint = min(hint, 1 << 62)       # (garbage left by a power loss must not overflow the field)
             gen, prev = hint + 1, None
         else:
             gen = got[0] + 1

@@ -370,7 +370,9 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
                 # the path before, e.g. to keep its format, would see the new directory as a change)
                 self._watch = None
                 self._write_storage()
-                commitrec.create(self._rootdir)
+                # the commit record is made by the creation's flush (its first bump), before the
+                # directory is published: one write, not synced (it is not a commit point)
+                self._recw = commitrec.Writer(self._rootdir, new=True)
             except BaseException:
                 tree.close()
                 self._rootdir = final
