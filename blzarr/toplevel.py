@@ -108,9 +108,11 @@ def _shape_of(shape):
     return shape
 
 
-def _built(make, kwargs, fill):
+def _built(make, kwargs, fill, held=True):
     """`make(**kwargs)` filled by `fill(out)`.  On disk it is written whole beside its rootdir and then
-    put in place (blzarr.storage.intent): an interrupt leaves what was there, never a part."""
+    put in place (blzarr.storage.intent): an interrupt leaves what was there, never a part.  `held`
+    (a carray): its files are synced once, together, before it is put in place
+    (`intent.stage_then_publish`), not at each of its flushes."""
     rootdir = kwargs.get("rootdir")
     if rootdir is None or is_url(os.fspath(rootdir)) or kwargs.get("storage_options"):
         def build(url=rootdir):
@@ -134,7 +136,7 @@ def _built(make, kwargs, fill):
         fill(out)
         out.flush()
         return out
-    intent.build_then_publish(rootdir, build)
+    intent.build_then_publish(rootdir, build, held=held)
     return open(rootdir, mode="r" if mode == "r" else "a", allow_pickle=True)
 
 
@@ -142,7 +144,7 @@ def _ctable_from_blocks(dtype, blocks, kwargs):
     def fill(out):
         for block in blocks:
             out.append(block)
-    return _built(lambda **kw: ctable(np.empty(0, dtype=dtype), **kw), kwargs, fill)
+    return _built(lambda **kw: ctable(np.empty(0, dtype=dtype), **kw), kwargs, fill, held=False)
 
 
 def fill(shape, dflt=None, dtype=float, **kwargs):

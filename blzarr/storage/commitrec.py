@@ -120,7 +120,10 @@ class Writer:
                 self.fd = fileio.open(self.path, "rw")
             raw = None
         if raw is None:
-            raw = bytes(fileio.pread(self.fd, SIZE, 0, self.path))
+            try:
+                raw = bytes(fileio.pread(self.fd, SIZE, 0, self.path))
+            except ValueError:      # cut short (a power loss kept the new file, not its bytes): none
+                raw = b""
         got = decode(raw)
         if got is None:         # torn or damaged: start again above what the hint said
             hint = struct.unpack_from("<Q", raw, 8)[0] if len(raw) >= 16 and raw[:8] == MAGIC else 0

@@ -127,6 +127,11 @@ class NewTree:
                 del _new_trees[self.root]
 
 
+# files of a carray's meta/ that are written in place and never synced, by design: the commit
+# record and the statistics (docs/FORMAT.rst: readers do without a lost or torn one)
+_UNSYNCED_META = ("commit", "stats")
+
+
 class HeldTree(NewTree):
     """A directory built whole before anything in it is promised (a table made from a stream, moved
     into place only when complete; an interrupted build is removed): everything written inside,
@@ -136,18 +141,21 @@ class HeldTree(NewTree):
     def publish(self, sync=None):
         pass
 
-    def finish(self, sync=None):
-        """Make all the tree holds durable (one `sync_together` over what is there now) and stop
-        writing in place."""
+    def finish(self, sync=None, parent=True):
+        """Make all the tree holds durable (one `sync_together` over what is there now; the root's
+        parent too unless `parent` is False: a root that a rename followed by a sync of the parent
+        publishes) and stop writing in place."""
         self.close()
         if not (fileio.sync_enabled() if sync is None else sync):
             return
         paths, dirs = [], []
         for d, subdirs, names in os.walk(self.root):
             dirs.append(d)
+            unsynced = _UNSYNCED_META if os.path.basename(d) == META_DIR else ()
             paths.extend(os.path.join(d, n) for n in names
-                         if not os.path.islink(os.path.join(d, n)))
-        dirs.append(os.path.dirname(self.root))
+                         if n not in unsynced and not os.path.islink(os.path.join(d, n)))
+        if parent:
+            dirs.append(os.path.dirname(self.root))
         sync_together(paths, sorted(dirs, key=lambda d: -d.count(os.sep)))
 
 

@@ -28,7 +28,7 @@ import secrets
 
 from blzarr.storage import fileio
 from blzarr.errors import FormatError, StorageError
-from blzarr.storage.files import ROOTDIRS_FILE, atomic_write, checked_record, checksummed_json, write_json
+from blzarr.storage.files import ROOTDIRS_FILE, atomic_write, checked_record, checksummed_json, held_tree, write_json
 from blzarr.storage.locking import LockError, lock_dir
 
 INTENT_SUFFIX = ".blzarr-intent"
@@ -347,11 +347,11 @@ def _complete_quietly(target, rec):
         pass
 
 
-def build_then_publish(target, build):
+def build_then_publish(target, build, held=False):
     """`build(path)` writes a complete carray or ctable at `path` and returns it; it is called with a
     hidden sibling of `target`, and what it wrote is then published at `target` (replacing what is
     there, under the target's writer lock): an interrupt leaves the target as it was, or complete.
-    Returns nothing: the caller reopens `target`."""
+    `held`: see `stage_then_publish`.  Returns nothing: the caller reopens `target`."""
     final = os.path.abspath(os.fspath(target))
     if inside_stage(final):
         obj = build(os.fspath(target))      # a part of something being built: no stage of its own
@@ -359,22 +359,33 @@ def build_then_publish(target, build):
         return
     lock = lock_dir(final) if os.path.isdir(final) and not os.path.islink(final) else None
     try:
-        stage_then_publish(final, build)
+        stage_then_publish(final, build, held=held)
     finally:
         if lock is not None:
             lock.release()
 
 
-def stage_then_publish(target, build, if_committed=None):
+def stage_then_publish(target, build, if_committed=None, held=False):
     """`build(stage)` writes a complete carray or ctable at `stage`, a hidden sibling of `target`,
     and returns it; it is closed and published at `target`.  On an error the stage is abandoned;
     when the error came after the commit point (`committed`), ``if_committed(e)`` runs first, as
-    `target` holds the new object already."""
+    `target` holds the new object already.
+
+    `held` (a carray built by `build`, whose flushes promise nothing before the stage is published):
+    the stage is a `files.HeldTree` while it is built, so its files are written in place and synced
+    once, together, before the rename (the parent is left to the sync that follows the rename)."""
     stage = stage_path(target)
     try:
-        obj = build(stage)
-        obj.close()
-        del obj
+        tree = held_tree(stage) if held else None
+        try:
+            obj = build(stage)
+            obj.close()
+            del obj
+            if tree is not None:
+                tree.finish(parent=False)
+        finally:
+            if tree is not None:
+                tree.close()
         publish(stage, target)
     except BaseException as e:
         abandon(stage, e)

@@ -23,7 +23,7 @@ from blzarr.storage.chunkstore import MemoryChunks
 from blzarr.storage.layouts import create_store, open_chunks, open_dir
 from blzarr.storage.locking import FirstWrite, lock_dir
 from blzarr.storage.bytestore import is_url, local_path, open_bytestore
-from blzarr.storage.files import META_DIR, ROOTDIRS_FILE, STORAGE_FILE, new_tree
+from blzarr.storage.files import META_DIR, ROOTDIRS_FILE, STORAGE_FILE, HeldTree, new_tree, new_tree_of
 from blzarr.storage.arraymeta import ArrayMeta, dflt_from_json, dflt_to_json, parse_dtype  # noqa: F401
 # the parts of carray, one module each (the moved names stay importable from here)
 from blzarr.containers.carray.read import _PY_KINDS, CarrayBase, CarrayReads, _iter_blocks, operator_index  # noqa: F401
@@ -361,7 +361,9 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
             self._rootdir = stage or final
             # nothing in the new directory is promised before its first flush writes meta/sizes: its
             # files are written in place and synced together then (files.NewTree)
-            tree = new_tree(self._rootdir, renamed=stage is not None)
+            # (inside a directory built whole, `files.HeldTree`, that tree syncs everything at its end)
+            tree = (None if isinstance(new_tree_of(self._rootdir), HeldTree)
+                    else new_tree(self._rootdir, renamed=stage is not None))
             try:
                 self._chunks = self._create_store()
                 self._ondisk = True
@@ -374,7 +376,8 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
                 # directory is published: one write, not synced (it is not a commit point)
                 self._recw = commitrec.Writer(self._rootdir, new=True)
             except BaseException:
-                tree.close()
+                if tree is not None:
+                    tree.close()
                 self._rootdir = final
                 if old_lock is not None:
                     old_lock.release()
@@ -823,7 +826,8 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
             if os.path.exists(dest) and mode != "w":
                 raise StorageError(f"copy(): '{os.fspath(dest)}' already exists and mode is {mode!r}: pass "
                                    "mode='w' to replace it")
-            intent.build_then_publish(dest, lambda path: self._copy_to(dict(kw, rootdir=path, mode="w"), dtype))
+            intent.build_then_publish(dest, lambda path: self._copy_to(dict(kw, rootdir=path, mode="w"), dtype),
+                                      held=True)
             return carray(rootdir=dest, mode="r" if mode == "r" else "a", allow_pickle=self._isobj)
         if dest is not None and kw.get("mode") == "w" and is_url(os.fspath(dest)):
             # object storage: what is there is replaced by one switch once the copy is complete
