@@ -315,18 +315,18 @@ def arange(start=None, stop=None, step=None, dtype=None, **kwargs):
         raise ValueError("arange() does not make structured arrays (ctables)")
     n = max(int(np.ceil((stop - start) / step)), 0)
     kwargs.setdefault("expectedlen", n)
-    out = carray(np.empty(0, dtype=dtype), **kwargs)
-    blen = max(out.chunklen, 1)
-    for s in range(0, n, blen):
-        e = min(s + blen, n)
-        # NumPy's rule: element i is start + i * step, computed in the result's type
-        if dtype.kind in "iu" and isinstance(start, (int, np.integer)) and isinstance(step, (int, np.integer)):
-            block = np.arange(start + s * step, start + e * step, step, dtype=dtype)
-        else:
-            block = (start + np.arange(s, e, dtype=np.float64) * step).astype(dtype)
-        out.append(block)
-    out.flush()
-    return out
+
+    def fill_range(out):
+        blen = max(out.chunklen, 1)
+        for s in range(0, n, blen):
+            e = min(s + blen, n)
+            # NumPy's rule: element i is start + i * step, computed in the result's type
+            if dtype.kind in "iu" and isinstance(start, (int, np.integer)) and isinstance(step, (int, np.integer)):
+                block = np.arange(start + s * step, start + e * step, step, dtype=dtype)
+            else:
+                block = (start + np.arange(s, e, dtype=np.float64) * step).astype(dtype)
+            out.append(block)
+    return _built(lambda **kw: carray(np.empty(0, dtype=dtype), **kw), kwargs, fill_range)
 
 
 def fromiter(iterable, dtype, count, **kwargs):

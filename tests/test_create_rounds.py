@@ -1,8 +1,9 @@
-"""What a creation on disk writes and syncs: every constructor that writes a directory (``carray(data,
-rootdir=...)``, ``fromiter``, ``zeros``, ``copy(rootdir=...)``) makes it durable in two serial rounds
-of syncs (everything the new directory holds, together; then its parent, after the rename that
-publishes it), syncs every file it publishes before that rename (but the commit record and the
-statistics, unsynced by design), and a power loss at any point leaves the target absent or complete.
+"""What a creation on disk writes and syncs: every constructor that writes a directory
+(``carray(data, rootdir=...)``, ``fromiter``, ``zeros``, ``arange``, ``copy(rootdir=...)``) makes it
+durable in two serial rounds of syncs (everything the new directory holds, together; then its
+parent, after the rename that publishes it), syncs every file it publishes before that rename (but
+the commit record and the statistics, unsynced by design), and a power loss at any point leaves
+the target absent or complete.
 
 The BLZ layout writes no empty ``meta/attributes`` (a missing one is no attributes); the bcolz layout
 keeps ``__attrs__``, which the real bcolz needs to open the directory."""
@@ -40,6 +41,8 @@ def _create(how, fmt, base, target):
         a = blzarr.fromiter(iter(x.tolist()), dtype="i8", count=N, rootdir=target, mode="w", **_kw(fmt))
     elif how == "zeros":
         a = blzarr.zeros(N, dtype="i8", rootdir=target, mode="w", **_kw(fmt))
+    elif how == "arange":
+        a = blzarr.arange(-7, 3 * N - 7, 3, dtype="i8", rootdir=target, mode="w", **_kw(fmt))
     else:
         src = blzarr.carray(x, chunklen=100, cparams=CP)        # in memory: only the copy writes
         a = src.copy(rootdir=target, mode="w", **_kw(fmt))
@@ -50,7 +53,7 @@ def _expected(how):
     return np.zeros(N, dtype=np.int64) if how == "zeros" else _values()
 
 
-HOWS = ["carray", "fromiter", "zeros", "copy"]
+HOWS = ["carray", "fromiter", "zeros", "arange", "copy"]
 
 
 def _record(tmp_path, how, fmt):
@@ -152,8 +155,8 @@ def test_a_lost_or_torn_commit_record_of_a_new_directory(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fmt", ["blz", "bcolz"])
-@pytest.mark.parametrize("how", ["carray", "fromiter"])
+@pytest.mark.parametrize("how,fmt", [("carray", "blz"), ("carray", "bcolz"), ("fromiter", "blz"),
+                                     ("arange", "bcolz")])
 def test_a_power_loss_during_a_creation_leaves_nothing_or_all(tmp_path, how, fmt):
     rec, a, target = _record(tmp_path, how, fmt)
     del a
