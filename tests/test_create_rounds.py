@@ -1,5 +1,6 @@
 """What a creation on disk writes and syncs: every constructor that writes a directory
-(``carray(data, rootdir=...)``, ``fromiter``, ``zeros``, ``arange``, ``copy(rootdir=...)``) makes it
+(``carray(data, rootdir=...)``, ``fromiter``, ``zeros``, ``arange``, ``copy(rootdir=...)``,
+``ctable(columns, rootdir=...)``) makes it
 durable in two serial rounds of syncs (everything the new directory holds, together; then its
 parent, after the rename that publishes it), syncs every file it publishes before that rename (but
 the commit record and the statistics, unsynced by design), and a power loss at any point leaves
@@ -43,6 +44,9 @@ def _create(how, fmt, base, target):
         a = blzarr.zeros(N, dtype="i8", rootdir=target, mode="w", **_kw(fmt))
     elif how == "arange":
         a = blzarr.arange(-7, 3 * N - 7, 3, dtype="i8", rootdir=target, mode="w", **_kw(fmt))
+    elif how == "ctable":
+        kw = {k: v for k, v in _kw(fmt).items() if k != "superchunklen"}
+        a = blzarr.ctable(columns=[x, x * 0.5], names=["a", "b"], rootdir=target, mode="w", **kw)
     else:
         src = blzarr.carray(x, chunklen=100, cparams=CP)        # in memory: only the copy writes
         a = src.copy(rootdir=target, mode="w", **_kw(fmt))
@@ -53,7 +57,15 @@ def _expected(how):
     return np.zeros(N, dtype=np.int64) if how == "zeros" else _values()
 
 
-HOWS = ["carray", "fromiter", "zeros", "arange", "copy"]
+def _read(obj):
+    """The values of a carray, or of a ctable's column 'a' (after checking its column 'b')."""
+    if isinstance(obj, blzarr.ctable):
+        np.testing.assert_array_equal(obj["b"][:], _values() * 0.5)
+        return obj["a"][:]
+    return obj[:]
+
+
+HOWS = ["carray", "fromiter", "zeros", "arange", "copy", "ctable"]
 
 
 def _record(tmp_path, how, fmt):
@@ -77,7 +89,7 @@ def _names(rec):
 @pytest.mark.parametrize("how", HOWS)
 def test_a_creation_is_durable_in_two_rounds(tmp_path, how, fmt):
     rec, a, target = _record(tmp_path, how, fmt)
-    np.testing.assert_array_equal(a[:], _expected(how))
+    np.testing.assert_array_equal(_read(a), _expected(how))
     names = _names(rec)
     log = rec.log
     at = next(i for i, e in enumerate(log) if e[0] == "rename" and e[2] == target)
@@ -103,14 +115,15 @@ def test_a_creation_is_durable_in_two_rounds(tmp_path, how, fmt):
     made = [e[1] for e in log[:at] if e[0] == "mkdir"]
     assert made and set(made) <= synced
     assert os.path.dirname(target) not in synced
-    meta = sorted(os.listdir(os.path.join(target, "meta")))
+    col = os.path.join(target, "a") if how == "ctable" else target
+    meta = sorted(os.listdir(os.path.join(col, "meta")))
     if fmt == "blz":
         assert "attributes" not in meta and "commit" in meta
     else:
-        assert os.path.isfile(os.path.join(target, "__attrs__")) and "commit" in meta
+        assert os.path.isfile(os.path.join(col, "__attrs__")) and "commit" in meta
     r = blzarr.open(target, mode="r")
     assert r.attrs.getall() == {}
-    np.testing.assert_array_equal(r[:], _expected(how))
+    np.testing.assert_array_equal(_read(r), _expected(how))
 
 
 @pytest.mark.parametrize("fmt", ["blz", "bcolz"])
@@ -156,7 +169,7 @@ def test_a_lost_or_torn_commit_record_of_a_new_directory(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("how,fmt", [("carray", "blz"), ("carray", "bcolz"), ("fromiter", "blz"),
-                                     ("arange", "bcolz")])
+                                     ("arange", "bcolz"), ("ctable", "blz")])
 def test_a_power_loss_during_a_creation_leaves_nothing_or_all(tmp_path, how, fmt):
     rec, a, target = _record(tmp_path, how, fmt)
     del a
@@ -172,11 +185,12 @@ def test_a_power_loss_during_a_creation_leaves_nothing_or_all(tmp_path, how, fmt
             assert st.kmin < end, where + ": the creation had returned"
             absent += 1
             continue
-        np.testing.assert_array_equal(blzarr.open(root, mode="r")[:], _expected(how), err_msg=where)
+        np.testing.assert_array_equal(_read(blzarr.open(root, mode="r")), _expected(how), err_msg=where)
         w = blzarr.open(root, mode="a")
-        w.append([1, 2])
+        w.append([(1, 0.5), (2, 1.0)] if how == "ctable" else [1, 2])
         w.close()
-        np.testing.assert_array_equal(blzarr.open(root, mode="r")[-2:], [1, 2], err_msg=where)
+        r = blzarr.open(root, mode="r")
+        np.testing.assert_array_equal((r["a"] if how == "ctable" else r)[-2:], [1, 2], err_msg=where)
         # a new creation at the target works beside what the crash left (a stage, a record)
         with blzarr.defaults_ctx(fsync=False):
             blzarr.carray([1], rootdir=root, mode="w").close()

@@ -34,8 +34,8 @@ from blzarr.storage import intent, replace, rewrite, tablejournal
 from blzarr.storage.locking import FirstWrite, LockError, lock_dir
 from blzarr.query.rules import DEFAULT_BLEN
 from blzarr.runtime.params import cparams as _cparams, defaults
-from blzarr.storage.files import (ATTRS_FILE, CREATING_FILE, META_DIR, ROOTDIRS_FILE, STORAGE_FILE, ObjectPath,
-                                   creation_marker, read_json, write_json)
+from blzarr.storage.files import (ATTRS_FILE, CREATING_FILE, META_DIR, ROOTDIRS_FILE, STORAGE_FILE, HeldTree,
+                                   ObjectPath, creation_marker, held_tree, new_tree_of, read_json, write_json)
 from blzarr.storage.bytestore import is_url, join, local_path, open_bytestore
 # the parts of ctable, one module each (the moved names stay importable from here)
 from blzarr.containers.ctable.read import NROW, CtableBase, CtableReads, _split_outcols  # noqa: F401
@@ -313,7 +313,7 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         self._dirlock = lock_dir(self._rootdir)
 
     def _create(self, columns, names, kwargs):
-        final = old_lock = None
+        final = old_lock = held = None
         if isinstance(names, str):
             names = _split_outcols(names)
         elif isinstance(names, tuple):
@@ -378,6 +378,11 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
                 if old_lock is not None:
                     old_lock.release()
                 raise
+            # nothing in the stage is promised before its rename: its columns and files are written
+            # in place, unsynced, and synced once, together, before the rename (`files.HeldTree`;
+            # unless it is inside a directory built whole already, whose own barrier covers it)
+            if not isinstance(new_tree_of(self._rootdir), HeldTree):
+                held = held_tree(self._rootdir)
         try:
             for name, col in zip(names, data):
                 self.cols.names.append(name)
@@ -390,6 +395,10 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
             if self._bytestore is not None:
                 self._bytestore.delete(CREATING_FILE)
             elif self._rootdir is not None:
+                if held is not None:
+                    for c in self.cols.values():
+                        c.close()       # (their last flush and commit record, before the barrier)
+                    held.finish(parent=False)
                 self._publish_stage(final)
         except BaseException as e:
             if self._bytestore is not None:
@@ -400,6 +409,8 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
                 self._rootdir = self._columns_base = final
             raise
         finally:
+            if held is not None:
+                held.close()
             if self._bytestore is None and self._rootdir is not None and old_lock is not None:
                 old_lock.release()
 
