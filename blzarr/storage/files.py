@@ -127,11 +127,6 @@ class NewTree:
                 del _new_trees[self.root]
 
 
-# files of a carray's meta/ that are written in place and never synced, by design: the commit
-# record and the statistics (docs/FORMAT.rst: readers do without a lost or torn one)
-_UNSYNCED_META = ("commit", "stats")
-
-
 class HeldTree(NewTree):
     """A directory built whole before anything in it is promised (a table made from a stream, moved
     into place only when complete; an interrupted build is removed): everything written inside,
@@ -148,12 +143,17 @@ class HeldTree(NewTree):
         self.close()
         if not (fileio.sync_enabled() if sync is None else sync):
             return
-        paths, dirs = [], []
-        for d, subdirs, names in os.walk(self.root):
+        paths, dirs, todo = [], [], [self.root]
+        while todo:
+            d = todo.pop()
             dirs.append(d)
-            unsynced = _UNSYNCED_META if os.path.basename(d) == META_DIR else ()
-            paths.extend(os.path.join(d, n) for n in names
-                         if n not in unsynced and not os.path.islink(os.path.join(d, n)))
+            # (the listing's entry types: no stat per file)
+            with os.scandir(d) as entries:
+                for e in entries:
+                    if e.is_dir(follow_symlinks=False):
+                        todo.append(e.path)
+                    elif e.is_file(follow_symlinks=False):
+                        paths.append(e.path)
         if parent:
             dirs.append(os.path.dirname(self.root))
         sync_together(paths, sorted(dirs, key=lambda d: -d.count(os.sep)))
