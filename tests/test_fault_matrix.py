@@ -156,6 +156,23 @@ def _rewritten(root, fmt):
     a.close()
 
 
+def _from_dask(frame):
+    """blzarr.from_dask over the dataset at x (dask's synchronous scheduler: the same file operations
+    in the same order in every run)."""
+    def run(root, fmt, **kw):
+        dask = pytest.importorskip("dask")
+        if fmt == "blz" and not frame:
+            kw["superchunklen"] = 2
+        if frame:
+            pd = pytest.importorskip("pandas")
+            x = pd.DataFrame({"p": np.arange(700), "q": np.arange(700) * 0.5})
+        else:
+            x = pytest.importorskip("dask.array").arange(700, chunks=350)
+        with dask.config.set(scheduler="synchronous"):
+            blzarr.from_dask(x, f"{root}/x", chunklen=CL, format=fmt, **kw).close()
+    return run
+
+
 def _moved_setup(root, fmt):
     _ctable(_x(root), fmt)
     _carray(os.path.join(root, "m"), fmt)
@@ -210,6 +227,9 @@ OPS = [
     Op("ctable.fromarrow", "ctable", lambda r, f: blzarr.ctable.fromarrow(
         _arrow_table(), rootdir=_x(r), mode="w", format=f).close(), covers=("ctable.fromarrow", "ctable.fromparquet")),
     # top level and command line
+    Op("from_dask", "carray", _from_dask(False), covers=("blzarr.from_dask",)),
+    Op("from_dask_frame", "ctable", _from_dask(True), covers=("blzarr.from_dask",),
+       formats=["bcolz"]),
     Op("salvage", "carray", lambda r, f: blzarr.salvage(_x(r), os.path.join(r, "y"), overwrite=True),
        touches=("x", "y"), setup=_two(_carray, lambda p, f: _carray(p, f, 10)), covers=("blzarr.salvage",)),
     Op("salvage_ctable", "ctable", lambda r, f: blzarr.salvage(_x(r), os.path.join(r, "y"), overwrite=True),
@@ -483,7 +503,6 @@ NOT_WRITING = {
     "blzarr.eval": lambda a, t, r: blzarr.eval("a * 2", user_dict={"a": a})[:],
     "blzarr.iterblocks": lambda a, t, r: list(blzarr.iterblocks(a)),
     "blzarr.walk": lambda a, t, r: list(blzarr.walk(r)),
-    "blzarr.from_dask": "a constructor: the carray constructor's operation covers what it writes",
     "blzarr.lazyexpr": lambda a, t, r: blzarr.lazyexpr("a + 1", user_dict={"a": a}).sum(),
     "blzarr.LazyExpr": "the class of lazyexpr",
     "cli.info": lambda a, t, r: cli.main(["info", os.path.join(r, "t")], out=io.StringIO()),

@@ -249,6 +249,11 @@ OPS = [
         _arrow_table(), rootdir=f"{r}/x", mode="w", format=f, storage_options=s).close(),
        covers=("ctable.fromarrow", "ctable.fromparquet")),
     # top level and command line
+    Op("from_dask", "carray", lambda r, f, s: local._from_dask(False)(r, f, storage_options=s),
+       covers=("blzarr.from_dask",)),
+    Op("from_dask_frame", "ctable", lambda r, f, s: local._from_dask(True)(r, f, storage_options=s),
+       covers=("blzarr.from_dask",),
+       formats=["bcolz"]),
     Op("salvage", "carray", lambda r, f, s: blzarr.salvage(f"{r}/x", f"{r}/y", overwrite=True),
        touches=("x", "y"), setup=_two(_carray, lambda p, f, s: _carray(p, f, s, 10)), covers=("blzarr.salvage",)),
     Op("cli.convert", "carray", _cli("convert", "{root}/x", "{root}/y", "--overwrite"),

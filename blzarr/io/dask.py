@@ -23,8 +23,9 @@ from blzarr.storage.chunk import blosc_typesize, compress_array
 from blzarr.runtime.params import cparams
 from blzarr.storage.layouts import partition_writer
 from blzarr.containers.carray.array import carray
-from blzarr.storage.files import META_DIR, ObjectPath, read_json, SIZES_FILE, detect_store, write_json
-from blzarr.storage.bytestore import is_url, open_bytestore
+from blzarr.storage.files import META_DIR, ObjectPath, read_json, SIZES_FILE, write_json
+from blzarr.storage.bytestore import is_url, occupied, open_bytestore
+from blzarr.storage import intent, replace
 from blzarr.containers.ctable.table import check_name, ctable
 
 
@@ -205,11 +206,7 @@ def _check_target(rootdir, kwargs):
     if mode not in ("w", "a", "r"):
         raise ValueError(f"mode must be 'w', 'a' or 'r', got {mode!r}")
     if kwargs.pop("overwrite", True) is False:
-        if is_url(rootdir):
-            exists = detect_store(open_bytestore(rootdir, kwargs.get("storage_options"))) is not None
-        else:
-            exists = os.path.exists(rootdir)
-        if exists:
+        if occupied(rootdir, kwargs.get("storage_options")):
             raise StorageError(f"'{rootdir}' already exists (overwrite=False)")
     return rootdir, mode
 
@@ -223,8 +220,10 @@ def from_dask(x, rootdir, **kwargs):
     `x` is first rechunked so that every partition covers whole chunks (bcolz layout) or exactly one
     superchunk file (BLZ layout); each task then compresses and writes its own files, so the work
     runs in parallel on whatever scheduler is active (threads, processes, or a distributed cluster
-    whose workers share the file system), and the sizes are written once, at the end.  If any task
-    fails, the half-written directory is removed.
+    whose workers share the file system), and the sizes are written once, at the end.  The dataset
+    is written beside an existing one at `rootdir` (on object storage, under a stage inside its
+    prefix) and replaces it in one step once complete: if any task fails or the process is
+    interrupted, `rootdir` holds what it held before, or the complete new dataset.
 
     Parameters
     ----------
@@ -282,12 +281,40 @@ def from_dask(x, rootdir, **kwargs):
     if any(np.isnan(s) for s in x.shape):
         x = x.compute_chunk_sizes()
     kwargs.setdefault("expectedlen", x.shape[0])
-    c = carray(np.empty((0,) + x.shape[1:], dtype=x.dtype), rootdir=rootdir, mode="w", **kwargs)
-    with _removed_on_failure(rootdir, kwargs.get("storage_options")):
+    opts = kwargs.get("storage_options")
+
+    def build(path):
+        c = carray(np.empty((0,) + x.shape[1:], dtype=x.dtype), rootdir=path, mode="w", **kwargs)
         tasks = _part_tasks(x, c)
         _release(c)
         dask.compute(*tasks)
-        return _finish(rootdir, x.shape[0], mode, storage_options=kwargs.get("storage_options"))
+        return _finish(path, x.shape[0], "r", storage_options=opts)
+
+    kw = {"storage_options": opts} if is_url(rootdir) else {}
+    return _published(rootdir, opts, build,
+                      lambda: carray(rootdir=rootdir, mode="r" if mode == "r" else "a", **kw))
+
+
+def _published(rootdir, storage_options, build, reopen):
+    """``build(path)`` writes the whole dataset at `path` and returns it; what it wrote replaces
+    `rootdir` in one step, as the constructors' mode 'w' does: locally built beside it and renamed
+    in (blzarr.storage.intent), on object storage built in a stage and switched in
+    (blzarr.storage.replace), so an interrupt leaves the dataset that was there, or the new one.
+    Returns ``reopen()``."""
+    if is_url(rootdir):
+        store = open_bytestore(rootdir, storage_options)
+
+        def make(url):
+            # where nothing was stored the dataset is written in place: a failed task removes it
+            with _removed_on_failure(url, storage_options):
+                out = build(url)
+            if url != store.root:
+                return out          # in a stage: closed and switched in by replace.build
+            out.close()
+            return reopen()
+        return replace.build(store.root, store, make, reopen)
+    intent.build_then_publish(rootdir, build)
+    return reopen()
 
 
 class _removed_on_failure:
@@ -390,13 +417,20 @@ def _frame_from_dask(df, rootdir, mode, kwargs):
             dtypes[c] = np.dtype(f"U{max(w, 1)}")
     kwargs.setdefault("expectedlen", n)
     empty = [np.empty(0, dtype=dtypes[c]) for c in df.columns]
-    t = ctable(empty, names, rootdir=rootdir, mode="w", **kwargs)
-    t.flush()
-    with _removed_on_failure(rootdir, kwargs.get("storage_options")):
-        return _write_frame(df, t, names, dtypes, lengths, n, rootdir, mode, kwargs.get("storage_options"))
+    opts = kwargs.get("storage_options")
+
+    def build(path):
+        t = ctable(empty, names, rootdir=path, mode="w", **kwargs)
+        t.flush()
+        return _write_frame(df, t, names, dtypes, lengths, n, path, opts)
+
+    kw = {"storage_options": opts} if is_url(rootdir) else {}
+    return _published(rootdir, opts, build,
+                      lambda: ctable(rootdir=rootdir, mode="a" if mode == "w" else mode, **kw))
 
 
-def _write_frame(df, t, names, dtypes, lengths, n, rootdir, mode, storage_options=None):
+def _write_frame(df, t, names, dtypes, lengths, n, rootdir, storage_options=None):
+    """The columns of `df` written into the empty on-disk ctable `t` at `rootdir`; returns it reopened."""
     import dask
     tasks = []
     for c, name in zip(df.columns, names):
@@ -411,7 +445,7 @@ def _write_frame(df, t, names, dtypes, lengths, n, rootdir, mode, storage_option
     kw = {"storage_options": storage_options} if is_url(rootdir) else {}
     for name in names:
         _finish(t.cols[name].rootdir, n, "r", **kw)
-    return ctable(rootdir=rootdir, mode="a" if mode == "w" else mode, **kw)
+    return ctable(rootdir=rootdir, mode="r", **kw)
 
 
 def _series_block(block, name, dtype):
