@@ -19,7 +19,7 @@ from blzarr.storage.locking import lock_dir
 from blzarr.containers.carray.array import carray
 from blzarr.errors import BlzarrError, StorageError
 from blzarr.storage.files import ROOTDIRS_FILE as ROOTDIRS, detect, detect_store  # noqa: F401  (bcolz.toplevel's ROOTDIRS)
-from blzarr.storage.bytestore import find_objects, is_url, local_path, open_bytestore
+from blzarr.storage.bytestore import find_objects, is_url, local_path, occupied, open_bytestore
 from blzarr.containers.ctable.table import ctable
 from blzarr.runtime.params import cparams, detect_number_of_cores, set_nthreads  # noqa: F401  (bcolz.toplevel's names)
 
@@ -571,7 +571,7 @@ def salvage(src, dst, format=None, overwrite=False):
     if (src.rstrip("/") == dst.rstrip("/")) if remote else intent.same_or_nested(src, dst):
         raise StorageError(f"cannot salvage '{src}' into '{dst}': the two overlap (the copy must go to "
                            "another directory)")
-    if os.path.lexists(dst) and not overwrite:
+    if not overwrite and occupied(dst):
         raise StorageError(f"cannot salvage into '{dst}': it exists (pass overwrite=True to replace it)")
     if remote and is_url(dst):
         # object storage: what is at DST is replaced by one switch once the copy is complete

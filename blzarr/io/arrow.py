@@ -25,7 +25,7 @@ import numpy as np
 
 from blzarr.runtime import integrations
 from blzarr.storage import fileio, files, intent, replace
-from blzarr.storage.bytestore import is_url, open_bytestore
+from blzarr.storage.bytestore import is_url, occupied, open_bytestore
 from blzarr.containers.carray.array import carray
 from blzarr.containers.ctable.table import ctable
 from blzarr.errors import StorageError
@@ -649,6 +649,8 @@ def build_beside(rootdir, mode, make, what, storage_options=None):
     if mode not in (None, "w", "a"):
         raise ValueError(f"{what}: mode must be 'w' (or 'a' for a new directory), got {mode!r}")
     if is_url(rootdir):
+        if mode != "w" and occupied(rootdir, storage_options):
+            raise StorageError(f"{what}: '{rootdir}' already exists: pass mode='w' to replace it")
         # object storage: no rename; what is there is replaced by one switch once the table is complete
         store = open_bytestore(rootdir, storage_options)
         return replace.build(store.root, store, lambda url: make({"rootdir": url, "mode": "w"}),

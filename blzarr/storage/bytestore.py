@@ -1148,6 +1148,20 @@ def open_bytestore(root, storage_options=None):
     return LocalStore(root)
 
 
+def occupied(path, storage_options=None):
+    """Whether something is at `path`: what a check that refuses an existing destination asks.  A
+    local path (file:// too): any file, directory or symbolic link, even a dangling one.  A URL: a
+    carray or ctable, or any other object under its prefix (the objects of a table's creation that
+    never committed are nothing: the next writer removes them); `os.path` knows nothing of URLs."""
+    path = local_path(os.fspath(path))
+    if not is_url(path):
+        return os.path.lexists(path)
+    store = open_bytestore(path, storage_options)
+    if detect_store(store) is not None:
+        return True
+    return bool(store.list("")) and not creation_debris(store)
+
+
 def find_objects(store):
     """(root URL, kind) of every carray/ctable at or below the root of `store`, in name order,
     not descending into them: the objects of a level before the levels below it (as `walk`).  A
