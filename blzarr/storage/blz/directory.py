@@ -209,7 +209,8 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         self._joined = False                # ... in the enclosing `files.one_barrier` (a table's flush)
         self._joined_alone = None           # file number `sizes_with_chunks` may make `_with_sizes`
         self._fallback_sizes = None         # meta/sizes as its "prev" (its chunk did not reach the disk)
-        self._sizes_unsure = False          # meta/sizes is a record of this boot, not known durable
+        self._sizes_unsure = False          # meta/sizes not known durable: a record of this boot, or
+                                            # "plain" (synced by a writer's open, `_commit_fallback`)
         self._plain_sizes = None            # the commit of the one-barrier record this writer wrote
                                             # last, without the record's keys (`settle_sizes`)
 
@@ -550,8 +551,14 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
 
     def read_meta(self, name):
         obj = self.bytestore.read_json(f"{META_DIR}/{name}", f"meta/{name}")
-        if name == SIZES_FILE and isinstance(obj, dict) and "prev" in obj:
-            obj = self._resolved_sizes(obj)
+        if name == SIZES_FILE and isinstance(obj, dict):
+            if "prev" in obj:
+                obj = self._resolved_sizes(obj)
+            else:
+                # a plain meta/sizes may be a killed writer's, written and never synced: a writer
+                # that took it as the commit and cut what it no longer names would leave the one
+                # before it naming cut bytes (`_commit_fallback` makes it durable first)
+                self._sizes_unsure = "plain"
         return obj
 
     def _resolved_sizes(self, sizes):
@@ -575,14 +582,18 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         through `commit_json`), before anything else is written.  One that read a record of this
         boot, which another writer may have left before its barrier (killed): that record and its
         chunk made durable, in one barrier, before this writer's flushes reuse the bytes its "prev"
-        names."""
+        names.  One that read a plain meta/sizes, which a writer killed between its write and its
+        sync may have left (a trim's, say): that file made durable before this writer cuts or reuses
+        the bytes the commit before it names."""
         obj, self._fallback_sizes = self._fallback_sizes, None
         self._plain_sizes = None
         if obj is not None:
             self._guard.commit(obj, room=SIZES_ROOM)
         elif self._sizes_unsure and self._fio.syncs() and isinstance(self.bytestore, LocalStore):
             with one_barrier():
-                join_barrier(self._path(self.nfiles))
+                if self._sizes_unsure != "plain":
+                    join_barrier(self._path(self.nfiles))
+                # (a plain one's chunks were synced before it was written: it alone may not be durable)
                 join_barrier(self.meta_path(SIZES_FILE))
         self._sizes_unsure = False
 
