@@ -385,7 +385,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         except (TypeError, ValueError, KeyError, IndexError):
             raise FormatError(f"'{self.meta_path('sizes')}': \"last\" must be [chunk, offset, nbytes], "
                               f"got {got!r}") from None
-        if off < 0 or not 0 < nbytes <= self.chunk_nbytes:
+        if not 0 <= off < 1 << 63 or not 0 < nbytes <= self.chunk_nbytes:       # (a file offset)
             raise FormatError(f"'{self.meta_path('sizes')}': \"last\" {got!r} is not a chunk's position and size")
         itemsize = self.chunk_nbytes // chunklen if chunklen > 0 else 0
         if length % chunklen == 0 or n != length // chunklen or nbytes < (length - n * chunklen) * itemsize:

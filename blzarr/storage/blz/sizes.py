@@ -70,9 +70,14 @@ def record(obj, prev_len, prev_last, digest, more=()):
     return out
 
 
+# lengths, chunk numbers, offsets and sizes are file offsets at most: a larger number in a damaged
+# or hostile record is refused here, not passed on to a read that cannot take it (OverflowError)
+_MAX = (1 << 63) - 1
+
+
 def _ints(v, k):
     return (isinstance(v, list) and len(v) == k
-            and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v))
+            and all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= _MAX for x in v))
 
 
 def _more(more):
@@ -113,6 +118,12 @@ def resolve(sizes, verify, where):
     if not _ints(prev, 4) or not isinstance(shape, list) or not shape:
         raise FormatError(f"{where()}: its short last chunk did not reach the disk, and \"prev\" "
                           f"{prev!r} is not [length, chunk, offset, nbytes]")
+    if not _ints(shape[:1], 1):
+        raise FormatError(f"{where()}: its length {shape[0]!r} is not a number of atoms")
+    if prev[0] > shape[0]:
+        # (a record is written by a flush that grows the array: the commit before it is shorter)
+        raise FormatError(f"{where()}: its short last chunk did not reach the disk, and \"prev\" "
+                          f"{prev!r} counts more than its length {shape[0]}")
     out["shape"] = [prev[0]] + list(shape[1:])
     out["last"] = prev[1:]
     length, nbytes = shape[0], sizes.get("nbytes")
