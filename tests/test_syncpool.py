@@ -291,3 +291,31 @@ def test_a_failed_sync_fails_the_flush_and_a_retry_keeps_every_row(tmp_path, mon
     t.flush()           # the retry
     t.close()
     _same(root, np.concatenate([first, more]))
+
+
+def test_no_helper_thread_can_start(tmp_path):
+    """Where no thread can be started (here: a stack size no system grants), the caller issues every
+    sync itself and each returns its result; helpers start once threads can be had again.  In a
+    forked child, which starts with no helpers."""
+    import threading
+    fds = [os.open(str(tmp_path / f"f{i}"), os.O_CREAT | os.O_RDWR) for i in range(6)]
+    for fd in fds:
+        os.write(fd, b"x")
+
+    def child():
+        assert _syncpool.helpers() == 0
+        threading.stack_size(1 << 40)
+        try:
+            with pytest.raises(RuntimeError):       # (the start of a thread is really refused)
+                threading.Thread(target=lambda: None).start()
+            assert _syncpool.sync_fds(fds, [True] * 6) == [0] * 6
+            assert _syncpool.helpers() == 0
+            assert _syncpool.sync_fds(fds + [-1], [True] * 7) == [0] * 6 + [errno.EBADF]
+        finally:
+            threading.stack_size(0)
+        assert _syncpool.sync_fds(fds, [False] * 6) == [0] * 6
+        assert _syncpool.helpers() > 0
+    try:
+        _child(child)
+    finally:
+        _close(fds)
