@@ -23,7 +23,7 @@ from libc.string cimport memcpy
 cimport numpy as cnp
 
 from blzarr._blosc cimport blosc_getitem
-from blzarr._chunk cimport header_t, C_MEMCPYED, bytes_view, parse_header, decode_chunk
+from blzarr._chunk cimport header_t, C_MEMCPYED, bytes_view, parse_header, decode_chunk, located
 from blzarr._sums cimport pairwise, PAIRWISE_LEAF
 from blzarr._workpool cimport ChunkWork
 
@@ -54,7 +54,9 @@ OPERAND_KINDS = {"f8": 0, "f4": 1, "i1": 2, "i2": 3, "i4": 4, "i8": 5, "u1": 6, 
 
 cnp.import_array()
 
-from numpy import dtype as np_dtype, zeros as np_zeros
+from numpy import dtype as np_dtype, zeros as np_zeros, empty as np_empty
+
+from blzarr.errors import ChunkError
 
 np_f8 = np_dtype("f8")
 np_i8 = np_dtype("i8")
@@ -195,6 +197,9 @@ cdef class ExprChunks(ChunkWork):
     rows, each chunk decoded once; `values` and `counts` hold one result per block of `chunklen` rows
     (the tail's rows cut into blocks too), as a query's blocks of `chunklen` rows would.  Mode "select"
     needs one chunk length and a tail shorter than it.
+
+    `wheres`: a function ``wheres(i, m)`` that says how errors name chunk m of operand i (by default
+    "chunk m of operand i").  A chunk that does not decode is named so, whichever group it is in.
     """
 
     cdef Py_ssize_t nops, nconst, nregs_, nins, res, mode, clen, win, nouts, nchunks
@@ -492,7 +497,7 @@ cdef class ExprChunks(ChunkWork):
                 for k in range(n):
                     b = bufs[k]
                     v = bytes_view(b)
-                    parse_header(&v[0] if v.shape[0] else NULL, v.shape[0], &h, self._name_of(k), False)
+                    parse_header(&v[0] if v.shape[0] else NULL, v.shape[0], &h, f"chunk {k} of output {j}", False)
                     if h.nbytes != chunklen * isz:
                         raise ValueError(f"ExprChunks: output {j}'s chunk {k} holds {h.nbytes} bytes, "
                                          f"not {chunklen} items of {isz}")
@@ -542,6 +547,47 @@ cdef class ExprChunks(ChunkWork):
     def counts(self):
         """Each block's count of true results (modes "count" and "select"), valid after `check()`."""
         return self.counts_arr
+
+    cdef object _name_of(self, Py_ssize_t j):
+        # j counts the chunks in item order (each group's chunks of every operand in turn): named as
+        # operand i's chunk m, not by the group's number
+        cdef Py_ssize_t k = j // self.cstride, r = j % self.cstride, i = self.nops - 1
+        while i > 0 and self.coff_[i] > r:
+            i -= 1
+        m = k * (self.grp // self.rat_[i]) + r - self.coff_[i]
+        return f"chunk {m} of operand {i}" if self.wheres is None else self.wheres(i, m)
+
+    def check(self):
+        """Raise `ChunkError` for the first item that failed (after every `run()` has returned), naming
+        the chunk of it that does not decode (the kernel reports only the item: a group of chunks)."""
+        cdef Py_ssize_t k = self.failed, j, jo, ret
+        if k < 0:
+            return
+        if k < self.nchunks:
+            for j in range(k * self.cstride, (k + 1) * self.cstride):
+                ret = self._decodes(self.src[j], &self.hdr[j])
+                if ret != 0:
+                    raise ChunkError(f"corrupted Blosc chunk{located(self._name_of(j))}: decoding failed "
+                                     f"(return code {ret})")
+            for jo in range(self.nouts):
+                if self.okind[jo] == 2:
+                    ret = self._decodes(self.osrc[self.oarg[jo] + k], &self.ohdr[self.oarg[jo] + k])
+                    if ret != 0:
+                        raise ChunkError(f"corrupted Blosc chunk (chunk {k} of output {jo}): decoding "
+                                         f"failed (return code {ret})")
+        a = min(k, self.nchunks) * self.grp * self.clen
+        raise ChunkError(f"corrupted Blosc chunk (of rows from {a} on): decoding failed (return code "
+                         f"{self.failed_ret})")
+
+    cdef int _decodes(self, const uint8_t *src, header_t *h) except? -2:
+        """0 when the chunk at `src` (header `h`) decodes whole, else the decoder's code."""
+        cdef cnp.ndarray buf
+        cdef int ret
+        if h.flags & C_MEMCPYED:
+            return 0
+        buf = np_empty(max(1, h.nbytes), np_dtype("u1"))
+        ret = decode_chunk(src, h.ctbytes, <char *>cnp.PyArray_DATA(buf), h.nbytes, 1)
+        return 0 if ret == h.nbytes else (ret if ret != 0 else -1)
 
     def fill(self, Py_ssize_t j, cnp.ndarray dest not None, Py_ssize_t k0=0, Py_ssize_t k1=-1):
         """Copy output j's selected rows of chunks k0 to k1 (excluded; -1: to the last), in order, into

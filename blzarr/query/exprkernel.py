@@ -343,6 +343,7 @@ class Prepared:
     def __init__(self, prog, parts, clens=None, arrays=None):
         self.prog = prog
         self.clens = clens
+        self.arrays = arrays
         if clens is None:
             self.chunks = [p[0] for p in parts]
             self.nfull = len(self.chunks[0])
@@ -387,13 +388,27 @@ def prepare(expression, arrays, scalars, blen):
         return None
     if not len(parts[0][0]) and not len(parts[0][1]):
         return None
-    return Prepared(prog, parts)
+    return Prepared(prog, parts, arrays=arrays)
+
+
+def _chunk_name(prepared, i, m):
+    """How an error names chunk m of operand i: its name in the expression, and its file when the
+    operand is on disk."""
+    name = prepared.prog.names[i]
+    store = getattr((prepared.arrays or {}).get(name), "chunkstore", None)
+    path = getattr(store, "chunk_path", None)
+    try:
+        where = f", file '{path(m)}'" if callable(path) else ""
+    except Exception:       # (a name for a message: never an error of its own)
+        where = ""
+    return f"chunk {m} of '{name}'{where}"
 
 
 def _work(prepared, mode, blen, outputs=(), dest=None):
     prog = prepared.prog
     return run_work(_exprkernel.ExprChunks(prepared.chunks, prog.program, prog.consts, prog.nregs, prog.result,
-                                           mode, blen, outputs, get_nthreads(), None, prepared.tails, dest,
+                                           mode, blen, outputs, get_nthreads(),
+                                           functools.partial(_chunk_name, prepared), prepared.tails, dest,
                                            prog.kinds, prepared.clens, True, prog.ckinds, prog.rkind))
 
 
