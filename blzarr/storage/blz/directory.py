@@ -589,11 +589,20 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         self._plain_sizes = None
         if obj is not None:
             self._guard.commit(obj, room=SIZES_ROOM)
+        elif self._sizes_unsure == "plain" and self._fio.syncs() and isinstance(self.bytestore, LocalStore):
+            # its chunks were synced before it was written: it alone may not be durable, written in
+            # place (its size kept: fdatasync) or renamed into place (its directory's sync); both
+            # cost next to nothing when they are durable already, the common case
+            path = self.meta_path(SIZES_FILE)
+            fd = fileio.open(path, "rw")
+            try:
+                fileio.fdatasync(fd)
+            finally:
+                fileio.close(fd)
+            fileio.fsync_dir(os.path.dirname(path))
         elif self._sizes_unsure and self._fio.syncs() and isinstance(self.bytestore, LocalStore):
             with one_barrier():
-                if self._sizes_unsure != "plain":
-                    join_barrier(self._path(self.nfiles))
-                # (a plain one's chunks were synced before it was written: it alone may not be durable)
+                join_barrier(self._path(self.nfiles))
                 join_barrier(self.meta_path(SIZES_FILE))
         self._sizes_unsure = False
 
