@@ -165,9 +165,9 @@ def _from_dask(frame):
             kw["superchunklen"] = 2
         if frame:
             pd = pytest.importorskip("pandas")
-            x = pd.DataFrame({"p": np.arange(700), "q": np.arange(700) * 0.5})
+            x = pd.DataFrame({"p": np.arange(300), "q": np.arange(300) * 0.5})
         else:
-            x = pytest.importorskip("dask.array").arange(700, chunks=350)
+            x = pytest.importorskip("dask.array").arange(300, chunks=150)
         with dask.config.set(scheduler="synchronous"):
             blzarr.from_dask(x, f"{root}/x", chunklen=CL, format=fmt, **kw).close()
     return run
