@@ -175,3 +175,24 @@ def test_eval_dask_vm_with_da_prefix():
     assert isinstance(r, blzarr.carray)
     assert_allclose(r[:], np.sin(np.arange(1, 1001.0)) + 2 * np.log(d) - 3)
     assert blzarr.eval("da.nansum(c)", vm="dask") == np.arange(1, 1001.0).sum()
+
+
+@pytest.mark.parametrize("how", ["lazyexpr", "eval"])
+def test_python_vm_raises_numpys_overflow_error_and_still_refuses_builtins(how):
+    # NumPy raises OverflowError for an int8 column + 300; evaluated by the python vm it must be that
+    # error (NumPy's C code imports its exception classes through the evaluation's builtins), while
+    # a builtin named in the expression stays unknown
+    x = blzarr.carray(np.arange(100, dtype="i1"))
+    with pytest.raises(OverflowError):
+        np.arange(100, dtype="i1") + 300
+
+    def run(expr):
+        if how == "lazyexpr":
+            return blzarr.lazyexpr(expr, vm="python", user_dict={"x": x})[:]
+        return blzarr.eval(expr, vm="python", user_dict={"x": x})
+
+    with pytest.raises(OverflowError, match="300"):
+        run("x + 300")
+    with pytest.raises(NameError, match="__import__"):
+        run("__import__('os').getpid() + x")
+    np.testing.assert_array_equal(run("x + 3"), np.arange(100, dtype="i1") + 3)

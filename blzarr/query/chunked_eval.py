@@ -26,6 +26,11 @@ _PY_NAMESPACE = {name: getattr(np, name) for name in (
     "abs", "sqrt", "exp", "log", "log10", "log1p", "expm1", "sin", "cos", "tan", "arcsin", "arccos",
     "arctan", "arctan2", "sinh", "cosh", "tanh", "arcsinh", "arccosh", "arctanh", "where", "real",
     "imag", "conj", "floor", "ceil", "power", "minimum", "maximum", "isnan", "isinf", "fmod")}
+# the builtins an expression is evaluated with: none by name (its names are checked against its
+# operands and the functions above first), but `__import__`, which C code run by NumPy inside the
+# evaluation looks up there to import its exception classes (an int8 column + 300 raising NumPy's
+# OverflowError failed with KeyError '__import__' instead)
+_PY_BUILTINS = {"__import__": builtins.__import__}
 _PY_NAMESPACE["arcsin"] = np.arcsin
 _PY_NAMESPACE["contains"] = np.char.find
 
@@ -264,7 +269,7 @@ def make_kernel(expression, code, arrays, scalars, vm):
     one block of the arrays (`local` maps their names to the block's rows; the scalars are added),
     into `out` when given (of the probe's dtype).  The probe is the value over the first row: numexpr
     is tried on it, and NumPy evaluates what numexpr does not support."""
-    ns = {"__builtins__": {}, **_PY_NAMESPACE}
+    ns = {"__builtins__": _PY_BUILTINS, **_PY_NAMESPACE}
     fixed = _datetime_literals(expression, arrays)
     if fixed is not None:
         expression, extra = fixed
@@ -685,7 +690,7 @@ def _run(expression, code, local, vm):
             return numexpr.evaluate(expression, local_dict=local, global_dict={})
         except (TypeError, ValueError, NotImplementedError, KeyError, SyntaxError, RuntimeError):
             pass  # an expression numexpr does not support: NumPy evaluates it below
-    return builtins.eval(code, {"__builtins__": {}, **_PY_NAMESPACE}, local)
+    return builtins.eval(code, {"__builtins__": _PY_BUILTINS, **_PY_NAMESPACE}, local)
 
 
 def eval(expression, vm=None, out_flavor=None, user_dict=None, blen=None, depth=2, **kwargs):
