@@ -316,7 +316,7 @@ class Case(local.Case):
         self.op.run(root, self.fmt, self.opts)
 
     def interrupt_at(self, at, fault):
-        _freeze()
+        local.freeze_survivors()
         root = self.fresh(f"{fault}-{at}")
         try:
             if fault == "kill":
@@ -344,16 +344,6 @@ class Case(local.Case):
             return got
         finally:
             _remove(self.fs, root)
-
-
-def _freeze():
-    """Move every object alive now out of the collector's sight (`gc.freeze`): each crash state
-    collects its garbage several times (a writer left uncollected would flush later, into the next
-    state), and a full collection over the whole process (numpy, s3fs, botocore...) took 80-90 ms,
-    about a quarter of a state's CPU time.  The objects frozen are the module's and the session's, not
-    a crash state's; `_unfreeze` gives them back at the module's end."""
-    gc.collect()
-    gc.freeze()
 
 
 @pytest.fixture(scope="module", autouse=True)
