@@ -293,8 +293,8 @@ def test_eval_dask_with_da_names():
 @pytest.mark.parametrize("rootdir", [False, True])
 def test_ctable_copy_applies_cparams(tmp_path, rootdir):
     d = np.random.default_rng(0).integers(0, 1000, 100_000)
-    kw = {"rootdir": str(tmp_path / "c")} if rootdir else {}
-    for cp in (blzarr.cparams(clevel=9, cname="zstd"), {"clevel": 9, "cname": "zstd"}):
+    for i, cp in enumerate((blzarr.cparams(clevel=9, cname="zstd"), {"clevel": 9, "cname": "zstd"})):
+        kw = {"rootdir": str(tmp_path / f"c{i}")} if rootdir else {}
         t = blzarr.ctable([d, d * 0.5], names=["a", "b"], cparams=blzarr.cparams(clevel=1))
         c = t.copy(cparams=cp, **kw)
         bt = bcolz.ctable([d, d * 0.5], names=["a", "b"], cparams=bcolz.cparams(clevel=1))

@@ -216,7 +216,7 @@ OPS = [
     Op("ctable.trim", "ctable", _with(lambda o, r, f: o.trim(300))),
     Op("ctable.resize", "ctable", _with(lambda o, r, f: o.resize(1500))),
     Op("ctable.attrs", "ctable", _with(lambda o, r, f: o.attrs.__setitem__("k", 5))),
-    Op("ctable.copy", "ctable", _with(lambda o, r, f: o.copy(rootdir=os.path.join(r, "y")).close()),
+    Op("ctable.copy", "ctable", _with(lambda o, r, f: o.copy(rootdir=os.path.join(r, "y"), mode="w").close()),
        touches=("x", "y"), setup=_two(_ctable, lambda p, f: _ctable(p, f, 10))),
     Op("ctable", "ctable", lambda r, f: blzarr.ctable([np.arange(5)], names=["z"], rootdir=_x(r), mode="w",
                                                      format=f).close(), covers=("blzarr.ctable",)),

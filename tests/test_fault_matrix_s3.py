@@ -238,7 +238,7 @@ OPS = [
     Op("ctable.resize", "ctable", _with(lambda o, r, f, s: o.resize(900))),
     Op("ctable.attrs", "ctable", _with(lambda o, r, f, s: o.attrs.__setitem__("k", 5))),
     # (ctable.copy and salvage take no storage_options: they reach the server through the environment)
-    Op("ctable.copy", "ctable", _with(lambda o, r, f, s: o.copy(rootdir=f"{r}/y").close()),
+    Op("ctable.copy", "ctable", _with(lambda o, r, f, s: o.copy(rootdir=f"{r}/y", mode="w").close()),
        touches=("x", "y"), setup=_two(_ctable, lambda p, f, s: _ctable(p, f, s, 10))),
     Op("ctable", "ctable", lambda r, f, s: blzarr.ctable([np.arange(5)], names=["z"], rootdir=f"{r}/x", mode="w",
                                                          format=f, storage_options=s).close(),

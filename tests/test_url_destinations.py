@@ -73,3 +73,20 @@ def test_from_dask_refuses_a_prefix_holding_other_objects(s3env):
         blzarr.from_dask(np.arange(10), f"{bucket}/other", overwrite=False, storage_options=opts)
     c = blzarr.from_dask(np.arange(10), f"{bucket}/new", overwrite=False, storage_options=opts)
     assert c[:].tolist() == list(range(10))
+
+
+def test_table_copies_and_groupby_results_refuse_existing_urls(s3env, tmp_path):
+    bucket, opts = s3env
+    blzarr.carray(np.arange(50), rootdir=f"{bucket}/a", mode="w", storage_options=opts).close()
+    t = blzarr.ctable([np.arange(20) % 3, np.arange(20.0)], names=["k", "v"], rootdir=str(tmp_path / "t"),
+                      mode="w")
+    with pytest.raises(blzarr.StorageError, match="already exists"):
+        t.copy(rootdir=f"{bucket}/a")
+    with pytest.raises(blzarr.StorageError, match="already exists"):      # a carray is there
+        blzarr.ctable([np.arange(3)], names=["z"], rootdir=f"{bucket}/a", storage_options=opts)
+    with pytest.raises(blzarr.StorageError, match="already exists: pass mode='w'"):
+        t.groupby(["k"], ["v"], rootdir=f"{bucket}/a")
+    np.testing.assert_array_equal(blzarr.open(f"{bucket}/a", mode="r", storage_options=opts)[:], np.arange(50))
+    t.copy(rootdir=f"{bucket}/a", mode="w").close()
+    np.testing.assert_array_equal(blzarr.open(f"{bucket}/a", mode="r", storage_options=opts)["v"][:],
+                                  np.arange(20.0))

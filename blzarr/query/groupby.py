@@ -728,7 +728,7 @@ def groupby(table, groupby_cols, agg_list, bool_arr=None, rootdir=None, make_tab
     if out_flavor in (None, "bcolz", "ctable"):
         if not names:
             raise ValueError("a group-by with no group column and no aggregation has no columns")
-        return make_table(arrays, names=names, rootdir=rootdir, mode="w") if rootdir else \
+        return make_table(arrays, names=names, rootdir=rootdir) if rootdir else \
             make_table(arrays, names=names)
     if out_flavor == "numpy":
         out = np.empty(len(arrays[0]) if arrays else 0, dtype=[(nm, a.dtype) for nm, a in zip(names, arrays)])

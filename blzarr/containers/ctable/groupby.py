@@ -2,18 +2,23 @@
 unique, factorize_groupby_cols and is_in_ordered_subgroups, thin methods over `blzarr.query.groupby`,
 so that code written for bquery's ctable runs with blzarr's."""
 
+import os
+
 import numpy as np
 
 from blzarr.containers.carray.array import carray
 from blzarr.containers.carray.version import fresh_call
 from blzarr.query import factor_cache
 from blzarr.query import groupby as _gb
+from blzarr.errors import StorageError
+from blzarr.storage import intent
+from blzarr.storage.bytestore import is_url, occupied
 
 
 class CtableGroupby:
     """Group-by and bquery's query helpers of a `ctable`."""
 
-    def groupby(self, groupby_cols, agg_list, bool_arr=None, rootdir=None, out_flavor=None):
+    def groupby(self, groupby_cols, agg_list, bool_arr=None, rootdir=None, out_flavor=None, mode="a"):
         """Aggregate the rows by the values of `groupby_cols` (bquery's ``groupby``).
 
         Parameters
@@ -29,9 +34,13 @@ class CtableGroupby:
         bool_arr : boolean carray or array, optional
             Only the rows where it is true are aggregated (`where_terms` makes one).
         rootdir : str, optional
-            Where to write the result (in memory when None).
+            Where to write the result (in memory when None).  As bquery's, a `rootdir` that
+            already holds something is refused, unless `mode` is ``'w'``; so is one that overlaps
+            the table's own directory.
         out_flavor : {'bcolz', 'numpy', 'pandas'}, optional
             A ctable (the default), a structured NumPy array or a pandas DataFrame.
+        mode : {'a', 'w'}, optional
+            ``'w'`` replaces what is at `rootdir`.
 
         Returns
         -------
@@ -47,9 +56,29 @@ class CtableGroupby:
         >>> r["k"][:].tolist(), r["v"][:].tolist(), r["v_mean"][:].tolist()
         ([b'a', b'b'], [4, 2], [2.0, 2.0])
         """
+        if rootdir is not None and out_flavor in (None, "bcolz", "ctable"):
+            self._check_destination(rootdir, mode)
         self._auto_cache(groupby_cols)
+        make = type(self)
+        if rootdir is not None:
+            def make(*args, **kwargs):
+                return type(self)(*args, mode=mode, **kwargs)
         return _gb.groupby(self, groupby_cols, agg_list, bool_arr=bool_arr, rootdir=rootdir,
-                           make_table=type(self), out_flavor=out_flavor)
+                           make_table=make, out_flavor=out_flavor)
+
+    def _check_destination(self, rootdir, mode):
+        """Refuse, before any work, a result directory that would replace the table itself or
+        something there without ``mode='w'``."""
+        path = os.fspath(rootdir)
+        if mode not in ("a", "w"):
+            raise ValueError(f"groupby(): `mode` must be 'a' or 'w', not {mode!r}")
+        if self.rootdir is not None and (
+                path.rstrip("/") == str(self.rootdir).rstrip("/")
+                or not is_url(path) and not is_url(str(self.rootdir)) and intent.same_or_nested(path, self.rootdir)):
+            raise StorageError(f"groupby(): the result's rootdir, '{path}', overlaps the table's, "
+                               f"'{self.rootdir}'")
+        if mode != "w" and occupied(path):
+            raise StorageError(f"groupby(): '{path}' already exists: pass mode='w' to replace it")
 
     def _auto_cache(self, cols):
         """With bquery's ``auto_cache=True`` (a ctable option), cache the factorizations of `cols`

@@ -36,7 +36,7 @@ from blzarr.query.rules import DEFAULT_BLEN
 from blzarr.runtime.params import cparams as _cparams, defaults
 from blzarr.storage.files import (ATTRS_FILE, CREATING_FILE, META_DIR, ROOTDIRS_FILE, STORAGE_FILE, HeldTree,
                                    ObjectPath, creation_marker, held_tree, new_tree_of, read_json, write_json)
-from blzarr.storage.bytestore import is_url, join, local_path, open_bytestore
+from blzarr.storage.bytestore import is_url, join, local_path, occupied, open_bytestore
 # the parts of ctable, one module each (the moved names stay importable from here)
 from blzarr.containers.ctable.read import NROW, CtableBase, CtableReads, _split_outcols  # noqa: F401
 from blzarr.containers.ctable.write import _CARRAY_KW, CtableWrites, check_name
@@ -233,6 +233,10 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         if self._bytestore is not None:
             self._rootdir = self._bytestore.root
             exists = self._bytestore.exists(ROOTDIRS_FILE)
+            if columns is not None and mode != "w" and not exists:
+                # a creation refuses whatever is stored there (a carray, other objects), as a
+                # local path's refuses any file
+                exists = occupied(self._rootdir, storage_options)
         else:
             exists = self._rootdir is not None and os.path.exists(self._rootdir)
         if mode is None:
@@ -770,7 +774,8 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         **kwargs
             ``rootdir``, ``mode``, ``cparams``, ``expectedlen``, ``chunklen``, ``names`` and
             ``format`` of the copy (an on-disk copy keeps the original's layout unless `format`
-            is given).
+            is given).  As in bcolz, a `rootdir` that already holds something is refused unless
+            ``mode='w'`` asks to replace it.
 
         Returns
         -------
@@ -785,7 +790,7 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         (['b'], 9, [0, 1, 2])
         """
         rootdir = kwargs.pop("rootdir", None)
-        mode = kwargs.pop("mode", "w" if rootdir is not None else "a")
+        mode = kwargs.pop("mode", "a")
         names = kwargs.pop("names", None) or self.names
         unknown = set(kwargs) - set(_CARRAY_KW)
         if unknown:
