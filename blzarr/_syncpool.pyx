@@ -127,6 +127,17 @@ if hasattr(_os, "register_at_fork"):
     _os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def _without_pool_lock():
+    """Act as if the pool's lock could not be allocated (for the tests: nothing else can make that
+    allocation fail).  Only in a process with no helpers yet, such as a fresh forked child."""
+    global _pool_lock
+    if _nhelpers:
+        raise RuntimeError("the pool has helpers that use its lock")
+    if _pool_lock != NULL:
+        PyThread_free_lock(_pool_lock)
+    _pool_lock = NULL
+
+
 def helpers():
     """How many helper threads this process has started."""
     return _nhelpers
@@ -222,7 +233,9 @@ def sync_fds(fds, data_only, bint serial=False):
         b.errs = errs
         b.n = n
         b.next = 0
-        want = 0 if serial else min(n - 1, MAX_HELPERS)
+        # without the pool's lock (its allocation failed, at import or in a forked child) no
+        # helper can be handed work safely: the caller syncs alone
+        want = 0 if serial or _pool_lock == NULL else min(n - 1, MAX_HELPERS)
         if want > 0:
             PyThread_acquire_lock(_pool_lock, WAIT_LOCK)
             while k < want and _idle != NULL:

@@ -319,3 +319,23 @@ def test_no_helper_thread_can_start(tmp_path):
         _child(child)
     finally:
         _close(fds)
+
+
+def test_no_pool_lock(tmp_path):
+    """Where the pool's lock could not be allocated (at import or in a forked child), the caller
+    issues every sync itself, each with its own result, and no helper is started (none could be
+    handed work without that lock)."""
+    fds = [os.open(str(tmp_path / f"f{i}"), os.O_CREAT | os.O_RDWR) for i in range(5)]
+    for fd in fds:
+        os.write(fd, b"x")
+
+    def child():
+        assert _syncpool.helpers() == 0
+        _syncpool._without_pool_lock()
+        assert _syncpool.sync_fds(fds, [True] * 5) == [0] * 5
+        assert _syncpool.sync_fds(fds + [-1], [False] * 6) == [0] * 5 + [errno.EBADF]
+        assert _syncpool.helpers() == 0
+    try:
+        _child(child)
+    finally:
+        _close(fds)
