@@ -166,92 +166,72 @@ def _carray_repair(root_name):
     return repair
 
 
-def _w_appends(fmt):
+def _carray_workload(initial, kw, steps):
+    """A workload on a carray at "c": created from `initial` (with `kw`) and flushed, then each
+    (label, call on the carray, ends with a flush) of what `steps()` lists, made afresh each run."""
     def workload(base, rec):
         root = os.path.join(base, "c")
-        c = None
-        run = Run(rec, lambda: c[:])
+        box = {}
+        run = Run(rec, lambda: box["c"][:])
 
         def make():
-            nonlocal c
-            c = blzarr.carray(np.arange(250, dtype=np.int64), rootdir=root, mode="w", **_kw(fmt))
-            c.flush()
+            box["c"] = blzarr.carray(initial, rootdir=root, mode="w", **kw)
+            box["c"].flush()
         run.call("create", make, flushes=True)
-        run.call("append 30", lambda: c.append(np.arange(1000, 1030)))
-        run.call("flush", c.flush, flushes=True)
-        run.call("append 170", lambda: c.append(np.arange(2000, 2170)))
-        run.call("append 5", lambda: c.append(np.arange(3000, 3005)))
-        run.call("flush", c.flush, flushes=True)
-        run.call("append 300", lambda: c.append(np.arange(4000, 4300)))
-        run.call("close", c.close, flushes=True)
+        for label, fn, flushes in steps():
+            run.call(label, lambda fn=fn: fn(box["c"]), flushes=flushes)
         return run
     return workload
+
+
+def _flush(c):
+    c.flush()
+
+
+def _w_appends(fmt):
+    return _carray_workload(np.arange(250, dtype=np.int64), _kw(fmt), lambda: [
+        ("append 30", lambda c: c.append(np.arange(1000, 1030)), False),
+        ("flush", _flush, True),
+        ("append 170", lambda c: c.append(np.arange(2000, 2170)), False),
+        ("append 5", lambda c: c.append(np.arange(3000, 3005)), False),
+        ("flush", _flush, True),
+        ("append 300", lambda c: c.append(np.arange(4000, 4300)), False),
+        ("close", lambda c: c.close(), True)])
 
 
 def _w_setitem(fmt):
-    def workload(base, rec):
-        root = os.path.join(base, "c")
-        c = None
-        run = Run(rec, lambda: c[:])
-
-        def make():
-            nonlocal c
-            c = blzarr.carray(np.arange(450, dtype=np.int64), rootdir=root, mode="w", **_kw(fmt))
-            c.flush()
-        run.call("create", make, flushes=True)
-        run.call("c[10:20] = -1", lambda: c.__setitem__(slice(10, 20), -1))
-        run.call("c[150] = -2", lambda: c.__setitem__(150, -2))
-        run.call("flush", c.flush, flushes=True)
-        run.call("c[::37] = -3", lambda: c.__setitem__(slice(None, None, 37), -3))
-        run.call("c[300:450] = -4", lambda: c.__setitem__(slice(300, 450), -4))
-        run.call("flush", c.flush, flushes=True)
-        return run
-    return workload
+    return _carray_workload(np.arange(450, dtype=np.int64), _kw(fmt), lambda: [
+        ("c[10:20] = -1", lambda c: c.__setitem__(slice(10, 20), -1), False),
+        ("c[150] = -2", lambda c: c.__setitem__(150, -2), False),
+        ("flush", _flush, True),
+        ("c[::37] = -3", lambda c: c.__setitem__(slice(None, None, 37), -3), False),
+        ("c[300:450] = -4", lambda c: c.__setitem__(slice(300, 450), -4), False),
+        ("flush", _flush, True)])
 
 
 def _w_resize(fmt):
-    def workload(base, rec):
-        root = os.path.join(base, "c")
-        c = None
-        run = Run(rec, lambda: c[:])
-
-        def make():
-            nonlocal c
-            c = blzarr.carray(np.arange(450, dtype=np.int64), rootdir=root, mode="w", **_kw(fmt))
-            c.flush()
-        run.call("create", make, flushes=True)
-        run.call("trim(120)", lambda: c.trim(120), flushes=True)
-        run.call("resize(500)", lambda: c.resize(500), flushes=True)
-        run.call("append 10", lambda: c.append(np.arange(9000, 9010)))
-        run.call("resize(210)", lambda: c.resize(210), flushes=True)
-        run.call("append 60", lambda: c.append(np.arange(8000, 8060)))
-        run.call("flush", c.flush, flushes=True)
-        return run
-    return workload
+    return _carray_workload(np.arange(450, dtype=np.int64), _kw(fmt), lambda: [
+        ("trim(120)", lambda c: c.trim(120), True),
+        ("resize(500)", lambda c: c.resize(500), True),
+        ("append 10", lambda c: c.append(np.arange(9000, 9010)), False),
+        ("resize(210)", lambda c: c.resize(210), True),
+        ("append 60", lambda c: c.append(np.arange(8000, 8060)), False),
+        ("flush", _flush, True)])
 
 
 def _w_compact(fmt):
-    def workload(base, rec):
-        root = os.path.join(base, "c")
-        c = None
-        run = Run(rec, lambda: c[:])
+    def steps():
         rng = np.random.default_rng(5)
-
-        def make():
-            nonlocal c
-            c = blzarr.carray(np.zeros(450, dtype=np.int64), rootdir=root, mode="w",
-                              format=fmt, chunklen=CHUNKLEN, superchunklen=2)
-            c.flush()
-        run.call("create", make, flushes=True)
         # zeros compress to a few bytes, random values do not: every rewrite is relocated
-        run.call("c[0:200] = random", lambda: c.__setitem__(slice(0, 200), rng.integers(1, 1 << 40, 200)))
-        run.call("c[250:260] = random", lambda: c.__setitem__(slice(250, 260), rng.integers(1, 1 << 40, 10)))
-        run.call("flush", c.flush, flushes=True)
-        run.call("c[0:100] = 5", lambda: c.__setitem__(slice(0, 100), 5))
-        run.call("compact", c.compact)
-        run.call("flush", c.flush, flushes=True)
-        return run
-    return workload
+        return [("c[0:200] = random", lambda c: c.__setitem__(slice(0, 200), rng.integers(1, 1 << 40, 200)), False),
+                ("c[250:260] = random", lambda c: c.__setitem__(slice(250, 260), rng.integers(1, 1 << 40, 10)),
+                 False),
+                ("flush", _flush, True),
+                ("c[0:100] = 5", lambda c: c.__setitem__(slice(0, 100), 5), False),
+                ("compact", lambda c: c.compact(), False),
+                ("flush", _flush, True)]
+    return _carray_workload(np.zeros(450, dtype=np.int64),
+                            dict(format=fmt, chunklen=CHUNKLEN, superchunklen=2), steps)
 
 
 CARRAY_WORKLOADS = {"appends": _w_appends, "setitem": _w_setitem, "resize-trim": _w_resize}
