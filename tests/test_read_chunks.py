@@ -144,16 +144,21 @@ def chunk_pos(p, n):
     return path, off
 
 
+def flip(p, n, at, mask):
+    """XOR one byte, `at` bytes into chunk `n`'s stored bytes, with `mask`."""
+    path, off = chunk_pos(p, n)
+    with open(path, "r+b") as f:
+        f.seek(off + at)
+        b = f.read(1)
+        f.seek(off + at)
+        f.write(bytes([b[0] ^ mask]))
+
+
 @pytest.mark.parametrize("what", ["read", "sum"])
 def test_a_damaged_chunk_raises_naming_it(tmp_path, what):
     x = np.cumsum(np.random.default_rng(2).standard_normal(8000))
     p = make(tmp_path, x)
-    path, off = chunk_pos(p, 5)
-    with open(path, "r+b") as f:
-        f.seek(off + 200)
-        b = f.read(1)
-        f.seek(off + 200)
-        f.write(bytes([b[0] ^ 0x55]))
+    flip(p, 5, 200, 0x55)
     a = blzarr.open(p, mode="r")
     with pytest.raises(ChecksumError, match="chunk 5"):
         a[:] if what == "read" else a.sum()
@@ -204,12 +209,7 @@ def test_read_chunks_reports_failures_per_chunk(tmp_path):
 def test_decode_one_reads_a_chunk_with_the_same_checks(tmp_path):
     x = np.cumsum(np.random.default_rng(4).standard_normal(4000))
     p = make(tmp_path, x)
-    path, off3 = chunk_pos(p, 3)
-    with open(path, "r+b") as f:        # chunk 3's bytes no longer match its crc32
-        f.seek(off3 + 100)
-        b = f.read(1)
-        f.seek(off3 + 100)
-        f.write(bytes([b[0] ^ 0x55]))
+    flip(p, 3, 100, 0x55)               # chunk 3's bytes no longer match its crc32
     d = BlzDir.open(p, mode="r")
     offs, fds, lims, ents = [], [], [], []
     for n in range(4):
@@ -275,12 +275,7 @@ def test_columns_of_3d_rows(tmp_path, no_chunk_path):
 def test_a_damaged_chunk_in_a_column_read_raises(tmp_path):
     x = np.cumsum(np.random.default_rng(4).standard_normal((8000, 4)), axis=0)
     p = make(tmp_path, x, chunklen=1000)
-    path, off = chunk_pos(p, 3)
-    with open(path, "r+b") as f:
-        f.seek(off + 100)
-        b = f.read(1)
-        f.seek(off + 100)
-        f.write(bytes([b[0] ^ 0xFF]))
+    flip(p, 3, 100, 0xFF)
     a = blzarr.open(p, mode="r")
     with pytest.raises(ChecksumError, match="chunk 3"):
         a[:, 1]
