@@ -74,8 +74,8 @@ from blzarr.defaults import defaults, defaults_ctx  # noqa: E402
 filters = {NOSHUFFLE: "noshuffle", SHUFFLE: "shuffle", BITSHUFFLE: "bitshuffle"}
 
 from blzarr.errors import (  # noqa: E402
-    BlzarrError, ChecksumError, ChunkError, ConcurrentWriterError, FormatError, MissingError, PickleNotAllowedError,
-    ReadOnlyError, StorageError,
+    BlzarrError, ChecksumError, ChunkError, ConcurrentWriterError, ExistsError, FormatError, MissingError,
+    PickleNotAllowedError, ReadOnlyError, StorageError,
 )
 import blzarr.attrs  # noqa: E402  (the module, as bcolz.attrs)
 import blzarr.arrayprint  # noqa: E402,F401
@@ -111,7 +111,7 @@ from blzarr.storage.blz.directory import MetalayerError  # noqa: E402
 __all__ = [
     "BITSHUFFLE", "NOSHUFFLE", "SHUFFLE", "BlzarrError", "ChecksumError", "ChunkError", "ConcurrentWriterError",
     "FormatError", "MissingError",
-    "LockError", "MetalayerError", "PickleNotAllowedError", "ReadOnlyError", "StorageError", "arange",
+    "LockError", "MetalayerError", "PickleNotAllowedError", "ReadOnlyError", "StorageError", "ExistsError", "arange",
     "array2string", "attrs", "blosc_compressor_list",
     "blosc_set_nthreads", "blosc_version", "carray", "chunk", "cparams", "ctable", "dask_here", "defaults",
     "defaults_ctx", "detect_number_of_cores", "eval", "fill", "filters", "from_dask", "fromiter", "iterblocks", "LazyExpr", "lazyexpr", "numexpr_here",

@@ -58,6 +58,11 @@ class StorageError(BlzarrError, OSError):
         return super().__str__()
 
 
+class ExistsError(StorageError, ValueError):
+    """A table's destination already holds something, and the call did not ask to replace it
+    (``mode='w'``).  A ValueError as well: bcolz's ctable raises one there."""
+
+
 def os_reason(e):
     """The operating system's reason in an OSError, as Python prints it: ``[Errno 28] No space left on
     device`` (the text, not only the number), or the exception's own text when it has no errno."""

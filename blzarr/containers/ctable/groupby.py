@@ -10,7 +10,7 @@ from blzarr.containers.carray.array import carray
 from blzarr.containers.carray.version import fresh_call
 from blzarr.query import factor_cache
 from blzarr.query import groupby as _gb
-from blzarr.errors import StorageError
+from blzarr.errors import ExistsError, StorageError
 from blzarr.storage import intent
 from blzarr.storage.bytestore import is_url, occupied
 
@@ -78,7 +78,7 @@ class CtableGroupby:
             raise StorageError(f"groupby(): the result's rootdir, '{path}', overlaps the table's, "
                                f"'{self.rootdir}'")
         if mode != "w" and occupied(path):
-            raise StorageError(f"groupby(): '{path}' already exists: pass mode='w' to replace it")
+            raise ExistsError(f"groupby(): '{path}' already exists: pass mode='w' to replace it")
 
     def _auto_cache(self, cols):
         """With bquery's ``auto_cache=True`` (a ctable option), cache the factorizations of `cols`

@@ -29,7 +29,7 @@ from blzarr.containers.carray.array import carray
 from blzarr.containers.common import Container
 from blzarr.containers.carray.read import pin_version, read_one_version, unpin_version
 from blzarr.containers.carray.version import fresh_call
-from blzarr.errors import ConcurrentWriterError, FormatError, StorageError, storage_op
+from blzarr.errors import ConcurrentWriterError, ExistsError, FormatError, StorageError, storage_op
 from blzarr.storage import intent, replace, rewrite, tablejournal
 from blzarr.storage.locking import FirstWrite, LockError, lock_dir
 from blzarr.query.rules import DEFAULT_BLEN
@@ -270,7 +270,7 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
             raise StorageError(f"cannot create '{self._rootdir}' with mode 'r' (it never writes): "
                                "pass mode='w'")
         if exists and mode != "w":
-            raise StorageError(
+            raise ExistsError(
                 f"'{self._rootdir}' already exists and mode is {mode!r}: pass mode='w' to replace it, "
                 "or open it (without `columns`) and append")
         if self._bytestore is not None and not replace.is_fresh(self._rootdir):
