@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from blzarr import ctable
-from blzarr.io import colmeta, parquet as parquet_io
+from blzarr.io import arrow as arrow_io, colmeta, parquet as parquet_io
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -91,3 +91,60 @@ def test_dictionary_from_a_stream(tmp_path):
     arr = pa.array(["x", None, "yz", "x", "é"]).dictionary_encode()
     t = ctable.fromarrow(pa.table({"d": arr}), rootdir=str(tmp_path / "t"), mode="w")
     _check(t, "d", ["x", None, "yz", "x", "é"], "U")
+
+
+def _order_of_making_and_reading(monkeypatch):
+    """Events "table" (the builder makes the ctable) and "batch" (the first record batch is taken
+    from fromparquet's reading thread), in the order they happen."""
+    events = []
+    make = arrow_io._Builder.__init__
+
+    def builder(self, *a, **k):
+        events.append("table")
+        make(self, *a, **k)
+    monkeypatch.setattr(arrow_io._Builder, "__init__", builder)
+    items = parquet_io._Ahead.__iter__
+
+    def iterate(self):
+        for i, item in enumerate(items(self)):
+            if i == 0:
+                events.append("batch")
+            yield item
+    monkeypatch.setattr(parquet_io._Ahead, "__iter__", iterate)
+    return events
+
+
+@pytest.mark.parametrize("dictionary", [True, False])
+def test_the_table_is_made_while_row_group_0_is_read(tmp_path, monkeypatch, dictionary):
+    # with every string column stored with a dictionary, their widths come from row group 0's string
+    # columns read on their own, and the table is made before the first batch is awaited; a plain
+    # string column needs the first batch first.  The widest value only in a later row group widens
+    n = 3000
+    words = [("w" * (1 + i % 3)) if i < 2000 else "a longer value" for i in range(n)]
+    words[5] = None
+    src = str(tmp_path / "o.parquet")
+    pq.write_table(pa.table({"w": pa.array(words, pa.string()), "i": np.arange(n)}), src,
+                   row_group_size=1000, use_dictionary=dictionary)
+    assert parquet_io._dictionary_columns(pq.ParquetFile(src).metadata, ["w"]) == (["w"] if dictionary else [])
+    events = _order_of_making_and_reading(monkeypatch)
+    t = ctable.fromparquet(src, rootdir=str(tmp_path / "t"), mode="w")
+    assert events == (["table", "batch"] if dictionary else ["batch", "table"])
+    _check(t, "w", words, "U")
+    np.testing.assert_array_equal(t["i"][:], np.arange(n))
+
+
+def test_a_first_batch_dictionary_column_is_taken_apart_once(monkeypatch):
+    # the widths of the first batch and its conversion share one _dict_parts per column
+    calls = []
+    parts = arrow_io._dict_parts
+
+    def spy(*a, **k):
+        calls.append(1)
+        return parts(*a, **k)
+    monkeypatch.setattr(arrow_io, "_dict_parts", spy)
+    values = [["ab", None, "c"], ["ab", "def", "ab"], ["ghij", "c", None]]
+    schema = pa.schema([pa.field("d", pa.dictionary(pa.int32(), pa.string()))])
+    batches = [pa.record_batch([pa.array(v).dictionary_encode()], schema=schema) for v in values]
+    t = ctable.fromarrow(pa.RecordBatchReader.from_batches(schema, batches))
+    assert len(calls) == len(batches)
+    _check(t, "d", sum(values, []), "U")

@@ -57,17 +57,26 @@ class _FdFile:
         self.closed = True
 
 
-def _ahead(gen, depth=2):
-    """The items of `gen`, produced by a thread up to `depth` items ahead of the consumer (the
-    decoding of the next row group overlaps the encoding of this one: both release the GIL).  An
-    exception in the thread is raised here; leaving early stops the thread."""
-    q = queue.Queue(depth)
-    stop = threading.Event()
-    end = object()
+class _Ahead:
+    """The items of `gen`, produced by a thread up to `depth` items ahead of the consumer, which
+    starts at once (the reading of the first row group overlaps whatever the caller does before it
+    asks for it; the decoding of the next row group overlaps the encoding of this one: both release
+    the GIL).  An exception in the thread is raised by the iteration; `close()` (also when the
+    consumer leaves early) stops the thread."""
 
-    def run():
+    _END = object()
+
+    def __init__(self, gen, depth=2):
+        self._q = queue.Queue(depth)
+        self._stop = threading.Event()
+        self._gen = gen
+        self._th = threading.Thread(target=self._run, daemon=True, name="blzarr-parquet-ahead")
+        self._th.start()
+
+    def _run(self):
+        q, stop = self._q, self._stop
         try:
-            for item in gen:
+            for item in self._gen:
                 while not stop.is_set():
                     try:
                         q.put((item, None), timeout=0.1)
@@ -76,27 +85,35 @@ def _ahead(gen, depth=2):
                         continue
                 if stop.is_set():
                     return
-            q.put((end, None))
+            q.put((self._END, None))
         except BaseException as e:      # handed to the consumer
             q.put((None, e))
 
-    th = threading.Thread(target=run, daemon=True, name="blzarr-parquet-ahead")
-    th.start()
-    try:
+    def __iter__(self):
         while True:
-            item, err = q.get()
+            item, err = self._q.get()
             if err is not None:
                 raise err
-            if item is end:
+            if item is self._END:
                 return
             yield item
-    finally:
-        stop.set()
-        while th.is_alive():
+
+    def close(self):
+        self._stop.set()
+        while self._th.is_alive():
             try:
-                q.get_nowait()
+                self._q.get_nowait()
             except queue.Empty:
-                th.join(0.05)
+                self._th.join(0.05)
+
+
+def _ahead(gen, depth=2):
+    """The items of `gen` through `_Ahead`, its thread started at the first item asked for."""
+    a = _Ahead(gen, depth)
+    try:
+        yield from a
+    finally:
+        a.close()
 
 
 def _remove_unlocked_file(path):
@@ -234,8 +251,36 @@ def fromparquet(path, rootdir=None, mode=None, columns=None, **kwargs):
 
     # the columns' chunks sized for the whole file, as a table made from arrays of that length would be
     ctor = {"expectedlen": max(pf.metadata.num_rows, 1), **kwargs}
-    return _arrow.build_beside(rootdir, mode, lambda kw: _arrow.fill_from_batches(
-        pa, schema, _ahead(batches()), {**ctor, **kw}), "fromparquet()", kwargs.get("storage_options"))
+    strings = [name for name, kind, dt, tz in plan if kind in "US"]
+
+    def make(kw):
+        ahead = _Ahead(batches())           # row group 0 is being read from now on
+        try:
+            widths = None
+            if pf.num_row_groups and set(strings) <= set(coded):
+                # the string columns' widths from row group 0's dictionary-encoded string columns
+                # alone (a small read beside the thread's), so that the table is made while that
+                # thread reads the whole row group
+                widths = _first_widths(pa, pq, path, pf, strings, coded)
+            return _arrow.fill_from_batches(pa, schema, ahead, {**ctor, **kw}, widths)
+        finally:
+            ahead.close()
+    return _arrow.build_beside(rootdir, mode, make, "fromparquet()", kwargs.get("storage_options"))
+
+
+def _first_widths(pa, pq, path, pf, names, coded):
+    """{column: widest value in row group 0} of the string/binary columns `names`, read on their
+    own by a ParquetFile of their own (ParquetFile `pf` is read by another thread meanwhile)."""
+    if not names:
+        return {}
+    try:
+        own = pq.ParquetFile(path, read_dictionary=coded, metadata=pf.metadata)
+        table = own.read_row_group(0, columns=names, use_threads=False)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise StorageError(f"fromparquet(): row group 0 of '{path}' cannot be read: {e}") from None
+    plan = {name: kind for name, kind, dt, tz in _arrow._import_plan(pa, table.schema)}
+    return {name: max([_arrow._column_width(pa, c, plan[name]) for c in table.column(name).chunks] or [0])
+            for name in names}
 
 
 integrations.register("toparquet", toparquet)
