@@ -699,3 +699,27 @@ def test_dataframe_roundtrip_hypothesis(tmp_path, df, fmt):
         back = back.set_axis(df.index)
     # (an empty frame's index is typed by how it was made, not by its values)
     pd.testing.assert_frame_equal(back, _as_given_back(pd, df), check_index_type="equiv" if len(df) else False)
+
+
+def test_numbers_and_times_are_compressed_straight_from_the_arrow_buffers(monkeypatch):
+    # a column without nulls is not copied between Arrow and the compressor: every full chunk the
+    # carray compresses lies inside the Arrow array's own values buffer
+    from blzarr.containers.carray import write as carray_write
+    pieces = []
+    compress = carray_write.compress_array
+
+    def spy(arr, *a, **k):
+        pieces.append((arr.__array_interface__["data"][0], arr.nbytes))
+        return compress(arr, *a, **k)
+    monkeypatch.setattr(carray_write, "compress_array", spy)
+    n = 40_000
+    table = pa.table({"i": pa.array(np.arange(n, dtype="i8")),
+                      "t": pa.array(np.arange(n).astype("M8[us]"))})
+    t = ctable.fromarrow(table, chunklen=4096)
+    assert len(pieces) == 2 * (n // 4096)          # the full chunks; the short last ones are copies
+    for name in ("i", "t"):
+        buf = table.column(name).chunk(0).buffers()[1]
+        inside = [p for p in pieces if buf.address <= p[0] and p[0] + p[1] <= buf.address + buf.size]
+        assert len(inside) == n // 4096, name
+    np.testing.assert_array_equal(t["i"][:], np.arange(n))
+    np.testing.assert_array_equal(t["t"][:], np.arange(n).astype("M8[us]"))
