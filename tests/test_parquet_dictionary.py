@@ -114,11 +114,12 @@ def _order_of_making_and_reading(monkeypatch):
     return events
 
 
-@pytest.mark.parametrize("dictionary", [True, False])
-def test_the_table_is_made_while_row_group_0_is_read(tmp_path, monkeypatch, dictionary):
-    # with every string column stored with a dictionary, their widths come from row group 0's string
-    # columns read on their own, and the table is made before the first batch is awaited; a plain
-    # string column needs the first batch first.  The widest value only in a later row group widens
+@pytest.mark.parametrize("dictionary, rootdir", [(True, True), (False, True), (True, False)])
+def test_the_table_is_made_while_row_group_0_is_read(tmp_path, monkeypatch, dictionary, rootdir):
+    # into a directory, with every string column stored with a dictionary, their widths come from row
+    # group 0's string columns read on their own, and the table is made before the first batch is
+    # awaited; a plain string column needs the first batch first, and so does a table in memory
+    # (cheaper to make than the read).  The widest value only in a later row group widens
     n = 3000
     words = [("w" * (1 + i % 3)) if i < 2000 else "a longer value" for i in range(n)]
     words[5] = None
@@ -127,8 +128,8 @@ def test_the_table_is_made_while_row_group_0_is_read(tmp_path, monkeypatch, dict
                    row_group_size=1000, use_dictionary=dictionary)
     assert parquet_io._dictionary_columns(pq.ParquetFile(src).metadata, ["w"]) == (["w"] if dictionary else [])
     events = _order_of_making_and_reading(monkeypatch)
-    t = ctable.fromparquet(src, rootdir=str(tmp_path / "t"), mode="w")
-    assert events == (["table", "batch"] if dictionary else ["batch", "table"])
+    t = ctable.fromparquet(src, rootdir=str(tmp_path / "t") if rootdir else None, mode="w" if rootdir else None)
+    assert events == (["table", "batch"] if dictionary and rootdir else ["batch", "table"])
     _check(t, "w", words, "U")
     np.testing.assert_array_equal(t["i"][:], np.arange(n))
 

@@ -257,10 +257,11 @@ def fromparquet(path, rootdir=None, mode=None, columns=None, **kwargs):
         ahead = _Ahead(batches())           # row group 0 is being read from now on
         try:
             widths = None
-            if pf.num_row_groups and set(strings) <= set(coded):
+            if kw.get("rootdir") is not None and pf.num_row_groups and set(strings) <= set(coded):
                 # the string columns' widths from row group 0's dictionary-encoded string columns
-                # alone (a small read beside the thread's), so that the table is made while that
-                # thread reads the whole row group
+                # alone (a small read beside the thread's), so that the table's directories are made
+                # while that thread reads the whole row group (in memory, making the table costs
+                # less than that read)
                 widths = _first_widths(pa, pq, path, pf, strings, coded)
             return _arrow.fill_from_batches(pa, schema, ahead, {**ctor, **kw}, widths)
         finally:
