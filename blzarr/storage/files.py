@@ -288,7 +288,7 @@ def join_barrier(path, fd=None, owned=False):
     paths = getattr(_barrier, "paths", None)
     if paths is None:
         return False
-    key = os.path.abspath(os.fspath(path))
+    key = _barrier_key(path)
     if type(fd) is int and _os_io():
         if key in paths and paths[key][1] is not None:
             if owned:
@@ -301,6 +301,23 @@ def join_barrier(path, fd=None, owned=False):
     if key not in paths:
         paths[key] = (key, None, False)
     return _owned_left(fd, owned)
+
+
+_absolute = {}      # absolute path -> its normalised form (a table's flush hands the same few paths per row)
+
+
+def _barrier_key(path):
+    """`path` as the key of a barrier's file: absolute and normalised.  An absolute path's form does not
+    depend on the working directory, so it is remembered (a bounded dict; a relative one is not)."""
+    path = os.fspath(path)
+    key = _absolute.get(path)
+    if key is None:
+        key = os.path.abspath(path)
+        if os.path.isabs(path) and isinstance(path, str):
+            if len(_absolute) >= 4096:
+                _absolute.clear()
+            _absolute[path] = key
+    return key
 
 
 def _owned_left(fd, owned):

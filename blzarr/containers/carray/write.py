@@ -61,6 +61,8 @@ def _flush_writers_at_exit():
 
 
 _NO_JOURNAL = contextlib.nullcontext()
+_NOT_ONE = object()         # `_one_atom`: the value needs `append`'s conversion
+_EXACT_INT = 2 ** 53        # Python ints up to this size convert to float64 exactly
 
 
 class _UndoLog:
@@ -151,6 +153,8 @@ def retire(col, why):
 
 class CarrayWrites(CarrayBase):
     """Writing a `carray`."""
+
+    _fast_for = None        # the atom `_fast_kind` and `_fast_range` were worked out for (`_one_atom`)
 
     # ---------------------------------------------------------------- flushing without flush()
     def _track_writer(self):
@@ -369,6 +373,54 @@ class CarrayWrites(CarrayBase):
             # the atoms in the leftover buffer change only when the append fills it into a chunk
             with self._undoable():
                 self._append(arr)
+
+    def _one_atom(self, value):
+        """`value` (one row's item for this column) when it can go into the leftover buffer as it is
+        (see `_put_atom`), else `_NOT_ONE` (the caller converts it as `append` does).  Only values
+        whose conversion cannot round, wrap or be refused qualify: a Python int inside an integer
+        dtype's range (or exactly representable in float64), a Python float for float64, a bool for
+        bool, a NumPy scalar of this very dtype."""
+        if self._fast_for is not self._atom:
+            base, kind = self._atom.base, ""
+            if not self._isobj and not self._atom.shape:
+                kind = base.kind if base.kind in "iub" else "f" if base == np.float64 else ""
+            if kind in ("i", "u"):
+                info = np.iinfo(base)
+                self._fast_range = (int(info.min), int(info.max))
+            self._fast_kind, self._fast_for = kind, self._atom
+        kind = self._fast_kind
+        if not kind:
+            return _NOT_ONE
+        t = type(value)
+        if t is int:
+            if kind == "f":
+                return value if -_EXACT_INT <= value <= _EXACT_INT else _NOT_ONE
+            if kind == "b":
+                return _NOT_ONE
+            lo, hi = self._fast_range
+            return value if lo <= value <= hi else _NOT_ONE     # (out of range: `append` raises)
+        if t is float:
+            return value if kind == "f" else _NOT_ONE
+        if t is bool:
+            return value if kind == "b" else _NOT_ONE
+        if isinstance(value, np.generic) and value.dtype == self._atom.base:
+            return value
+        return _NOT_ONE
+
+    def _room_for_one(self):
+        """Whether one more atom goes into the leftover buffer without filling it into a chunk (then
+        appending it writes nothing, and `_put_atom` is all `append` does)."""
+        return not self._isobj and self._nleft + 1 < self._chunklen
+
+    def _put_atom(self, value):
+        """Append one atom that `_one_atom` let through, when `_room_for_one()`: what `append` does
+        for it, without making an array of it."""
+        with self._lock:
+            self._dirty = True
+            self._blockcache = None
+            self._last[self._nleft] = value
+            self._nleft += 1
+            self._len += 1
 
     def _append(self, arr):
         n = len(arr)

@@ -12,7 +12,7 @@ import numpy as np
 
 from blzarr.storage import fileio, files, intent, rewrite, tablejournal
 from blzarr.containers.carray.array import carray, operator_index
-from blzarr.containers.carray.write import _python_values, retire
+from blzarr.containers.carray.write import _NOT_ONE, _python_values, retire
 from blzarr.containers.ctable.read import CtableBase
 from blzarr.errors import ReadOnlyError, StorageError, os_reason, storage_op
 from blzarr.query import factor_cache
@@ -168,6 +168,10 @@ class CtableWrites(CtableBase):
         self._check_writable()
         if not self.cols.names:
             raise ValueError("cannot append rows to a ctable without columns")
+        one = self._one_row(cols)
+        if one is not None:
+            self._append_one_row(one)
+            return
         parts = [self._coerce_column_values(n, v) for n, v in zip(self.cols.names, self._columns_of(cols))]
         lengths = {len(p) for p in parts}
         if len(lengths) != 1:
@@ -192,16 +196,58 @@ class CtableWrites(CtableBase):
             if self.auto_flush:
                 self.flush()     # a flush that fails (a full disk) undoes the append too
         except BaseException:
-            # roll back, the last column (whose length is the table's) first: no column keeps part
-            # of the rows, and an interrupt of the rollback leaves columns that opening trims
-            try:
-                for col in reversed(list(self.cols.values())):
-                    if len(col) > old:
-                        col.trim(len(col) - old)
-            except BaseException as undo_error:
-                self._broken = f"an append failed and undoing it failed too ({undo_error})"
+            self._undo_append(old)
             raise
         self._len = old + n
+
+    def _one_row(self, row):
+        """[(column, value), ...] when `row` is one row (a tuple or list of one item per column) that
+        every column takes into its leftover buffer as it is (`carray._one_atom`: no conversion
+        that could round, wrap or be refused) without filling a chunk, after each column's checks
+        for writing; else None, and `append` converts and checks it as any other input."""
+        if type(row) is not tuple and type(row) is not list:
+            return None
+        cols = self.cols._cols
+        names = self.cols.names
+        if len(row) != len(names):
+            return None
+        out = []
+        for name, value in zip(names, row):
+            col = cols[name]
+            value = col._one_atom(value)
+            if value is _NOT_ONE:
+                return None
+            out.append((col, value))
+        for col, _ in out:
+            col._check_writable()
+            if not col._room_for_one():
+                return None
+        return out
+
+    def _append_one_row(self, one):
+        """`append` of the row `_one_row` checked: each value goes into its column's leftover buffer,
+        then the flush (a failure undoes the row in every column, as `append` does)."""
+        old = self._len
+        try:
+            for col, value in one:
+                col._put_atom(value)
+            if self.auto_flush:
+                self.flush()
+        except BaseException:
+            self._undo_append(old)
+            raise
+        self._len = old + 1
+
+    def _undo_append(self, old):
+        """Drop the rows past `old` that an append that failed left in the columns, the last column
+        (whose length is the table's) first: no column keeps part of the rows, and an interrupt of
+        this leaves columns that opening trims."""
+        try:
+            for col in reversed(list(self.cols.values())):
+                if len(col) > old:
+                    col.trim(len(col) - old)
+        except BaseException as undo_error:
+            self._broken = f"an append failed and undoing it failed too ({undo_error})"
 
     @storage_op("resize")
     def resize(self, nitems):
