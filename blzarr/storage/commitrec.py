@@ -124,7 +124,9 @@ class Writer:
                 raw = bytes(fileio.pread(self.fd, SIZE, 0, self.path))
             except ValueError:      # cut short (a power loss kept the new file, not its bytes): none
                 raw = b""
-        got = decode(raw)
+        # this writer's own last bytes name their generation in the header (no slot to check);
+        # bytes read from the file are decoded, checksums and all
+        got = (struct.unpack_from("<Q", raw, 8)[0],) if raw is not None and raw is self.last else decode(raw)
         if got is None:         # torn or damaged: start again above what the hint said
             hint = struct.unpack_from("<Q", raw, 8)[0] if len(raw) >= 16 and raw[:8] == MAGIC else 0
             hint = min(hint, 1 << 62)       # (garbage left by a power loss must not overflow the field)

@@ -125,6 +125,7 @@ class BlzWrites:
             fd = self._fd(fno)
             offsets = self._full_table(f)
             eof = f.fstate[1]
+            fp = self._fps.get(n)       # (chunk n as this writer wrote it, when remembered)
             self._drop_chunk(n)
             synced = False
             if n < self._nphys:
@@ -146,7 +147,10 @@ class BlzWrites:
                 def free(a, b):
                     return all(b <= p0 or a >= p1 for p0, p1 in named)
                 old = int(offsets[slot])
-                old_end = old + self._ctbytes_at(fd, old, f) + self.cksize
+                # its compressed size: remembered when this writer wrote the bytes there (as
+                # `_named_extent` takes it), else read from their Blosc header
+                old_ct = fp[1] if fp is not None and fp[0] == old else self._ctbytes_at(fd, old, f)
+                old_end = old + old_ct + self.cksize
                 live = offsets[:f.nchunks]
                 later = live[live > old]
                 slot_end = int(later.min()) if later.size else eof
