@@ -149,3 +149,22 @@ def test_a_failed_flush_undoes_the_row_in_every_column(tmp_path, monkeypatch, co
     t.append((9, 10, 11.0, True, 12))
     t.close()
     assert blzarr.open(root, mode="r")[:].tolist() == [(1, 2, 3.0, False, 4), (9, 10, 11.0, True, 12)]
+
+
+def test_an_atom_that_fills_the_buffer_takes_the_general_way(monkeypatch):
+    # (another thread may fill the leftover buffer between `_room_for_one` and `_put_atom`)
+    a = blzarr.carray(np.arange(3, dtype="i2"), chunklen=4)
+    assert not a._room_for_one()
+    general = []
+    orig = CarrayWrites.append
+
+    def append(self, arr):
+        general.append(np.asarray(arr).tolist())
+        return orig(self, arr)
+    monkeypatch.setattr(CarrayWrites, "append", append)
+    a._put_atom(a._one_atom(7))
+    assert general == [[7]]
+    a._put_atom(a._one_atom(8))         # room again: the direct way
+    assert general == [[7]]
+    np.testing.assert_array_equal(a[:], np.array([0, 1, 2, 7, 8], dtype="i2"))
+    assert a.nchunks == 1

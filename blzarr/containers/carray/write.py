@@ -416,11 +416,15 @@ class CarrayWrites(CarrayBase):
         """Append one atom that `_one_atom` let through, when `_room_for_one()`: what `append` does
         for it, without making an array of it."""
         with self._lock:
-            self._dirty = True
-            self._blockcache = None
-            self._last[self._nleft] = value
-            self._nleft += 1
-            self._len += 1
+            if self._nleft + 1 < self._chunklen:
+                self._dirty = True
+                self._blockcache = None
+                self._last[self._nleft] = value
+                self._nleft += 1
+                self._len += 1
+                return
+        # another thread's append filled the buffer since `_room_for_one`: the general way
+        self.append(np.asarray(value, dtype=self._atom.base).reshape(1))
 
     def _append(self, arr):
         n = len(arr)
