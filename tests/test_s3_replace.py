@@ -91,8 +91,6 @@ def test_a_reader_meeting_a_replacement_that_completes(s3, monkeypatch):
     assert a.rootdir.rstrip("/") == url
 
 
-@pytest.mark.xfail(strict=True, reason="object storage readers do not notice that the dataset they opened "
-                                       "was replaced: they read the new objects with the old metadata")
 @pytest.mark.parametrize("fmt", ["bcolz", "blz"])
 def test_a_reader_open_across_a_replacement(s3, fmt):
     # a reader opened before an int64 carray is replaced by a float64 one of the same shape: it may

@@ -78,6 +78,7 @@ from blzarr.storage import fileio
 from blzarr.storage import files
 from blzarr.errors import ConcurrentWriterError, FormatError, MissingError, StorageError
 from blzarr.storage.files import creation_debris, detect_store
+from blzarr.storage.readpins import ReadPins
 from blzarr.runtime.optional import need
 from blzarr.runtime import forksafe
 
@@ -737,6 +738,7 @@ class FsspecStore(ByteStore):
         # conditional PutObject: s3fs passes IfMatch/IfNoneMatch through to botocore (the s3fs that
         # knows mode='create' is new enough for a botocore that has them)
         self.conditional = self.protocol in ("s3", "s3a") and _takes(getattr(fs, "_pipe_file", None), "mode")
+        self.pins = None            # a reader's data objects, read with If-Match (readpins.ReadPins)
 
     def config(self):
         return {"root": self.root, "storage_options": self.storage_options}
@@ -751,6 +753,12 @@ class FsspecStore(ByteStore):
 
     def child(self, name):
         return FsspecStore(join(self.root, name), self.storage_options, fs=self.fs)
+
+    def read_pinned(self, commit_key, commit_raw):
+        """From now on (a reader's open, which just read `commit_raw` from `commit_key`), GET the data
+        objects listed with their ETags only as listed (S3: `readpins`; elsewhere nothing changes)."""
+        if self.protocol in ("s3", "s3a") and hasattr(self.fs, "_call_s3"):
+            self.pins = ReadPins(self, commit_key, commit_raw)
 
     def _call(self, what, key, fn, *args, **kwargs):
         """fn(*args) with retries of transient failures; StorageError naming the URL otherwise."""
@@ -792,6 +800,8 @@ class FsspecStore(ByteStore):
         data = self._take_primed(key)
         if data is not None:
             return data
+        if self.pins is not None and self.pins.pinned(key):
+            return self.pins.get(key)
         data = self._call("read", key, self.fs.cat_file, self._p(key), **self._whole)
         self._count("get", len(data))
         return data
@@ -799,6 +809,8 @@ class FsspecStore(ByteStore):
     def get_range(self, key, start, end):
         if end <= start:
             return b""
+        if self.pins is not None and self.pins.pinned(key):
+            return self.pins.get(key, (start, end))
 
         def fetch():
             data = self.fs.cat_file(self._p(key), start=start, end=end)
@@ -815,6 +827,11 @@ class FsspecStore(ByteStore):
     def get_many(self, keys):
         if len(keys) <= 1 or self.http:
             return super().get_many(keys)
+        if self.pins is not None and any(self.pins.pinned(k) for k in keys):
+            mine = [k for k in keys if self.pins.pinned(k)]
+            out = dict(zip(mine, self.pins.get_all([(k, None) for k in mine])))
+            rest = [k for k in keys if k not in out]
+            return {**out, **(self.get_many(rest) if rest else {})}
         paths = {self._p(k): k for k in keys}
         try:
             got = self.fs.cat(list(paths), on_error="return", **self._whole)
@@ -836,6 +853,8 @@ class FsspecStore(ByteStore):
     def get_ranges(self, requests):
         if len(requests) <= 1:
             return [self.get_range(*r) for r in requests]
+        if self.pins is not None and any(self.pins.pinned(k) for k, _, _ in requests):
+            return self.pins.get_all([(k, (a, b)) for k, a, b in requests])
         paths = [self._p(k) for k, _, _ in requests]
         starts = [a for _, a, _ in requests]
         ends = [b for _, _, b in requests]
@@ -875,13 +894,18 @@ class FsspecStore(ByteStore):
             out = self._call("write", key, self.fs.pipe_file, self._p(key), bytes(data))
         self._count("put", len(data))
         tag = out.get("ETag") if isinstance(out, dict) else None
-        return tag if isinstance(tag, str) else None
+        tag = tag if isinstance(tag, str) else None
+        if self.pins is not None:
+            self.pins.wrote(key, tag, data)
+        return tag
 
     def put_atomic(self, key, data, parents=True, sync_dir=None, **kwargs):
         """A put: object stores replace an object atomically (and have no directories to make or sync)."""
         return self.put(key, data, **kwargs)
 
     def delete(self, key, missing_ok=True):
+        if self.pins is not None:
+            self.pins.wrote(key, None, None)
         try:
             self._call("delete", key, self.fs.rm_file, self._p(key))
         except MissingError:
@@ -907,6 +931,8 @@ class FsspecStore(ByteStore):
                 tag = e.get("ETag") or e.get("etag")
                 if etags is not None and isinstance(tag, str):
                     etags[name] = tag
+        if etags and self.pins is not None:
+            self.pins.listed(prefix, etags)
         if not self.http:
             self.fs.invalidate_cache(self._p(prefix))
         return out
@@ -926,6 +952,8 @@ class FsspecStore(ByteStore):
     def copy(self, src, dst):
         """Copy object `src` to `dst` on the server (no bytes through this process)."""
         self._primed.pop(dst, None)
+        if self.pins is not None:
+            self.pins.wrote(dst, None, None)
         self._call("write", dst, self.fs.copy, self._p(src), self._p(dst))
         self._count("put", 0)
 

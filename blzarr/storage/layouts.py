@@ -57,6 +57,9 @@ def open_dir(rootdir, mode="a", bytestore=None):
         # stage (`replace.Moved`), a writer finishes the replacement and opens what it left
         replace.follow(bytestore, rec, "carray", mode)
         return open_dir(rootdir, mode, bytestore)
+    pin = getattr(bytestore, "read_pinned", None)
+    if pin is not None:
+        pin(key, raw)       # the data objects are read as this open lists them (blzarr.storage.readpins)
     fmt = storage.get("format", "bcolz")
     bytestore.prime(key, raw, 3 if fmt == BLZ_FORMAT else 1)   # the layout's open (twice) and the carray's
     if fmt == BLZ_FORMAT:

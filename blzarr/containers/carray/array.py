@@ -4,6 +4,7 @@ import warnings
 import math
 import operator
 import os
+import secrets
 
 import numpy as np
 
@@ -345,7 +346,7 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
             self._bytestore.remove_all()
             self._chunks = self._create_store()
             self._ondisk = True
-            self._write_storage()
+            self._write_storage(uid=secrets.token_hex(8))
         elif self._rootdir is not None:
             # the new directory is written beside the target, under a hidden name, and renamed (or
             # swapped, blzarr.storage.intent) into place once complete: an interrupt leaves what was there
@@ -581,9 +582,14 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
         self._len = n
 
     # ---------------------------------------------------------------- metadata
-    def _write_storage(self):
-        ArrayMeta(self._atom, self._cparams, self._chunklen, self.expectedlen, self._dflt).write_storage(
-            self._chunks)
+    def _write_storage(self, uid=None):
+        meta = ArrayMeta(self._atom, self._cparams, self._chunklen, self.expectedlen, self._dflt)
+        if uid is None:
+            meta.write_storage(self._chunks)
+        else:
+            # on object storage, a random id of this creation: a carray written over another one
+            # never has the same meta/storage, which readers opened before compare (storage.readpins)
+            self._chunks.write_meta("storage", dict(meta.storage(), uid=uid))
 
     def _write_sizes(self):
         ArrayMeta.write_sizes(self._chunks, self.shape, self.nbytes, self.cbytes)
