@@ -8,7 +8,9 @@ Object storage has no rename, so a dataset written with mode 'w' over an existin
    nothing names it, and readers see the old dataset;
 2. the old dataset's *commit object* (``meta/storage`` for a carray, ``__rootdirs__`` for a ctable:
    the object every open reads first) is put again as a *redirect* naming the stage and the kind of
-   the dataset in it (the switch: from then on readers open the stage, the state after);
+   the dataset in it (the switch: from then on readers open the stage, the state after), only over
+   the version of the commit object seen before step 1 (a conditional put): another writer that
+   switched or journaled meanwhile makes this one fail with `ConcurrentWriterError`;
 3. the redirect is rolled forward: the old dataset's other objects the new one lacks are deleted, the
    stage's objects are copied on the server over the prefix, the new dataset's own commit object
    last (which ends the redirect when both are of one kind; otherwise the redirect is deleted after
@@ -16,7 +18,8 @@ Object storage has no rename, so a dataset written with mode 'w' over an existin
 
 Each step of the roll-forward can be repeated, so a writer's open (mode 'a') that meets a redirect
 finishes it, and so does the next replacement.  A stage no redirect names (a build interrupted
-before step 2) is removed by the next replacement.  Readers of datasets never replaced pay nothing:
+before step 2, or another writer's build in progress) is left alone until the roll-forward of the
+next switch removes it with the old dataset's other objects.  Readers of datasets never replaced pay nothing:
 the redirect sits in an object their open reads anyway.  The format is in docs/FORMAT.rst.
 """
 
@@ -26,7 +29,7 @@ import re
 import secrets
 import threading
 
-from blzarr.errors import FormatError, MissingError, StorageError
+from blzarr.errors import ConcurrentWriterError, FormatError, MissingError, StorageError
 from blzarr.storage.files import META_DIR, ROOTDIRS_FILE, STORAGE_FILE, detect_store, parse_json
 
 STAGE_PREFIX = ".blzarr-new-"
@@ -105,8 +108,9 @@ def _complete(store, rec, old_kind):
                       f"which holds no {rec['kind']} ('{commit}' is missing)")
 
 
-def roll_forward(store, rec, old_kind):
-    """Finish the replacement `rec` names, whose redirect is in the commit object of an `old_kind`."""
+def roll_forward(store, rec, old_kind, keep_stages=False):
+    """Finish the replacement `rec` names, whose redirect is in the commit object of an `old_kind`
+    (`keep_stages`: other stages are left alone, a journal's roll-back that did not switch)."""
     stage = rec["by"]
     redirect, commit = COMMIT_KEYS[old_kind], COMMIT_KEYS[rec["kind"]]
     new = {k[len(stage) + 1:] for k in store.find(stage)}
@@ -114,7 +118,8 @@ def roll_forward(store, rec, old_kind):
         raise FormatError(f"'{store.where(redirect)}' names the replacement '{store.where(stage)}', which "
                           f"holds no {rec['kind']} ('{commit}' is missing)")
     for key in store.find(""):
-        if key != redirect and not key.startswith(stage + "/") and key not in new:
+        if key != redirect and not key.startswith(stage + "/") and key not in new \
+                and not (keep_stages and key.startswith(STAGE_PREFIX)):
             store.delete(key)
     for rel in sorted(new - {commit}):
         store.copy(f"{stage}/{rel}", rel)
@@ -146,7 +151,8 @@ def resolve(store, kind):
 def begin(store, kind=None):
     """Before a new dataset is written at the prefix of `store`: (None, None) when no dataset is stored
     there (it is written in place, as any creation), else (stage name, kind of the dataset there),
-    a replacement in progress there finished and stages no redirect names removed first."""
+    a replacement in progress there finished first.  Stages no redirect names are left alone: one
+    may be another writer's build in progress (the roll-forward of the next switch removes them)."""
     kind = kind or detect_store(store)
     if kind is None:
         return None, None
@@ -162,21 +168,52 @@ def begin(store, kind=None):
         kind = rec["kind"]
     elif rec is not None:           # completed meanwhile by another writer
         kind = detect_store(store) or kind
-    for name in store.names(""):
-        if name.startswith(STAGE_PREFIX):
-            store.child(name).remove_all()
     return STAGE_PREFIX + secrets.token_hex(6), kind
 
 
-def publish(store, stage, old_kind):
+_UNSEEN = object()
+
+
+def _refused(store, old_kind):
+    return ConcurrentWriterError(
+        f"'{store.root}' was replaced or changed by another writer while this one built its replacement "
+        f"('{store.where(COMMIT_KEYS[old_kind])}' is not what it was): object storage has no lock, write a "
+        "dataset from one writer at a time")
+
+
+def publish(store, stage, old_kind, seen=_UNSEEN):
     """Switch the prefix of `store` (holding an `old_kind`) to the complete dataset in `stage`, and
-    roll forward."""
+    roll forward.  `seen`: the version (`ByteStore.version`) of the old commit object when the build
+    began; the switch happens only over that version (a conditional put where the store has them),
+    else `ConcurrentWriterError`: another writer switched meanwhile, and its roll-forward removed
+    this stage, whole or in part."""
+    key = COMMIT_KEYS[old_kind]
+    if seen is not _UNSEEN and store.version(key) != seen:
+        raise _refused(store, old_kind)
     new_kind = detect_store(store.child(stage))
-    if new_kind is None:
+    if new_kind is None or not _columns_complete(store.child(stage), new_kind):
         raise StorageError(f"'{store.where(stage)}' holds no complete carray or ctable to put in place")
     rec = {"version": VERSION, "by": stage, "kind": new_kind}
-    store.put(COMMIT_KEYS[old_kind], redirect_bytes(stage, new_kind))
+    cond = {}
+    if seen is not _UNSEEN and isinstance(seen, str) and not seen.startswith("size:"):
+        cond = {"if_match": seen}
+    try:
+        store.put(key, redirect_bytes(stage, new_kind), **cond)
+    except ConcurrentWriterError:
+        raise _refused(store, old_kind) from None
     roll_forward(store, rec, old_kind)
+
+
+def _columns_complete(store, kind):
+    """Whether every column a table's ``__rootdirs__`` in `store` names holds its meta/storage (a
+    carray's first object: a column another writer's removal reached lacks it)."""
+    if kind != "ctable":
+        return True
+    try:
+        names = parse_json(store.get(ROOTDIRS_FILE), store.where(ROOTDIRS_FILE), "ctable column list")["names"]
+        return all(store.exists(f"{n}/{COMMIT_KEYS['carray']}") for n in names)
+    except (FormatError, MissingError, KeyError, TypeError):
+        return False
 
 
 def abandon(store, stage):
@@ -214,6 +251,7 @@ def build(url, store, make, reopen, kind=None):
     if stage is None:
         with fresh(url):
             return make(url)
+    seen = store.version(COMMIT_KEYS[old_kind])     # what this replacement replaces
     target = f"{store.root}/{stage}"
     try:
         with fresh(target):
@@ -225,7 +263,11 @@ def build(url, store, make, reopen, kind=None):
     except BaseException:
         abandon(store, stage)
         raise
-    publish(store, stage, old_kind)
+    try:
+        publish(store, stage, old_kind, seen)
+    except ConcurrentWriterError:
+        abandon(store, stage)       # refused before the switch: nothing names the stage
+        raise
     return reopen()
 
 
@@ -238,17 +280,29 @@ def journaled(store, rolled_back):
     ``meta/storage`` is put back as it was (the commit).  On an exception in the block the copy is
     put back at once, then `rolled_back(ok)` is called (ok False: that failed too; the next writer's
     open does it)."""
-    for name in store.names(""):
-        if name.startswith(STAGE_PREFIX):       # an interrupted replacement's or journal's leftover
-            store.child(name).remove_all()
+    # (stages no redirect names are left alone: one may be a replacement's build in progress)
     key = COMMIT_KEYS["carray"]
+    seen = store.version(key)
     original = store.get(key)
+    if record_of(parse_json(original, store.where(key), "meta/storage"), store.where(key)) is not None:
+        raise ConcurrentWriterError(f"'{store.root}' is being replaced by another writer: object storage "
+                                    "has no lock, write a dataset from one writer at a time")
+    # the switch only over the meta/storage read: a replacement switched meanwhile refuses it
+    cond = {"if_match": seen} if isinstance(seen, str) and not seen.startswith("size:") else {}
     stage = STAGE_PREFIX + secrets.token_hex(6)
     rec = {"version": VERSION, "by": stage, "kind": "carray"}
     try:
         for k in store.find(""):
-            store.copy(k, f"{stage}/{k}")
-        store.put(key, redirect_bytes(stage, "carray"))
+            if not k.startswith(STAGE_PREFIX):      # (another writer's build, or a leftover)
+                store.copy(k, f"{stage}/{k}")
+    except BaseException:
+        abandon(store, stage)
+        raise
+    try:
+        store.put(key, redirect_bytes(stage, "carray"), **cond)
+    except ConcurrentWriterError:
+        abandon(store, stage)       # refused, so not switched: meta/storage is another writer's
+        raise
     except BaseException:
         # (a put that failed may still have landed: meta/storage is put back before the copy goes)
         with contextlib.suppress(BaseException):
@@ -261,10 +315,10 @@ def journaled(store, rolled_back):
         store.put(key, original)
     except BaseException:
         try:
-            roll_forward(store, rec, "carray")
+            roll_forward(store, rec, "carray", keep_stages=True)
         except BaseException:
             rolled_back(False)
             raise
         rolled_back(True)
         raise
-    abandon(store, stage)       # (a leftover is removed before the next journal or replacement)
+    abandon(store, stage)       # (a leftover is removed by the next replacement's roll-forward)

@@ -14,6 +14,7 @@ of each block they need, so no column is ever decompressed whole to answer one.
 
 import contextlib
 import os
+import secrets
 import sys
 import warnings
 import weakref
@@ -483,6 +484,12 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         meta = {"names": list(self.cols.names if names is None else names)}
         if self._format == "blz":
             meta["format"] = "blz"  # bcolz writes (and expects) only "names"
+        if self._bytestore is not None:
+            # on object storage, a random id of the table's creation, kept by its rewrites: a table
+            # written over another one never has the same __rootdirs__ (replace.publish's condition)
+            if self.__dict__.get("_uid") is None:
+                self._uid = secrets.token_hex(8)
+            meta["uid"] = self._uid
         return meta
 
     def _write_rootdirs(self, names=None):
@@ -499,6 +506,8 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
             self._recover_intents(root)
         path = ObjectPath(self._bytestore, ROOTDIRS_FILE) if remote else os.path.join(root, ROOTDIRS_FILE)
         meta = read_json(path, "ctable column list")
+        if remote and isinstance(meta, dict) and isinstance(meta.get("uid"), str):
+            self._uid = meta["uid"]
         rec = replace.record_of(meta, str(path)) if remote else None
         if rec is not None:
             # the table is being replaced (blzarr.storage.replace): a reader reads the new one in its
