@@ -21,6 +21,7 @@ what the open saw is not checked there.
 """
 
 import asyncio
+import weakref
 
 from blzarr.errors import ConcurrentWriterError, MissingError, StorageError
 
@@ -35,7 +36,7 @@ class ReadPins:
     `store` is the `bytestore.FsspecStore` whose GETs this object makes conditional."""
 
     def __init__(self, store, commit_key, commit_raw):
-        self.store = store
+        self._store = weakref.ref(store)    # (the store holds this object: no cycle back to it)
         self.commit_key = commit_key
         self.commit_raw = bytes(commit_raw)
         self.tags = {}
@@ -44,6 +45,10 @@ class ReadPins:
         for name, tag in etags.items():
             if isinstance(tag, str) and tag:
                 self.tags[f"{prefix}/{name}" if prefix else name] = tag
+
+    @property
+    def store(self):
+        return self._store()
 
     def pinned(self, key):
         return key in self.tags
