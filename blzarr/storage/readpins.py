@@ -26,6 +26,10 @@ import weakref
 from blzarr.errors import ConcurrentWriterError, MissingError, StorageError
 
 
+# GETs of one batch in flight at once (as `bytestore.MAX_CONCURRENT` for ranged GETs)
+IN_FLIGHT = 16
+
+
 class Changed(StorageError):
     """A conditional GET was refused: the object is not the version pinned."""
 
@@ -102,8 +106,12 @@ class ReadPins:
         """[(key, range or None)] -> the bytes of each, fetched concurrently (a refused or failed one
         alone afterwards, through `get`)."""
         async def many():
-            return await asyncio.gather(*(self._get(k, r, self.tags.get(k)) for k, r in requests),
-                                        return_exceptions=True)
+            bound = asyncio.Semaphore(IN_FLIGHT)
+
+            async def one(k, r):
+                async with bound:
+                    return await self._get(k, r, self.tags.get(k))
+            return await asyncio.gather(*(one(k, r) for k, r in requests), return_exceptions=True)
         try:
             got = self._run(many)
         except Exception:
