@@ -267,3 +267,73 @@ def test_damaged_chunks_raise_or_decode_as_c_blosc(case, how, pos, val, block):
 @given(st.integers(0, 10_000), DAMAGE, st.integers(0, 1 << 30), st.integers(0, 1 << 20), st.integers(0, 99))
 def test_damaged_chunks_raise_or_decode_as_c_blosc_many(case, how, pos, val, block):
     _check_damaged(case, how, pos, val, block)
+
+
+def _long_matches(chunk):
+    """(offset, length) of every match of 64 bytes or more in the LZ4 streams of `chunk` (typesize
+    any, whole blocks, no split streams): which decoder paths a chunk reaches."""
+    nbytes, bs = struct.unpack_from("<ii", chunk, 4)
+    out = []
+    for j in range((nbytes + bs - 1) // bs):
+        start = struct.unpack_from("<i", chunk, 16 + 4 * j)[0]
+        size = struct.unpack_from("<i", chunk, start)[0]
+        s, ip = chunk[start + 4:start + 4 + size], 0
+        if size == min(bs, nbytes - j * bs):
+            continue                                    # stored as it is
+        while True:
+            tok = s[ip]
+            ip += 1
+            lit = tok >> 4
+            if lit == 15:
+                while True:
+                    lit += s[ip]
+                    ip += 1
+                    if s[ip - 1] != 255:
+                        break
+            ip += lit
+            if ip == len(s):
+                break
+            off = s[ip] | s[ip + 1] << 8
+            ip += 2
+            mlen = tok & 15
+            if mlen == 15:
+                while True:
+                    mlen += s[ip]
+                    ip += 1
+                    if s[ip - 1] != 255:
+                        break
+            if mlen + 4 >= 64:
+                out.append((off, mlen + 4))
+    return out
+
+
+def test_long_matches_of_periods_16_to_64():
+    """A match of a period of 16 to 63 bytes and 64 bytes or more is stored from a pattern of the
+    period (blz_dec_match_wide): every such period, lengths about the thresholds (64 under 32 bytes,
+    128 from 32) and lengths whose last period is cut anywhere."""
+    lits = bytes(range(1, 101))
+    for offset in range(16, 65):
+        for mlen in (63, 64, 65, 96, 127, 128, 129, 130, 200, 1000, 8170, 8170 + offset // 2):
+            stream = _literals_then_match(lits, offset, mlen, b"tail!")
+            n = len(lits) + mlen + 5
+            new, ref = _both(_lz4_chunk(stream, n), np.zeros(n, np.uint8))
+            want = bytearray(lits)
+            for _ in range(mlen):
+                want.append(want[-offset])
+            assert new == ref == bytes(want) + b"tail!", (offset, mlen)
+
+
+@pytest.mark.parametrize("clevel", [1, 5])
+@pytest.mark.parametrize("blocksize", [0, 16384])
+def test_int32_small_values_reach_the_pattern_path(clevel, blocksize):
+    """int32 values under 65,536, byte-shuffled: each block's two zero planes are one long match 17 to
+    45 bytes back (a carray's 16 KiB blocks at level 5: 17), the case the pattern path is for.  The
+    chunk is checked to hold such a match first, so the test cannot pass without reaching that
+    path."""
+    rng = np.random.default_rng(clevel)
+    a = rng.integers(1, 10_000, 131_072).astype(np.int32)
+    c = _chunk.compress(a, 4, clevel, 1, "lz4", blocksize)
+    wide = [(o, m) for o, m in _long_matches(c) if 16 <= o < 64 and m >= (64 if o < 32 else 128)]
+    assert wide, _long_matches(c)[:5]
+    new, ref = _both(c, a)
+    assert new == ref == a.tobytes()
