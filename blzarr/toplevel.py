@@ -16,9 +16,9 @@ import numpy as np
 from blzarr import _chunk
 from blzarr.storage import intent, replace
 from blzarr.storage.locking import lock_dir
-from blzarr.containers.carray.array import carray
+from blzarr.containers.carray.array import carray, commit_creation, creation_completed_by_caller
 from blzarr.errors import BlzarrError, StorageError
-from blzarr.storage.files import ROOTDIRS_FILE as ROOTDIRS, detect, detect_store  # noqa: F401  (bcolz.toplevel's ROOTDIRS)
+from blzarr.storage.files import ROOTDIRS_FILE as ROOTDIRS, detect, detect_store, nothing_stored  # noqa: F401  (bcolz.toplevel's ROOTDIRS)
 from blzarr.storage.bytestore import find_objects, is_url, local_path, occupied, open_bytestore
 from blzarr.containers.ctable.table import ctable
 from blzarr.runtime.params import cparams, detect_number_of_cores, set_nthreads  # noqa: F401  (bcolz.toplevel's names)
@@ -77,7 +77,7 @@ def open(rootdir, mode="a", allow_pickle=False, storage_options=None):
         rootdir = store.root
         kw = {"storage_options": storage_options}
         if kind is None:
-            raise StorageError(f"'{rootdir}' does not exist (no carray or ctable is stored there)")
+            raise StorageError(f"'{rootdir}' does not exist ({nothing_stored(store)})")
     else:
         kind = detect(rootdir)      # (None for a missing directory: the checks below say which)
         kw = {}
@@ -116,9 +116,19 @@ def _built(make, kwargs, fill, held=True):
     rootdir = kwargs.get("rootdir")
     if rootdir is None or is_url(os.fspath(rootdir)) or kwargs.get("storage_options"):
         def build(url=rootdir):
-            out = make(**dict(kwargs, rootdir=url))
+            if url is None:
+                out = make(**kwargs)
+                fill(out)
+                out.flush()
+                return out
+            # a carray is committed once filled: an interrupt leaves nothing, never a part of it
+            with creation_completed_by_caller(url):
+                out = make(**dict(kwargs, rootdir=url))
             fill(out)
-            out.flush()
+            if isinstance(out, carray):
+                commit_creation(out)
+            else:
+                out.flush()
             return out
         if rootdir is None or kwargs.get("mode") != "w":
             return build()

@@ -18,8 +18,9 @@ refused with a clear error there rather than half done).
 The default run interrupts two operations at one point each (and checks the lists), and kills a table
 creation, a row assignment, a replacement after its switch and a carray's assignment across chunk
 objects, where the creation marker, the table journal, the redirect (blzarr.storage.replace) and the
-carray journal must do their work; the sweep, and the check that the reading calls write nothing on
-S3, are marked slow.  The slow sweep interrupts a fixed sample of each operation's store calls (the
+carray journal must do their work; the sweep, a carray's creation at a new URL interrupted and killed
+before its commit (where its creation marker must do its work), and the check that the reading calls
+write nothing on S3, are marked slow.  The slow sweep interrupts a fixed sample of each operation's store calls (the
 first, the last, every `SAMPLE_STRIDE`-th); `BLZARR_S3_SWEEP_POINTS=all` interrupts every one.  A
 crash state is told by its objects' keys and ETags, and one met before is not checked again.
 """
@@ -585,27 +586,74 @@ def test_a_killed_assignment_to_a_bcolz_carray_is_rolled_back(s3env):
     _remove(fs, root)
 
 
+def _before_the_commit(calls, name):
+    """The store call at which a carray's creation at `<root>/<name>` puts meta/sizes for the last time
+    (its last flush's commit), checking that data objects were put before it."""
+    at = 1 + max(k for k, (what, key) in enumerate(calls) if key.endswith(f"/{name}/meta/sizes"))
+    assert any(f"/{name}/data/" in key for _, key in calls[:at - 1])
+    return at
+
+
+def _nothing_yet(fs, url, opts):
+    """The state a carray creation at `url` that never committed must leave: nothing stored (the
+    creation marker, no meta/storage), a clear error naming the URL, and verify finds no damage."""
+    assert snapshot(fs, url, opts) is None
+    fs.invalidate_cache()
+    assert fs.exists(f"{url}/.blzarr-creating") and not fs.exists(f"{url}/meta/storage")
+    with pytest.raises(blzarr.StorageError, match=f"'{url}' does not exist .*a creation that has not committed"):
+        blzarr.open(url, mode="r", storage_options=opts)
+    with pytest.raises(blzarr.StorageError, match=f"'{url}'.*a creation that has not committed"):
+        blzarr.carray(rootdir=url, mode="r", storage_options=opts)
+    assert "EMPTY" in _verified(url, opts)
+
+
+_CREATIONS = {
+    # the constructor (BLZ): one flush, meta/sizes once
+    "carray": lambda url, opts: blzarr.carray(np.arange(N), rootdir=url, chunklen=CL, format="blz",
+                                              superchunklen=2, storage_options=opts).close(),
+    # an empty carray filled chunk by chunk (bcolz layout): meta/sizes at its creation and at the end
+    "arange": lambda url, opts: blzarr.arange(N, rootdir=url, chunklen=CL, format="bcolz",
+                                              storage_options=opts).close(),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", sorted(_CREATIONS))
+def test_an_interrupted_carray_creation_at_a_new_url_leaves_nothing(s3env, how):
+    # a carray created where nothing is stored is written in place (no stage to switch): interrupted
+    # after its data objects and before its last meta/sizes, nothing is stored at the URL, and the
+    # same creation run again (mode 'a', the default: nothing is there to refuse) writes it
+    fs, opts, bucket = s3env
+    root = f"{bucket}/interrupted-{how}-{uuid.uuid4().hex[:6]}"
+    create = _CREATIONS[how]
+    _, calls = count_store_calls(lambda: create(f"{root}/probe", opts))
+    inj = StoreInjector(_before_the_commit(calls, "probe"), "interrupt")
+    with pytest.raises(Injected), store_faults(inj):
+        create(f"{root}/x", opts)
+    assert inj.fired
+    _nothing_yet(fs, f"{root}/x", opts)
+    create(f"{root}/x", opts)
+    assert snapshot(fs, f"{root}/x", opts) == snapshot(fs, f"{root}/probe", opts) == (
+        "carray", "<i8", (N,), np.arange(N).tobytes(), ())
+    fs.invalidate_cache()
+    assert not fs.exists(f"{root}/x/.blzarr-creating")
+    _remove(fs, root)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-@pytest.mark.xfail(strict=True, reason="a carray created at a new URL on object storage writes meta/storage "
-                                       "first and has no creation marker: killed midway, the URL holds a "
-                                       "damaged carray instead of nothing")
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_a_killed_carray_creation_at_a_new_url(s3env, fmt):
     # the matrix's constructors replace a dataset; a creation where nothing is stored is written in
-    # place: killed after its meta/storage put and before meta/sizes, the URL must hold nothing (as
-    # a table's creation marker gives) or the whole carray
+    # place: killed after its data objects and before meta/sizes, the URL holds nothing, and mode 'w'
+    # writes it over what the kill left
     fs, opts, bucket = s3env
     root = f"{bucket}/create-{fmt}-{uuid.uuid4().hex[:6]}"
-
-    def create(url):
-        _carray(url, fmt, opts)
-    _, calls = count_store_calls(lambda: create(f"{root}/probe"))
-    at = 2 + next(k for k, (what, key) in enumerate(calls) if key.endswith("/probe/meta/storage"))
-    assert calls[at - 1][1].rsplit("/", 2)[-2:] != ["meta", "sizes"]      # meta/sizes not yet put
-    assert run_store_killed(lambda: create(f"{root}/x"), at)
-    assert snapshot(fs, f"{root}/x", opts) in (None, snapshot(fs, f"{root}/probe", opts))
-    _verified(f"{root}/x", opts)
+    _, calls = count_store_calls(lambda: _carray(f"{root}/probe", fmt, opts))
+    assert run_store_killed(lambda: _carray(f"{root}/x", fmt, opts), _before_the_commit(calls, "probe"))
+    _nothing_yet(fs, f"{root}/x", opts)
+    _carray(f"{root}/x", fmt, opts)
+    assert snapshot(fs, f"{root}/x", opts) == snapshot(fs, f"{root}/probe", opts) is not None
     _remove(fs, root)
 
 

@@ -30,9 +30,10 @@ ATTRS_FILE = "__attrs__"
 # the attributes file of the BLZ layout, in meta/
 ATTRIBUTES_FILE = "attributes"
 ROOTDIRS_FILE = "__rootdirs__"
-# on object storage, the object a table's creation puts first and deletes once the table is committed
-# (its __rootdirs__ written): a prefix holding it and no carray or ctable holds only what an
-# interrupted creation left, which `creation_debris` tells (docs/FORMAT.rst, "Creation marker")
+# on object storage, the object a creation (a table's, or a carray's at a URL of its own) puts first and
+# deletes once the dataset is committed (its __rootdirs__ or meta/storage written, that last): a prefix
+# holding it and no carray or ctable holds only what an unfinished creation wrote, which
+# `creation_debris` tells (docs/FORMAT.rst, "Creation marker")
 CREATING_FILE = ".blzarr-creating"
 
 # The largest meta JSON file blzarr agrees to parse: real ones are a few hundred bytes.
@@ -652,14 +653,24 @@ def detect_store(store):
 
 def creation_debris(store):
     """Whether the prefix of `store`, which holds no carray or ctable (`detect_store` None), holds the
-    objects of a table's creation that never committed (its creation marker): nothing is stored there,
+    objects of a creation that has not committed (its creation marker): nothing is stored there (yet),
     and the next writer with mode 'w' removes them."""
     return store.exists(CREATING_FILE)
 
 
-def creation_marker():
-    """The bytes of the creation marker (a small JSON object; only its presence matters)."""
-    return json_bytes({"creating": "ctable", "version": 1})
+def nothing_stored(store):
+    """Why nothing opens at the prefix of `store`, which holds no carray or ctable, for an error that
+    names it (one request more, on that path only)."""
+    if creation_debris(store):
+        return ("no carray or ctable is stored there yet: it holds only the objects of a creation that has "
+                "not committed, in progress or interrupted (mode 'w', or the same creation run again, "
+                "replaces them)")
+    return "no carray or ctable is stored there"
+
+
+def creation_marker(kind="ctable"):
+    """The bytes of the creation marker of a `kind` (a small JSON object; only its presence matters)."""
+    return json_bytes({"creating": kind, "version": 1})
 
 
 def detect(path):

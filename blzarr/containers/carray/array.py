@@ -1,5 +1,7 @@
 """`carray`: a compressed, chunked, enlargeable array, in memory or on disk (bcolz-compatible API)."""
 
+import contextlib
+import threading
 import warnings
 import math
 import operator
@@ -24,7 +26,8 @@ from blzarr.storage.chunkstore import MemoryChunks
 from blzarr.storage.layouts import create_store, open_chunks, open_dir
 from blzarr.storage.locking import FirstWrite, lock_dir
 from blzarr.storage.bytestore import is_url, local_path, open_bytestore
-from blzarr.storage.files import META_DIR, ROOTDIRS_FILE, STORAGE_FILE, HeldTree, new_tree, new_tree_of
+from blzarr.storage.files import (CREATING_FILE, META_DIR, ROOTDIRS_FILE, STORAGE_FILE, HeldTree, creation_marker,
+                                   new_tree, new_tree_of, nothing_stored)
 from blzarr.storage.arraymeta import ArrayMeta, dflt_from_json, dflt_to_json, parse_dtype  # noqa: F401
 # the parts of carray, one module each (the moved names stay importable from here)
 from blzarr.containers.carray.read import _PY_KINDS, CarrayBase, CarrayReads, _iter_blocks, operator_index  # noqa: F401
@@ -86,6 +89,38 @@ def _remove(path, how):
         how(path)
     except OSError as e:
         raise storage_error(e, f"cannot replace '{path}' (mode 'w' removes what it holds first)") from e
+
+
+# object-storage URLs whose carray creation its caller completes (`creation_completed_by_caller`)
+_deferred = threading.local()
+
+
+@contextlib.contextmanager
+def creation_completed_by_caller(url):
+    """The carray the block creates at the object-storage `url` stays a creation in progress (its
+    creation marker, no meta/storage) when its constructor returns: the caller fills it, flushes it
+    and commits it with `commit_creation`, so that an interrupt while it fills leaves nothing there
+    rather than a part of it."""
+    urls = _deferred.__dict__.setdefault("urls", [])
+    urls.append(os.fspath(url).rstrip("/"))
+    try:
+        yield
+    finally:
+        urls.pop()
+
+
+def commit_creation(a):
+    """Commit the creation `creation_completed_by_caller` left to the caller (flushed first)."""
+    a.flush()
+    a._commit_creation()
+
+
+def _inside_a_creation(url):
+    """Whether the carray created at the object-storage `url` is part of a dataset being created that
+    covers it already: a column of a table being created (the table has its own creation marker) or
+    the dataset built in a replacement's stage (which nothing names until its switch)."""
+    parent, _, name = url.rstrip("/").rpartition("/")
+    return replace.is_fresh(parent) or name.startswith(replace.STAGE_PREFIX)
 
 
 class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, CarrayReads, CarrayBase,
@@ -211,11 +246,14 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
                     given, checksum=kept["checksum"] if checksum is _UNSET else given["checksum"],
                     reserve=reserve or kept["reserve"], superchunklen=superchunklen or kept["superchunklen"])
         if self._rootdir is not None and not exists and mode == "r" and array is None:
-            raise (StorageError if self._bytestore is None else MissingError)(
-                f"cannot open '{self._rootdir}' with mode 'r': it does not exist")
+            if self._bytestore is not None:
+                raise MissingError(f"cannot open '{self._rootdir}' with mode 'r': it does not exist "
+                                   f"({nothing_stored(self._bytestore)})")
+            raise StorageError(f"cannot open '{self._rootdir}' with mode 'r': it does not exist")
         if array is None:
             if self._rootdir is not None and dtype is None:
-                raise StorageError(f"'{self._rootdir}' does not exist (pass an array or a dtype to create it)")
+                why = "" if self._bytestore is None else f"{nothing_stored(self._bytestore)}: "
+                raise StorageError(f"'{self._rootdir}' does not exist ({why}pass an array or a dtype to create it)")
             if dtype is None:
                 raise ValueError("carray() needs an array, or a rootdir to open, or a dtype")
             array = np.empty(0, dtype=dtype)
@@ -341,12 +379,18 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
             self._stats.persist = self._bytestore is not None or self._rootdir is not None
         self._chunks = MemoryChunks(chunk_nbytes=-1 if self._isobj else self._chunklen * self._chunk_atom.itemsize)
         tree = stage = old_lock = None
+        marked = False
         if self._bytestore is not None:
-            # object storage: no lock (one writer at a time), what is there is replaced
+            # object storage: no lock (one writer at a time), what is there is replaced.  Nothing can
+            # be renamed into place there, so the commit object (meta/storage, which every open reads
+            # first) is put last, after the first flush, and until then the creation marker says that
+            # the objects under the prefix are a creation's, not a dataset (docs/FORMAT.rst)
             self._bytestore.remove_all()
+            marked = not _inside_a_creation(self._rootdir)
+            if marked:
+                self._bytestore.put(CREATING_FILE, creation_marker("carray"))
             self._chunks = self._create_store()
             self._ondisk = True
-            self._write_storage(uid=secrets.token_hex(8))
         elif self._rootdir is not None:
             # the new directory is written beside the target, under a hidden name, and renamed (or
             # swapped, blzarr.storage.intent) into place once complete: an interrupt leaves what was there
@@ -394,6 +438,10 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
                 self.flush()
             finally:
                 self._mode = mode
+            if self._bytestore is not None:
+                self._creation_marked = marked
+                if self._rootdir.rstrip("/") not in getattr(_deferred, "urls", ()):
+                    self._commit_creation()
             if stage is not None:
                 self._publish_stage(stage, final)
         except BaseException as e:
@@ -411,6 +459,17 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
             self._dirlock.release()
         self._chunks.mode = self._mode if self._ondisk else "a"
         self._attrs.mode = self._mode
+
+    def _commit_creation(self):
+        """Object storage: put meta/storage, the commit of this carray's creation, and delete its
+        creation marker (once: later calls do nothing)."""
+        marked = self.__dict__.pop("_creation_marked", None)
+        if marked is None:
+            return
+        # (a random uid: a replaced commit object never has the same bytes, so the same ETag)
+        self._write_storage(uid=secrets.token_hex(8))
+        if marked:
+            self._bytestore.delete(CREATING_FILE)
 
     def _replace(self, old_kind, array, cparams, dtype, dflt, expectedlen, chunklen, allow_pickle):
         """Object storage, a dataset (an `old_kind`) stored at the URL: the new carray is written whole
