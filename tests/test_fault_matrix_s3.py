@@ -587,11 +587,11 @@ def test_a_killed_assignment_to_a_bcolz_carray_is_rolled_back(s3env):
 
 
 def _before_the_commit(calls, name):
-    """The store call at which a carray's creation at `<root>/<name>` puts meta/sizes for the last time
-    (its last flush's commit), checking that data objects were put before it."""
-    at = 1 + max(k for k, (what, key) in enumerate(calls) if key.endswith(f"/{name}/meta/sizes"))
-    assert any(f"/{name}/data/" in key for _, key in calls[:at - 1])
-    return at
+    """The store call at which a carray's creation at `<root>/<name>` puts meta/sizes for the first
+    time after data objects (the flush that writes its rows)."""
+    first_data = next(k for k, (what, key) in enumerate(calls) if f"/{name}/data/" in key)
+    return 1 + next(k for k, (what, key) in enumerate(calls)
+                    if k > first_data and key.endswith(f"/{name}/meta/sizes"))
 
 
 def _nothing_yet(fs, url, opts):
@@ -640,20 +640,29 @@ def test_an_interrupted_carray_creation_at_a_new_url_leaves_nothing(s3env, how):
     _remove(fs, root)
 
 
+_KILLED_CREATIONS = {
+    "carray-bcolz": lambda url, opts: _carray(url, "bcolz", opts),
+    "carray-blz": lambda url, opts: _carray(url, "blz", opts),
+    # an empty carray whose chunks its tasks write, then meta/sizes
+    "from_dask-blz": lambda url, opts: local._from_dask(False)(url.rsplit("/", 1)[0], "blz", storage_options=opts),
+}
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-@pytest.mark.parametrize("fmt", FORMATS)
-def test_a_killed_carray_creation_at_a_new_url(s3env, fmt):
+@pytest.mark.parametrize("how", sorted(_KILLED_CREATIONS))
+def test_a_killed_carray_creation_at_a_new_url(s3env, how):
     # the matrix's constructors replace a dataset; a creation where nothing is stored is written in
-    # place: killed after its data objects and before meta/sizes, the URL holds nothing, and mode 'w'
-    # writes it over what the kill left
+    # place: killed after its data objects and before meta/sizes, the URL holds nothing, and the
+    # creation run again (mode 'w') writes it over what the kill left
     fs, opts, bucket = s3env
-    root = f"{bucket}/create-{fmt}-{uuid.uuid4().hex[:6]}"
-    _, calls = count_store_calls(lambda: _carray(f"{root}/probe", fmt, opts))
-    assert run_store_killed(lambda: _carray(f"{root}/x", fmt, opts), _before_the_commit(calls, "probe"))
+    root = f"{bucket}/create-{how}-{uuid.uuid4().hex[:6]}"
+    create = _KILLED_CREATIONS[how]
+    _, calls = count_store_calls(lambda: create(f"{root}/probe/x", opts))
+    assert run_store_killed(lambda: create(f"{root}/x", opts), _before_the_commit(calls, "probe/x"))
     _nothing_yet(fs, f"{root}/x", opts)
-    _carray(f"{root}/x", fmt, opts)
-    assert snapshot(fs, f"{root}/x", opts) == snapshot(fs, f"{root}/probe", opts) is not None
+    create(f"{root}/x", opts)
+    assert snapshot(fs, f"{root}/x", opts) == snapshot(fs, f"{root}/probe/x", opts) is not None
     _remove(fs, root)
 
 

@@ -22,7 +22,7 @@ from blzarr.errors import StorageError
 from blzarr.storage.chunk import blosc_typesize, compress_array
 from blzarr.runtime.params import cparams
 from blzarr.storage.layouts import partition_writer
-from blzarr.containers.carray.array import carray
+from blzarr.containers.carray.array import carray, creation_completed_by_caller
 from blzarr.storage.files import META_DIR, ObjectPath, read_json, SIZES_FILE, write_json
 from blzarr.storage.bytestore import is_url, occupied, open_bytestore
 from blzarr.storage import intent, replace
@@ -179,8 +179,9 @@ def _part_tasks(x, c):
                          drop_axis=list(range(1, x.ndim)), meta=np.empty(0, dtype=np.int64))]
 
 
-def _finish(rootdir, length, mode, allow_pickle=False, storage_options=None):
-    """Write meta/sizes of a carray whose chunk files are all written; return it opened."""
+def _finish(rootdir, length, mode, allow_pickle=False, storage_options=None, created=None):
+    """Write meta/sizes of a carray whose chunk files are all written; return it opened.  `created`:
+    the carray as its creation left it, whose commit on object storage is made here."""
     kw = {}
     if is_url(rootdir):
         kw["storage_options"] = storage_options
@@ -190,6 +191,8 @@ def _finish(rootdir, length, mode, allow_pickle=False, storage_options=None):
     sizes = read_json(path, "meta/sizes")
     sizes["shape"] = [int(length)] + list(sizes["shape"][1:])
     write_json(path, sizes)
+    if created is not None:
+        created._commit_creation()
     c = carray(rootdir=rootdir, mode="r", allow_pickle=allow_pickle, **kw)
     sizes.update(nbytes=c.nbytes, cbytes=c.cbytes)
     write_json(path, sizes)
@@ -284,11 +287,14 @@ def from_dask(x, rootdir, **kwargs):
     opts = kwargs.get("storage_options")
 
     def build(path):
-        c = carray(np.empty((0,) + x.shape[1:], dtype=x.dtype), rootdir=path, mode="w", **kwargs)
+        # (on object storage the carray is committed once its chunks and meta/sizes are written: an
+        # interrupt before leaves nothing at a new URL, never an empty or partial carray)
+        with creation_completed_by_caller(path):
+            c = carray(np.empty((0,) + x.shape[1:], dtype=x.dtype), rootdir=path, mode="w", **kwargs)
         tasks = _part_tasks(x, c)
         _release(c)
         dask.compute(*tasks)
-        return _finish(path, x.shape[0], "r", storage_options=opts)
+        return _finish(path, x.shape[0], "r", storage_options=opts, created=c)
 
     kw = {"storage_options": opts} if is_url(rootdir) else {}
     return _published(rootdir, opts, build,
