@@ -25,7 +25,8 @@ from blzarr import _superchunk
 from blzarr.bench import command as bench_command
 from blzarr.storage import intent, replace, tablejournal
 from blzarr.storage.locking import LockError, lock_dir
-from blzarr.containers.carray.array import carray, compression_ratio, human_readable_size
+from blzarr.containers.carray.array import (carray, commit_creation, compression_ratio, creation_completed_by_caller,
+                                          human_readable_size)
 from blzarr.query import chunked_eval as _ce
 from blzarr.containers.ctable.table import _committed_rows as committed_rows, check_name, ctable
 from blzarr.errors import storage_error
@@ -554,7 +555,9 @@ def _convert_carray(src, dst, fmt, args, progress):
         kw.update(_blz_opts(args, src))
     elif args.checksum is not None or args.superchunklen is not None:
         raise CLIError("--checksum and --superchunklen need --format blz")
-    out = carray(np.empty((0,) + src.shape[1:], dtype=src.dtype), rootdir=dst, mode="w", **kw, **_kw(dst))
+    # (at a URL, committed once filled and given its attributes: an interrupt leaves nothing there)
+    with creation_completed_by_caller(dst):
+        out = carray(np.empty((0,) + src.shape[1:], dtype=src.dtype), rootdir=dst, mode="w", **kw, **_kw(dst))
     _copy_rows([src], lambda parts: out.append(parts[0]), len(src), src.atomsize or 8, progress)
     out.flush()
     for k, v in src.attrs:
@@ -562,6 +565,7 @@ def _convert_carray(src, dst, fmt, args, progress):
     if src.format == "blz" and fmt == "blz":
         for k, v in src.vlmeta.items():
             out.vlmeta[k] = v
+    commit_creation(out)
     return out
 
 

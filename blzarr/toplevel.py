@@ -116,12 +116,7 @@ def _built(make, kwargs, fill, held=True):
     rootdir = kwargs.get("rootdir")
     if rootdir is None or is_url(os.fspath(rootdir)) or kwargs.get("storage_options"):
         def build(url=rootdir):
-            if url is None:
-                out = make(**kwargs)
-                fill(out)
-                out.flush()
-                return out
-            # a carray is committed once filled: an interrupt leaves nothing, never a part of it
+            # a carray at a URL is committed once filled: an interrupt leaves nothing, never a part
             with creation_completed_by_caller(url):
                 out = make(**dict(kwargs, rootdir=url))
             fill(out)
@@ -620,9 +615,11 @@ def _salvage(src, dst, format):
             b = min(a + cl * 16, len(obj))
             out.append([_salvaged_rows(c, a, b, lost, n) for c, n in zip(cols, obj.names)])
     else:
-        out = carray(np.empty((0,) + obj.shape[1:], dtype=obj.dtype), rootdir=dst, mode="w", format=fmt,
-                     chunklen=obj.chunklen, cparams=obj.cparams, expectedlen=len(obj),
-                     **({"dflt": obj.dflt[()]} if obj.dtype.kind != "O" else {}))
+        # (at a URL, committed below once filled: an interrupt leaves nothing there)
+        with creation_completed_by_caller(dst):
+            out = carray(np.empty((0,) + obj.shape[1:], dtype=obj.dtype), rootdir=dst, mode="w", format=fmt,
+                         chunklen=obj.chunklen, cparams=obj.cparams, expectedlen=len(obj),
+                         **({"dflt": obj.dflt[()]} if obj.dtype.kind != "O" else {}))
         cl = obj.chunklen
         for a in range(0, len(obj), cl * 16):
             out.append(_salvaged_rows(obj, a, min(a + cl * 16, len(obj)), lost))
@@ -631,7 +628,10 @@ def _salvage(src, dst, format):
             out.attrs[k] = v
     except (BlzarrError, OSError) as e:
         lost.append((0, 0, None, f"attributes: {str(e).splitlines()[0]}"))
-    out.flush()
+    if isinstance(out, carray):
+        commit_creation(out)
+    else:
+        out.flush()
     rows = len(out)
     out.close()
     return {"rows": rows, "lost": lost, "lost_rows": sum(b - a for a, b, _, _ in lost)}

@@ -100,7 +100,11 @@ def creation_completed_by_caller(url):
     """The carray the block creates at the object-storage `url` stays a creation in progress (its
     creation marker, no meta/storage) when its constructor returns: the caller fills it, flushes it
     and commits it with `commit_creation`, so that an interrupt while it fills leaves nothing there
-    rather than a part of it."""
+    rather than a part of it.  (Nothing for a local path or None: a local creation is renamed into
+    place whole.)"""
+    if url is None or not is_url(os.fspath(url)):
+        yield
+        return
     urls = _deferred.__dict__.setdefault("urls", [])
     urls.append(os.fspath(url).rstrip("/"))
     try:
@@ -906,10 +910,12 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
     def _copy_to(self, kw, dtype):
         if self._isobj:
             return carray(self[:], **kw)
-        new = carray(np.empty((0,) + self._atom.shape, dtype=dtype or self._atom.base), **kw)
+        # (at a URL, committed once filled: an interrupt leaves nothing there, never a part)
+        with creation_completed_by_caller(kw.get("rootdir")):
+            new = carray(np.empty((0,) + self._atom.shape, dtype=dtype or self._atom.base), **kw)
         for _, block in _iter_blocks(self, max(self._chunklen, 1)):
             new.append(block)
-        new.flush()
+        commit_creation(new)
         return new
 
     def view(self):
