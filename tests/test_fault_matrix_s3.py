@@ -595,16 +595,19 @@ def _before_the_commit(calls, name):
 
 
 def _nothing_yet(fs, url, opts):
-    """The state a carray creation at `url` that never committed must leave: nothing stored (the
-    creation marker, no meta/storage), a clear error naming the URL, and verify finds no damage."""
+    """The state a carray creation at `url` that never committed must leave: nothing stored.  When
+    objects are left there (True): the creation marker and no meta/storage, a clear error naming the
+    URL, and verify finds no damage."""
     assert snapshot(fs, url, opts) is None
-    fs.invalidate_cache()
+    if not _exists(fs, url):
+        return False            # (the failed operation removed what it wrote)
     assert fs.exists(f"{url}/.blzarr-creating") and not fs.exists(f"{url}/meta/storage")
     with pytest.raises(blzarr.StorageError, match=f"'{url}' does not exist .*a creation that has not committed"):
         blzarr.open(url, mode="r", storage_options=opts)
     with pytest.raises(blzarr.StorageError, match=f"'{url}'.*a creation that has not committed"):
         blzarr.carray(rootdir=url, mode="r", storage_options=opts)
     assert "EMPTY" in _verified(url, opts)
+    return True
 
 
 _CREATIONS = {
@@ -631,12 +634,42 @@ def test_an_interrupted_carray_creation_at_a_new_url_leaves_nothing(s3env, how):
     with pytest.raises(Injected), store_faults(inj):
         create(f"{root}/x", opts)
     assert inj.fired
-    _nothing_yet(fs, f"{root}/x", opts)
+    assert _nothing_yet(fs, f"{root}/x", opts)
     create(f"{root}/x", opts)
     assert snapshot(fs, f"{root}/x", opts) == snapshot(fs, f"{root}/probe", opts) == (
         "carray", "<i8", (N,), np.arange(N).tobytes(), ())
     fs.invalidate_cache()
     assert not fs.exists(f"{root}/x/.blzarr-creating")
+    _remove(fs, root)
+
+
+_COPIES = {
+    # an empty carray at the destination, filled from the source's blocks (each through a stage when
+    # the destination holds a dataset; where it holds nothing, written in place)
+    "copy": lambda src, dst, opts: blzarr.open(src, mode="r", storage_options=opts).copy(
+        rootdir=dst, storage_options=opts).close(),
+    "salvage": lambda src, dst, opts: blzarr.salvage(src, dst),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", sorted(_COPIES))
+def test_an_interrupted_copy_to_a_new_url_leaves_nothing(s3env, how):
+    # interrupted after the copy's data objects and before its meta/sizes, the destination holds
+    # nothing, and the same call (no overwrite asked: nothing is there) writes the whole copy
+    fs, opts, bucket = s3env
+    root = f"{bucket}/interrupted-{how}-{uuid.uuid4().hex[:6]}"
+    _carray(f"{root}/src", "blz", opts)
+    copy = _COPIES[how]
+    _, calls = count_store_calls(lambda: copy(f"{root}/src", f"{root}/probe", opts))
+    inj = StoreInjector(_before_the_commit(calls, "probe"), "interrupt")
+    with pytest.raises(Injected), store_faults(inj):
+        copy(f"{root}/src", f"{root}/x", opts)
+    assert inj.fired
+    assert _nothing_yet(fs, f"{root}/x", opts)
+    copy(f"{root}/src", f"{root}/x", opts)
+    got = snapshot(fs, f"{root}/x", opts)
+    assert got == snapshot(fs, f"{root}/probe", opts) and got[3] == np.arange(N).tobytes()
     _remove(fs, root)
 
 
@@ -660,7 +693,7 @@ def test_a_killed_carray_creation_at_a_new_url(s3env, how):
     create = _KILLED_CREATIONS[how]
     _, calls = count_store_calls(lambda: create(f"{root}/probe/x", opts))
     assert run_store_killed(lambda: create(f"{root}/x", opts), _before_the_commit(calls, "probe/x"))
-    _nothing_yet(fs, f"{root}/x", opts)
+    assert _nothing_yet(fs, f"{root}/x", opts)
     create(f"{root}/x", opts)
     assert snapshot(fs, f"{root}/x", opts) == snapshot(fs, f"{root}/probe/x", opts) is not None
     _remove(fs, root)

@@ -2,12 +2,15 @@
 (``os.path.lexists('s3://...')`` is always False), so each asks the byte store
 (`bytestore.occupied`)."""
 
+import io
+import json
 import os
 
 import numpy as np
 import pytest
 
 import blzarr
+from blzarr import cli
 from blzarr.storage import bytestore
 from blzarr.storage.files import CREATING_FILE
 
@@ -58,9 +61,16 @@ def test_existing_urls_are_refused(s3env, tmp_path):
         with pytest.raises(blzarr.StorageError, match=f"'{bucket}/{dst}' already exists: pass mode='w'"):
             blzarr.ctable.fromarrow(pa.table({"p": np.arange(3)}), rootdir=f"{bucket}/{dst}", storage_options=opts)
     unchanged()
+    convert = ["convert", src, None, "--storage-options", json.dumps(opts)]
+    assert cli.main(convert[:2] + [f"{bucket}/other"] + convert[3:], out=io.StringIO()) != 0
+    unchanged()
     # where only a creation's debris is, it writes
     assert blzarr.salvage(src, f"{bucket}/debris")["rows"] == 10
     np.testing.assert_array_equal(blzarr.open(f"{bucket}/debris", mode="r", storage_options=opts)[:],
+                                  np.arange(10))
+    fs.pipe(f"{bucket}/debris2/{CREATING_FILE}", b"{}")
+    assert cli.main(convert[:2] + [f"{bucket}/debris2"] + convert[3:], out=io.StringIO()) == 0
+    np.testing.assert_array_equal(blzarr.open(f"{bucket}/debris2", mode="r", storage_options=opts)[:],
                                   np.arange(10))
 
 
