@@ -470,7 +470,6 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
         marked = self.__dict__.pop("_creation_marked", None)
         if marked is None:
             return
-        # (a random uid: a replaced commit object never has the same bytes, so the same ETag)
         self._write_storage(uid=secrets.token_hex(8))
         if marked:
             self._bytestore.delete(CREATING_FILE)
