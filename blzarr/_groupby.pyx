@@ -408,6 +408,52 @@ def direct_rows(const intkey_t[::1] vals, int64_t lo, int64_t[::1] out, int64_t[
     return norder
 
 
+def direct_sums(const intkey_t[::1] keys, int64_t lo, int64_t[::1] nrows, int64_t[::1] order,
+                Py_ssize_t norder, const int64_t[::1] ivals=None, int64_t[::1] iacc=None,
+                const double[::1] fvals=None, double[::1] facc=None, const uint8_t[::1] mask=None):
+    """One integer key and at most one integer and one float sum, in one pass and without group ids:
+    each row counts in its group (a new group appended to `order`, as `direct_rows` does) and adds
+    its `ivals` / `fvals` value to `iacc` / `facc` (float sums in row order, as `sum_float`).  The
+    three updates of a row land in separate arrays, so their cache misses overlap instead of coming
+    in three passes, and no row's group id is stored and read back.  Returns the new length of
+    `order`, or -1 (nothing after that row counted) when a key lies outside the `nrows.shape[0]`
+    slots from `lo`: the range the column's statistics gave was wrong."""
+    cdef Py_ssize_t i, n = keys.shape[0], nslots = nrows.shape[0]
+    cdef int64_t g, ga
+    cdef bint masked = mask is not None
+    cdef bint has_i = ivals is not None, has_f = fvals is not None
+    cdef bint ahead = nslots >= AHEAD_MIN_GROUPS
+    if (has_i and (iacc is None or ivals.shape[0] < n or iacc.shape[0] < nslots)) or \
+            (has_f and (facc is None or fvals.shape[0] < n or facc.shape[0] < nslots)) or \
+            (masked and mask.shape[0] < n) or order.shape[0] < nslots:
+        raise ValueError("direct_sums: arrays shorter than the keys or the slots")
+    with nogil:
+        for i in range(n):
+            if ahead and i + AHEAD < n:
+                ga = <int64_t> keys[i + AHEAD] - lo
+                if <uint64_t> ga < <uint64_t> nslots:
+                    BLZ_PREFETCH_W(&nrows[ga])
+                    if has_i:
+                        BLZ_PREFETCH_W(&iacc[ga])
+                    if has_f:
+                        BLZ_PREFETCH_W(&facc[ga])
+            if masked and not mask[i]:
+                continue
+            g = <int64_t> keys[i] - lo
+            if <uint64_t> g >= <uint64_t> nslots:
+                norder = -1
+                break
+            if nrows[g] == 0:
+                order[norder] = g
+                norder += 1
+            nrows[g] += 1
+            if has_i:
+                iacc[g] += ivals[i]
+            if has_f:
+                facc[g] += fvals[i]
+    return norder
+
+
 def sum_int(const int64_t[::1] codes, const int64_t[::1] vals, int64_t[::1] acc):
     cdef Py_ssize_t i, n = codes.shape[0]
     cdef int64_t g

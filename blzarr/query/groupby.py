@@ -190,8 +190,12 @@ class _Plan:
         for j, k in enumerate(self.keys):
             if self.kind == "direct":
                 lo, n = k.rng
-                raw = (ids // self.strides[j]) % n + lo
-                vals = raw.astype(k.src_dtype)
+                # a slot is sum((value - lo) * stride): the first key's part needs no modulo (slots
+                # are below nslots) and a stride of 1 no division, the one-key case neither
+                raw = ids if self.strides[j] == 1 else ids // self.strides[j]
+                if j:
+                    raw = raw % n
+                vals = np.add(raw, lo, dtype=np.int64).astype(k.src_dtype, copy=False)
             else:
                 b = table_keys[ids].view(np.uint8).reshape(len(ids), self.nwords * 8)
                 isz = k.src_dtype.itemsize
@@ -472,6 +476,49 @@ def _codes(plan, keys, s, e, mask, reader, table_or_none, insert=True, P=None):
     return codes
 
 
+def _sums_plan(plan, aggs):
+    """(j of the integer sum or None, j of the float sum or mean or None) when the query is one
+    integer key on the direct path and at most one integer sum and one float sum or mean (counts of
+    columns without NaN come from the rows counted): `_gb.direct_sums` then does a block in one pass.
+    None otherwise."""
+    if plan.kind != "direct" or len(plan.keys) != 1:
+        return None
+    ji = jf = None
+    for j, a in enumerate(aggs):
+        if a.op in ("count", "count_na") and not a.hasna:
+            continue
+        if a.dtype.kind not in "biuf" or a.dtype.itemsize > 8:
+            return None
+        if a.op == "sum" and not a.isfloat and ji is None:
+            ji = j
+        elif (a.op == "mean" or (a.op == "sum" and a.isfloat)) and jf is None:
+            jf = j
+        else:
+            return None
+    return ji, jf
+
+
+def _direct_sums(P, key, sums, s, e, mask, cols, aggs, reader):
+    """Rows [s, e) counted and summed into the partial `P` by `_gb.direct_sums` (`_sums_plan`'s)."""
+    ji, jf = sums
+    kv = reader.as_key(reader.read(key.src, s, e, "key"), ("key", 0))
+    iv = ia = fv = fa = None
+    if ji is not None:
+        iv, ia = reader.as_int64(reader.read(cols[ji], s, e), aggs[ji].col), P.state[ji]["acc"]
+    if jf is not None:
+        fv, fa = reader.as_float64(reader.read(cols[jf], s, e), aggs[jf].col), P.state[jf]["acc"]
+    got = _gb.direct_sums(kv, key.rng[0], P.nrows, P.order, P.norder, iv, ia, fv, fa, mask)
+    if got < 0:
+        raise _out_of_range(key, s, e)
+    P.norder = got
+
+
+def _out_of_range(key, s, e):
+    lo, n = key.rng
+    return ValueError(f"group-by column {key.name!r}: a value in rows {s}..{e - 1} lies outside "
+                      f"{lo}..{lo + n - 1}, the range its chunk statistics give (damaged statistics?)")
+
+
 def _mask_classes(bool_arr, bounds):
     """Per block, from the filter's chunk statistics: SKIP (no row kept: nothing is read), WHOLE
     (every row kept: the filter is not read either) or SCAN; None without statistics."""
@@ -519,6 +566,7 @@ def aggregate(table, groupby_cols, agg_list, bool_arr=None, use_cache=True):
     reader = _Reader(blen)
     classes = _mask_classes(bool_arr, bounds) if bool_arr is not None else None
     parts = _parts(len(bounds))
+    sums = _sums_plan(plan, aggs)
     # part p's partial is folded into the total once parts 0..p-1 are: the same additions in the
     # same order whichever thread did which part, so floating-point results repeat bit for bit
     done, lock = {}, threading.Lock()
@@ -538,6 +586,9 @@ def aggregate(table, groupby_cols, agg_list, bool_arr=None, use_cache=True):
                     continue                    # no row kept: no value column decoded
                 if P is None:
                     P = _Partial(plan, aggs, plan.nslots if plan.kind == "direct" else 64)
+                if sums is not None:
+                    _direct_sums(P, keys[0], sums, s, e, mask, cols, aggs, reader)
+                    continue
                 codes = _codes(plan, keys, s, e, mask, reader, P.table, P=P)
                 _update(P, codes, s, e, cols, aggs, reader)
         finally:
@@ -658,10 +709,11 @@ def _finish(table, a, G, j, gid, scd):
     st, op = G.state[j], a.op
     odt = _out_dtype(op, a.dtype)
     if op == "sum":
-        return st["acc"][gid].astype(odt)
+        return st["acc"].take(gid).astype(odt, copy=False)
     if op == "mean":
+        acc = st["acc"].take(gid)
         with np.errstate(invalid="ignore", divide="ignore"):
-            return st["acc"][gid] / G.nrows[gid]
+            return np.divide(acc, G.nrows.take(gid), out=acc)
     if op == "std":
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.sqrt(st["m2"][gid] / st["cnt"][gid])

@@ -1,0 +1,180 @@
+"""The one-pass path of the group-by (`_gb.direct_sums`): one integer key of a small range and at most
+one integer sum and one float sum or mean, checked against NumPy and pandas, taken only where it
+applies, repeating its float bits, and refusing a key outside the range the statistics gave."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import blzarr
+from blzarr import _groupby as _gb
+from blzarr.query import groupby as gbmod
+
+
+def _calls(monkeypatch):
+    """Record the calls that reach `_gb.direct_sums` (the engine's own reference to the kernel)."""
+    seen = []
+    real = gbmod._gb.direct_sums
+
+    def spy(*a, **k):
+        seen.append(len(a[0]))
+        return real(*a, **k)
+    monkeypatch.setattr(gbmod._gb, "direct_sums", spy)
+    return seen
+
+
+@pytest.mark.parametrize("kdtype", [np.int8, np.uint16, np.int32, np.int64])
+def test_kernel_against_numpy(kdtype):
+    rng = np.random.default_rng(3)
+    n, lo, nslots = 5000, -3 if np.dtype(kdtype).kind == "i" else 2, 40
+    keys = (rng.integers(0, nslots, n) + lo).astype(kdtype)
+    iv = rng.integers(-10**12, 10**12, n)
+    fv = rng.standard_normal(n)
+    mask = (rng.random(n) < 0.7).astype(np.uint8)
+    nrows, iacc, facc = np.zeros(nslots, np.int64), np.zeros(nslots, np.int64), np.zeros(nslots)
+    order = np.zeros(nslots, np.int64)
+    got = _gb.direct_sums(keys, lo, nrows, order, 0, iv, iacc, fv, facc, mask)
+    g = keys.astype(np.int64)[mask == 1] - lo
+    assert got == len(np.unique(g))
+    np.testing.assert_array_equal(nrows, np.bincount(g, minlength=nslots))
+    np.testing.assert_array_equal(iacc, [iv[mask == 1][g == s].sum() for s in range(nslots)])
+    # float sums in row order, one group at a time: the same bits as adding the rows in a loop
+    want = np.zeros(nslots)
+    for s, x in zip(g, fv[mask == 1]):
+        want[s] += x
+    assert facc.tobytes() == want.tobytes()
+    # groups in the order of their first rows
+    first = list(dict.fromkeys(g.tolist()))
+    assert order[:got].tolist() == first
+
+
+def test_kernel_only_counts_without_values():
+    keys = np.array([5, 7, 5, 9], np.int64)
+    nrows, order = np.zeros(5, np.int64), np.zeros(5, np.int64)
+    assert _gb.direct_sums(keys, 5, nrows, order, 0) == 3
+    assert nrows.tolist() == [2, 0, 1, 0, 1] and order[:3].tolist() == [0, 2, 4]
+
+
+@pytest.mark.parametrize("bad", [4, 10, -(2**40)])
+def test_kernel_refuses_a_key_outside_the_slots(bad):
+    keys = np.array([5, 6, bad, 7], np.int64)
+    nrows, order = np.zeros(5, np.int64), np.zeros(5, np.int64)
+    assert _gb.direct_sums(keys, 5, nrows, order, 0) == -1
+    with pytest.raises(ValueError):
+        _gb.direct_sums(keys, 5, nrows, order, 0, np.zeros(2, np.int64), np.zeros(5, np.int64))
+
+
+def _table(tmp_path, n=40_000, seed=5):
+    rng = np.random.default_rng(seed)
+    k = rng.integers(0, 20_000, n)      # past the number of groups where the kernels prefetch
+    v1 = rng.integers(1, 6, n)
+    v3 = np.round(rng.random(n) * 100, 6)
+    v3[::997] = np.nan
+    b = rng.random(n) < 0.5
+    u = rng.integers(0, 2**63, n, dtype=np.uint64)
+    f4 = rng.random(n).astype(np.float32)
+    names = ["k", "v1", "v3", "b", "u", "f4"]
+    cols = [k, v1, v3, b, u, f4]
+    t = blzarr.ctable(cols, names=names, rootdir=str(tmp_path / "t"), mode="w", chunklen=gbmod.MIN_BLEN)
+    return t, pd.DataFrame(dict(zip(names, cols)))
+
+
+def _nan_sum(grp, col):
+    """pandas' sums with NaN propagated, as bquery's sum and mean do (pandas skips NaN)."""
+    want = np.array(grp[col].sum(), dtype=np.float64)
+    want[(grp[col].size() - grp[col].count()).to_numpy() > 0] = np.nan
+    return want
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    return _table(tmp_path_factory.mktemp("sums"))
+
+
+@pytest.mark.parametrize("aggs", [
+    [["v1", "sum", "s"]],
+    [["v1", "sum", "s"], ["v3", "mean", "m"]],
+    [["v3", "sum", "s"], ["v1", "count", "c"]],
+    [["b", "sum", "s"], ["f4", "mean", "m"]],
+    [["u", "sum", "s"], ["v1", "mean", "m"]],
+])
+@pytest.mark.parametrize("filtered", [False, True])
+def test_engine_takes_the_one_pass_path(table, monkeypatch, aggs, filtered):
+    t, df = table
+    seen = _calls(monkeypatch)
+    bool_arr = (df["v1"] > 2).to_numpy() if filtered else None
+    got = t.groupby(["k"], aggs, bool_arr=bool_arr, out_flavor="pandas")
+    assert seen, "the one-pass kernel was not reached"
+    sel = df[bool_arr] if filtered else df
+    grp = sel.groupby("k", sort=False)
+    assert got["k"].tolist() == grp.size().index.tolist() == list(dict.fromkeys(sel["k"]))
+    for col, op, out in aggs:
+        if op == "sum":
+            if sel[col].dtype.kind == "f":
+                np.testing.assert_allclose(got[out].to_numpy(), _nan_sum(grp, col), rtol=1e-12)
+            elif sel[col].dtype.kind == "u":
+                # uint64 sums wrap modulo 2**64 (as NumPy's do): pandas' object-free sum of int64 views
+                as_i8 = pd.Series(sel[col].to_numpy().view(np.int64), index=sel.index)
+                want = as_i8.groupby(sel["k"], sort=False).sum().to_numpy().view(np.uint64)
+                assert got[out].tolist() == want.tolist()
+            else:
+                assert got[out].tolist() == grp[col].sum().astype(np.int64).tolist()
+        elif op == "mean":
+            want = _nan_sum(grp, col) / grp.size().to_numpy()
+            np.testing.assert_allclose(got[out].to_numpy(), want, rtol=1e-6)
+        else:
+            assert got[out].tolist() == grp[col].count().tolist()
+
+
+@pytest.mark.parametrize("aggs", [
+    [["v1", "sum", "s"], ["v1", "sum", "t"]],           # two integer sums
+    [["v3", "std", "d"]],
+    [["v3", "count", "c"]],                             # a count that skips NaN
+    [["v1", "min", "m"]],
+])
+def test_engine_leaves_other_queries_to_the_general_path(table, monkeypatch, aggs):
+    t, df = table
+    seen = _calls(monkeypatch)
+    got = t.groupby(["k"], aggs, out_flavor="pandas")
+    assert not seen
+    assert got["k"].tolist() == list(dict.fromkeys(df["k"]))
+    seen2 = _calls(monkeypatch)
+    t.groupby(["k", "v1"], [["v1", "sum", "s"]])     # two keys: not this path either
+    assert not seen2
+
+
+def test_same_bits_with_two_threads_in_any_order(tmp_path, monkeypatch):
+    t, _ = _table(tmp_path, n=150_000)
+    prev = blzarr.set_nthreads(2)
+    try:
+        aggs = [["v1", "sum", "s"], ["v3", "mean", "m"]]
+        ref = t.groupby(["k"], aggs, out_flavor="numpy")
+        seen = _calls(monkeypatch)
+
+        def backwards(fn, items):
+            for item in reversed(list(items)):
+                fn(item)
+        monkeypatch.setattr(gbmod.parallel, "run_each", backwards)
+        got = t.groupby(["k"], aggs, out_flavor="numpy")
+        assert seen
+        assert len(gbmod._parts(len(seen))) > 2, "the query ran as one part: nothing to reorder"
+        assert got.tobytes() == ref.tobytes()
+    finally:
+        blzarr.set_nthreads(prev)
+
+
+def test_a_key_outside_its_statistics_is_an_error(table, monkeypatch):
+    t, _ = table
+    real = gbmod._int_range
+    reached = []
+
+    def narrow(col):
+        r = real(col)
+        if r is not None and np.dtype(col.dtype) == np.int64 and r[1] > 1000:
+            reached.append(r)
+            return r[0] + 10, r[1] - 20          # statistics that leave out the lowest and highest keys
+        return r
+    monkeypatch.setattr(gbmod, "_int_range", narrow)
+    with pytest.raises(ValueError, match="'k'.*outside"):
+        t.groupby(["k"], [["v1", "sum", "s"]])
+    assert reached
