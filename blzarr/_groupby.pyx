@@ -408,49 +408,52 @@ def direct_rows(const intkey_t[::1] vals, int64_t lo, int64_t[::1] out, int64_t[
     return norder
 
 
-def direct_sums(const intkey_t[::1] keys, int64_t lo, int64_t[::1] nrows, int64_t[::1] order,
-                Py_ssize_t norder, const int64_t[::1] ivals=None, int64_t[::1] iacc=None,
-                const double[::1] fvals=None, double[::1] facc=None, const uint8_t[::1] mask=None):
-    """One integer key and at most one integer and one float sum, in one pass and without group ids:
-    each row counts in its group (a new group appended to `order`, as `direct_rows` does) and adds
-    its `ivals` / `fvals` value to `iacc` / `facc` (float sums in row order, as `sum_float`).  The
-    three updates of a row land in separate arrays, so their cache misses overlap instead of coming
-    in three passes, and no row's group id is stored and read back.  Returns the new length of
-    `order`, or -1 (nothing after that row counted) when a key lies outside the `nrows.shape[0]`
-    slots from `lo`: the range the column's statistics gave was wrong."""
-    cdef Py_ssize_t i, n = keys.shape[0], nslots = nrows.shape[0]
+def direct_sums(const intkey_t[::1] keys, int64_t lo, int64_t[:, ::1] state, int64_t[::1] order,
+                Py_ssize_t norder, const int64_t[::1] ivals=None, Py_ssize_t icol=1,
+                const double[::1] fvals=None, Py_ssize_t fcol=2, const uint8_t[::1] mask=None):
+    """One integer key and at most one integer and one float sum, in one pass and without group ids.
+    `state` holds one row per slot: the row count in column 0, the integer sum in column `icol`, the
+    float sum (its bits) in column `fcol`, so a row's updates touch one cache line rather than one
+    per array (rows of 2 or 4 words, aligned by the caller).  Each row counts in its group (a new
+    group appended to `order`, as `direct_rows` does) and adds its `ivals` / `fvals` value (float
+    sums in row order, as `sum_float`).  Returns the new length of `order`, or -1 (nothing after that
+    row counted) when a key lies outside the slots from `lo`: the range the column's statistics
+    gave was wrong."""
+    cdef Py_ssize_t i, n = keys.shape[0], nslots = state.shape[0], w = state.shape[1]
     cdef int64_t g, ga
+    cdef int64_t* st
+    cdef int64_t* row
     cdef bint masked = mask is not None
     cdef bint has_i = ivals is not None, has_f = fvals is not None
     cdef bint ahead = nslots >= AHEAD_MIN_GROUPS
-    if (has_i and (iacc is None or ivals.shape[0] < n or iacc.shape[0] < nslots)) or \
-            (has_f and (facc is None or fvals.shape[0] < n or facc.shape[0] < nslots)) or \
+    if (has_i and (ivals.shape[0] < n or not 0 < icol < w)) or \
+            (has_f and (fvals.shape[0] < n or not 0 < fcol < w)) or (has_i and has_f and icol == fcol) or \
             (masked and mask.shape[0] < n) or order.shape[0] < nslots:
-        raise ValueError("direct_sums: arrays shorter than the keys or the slots")
+        raise ValueError("direct_sums: arrays shorter than the keys or the slots, or columns not in the state")
+    if nslots == 0:
+        return norder if n == 0 else -1
+    st = &state[0, 0]
     with nogil:
         for i in range(n):
             if ahead and i + AHEAD < n:
                 ga = <int64_t> keys[i + AHEAD] - lo
                 if <uint64_t> ga < <uint64_t> nslots:
-                    BLZ_PREFETCH_W(&nrows[ga])
-                    if has_i:
-                        BLZ_PREFETCH_W(&iacc[ga])
-                    if has_f:
-                        BLZ_PREFETCH_W(&facc[ga])
+                    BLZ_PREFETCH_W(st + ga * w)
             if masked and not mask[i]:
                 continue
             g = <int64_t> keys[i] - lo
             if <uint64_t> g >= <uint64_t> nslots:
                 norder = -1
                 break
-            if nrows[g] == 0:
+            row = st + g * w
+            if row[0] == 0:
                 order[norder] = g
                 norder += 1
-            nrows[g] += 1
+            row[0] += 1
             if has_i:
-                iacc[g] += ivals[i]
+                row[icol] += ivals[i]
             if has_f:
-                facc[g] += fvals[i]
+                (<double*> (row + fcol))[0] += fvals[i]
     return norder
 
 

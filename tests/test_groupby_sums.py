@@ -24,44 +24,65 @@ def _calls(monkeypatch):
 
 
 @pytest.mark.parametrize("kdtype", [np.int8, np.uint16, np.int32, np.int64])
-def test_kernel_against_numpy(kdtype):
+@pytest.mark.parametrize("nslots", [40, 20_000])        # the second past where the kernel prefetches
+@pytest.mark.parametrize("cols", [(1, 2, 4), (2, 1, 4), (None, 1, 2), (1, None, 2)])
+def test_kernel_against_numpy(kdtype, nslots, cols):
+    icol, fcol, w = cols
     rng = np.random.default_rng(3)
-    n, lo, nslots = 5000, -3 if np.dtype(kdtype).kind == "i" else 2, 40
-    keys = (rng.integers(0, nslots, n) + lo).astype(kdtype)
+    n = 5000
+    lo = -3 if np.dtype(kdtype).kind == "i" else 2
+    keys = (rng.integers(0, min(nslots, np.iinfo(kdtype).max - 2), n) + lo).astype(kdtype)
     iv = rng.integers(-10**12, 10**12, n)
     fv = rng.standard_normal(n)
     mask = (rng.random(n) < 0.7).astype(np.uint8)
-    nrows, iacc, facc = np.zeros(nslots, np.int64), np.zeros(nslots, np.int64), np.zeros(nslots)
+    state = np.zeros((nslots, w), np.int64)
     order = np.zeros(nslots, np.int64)
-    got = _gb.direct_sums(keys, lo, nrows, order, 0, iv, iacc, fv, facc, mask)
+    got = _gb.direct_sums(keys, lo, state, order, 0, iv if icol else None, icol or 1,
+                          fv if fcol else None, fcol or 1, mask)
     g = keys.astype(np.int64)[mask == 1] - lo
     assert got == len(np.unique(g))
-    np.testing.assert_array_equal(nrows, np.bincount(g, minlength=nslots))
-    np.testing.assert_array_equal(iacc, [iv[mask == 1][g == s].sum() for s in range(nslots)])
-    # float sums in row order, one group at a time: the same bits as adding the rows in a loop
-    want = np.zeros(nslots)
-    for s, x in zip(g, fv[mask == 1]):
-        want[s] += x
-    assert facc.tobytes() == want.tobytes()
+    np.testing.assert_array_equal(state[:, 0], np.bincount(g, minlength=nslots))
+    if icol:
+        want = np.zeros(nslots, np.int64)
+        np.add.at(want, g, iv[mask == 1])
+        np.testing.assert_array_equal(state[:, icol], want)
+    if fcol:
+        # float sums in row order, one group at a time: the same bits as adding the rows in a loop
+        want = np.zeros(nslots)
+        for s, x in zip(g.tolist(), fv[mask == 1].tolist()):
+            want[s] += x
+        assert np.ascontiguousarray(state[:, fcol]).view(np.float64).tobytes() == want.tobytes()
+    unused = [c for c in range(1, w) if c not in (icol, fcol)]
+    assert not state[:, unused].any()
     # groups in the order of their first rows
-    first = list(dict.fromkeys(g.tolist()))
-    assert order[:got].tolist() == first
+    assert order[:got].tolist() == list(dict.fromkeys(g.tolist()))
 
 
 def test_kernel_only_counts_without_values():
     keys = np.array([5, 7, 5, 9], np.int64)
-    nrows, order = np.zeros(5, np.int64), np.zeros(5, np.int64)
-    assert _gb.direct_sums(keys, 5, nrows, order, 0) == 3
-    assert nrows.tolist() == [2, 0, 1, 0, 1] and order[:3].tolist() == [0, 2, 4]
+    state, order = np.zeros((5, 1), np.int64), np.zeros(5, np.int64)
+    assert _gb.direct_sums(keys, 5, state, order, 0) == 3
+    assert state[:, 0].tolist() == [2, 0, 1, 0, 1] and order[:3].tolist() == [0, 2, 4]
 
 
 @pytest.mark.parametrize("bad", [4, 10, -(2**40)])
 def test_kernel_refuses_a_key_outside_the_slots(bad):
     keys = np.array([5, 6, bad, 7], np.int64)
-    nrows, order = np.zeros(5, np.int64), np.zeros(5, np.int64)
-    assert _gb.direct_sums(keys, 5, nrows, order, 0) == -1
-    with pytest.raises(ValueError):
-        _gb.direct_sums(keys, 5, nrows, order, 0, np.zeros(2, np.int64), np.zeros(5, np.int64))
+    state, order = np.zeros((5, 2), np.int64), np.zeros(5, np.int64)
+    assert _gb.direct_sums(keys, 5, state, order, 0) == -1
+
+
+def test_kernel_refuses_bad_arguments():
+    keys = np.array([5, 6], np.int64)
+    state, order = np.zeros((5, 2), np.int64), np.zeros(5, np.int64)
+    with pytest.raises(ValueError):         # values shorter than the keys
+        _gb.direct_sums(keys, 5, state, order, 0, np.zeros(1, np.int64), 1)
+    with pytest.raises(ValueError):         # a column the state does not have
+        _gb.direct_sums(keys, 5, state, order, 0, None, 1, np.zeros(2), 2)
+    with pytest.raises(ValueError):         # both sums in one column
+        _gb.direct_sums(keys, 5, state, order, 0, np.zeros(2, np.int64), 1, np.zeros(2), 1)
+    with pytest.raises(ValueError):         # an order array shorter than the slots
+        _gb.direct_sums(keys, 5, state, np.zeros(4, np.int64), 0)
 
 
 def _table(tmp_path, n=40_000, seed=5):
@@ -144,11 +165,16 @@ def test_engine_leaves_other_queries_to_the_general_path(table, monkeypatch, agg
 
 
 def test_same_bits_with_two_threads_in_any_order(tmp_path, monkeypatch):
-    t, _ = _table(tmp_path, n=150_000)
+    t, df = _table(tmp_path, n=150_000)
     prev = blzarr.set_nthreads(2)
     try:
         aggs = [["v1", "sum", "s"], ["v3", "mean", "m"]]
         ref = t.groupby(["k"], aggs, out_flavor="numpy")
+        # the two parts' partials folded into the right answer
+        grp = df.groupby("k", sort=False)
+        assert ref["k"].tolist() == grp.size().index.tolist()
+        assert ref["s"].tolist() == grp["v1"].sum().tolist()
+        np.testing.assert_allclose(ref["m"], _nan_sum(grp, "v3") / grp.size().to_numpy(), rtol=1e-12)
         seen = _calls(monkeypatch)
 
         def backwards(fn, items):

@@ -315,7 +315,7 @@ def _value_words(vals, reader, tag):
 class _Partial:
     """One thread's aggregates: per-group arrays (grown with the groups of the hash path)."""
 
-    def __init__(self, plan, aggs, cap):
+    def __init__(self, plan, aggs, cap, sums=None):
         self.plan = plan
         self.aggs = aggs
         self.table = _gb.KeyTable(plan.nwords) if plan.kind == "hash" else None
@@ -329,7 +329,10 @@ class _Partial:
         for j, a in enumerate(aggs):
             if a.op == "count_distinct":
                 self.pairs[j] = _gb.KeyTable(1 + a.vwords)
-        self.grow(cap)
+        if sums is None:
+            self.grow(cap)
+        else:
+            self.pack(cap, sums)
 
     def grow(self, need):
         if need <= self.cap:
@@ -348,6 +351,30 @@ class _Partial:
             for name, (dt, fill) in a.fields().items():
                 st[name] = grown(st.get(name, np.zeros(0, dt)), fill)
         self.cap = cap
+
+    def pack(self, cap, sums):
+        """The state of a direct plan for `_gb.direct_sums` (`_sums_plan`'s `sums`): the row counts
+        and the two sums as columns of one array of 2 or 4 words a slot, each slot in one cache line
+        (the start aligned to 64 bytes); `nrows` and the sums' `acc` are views of it, so the fold
+        and the results read them as they read separate arrays."""
+        ji, jf = sums
+        self.cap = cap
+        self.order = np.empty(cap, np.int64)        # only its first `norder` entries are ever read
+        w = 1 + (ji is not None) + (jf is not None)
+        w = 1 if w == 1 else 2 if w == 2 else 4
+        raw = np.zeros(self.cap * w + 8, np.int64)
+        skip = (-raw.ctypes.data % 64) // 8
+        self.packed = raw[skip:skip + self.cap * w].reshape(self.cap, w)
+        self.nrows = self.packed[:, 0]
+        col = 1
+        self.cols = [1, 2]
+        if ji is not None:
+            self.state[ji]["acc"] = self.packed[:, col]
+            self.cols[0] = col
+            col += 1
+        if jf is not None:
+            self.state[jf]["acc"] = self.packed[:, col].view(np.float64)
+            self.cols[1] = col
 
     @property
     def n(self):
@@ -502,12 +529,12 @@ def _direct_sums(P, key, sums, s, e, mask, cols, aggs, reader):
     """Rows [s, e) counted and summed into the partial `P` by `_gb.direct_sums` (`_sums_plan`'s)."""
     ji, jf = sums
     kv = reader.as_key(reader.read(key.src, s, e, "key"), ("key", 0))
-    iv = ia = fv = fa = None
+    iv = fv = None
     if ji is not None:
-        iv, ia = reader.as_int64(reader.read(cols[ji], s, e), aggs[ji].col), P.state[ji]["acc"]
+        iv = reader.as_int64(reader.read(cols[ji], s, e), aggs[ji].col)
     if jf is not None:
-        fv, fa = reader.as_float64(reader.read(cols[jf], s, e), aggs[jf].col), P.state[jf]["acc"]
-    got = _gb.direct_sums(kv, key.rng[0], P.nrows, P.order, P.norder, iv, ia, fv, fa, mask)
+        fv = reader.as_float64(reader.read(cols[jf], s, e), aggs[jf].col)
+    got = _gb.direct_sums(kv, key.rng[0], P.packed, P.order, P.norder, iv, P.cols[0], fv, P.cols[1], mask)
     if got < 0:
         raise _out_of_range(key, s, e)
     P.norder = got
@@ -585,7 +612,7 @@ def aggregate(table, groupby_cols, agg_list, bool_arr=None, use_cache=True):
                 if mask is not None and not mask.any():
                     continue                    # no row kept: no value column decoded
                 if P is None:
-                    P = _Partial(plan, aggs, plan.nslots if plan.kind == "direct" else 64)
+                    P = _Partial(plan, aggs, plan.nslots if plan.kind == "direct" else 64, sums)
                 if sums is not None:
                     _direct_sums(P, keys[0], sums, s, e, mask, cols, aggs, reader)
                     continue
