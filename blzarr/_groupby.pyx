@@ -346,22 +346,35 @@ def pack_column(const uint8_t[:, ::1] src, uint64_t[:, ::1] out, Py_ssize_t offs
 
 
 def direct_codes(const intkey_t[::1] vals, int64_t lo, int64_t stride, int64_t[::1] out, bint first,
-                 const uint8_t[::1] mask=None):
+                 const uint8_t[::1] mask=None, int64_t span=-1):
     """Dense ids from integer keys: out = (vals - lo) * stride, added to `out` unless `first`; rows
-    whose `mask` is 0 get -1 (on the first key column; later ones leave them -1)."""
+    whose `mask` is 0 get -1 (on the first key column; later ones leave them -1).  With `span` >= 0,
+    returns False (the ids unfinished) when a kept row's value lies outside lo..lo + span - 1."""
     cdef Py_ssize_t i, n = vals.shape[0]
     cdef bint masked = mask is not None
+    cdef int64_t d
+    cdef bint ok = True
+    cdef uint64_t lim = <uint64_t> span
     with nogil:
         if first:
             for i in range(n):
                 if masked and not mask[i]:
                     out[i] = -1
                 else:
-                    out[i] = (<int64_t> vals[i] - lo) * stride
+                    d = <int64_t> vals[i] - lo
+                    if span >= 0 and <uint64_t> d >= lim:
+                        ok = False
+                        break
+                    out[i] = d * stride
         else:
             for i in range(n):
                 if out[i] >= 0:
-                    out[i] += (<int64_t> vals[i] - lo) * stride
+                    d = <int64_t> vals[i] - lo
+                    if span >= 0 and <uint64_t> d >= lim:
+                        ok = False
+                        break
+                    out[i] += d * stride
+    return ok
 
 
 def rows_seen(const int64_t[::1] codes, int64_t[::1] nrows, int64_t[::1] order, Py_ssize_t norder):
@@ -387,19 +400,27 @@ def rows_seen(const int64_t[::1] codes, int64_t[::1] nrows, int64_t[::1] order, 
 def direct_rows(const intkey_t[::1] vals, int64_t lo, int64_t[::1] out, int64_t[::1] nrows,
                 int64_t[::1] order, Py_ssize_t norder, const uint8_t[::1] mask=None):
     """One integer key: `direct_codes` and `rows_seen` in one pass; returns the new length of
-    `order`."""
+    `order`, or -1 when a kept row's key lies outside the `nrows.shape[0]` slots from `lo`."""
     cdef Py_ssize_t i, n = vals.shape[0]
-    cdef int64_t g
+    cdef int64_t g, ga
     cdef bint masked = mask is not None
+    cdef uint64_t nslots = <uint64_t> nrows.shape[0]
     cdef bint ahead = nrows.shape[0] >= AHEAD_MIN_GROUPS
+    if out.shape[0] < n or order.shape[0] < nrows.shape[0] or (masked and mask.shape[0] < n):
+        raise ValueError("direct_rows: arrays shorter than the keys or the slots")
     with nogil:
         for i in range(n):
             if ahead and i + AHEAD < n:
-                BLZ_PREFETCH_W(&nrows[<int64_t> vals[i + AHEAD] - lo])
+                ga = <int64_t> vals[i + AHEAD] - lo
+                if <uint64_t> ga < nslots:
+                    BLZ_PREFETCH_W(&nrows[ga])
             if masked and not mask[i]:
                 out[i] = -1
                 continue
             g = <int64_t> vals[i] - lo
+            if <uint64_t> g >= nslots:
+                norder = -1
+                break
             out[i] = g
             if nrows[g] == 0:
                 order[norder] = g

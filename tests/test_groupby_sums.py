@@ -70,6 +70,13 @@ def test_kernel_refuses_a_key_outside_the_slots(bad):
     keys = np.array([5, 6, bad, 7], np.int64)
     state, order = np.zeros((5, 2), np.int64), np.zeros(5, np.int64)
     assert _gb.direct_sums(keys, 5, state, order, 0) == -1
+    # the kernels of the other direct paths refuse it too
+    nrows, codes = np.zeros(5, np.int64), np.zeros(4, np.int64)
+    assert _gb.direct_rows(keys, 5, codes, nrows, np.zeros(5, np.int64), 0) == -1
+    assert _gb.direct_codes(keys, 5, 1, codes, True, None, 5) is False
+    assert _gb.direct_codes(keys, 5, 1, codes, True) is True        # no span given: not checked
+    codes[:] = 0
+    assert _gb.direct_codes(keys, 5, 1, codes, False, None, 5) is False
 
 
 def test_kernel_refuses_bad_arguments():
@@ -189,8 +196,21 @@ def test_same_bits_with_two_threads_in_any_order(tmp_path, monkeypatch):
         blzarr.set_nthreads(prev)
 
 
-def test_a_key_outside_its_statistics_is_an_error(table, monkeypatch):
+@pytest.mark.parametrize("keys, aggs, kernel", [
+    (["k"], [["v1", "sum", "s"]], "direct_sums"),
+    (["k"], [["v1", "min", "s"]], "direct_rows"),
+    (["k", "v1"], [["v3", "sum", "s"]], "direct_codes"),
+    (["v1", "k"], [["v3", "sum", "s"]], "direct_codes"),
+])
+def test_a_key_outside_its_statistics_is_an_error(table, monkeypatch, keys, aggs, kernel):
     t, _ = table
+    calls = []
+    real_kernel = getattr(gbmod._gb, kernel)
+
+    def spy(*a, **k):
+        calls.append(1)
+        return real_kernel(*a, **k)
+    monkeypatch.setattr(gbmod._gb, kernel, spy)
     real = gbmod._int_range
     reached = []
 
@@ -202,5 +222,5 @@ def test_a_key_outside_its_statistics_is_an_error(table, monkeypatch):
         return r
     monkeypatch.setattr(gbmod, "_int_range", narrow)
     with pytest.raises(ValueError, match="'k'.*outside"):
-        t.groupby(["k"], [["v1", "sum", "s"]])
-    assert reached
+        t.groupby(keys, aggs)
+    assert reached and calls

@@ -481,12 +481,17 @@ def _codes(plan, keys, s, e, mask, reader, table_or_none, insert=True, P=None):
                 np.subtract(mask.astype(np.int64), 1, out=codes)
         elif len(keys) == 1 and P is not None:
             v = reader.as_key(reader.read(keys[0].src, s, e, "key"), ("key", 0))
-            P.norder = _gb.direct_rows(v, keys[0].rng[0], codes, P.nrows, P.order, P.norder, mask)
+            got = _gb.direct_rows(v, keys[0].rng[0], codes, P.nrows, P.order, P.norder, mask)
+            if got < 0:
+                raise _out_of_range(keys[0], s, e)
+            P.norder = got
             return codes
         else:
             for j, k in enumerate(keys):
                 v = reader.as_key(reader.read(k.src, s, e, "key"), ("key", j))
-                _gb.direct_codes(v, k.rng[0], plan.strides[j], codes, j == 0, mask if j == 0 else None)
+                if not _gb.direct_codes(v, k.rng[0], plan.strides[j], codes, j == 0,
+                                        mask if j == 0 else None, k.rng[1]):
+                    raise _out_of_range(k, s, e)
     else:
         cols = [reader.read(k.src, s, e, "key") for k in keys]
         if plan.nwords == 1 and len(cols) == 1:
