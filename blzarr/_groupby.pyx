@@ -478,6 +478,29 @@ def direct_sums(const intkey_t[::1] keys, int64_t lo, int64_t[:, ::1] state, int
     return norder
 
 
+def fold_sums(int64_t[:, ::1] dst, const int64_t[:, ::1] src, Py_ssize_t fcol):
+    """`direct_sums` states added slot by slot, dst += src: every column as integers except column
+    `fcol` (none when it is not below the width), added as the doubles it holds."""
+    cdef Py_ssize_t i, j, n = dst.shape[0], w = dst.shape[1]
+    cdef int64_t* d
+    cdef const int64_t* s
+    if src.shape[0] != n or src.shape[1] != w:
+        raise ValueError("fold_sums: states of different shapes")
+    if n == 0:
+        return
+    d = &dst[0, 0]
+    s = &src[0, 0]
+    with nogil:
+        for i in range(n):
+            for j in range(w):
+                if j == fcol:
+                    (<double*> (d + j))[0] += (<const double*> (s + j))[0]
+                else:
+                    d[j] += s[j]
+            d += w
+            s += w
+
+
 def sum_int(const int64_t[::1] codes, const int64_t[::1] vals, int64_t[::1] acc):
     cdef Py_ssize_t i, n = codes.shape[0]
     cdef int64_t g

@@ -224,3 +224,21 @@ def test_a_key_outside_its_statistics_is_an_error(table, monkeypatch, keys, aggs
     with pytest.raises(ValueError, match="'k'.*outside"):
         t.groupby(keys, aggs)
     assert reached and calls
+
+
+@pytest.mark.parametrize("fcol", [1, 2, 4])
+def test_fold_adds_integers_and_the_float_column(fcol):
+    rng = np.random.default_rng(11)
+    a = rng.integers(-2**40, 2**40, (50, 4))
+    b = rng.integers(-2**40, 2**40, (50, 4))
+    if fcol < 4:
+        a[:, fcol] = rng.standard_normal(50).view(np.int64)
+        b[:, fcol] = rng.standard_normal(50).view(np.int64)
+    want = a + b
+    if fcol < 4:
+        want[:, fcol] = (a[:, fcol].view(np.float64) + b[:, fcol].view(np.float64)).view(np.int64)
+    got = a.copy()
+    _gb.fold_sums(got, b, fcol)
+    assert got.tobytes() == want.tobytes()
+    with pytest.raises(ValueError):
+        _gb.fold_sums(got, b[:10], fcol)

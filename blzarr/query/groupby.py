@@ -362,23 +362,46 @@ class _Partial:
         self.order = np.empty(cap, np.int64)        # only its first `norder` entries are ever read
         w = 1 + (ji is not None) + (jf is not None)
         w = 1 if w == 1 else 2 if w == 2 else 4
-        raw = np.zeros(self.cap * w + 8, np.int64)
-        skip = (-raw.ctypes.data % 64) // 8
-        self.packed = raw[skip:skip + self.cap * w].reshape(self.cap, w)
-        self.nrows = self.packed[:, 0]
+        self._bind(_zeroed_words(self.cap * w).reshape(self.cap, w), sums)
+
+    def _bind(self, packed, sums):
+        ji, jf = sums
+        self.sums, self.packed = sums, packed
+        self.nrows = packed[:, 0]
         col = 1
         self.cols = [1, 2]
         if ji is not None:
-            self.state[ji]["acc"] = self.packed[:, col]
+            self.state[ji]["acc"] = packed[:, col]
             self.cols[0] = col
             col += 1
         if jf is not None:
-            self.state[jf]["acc"] = self.packed[:, col].view(np.float64)
+            self.state[jf]["acc"] = packed[:, col].view(np.float64)
             self.cols[1] = col
+
+    def gathered(self, gid):
+        """The groups `gid` of a `pack`ed state as a state of their own, in that order (one gather
+        of each group's row, not one per array): the results then read groups 0, 1, ..."""
+        G = object.__new__(type(self))
+        G.plan, G.aggs, G.table, G.pairs = self.plan, self.aggs, None, self.pairs
+        G.cap = G.norder = len(gid)
+        G.order = np.arange(len(gid), dtype=np.int64)
+        G.state = [dict(st) for st in self.state]
+        n, w = self.packed.shape
+        # each row as one item (NumPy takes rows of a 2-d array along axis 0 item by item, slowly)
+        rows = self.packed.view(np.dtype((np.void, 8 * w))).reshape(n).take(gid)
+        G._bind(rows.view(np.int64).reshape(len(gid), w), self.sums)
+        return G
 
     @property
     def n(self):
         return self.table.n if self.table is not None else self.plan.nslots
+
+
+def _zeroed_words(n):
+    """n int64 zeros starting on a 64-byte boundary."""
+    raw = np.zeros(n + 8, np.int64)
+    skip = (-raw.ctypes.data % 64) // 8
+    return raw[skip:skip + n]
 
 
 class _Agg:
@@ -645,6 +668,9 @@ def aggregate(table, groupby_cols, agg_list, bool_arr=None, use_cache=True):
     if not keys and bool_arr is None:
         gid = np.zeros(1, np.int64)         # no key: one total row, as bquery gives
     key_values = plan.key_values(gid, G.table.keys_array() if G.table is not None else None)
+    if getattr(G, "packed", None) is not None:
+        G = G.gathered(gid)
+        gid = G.order
     # sorted_count_distinct needs the rows in order: one more pass, on this thread
     scd = {j: _sorted_count_distinct(table, plan, keys, a, bool_arr, bounds, reader, G)
            for j, a in enumerate(aggs) if a.op == "sorted_count_distinct"}
@@ -704,6 +730,10 @@ def _fold(plan, aggs, G, p):
     G.order[G.norder:G.norder + len(new)] = new
     G.norder += len(new)
     k = plan.nslots if isinstance(m, slice) else len(m)
+    if getattr(G, "packed", None) is not None:
+        # `direct_sums` states: every column in one pass over the slots (unused columns are 0)
+        _gb.fold_sums(G.packed, p.packed, G.cols[1] if G.sums[1] is not None else G.packed.shape[1])
+        return G
     G.nrows[m] += p.nrows[:k]
     for j, a in enumerate(aggs):
         gs, ps = G.state[j], p.state[j]
