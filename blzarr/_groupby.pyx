@@ -429,78 +429,6 @@ def direct_rows(const intkey_t[::1] vals, int64_t lo, int64_t[::1] out, int64_t[
     return norder
 
 
-def direct_sums(const intkey_t[::1] keys, int64_t lo, int64_t[:, ::1] state, int64_t[::1] order,
-                Py_ssize_t norder, const int64_t[::1] ivals=None, Py_ssize_t icol=1,
-                const double[::1] fvals=None, Py_ssize_t fcol=2, const uint8_t[::1] mask=None):
-    """One integer key and at most one integer and one float sum, in one pass and without group ids.
-    `state` holds one row per slot: the row count in column 0, the integer sum in column `icol`, the
-    float sum (its bits) in column `fcol`, so a row's updates touch one cache line rather than one
-    per array (rows of 2 or 4 words, aligned by the caller).  Each row counts in its group (a new
-    group appended to `order`, as `direct_rows` does) and adds its `ivals` / `fvals` value (float
-    sums in row order, as `sum_float`).  Returns the new length of `order`, or -1 (nothing after that
-    row counted) when a key lies outside the slots from `lo`: the range the column's statistics
-    gave was wrong."""
-    cdef Py_ssize_t i, n = keys.shape[0], nslots = state.shape[0], w = state.shape[1]
-    cdef int64_t g, ga
-    cdef int64_t* st
-    cdef int64_t* row
-    cdef bint masked = mask is not None
-    cdef bint has_i = ivals is not None, has_f = fvals is not None
-    cdef bint ahead = nslots >= AHEAD_MIN_GROUPS
-    if (has_i and (ivals.shape[0] < n or not 0 < icol < w)) or \
-            (has_f and (fvals.shape[0] < n or not 0 < fcol < w)) or (has_i and has_f and icol == fcol) or \
-            (masked and mask.shape[0] < n) or order.shape[0] < nslots:
-        raise ValueError("direct_sums: arrays shorter than the keys or the slots, or columns not in the state")
-    if nslots == 0:
-        return norder if n == 0 else -1
-    st = &state[0, 0]
-    with nogil:
-        for i in range(n):
-            if ahead and i + AHEAD < n:
-                ga = <int64_t> keys[i + AHEAD] - lo
-                if <uint64_t> ga < <uint64_t> nslots:
-                    BLZ_PREFETCH_W(st + ga * w)
-            if masked and not mask[i]:
-                continue
-            g = <int64_t> keys[i] - lo
-            if <uint64_t> g >= <uint64_t> nslots:
-                norder = -1
-                break
-            row = st + g * w
-            if row[0] == 0:
-                order[norder] = g
-                norder += 1
-            row[0] += 1
-            if has_i:
-                row[icol] += ivals[i]
-            if has_f:
-                (<double*> (row + fcol))[0] += fvals[i]
-    return norder
-
-
-def fold_sums(int64_t[:, ::1] dst, const int64_t[:, ::1] src, Py_ssize_t fcol):
-    """`direct_sums` states added slot by slot, dst += src: every column as integers except column
-    `fcol` (none when it is not below the width), added as the doubles it holds."""
-    cdef Py_ssize_t i, j, n = dst.shape[0], w = dst.shape[1]
-    cdef int64_t* d
-    cdef const int64_t* s
-    if src.shape[0] != n or src.shape[1] != w:
-        raise ValueError("fold_sums: states of different shapes")
-    if n == 0:
-        return
-    d = &dst[0, 0]
-    s = &src[0, 0]
-    with nogil:
-        for i in range(n):
-            for j in range(w):
-                if j == fcol:
-                    (<double*> (d + j))[0] += (<const double*> (s + j))[0]
-                else:
-                    d[j] += s[j]
-            d += w
-            s += w
-
-
 def sum_int(const int64_t[::1] codes, const int64_t[::1] vals, int64_t[::1] acc):
     cdef Py_ssize_t i, n = codes.shape[0]
     cdef int64_t g
@@ -707,3 +635,75 @@ def isin_span(const intkey_t[::1] vals, int64_t lo, const uint8_t[::1] table, ui
         for i in range(n):
             k = <uint64_t> (<int64_t> vals[i] - lo)
             out[i] = (k < span and table[k] != 0) != negate
+
+
+def direct_sums(const intkey_t[::1] keys, int64_t lo, int64_t[:, ::1] state, int64_t[::1] order,
+                Py_ssize_t norder, const int64_t[::1] ivals=None, Py_ssize_t icol=1,
+                const double[::1] fvals=None, Py_ssize_t fcol=2, const uint8_t[::1] mask=None):
+    """One integer key and at most one integer and one float sum, in one pass and without group ids.
+    `state` holds one row per slot: the row count in column 0, the integer sum in column `icol`, the
+    float sum (its bits) in column `fcol`, so a row's updates touch one cache line rather than one
+    per array (rows of 2 or 4 words, aligned by the caller).  Each row counts in its group (a new
+    group appended to `order`, as `direct_rows` does) and adds its `ivals` / `fvals` value (float
+    sums in row order, as `sum_float`).  Returns the new length of `order`, or -1 (nothing after that
+    row counted) when a key lies outside the slots from `lo`: the range the column's statistics
+    gave was wrong."""
+    cdef Py_ssize_t i, n = keys.shape[0], nslots = state.shape[0], w = state.shape[1]
+    cdef int64_t g, ga
+    cdef int64_t* st
+    cdef int64_t* row
+    cdef bint masked = mask is not None
+    cdef bint has_i = ivals is not None, has_f = fvals is not None
+    cdef bint ahead = nslots >= AHEAD_MIN_GROUPS
+    if (has_i and (ivals.shape[0] < n or not 0 < icol < w)) or \
+            (has_f and (fvals.shape[0] < n or not 0 < fcol < w)) or (has_i and has_f and icol == fcol) or \
+            (masked and mask.shape[0] < n) or order.shape[0] < nslots:
+        raise ValueError("direct_sums: arrays shorter than the keys or the slots, or columns not in the state")
+    if nslots == 0:
+        return norder if n == 0 else -1
+    st = &state[0, 0]
+    with nogil:
+        for i in range(n):
+            if ahead and i + AHEAD < n:
+                ga = <int64_t> keys[i + AHEAD] - lo
+                if <uint64_t> ga < <uint64_t> nslots:
+                    BLZ_PREFETCH_W(st + ga * w)
+            if masked and not mask[i]:
+                continue
+            g = <int64_t> keys[i] - lo
+            if <uint64_t> g >= <uint64_t> nslots:
+                norder = -1
+                break
+            row = st + g * w
+            if row[0] == 0:
+                order[norder] = g
+                norder += 1
+            row[0] += 1
+            if has_i:
+                row[icol] += ivals[i]
+            if has_f:
+                (<double*> (row + fcol))[0] += fvals[i]
+    return norder
+
+
+def fold_sums(int64_t[:, ::1] dst, const int64_t[:, ::1] src, Py_ssize_t fcol):
+    """`direct_sums` states added slot by slot, dst += src: every column as integers except column
+    `fcol` (none when it is not below the width), added as the doubles it holds."""
+    cdef Py_ssize_t i, j, n = dst.shape[0], w = dst.shape[1]
+    cdef int64_t* d
+    cdef const int64_t* s
+    if src.shape[0] != n or src.shape[1] != w:
+        raise ValueError("fold_sums: states of different shapes")
+    if n == 0:
+        return
+    d = &dst[0, 0]
+    s = &src[0, 0]
+    with nogil:
+        for i in range(n):
+            for j in range(w):
+                if j == fcol:
+                    (<double*> (d + j))[0] += (<const double*> (s + j))[0]
+                else:
+                    d[j] += s[j]
+            d += w
+            s += w
