@@ -212,7 +212,9 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         self._sizes_unsure = False          # meta/sizes not known durable: a record of this boot, or
                                             # "plain" (synced by a writer's open, `_commit_fallback`)
         self._plain_sizes = None            # the commit of the one-barrier record this writer wrote
-                                            # last, without the record's keys (`settle_sizes`)
+                                            # last, without the record's keys, or of the plain
+                                            # meta/sizes it wrote and synced last (`settle_sizes`)
+        self._plain_durable = False         # ... synced when it was written (not in a table's barrier)
 
     # ------------------------------------------------------------------ creation / opening
     @classmethod
@@ -554,6 +556,8 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         if name == SIZES_FILE and isinstance(obj, dict):
             if "prev" in obj:
                 obj = self._resolved_sizes(obj)
+            elif sizes_record.take_durable(obj):
+                self._sizes_unsure = False      # written once its commit was durable
             else:
                 # a plain meta/sizes may be a killed writer's, written and never synced: a writer
                 # that took it as the commit and cut what it no longer names would leave the one
@@ -615,6 +619,11 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         self._before_sizes()
         obj, free_from = self._sizes_with_last(obj)
         one = self._one_barrier_sizes(obj)
+        # synced before this returns (in a table's barrier: at its end, which this writer does not see)
+        synced = not in_barrier() and self._fio.syncs() and isinstance(self.bytestore, LocalStore)
+        # in a new directory: synced by the barrier that publishes it (`files.NewTree`)
+        new = (fileio.sync_enabled() and isinstance(self.bytestore, LocalStore)
+               and new_tree_of(self.rootdir) is not None)
         if one is None:
             self._sync_with_sizes()     # the chunk before the meta/sizes that names it, in order
         # the commit point: where there is no lock, a conditional put (two writers never both commit)
@@ -623,7 +632,12 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         self._plain_sizes = None
         try:
             # room to grow: "last" comes and goes, its offset gains digits
-            if one is None:
+            if one is None and new:
+                # no writer can open a new directory before the barrier that syncs this text; its
+                # file takes the sector whole, so that the records of later flushes (longer than this
+                # text) are written over it in place
+                self._guard.commit(sizes_record.mark_durable(obj), room=SECTOR)
+            elif one is None:
                 self._guard.commit(obj, room=SIZES_ROOM)
             else:
                 # the chunk and meta/sizes synced together: a power loss may keep meta/sizes alone,
@@ -635,8 +649,8 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         except BaseException:
             self._sizes_last = old_last     # either may be on disk (the new one names live bytes)
             raise
-        if one is not None:
-            self._plain_sizes = obj
+        if one is not None or (synced and not new):
+            self._plain_sizes, self._plain_durable = obj, synced
         self._sizes_len = int(obj["shape"][0])
         self._sizes_last = tuple(obj["last"]) if "last" in obj else None
         self._named_extent()
@@ -820,18 +834,22 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
             return True
 
     def settle_sizes(self):
-        """At close, after a flush that succeeded: the one-barrier record this writer committed last,
-        durable with its chunks by then, written over in place with the same commit without the
-        record's keys, so that readers after a reboot do not check its chunks at every open.  Not
-        synced: either text is a complete, durable commit of the same state.  Nothing is done where
-        the text cannot be written over in place (the record stays, as valid as before)."""
+        """At close, after a flush that succeeded: the commit this writer made last, written over in
+        place as plain text (a one-barrier record without the record's keys, so that readers after
+        a reboot do not check its chunks at every open), with the durable mark when that commit was
+        synced as it was written (`sizes_record.DURABLE`: the next writer's open needs no sync of
+        it).  Not synced: either text is a complete, durable commit of the same state.  Nothing is
+        done where the text cannot be written over in place (the text there stays, as valid as
+        before)."""
         with self._lock:
             obj, self._plain_sizes = self._plain_sizes, None
+            durable, self._plain_durable = self._plain_durable, False
             if (obj is None or self.mode == "r" or in_barrier() or not isinstance(self.bytestore, LocalStore)
                     or self._with_sizes is not None or self._pending or self._unsynced):
                 return
             try:
-                overwrite_sector(self.meta_path(SIZES_FILE), json_bytes(obj), fsync=False)
+                overwrite_sector(self.meta_path(SIZES_FILE),
+                                 json_bytes(sizes_record.mark_durable(obj) if durable else obj), fsync=False)
             except StorageError:
                 pass
 

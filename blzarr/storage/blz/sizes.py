@@ -32,6 +32,10 @@ from blzarr.errors import FormatError
 BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
 KEYS = ("prev", "sum", "more", "boot")
 MAX_MORE = 4        # full chunks a record names in "more" (the text stays well inside one sector)
+# in a plain meta/sizes: the text was written when its commit was durable already (by the close() of
+# a writer whose last commit was synced, or inside a new directory that a barrier syncs before any
+# writer can open it), so a writer opening it needs no sync of it (docs/FORMAT.rst)
+DURABLE = "durable"
 
 _boot = None        # this process's boot ("" when it cannot be told), read once
 
@@ -130,3 +134,14 @@ def resolve(sizes, verify, where):
     if isinstance(length, int) and length > 0 and isinstance(nbytes, int):
         out["nbytes"] = nbytes // length * prev[0]      # (informative)
     return out, "prev"
+
+
+def mark_durable(obj):
+    """`obj`, a plain meta/sizes, marked as written when its commit was durable (`DURABLE`)."""
+    return dict(obj, **{DURABLE: True})
+
+
+def take_durable(obj):
+    """Whether the plain meta/sizes `obj` carries the durable mark; the mark is removed from `obj`
+    (a text written from it later says it again only when that is true again)."""
+    return obj.pop(DURABLE, None) is True
