@@ -94,9 +94,10 @@ class NewTree:
         self.dirs = {}              # directories made inside the root, synced by publish
         self.renamed = renamed      # published by a rename followed by a sync of the parent
 
-    def write(self, path, data):
-        # its bytes start their way to the disk at once: the barrier then finds them written
-        fileio.write_new(path, data, writeback=fileio.sync_enabled())
+    def write(self, path, data, writeback=True):
+        # its bytes start their way to the disk at once: the barrier then finds them written (not
+        # `writeback`: the barrier comes next, and syncs the file with the others in parallel)
+        fileio.write_new(path, data, writeback=writeback and fileio.sync_enabled())
         self.files[path] = None
 
     def made_dirs(self, *paths):
@@ -382,11 +383,12 @@ def atomic_write(path, data, fsync=False, sync_dir=None):
     d = os.path.dirname(path) or "."
     tree = new_tree_of(path) if _new_trees else None
     if tree is not None:
+        sizes = (not isinstance(path, str) or path.endswith(SIZES_FILE)) and os.path.basename(path) == SIZES_FILE
         try:
-            tree.write(path, data)
+            tree.write(path, data, writeback=not sizes)
         except OSError as e:
             raise StorageError(f"cannot write '{path}': {e}") from None
-        if (not isinstance(path, str) or path.endswith(SIZES_FILE)) and os.path.basename(path) == SIZES_FILE:
+        if sizes:
             # meta/sizes, which names the chunks, is the tree's last file: one barrier makes them
             # all durable (a new tree is built under a hidden name that a rename publishes later, so
             # nothing needs meta/sizes to be a commit point before that rename)
