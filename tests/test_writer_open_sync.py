@@ -98,10 +98,11 @@ def test_a_cleanly_closed_array_is_opened_without_a_sync(tmp_path, monkeypatch, 
             assert "prev" in _sizes(root)       # (the case meant: a one-barrier record)
         c.close()
         want = np.r_[want, np.arange(60)]
-    assert _sizes(root).get(sizes_record.DURABLE) is True
+    text = _sizes(root)
     before, flush = _first_write(root, want)
     assert flush, "the log saw no sync of the flush: it is not the file layer in use"
     assert before == []
+    assert text.get(sizes_record.DURABLE) is True
 
 
 def test_a_plain_text_without_the_mark_is_synced_at_the_writers_open(tmp_path):
