@@ -120,10 +120,7 @@ def _built(make, kwargs, fill, held=True):
             with creation_completed_by_caller(url):
                 out = make(**dict(kwargs, rootdir=url))
             fill(out)
-            if isinstance(out, carray):
-                commit_creation(out)
-            else:
-                out.flush()
+            commit_creation(out)
             return out
         if rootdir is None or kwargs.get("mode") != "w":
             return build()

@@ -800,3 +800,63 @@ def test_the_not_writing_ones_do_not_write_on_s3(s3env, fmt):
     a.close()
     t.close()
     _remove(fs, root)
+
+
+_TABLE_BUILDS = {
+    # a ctable made empty at the URL and filled block by block (a structured dtype gives a ctable)
+    "fromiter": lambda url, opts: blzarr.fromiter(((i, i * 0.5) for i in range(N)), dtype="i8,f8", count=N,
+                                                  rootdir=url, chunklen=CL, storage_options=opts).close(),
+    "zeros": lambda url, opts: blzarr.zeros(N, dtype="i8,f8", rootdir=url, chunklen=CL,
+                                            storage_options=opts).close(),
+    # a dataframe: an empty table whose columns the partitions' tasks write
+    "from_dask": lambda url, opts: _from_frame(url, opts),
+}
+
+
+def _from_frame(url, opts):
+    import dask
+    # one thread: the same store calls in the same order every run (and a forked child has no pool)
+    with dask.config.set(scheduler="synchronous"):
+        blzarr.from_dask(_frame(), url, storage_options=opts).close()
+
+
+def _frame():
+    pd = pytest.importorskip("pandas")
+    dd = pytest.importorskip("dask.dataframe")
+    return dd.from_pandas(pd.DataFrame({"f0": np.arange(N), "f1": np.arange(N) * 0.5}), npartitions=3)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.parametrize("fault", ["interrupt", "kill"])
+@pytest.mark.parametrize("how", sorted(_TABLE_BUILDS))
+def test_an_interrupted_table_build_at_a_new_url_leaves_nothing(s3env, how, fault):
+    # interrupted at the last put of its rows' data, or killed before the first, the URL holds
+    # nothing (the table's creation marker, no __rootdirs__), and the same call again writes the
+    # whole table
+    fs, opts, bucket = s3env
+    root = f"{bucket}/tbuild-{how}-{fault}-{uuid.uuid4().hex[:6]}"
+    build = _TABLE_BUILDS[how]
+    _, calls = count_store_calls(lambda: build(f"{root}/probe", opts))
+    data = [k for k, (what, key) in enumerate(calls) if "/probe/" in key and "/data/" in key]
+    if fault == "kill":
+        assert run_store_killed(lambda: build(f"{root}/x", opts), data[0])
+    else:
+        inj = StoreInjector(data[-1], "interrupt")
+        with pytest.raises(Injected), store_faults(inj):
+            build(f"{root}/x", opts)
+        assert inj.fired
+    assert snapshot(fs, f"{root}/x", opts) is None
+    if _exists(fs, f"{root}/x"):
+        assert fs.exists(f"{root}/x/.blzarr-creating") and not fs.exists(f"{root}/x/__rootdirs__")
+        with pytest.raises(blzarr.StorageError, match=f"'{root}/x'"):
+            blzarr.open(f"{root}/x", mode="r", storage_options=opts)
+        assert "EMPTY" in _verified(f"{root}/x", opts)
+    build(f"{root}/x", opts)
+    t = blzarr.open(f"{root}/x", mode="r", storage_options=opts)
+    want = (np.zeros(N, "i8"), np.zeros(N)) if how == "zeros" else (np.arange(N), np.arange(N) * 0.5)
+    np.testing.assert_array_equal(t["f0"][:], want[0])
+    np.testing.assert_array_equal(t["f1"][:], want[1])
+    fs.invalidate_cache()
+    assert not fs.exists(f"{root}/x/.blzarr-creating")
+    _remove(fs, root)

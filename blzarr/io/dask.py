@@ -426,7 +426,9 @@ def _frame_from_dask(df, rootdir, mode, kwargs):
     opts = kwargs.get("storage_options")
 
     def build(path):
-        t = ctable(empty, names, rootdir=path, mode="w", **kwargs)
+        # at a URL the table is committed (its __rootdirs__) once its columns are written
+        with creation_completed_by_caller(path):
+            t = ctable(empty, names, rootdir=path, mode="w", **kwargs)
         t.flush()
         return _write_frame(df, t, names, dtypes, lengths, n, path, opts)
 
@@ -451,6 +453,7 @@ def _write_frame(df, t, names, dtypes, lengths, n, rootdir, storage_options=None
     kw = {"storage_options": storage_options} if is_url(rootdir) else {}
     for name in names:
         _finish(t.cols[name].rootdir, n, "r", **kw)
+    t._commit_creation()
     return ctable(rootdir=rootdir, mode="r", **kw)
 
 

@@ -113,8 +113,15 @@ def creation_completed_by_caller(url):
         urls.pop()
 
 
+def creation_left_to_caller(url):
+    """Whether the dataset being created at the object-storage `url` is committed by its caller
+    (inside `creation_completed_by_caller`), not by its constructor."""
+    return url is not None and os.fspath(url).rstrip("/") in getattr(_deferred, "urls", ())
+
+
 def commit_creation(a):
-    """Commit the creation `creation_completed_by_caller` left to the caller (flushed first)."""
+    """Commit the creation (of a carray or a ctable) that `creation_completed_by_caller` left to the
+    caller, flushed first."""
     a.flush()
     a._commit_creation()
 
@@ -444,7 +451,7 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
                 self._mode = mode
             if self._bytestore is not None:
                 self._creation_marked = marked
-                if self._rootdir.rstrip("/") not in getattr(_deferred, "urls", ()):
+                if not creation_left_to_caller(self._rootdir):
                     self._commit_creation()
             if stage is not None:
                 self._publish_stage(stage, final)

@@ -26,7 +26,7 @@ from blzarr.containers import indexing as ix
 from blzarr.runtime import integrations
 from blzarr.runtime import forksafe
 from blzarr.storage.attrs import attrs as _attrs
-from blzarr.containers.carray.array import carray
+from blzarr.containers.carray.array import carray, creation_left_to_caller
 from blzarr.containers.common import Container
 from blzarr.containers.carray.read import pin_version, read_one_version, unpin_version
 from blzarr.containers.carray.version import fresh_call
@@ -394,10 +394,16 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
                 with replace.fresh(self._rootdir) if self._bytestore is not None else contextlib.nullcontext():
                     self.cols._cols[name] = self._new_column(col, name)
             self._len = len(self.cols._cols[names[0]]) if names else 0
-            self._write_rootdirs()
+            # object storage: __rootdirs__ commits the table, unless its caller fills it first
+            # (`creation_completed_by_caller`): until then its marker says it is not there yet
+            deferred = self._bytestore is not None and creation_left_to_caller(self._rootdir)
+            if not deferred:
+                self._write_rootdirs()
             self._attrs = _attrs(self._rootdir, self._mode, _new=True, path=self._attrs_path)
             self.flush()
-            if self._bytestore is not None:
+            if deferred:
+                self._creation_pending = True
+            elif self._bytestore is not None:
                 self._bytestore.delete(CREATING_FILE)
             elif self._rootdir is not None:
                 if held is not None:
@@ -491,6 +497,14 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
                 self._uid = secrets.token_hex(8)
             meta["uid"] = self._uid
         return meta
+
+    def _commit_creation(self):
+        """Object storage: put __rootdirs__, the commit of a creation left to its caller, and delete
+        the creation marker (once: later calls do nothing)."""
+        if not self.__dict__.pop("_creation_pending", False):
+            return
+        self._write_rootdirs()
+        self._bytestore.delete(CREATING_FILE)
 
     def _write_rootdirs(self, names=None):
         if self._rootdir is not None:
