@@ -21,7 +21,7 @@ import pytest
 
 import blzarr
 from blzarr.storage import fileio
-from helpers import fork_child, kill_child, wait_for
+from helpers import fork_child, kill_child, read_all, wait_for
 
 pytestmark = [pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork"), pytest.mark.slow]
 
@@ -227,6 +227,31 @@ def ctable_writer(rootdir, seed, wfd):
         os._exit(0)
 
 
+def ctable_writer_killed_at_commit(rootdir, seed, wfd):
+    """A writer that SIGKILLs itself when its first flush reaches the last column's commit: the
+    other columns' rows are written, the last column's are not (what a random kill meets only when
+    it lands in that window)."""
+    try:
+        import signal
+        import warnings
+        warnings.simplefilter("ignore")
+        t = blzarr.open(rootdir, mode="a")
+        n = len(t)
+        last = t.cols[t.names[-1]]
+
+        def killed(nch):
+            os.write(wfd, b"K\n")
+            os.kill(os.getpid(), signal.SIGKILL)
+        last._flush_commit = killed
+        os.write(wfd, b"R\n")
+        k = 2 * CHUNKLEN + 7
+        t.append([np.arange(n, n + k), np.arange(n, n + k) * 2.0, (np.arange(n, n + k) % 7).astype("U2")])
+    except BaseException as e:
+        os.write(wfd, f"E {type(e).__name__}: {e}\n".encode())
+    finally:
+        os._exit(0)
+
+
 @pytest.mark.parametrize("fmt", ["bcolz", "blz"])
 def test_sigkill_during_ctable_appends(tmp_path, fmt):
     """Columns are flushed one after the other: a kill between two leaves some longer, and the table
@@ -241,15 +266,21 @@ def test_sigkill_during_ctable_appends(tmp_path, fmt):
     rnd = random.Random(99)
     uneven = 0
     before = 0
-    # ROUNDS // 2 kills, then more (up to twice that) until one has landed between two column flushes:
-    # on a loaded machine the kills' moments bunch, and a run of rounds could miss that window
-    for rnd_no in range(ROUNDS):
-        if rnd_no >= ROUNDS // 2 and uneven:
-            break
-        pid, r = fork_child(ctable_writer, rootdir, rnd_no, nthreads=0)
+    # ROUNDS // 2 kills at random moments, then one that lands between the other columns' commit
+    # and the last column's for certain: as flushes got shorter, 40 random kills could miss that
+    # window on a loaded machine
+    for rnd_no in range(ROUNDS // 2 + 1):
+        at_commit = rnd_no == ROUNDS // 2
+        pid, r = fork_child(ctable_writer_killed_at_commit if at_commit else ctable_writer, rootdir, rnd_no,
+                            nthreads=0)
         buf = wait_for(r, b"R\n").decode()
-        time.sleep(rnd.uniform(0.0, 0.1))
-        buf += kill_child(pid, r)
+        if at_commit:
+            os.waitpid(pid, 0)
+            buf += read_all(r)
+            assert "K" in buf.split("\n"), buf        # the kill came from the patched commit
+        else:
+            time.sleep(rnd.uniform(0.0, 0.1))
+            buf += kill_child(pid, r)
         lines = buf.split("\n")
         assert not [x for x in lines if x.startswith("E ")], lines
         # a kill before the round's first append returned leaves what the rounds before flushed
@@ -266,7 +297,8 @@ def test_sigkill_during_ctable_appends(tmp_path, fmt):
         before = len(a)
         del t
         gc.collect()
-    # a kill between two column flushes must have been met, or the test did not test the recovery
+    # the last kill met the columns uneven, or the test did not test the recovery
+    assert caught, "the kill at the last column's commit left the columns even"
     assert uneven >= 1
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)     # the last kill may have left them uneven
