@@ -31,7 +31,7 @@ from blzarr.query import chunked_eval as _ce
 from blzarr.containers.ctable.table import _committed_rows as committed_rows, check_name, ctable
 from blzarr.errors import storage_error
 from blzarr.storage.files import ROOTDIRS_FILE, ObjectPath, creation_debris, detect, detect_store, read_json
-from blzarr.storage.bytestore import find_objects, is_url, join, occupied, open_bytestore
+from blzarr.storage.bytestore import find_objects, is_url, join, occupied, open_bytestore, overlaps
 
 PROG = "blzarr"
 CHECKSUM_NAMES = [name for _, (name, _) in sorted(_superchunk.CHECKSUMS.items())]
@@ -598,14 +598,8 @@ def cmd_convert(args, out):
     kind = _detect(src_path)
     if kind is None:
         raise CLIError(f"source '{src_path}' holds neither a carray nor a ctable")
-    if is_url(src_path) or is_url(dst):
-        a, b = src_path.rstrip("/"), dst.rstrip("/")
-        if a == b or b.startswith(a + "/") or a.startswith(b + "/"):
-            raise CLIError(f"destination '{dst}' overlaps the source '{src_path}'")
-    else:
-        real_src, real_dst = os.path.realpath(src_path), os.path.realpath(dst)
-        if real_dst == real_src or real_dst.startswith(real_src + os.sep) or real_src.startswith(real_dst + os.sep):
-            raise CLIError(f"destination '{dst}' overlaps the source '{src_path}'")
+    if overlaps(dst, src_path):
+        raise CLIError(f"destination '{dst}' overlaps the source '{src_path}'")
     # (at a URL, objects of a creation that never committed are nothing: they are replaced)
     if (occupied(dst, _remote["storage_options"]) if is_url(dst) else os.path.lexists(dst)) and not args.overwrite:
         raise CLIError(f"destination '{dst}' already exists (pass --overwrite to replace it)")

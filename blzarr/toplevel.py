@@ -19,7 +19,7 @@ from blzarr.storage.locking import lock_dir
 from blzarr.containers.carray.array import carray, commit_creation, creation_completed_by_caller
 from blzarr.errors import BlzarrError, StorageError
 from blzarr.storage.files import ROOTDIRS_FILE as ROOTDIRS, detect, detect_store, nothing_stored  # noqa: F401  (bcolz.toplevel's ROOTDIRS)
-from blzarr.storage.bytestore import find_objects, is_url, local_path, occupied, open_bytestore
+from blzarr.storage.bytestore import find_objects, is_url, local_path, occupied, open_bytestore, overlaps
 from blzarr.containers.ctable.table import ctable
 from blzarr.runtime.params import cparams, detect_number_of_cores, set_nthreads  # noqa: F401  (bcolz.toplevel's names)
 
@@ -570,7 +570,7 @@ def salvage(src, dst, format=None, overwrite=False):
     src = os.fspath(src)
     dst = os.fspath(dst)
     remote = is_url(src) or is_url(dst)
-    if (src.rstrip("/") == dst.rstrip("/")) if remote else intent.same_or_nested(src, dst):
+    if overlaps(src, dst):
         raise StorageError(f"cannot salvage '{src}' into '{dst}': the two overlap (the copy must go to "
                            "another directory)")
     if not overwrite and occupied(dst):

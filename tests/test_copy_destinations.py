@@ -112,3 +112,16 @@ def test_copy_onto_an_existing_directory_raises_as_bcolz_does(tmp_path):
         with pytest.raises(ValueError):
             type(t)([np.arange(3)], names=["z"], rootdir=dest)
         np.testing.assert_array_equal(blzarr.open(dest, mode="r")["b"][:], np.arange(10) * 2.0)
+
+
+def test_overlap_of_paths_and_urls(tmp_path):
+    # the one check every copy, group-by result, salvage and convert asks of its destination
+    from blzarr.storage.bytestore import overlaps
+    assert overlaps("s3://b/t", "s3://b/t/") and overlaps("s3://b/t/sub", "s3://b/t")
+    assert overlaps("s3://b/t", "s3://b/t/sub/x")
+    assert not overlaps("s3://b/t2", "s3://b/t") and not overlaps("s3://b/t", str(tmp_path / "t"))
+    (tmp_path / "t").mkdir()
+    os.symlink(tmp_path / "t", tmp_path / "l")
+    assert overlaps(str(tmp_path / "l"), str(tmp_path / "t" / "x"))
+    assert overlaps(str(tmp_path / "t") + "/", str(tmp_path / "t" / ".." / "t"))
+    assert not overlaps(str(tmp_path / "t2"), str(tmp_path / "t"))

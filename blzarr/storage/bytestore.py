@@ -76,6 +76,7 @@ import time
 
 from blzarr.storage import fileio
 from blzarr.storage import files
+from blzarr.storage import intent
 from blzarr.errors import ConcurrentWriterError, FormatError, MissingError, StorageError
 from blzarr.storage.files import creation_debris, detect_store
 from blzarr.storage.readpins import ReadPins
@@ -1174,6 +1175,17 @@ def open_bytestore(root, storage_options=None):
     if storage_options:
         raise ValueError(f"storage_options are for URLs; '{root}' is a local path")
     return LocalStore(root)
+
+
+def overlaps(a, b):
+    """Whether paths or URLs `a` and `b` name the same dataset or one holds the other, what a check
+    that refuses a destination overlapping its source asks: URLs (either one) the same prefix or one
+    below the other; local paths `intent.same_or_nested` (links, '..', trailing slashes resolved)."""
+    a, b = os.fspath(a), os.fspath(b)
+    if is_url(a) or is_url(b):
+        a, b = a.rstrip("/"), b.rstrip("/")
+        return a == b or a.startswith(b + "/") or b.startswith(a + "/")
+    return intent.same_or_nested(a, b)
 
 
 def occupied(path, storage_options=None):

@@ -2,6 +2,7 @@
 unique, factorize_groupby_cols and is_in_ordered_subgroups, thin methods over `blzarr.query.groupby`,
 so that code written for bquery's ctable runs with blzarr's."""
 
+import functools
 import os
 
 import numpy as np
@@ -11,8 +12,7 @@ from blzarr.containers.carray.version import fresh_call
 from blzarr.query import factor_cache
 from blzarr.query import groupby as _gb
 from blzarr.errors import ExistsError, StorageError
-from blzarr.storage import intent
-from blzarr.storage.bytestore import is_url, occupied
+from blzarr.storage.bytestore import occupied, overlaps
 
 
 class CtableGroupby:
@@ -59,10 +59,7 @@ class CtableGroupby:
         if rootdir is not None and out_flavor in (None, "bcolz", "ctable"):
             self._check_destination(rootdir, mode)
         self._auto_cache(groupby_cols)
-        make = type(self)
-        if rootdir is not None:
-            def make(*args, **kwargs):
-                return type(self)(*args, mode=mode, **kwargs)
+        make = functools.partial(type(self), mode=mode) if rootdir is not None else type(self)
         return _gb.groupby(self, groupby_cols, agg_list, bool_arr=bool_arr, rootdir=rootdir,
                            make_table=make, out_flavor=out_flavor)
 
@@ -72,9 +69,7 @@ class CtableGroupby:
         path = os.fspath(rootdir)
         if mode not in ("a", "w"):
             raise ValueError(f"groupby(): `mode` must be 'a' or 'w', not {mode!r}")
-        if self.rootdir is not None and (
-                path.rstrip("/") == str(self.rootdir).rstrip("/")
-                or not is_url(path) and not is_url(str(self.rootdir)) and intent.same_or_nested(path, self.rootdir)):
+        if self.rootdir is not None and overlaps(path, self.rootdir):
             raise StorageError(f"groupby(): the result's rootdir, '{path}', overlaps the table's, "
                                f"'{self.rootdir}'")
         if mode != "w" and occupied(path):

@@ -37,7 +37,7 @@ from blzarr.query.rules import DEFAULT_BLEN
 from blzarr.runtime.params import cparams as _cparams, defaults
 from blzarr.storage.files import (ATTRS_FILE, CREATING_FILE, META_DIR, ROOTDIRS_FILE, STORAGE_FILE, HeldTree,
                                    ObjectPath, creation_marker, held_tree, new_tree_of, read_json, write_json)
-from blzarr.storage.bytestore import is_url, join, local_path, occupied, open_bytestore
+from blzarr.storage.bytestore import is_url, join, local_path, occupied, open_bytestore, overlaps
 # the parts of ctable, one module each (the moved names stay importable from here)
 from blzarr.containers.ctable.read import NROW, CtableBase, CtableReads, _split_outcols  # noqa: F401
 from blzarr.containers.ctable.write import _CARRAY_KW, CtableWrites, check_name
@@ -818,10 +818,7 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         unknown = set(kwargs) - set(_CARRAY_KW)
         if unknown:
             raise TypeError(f"copy() got unexpected keyword arguments {sorted(unknown)}")
-        if rootdir is not None and self._rootdir is not None and (
-                os.path.abspath(os.fspath(rootdir)) == os.path.abspath(self._rootdir)
-                or self._bytestore is None and not is_url(os.fspath(rootdir))
-                and intent.same_or_nested(rootdir, self._rootdir)):
+        if rootdir is not None and self._rootdir is not None and overlaps(rootdir, self._rootdir):
             raise StorageError(f"copy(): the rootdir of the copy, '{os.fspath(rootdir)}', overlaps the "
                                f"original's, '{self._rootdir}'")
         if len(names) != len(self.cols.names):
