@@ -594,6 +594,15 @@ def _before_the_commit(calls, name):
                     if k > first_data and key.endswith(f"/{name}/meta/sizes"))
 
 
+def _interrupted(fn, at):
+    """Run `fn` with an interrupt injected before store call `at`: the injected error comes out, and
+    the injection struck."""
+    inj = StoreInjector(at, "interrupt")
+    with pytest.raises(Injected), store_faults(inj):
+        fn()
+    assert inj.fired
+
+
 def _nothing_yet(fs, url, opts):
     """The state a carray creation at `url` that never committed must leave: nothing stored.  When
     objects are left there (True): the creation marker and no meta/storage, a clear error naming the
@@ -630,10 +639,7 @@ def test_an_interrupted_carray_creation_at_a_new_url_leaves_nothing(s3env, how):
     root = f"{bucket}/interrupted-{how}-{uuid.uuid4().hex[:6]}"
     create = _CREATIONS[how]
     _, calls = count_store_calls(lambda: create(f"{root}/probe", opts))
-    inj = StoreInjector(_before_the_commit(calls, "probe"), "interrupt")
-    with pytest.raises(Injected), store_faults(inj):
-        create(f"{root}/x", opts)
-    assert inj.fired
+    _interrupted(lambda: create(f"{root}/x", opts), _before_the_commit(calls, "probe"))
     assert _nothing_yet(fs, f"{root}/x", opts)
     create(f"{root}/x", opts)
     assert snapshot(fs, f"{root}/x", opts) == snapshot(fs, f"{root}/probe", opts) == (
@@ -662,10 +668,7 @@ def test_an_interrupted_copy_to_a_new_url_leaves_nothing(s3env, how):
     _carray(f"{root}/src", "blz", opts)
     copy = _COPIES[how]
     _, calls = count_store_calls(lambda: copy(f"{root}/src", f"{root}/probe", opts))
-    inj = StoreInjector(_before_the_commit(calls, "probe"), "interrupt")
-    with pytest.raises(Injected), store_faults(inj):
-        copy(f"{root}/src", f"{root}/x", opts)
-    assert inj.fired
+    _interrupted(lambda: copy(f"{root}/src", f"{root}/x", opts), _before_the_commit(calls, "probe"))
     assert _nothing_yet(fs, f"{root}/x", opts)
     copy(f"{root}/src", f"{root}/x", opts)
     got = snapshot(fs, f"{root}/x", opts)
@@ -842,16 +845,9 @@ def test_an_interrupted_table_build_at_a_new_url_leaves_nothing(s3env, how, faul
     if fault == "kill":
         assert run_store_killed(lambda: build(f"{root}/x", opts), data[0])
     else:
-        inj = StoreInjector(data[-1], "interrupt")
-        with pytest.raises(Injected), store_faults(inj):
-            build(f"{root}/x", opts)
-        assert inj.fired
-    assert snapshot(fs, f"{root}/x", opts) is None
-    if _exists(fs, f"{root}/x"):
-        assert fs.exists(f"{root}/x/.blzarr-creating") and not fs.exists(f"{root}/x/__rootdirs__")
-        with pytest.raises(blzarr.StorageError, match=f"'{root}/x'"):
-            blzarr.open(f"{root}/x", mode="r", storage_options=opts)
-        assert "EMPTY" in _verified(f"{root}/x", opts)
+        _interrupted(lambda: build(f"{root}/x", opts), data[-1])
+    if _nothing_yet(fs, f"{root}/x", opts):
+        assert not fs.exists(f"{root}/x/__rootdirs__")
     build(f"{root}/x", opts)
     t = blzarr.open(f"{root}/x", mode="r", storage_options=opts)
     want = (np.zeros(N, "i8"), np.zeros(N)) if how == "zeros" else (np.arange(N), np.arange(N) * 0.5)
