@@ -4,6 +4,8 @@ or an integer dtype wrapped as NumPy wraps it), NumPy's values and sums bit for 
 compute that way (uint64 arithmetic, integer division, bool arithmetic) stays on the general path,
 with NumPy's answer too."""
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -204,6 +206,32 @@ def test_what_stays_on_the_general_path():
                  "+i * x", "f * i", "f < 0.5", "f == f", "i > 3", "i != -9007199254740991", "i", "+i", "i * i",
                  "f * f", "f * 2.0", "i > 9007199254740992", "i == i", "-i", "u > 3", "u / 2", "i + 4611686018427387904"):
         assert exprkernel.prepare(expr, arrays, {}, 5) is not None, expr
+
+
+@pytest.mark.parametrize("ka, kb, expression", [
+    ("i4", "f4", "a * b"), ("f4", "i8", "a + b"), ("f4", "f4", "a * 2.5"), ("u1", "u1", "a * b"),
+    ("i1", "i1", "a + b"), ("u4", "u4", "a * b"), ("i4", "i4", "abs(a) + b"), ("b1", "b1", "a + 1")])
+def test_numexpr_as_the_vm_gives_numpy_types(nthreads, kernel_calls, ka, kb, expression):
+    """With numexpr evaluating the blocks (the default vm), a lazy expression is typed as NumPy types
+    it where numexpr would compute in another type (int32 * float32 in float32, int8 + int8 in
+    int32), so its values wrap and round as NumPy's; its sum, through the kernel where the kernel
+    computes it, equals eval's 'sum(...)' with either vm and any block length."""
+    rng = np.random.default_rng(5)
+    n = 3 * 64 + 9
+    env = {"a": make_values(ka, n, rng, True), "b": make_values(kb, n, rng, True)}
+    ops = {k: blzarr.carray(v, chunklen=64) for k, v in env.items()}
+    value = numpy_value(expression, env)
+    e = blzarr.lazyexpr(expression, user_dict=ops, vm="numexpr", blen=64)
+    same_values(e[:], value)
+    kernel_calls.clear()
+    same_number(e.sum(), blockwise_sum(value, 64))
+    assert bool(kernel_calls) == (exprkernel.prepare(expression, ops, {}, 64) is not None)
+    if ka == "i4" and kb == "f4":
+        assert kernel_calls == ["sum"]
+    for blen, vm in itertools.product((None, 64, 7), ("numexpr", "python")):
+        # (the kernel takes whole chunks only: not blocks of 7)
+        total = blzarr.eval(f"sum({expression})", user_dict=ops, vm=vm, blen=blen)
+        same_number(total, blockwise_sum(value, 64 if blen is None else blen))
 
 
 def test_int64_rounding_matches_numpy():

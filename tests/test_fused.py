@@ -69,6 +69,17 @@ def numpy_value(expression, ra, vm="python"):
         return np.asarray(eval(expression, {"__builtins__": {}}, env))
 
 
+def lazy_value(expression, ra, vm):
+    """What a lazy expression gives: NumPy's type always; numexpr's values with vm='numexpr' where
+    numexpr computes in that type."""
+    ours = numpy_value(expression, ra)
+    if vm == "numexpr":
+        theirs = numpy_value(expression, ra, vm)
+        if theirs.dtype == ours.dtype:
+            return theirs
+    return ours
+
+
 def blockwise(f, combine, value, blen):
     """The reduction computed the engine's way: block by block, combined in order."""
     res = None
@@ -93,7 +104,7 @@ def test_lazyexpr_equals_numpy(nthreads, n, seed, expression, blen, vm, chunklen
     ra = make_data(n, seed)
     ops = {k: (blzarr.carray(ra[k], chunklen=chunklen) if i % 2 == 0 else ra[k])
            for i, k in enumerate(COLS)}
-    expected = numpy_value(expression, ra, vm)
+    expected = lazy_value(expression, ra, vm)
     if n == 0:
         with pytest.raises(ValueError):
             blzarr.lazyexpr(expression, user_dict=ops, vm=vm, blen=blen)

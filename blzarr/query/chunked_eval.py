@@ -153,11 +153,12 @@ def _is_array(v):
     return hasattr(v, "chunklen") and hasattr(v, "__len__") and hasattr(v, "__getitem__")
 
 
-def evaluate_blocks(expression, operands, vm=None, blen=None, plan=None):
+def evaluate_blocks(expression, operands, vm=None, blen=None, plan=None, numpy_types=False):
     """Yield the expression evaluated over consecutive blocks of the array operands.
 
     The blocks are evaluated on every thread (`blzarr.query.fused`), a few at a time, and come out in order.
-    `plan` is the planner's `Plan` over those blocks when the caller has it already.
+    `plan` is the planner's `Plan` over those blocks when the caller has it already; `numpy_types`
+    as `make_kernel`'s.
     """
     code, _ = _operand_names(expression)
     vm = vm or defaults.vm
@@ -177,7 +178,7 @@ def evaluate_blocks(expression, operands, vm=None, blen=None, plan=None):
         return
     if blen is None:
         blen = rules.block_length(arrays.values())
-    kernel, ne, _ = make_kernel(expression, code, arrays, scalars, vm)
+    kernel, ne, _ = make_kernel(expression, code, arrays, scalars, vm, numpy_types)
     decoder = fused.Decoder(arrays, blen)
     bounds = fused.block_bounds(n, blen)
     classes = _classes(expression, operands, bounds, plan)
@@ -264,11 +265,14 @@ def _datetime_literals(expression, arrays):
     return (ast.unparse(tree), extra) if extra else None
 
 
-def make_kernel(expression, code, arrays, scalars, vm):
+def make_kernel(expression, code, arrays, scalars, vm, numpy_types=False):
     """(kernel, numexpr module or None, probe): kernel(local, out=None) evaluates `expression` over
     one block of the arrays (`local` maps their names to the block's rows; the scalars are added),
     into `out` when given (of the probe's dtype).  The probe is the value over the first row: numexpr
-    is tried on it, and NumPy evaluates what numexpr does not support."""
+    is tried on it, and NumPy evaluates what numexpr does not support.  With `numpy_types`, NumPy
+    also evaluates what numexpr would compute in another dtype than NumPy's promotion gives (numexpr
+    widens int8 to int32 and uint32 to int64, and computes int32 * float32 in float32); what NumPy
+    refuses (uint64 & int64) stays numexpr's."""
     ns = {"__builtins__": _PY_BUILTINS, **_PY_NAMESPACE}
     fixed = _datetime_literals(expression, arrays)
     if fixed is not None:
@@ -281,15 +285,23 @@ def make_kernel(expression, code, arrays, scalars, vm):
     if vm == "numexpr":
         numexpr = need("numexpr", "eval(..., vm='numexpr')")
         try:
-            value = numexpr.evaluate(expression, local_dict=dict(probe), global_dict={})
+            value = np.asarray(numexpr.evaluate(expression, local_dict=dict(probe), global_dict={}))
         except (TypeError, ValueError, NotImplementedError, KeyError, SyntaxError, RuntimeError):
-            pass
-        else:
+            value = None
+        if value is not None and numpy_types:
+            try:
+                with np.errstate(all="ignore"):
+                    theirs = np.asarray(builtins.eval(code, ns, dict(probe)))
+            except (TypeError, ValueError, OverflowError, ArithmeticError):
+                theirs = value
+            if (theirs.dtype, theirs.shape) != (value.dtype, value.shape):
+                value = None
+        if value is not None:
             def ne_kernel(local, out=None):
                 local.update(scalars)
                 return numexpr.evaluate(expression, local_dict=local, global_dict={}, out=out,
                                         casting="unsafe")
-            return ne_kernel, numexpr, np.asarray(value)
+            return ne_kernel, numexpr, value
 
     def py_kernel(local, out=None):
         local.update(scalars)
@@ -319,10 +331,8 @@ def _python_logic_hint(e, expression):
                          "(x > 1) & (x < 3), | and ~ instead, each comparison in parentheses") from None
 
 
-def _kernel_sum(expression, operands, blen):
-    """``sum(x)`` of an element-wise float64 `x` over whole 1-d operands by the C kernel
-    (`blzarr.query.exprkernel`): the chunks' sums added in order, as the blocks' sums are added; None where
-    it does not apply."""
+def _sum_argument(expression):
+    """`x` of an expression ``sum(x)`` (one argument, no axis), or None."""
     try:
         tree = rules.parse(expression).body
     except SyntaxError:
@@ -330,15 +340,35 @@ def _kernel_sum(expression, operands, blen):
     if not (isinstance(tree, ast.Call) and isinstance(tree.func, ast.Name) and tree.func.id == "sum"
             and len(tree.args) == 1 and not tree.keywords):
         return None
+    return ast.unparse(tree.args[0])
+
+
+def _kernel_sum(expression, operands, blen, vm):
+    """``sum(x)`` of an element-wise `x` over whole operands of one length: by the C kernel
+    (`blzarr.query.exprkernel`) where it applies, the chunks' sums added in order, as the blocks' sums
+    are added; else, with numexpr as the vm, numexpr's blocks summed by NumPy where numexpr computes
+    `x` in the type NumPy's promotion gives it, NumPy's blocks where not (numexpr would sum int8 * int8
+    in int32), and with the python vm NumPy's blocks summed by NumPy for one-dimensional operands
+    (Python's ``sum`` would add uint8 values in uint8): so the sum's type never depends on the path a
+    chunk length allows.  None for other expressions, and for Python's sum of multidimensional
+    operands, along their first axis (bcolz's)."""
+    inner = _sum_argument(expression)
+    if inner is None:
+        return None
     arrays = {k: v for k, v in operands.items() if _is_array(v)}
     if not arrays or not common_length(arrays):
         return None
     scalars = {k: v for k, v in operands.items() if k not in arrays}
-    r = exprkernel.chunk_sums(ast.unparse(tree.args[0]), arrays, scalars, blen or rules.block_length(arrays.values()))
-    if r is None:
-        return None
+    blen = blen or rules.block_length(arrays.values())
+    r = exprkernel.chunk_sums(inner, arrays, scalars, blen)
+    if r is not None:
+        parts = r[0]
+    elif vm == "numexpr" or all(getattr(v, "ndim", 1) == 1 for v in arrays.values()):
+        parts = [np.sum(b) for b in evaluate_blocks(inner, operands, vm, blen, numpy_types=True)]
+    else:
+        return None     # Python's sum of rows of several values: along the first axis
     total = None
-    for p in r[0]:
+    for p in parts:
         total = p if total is None else total + p
     return total
 
@@ -803,7 +833,7 @@ def evaluate(expression, operands, vm, out_flavor, blen=None, **kwargs):
         lengths = [len(v) for v in operands.values() if _is_array(v)]
         blen = max(max(lengths, default=1), 1)
     if plan is np.add:
-        total = _kernel_sum(expression, operands, blen)
+        total = _kernel_sum(expression, operands, blen, vm)
         if total is not None:
             return total
     blocks = evaluate_blocks(expression, operands, vm, blen)

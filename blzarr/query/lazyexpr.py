@@ -41,8 +41,9 @@ class LazyExpr:
         self._n = _ce.common_length(self._arrays)
         self._blen = blen or rules.block_length(self._arrays.values())
         self._vm = vm
+        # (typed by NumPy's promotion, so that values, sums and the fused kernel's results agree)
         self._kernel, self._ne, probe = _ce.make_kernel(expression, self._code, self._arrays,
-                                                        self._scalars, vm)
+                                                        self._scalars, vm, numpy_types=True)
         if probe.ndim == 0 or probe.shape[0] != 1:
             raise ValueError(f"the expression {expression!r} does not give one value per row")
         self.dtype = probe.dtype
@@ -137,8 +138,8 @@ class LazyExpr:
         kw = {} if dtype is None else {"dtype": np.dtype(dtype)}
         kernel = None
         if dtype is None and self.dtype.kind in "fiu":
-            # (the kernel types the expression as NumPy does; where this expression's dtype differs,
-            # the evaluator's, it is left to the blocks below)
+            # (the kernel types the expression as NumPy does, as `dtype` does but where NumPy
+            # refused the expression and numexpr typed it: that case is left to the blocks below)
             kernel = functools.partial(exprkernel.chunk_sums, dtype=self.dtype)
         elif dtype is None and self.dtype == bool:
             kernel = exprkernel.chunk_counts       # NumPy's sum of booleans: their count, an int64
@@ -244,7 +245,8 @@ def lazyexpr(expression, user_dict=None, vm=None, blen=None, depth=2):
 
     Its reductions (``sum``, ``mean``, ``min``, ``max``, ``count_nonzero``, ``any``, ``all``) and its
     slices (``e[:]``, ``e[i:j]``) run in one pass on every thread, block by block, without building
-    the evaluated array; ``compute()`` gives what `blzarr.eval` gives.
+    the evaluated array; ``compute()`` gives what `blzarr.eval` gives.  Its type is the one NumPy's
+    promotion gives (``int32 * float32`` is ``float64``), whichever `vm` evaluates the blocks.
 
     Parameters
     ----------
