@@ -108,6 +108,12 @@ def _shape_of(shape):
     return shape
 
 
+def _never_writes(rootdir):
+    # bcolz raises an OSError here too, but only after it has created the directory
+    return StorageError(f"cannot create '{os.fspath(rootdir)}' with mode 'r' (it never writes): pass "
+                        "mode='w'")
+
+
 def _built(make, kwargs, fill, held=True):
     """`make(**kwargs)` filled by `fill(out)`.  On disk it is written whole beside its rootdir and then
     put in place (blzarr.storage.intent): an interrupt leaves what was there, never a part.  `held`
@@ -122,6 +128,8 @@ def _built(make, kwargs, fill, held=True):
             fill(out)
             commit_creation(out)
             return out
+        if rootdir is not None and kwargs.get("mode") == "r":
+            raise _never_writes(rootdir)
         if rootdir is None or kwargs.get("mode") != "w":
             return build()
         # object storage, replacing what is there: built in a stage, switched in (blzarr.storage.replace)
@@ -132,6 +140,8 @@ def _built(make, kwargs, fill, held=True):
     if os.path.exists(rootdir) and mode != "w":
         raise StorageError(f"'{rootdir}' already exists and mode is {mode or 'a'!r}: pass mode='w' to "
                            "replace it, or open it (blzarr.open) and append")
+    if mode == "r":
+        raise _never_writes(rootdir)
 
     def build(path):
         out = make(**dict(kwargs, rootdir=path, mode="w"))
@@ -139,7 +149,7 @@ def _built(make, kwargs, fill, held=True):
         out.flush()
         return out
     intent.build_then_publish(rootdir, build, held=held)
-    return open(rootdir, mode="r" if mode == "r" else "a", allow_pickle=True)
+    return open(rootdir, mode="a", allow_pickle=True)
 
 
 def _ctable_from_blocks(dtype, blocks, kwargs):

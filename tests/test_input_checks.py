@@ -1,7 +1,7 @@
 """Input that used to pass silently, or be lost silently.
 
-* mode 'r' never writes: a constructor given data and an existing or missing rootdir with mode 'r'
-  raises (as bcolz does) and leaves the disk as it was.
+* mode 'r' never writes: a constructor given data (carray, ctable, zeros, fromiter, copy...) and an
+  existing or missing rootdir with mode 'r' raises (as bcolz does) and leaves the disk as it was.
 * A writer flushes when it is closed, garbage-collected or at interpreter exit, as Python's files do
   (checked in subprocesses that append and exit without flush), in both layouts.
 * Every kind of read works in a child made by fork (after a read on two threads), forkserver or spawn.
@@ -73,6 +73,50 @@ def test_ctable_columns_with_mode_r_writes_nothing(tmp_path, fmt):
         blzarr.ctable([[5]], names=["a"], rootdir=p, mode="r")
     assert tree(p) == before
     assert blzarr.open(p)["a"][:].tolist() == [1, 2]
+
+
+# the constructors and carray.copy, each called as fn(lib, rootdir, **kw): bcolz refuses mode 'r' for every
+# one of them (an OSError for a carray, a KeyError for a ctable), after creating the directory
+_MAKERS = {
+    "zeros": lambda lib, r, **kw: lib.zeros(10, dtype="i4", rootdir=r, **kw),
+    "ones": lambda lib, r, **kw: lib.ones(10, dtype="f8", rootdir=r, **kw),
+    "fill": lambda lib, r, **kw: lib.fill(10, 3, dtype="i2", rootdir=r, **kw),
+    "arange": lambda lib, r, **kw: lib.arange(10, rootdir=r, **kw),
+    "fromiter": lambda lib, r, **kw: lib.fromiter(iter(range(10)), dtype="i4", count=10, rootdir=r, **kw),
+    "copy": lambda lib, r, **kw: lib.carray(np.arange(10)).copy(rootdir=r, **kw),
+    "zeros of a record dtype": lambda lib, r, **kw: lib.zeros(10, dtype="i4,f8", rootdir=r, **kw),
+    "fromiter of records": lambda lib, r, **kw: lib.fromiter(((i, i / 2) for i in range(10)), dtype="i4,f8",
+                                                              count=10, rootdir=r, **kw),
+}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("how", sorted(_MAKERS))
+def test_constructors_with_mode_r_write_nothing(tmp_path, fmt, how, bcolz):
+    make = _MAKERS[how]
+    p = str(tmp_path / "new")
+    with pytest.raises(OSError, match="mode 'r'") as e:
+        make(blzarr, p, mode="r", format=fmt)
+    assert p in str(e.value)
+    assert not os.path.exists(p)
+    # an existing directory is left as it was
+    make(blzarr, p, mode="w", format=fmt).flush()
+    before = tree(p)
+    with pytest.raises(OSError, match="mode (is )?'r'"):
+        make(blzarr, p, mode="r", format=fmt)
+    assert tree(p) == before
+    # bcolz refuses the same call (and leaves a directory behind)
+    with pytest.raises((OSError, KeyError)):
+        make(bcolz, str(tmp_path / "b"), mode="r")
+
+
+def test_constructor_with_mode_r_at_a_url_writes_nothing():
+    url = f"memory://moder-{os.getpid()}/x"
+    with pytest.raises(OSError, match="mode 'r'") as e:
+        blzarr.zeros(10, rootdir=url, mode="r")
+    assert url in str(e.value)
+    with pytest.raises(OSError):
+        blzarr.open(url)
 
 
 # ===================================================== a writer flushes when closed, collected or at exit

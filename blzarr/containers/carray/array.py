@@ -901,9 +901,12 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
             if os.path.exists(dest) and mode != "w":
                 raise StorageError(f"copy(): '{os.fspath(dest)}' already exists and mode is {mode!r}: pass "
                                    "mode='w' to replace it")
+            if mode == "r":
+                raise StorageError(f"copy(): cannot create '{os.fspath(dest)}' with mode 'r' (it never "
+                                   "writes): pass mode='w'")
             intent.build_then_publish(dest, lambda path: self._copy_to(dict(kw, rootdir=path, mode="w"), dtype),
                                       held=True)
-            return carray(rootdir=dest, mode="r" if mode == "r" else "a", allow_pickle=self._isobj)
+            return carray(rootdir=dest, mode="a", allow_pickle=self._isobj)
         if dest is not None and kw.get("mode") == "w" and is_url(os.fspath(dest)):
             # object storage: what is there is replaced by one switch once the copy is complete
             opts = kw.get("storage_options")
