@@ -185,6 +185,9 @@ def fill(shape, dflt=None, dtype=float, **kwargs):
     ------
     ValueError
         `dflt` cannot be stored in `dtype`, or `shape` is negative.
+    blzarr.StorageError
+        (an OSError) `rootdir` with mode 'r', which never writes, or a `rootdir` that exists without
+        mode 'w'.  zeros, ones, arange and fromiter raise it too.
 
     Examples
     --------

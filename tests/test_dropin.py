@@ -22,7 +22,8 @@ MODULES = ["attrs", "carray_ext", "ctable", "toplevel", "defaults", "chunked_eva
 # names bcolz exposes that blzarr deliberately does not, with the reason
 OMITTED = {
     "": {
-        "py2help": "Python 2 compatibility shims (izip, xrange, ...): blzarr runs on Python 3 only",
+        "py2help": "Python 2 compatibility shims (izip, xrange, ...): blzarr runs on Python 3 only "
+                   "(test_bcolz_suite loads bcolz's own for bcolz's tests, which import it)",
         "tests": "bcolz's own test package; blzarr.test() runs blzarr's tests",
         "atexit": "a standard-library module bcolz's __init__ imports for its own use, not an API",
         "Version": "packaging.version.Version, imported by bcolz's __init__ for its version checks",
