@@ -117,6 +117,8 @@ def test_where_and_masks_on_nd_carrays_give_numpys_result(layout, shape):
     np.testing.assert_array_equal(np.array(list(a.where("a > x"))), want)
     np.testing.assert_array_equal(np.array(list(a.where(n > x, limit=3, skip=2))), want[2:5])
     assert a.where("a > x").count() == len(want)
+    # one by one as a 1-d carray gives its elements: Python scalars (NumPy's .item(), as in bcolz)
+    assert {type(v) for v in a.where("a > x")} == {type(v) for v in a.where(n > x)} == {int}
     np.testing.assert_array_equal(a["a > x"], want)
     np.testing.assert_array_equal(a[a > x], want)
     np.testing.assert_array_equal(a[n > x], want)

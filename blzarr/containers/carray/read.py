@@ -637,7 +637,7 @@ class CarrayReads(CarrayBase):
                 raise ValueError(f"where(): a mask of shape {boolarr.shape} does not fit the carray's shape "
                                  f"{self.shape} (it takes a mask of length {self._len}, or of the "
                                  f"carray's leading dimensions)")
-            found = iter(self[:][boolarr][skip:None if limit is None else skip + limit])
+            found = iter(_elements(self[:][boolarr][skip:None if limit is None else skip + limit]))
         else:
             found = sel.values(self, skip, limit, _elements)
         return Query(found, lambda: sel.count(skip, limit), sel.explain)
