@@ -284,3 +284,90 @@ def pd_groupby_sum(k, v):
     import pandas as pd
     s = pd.Series(v).groupby(k).sum()
     return {int(a): int(b) for a, b in s.items()}
+
+
+# ----------------------------------------------------------------------------- bquery's own cache
+# bquery (0.2.14) keeps a column's factorization as two bcolz carrays, <col>.factor (the codes) and
+# <col>.values (the distinct values), and trusts them whenever <col>/__attrs__ and
+# <col>.values/__attrs__ exist (its ctable.cache_valid), then opens <col>.factor as a carray.  The
+# pair is written here with the real bcolz, as bquery's cache_factor writes it.
+def _bquery_pair(bcolz, root, name, codes, values):
+    bcolz.carray(np.asarray(codes, "i8"), rootdir=os.path.join(root, name + ".factor"), mode="w").flush()
+    bcolz.carray(np.asarray(values), rootdir=os.path.join(root, name + ".values"), mode="w").flush()
+
+
+def _bquery_trusts(root, name):
+    return os.path.exists(os.path.join(root, name, "__attrs__")) and \
+        os.path.exists(os.path.join(root, name + ".values", "__attrs__"))
+
+
+def _bquery_would_work(bcolz, root, name, nrows):
+    """What bquery's factorize_groupby_cols does with a trusted pair works: <col>.factor opens as a
+    bcolz carray of one code per row."""
+    if not _bquery_trusts(root, name):
+        return True                       # bquery factorizes again and writes its own pair
+    try:
+        return len(bcolz.carray(rootdir=os.path.join(root, name + ".factor"), mode="r")) == nrows
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def test_cache_factor_over_bquerys_pair_leaves_bquery_a_working_state(tmp_path):
+    bcolz = pytest.importorskip("bcolz")
+    root = str(tmp_path / "t")
+    k = np.array([3, 1, 3, 2] * 25)
+    s = np.array([b"a", b"b"] * 50)
+    blzarr.ctable([k, s], names=["k", "s"], rootdir=root, mode="w", format="bcolz").close()
+    _bquery_pair(bcolz, root, "k", [0, 1, 0, 2] * 25, [3, 1, 2])
+    _bquery_pair(bcolz, root, "s", [0, 1] * 50, [b"a", b"b"])
+    assert _bquery_trusts(root, "k") and _bquery_would_work(bcolz, root, "k", 100)
+    t = blzarr.open(root, mode="a")
+    assert factor_cache.load(t, "k") is None          # bquery's pair is not taken for blzarr's cache
+    t.cache_factor(["k"])
+    assert factor_cache.load(t, "k")[1].tolist() == [3, 1, 2]
+    assert not _bquery_trusts(root, "k") and _bquery_would_work(bcolz, root, "k", 100)
+    assert _bquery_trusts(root, "s") and _bquery_would_work(bcolz, root, "s", 100)   # not its column's
+    assert t.groupby(["k"], [["s", "count"]])["s"][:].tolist() == [50, 25, 25]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["interrupt", "enospc"])
+def test_cache_factor_over_bquerys_pair_interrupted_anywhere(tmp_path, fault):
+    """A fault before any file operation of cache_factor over bquery's pair: bquery trusts only a
+    pair it can open, blzarr's cache is valid or absent, and a retry leaves blzarr's cache."""
+    bcolz = pytest.importorskip("bcolz")
+    from faults import count_calls, run_faulted
+    root = str(tmp_path / "t")
+    k = np.array([3, 1, 3, 2] * 25)
+
+    def setup():
+        blzarr.ctable([k], names=["k"], rootdir=root, mode="w", format="bcolz").close()
+        _bquery_pair(bcolz, root, "k", [0, 1, 0, 2] * 25, [3, 1, 2])
+
+    def op():
+        blzarr.open(root, mode="a").cache_factor(["k"], refresh=True)
+    setup()
+    n, calls = count_calls(op)
+    # the pair's removal is among the counted operations, before the cache's rename into place
+    assert any(".values" in str(c) for c in calls), calls
+    for at in range(1, n + 1):
+        setup()
+        run_faulted(op, at, fault)
+        assert _bquery_would_work(bcolz, root, "k", 100), at
+        got = factor_cache.load(blzarr.open(root, mode="r"), "k")
+        assert got is None or got[1].tolist() == [3, 1, 2], at
+        op()
+        assert not _bquery_trusts(root, "k"), at
+        assert factor_cache.load(blzarr.open(root, mode="r"), "k")[1].tolist() == [3, 1, 2], at
+
+
+def test_addcol_over_bquerys_leftover_pair(tmp_path):
+    # bquery's pair of an earlier column of the name (bcolz's delcol leaves it): the new column must
+    # not be described by it, for blzarr nor for bquery
+    bcolz = pytest.importorskip("bcolz")
+    root = str(tmp_path / "t")
+    t = blzarr.ctable([np.arange(100)], names=["v"], rootdir=root, mode="w", format="bcolz")
+    _bquery_pair(bcolz, root, "k", [0, 1] * 50, [10, 20])
+    t.addcol(np.array([7, 7, 8, 9] * 25), name="k")
+    assert not _bquery_trusts(root, "k")
+    assert factor_cache.load(t, "k") is None and t.unique("k") == [7, 8, 9]

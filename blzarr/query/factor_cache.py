@@ -201,6 +201,7 @@ def store(table, name, codes, uniques, snap):
         fileio.write_new(os.path.join(tmp, "manifest.json"), files.json_bytes(man), sync=fsync)
         if fsync:
             fileio.fsync_dir(tmp)
+        _retire_bquery_values(table, name)
         old = None
         if fileio.exists(final):
             old = os.path.join(root, f".{name}{SUFFIX}.old-{secrets.token_hex(6)}")
@@ -225,12 +226,32 @@ def hide(table, name, coldir):
     d = cache_dir(table, name)
     if not os.path.lexists(d):
         return None
+    _retire_bquery_values(table, name)
     hidden = intent.stage_path(coldir, "old")
     fileio.rename(d, hidden)
     if fileio.sync_enabled():
         for p in dict.fromkeys([os.path.dirname(d), os.path.dirname(hidden)]):
             fileio.fsync_dir(p)
     return hidden
+
+
+def _retire_bquery_values(table, name):
+    """Remove bquery's ``<name>.values`` carray beside the table's columns, before this module puts
+    its own directory at ``<name>.factor`` or takes one away from there.
+
+    bquery keeps a column's factorization as two bcolz carrays, ``<name>.factor`` (the codes: the
+    directory this cache takes over) and ``<name>.values`` (the distinct values), and trusts the
+    pair whenever ``<name>.values/__attrs__`` exists.  Left beside a cache of ours (or beside no
+    ``.factor`` at all), it would make bquery open this directory as its codes carray and fail;
+    without it, bquery builds its own pair again.  Removed first, so an interruption at any point
+    leaves bquery a pair it rebuilds, never a mismatched one."""
+    vals = name + ".values"
+    path = os.path.join(table.rootdir, vals)
+    if vals in table.names or not os.path.exists(os.path.join(path, "__attrs__")):
+        return
+    fileio.rmtree(path)
+    if fileio.sync_enabled():
+        fileio.fsync_dir(table.rootdir)
 
 
 def drop(table, name=None):
