@@ -371,3 +371,53 @@ def test_addcol_over_bquerys_leftover_pair(tmp_path):
     t.addcol(np.array([7, 7, 8, 9] * 25), name="k")
     assert not _bquery_trusts(root, "k")
     assert factor_cache.load(t, "k") is None and t.unique("k") == [7, 8, 9]
+
+
+# ----------------------------------------------------------------------------- bqueryd's calls
+@pytest.mark.parametrize("where", ["memory", "blz", "bcolz"])
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_where_terms_factorization_check_against_numpy(tmp_path_factory, where, data):
+    """False exactly when a term on a cached column holds for no row (NumPy's answer); a term on a
+    column without a cache never makes it False."""
+    kind = data.draw(st.sampled_from(sorted(POOLS)))
+    pool = POOLS[kind]
+    n = data.draw(st.integers(0, 60))
+    k = pool[np.array(data.draw(st.lists(st.integers(0, len(pool) - 1), min_size=n, max_size=n)), dtype=int)]
+    v = np.arange(n)
+    terms = []
+    for _ in range(data.draw(st.integers(1, 2))):
+        op = data.draw(st.sampled_from(OPS))
+        if op in (">", ">=", "<", "<=") and kind in ("S", "U"):
+            op = "=="
+        picks = data.draw(st.lists(st.integers(0, len(pool) - 1), min_size=1, max_size=3))
+        terms.append(("k", op, [pool[i] for i in picks] if op in ("in", "not in", "nin") else pool[picks[0]]))
+    terms.append(("v", "<", -1))                   # matches nothing, but v has no cache
+    t = blzarr.ctable([k, v], names=["k", "v"], chunklen=16, **_layout(where, tmp_path_factory.mktemp("w")))
+    assert t.where_terms_factorization_check(terms) is True and not t.cache_valid("k")
+    t.cache_factor(["k"])
+    assert t.cache_valid("k") and not t.cache_valid("v")
+    ref = all(bool(_numpy_term(k, op, value).any()) for _, op, value in terms[:-1])
+    assert t.where_terms_factorization_check(terms) is ref
+    # where the check says no row can match, where_terms agrees
+    if not ref:
+        assert not t.where_terms(terms[:-1])[:].any()
+
+
+@pytest.mark.parametrize("where", ["memory", "blz", "bcolz"])
+def test_where_terms_factorization_check_ignores_a_stale_cache(tmp_path, where):
+    t = blzarr.ctable([np.array([1, 2, 1, 2] * 10)], names=["k"], chunklen=8, **_layout(where, tmp_path))
+    t.cache_factor(["k"])
+    assert t.where_terms_factorization_check([("k", "==", 9)]) is False
+    t["k"][3] = 9
+    t.flush()
+    assert not t.cache_valid("k")
+    assert t.where_terms_factorization_check([("k", "==", 9)]) is True
+    t.cache_factor(["k"])
+    assert t.where_terms_factorization_check([("k", "in", [9, 7])]) is True
+    assert t.where_terms_factorization_check([("k", ">", 9)]) is False
+    with pytest.raises(KeyError, match="'nope'"):
+        t.where_terms_factorization_check([("nope", "==", 1)])
+    with pytest.raises(KeyError, match="'nope'"):
+        t.cache_valid("nope")
+    t.clean_tmp_rootdir()                           # bquery's cleanup: nothing to clean, no error

@@ -964,6 +964,28 @@ def _term_mask(vals, op, value, isin, reader, tag="isin"):
     return _CMP[op](vals, _scalar_for(value, vals.dtype))
 
 
+def terms_may_match(table, term_list):
+    """bquery's ``where_terms_factorization_check``: False when some term of `term_list` holds for
+    no distinct value of its column's valid factorization cache (so `where_terms` would select no
+    row), else True.  A term on a column with no valid cache is taken to match (nothing is read to
+    find out), as bquery takes it."""
+    if not isinstance(term_list, (list, tuple, set)):
+        raise ValueError(f"where_terms_factorization_check: only term lists are supported, got "
+                         f"{type(term_list).__name__}")
+    terms = [_normalise_term(table, t) for t in term_list]
+    loaded = {}
+    for col, op, value in terms:
+        if col not in loaded:
+            loaded[col] = factor_cache.load(table, col)
+        if loaded[col] is None:
+            continue
+        uniques = np.asarray(loaded[col][1])
+        isin = isin_table(list(value), uniques.dtype) if op in ("in", "not in") else None
+        if not _term_mask(uniques, op, value, isin, _Reader(max(len(uniques), 1))).any():
+            return False
+    return True
+
+
 def where_terms_mask(table, term_list, cache=False):
     """A NumPy boolean array: the rows where every term holds.  With `cache`, a term on a column
     with a valid factorization cache is evaluated once per distinct value, and the rows look their

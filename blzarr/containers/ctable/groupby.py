@@ -1,5 +1,6 @@
 """bquery's API on a ctable (`CtableGroupby`, a part of `ctable`): groupby, where_terms, cache_factor,
-unique, factorize_groupby_cols and is_in_ordered_subgroups, thin methods over `blzarr.query.groupby`,
+unique, factorize_groupby_cols, is_in_ordered_subgroups, where_terms_factorization_check, cache_valid
+and clean_tmp_rootdir, thin methods over `blzarr.query.groupby`,
 so that code written for bquery's ctable runs with blzarr's."""
 
 import functools
@@ -104,6 +105,39 @@ class CtableGroupby:
                               and t[0] in self.names])
         return carray(_gb.where_terms_mask(self, term_list, cache=cache))
 
+    def where_terms_factorization_check(self, term_list):
+        """Whether the terms of `term_list` (as `where_terms` takes them) may select rows, judged
+        from the cached factorizations alone (bquery's ``where_terms_factorization_check``): False
+        when some term holds for none of its column's distinct values, True otherwise, and True for
+        a term on a column whose factorization is not cached (or is stale) since nothing is read to
+        find out.
+
+        Examples
+        --------
+        >>> import numpy as np, blzarr
+        >>> t = blzarr.ctable([np.array([b"NL", b"ES", b"NL"])], names=["cc"])
+        >>> t.where_terms_factorization_check([("cc", "==", "BE")])    # no cache: may match
+        True
+        >>> t.cache_factor(["cc"])
+        >>> t.where_terms_factorization_check([("cc", "==", "BE")])
+        False
+        >>> t.where_terms_factorization_check([("cc", "in", ["BE", "ES"])])
+        True
+        """
+        return _gb.terms_may_match(self, term_list)
+
+    def cache_valid(self, col):
+        """Whether column `col` has a factorization cache that describes it as it is now
+        (bquery's ``cache_valid``)."""
+        if col not in self.names:
+            raise KeyError(f"cache_valid: {col!r} is not a column of the table (columns: {self.names})")
+        return factor_cache.load(self, col) is not None
+
+    def clean_tmp_rootdir(self):
+        """Nothing to do: bquery's group-bys and ``where_terms(cache=True)`` left temporary
+        directories for this call to remove; blzarr's leave none.  Kept so that bquery's callers
+        run unchanged."""
+
     def cache_factor(self, col_list, refresh=False):
         """Factorize the columns `col_list` and keep their codes and distinct values beside them
         (``<rootdir>/<col>.factor``; in memory for an in-memory table), for later group-bys,
@@ -149,6 +183,7 @@ class CtableGroupby:
 
 # read calls: the committed version is loaded once at the start, and the blocks read on every thread
 # then check it no more (a check per column read was a stat of every column's meta/sizes per block)
-for _name in ("groupby", "where_terms", "unique", "factorize_groupby_cols", "is_in_ordered_subgroups"):
+for _name in ("groupby", "where_terms", "unique", "factorize_groupby_cols", "is_in_ordered_subgroups",
+              "where_terms_factorization_check", "cache_valid"):
     setattr(CtableGroupby, _name, fresh_call(getattr(CtableGroupby, _name)))
 del _name
