@@ -28,7 +28,7 @@ from blzarr.storage.locking import LockError, lock_dir
 from blzarr.containers.carray.array import (carray, commit_creation, compression_ratio, creation_completed_by_caller,
                                           human_readable_size)
 from blzarr.query import chunked_eval as _ce
-from blzarr.containers.ctable.table import _committed_rows as committed_rows, check_name, ctable
+from blzarr.containers.ctable.table import _committed_rows as committed_rows, _record_prev, check_name, ctable
 from blzarr.errors import storage_error
 from blzarr.storage.files import ROOTDIRS_FILE, ObjectPath, creation_debris, detect, detect_store, read_json
 from blzarr.storage.bytestore import find_objects, is_url, join, occupied, open_bytestore, overlaps
@@ -408,9 +408,10 @@ def verify_ctable(path):
             raise CLIError(f"column {n!r}: {_message(e)}") from None
         notes += [f"column {n!r}: {x}" for x in nn]
     t = ctable(rootdir=path, mode="r", allow_pickle=True, **_kw(path))   # equal lengths, attributes
-    lengths = {n: len(carray(rootdir=join(path, aside.get(n, n)), mode="r", allow_pickle=True, **_kw(path)))
-               for n in t.names}
-    rows, short = committed_rows(lengths)
+    cols = {n: carray(rootdir=join(path, aside.get(n, n)), mode="r", allow_pickle=True, **_kw(path))
+            for n in t.names}
+    lengths = {n: len(c) for n, c in cols.items()}
+    rows, short = committed_rows(lengths, _record_prev(cols[t.names[-1]]) if cols else None)
     if short:
         raise CLIError(f"the columns {short} hold fewer rows than the last column ({lengths}): rows "
                        "are missing (blzarr.salvage copies what is readable)")

@@ -285,11 +285,16 @@ class ChunkStore:
         """At close, after a flush that succeeded: what the layout leaves in a simpler form now that
         every commit is durable (BLZ: a one-barrier record of meta/sizes as plain text)."""
 
-    def sizes_with_chunks(self):
+    def sizes_with_chunks(self, length=None):
         """Inside the barrier that syncs the chunks the last `sync` wrote (`files.one_barrier`): whether
         meta/sizes may be written in it too (the layout's readers then check those chunks after a
-        power loss); False: only once they are durable."""
+        power loss); False: only once they are durable.  `length`: the length it will count, when it
+        may go in only as a record that readers can read as the commit before it (BLZ's one-barrier
+        record, whose "prev" a table's length rule uses)."""
         return False
+
+    def sizes_synced(self):
+        """The barrier meta/sizes was written in (a table's flush) returned: that commit is durable."""
 
     def prepare_switch(self):
         """Make the pending rewrites' new bytes durable; the plan of their switch (a rewrite record's
@@ -477,9 +482,14 @@ class LayoutChunks(ChunkStore):
         self.layoutdir.adopt(fresh)
         return self.layoutdir
 
-    def sizes_with_chunks(self):
+    def sizes_with_chunks(self, length=None):
         ask = getattr(self.layoutdir, "sizes_with_chunks", None)
-        return ask() if ask is not None else False
+        return ask(length) if ask is not None else False
+
+    def sizes_synced(self):
+        done = getattr(self.layoutdir, "sizes_synced", None)
+        if done is not None:
+            done()
 
     def settle(self):
         settle = getattr(self.layoutdir, "settle_sizes", None)

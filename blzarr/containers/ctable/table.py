@@ -32,6 +32,7 @@ from blzarr.containers.carray.read import pin_version, read_one_version, unpin_v
 from blzarr.containers.carray.version import fresh_call
 from blzarr.errors import ConcurrentWriterError, ExistsError, FormatError, StorageError, storage_op
 from blzarr.storage import intent, replace, rewrite, tablejournal
+from blzarr.storage.blz import sizes as sizes_record
 from blzarr.storage.locking import FirstWrite, LockError, lock_dir
 from blzarr.query.rules import DEFAULT_BLEN
 from blzarr.runtime.params import cparams as _cparams, defaults
@@ -125,16 +126,32 @@ def _has_pending(root):
     return bool(intent.pending(root))
 
 
-def _committed_rows(lengths):
-    """(rows of the table, columns shorter than it) for `lengths`, {column: rows} in column order.
+def _committed_rows(lengths, last_prev=None):
+    """(rows of the table, columns shorter than it) for `lengths`, {column: rows} in column order;
+    `last_prev`: when the last column's meta/sizes is a one-barrier record of another boot whose
+    chunks verify, the length of its "prev" (`_record_prev`), else None.
 
     The last column's length is the table's: appends and growing resizes flush the columns in order,
     so the last one commits them; trims and shrinking resizes change it first.  A column longer than
-    the last holds rows not (or no longer) committed; one shorter is damage."""
+    the last holds rows not (or no longer) committed; one shorter is damage.  One exception: a flush
+    that commits every column in one barrier (each meta/sizes a one-barrier record) may lose, to a
+    power loss, another column's meta/sizes and keep the last one's; the last column is then one
+    flush ahead of a column that holds its record's "prev" length.  When the shortest column holds
+    exactly that, the table's length is that: the flush that wrote the record never committed
+    (within one boot a kill cannot leave that state: the last column's record is written last)."""
     if not lengths:
         return 0, []
     n = list(lengths.values())[-1]
+    if last_prev is not None and last_prev < n and min(lengths.values()) == last_prev:
+        n = last_prev
     return n, [k for k, v in lengths.items() if v < n]
+
+
+def _record_prev(col):
+    """For `_committed_rows`: the "prev" length of column `col`'s meta/sizes when it is a one-barrier
+    record of another boot whose chunks verify (BLZ), else None."""
+    d = getattr(col.__dict__.get("_chunks"), "layoutdir", None)
+    return getattr(d, "record_prev", None)
 
 
 def _short_columns_message(root, lengths, short):
@@ -581,7 +598,11 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
             self.cols.names.append(n)
             self.cols._cols[n] = carray(rootdir=d, mode=mode, allow_pickle=allow_pickle)
         lengths = {n: len(c) for n, c in self.cols._cols.items()}
-        n, short = _committed_rows(lengths)
+        last = self.cols.names[-1] if self.cols.names else None
+        n, short = _committed_rows(lengths, _record_prev(self.cols._cols[last]) if last else None)
+        if last is not None and not short and n < lengths[last]:
+            # the last column's record is read as its "prev" (a writer writes that down first)
+            self._stepped_back = n
         if short:
             n = min(lengths.values())       # what a reader can show of a damaged table
         if len(set(lengths.values())) > 1:
@@ -657,10 +678,20 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
             raise ConcurrentWriterError(
                 f"'{root}' was changed by another writer (another process, or another object of this process) since this object opened it (columns "
                 f"{list(self.cols.names)}, now {names}): reopen it (blzarr.open) to write")
-        for c in self.cols.values():
-            c._start_writing()
+        stepped = self.__dict__.pop("_stepped_back", None)
+        cols = list(self.cols.values())
+        for c in cols:
+            if c is cols[-1] and stepped is not None:
+                # the last column one flush ahead of another (`_committed_rows`): its record read as
+                # its "prev" while it starts writing, which writes that commit down (durably) before
+                # any column is trimmed; the length this table showed is the one it opened
+                c._opened_len = stepped
+                with sizes_record.read_as_prev(c.rootdir, stepped):
+                    c._start_writing()
+            else:
+                c._start_writing()
         lengths = {k: len(c) for k, c in self.cols.items()}
-        n, short = _committed_rows(lengths)
+        n, short = _committed_rows(lengths, _record_prev(cols[-1]) if cols else None)
         if short:
             raise StorageError(_short_columns_message(root, lengths, short))
         if n != self._len:

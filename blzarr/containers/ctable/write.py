@@ -616,7 +616,10 @@ class CtableWrites(CtableBase):
             # every column's chunks together, with the sizes of the columns (but the last) whose
             # sizes may be synced with their chunks (`sizes_with_chunks`); then the sizes of the
             # other columns but the last together; then the last column's sizes, which commit the
-            # rows (see `_committed_rows`)
+            # rows (see `_committed_rows`).  When every column's sizes go with its chunks, the last
+            # column's go into the first barrier too, as a record that readers can read as the
+            # commit before it: one round.  A power loss may then keep it and lose another
+            # column's, which `_committed_rows` reads as the table's previous commit.
             with files.one_barrier():
                 todo = [(c, c._flush_data()) for c in cols]
                 todo = [(c, nch) for c, nch in todo if nch is not None]
@@ -629,14 +632,24 @@ class CtableWrites(CtableBase):
                 early = [c for c, _ in first if c._chunks.sizes_with_chunks()]
                 for c in early:
                     c._write_sizes()
+                one_round = (last is not None and len(early) == len(first)
+                             and last._chunks.sizes_with_chunks(len(last)))
+                if one_round:
+                    last._write_sizes()
+            for c in early + ([last] if one_round else []):
+                c._chunks.sizes_synced()
             rest = [c for c, _ in first if not any(c is e for e in early)]
             if rest:
                 with files.one_barrier():
                     for c in rest:
                         c._write_sizes()
+                for c in rest:
+                    c._chunks.sizes_synced()
             for c, nch in first:
                 c._flush_finish(nch)
-            if last is not None:
+            if one_round:
+                last._flush_finish(last_nch)
+            elif last is not None:
                 last._flush_commit(last_nch)
 
     @storage_op("close")

@@ -214,7 +214,11 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         self._plain_sizes = None            # the commit of the one-barrier record this writer wrote
                                             # last, without the record's keys, or of the plain
                                             # meta/sizes it wrote and synced last (`settle_sizes`)
-        self._plain_durable = False         # ... synced when it was written (not in a table's barrier)
+        self._plain_durable = False         # ... synced when it was written (or by the table's
+                                            # barrier it was written in, `sizes_synced`)
+        self._sizes_in_barrier = False      # the last meta/sizes was written in a table's barrier
+        self.record_prev = None             # meta/sizes is a record of another boot, verified: the
+                                            # length of its "prev" (`_resolved_sizes`)
 
     # ------------------------------------------------------------------ creation / opening
     @classmethod
@@ -569,7 +573,13 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         """The commit a reader uses of meta/sizes `sizes` (`sizes_record.resolve`): a one-barrier
         record of another boot whose chunk did not reach the disk is read as its "prev" (a writer's
         open then writes that down, `_commit_fallback`)."""
-        out, how = sizes_record.resolve(sizes, self._chunk_matches, lambda: f"'{self.meta_path(SIZES_FILE)}'")
+        where = lambda: f"'{self.meta_path(SIZES_FILE)}'"     # noqa: E731
+        out, how = sizes_record.resolve(sizes, self._chunk_matches, where)
+        if how == "checked" and sizes_record.steps_back(self.rootdir, sizes):
+            # a table's last column one flush ahead of another column (`sizes_record.read_as_prev`)
+            out, how = sizes_record.as_prev(sizes, out, where), "prev"
+        # a record of another boot that a table may read as its "prev" (`ctable._committed_rows`)
+        self.record_prev = sizes_record.prev_length(sizes) if how == "checked" else None
         if how == "prev" or self._fallback_sizes is not None:
             self._fallback_sizes = out if how == "prev" and self.mode != "r" else None
         self._sizes_unsure = how == "boot"
@@ -619,11 +629,19 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         self._before_sizes()
         obj, free_from = self._sizes_with_last(obj)
         one = self._one_barrier_sizes(obj)
+        only_record, self._joined = self._joined == "record", False
+        if only_record and one is None:
+            # (`sizes_with_chunks(length)` said it would be one: another length, or a changed state)
+            raise StorageError(f"'{self.meta_path(SIZES_FILE)}' was to be written in a table's barrier as "
+                               f"a one-barrier record, and would be plain text: not written")
         # synced before this returns (in a table's barrier: at its end, which this writer does not see)
         synced = not in_barrier() and self._fio.syncs() and isinstance(self.bytestore, LocalStore)
         # in a new directory: synced by the barrier that publishes it (`files.NewTree`)
         new = (fileio.sync_enabled() and isinstance(self.bytestore, LocalStore)
                and new_tree_of(self.rootdir) is not None)
+        # in a table's barrier: synced at its end, which the table reports (`sizes_synced`)
+        joined = (in_barrier() and not new and self._fio.syncs() and isinstance(self.bytestore, LocalStore))
+        self._sizes_in_barrier = False
         if one is None:
             self._sync_with_sizes()     # the chunk before the meta/sizes that names it, in order
         # the commit point: where there is no lock, a conditional put (two writers never both commit)
@@ -649,8 +667,9 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
         except BaseException:
             self._sizes_last = old_last     # either may be on disk (the new one names live bytes)
             raise
-        if one is not None or (synced and not new):
+        if one is not None or (synced and not new) or joined:
             self._plain_sizes, self._plain_durable = obj, synced
+            self._sizes_in_barrier = joined
         self._sizes_len = int(obj["shape"][0])
         self._sizes_last = tuple(obj["last"]) if "last" in obj else None
         self._named_extent()
@@ -822,16 +841,35 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
             return None
         return fno
 
-    def sizes_with_chunks(self):
+    def sizes_with_chunks(self, length=None):
         """Inside the `files.one_barrier` whose end syncs the chunks the last `sync` wrote: whether the
         next meta/sizes may be written now, in that barrier, as a one-barrier record (`sizes_record`);
-        False: only once the barrier has made the chunks durable."""
+        False: only once the barrier has made the chunks durable.  `length`: the length that
+        meta/sizes will count, when it may go into the barrier only as a record (a table's last
+        column, whose record readers may read as its "prev", `ctable._committed_rows`): False when
+        that length's would be plain text, and `write_meta` refuses to write it there as plain text."""
         with self._lock:
             fno, self._joined_alone = self._joined_alone, None
             if fno is None or not in_barrier() or sizes_record.boot_id() is None:
                 return False
             self._with_sizes, self._joined = fno, True
+            if length is not None:
+                obj, _ = self._sizes_with_last({"shape": [int(length)]})
+                if self._one_barrier_sizes(obj) is None:
+                    # (its file still joins the barrier: meta/sizes after it, in order)
+                    self._with_sizes, self._joined = None, False
+                    return False
+                self._joined = "record"
             return True
+
+    def sizes_synced(self):
+        """The `files.one_barrier` in which this writer wrote meta/sizes (a table's flush) returned:
+        that commit is durable, so the text close() writes over it carries the durable mark
+        (`settle_sizes`)."""
+        with self._lock:
+            if self._sizes_in_barrier and self._plain_sizes is not None:
+                self._plain_durable = True
+            self._sizes_in_barrier = False
 
     def settle_sizes(self):
         """At close, after a flush that succeeded: the commit this writer made last, written over in

@@ -25,7 +25,9 @@ and the flush that writes the new record does not reuse them, so they hold that 
 Here: the boot, the keys, and the resolution of a record into the commit a reader uses.
 """
 
+import contextlib
 import os
+import threading
 
 from blzarr.errors import FormatError
 
@@ -118,6 +120,13 @@ def resolve(sizes, verify, where):
             and all(verify(n, off, None, d) for n, off, d in more)
             and verify(last[0], last[1], last[2], digest)):
         return out, "checked"
+    return as_prev(sizes, out, where), "prev"
+
+
+def as_prev(sizes, out, where):
+    """The record `sizes` read as its "prev": `out` (the record without its keys) with the length and
+    "last" of the commit before it; a malformed "prev" is a FormatError naming the file `where()`
+    names."""
     prev, shape = sizes.get("prev"), sizes.get("shape")
     if not _ints(prev, 4) or not isinstance(shape, list) or not shape:
         raise FormatError(f"{where()}: its short last chunk did not reach the disk, and \"prev\" "
@@ -133,7 +142,44 @@ def resolve(sizes, verify, where):
     length, nbytes = shape[0], sizes.get("nbytes")
     if isinstance(length, int) and length > 0 and isinstance(nbytes, int):
         out["nbytes"] = nbytes // length * prev[0]      # (informative)
-    return out, "prev"
+    return out
+
+
+# a table's writer that found its last column's record one flush ahead of another column (a power
+# loss kept that record and lost the other column's): {column directory: "prev" length} whose
+# record, of another boot, is read as its "prev" while the column starts writing (`read_as_prev`)
+_as_prev = threading.local()
+
+
+@contextlib.contextmanager
+def read_as_prev(rootdir, length):
+    """Within this context (this thread), the directory `rootdir`'s meta/sizes, when it is a record
+    of another boot whose chunks verify and whose "prev" counts `length` atoms, is read as its
+    "prev" (as when its chunk did not reach the disk: a writer's open writes that commit down before
+    anything else); any other meta/sizes is read as always."""
+    old = getattr(_as_prev, "dirs", None)
+    _as_prev.dirs = dict(old or {}, **{os.path.abspath(rootdir): int(length)})
+    try:
+        yield
+    finally:
+        _as_prev.dirs = old
+
+
+def steps_back(rootdir, sizes):
+    """Whether the record `sizes` of the directory `rootdir`, of another boot and verified, is to be
+    read as its "prev" (`read_as_prev`)."""
+    dirs = getattr(_as_prev, "dirs", None)
+    if not dirs:
+        return False
+    want = dirs.get(os.path.abspath(rootdir))
+    prev = sizes.get("prev")
+    return want is not None and _ints(prev, 4) and prev[0] == want
+
+
+def prev_length(sizes):
+    """The length of the commit before the record `sizes` (its "prev"), None when it is malformed."""
+    prev = sizes.get("prev") if isinstance(sizes, dict) else None
+    return prev[0] if _ints(prev, 4) else None
 
 
 def mark_durable(obj):
