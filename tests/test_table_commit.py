@@ -254,6 +254,10 @@ def test_the_last_column_one_flush_ahead_reads_as_its_prev(tmp_path, monkeypatch
     _check(r, 251)
     summary, notes = cli.verify_ctable(state)
     assert "251 rows" in summary and any("'c'" in x for x in notes), (summary, notes)
+    with _no_check():
+        report = blzarr.salvage(state, str(tmp_path / "copy"))
+    assert report["rows"] == 251 and not report["lost"], report
+    _check(blzarr.open(str(tmp_path / "copy"), mode="r"), 251)
     log = OpLog()
     with fileio.use(log), _no_check():
         w = blzarr.open(state, mode="a")
