@@ -228,9 +228,10 @@ def ctable_writer(rootdir, seed, wfd):
 
 
 def ctable_writer_killed_at_commit(rootdir, seed, wfd):
-    """A writer that SIGKILLs itself when its first flush reaches the last column's commit: the
-    other columns' rows are written, the last column's are not (what a random kill meets only when
-    it lands in that window)."""
+    """A writer that SIGKILLs itself when its first flush reaches the last column's commit (its
+    meta/sizes, written after the others' sync or, when the flush makes one round, just after the
+    others' are written): the other columns' rows are written, the last column's are not (what a
+    random kill meets only when it lands in that window)."""
     try:
         import signal
         import warnings
@@ -239,10 +240,10 @@ def ctable_writer_killed_at_commit(rootdir, seed, wfd):
         n = len(t)
         last = t.cols[t.names[-1]]
 
-        def killed(nch):
+        def killed(*args):
             os.write(wfd, b"K\n")
             os.kill(os.getpid(), signal.SIGKILL)
-        last._flush_commit = killed
+        last._write_sizes = killed
         os.write(wfd, b"R\n")
         k = 2 * CHUNKLEN + 7
         t.append([np.arange(n, n + k), np.arange(n, n + k) * 2.0, (np.arange(n, n + k) % 7).astype("U2")])
