@@ -558,6 +558,8 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
     def read_meta(self, name):
         obj = self.bytestore.read_json(f"{META_DIR}/{name}", f"meta/{name}")
         if name == SIZES_FILE and isinstance(obj, dict):
+            if "prev" not in obj:
+                self.record_prev = None
             if "prev" in obj:
                 obj = self._resolved_sizes(obj)
             elif sizes_record.take_durable(obj):
