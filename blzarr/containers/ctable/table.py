@@ -465,7 +465,8 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         if isinstance(col, carray):
             if rd is None:
                 return col
-            keep = {k: v for k, v in kwargs.items() if k in ("chunklen", "dflt", "format", "storage_options")}
+            keep = {k: v for k, v in kwargs.items()
+                    if k in ("chunklen", "expectedlen", "dflt", "format", "storage_options")}
             if "cparams" in kw or self._cparams_given:
                 keep["cparams"] = kwargs["cparams"]
             return self._copy_carray(col, rd, keep)
@@ -487,7 +488,10 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
     def _copy_carray(col, rd, kw):
         kw = dict(kw)
         kw.setdefault("cparams", col.cparams)
-        kw.setdefault("chunklen", col.chunklen)
+        if "chunklen" not in kw:
+            # the chunk length a new array of this length gets (as bcolz's copy chooses it), not the
+            # source's: an in-memory carray grown by appends has the short chunks of an empty one
+            kw.setdefault("expectedlen", len(col))
         kw.setdefault("dflt", col.dflt[()] if col.dtype.kind != "O" else None)
         fmt = kw.pop("format", None)
         new = carray(np.empty((0,) + col.shape[1:], dtype=col.dtype), rootdir=rd, mode="w",
