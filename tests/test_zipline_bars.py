@@ -50,6 +50,15 @@ def same(path, want, what):
         assert np.array_equal(got[key], want[key], equal_nan=True), (what, key)
 
 
+def chunklens(root):
+    """The chunk length of every column of the daily table and of sid 1's minute table."""
+    out = {}
+    for table in ("daily.bcolz", os.path.join("minute", "00", "00", "000001.bcolz")):
+        t = blzarr.open(os.path.join(root, table), mode="r")
+        out.update({(table, name): t[name].chunklen for name in t.names})
+    return out
+
+
 def layouts(root):
     """The layout of every table zipline wrote under root (the daily table and one per minute sid)."""
     tables = [os.path.join(root, "daily.bcolz")]
@@ -84,6 +93,10 @@ def test_zipline_bars_on_blzarr_and_bcolz(tmp_path):
     same(out["blzarr_bcolz"], want, "blzarr wrote format='bcolz', bcolz read")
     same(out["bcolz_then_blzarr"], want, "bcolz wrote, blzarr appended, bcolz read")
     same(out["blzarr_then_bcolz"], want, "blzarr wrote format='bcolz', bcolz appended and read")
+    # the tables get bcolz's chunks, whoever wrote them (the daily table is made from carrays in memory)
+    want_chunklens = chunklens(d["bcolz"])
+    for name in ("blz", "blzarr_bcolz", "blzarr_then_bcolz"):
+        assert chunklens(d[name]) == want_chunklens, name
     assert layouts(d["blz"]) == {"blz"}
     for name in ("bcolz", "blzarr_bcolz", "bcolz_then_blzarr", "blzarr_then_bcolz"):
         assert layouts(d[name]) == {"bcolz"}, name
