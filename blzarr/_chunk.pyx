@@ -16,7 +16,8 @@ first is `_minmax`'s.  Other Cython modules use its C level through `_chunk.pxd`
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 from libc.stdlib cimport malloc, free, qsort
 from libc.string cimport memcpy
-from cpython.ref cimport PyObject, Py_XDECREF
+from cpython.ref cimport PyObject, Py_XDECREF, Py_INCREF
+from cpython.list cimport PyList_GetItem
 
 cimport numpy as cnp
 
@@ -42,6 +43,13 @@ blosc_set_splitmode(BLOSC_NEVER_SPLIT)
 cdef extern from "blz_lz4dec.h" nogil:
     int64_t BLZ_DEC_OTHER
     int64_t blz_decode_chunk(const uint8_t *src, int64_t srclen, uint8_t *dst, int64_t destsize)
+
+cdef extern from "blz_blockdec.h" nogil:
+    int64_t blz_decode_block(const uint8_t *src, int64_t srclen, int64_t j, uint8_t *dst, int64_t bsize)
+
+cdef extern from "numpy/arrayobject.h":
+    # steals a reference to `descr`
+    object _array_empty "PyArray_Empty"(int nd, cnp.npy_intp *dims, PyObject *descr, int fortran)
 
 cdef extern from "Python.h":
     PyObject *_bytes_new "PyBytes_FromStringAndSize"(const char *v, Py_ssize_t n)
@@ -514,6 +522,59 @@ def getitem_into(buf, Py_ssize_t start, Py_ssize_t nbytes, cnp.ndarray dest not 
     if ret != nbytes:
         raise ChunkError(f"corrupted Blosc chunk{located(where)}: block decoding failed (return code {ret})")
     return ret
+
+
+def block_at(chunks, Py_ssize_t cid, Py_ssize_t local, Py_ssize_t chunklen, cnp.dtype atom not None):
+    """(lo, block): the atoms of the in-memory full chunk ``chunks[cid]`` (a `storage.chunk.chunk`)
+    that share a Blosc block with atom `local`, atoms [lo, lo + len(block)), decoded from that block
+    alone into a new array of dtype `atom`; or None where the chunk's blocks do not hold whole atoms
+    or its typesize does not divide them (the caller reads such a chunk otherwise).
+
+    The scalar read of an in-memory carray: what `ChunkStore.read_block` and `chunk.read_block` do for
+    such a chunk, in one call, the block decoded straight into the new array."""
+    ch = <object>PyList_GetItem(chunks, cid)     # a list or a list's subclass (MemoryChunks)
+    data = ch._data
+    if type(data) is not bytes:
+        return None
+    cdef const uint8_t *p = <const uint8_t *>_bytes_ptr(<PyObject *>data)
+    cdef Py_ssize_t n = len(<bytes>data)
+    cdef header_t h
+    cdef Py_ssize_t isz = atom.itemsize, bs, per, lo, hi, start, nbytes, ts
+    cdef cnp.npy_intp dim
+    cdef int64_t r = BLZ_DEC_OTHER
+    cdef int ret
+    cdef char *out
+    parse_header(p, n, &h, ch._where, False)
+    ts = h.typesize
+    bs = h.blocksize
+    if isz == 0 or isz % ts or bs < isz or bs % isz:
+        return None
+    per = bs // isz
+    lo = local // per * per
+    hi = min(lo + per, chunklen)
+    start = lo * isz
+    nbytes = (hi - lo) * isz
+    if lo < 0 or hi <= lo or start + nbytes > h.nbytes:
+        raise IndexError(f"getitem_into: bytes [{start}, {start + nbytes}) outside the chunk's {h.nbytes}")
+    dim = hi - lo
+    Py_INCREF(atom)
+    block = _array_empty(1, &dim, <PyObject *>atom, 0)
+    out = <char *>cnp.PyArray_DATA(<cnp.ndarray>block)
+    if h.flags & FLAG_MEMCPYED:
+        memcpy(out, p + 16 + start, nbytes)
+        return lo, block
+    with nogil:
+        # a whole block (the usual case: the block of `local`, which hi cuts short only at the end of
+        # a chunk shorter than its header says, a damaged one) straight into the array
+        if start + nbytes == min(start + bs, h.nbytes):
+            r = blz_decode_block(p, n, start // bs, <uint8_t *>out, nbytes)
+        if r == BLZ_DEC_OTHER:
+            ret = blosc_getitem(p, <int>(start // ts), <int>(nbytes // ts), out)
+        else:
+            ret = <int>r
+    if ret != nbytes:
+        raise ChunkError(f"corrupted Blosc chunk{located(ch._where)}: block decoding failed (return code {ret})")
+    return lo, block
 
 
 cdef int take_core(const uint8_t *src, header_t *h, const cnp.intp_t *pos, Py_ssize_t n, Py_ssize_t base,

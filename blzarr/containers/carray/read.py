@@ -9,6 +9,7 @@ import warnings
 
 import numpy as np
 
+from blzarr._chunk import block_at
 from blzarr.query import chunked_eval as _ce
 from blzarr.query import fused
 from blzarr.containers import indexing as ix
@@ -292,6 +293,11 @@ class CarrayReads(CarrayBase):
                     lo = local // per * per
                     key = (gen, cid, lo)
                     buf = disk_blocks.get(key)
+                elif not self._ondisk:
+                    # in memory: the block decoded in one call, straight into its array
+                    got = block_at(self._chunks, cid, local, self._chunklen, self._atom)
+                    if got is not None:
+                        lo, buf = got
                 if buf is None:
                     lo, buf, per = self._chunks.read_block(cid, local, self._chunklen, self._atom)
                     if self._ondisk:
