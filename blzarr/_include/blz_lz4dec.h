@@ -31,6 +31,19 @@
 #define BLZ_DEC_BAD (-1)
 #define BLZ_DEC_OTHER (-2)
 
+/* How far ahead of the input the decoder asks for the compressed bytes.  A column larger than the
+   caches is read from memory, and the hardware's prefetch does not keep up with the decoder: with
+   the compressed bytes in cache a float64 walk's chunks decode in about half the time.  Asked for
+   8 KiB ahead, once per sequence and once per 32 literal bytes, they mostly arrive in time.  A
+   prefetch never faults, so the address may lie past the input's end (it is formed as an integer,
+   not as a pointer outside the buffer). */
+#define BLZ_DEC_AHEAD 8192
+#if defined(__GNUC__) || defined(__clang__)
+#define BLZ_DEC_PREFETCH(p) __builtin_prefetch((const void *)((uintptr_t)(p) + BLZ_DEC_AHEAD), 0, 3)
+#else
+#define BLZ_DEC_PREFETCH(p) ((void)0)
+#endif
+
 static inline int64_t blz_dec_i32(const uint8_t *p) {
     return (int32_t)((uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24));
 }
@@ -119,6 +132,7 @@ static int blz_lz4_block(const uint8_t *src, size_t csize, uint8_t *dst, size_t 
         unsigned b;
         if (ip >= iend) return BLZ_DEC_BAD;
         token = *ip++;
+        BLZ_DEC_PREFETCH(ip);
         lit = token >> 4;
         /* the common sequence, as LZ4's own decoder takes it: fewer than 15 literals and a match of
            at most 18 bytes, far from both ends: fixed-size copies, no loops (a sequence followed by
@@ -154,7 +168,7 @@ static int blz_lz4_block(const uint8_t *src, size_t csize, uint8_t *dst, size_t 
             /* 32 bytes at a time; the bytes past `lit` are overwritten by what follows */
             const uint8_t *s = ip;
             uint8_t *d = op, *e = op + lit;
-            do { memcpy(d, s, 32); d += 32; s += 32; } while (d < e);
+            do { BLZ_DEC_PREFETCH(s); memcpy(d, s, 32); d += 32; s += 32; } while (d < e);
         } else {
             memcpy(op, ip, lit);
         }
