@@ -30,6 +30,7 @@ from blzarr._workpool cimport ChunkWork
 cdef extern from "blz_exprkernel.h" nogil:
     void xk_exec(const int32_t *prog, int64_t nins, char **rp, int64_t m)
     int64_t xk_count(const uint8_t *v, int64_t m)
+    int64_t xk_cmp_count(int op, const char *a, const char *b, int64_t m)
     void xk_widen(int kind, const char *src, double *d, int64_t m)
     int64_t xk_isum(const int64_t *v, int64_t m)
     void xk_narrow(const int64_t *a, char *dst, int64_t isz, int64_t m)
@@ -180,7 +181,8 @@ cdef class ExprChunks(ChunkWork):
     `result` the register that holds the expression.  `mode` (`EXPR_MODES`):
 
     - "sum": `values` holds each chunk's sum of the (float64) result, bit for bit NumPy's sum of it;
-    - "count": `counts` holds each chunk's number of true (boolean) results;
+    - "count": `counts` holds each chunk's number of true (boolean) results (`compare_count` says
+      whether the program's last instruction, a comparison, is counted without storing its booleans);
     - "values": the result of every row into `dest` (float64, or bool for a boolean result);
     - "select": for each of `outputs`, the rows of each chunk where the (boolean) result holds, and
       `counts` their number; `fill(j, dest)` copies output j's rows of every chunk into `dest`.  An
@@ -203,6 +205,9 @@ cdef class ExprChunks(ChunkWork):
     """
 
     cdef Py_ssize_t nops, nconst, nregs_, nins, res, mode, clen, win, nouts, nchunks
+    # a count whose last instruction is a comparison into the result: the instructions before it run,
+    # and xk_cmp_count counts where it holds without storing its booleans
+    cdef readonly bint compare_count
     # operands of several chunk lengths (multiples of `clen`): an item is a group of `grp` blocks of
     # `clen` rows, in which operand i has grp / rat_[i] chunks, at coff_[i] among the group's
     # `cstride` chunks, decoded whole at woff_[i] in the thread's scratch; the results are per block
@@ -398,6 +403,10 @@ cdef class ExprChunks(ChunkWork):
         if self.nconst:
             # (bytes, not doubles: a slot may hold an integer's bits, which need not be a number)
             memcpy(self.consts, &consts[0], self.nconst * sizeof(double))
+        t = self.nins - 1
+        self.compare_count = (self.mode == XK_COUNT and t >= 0 and self.prog[4 * t + 1] == result
+                     and self.prog[4 * t + 3] >= 0
+                     and xk_cmp_count(self.prog[4 * t], NULL, NULL, 0) == 0)
         if self.mode == XK_SELECT and self.nblk != nitems:
             raise ValueError("ExprChunks: mode 'select' needs operands of one chunk length and a tail "
                              "shorter than a chunk")
@@ -747,6 +756,12 @@ cdef class ExprChunks(ChunkWork):
                     # pointed into their chunk)
                     rp[i] = scratch + i * W * 8
                     xk_widen(self.kind_[i], whole[i] + w0 * self.isz_[i], <double *>rp[i], m)
+            if self.compare_count:
+                t = 4 * (self.nins - 1)
+                xk_exec(self.prog, self.nins - 1, rp, m)
+                count += xk_cmp_count(self.prog[t], rp[self.prog[t + 2]], rp[self.prog[t + 3]], m)
+                w0 += m
+                continue
             xk_exec(self.prog, self.nins, rp, m)
             if self.mode == XK_COUNT:
                 count += xk_count(<const uint8_t *>rp[self.res], m)

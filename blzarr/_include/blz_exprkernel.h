@@ -142,6 +142,28 @@ static BLZ_CLONES void xk_narrow(const int64_t *restrict a, char *restrict dst, 
     default: memcpy(dst, a, m * 8); break;
     }
 }
+/* The number of values of a window where the comparison `op` (one of the kernel's comparison opcodes)
+   holds, without storing its booleans: a count whose last instruction is a comparison takes this in
+   place of that instruction and xk_count, a third of their time.  -1 for an opcode that is not a
+   comparison.  (m < 2**32: the 32-bit counter does not wrap.) */
+#define XK_CCOUNT6(BASE, T)                                                                         \
+    case BASE + 0: { const T *restrict x = (const T *)a, *restrict y = (const T *)b; XK_LOOP(c += x[i] > y[i]) } break;  \
+    case BASE + 1: { const T *restrict x = (const T *)a, *restrict y = (const T *)b; XK_LOOP(c += x[i] >= y[i]) } break; \
+    case BASE + 2: { const T *restrict x = (const T *)a, *restrict y = (const T *)b; XK_LOOP(c += x[i] < y[i]) } break;  \
+    case BASE + 3: { const T *restrict x = (const T *)a, *restrict y = (const T *)b; XK_LOOP(c += x[i] <= y[i]) } break; \
+    case BASE + 4: { const T *restrict x = (const T *)a, *restrict y = (const T *)b; XK_LOOP(c += x[i] == y[i]) } break; \
+    case BASE + 5: { const T *restrict x = (const T *)a, *restrict y = (const T *)b; XK_LOOP(c += x[i] != y[i]) } break;
+static BLZ_CLONES int64_t xk_cmp_count(int op, const char *a, const char *b, int64_t m) {
+    uint32_t c = 0;
+    switch (op) {
+    XK_CCOUNT6(5, double)
+    XK_CCOUNT6(XK_OP_F4 + 5, float)
+    XK_CCOUNT6(XK_OP_I8 + 4, int64_t)
+    XK_CCOUNT6(XK_OP_I4CMP, int32_t)
+    default: return -1;
+    }
+    return c;
+}
 static BLZ_CLONES int64_t xk_count(const uint8_t *restrict v, int64_t m) {
     uint32_t c = 0;
     for (int64_t i = 0; i < m; i++) c += v[i];
