@@ -178,7 +178,7 @@ cdef class ChunkWork(Work):
     cdef int _set_chunks(self, list bufs, Py_ssize_t nparts, object wheres) except -1:
         """The items' chunks (one per item), shared among at most `nparts` threads; `wheres[k]` names
         chunk k in errors."""
-        cdef Py_ssize_t n = len(bufs), k
+        cdef Py_ssize_t n = len(bufs), k, ln
         cdef const uint8_t[::1] v
         cdef object b
         self.wheres = wheres
@@ -193,11 +193,17 @@ cdef class ChunkWork(Work):
             if type(b) is bytes:
                 # the common case, without a memoryview's cost
                 self.src[k] = <const uint8_t *>_bytes_ptr(<PyObject *>b)
-                parse_header(self.src[k], len(<bytes>b), &self.hdr[k], self._name_of(k), False)
+                ln = len(<bytes>b)
                 self.keep.append(b)
             else:
                 v = bytes_view(b)
                 self.src[k] = &v[0] if v.shape[0] else NULL
-                parse_header(self.src[k], v.shape[0], &self.hdr[k], self._name_of(k), False)
+                ln = v.shape[0]
                 self.keep.append(v)
+            # the chunk's name is made only for the error (a name per chunk cost more than the checks)
+            try:
+                parse_header(self.src[k], ln, &self.hdr[k], None, False)
+            except ChunkError:
+                parse_header(self.src[k], ln, &self.hdr[k], self._name_of(k), False)
+                raise
         return 0

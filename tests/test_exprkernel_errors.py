@@ -58,3 +58,18 @@ def test_an_expression_names_the_operand_and_chunk(monkeypatch):
     with pytest.raises(blzarr.ChunkError, match=r"\(chunk 5 of 'a'\): decoding failed"):
         blzarr.eval("sum(a * 2 + c)", user_dict={"a": a, "c": c})
     assert kernel_calls == ["sum", "sum"]
+
+
+@pytest.mark.parametrize("op,k", [(0, 3), (1, 0)])
+def test_a_bad_header_is_named_when_the_kernel_is_made(op, k):
+    # the names are made only for an error: the check of every header still names the one that fails
+    chunks = [list(_chunks(np.arange(8192) % 5 * 1.0, 1024)), list(_chunks(np.arange(8192) % 3 * 1.0, 1024))]
+    bad = bytearray(chunks[op][k])
+    bad[0] = 3                                  # a Blosc format version no reader knows
+    chunks[op][k] = bytes(bad)
+    prog = np.array([[_exprkernel.EXPR_OPCODES["add"], 2, 0, 1]], np.int32)
+    with pytest.raises(blzarr.ChunkError, match=rf"\(chunk {k} of operand {op}\): format version 3"):
+        _exprkernel.ExprChunks(chunks, prog, np.zeros(0), 3, 2, "sum", 1024)
+    with pytest.raises(blzarr.ChunkError, match=rf"\(chunk {k} of '{'ab'[op]}'\): format version 3"):
+        _exprkernel.ExprChunks(chunks, prog, np.zeros(0), 3, 2, "sum", 1024,
+                               wheres=lambda i, m: f"chunk {m} of '{'ab'[i]}'")
