@@ -38,3 +38,4 @@ cdef int take_core(const uint8_t *src, header_t *h, const cnp.intp_t *pos, Py_ss
                    char *scratch, Py_ssize_t *ndec, bint whole) noexcept nogil
 cdef int decode_chunk(const uint8_t *src, Py_ssize_t srclen, char *out, Py_ssize_t nbytes,
                       int nthreads) noexcept nogil
+cdef int decode_chunk_ahead(const uint8_t *src, Py_ssize_t srclen, char *out, Py_ssize_t nbytes) noexcept nogil

@@ -43,6 +43,7 @@ blosc_set_splitmode(BLOSC_NEVER_SPLIT)
 cdef extern from "blz_lz4dec.h" nogil:
     int64_t BLZ_DEC_OTHER
     int64_t blz_decode_chunk(const uint8_t *src, int64_t srclen, uint8_t *dst, int64_t destsize)
+    int64_t blz_decode_chunk_ahead(const uint8_t *src, int64_t srclen, uint8_t *dst, int64_t destsize)
 
 cdef extern from "blz_blockdec.h" nogil:
     int64_t blz_decode_block(const uint8_t *src, int64_t srclen, int64_t j, uint8_t *dst, int64_t bsize)
@@ -470,6 +471,15 @@ cdef int decode_chunk(const uint8_t *src, Py_ssize_t srclen, char *out, Py_ssize
         if r != BLZ_DEC_OTHER:
             return <int>r if r >= 0 else -1
     return blosc_decompress_ctx(src, out, nbytes, nthreads)
+
+
+cdef int decode_chunk_ahead(const uint8_t *src, Py_ssize_t srclen, char *out, Py_ssize_t nbytes) noexcept nogil:
+    """`decode_chunk` on one thread into a buffer the caller reuses (it stays in cache), asking for the
+    compressed bytes ahead of the decoder: where they come from memory, the decode stalls less."""
+    cdef int64_t r = blz_decode_chunk_ahead(src, srclen, <uint8_t *>out, nbytes)
+    if r != BLZ_DEC_OTHER:
+        return <int>r if r >= 0 else -1
+    return blosc_decompress_ctx(src, out, nbytes, 1)
 
 
 def decompress_blosc(buf, cnp.ndarray dest not None):

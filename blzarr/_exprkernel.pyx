@@ -23,7 +23,8 @@ from libc.string cimport memcpy
 cimport numpy as cnp
 
 from blzarr._blosc cimport blosc_getitem
-from blzarr._chunk cimport header_t, C_MEMCPYED, bytes_view, parse_header, decode_chunk, located
+from blzarr._chunk cimport (header_t, C_MEMCPYED, bytes_view, parse_header, decode_chunk, decode_chunk_ahead,
+                            located)
 from blzarr._sums cimport pairwise, PAIRWISE_LEAF
 from blzarr._workpool cimport ChunkWork
 
@@ -707,7 +708,7 @@ cdef class ExprChunks(ChunkWork):
                         whole[i] = <char *>self.src[j] + 16
                     else:
                         whole[i] = scratch + self.woff_[i]
-                        ret = decode_chunk(self.src[j], self.hdr[j].ctbytes, whole[i], self.hdr[j].nbytes, 1)
+                        ret = decode_chunk_ahead(self.src[j], self.hdr[j].ctbytes, whole[i], self.hdr[j].nbytes)
                         if ret != self.hdr[j].nbytes:
                             return ret if ret != 0 else -1
                 at[i] = whole[i] + (b % r) * L * self.isz_[i]

@@ -15,7 +15,7 @@ from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, u
 
 cimport numpy as cnp
 
-from blzarr._chunk cimport C_MEMCPYED, decode_chunk
+from blzarr._chunk cimport C_MEMCPYED, decode_chunk_ahead
 from blzarr._workpool cimport ChunkWork
 
 cnp.import_array()
@@ -149,7 +149,7 @@ cdef class SumChunks(ChunkWork):
             v = <const char *>self.src[k] + 16        # summed where it lies
         else:
             # into this thread's buffer, still in its cache when the sum reads it
-            ret = decode_chunk(self.src[k], self.hdr[k].ctbytes, scratch, nb, 1)
+            ret = decode_chunk_ahead(self.src[k], self.hdr[k].ctbytes, scratch, nb)
             if ret != nb:
                 return ret if ret != 0 else -1
             v = scratch
