@@ -48,7 +48,7 @@ static int64_t blz_decode_block(const uint8_t *src, int64_t srclen, int64_t j, u
     if (csize <= 0 || csize > bsize || start + 4 + csize > ct) return BLZ_DEC_BAD;
     if (csize == bsize) {               /* a block LZ4 could not shrink, stored as it is */
         memcpy(target, src + start + 4, (size_t)bsize);
-    } else if (blz_lz4_block(src + start + 4, (size_t)csize, target, (size_t)bsize) != 0) {
+    } else if (blz_lz4_block_as(src + start + 4, (size_t)csize, target, (size_t)bsize, 0) != 0) {
         return BLZ_DEC_BAD;
     }
     if (shuf) {

@@ -59,7 +59,7 @@ static inline int64_t blz_dec_i32(const uint8_t *p) {
    multiple of 16), and each such load waits for those stores: 8 KiB of a period of 17 took about
    ten times as long as the same bytes with a period of 8.  The pattern is built once from the
    period's bytes before the match, and nothing of the match is read back.  Out of line and marked
-   cold: inlined into blz_lz4_block's loop it moved that loop's code and slowed float columns by a
+   cold: inlined into blz_lz4_block_as's loop it moved that loop's code and slowed float columns by a
    few percent; it runs at most a few times per block. */
 #if defined(__GNUC__)
 __attribute__((noinline, cold))
