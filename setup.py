@@ -70,7 +70,9 @@ ext_kwargs = dict(
     extra_objects=[static_lib],
     libraries=[] if windows else ["pthread"],
     define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
-    extra_compile_args=["/O2"] if windows else ["-O3"],
+    # a C function called without a declaration (a header's function renamed) is an error: as a
+    # warning it built a module that failed to load with "undefined symbol"
+    extra_compile_args=["/O2"] if windows else ["-O3", "-Werror=implicit-function-declaration"],
 )
 # the shared C headers: a change to one rebuilds every module (they hold inline C the modules share)
 headers = [str(p) for p in sorted(Path("blzarr/_include").glob("*.h"))]
