@@ -631,6 +631,7 @@ def test_s3_open_reads_each_meta_file_once(s3, monkeypatch):
     (meta/sizes is parsed twice, by the layout and by the carray), the first and the last file's
     tables, and the short last chunk."""
     from blzarr.storage.bytestore import FsspecStore
+    from blzarr.storage import readpins
     url, opts = s3
     a = data(100_003)
     blzarr.carray(a, rootdir=f"{url}/x.blz", mode="w", chunklen=5000, superchunklen=8, storage_options=opts)
@@ -645,8 +646,14 @@ def test_s3_open_reads_each_meta_file_once(s3, monkeypatch):
     def get_many(self, keys):
         asked.extend(keys)
         return real_many(self, keys)
+    real_commit = readpins.ReadPins.read_commit.__func__
+
+    def read_commit(cls, store, key):       # (the commit object, read with its version)
+        asked.append(key)
+        return real_commit(cls, store, key)
     monkeypatch.setattr(FsspecStore, "get", get)
     monkeypatch.setattr(FsspecStore, "get_many", get_many)
+    monkeypatch.setattr(readpins.ReadPins, "read_commit", classmethod(read_commit))
     r = blzarr.open(f"{url}/x.blz", mode="r", storage_options=opts)
     assert sorted(asked) == ["meta/attributes", "meta/sizes", "meta/stats", "meta/storage"]
     assert gets(r) == 7

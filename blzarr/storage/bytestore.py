@@ -79,7 +79,7 @@ from blzarr.storage import files
 from blzarr.storage import intent
 from blzarr.errors import ConcurrentWriterError, FormatError, MissingError, StorageError
 from blzarr.storage.files import creation_debris, detect_store
-from blzarr.storage.readpins import ReadPins
+from blzarr.storage import readpins
 from blzarr.runtime.optional import need
 from blzarr.runtime import forksafe
 
@@ -755,11 +755,13 @@ class FsspecStore(ByteStore):
     def child(self, name):
         return FsspecStore(join(self.root, name), self.storage_options, fs=self.fs)
 
-    def read_pinned(self, commit_key, commit_raw):
-        """From now on (a reader's open, which just read `commit_raw` from `commit_key`), GET the data
-        objects listed with their ETags only as listed (S3: `readpins`; elsewhere nothing changes)."""
-        if self.protocol in ("s3", "s3a") and hasattr(self.fs, "_call_s3"):
-            self.pins = ReadPins(self, commit_key, commit_raw)
+    def read_pinned(self, commit_key, commit_raw, version=None):
+        """From now on (a reader's open, which just read `commit_raw` from `commit_key`, at `version`
+        of `readpins.read_commit`), GET the data objects listed only as listed (S3 and memory://:
+        `readpins`; elsewhere nothing changes)."""
+        kind = readpins._kind(self)
+        if kind is not None:
+            self.pins = kind(self, commit_key, commit_raw, version)
 
     def _call(self, what, key, fn, *args, **kwargs):
         """fn(*args) with retries of transient failures; StorageError naming the URL otherwise."""
@@ -923,17 +925,19 @@ class FsspecStore(ByteStore):
         except MissingError:
             return {}
         out = {}
+        files = {}
         for e in entries:
             name = e["name"].rstrip("/").rsplit("/", 1)[-1]
             if e.get("type") == "directory":
                 out[name] = None
             else:
                 out[name] = e.get("size")
+                files[name] = e
                 tag = e.get("ETag") or e.get("etag")
                 if etags is not None and isinstance(tag, str):
                     etags[name] = tag
-        if etags and self.pins is not None:
-            self.pins.listed(prefix, etags)
+        if etags is not None and self.pins is not None:
+            self.pins.listed(prefix, files)
         if not self.http:
             self.fs.invalidate_cache(self._p(prefix))
         return out

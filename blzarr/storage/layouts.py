@@ -8,7 +8,7 @@ worker, a store that writes a range of chunks, from the `config()` of the store 
 
 from blzarr.storage.bcolz_layout import BcolzChunks, BcolzDir
 from blzarr.storage.blz.directory import BlzChunks, BlzDir, FORMAT as BLZ_FORMAT, open_store as _open_local
-from blzarr.storage import replace
+from blzarr.storage import readpins, replace
 from blzarr.storage.bytestore import open_bytestore
 from blzarr.storage.chunkstore import auto_superchunklen
 from blzarr.errors import FormatError
@@ -47,7 +47,8 @@ def open_dir(rootdir, mode="a", bytestore=None):
         return _open_local(rootdir, mode)
     key = f"{META_DIR}/{STORAGE_FILE}"
     where = bytestore.where(key)
-    raw = bytestore.get(key)
+    # (with its version where the store tells it, which the carray's open confirms at its end)
+    raw, version = readpins.read_commit(bytestore, key)
     storage = parse_json(raw, where, "meta/storage")
     if not isinstance(storage, dict):
         raise FormatError(f"meta file '{where}' must hold a JSON object")
@@ -59,7 +60,7 @@ def open_dir(rootdir, mode="a", bytestore=None):
         return open_dir(rootdir, mode, bytestore)
     pin = getattr(bytestore, "read_pinned", None)
     if pin is not None:
-        pin(key, raw)       # the data objects are read as this open lists them (blzarr.storage.readpins)
+        pin(key, raw, version)  # the data objects are read as this open lists them (storage.readpins)
     fmt = storage.get("format", "bcolz")
     bytestore.prime(key, raw, 3 if fmt == BLZ_FORMAT else 1)   # the layout's open (twice) and the carray's
     if fmt == BLZ_FORMAT:

@@ -10,7 +10,7 @@ import secrets
 
 import numpy as np
 
-from blzarr.storage import fileio, intent, replace
+from blzarr.storage import fileio, intent, readpins, replace
 from blzarr import _chunk
 from blzarr.runtime import integrations
 from blzarr.runtime import forksafe
@@ -20,7 +20,7 @@ from blzarr.containers.arrayprint import array2string
 from blzarr.containers.common import Container, compression_ratio, human_readable_size  # noqa: F401
 from blzarr.storage.attrs import attrs as _attrs
 from blzarr.storage.chunk import blosc_typesize
-from blzarr.errors import ENVIRONMENT_ERRNOS, BlzarrError, FormatError, MissingError, StorageError, storage_error, storage_op
+from blzarr.errors import ENVIRONMENT_ERRNOS, BlzarrError, ConcurrentWriterError, FormatError, MissingError, StorageError, storage_error, storage_op
 from blzarr.runtime.params import cparams as _cparams, defaults
 from blzarr.storage.chunkstore import MemoryChunks
 from blzarr.storage.layouts import create_store, open_chunks, open_dir
@@ -124,6 +124,12 @@ def commit_creation(a):
     caller, flushed first."""
     a.flush()
     a._commit_creation()
+
+
+def _confirmed(store):
+    """Whether the open just made through `store` read one version of the carray (`readpins.confirm`)."""
+    pins = getattr(store, "pins", None)
+    return pins is None or readpins.confirm(store, pins.commit_key, pins.version)
 
 
 def _inside_a_creation(url):
@@ -537,6 +543,27 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
                             bytestore=self._bytestore, expectedlen=max(self.expectedlen, 0))
 
     def _open(self, allow_pickle):
+        store, root = self._bytestore, self._rootdir
+        if store is None or self._mode == "w" or readpins.is_deferred():
+            return self._open_once(allow_pickle)
+        # object storage: the open reads several objects one after the other; it is made again when
+        # a writer changed the carray's commit object meanwhile (storage.readpins)
+        for _ in range(readpins.OPEN_TRIES):
+            store.pins = None
+            store._primed.clear()
+            self._bytestore, self._rootdir = store, root
+            try:
+                self._open_once(allow_pickle)
+            except Exception:
+                if _confirmed(self._bytestore):
+                    raise
+                continue                # (what failed was read across a change)
+            if _confirmed(self._bytestore):
+                return
+        raise ConcurrentWriterError(f"'{root}' changed while it was being opened, {readpins.OPEN_TRIES} times "
+                                    "(another writer replaced or rewrote it): open it again")
+
+    def _open_once(self, allow_pickle):
         self._allow_pickle = allow_pickle
         # mode 'a' reads as mode 'r' does (no lock, nothing repaired or changed) until the first call
         # that writes: `_start_writing` takes the lock then (bcolz readers open with the default mode)

@@ -30,14 +30,15 @@ from blzarr.containers.carray.array import carray, creation_left_to_caller
 from blzarr.containers.common import Container
 from blzarr.containers.carray.read import pin_version, read_one_version, unpin_version
 from blzarr.containers.carray.version import fresh_call
-from blzarr.errors import ConcurrentWriterError, ExistsError, FormatError, StorageError, storage_op
-from blzarr.storage import intent, replace, rewrite, tablejournal
+from blzarr.errors import ConcurrentWriterError, ExistsError, FormatError, MissingError, StorageError, storage_op
+from blzarr.storage import intent, readpins, replace, rewrite, tablejournal
 from blzarr.storage.blz import sizes as sizes_record
 from blzarr.storage.locking import FirstWrite, LockError, lock_dir
 from blzarr.query.rules import DEFAULT_BLEN
 from blzarr.runtime.params import cparams as _cparams, defaults
 from blzarr.storage.files import (ATTRS_FILE, CREATING_FILE, META_DIR, ROOTDIRS_FILE, STORAGE_FILE, HeldTree,
-                                   ObjectPath, creation_marker, held_tree, new_tree_of, read_json, write_json)
+                                   ObjectPath, creation_marker, held_tree, new_tree_of, parse_json, read_json,
+                                   write_json)
 from blzarr.storage.bytestore import is_url, join, local_path, occupied, open_bytestore, overlaps
 # the parts of ctable, one module each (the moved names stay importable from here)
 from blzarr.containers.ctable.read import NROW, CtableBase, CtableReads, _split_outcols  # noqa: F401
@@ -533,6 +534,33 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
                        else os.path.join(self._rootdir, ROOTDIRS_FILE), self._rootdirs_meta(names))
 
     def _open(self, allow_pickle):
+        store, root = self._bytestore, self._rootdir
+        if store is None or self._mode == "w":
+            return self._open_once(allow_pickle)
+        # object storage: the table's open reads __rootdirs__, then each column; it is made again
+        # when a writer changed __rootdirs__ meanwhile (every replacement or rewrite of columns does;
+        # storage.readpins), which covers the columns' opens too
+        for _ in range(readpins.OPEN_TRIES):
+            self._bytestore, self._rootdir = store, root
+            self.cols = cols(self)
+            self._opened = None
+            try:
+                with readpins.deferred():
+                    self._open_once(allow_pickle)
+            except Exception:
+                if self._confirmed():
+                    raise
+                continue                # (what failed was read across a change)
+            if self._confirmed():
+                return
+        raise ConcurrentWriterError(f"'{root}' changed while it was being opened, {readpins.OPEN_TRIES} times "
+                                    "(another writer replaced or rewrote it): open it again")
+
+    def _confirmed(self):
+        opened = self.__dict__.pop("_opened", None)
+        return opened is None or readpins.confirm(opened[0], ROOTDIRS_FILE, opened[1])
+
+    def _open_once(self, allow_pickle):
         root = self._rootdir
         remote = self._bytestore is not None
         if not remote and not os.path.isdir(root):
@@ -540,7 +568,15 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         if not remote and self._mode != "r" and _has_pending(root):
             self._recover_intents(root)
         path = ObjectPath(self._bytestore, ROOTDIRS_FILE) if remote else os.path.join(root, ROOTDIRS_FILE)
-        meta = read_json(path, "ctable column list")
+        if remote:
+            try:
+                raw, version = readpins.read_commit(self._bytestore, ROOTDIRS_FILE)
+            except MissingError:
+                raise MissingError(f"ctable column list file '{path}' does not exist") from None
+            self._opened = (self._bytestore, version)      # (confirmed by `_open` once all is read)
+            meta = parse_json(raw, path, "ctable column list")
+        else:
+            meta = read_json(path, "ctable column list")
         if remote and isinstance(meta, dict) and isinstance(meta.get("uid"), str):
             self._uid = meta["uid"]
         rec = replace.record_of(meta, str(path)) if remote else None
@@ -551,7 +587,7 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
                 replace.follow(self._bytestore, rec, "ctable", self._mode)
             except replace.Moved as m:
                 self._bytestore, self._rootdir = m.store, m.store.root
-            return self._open(allow_pickle)
+            return self._open_once(allow_pickle)
         if not isinstance(meta, dict) or not isinstance(meta.get("names"), list):
             raise FormatError(f"'{path}' must hold a JSON object with a 'names' list")
         names = []
