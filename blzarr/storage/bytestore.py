@@ -761,6 +761,9 @@ class FsspecStore(ByteStore):
         `readpins`; elsewhere nothing changes)."""
         kind = readpins._kind(self)
         if kind is not None:
+            old = self.pins
+            if old is not None and old.commit_key == commit_key and old.version is not None:
+                version = old.version   # (opened again within one open: its first read is the one confirmed)
             self.pins = kind(self, commit_key, commit_raw, version)
 
     def _call(self, what, key, fn, *args, **kwargs):
