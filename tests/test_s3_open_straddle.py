@@ -84,6 +84,7 @@ def test_an_open_across_a_switch_sees_one_version(s3, monkeypatch, kind, fmt):
     np.testing.assert_array_equal(got, NEW)
 
 
+@SLOW
 def test_an_open_that_every_switch_straddles_raises(s3, monkeypatch):
     # a replacement inside every attempt: after readpins.OPEN_TRIES of them, ConcurrentWriterError
     bucket, opts = s3
@@ -170,7 +171,8 @@ def _without_uid(monkeypatch):
     return dropped
 
 
-@pytest.mark.parametrize("fmt", [pytest.param("bcolz", marks=SLOW), "blz"])
+@SLOW
+@pytest.mark.parametrize("fmt", ["bcolz", "blz"])
 def test_a_reader_of_a_dataset_without_uid_across_a_replacement(s3, monkeypatch, fmt):
     # both the old and the new meta/storage lack the uid and hold the same bytes (int64 replaced by
     # other int64 values of the same chunking): the reader's refused GET finds meta/storage equal,
@@ -279,3 +281,22 @@ def test_a_memory_reader_beside_an_appender(mem, monkeypatch):
     np.testing.assert_array_equal(r[:], OLD)
     assert again and all(k.startswith("data/__") for k in again)
     np.testing.assert_array_equal(blzarr.open(mem, mode="r")[:], np.arange(N + 250))
+
+
+def test_a_memory_reader_of_a_dataset_without_uid_across_a_replacement(mem, monkeypatch):
+    # as the S3 case: the same meta/storage bytes before and after, but another creation time
+    import fsspec
+    fs = fsspec.filesystem("memory")
+    key = f"{mem}/meta/storage"
+    _make("carray", mem, None, OLD, "blz")
+    meta = json.loads(fs.cat(key))
+    assert meta.pop("uid")
+    fs.pipe(key, json_bytes(meta))
+    r = blzarr.open(mem, mode="r")
+    assert r[5] == 5
+    dropped = _without_uid(monkeypatch)
+    _make("carray", mem, None, OLD[::-1].copy(), "blz")
+    assert dropped and fs.cat(key) == json_bytes(meta)
+    with pytest.raises(blzarr.ConcurrentWriterError, match=mem):
+        r[:]
+    np.testing.assert_array_equal(blzarr.open(mem, mode="r")[:], OLD[::-1])
