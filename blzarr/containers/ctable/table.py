@@ -251,7 +251,8 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
             if self._rootdir is not None and (is_url(self._rootdir) or storage_options) else None
         if self._bytestore is not None:
             self._rootdir = self._bytestore.root
-            exists = self._bytestore.exists(ROOTDIRS_FILE)
+            # an open (no columns) is told by its read of __rootdirs__ (`_open_once`), not asked first
+            exists = columns is None or self._bytestore.exists(ROOTDIRS_FILE)
             if columns is not None and mode != "w" and not exists:
                 # a creation refuses whatever is stored there (a carray, other objects), as a
                 # local path's refuses any file
@@ -572,7 +573,7 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
             try:
                 raw, version = readpins.read_commit(self._bytestore, ROOTDIRS_FILE)
             except MissingError:
-                raise MissingError(f"ctable column list file '{path}' does not exist") from None
+                raise StorageError(f"cannot open ctable '{root}': it does not exist") from None
             self._opened = (self._bytestore, version)      # (confirmed by `_open` once all is read)
             meta = parse_json(raw, path, "ctable column list")
         else:
