@@ -37,6 +37,7 @@ checked there.
 
 import asyncio
 import contextlib
+import datetime
 import email.utils
 import json
 import threading
@@ -82,7 +83,19 @@ def confirm(store, key, version):
     if version is None:
         return True
     kind = _kind(store)
-    return kind is None or kind.version_now(store, key) == version.stamp
+    return kind is None or _same(kind.version_now(store, key), version.stamp)
+
+
+def _same(a, b):
+    """Whether two stamps tell the same version: equal, or for S3's (ETag, Last-Modified) the same
+    ETag and the same Last-Modified in whole seconds where both answers gave one (a HEAD answered from
+    a listing gives milliseconds, some S3 compatibles none at all)."""
+    if a == b:
+        return True
+    if not (isinstance(a, tuple) and isinstance(b, tuple)) or a[0] != b[0]:
+        return False
+    ma, mb = (m.replace(microsecond=0) if isinstance(m, datetime.datetime) else m or None for m in (a[1], b[1]))
+    return ma is None or mb is None or ma == mb
 
 
 class Version:
@@ -269,7 +282,7 @@ class ReadPins:
         if same and not _has_uid(now) and self.version is not None:
             # no uid: a replacement by a writer that writes none can leave the same bytes; its puts
             # and copies change the version (unless they fell in a second the open could not tell)
-            same = self.version.settled and version is not None and version.stamp == self.version.stamp
+            same = self.version.settled and version is not None and _same(version.stamp, self.version.stamp)
         if not same:
             raise ConcurrentWriterError(
                 f"'{s.root}' was replaced or removed by another writer since this reader opened it "
