@@ -573,14 +573,20 @@ def _convert_carray(src, dst, fmt, args, progress):
 def _convert_ctable(src, dst, fmt, args, progress):
     if args.checksum is not None or args.superchunklen is not None:
         raise CLIError("--checksum and --superchunklen are not supported for ctables")
-    cols = []
-    for n in src.names:
+    def column(n):
         c = src.cols[n]
         kw = dict(cparams=_cparams_for(args, c.cparams), chunklen=args.chunklen or c.chunklen)
         if c.dtype.kind != "O":
             kw["dflt"] = c.dflt[()]
-        cols.append(carray(np.empty((0,) + c.shape[1:], dtype=c.dtype), **kw))
-    out = ctable(cols, src.names, rootdir=dst, mode="w", format=fmt, auto_flush=False, **_kw(dst))
+        return carray(np.empty((0,) + c.shape[1:], dtype=c.dtype), **kw), kw
+    # each column keeps its own chunk length: the constructor gives every column of carrays the one
+    # it is passed (or, as bcolz, the one their length chooses), so the others are added one by one
+    first, kw = column(src.names[0])
+    out = ctable([first], src.names[:1], rootdir=dst, mode="w", format=fmt, auto_flush=False,
+                 chunklen=kw["chunklen"], **_kw(dst))
+    for n in src.names[1:]:
+        col, kw = column(n)
+        out.addcol(col, n, chunklen=kw["chunklen"])
     atombytes = sum(src.cols[n].atomsize or 8 for n in src.names)
     _copy_rows([src.cols[n] for n in src.names], out.append, len(src), atombytes, progress)
     out.flush()

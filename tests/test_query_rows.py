@@ -168,7 +168,8 @@ def test_kept_plans_follow_the_statistics(layout, monkeypatch):
     """A query plans once and reuses its plan while the blocks, the constants and the statistics of the
     operands it compared are those the plan came from; any write that changes the statistics (an
     append, a rewritten chunk), other constants or other operands plan again.  Results equal NumPy's."""
-    kw = dict(layout, mode="w") if layout.on_disk else {}
+    # (on disk the table's columns get the chunk length the table is given, as bcolz's)
+    kw = dict(layout, mode="w", chunklen=CL // 8) if layout.on_disk else {}
     ts = np.arange(20 * CL // 8, dtype="i8")
     px = np.arange(len(ts)) * 0.5
     t = blzarr.ctable([blzarr.carray(ts, chunklen=CL // 8), blzarr.carray(px, chunklen=CL // 8)],
