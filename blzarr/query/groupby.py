@@ -212,18 +212,49 @@ def _block_len(arrays):
     return max(min(cls) if cls else 65536, MIN_BLEN)
 
 
+# per thread, the buffers of readers that `release`d them, for the next reader on that thread: a block's
+# buffers freshly allocated on every query came back from the system zeroed page by page (a page fault
+# every 4 KiB, a few hundred a query and thread at 65,536-row blocks)
+_SCRATCH = threading.local()
+# the bytes of buffers a thread keeps between queries (more is freed)
+SCRATCH_KEEP = 8 << 20
+
+
 class _Reader:
     """Per-thread buffers; `read(arr, s, e)` decodes rows [s, e) of a column into this thread's."""
 
     def __init__(self, blen):
         self.blen = blen
         self.tls = threading.local()
+        self.slots, self.lock = {}, threading.Lock()
 
     def bufs(self):
         b = getattr(self.tls, "b", None)
         if b is None:
-            b = self.tls.b = {}
+            free = getattr(_SCRATCH, "free", None)
+            b = self.tls.b = free.pop() if free else {}
         return b
+
+    def release(self):
+        """This thread's buffers, none of which may be referenced any more, kept for the next reader
+        that runs on this thread (up to SCRATCH_KEEP bytes)."""
+        b = getattr(self.tls, "b", None)
+        self.tls.b = None
+        if b and sum(a.nbytes for a in b.values()) <= SCRATCH_KEEP:
+            free = getattr(_SCRATCH, "free", None)
+            if free is None:
+                free = _SCRATCH.free = []
+            if not free:
+                free.append(b)
+
+    def slot(self, arr):
+        """A small number for the column `arr` in this reader (its buffers' name: a buffer kept for
+        a later reader must not be named after an object of this query)."""
+        k = self.slots.get(id(arr))
+        if k is None:
+            with self.lock:
+                k = self.slots.setdefault(id(arr), len(self.slots))
+        return k
 
     def buf(self, key, shape, dtype):
         b = self.bufs()
@@ -236,7 +267,7 @@ class _Reader:
         if isinstance(arr, np.ndarray):
             return arr[s:e]
         if hasattr(arr, "read_into") and np.dtype(arr.dtype) != object:
-            out = self.buf(("col", id(arr), tag), (e - s,), np.dtype(arr.dtype))
+            out = self.buf(("col", self.slot(arr), tag), (e - s,), np.dtype(arr.dtype))
             cr = getattr(self.tls, "chunks", None)
             if cr is not None:
                 got = cr.get(id(arr))
@@ -626,10 +657,11 @@ def aggregate(table, groupby_cols, agg_list, bool_arr=None, use_cache=True):
     classes = _mask_classes(bool_arr, bounds) if bool_arr is not None else None
     parts = _parts(len(bounds))
     sums = _sums_plan(plan, aggs)
-    # the one-pass states made here, on the calling thread: memory a worker thread allocates comes
-    # fresh from the system on every query (a page fault every 4 KiB, a few ms for 100,000 groups,
-    # which made the worker's part the slower one), the caller's is reused by the allocator
-    made = [_Partial(plan, aggs, plan.nslots, sums) for _ in parts[1:]] if sums is not None else None
+    # the direct plans' states made here, on the calling thread: memory a worker thread allocates
+    # comes fresh from the system on every query (a page fault every 4 KiB, a few ms for 100,000
+    # groups, which made the worker's part the slower one), the caller's is reused by the allocator
+    made = [_Partial(plan, aggs, plan.nslots, sums) for _ in parts[1:]] \
+        if plan.kind == "direct" else None
     # part p's partial is folded into the total once parts 0..p-1 are: the same additions in the
     # same order whichever thread did which part, so floating-point results repeat bit for bit
     done, lock = {}, threading.Lock()
@@ -648,8 +680,7 @@ def aggregate(table, groupby_cols, agg_list, bool_arr=None, use_cache=True):
                 if mask is not None and not mask.any():
                     continue                    # no row kept: no value column decoded
                 if P is None:
-                    P = made[p] if made is not None else \
-                        _Partial(plan, aggs, plan.nslots if plan.kind == "direct" else 64)
+                    P = made[p] if made is not None else _Partial(plan, aggs, 64)
                 if sums is not None:
                     _direct_sums(P, keys[0], sums, s, e, mask, cols, aggs, reader)
                     continue
@@ -657,6 +688,7 @@ def aggregate(table, groupby_cols, agg_list, bool_arr=None, use_cache=True):
                 _update(P, codes, s, e, cols, aggs, reader)
         finally:
             reader.close_chunks()
+        reader.release()
         with lock:
             done[p] = P
             while folded["next"] in done:
