@@ -707,3 +707,71 @@ def fold_sums(int64_t[:, ::1] dst, const int64_t[:, ::1] src, Py_ssize_t fcol):
                     d[j] += s[j]
             d += w
             s += w
+
+
+def direct_sums32(const intkey_t[::1] keys, int64_t lo, int32_t[:, ::1] state, int64_t[::1] order,
+                  Py_ssize_t norder, const int64_t[::1] ivals=None, const double[::1] fvals=None,
+                  const uint8_t[::1] mask=None):
+    """`direct_sums` over a narrower state, for a caller that knows every count and integer sum fits
+    in 32 bits (rows times the largest magnitude of the integer column below 2**31): one row of
+    `state` a slot, the row count in its int32 column 0, the integer sum in column 1, the float sum
+    (a double) in columns 2-3 when `fvals` is given (rows of 2 or 4 int32: 8 or 16 bytes, half of
+    `direct_sums`' rows, so twice as many groups share the caches).  The same additions in the same
+    order as `direct_sums`; returns the new length of `order`, or -1 for a key outside the slots."""
+    cdef Py_ssize_t i, n = keys.shape[0], nslots = state.shape[0], w = state.shape[1]
+    cdef int64_t g, ga
+    cdef int32_t* st
+    cdef int32_t* row
+    cdef bint masked = mask is not None
+    cdef bint has_i = ivals is not None, has_f = fvals is not None
+    cdef bint ahead = nslots >= AHEAD_MIN_GROUPS
+    if (has_i and ivals.shape[0] < n) or (has_f and (fvals.shape[0] < n or w < 4)) or w < 2 or \
+            (masked and mask.shape[0] < n) or order.shape[0] < nslots:
+        raise ValueError("direct_sums32: arrays shorter than the keys or the slots, or rows too narrow")
+    if nslots == 0:
+        return norder if n == 0 else -1
+    st = &state[0, 0]
+    with nogil:
+        for i in range(n):
+            if ahead and i + AHEAD < n:
+                ga = <int64_t> keys[i + AHEAD] - lo
+                if <uint64_t> ga < <uint64_t> nslots:
+                    BLZ_PREFETCH_W(st + ga * w)
+            if masked and not mask[i]:
+                continue
+            g = <int64_t> keys[i] - lo
+            if <uint64_t> g >= <uint64_t> nslots:
+                norder = -1
+                break
+            row = st + g * w
+            if row[0] == 0:
+                order[norder] = g
+                norder += 1
+            row[0] += 1
+            if has_i:
+                row[1] += <int32_t> ivals[i]
+            if has_f:
+                (<double*> (row + 2))[0] += fvals[i]
+    return norder
+
+
+def fold_sums32(int32_t[:, ::1] dst, const int32_t[:, ::1] src):
+    """`direct_sums32` states added slot by slot, dst += src: columns 0-1 as int32, columns 2-3 (when
+    the rows have 4) as the double they hold."""
+    cdef Py_ssize_t i, n = dst.shape[0], w = dst.shape[1]
+    cdef int32_t* d
+    cdef const int32_t* s
+    if src.shape[0] != n or src.shape[1] != w or w < 2:
+        raise ValueError("fold_sums32: states of different shapes")
+    if n == 0:
+        return
+    d = &dst[0, 0]
+    s = &src[0, 0]
+    with nogil:
+        for i in range(n):
+            d[0] += s[0]
+            d[1] += s[1]
+            if w >= 4:
+                (<double*> (d + 2))[0] += (<const double*> (s + 2))[0]
+            d += w
+            s += w
