@@ -610,8 +610,8 @@ def _codes(plan, keys, s, e, mask, reader, table_or_none, insert=True, P=None):
 
 def _sums_plan(plan, aggs):
     """(j of the integer sum or None, j of the float sum or mean or None) when the query is one
-    integer key on the direct path and one integer sum or one float sum or mean (counts of columns
-    without NaN come from the rows counted): `_gb.direct_sums` then does a block in one pass.
+    integer key on the direct path and at most one integer sum and one float sum or mean (counts of
+    columns without NaN come from the rows counted): `_gb.direct_sums` then does a block in one pass.
     None otherwise."""
     if plan.kind != "direct" or len(plan.keys) != 1:
         return None
@@ -627,10 +627,6 @@ def _sums_plan(plan, aggs):
             jf = j
         else:
             return None
-    if ji is not None and jf is not None:
-        # two value columns in one pass measured faster alone but slower inside the benchmark's
-        # process (other engines run between the queries): they keep the kernels of one pass each
-        return None
     return ji, jf
 
 
