@@ -711,13 +711,15 @@ def fold_sums(int64_t[:, ::1] dst, const int64_t[:, ::1] src, Py_ssize_t fcol):
 
 def direct_sums32(const intkey_t[::1] keys, int64_t lo, int32_t[:, ::1] state, int64_t[::1] order,
                   Py_ssize_t norder, const int64_t[::1] ivals=None, const double[::1] fvals=None,
-                  const uint8_t[::1] mask=None):
+                  const uint8_t[::1] mask=None, int64_t ilim=0x7fffffff):
     """`direct_sums` over a narrower state, for a caller that knows every count and integer sum fits
     in 32 bits (rows times the largest magnitude of the integer column below 2**31): one row of
     `state` a slot, the row count in its int32 column 0, the integer sum in column 1, the float sum
     (a double) in columns 2-3 when `fvals` is given (rows of 2 or 4 int32: 8 or 16 bytes, half of
     `direct_sums`' rows, so twice as many groups share the caches).  The same additions in the same
-    order as `direct_sums`; returns the new length of `order`, or -1 for a key outside the slots."""
+    order as `direct_sums`; returns the new length of `order`, or -1 for a key outside the slots, -2
+    for a kept row's integer value outside -ilim..ilim, the bound the caller's 32 bits rest on (the
+    row not counted)."""
     cdef Py_ssize_t i, n = keys.shape[0], nslots = state.shape[0], w = state.shape[1]
     cdef int64_t g, ga
     cdef int32_t* st
@@ -726,7 +728,7 @@ def direct_sums32(const intkey_t[::1] keys, int64_t lo, int32_t[:, ::1] state, i
     cdef bint has_i = ivals is not None, has_f = fvals is not None
     cdef bint ahead = nslots >= AHEAD_MIN_GROUPS
     if (has_i and ivals.shape[0] < n) or (has_f and (fvals.shape[0] < n or w < 4)) or w < 2 or \
-            (masked and mask.shape[0] < n) or order.shape[0] < nslots:
+            (masked and mask.shape[0] < n) or order.shape[0] < nslots or not 0 <= ilim <= 0x7fffffff:
         raise ValueError("direct_sums32: arrays shorter than the keys or the slots, or rows too narrow")
     if nslots == 0:
         return norder if n == 0 else -1
@@ -742,6 +744,9 @@ def direct_sums32(const intkey_t[::1] keys, int64_t lo, int32_t[:, ::1] state, i
             g = <int64_t> keys[i] - lo
             if <uint64_t> g >= <uint64_t> nslots:
                 norder = -1
+                break
+            if has_i and <uint64_t> ivals[i] + <uint64_t> ilim > <uint64_t> (2 * ilim):
+                norder = -2
                 break
             row = st + g * w
             if row[0] == 0:

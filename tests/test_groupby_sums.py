@@ -11,15 +11,20 @@ from blzarr import _groupby as _gb
 from blzarr.query import groupby as gbmod
 
 
-def _calls(monkeypatch):
-    """Record the calls that reach `_gb.direct_sums` (the engine's own reference to the kernel)."""
+def _calls(monkeypatch, kernels=("direct_sums", "direct_sums32")):
+    """Record the calls that reach `_gb.direct_sums` or `_gb.direct_sums32` (the engine's own
+    references to the kernels)."""
     seen = []
-    real = gbmod._gb.direct_sums
 
-    def spy(*a, **k):
-        seen.append(len(a[0]))
-        return real(*a, **k)
-    monkeypatch.setattr(gbmod._gb, "direct_sums", spy)
+    def spy_on(name):
+        real = getattr(gbmod._gb, name)
+
+        def spy(*a, **k):
+            seen.append(len(a[0]))
+            return real(*a, **k)
+        monkeypatch.setattr(gbmod._gb, name, spy)
+    for name in kernels:
+        spy_on(name)
     return seen
 
 
@@ -131,9 +136,13 @@ def table(tmp_path_factory):
     [["u", "sum", "s"], ["v3", "sum", "m"], ["b", "count", "c"]],
 ])
 @pytest.mark.parametrize("filtered", [False, True])
-def test_engine_takes_the_one_pass_path(table, monkeypatch, aggs, filtered):
+@pytest.mark.parametrize("narrow", [True, False])
+def test_engine_takes_the_one_pass_path(table, monkeypatch, aggs, filtered, narrow):
     t, df = table
-    seen = _calls(monkeypatch)
+    if not narrow:
+        monkeypatch.setattr(gbmod, "NARROW_MAX", 0)     # no 32-bit state, however small the sums
+    two = [a[0] for a in aggs[:2]] == ["v1", "v3"]     # small integers and floats: 32 bits suffice
+    seen = _calls(monkeypatch, ["direct_sums32" if narrow and two else "direct_sums"])
     bool_arr = (df["v1"] > 2).to_numpy() if filtered else None
     got = t.groupby(["k"], aggs, bool_arr=bool_arr, out_flavor="pandas")
     assert seen, "the one-pass kernel was not reached"
@@ -246,3 +255,66 @@ def test_fold_adds_integers_and_the_float_column(fcol):
     assert got.tobytes() == want.tobytes()
     with pytest.raises(ValueError):
         _gb.fold_sums(got, b[:10], fcol)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_narrow_kernel_gives_the_wide_kernels_bits(masked):
+    rng = np.random.default_rng(11)
+    n, nslots = 30_000, 20_000
+    keys = rng.integers(7, 7 + nslots, n).astype(np.int32)
+    iv = rng.integers(-1000, 1001, n)
+    fv = rng.standard_normal(n)
+    mask = (rng.random(n) < 0.6).astype(np.uint8) if masked else None
+    wide, worder = np.zeros((nslots, 4), np.int64), np.zeros(nslots, np.int64)
+    narrow, norder = np.zeros((nslots, 4), np.int32), np.zeros(nslots, np.int64)
+    half = n // 2
+    # two blocks into one state, then a second state folded in: both kernels, both folds
+    wide2, narrow2 = np.zeros_like(wide), np.zeros_like(narrow)
+    kw = _gb.direct_sums(keys[:half], 7, wide, worder, 0, iv[:half], 1, fv[:half], 2,
+                         None if mask is None else mask[:half])
+    kn = _gb.direct_sums32(keys[:half], 7, narrow, norder, 0, iv[:half], fv[:half],
+                           None if mask is None else mask[:half], 1000)
+    assert kw == kn and worder[:kw].tolist() == norder[:kn].tolist()
+    _gb.direct_sums(keys[half:], 7, wide2, worder, 0, iv[half:], 1, fv[half:], 2,
+                    None if mask is None else mask[half:])
+    _gb.direct_sums32(keys[half:], 7, narrow2, norder, 0, iv[half:], fv[half:],
+                      None if mask is None else mask[half:], 1000)
+    _gb.fold_sums(wide, wide2, 2)
+    _gb.fold_sums32(narrow, narrow2)
+    assert narrow[:, 0].astype(np.int64).tolist() == wide[:, 0].tolist()
+    assert narrow[:, 1].astype(np.int64).tolist() == wide[:, 1].tolist()
+    assert np.ascontiguousarray(narrow[:, 2:4]).tobytes() == np.ascontiguousarray(wide[:, 2]).tobytes()
+    g = keys.astype(np.int64) - 7
+    keep = np.ones(n, bool) if mask is None else mask.astype(bool)
+    np.testing.assert_array_equal(narrow[:, 0], np.bincount(g[keep], minlength=nslots))
+
+
+def test_narrow_kernel_refuses_a_value_past_its_bound():
+    keys = np.array([1, 2, 3, 2], np.int64)
+    state, order = np.zeros((4, 4), np.int32), np.zeros(4, np.int64)
+    iv = np.array([5, -6, 7, 1], np.int64)
+    assert _gb.direct_sums32(keys, 0, state, order, 0, iv, np.zeros(4), None, 6) == -2
+    assert state[:, 0].tolist() == [0, 1, 1, 0]        # -6 is within the bound; 7 and after are not counted
+    state[:] = 0
+    big = np.array([0, 2**62, 0, 0], np.int64)        # far past the bound, no overflow in the check
+    assert _gb.direct_sums32(keys, 0, state, order, 0, big, None, None, 2**31 - 1) == -2
+    with pytest.raises(ValueError):                   # rows too narrow for a float sum
+        _gb.direct_sums32(keys, 0, np.zeros((4, 2), np.int32), order, 0, iv, np.zeros(4))
+
+
+def test_a_value_outside_its_statistics_is_an_error_on_the_narrow_path(table, monkeypatch):
+    t, _ = table
+    real = gbmod._int_range
+    narrowed = []
+
+    def lying(col):
+        got = real(col)
+        if getattr(col, "dtype", None) == t["v1"].dtype and len(col) == len(t) and col is t["v1"]:
+            narrowed.append(1)
+            return got[0], 2        # v1 holds 1..5: the statistics now say 1..2
+        return got
+    monkeypatch.setattr(gbmod, "_int_range", lying)
+    seen = _calls(monkeypatch, ["direct_sums32"])
+    with pytest.raises(ValueError, match="'v1'.*outside"):
+        t.groupby(["k"], [["v1", "sum", "s"], ["v3", "mean", "m"]])
+    assert narrowed and seen
