@@ -53,8 +53,8 @@ def test_queries_in_turn_reuse_the_buffers_and_match_pandas(nthreads, tmp_path):
              (np.int64, np.float64, [("v", "mean"), ("w", "sum")])]
     old = blzarr.set_nthreads(nthreads)
     try:
-        for i, (kdt, vdt, aggs) in enumerate(cases * 2):
-            t, k, v, w = _table(rng, 30_000 + 997 * i, kdt, vdt,
+        for i, (kdt, vdt, aggs) in enumerate(cases):
+            t, k, v, w = _table(rng, 20_000 + 997 * i, kdt, vdt,
                                 rootdir=str(tmp_path / f"t{i}") if i % 2 else None)
             _check(t, k, v, w, aggs)
             popped = []
