@@ -448,20 +448,6 @@ class _Partial:
             self.state[jf]["acc"] = packed[:, col].view(np.float64)
             self.cols[1] = col
 
-    def gathered(self, gid):
-        """The groups `gid` of a `pack`ed state as a state of their own, in that order (one gather
-        of each group's row, not one per array): the results then read groups 0, 1, ..."""
-        G = object.__new__(type(self))
-        G.plan, G.aggs, G.table, G.pairs = self.plan, self.aggs, None, self.pairs
-        G.cap = G.norder = len(gid)
-        G.order = np.arange(len(gid), dtype=np.int64)
-        G.state = [dict(st) for st in self.state]
-        n, w = self.packed.shape[0], self.packed.strides[0] // 8
-        # each row as one item (NumPy takes rows of a 2-d array along axis 0 item by item, slowly)
-        rows = self.packed.view(np.dtype((np.void, 8 * w))).reshape(n).take(gid)
-        G._bind(rows.view(np.int64).reshape(len(gid), w), self.sums)
-        return G
-
     @property
     def n(self):
         return self.table.n if self.table is not None else self.plan.nslots
@@ -784,9 +770,6 @@ def aggregate(table, groupby_cols, agg_list, bool_arr=None, use_cache=True):
     if not keys and bool_arr is None:
         gid = np.zeros(1, np.int64)         # no key: one total row, as bquery gives
     key_values = plan.key_values(gid, G.table.keys_array() if G.table is not None else None)
-    if getattr(G, "packed", None) is not None:
-        G = G.gathered(gid)
-        gid = G.order
     # sorted_count_distinct needs the rows in order: one more pass, on this thread
     scd = {j: _sorted_count_distinct(table, plan, keys, a, bool_arr, bounds, reader, G)
            for j, a in enumerate(aggs) if a.op == "sorted_count_distinct"}
