@@ -463,8 +463,7 @@ def _state_words(n):
     """n int64 words starting on a 64-byte boundary, not initialised: a buffer of that size kept from
     an earlier query when there is one.  Fresh memory costs a page fault every 4 KiB at its first
     write, on the thread that updates the state, as often as the allocator returns memory to the
-    system (in the benchmark's process, with other engines' tables beside, ~3,700 faults a query
-    for two states of 100,000 groups); a kept buffer costs one fill."""
+    system (which depends on everything else the process allocates); a kept buffer costs one fill."""
     with _KEPT_LOCK:
         for i, b in enumerate(_KEPT):
             if len(b) == n:
@@ -716,9 +715,10 @@ def aggregate(table, groupby_cols, agg_list, bool_arr=None, use_cache=True):
     classes = _mask_classes(bool_arr, bounds) if bool_arr is not None else None
     parts = _parts(len(bounds))
     sums = _sums_plan(plan, aggs, cols, n)
-    # the direct plans' states made here, on the calling thread: memory a worker thread allocates
+    # the direct plans' states taken here, on the calling thread, from the buffers the last query
+    # kept (`_state_words`), and filled by the part that uses them: memory a worker thread allocates
     # comes fresh from the system on every query (a page fault every 4 KiB, a few ms for 100,000
-    # groups, which made the worker's part the slower one), the caller's is reused by the allocator
+    # groups, which made the worker's part the slower one)
     made = [_Partial(plan, aggs, plan.nslots, sums) for _ in parts[1:]] \
         if plan.kind == "direct" else None
     # part p's partial is folded into the total once parts 0..p-1 are: the same additions in the
