@@ -17,7 +17,7 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 from libc.stdlib cimport malloc, free, qsort
 from libc.string cimport memcpy
 from cpython.ref cimport PyObject, Py_XDECREF, Py_INCREF
-from cpython.list cimport PyList_GetItem
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 
 cimport numpy as cnp
 
@@ -542,7 +542,12 @@ def block_at(chunks, Py_ssize_t cid, Py_ssize_t local, Py_ssize_t chunklen, cnp.
 
     The scalar read of an in-memory carray: what `ChunkStore.read_block` and `chunk.read_block` do for
     such a chunk, in one call, the block decoded straight into the new array."""
-    ch = <object>PyList_GetItem(chunks, cid)     # a list or a list's subclass (MemoryChunks)
+    # a list (MemoryChunks) holding chunk `cid`; anything else (a write's undo log standing in for
+    # the list while another thread appends, a list that a truncation made shorter) is read the
+    # caller's other way.  The GIL is held from the check to the reference taken.
+    if not isinstance(chunks, list) or not 0 <= cid < PyList_GET_SIZE(chunks):
+        return None
+    ch = <object>PyList_GET_ITEM(chunks, cid)
     data = ch._data
     if type(data) is not bytes:
         return None

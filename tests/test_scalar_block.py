@@ -123,3 +123,20 @@ def test_random_scalars_against_numpy(data):
     a = blzarr.carray(x, chunklen=chunklen, cparams=blzarr.cparams(clevel=clevel, shuffle=shuffle))
     for i in data.draw(st.lists(st.integers(-n, n - 1), min_size=1, max_size=30)):
         assert a[i] == x[i].item() and type(a[i]) is type(x[i].item())
+
+
+def test_a_read_during_a_write_on_another_thread():
+    """While a write runs, the carray's chunk list is stood in for by the write's undo log (what a
+    reader thread beside an appending thread meets): a scalar read there takes the other way, with
+    the same value; a chunk number past the list's end is not read from it."""
+    x = np.arange(1000, dtype=np.int64)
+    c = blzarr.carray(x, chunklen=100)
+    assert isinstance(c._chunks, MemoryChunks)
+    with c._undoable():
+        assert not isinstance(c._chunks, list)
+        assert _chunk.block_at(c._chunks, 0, 5, 100, np.dtype(np.int64)) is None
+        assert [c[i] for i in (0, 5, 99, 100, 999, -1)] == [0, 5, 99, 100, 999, 999]
+    assert _chunk.block_at(c._chunks, len(c._chunks), 0, 100, np.dtype(np.int64)) is None
+    assert _chunk.block_at(c._chunks, -1, 0, 100, np.dtype(np.int64)) is None
+    lo, block = _chunk.block_at(c._chunks, 3, 5, 100, np.dtype(np.int64))
+    assert (block == x[300 + lo:300 + lo + len(block)]).all()
