@@ -2,7 +2,9 @@
 later query on the same thread reuses them, whatever its tables' dtypes and columns, and its results
 are pandas' as before; a thread keeps no more than SCRATCH_KEEP bytes."""
 
-import threading
+import os
+import signal
+import time
 
 import numpy as np
 import pandas as pd
@@ -140,3 +142,33 @@ def test_states_over_keep_state_are_not_kept(monkeypatch):
     monkeypatch.setattr(gbmod, "KEEP_STATE", 32 << 20)
     _check(t, k, v, w, [("v", "sum")])
     assert gbmod._KEPT and sum(b.nbytes for b in gbmod._KEPT) <= gbmod.KEEP_STATE
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_forked_while_the_kept_states_are_locked_groups():
+    """A child forked while another thread of the parent held the lock of the kept states goes on
+    (the lock is given back in the child) instead of waiting forever at its first group-by."""
+    G = gbmod
+    t = blzarr.ctable({"k": np.arange(1000) % 7, "v": np.arange(1000)})
+    expected = t.groupby(["k"], ["v"], out_flavor="numpy")
+    G._KEPT_LOCK.acquire()          # as another thread holding it at the fork
+    try:
+        pid = os.fork()
+        if pid == 0:                # (the child: its exit status is the verdict)
+            try:
+                got = t.groupby(["k"], ["v"], out_flavor="numpy")
+                os._exit(0 if (got == expected).all() else 3)
+            except BaseException:
+                os._exit(4)
+    finally:
+        G._KEPT_LOCK.release()
+    for _ in range(200):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung at its group-by")
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -28,6 +28,7 @@ import threading
 import numpy as np
 
 from blzarr import _groupby as _gb
+from blzarr.runtime import forksafe
 from blzarr.runtime import parallel
 from blzarr.query import planner
 from blzarr.query import stats as _stats
@@ -454,7 +455,7 @@ class _Partial:
 
 
 # the direct plans' partial states of the last query, kept for the next (`_state_words`)
-_KEPT, _KEPT_LOCK = [], threading.Lock()
+_KEPT, _KEPT_LOCK = [], forksafe.Lock()      # (a child forked while another thread held it goes on)
 # the bytes of partial states kept between queries (more is freed)
 KEEP_STATE = 32 << 20
 
