@@ -22,9 +22,8 @@
 static int64_t blz_decode_block(const uint8_t *src, int64_t srclen, int64_t j, uint8_t *dst,
                                 int64_t bsize) {
     int flags, ts, shuf;
-    int64_t nbytes, bs, ct, nblocks, start, csize;
+    int64_t nbytes, bs, ct, nblocks;
     uint8_t stack[BLZ_BLOCK_STACK];
-    uint8_t *target;
     if (srclen < 16) return BLZ_DEC_BAD;
     flags = src[2];
     ts = src[3];
@@ -33,28 +32,15 @@ static int64_t blz_decode_block(const uint8_t *src, int64_t srclen, int64_t j, u
     ct = blz_dec_i32(src + 12);
     if (ct != srclen || nbytes <= 0 || bs <= 0) return BLZ_DEC_BAD;
     shuf = (flags & 0x01) && ts > 1;
-    /* the same chunks as blz_decode_chunk takes (see there), none stored raw */
-    if ((flags & 0x02) || (flags >> 5) != 1 || src[1] != 1 || (flags & 0x04) || (flags & 0x08) ||
-        !(flags & 0x10) || (shuf && ts != 8 && ts != 4))
+    /* the same chunks as blz_decode_chunk takes, none stored raw */
+    if ((flags & 0x02) || !blz_dec_takes(src, flags, ts, shuf))
         return BLZ_DEC_OTHER;
     nblocks = (nbytes + bs - 1) / bs;
     if (j < 0 || j >= nblocks || 16 + 4 * nblocks > ct) return BLZ_DEC_BAD;
     if (bsize != (nbytes - j * bs < bs ? nbytes - j * bs : bs)) return BLZ_DEC_BAD;
     if (shuf && bsize > BLZ_BLOCK_STACK) return BLZ_DEC_OTHER;
-    target = shuf ? stack : dst;
-    start = blz_dec_i32(src + 16 + 4 * j);
-    if (start < 16 + 4 * nblocks || start + 4 > ct) return BLZ_DEC_BAD;
-    csize = blz_dec_i32(src + start);
-    if (csize <= 0 || csize > bsize || start + 4 + csize > ct) return BLZ_DEC_BAD;
-    if (csize == bsize) {               /* a block LZ4 could not shrink, stored as it is */
-        memcpy(target, src + start + 4, (size_t)bsize);
-    } else if (blz_lz4_block_as(src + start + 4, (size_t)csize, target, (size_t)bsize, 0) != 0) {
+    if (blz_dec_block(src, ct, nblocks, j, bsize, shuf ? stack : dst, dst, ts, shuf, 0) != 0)
         return BLZ_DEC_BAD;
-    }
-    if (shuf) {
-        if (ts == 8) blz_unshuffle8(stack, dst, (size_t)bsize);
-        else blz_unshuffle4(stack, dst, (size_t)bsize);
-    }
     return bsize;
 }
 

@@ -320,6 +320,38 @@ static void blz_unshuffle4(const uint8_t *src, uint8_t *dst, size_t n) {
     memcpy(dst + 4 * ne, src + 4 * ne, n - 4 * ne);
 }
 
+/* Whether this decoder takes a chunk whose header gives `flags` and typesize `ts` (not counting
+   chunks stored raw): LZ4 blocks, not split, byte-shuffled by 8 or 4 or not at all.  src[1] is the
+   version of the codec's format (1 for LZ4): C-Blosc refuses any other, so such a chunk goes to
+   C-Blosc for its answer rather than being read as today's LZ4. */
+static inline int blz_dec_takes(const uint8_t *src, int flags, int ts, int shuf) {
+    return !((flags >> 5) != 1 || src[1] != 1 || (flags & 0x04) || (flags & 0x08) || !(flags & 0x10) ||
+             (shuf && ts != 8 && ts != 4));
+}
+
+/* Block `j` (`bsize` decoded bytes) of a chunk of `ct` bytes and `nblocks` blocks whose header the
+   caller checked: its LZ4 stream (or its bytes, stored as they are when LZ4 could not shrink them)
+   into `target`, then with `shuf` unshuffled from `target` into `dst` (`target` is `dst` without).
+   0, or BLZ_DEC_BAD when its offset or size is out of the chunk or its stream is malformed. */
+BLZ_DEC_INLINE int blz_dec_block(const uint8_t *src, int64_t ct, int64_t nblocks, int64_t j,
+                                 int64_t bsize, uint8_t *target, uint8_t *dst, int ts, int shuf,
+                                 const int ahead) {
+    int64_t start = blz_dec_i32(src + 16 + 4 * j), csize;
+    if (start < 16 + 4 * nblocks || start + 4 > ct) return BLZ_DEC_BAD;
+    csize = blz_dec_i32(src + start);
+    if (csize <= 0 || csize > bsize || start + 4 + csize > ct) return BLZ_DEC_BAD;
+    if (csize == bsize) {               /* Blosc stores a block LZ4 cannot shrink as it is */
+        memcpy(target, src + start + 4, (size_t)bsize);
+    } else if (blz_lz4_block_as(src + start + 4, (size_t)csize, target, (size_t)bsize, ahead) != 0) {
+        return BLZ_DEC_BAD;
+    }
+    if (shuf) {
+        if (ts == 8) blz_unshuffle8(target, dst, (size_t)bsize);
+        else blz_unshuffle4(target, dst, (size_t)bsize);
+    }
+    return 0;
+}
+
 /* Decode the Blosc 1.x chunk at `src` (`srclen` bytes, its header read by the caller's checks or
    not) into `dst` (`destsize` bytes).  Returns the decoded size, BLZ_DEC_BAD for a chunk that does
    not decode, or BLZ_DEC_OTHER, nothing written, for a chunk this decoder leaves to C-Blosc.
@@ -345,10 +377,7 @@ BLZ_DEC_INLINE int64_t blz_decode_chunk_as(const uint8_t *src, int64_t srclen, u
         return nbytes;
     }
     shuf = (flags & 0x01) && ts > 1;
-    /* src[1] is the version of the codec's format (1 for LZ4): C-Blosc refuses any other, so such a
-       chunk goes to C-Blosc for its answer rather than being read as today's LZ4 */
-    if ((flags >> 5) != 1 || src[1] != 1 || (flags & 0x04) || (flags & 0x08) || !(flags & 0x10) ||
-        (shuf && ts != 8 && ts != 4))
+    if (!blz_dec_takes(src, flags, ts, shuf))
         return BLZ_DEC_OTHER;
     if (bs <= 0 || nbytes == 0) return BLZ_DEC_BAD;
     nblocks = (nbytes + bs - 1) / bs;
@@ -362,20 +391,10 @@ BLZ_DEC_INLINE int64_t blz_decode_chunk_as(const uint8_t *src, int64_t srclen, u
     ret = nbytes;
     for (j = 0; j < nblocks; j++) {
         int64_t bsize = nbytes - j * bs < bs ? nbytes - j * bs : bs;
-        int64_t start = blz_dec_i32(src + 16 + 4 * j), csize;
-        uint8_t *target = shuf ? scratch : dst + j * bs;
-        if (start < 16 + 4 * nblocks || start + 4 > ct) { ret = BLZ_DEC_BAD; break; }
-        csize = blz_dec_i32(src + start);
-        if (csize <= 0 || csize > bsize || start + 4 + csize > ct) { ret = BLZ_DEC_BAD; break; }
-        if (csize == bsize) {           /* Blosc stores a block LZ4 cannot shrink as it is */
-            memcpy(target, src + start + 4, (size_t)bsize);
-        } else if (blz_lz4_block_as(src + start + 4, (size_t)csize, target, (size_t)bsize, ahead) != 0) {
+        uint8_t *out = dst + j * bs;
+        if (blz_dec_block(src, ct, nblocks, j, bsize, shuf ? scratch : out, out, ts, shuf, ahead) != 0) {
             ret = BLZ_DEC_BAD;
             break;
-        }
-        if (shuf) {
-            if (ts == 8) blz_unshuffle8(scratch, dst + j * bs, (size_t)bsize);
-            else blz_unshuffle4(scratch, dst + j * bs, (size_t)bsize);
         }
     }
     if (scratch != stack) free(scratch);
