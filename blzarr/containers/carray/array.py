@@ -690,6 +690,20 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
     def _write_sizes(self):
         ArrayMeta.write_sizes(self._chunks, self.shape, self.nbytes, self.cbytes)
 
+    def _read_meta(self):
+        """What the metadata files of an on-disk carray hold, as bcolz's ``carray._read_meta()`` gives
+        them: ``(shape, cparams, dtype, dflt, expectedlen, cbytes, chunklen)``, read from meta/sizes
+        and meta/storage (what was last flushed), not from this object.  bcolz has no other way to
+        read the stored `expectedlen`, so applications' tests call it (odo's)."""
+        if self._rootdir is None:
+            raise TypeError("_read_meta() reads the metadata files of an on-disk carray; this carray "
+                            "is in memory")
+        store = self._chunks
+        sizes, storage = store.read_meta("sizes"), store.read_meta("storage")
+        meta = ArrayMeta.read(store, self._rootdir, True, {"sizes": sizes, "storage": storage})
+        return (tuple(sizes["shape"]), meta.cparams, meta.atom.base, storage.get("dflt"),
+                meta.expectedlen, sizes.get("cbytes"), meta.chunklen)
+
     # ---------------------------------------------------------------- properties
     @property
     def dtype(self):

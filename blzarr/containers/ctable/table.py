@@ -162,6 +162,13 @@ def _short_columns_message(root, lengths, short):
 
 
 
+def _records(rows):
+    """The rows a boolean mask or an expression selects, typed as bcolz gives them: a plain ndarray
+    whose dtype is NumPy's record type, so that each row read from it is a ``numpy.record`` and its
+    fields are attributes (``t["x > 1"][0].x``); the values and the dtype's fields are unchanged."""
+    return rows.view(np.dtype((np.record, rows.dtype)))
+
+
 def _create_or_open(self, args, kwargs):
     """The verb of the constructor's StorageError: columns or mode 'w' create, otherwise open."""
     data = args[0] if args else kwargs.get("columns")
@@ -947,7 +954,7 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         if isinstance(key, str):
             if key in self.cols._cols:
                 return self.cols._cols[key]
-            return self._fetch(key, None, None, 0, {}, None, frame)
+            return _records(self._fetch(key, None, None, 0, {}, None, frame))
         if not self.cols.names:
             raise KeyError("cannot read rows from a ctable with no columns")
         if isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
@@ -976,13 +983,13 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
             return np.empty(0, dtype=self.dtype)
         if isinstance(key, carray):
             if key.dtype == bool:
-                return self._rows_at(self._mask_positions(key))
+                return _records(self._rows_at(self._mask_positions(key)))
             key = key[:]
         arr = np.asarray(key)
         if arr.dtype == bool:
             if arr.ndim != 1 or len(arr) != self._len:
                 raise IndexError(f"boolean index has shape {arr.shape}, the ctable has {self._len} rows")
-            return self._rows_at(np.flatnonzero(arr))
+            return _records(self._rows_at(np.flatnonzero(arr)))
         if arr.dtype.kind not in "iu" and arr.size:
             raise IndexError(f"ctable indices must be ints, slices, int or bool arrays, column names "
                              f"or expressions; got {key!r}")
