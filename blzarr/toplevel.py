@@ -279,6 +279,17 @@ def ones(shape, dtype=float, **kwargs):
     return fill(shape, 1, dtype, **kwargs)
 
 
+def _arange_dtype(start, stop, step):
+    """The dtype numpy.arange(start, stop, step) gives, without making its values.  NumPy takes it from
+    the types of all three (arange(1e8) is float64, as in bcolz), so it is asked for an empty range whose
+    stop has the type of `stop`."""
+    try:
+        return np.arange(start, type(stop)(start), step).dtype
+    except (TypeError, ValueError, OverflowError):
+        # a stop type that cannot hold `start` (an unsigned stop, a negative start)
+        return np.arange(start, stop, step).dtype
+
+
 def arange(start=None, stop=None, step=None, dtype=None, **kwargs):
     """arange([start,] stop[, step,], dtype=None, **kwargs)
 
@@ -324,7 +335,7 @@ def arange(start=None, stop=None, step=None, dtype=None, **kwargs):
     if step == 0:
         raise ValueError("arange(): step must not be zero")
     if dtype is None:
-        dtype = np.arange(start, start + step, step).dtype
+        dtype = _arange_dtype(start, stop, step)
     dtype = np.dtype(dtype)
     if dtype.names is not None:
         raise ValueError("arange() does not make structured arrays (ctables)")

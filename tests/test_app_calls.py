@@ -96,3 +96,21 @@ def test_read_meta_reads_the_files(tmp_path):
     with pytest.raises(TypeError, match="in memory"):
         blzarr.carray(np.arange(3))._read_meta()
     assert os.path.isdir(str(tmp_path / "a"))
+
+
+@pytest.mark.parametrize("args", [(1e5,), (10 * 1e4,), (0, 5.0), (0.0, 5), (0, 5, 1.0), (np.float32(7),),
+                                  (7,), (np.int32(7),), (np.int8(-3), 4), (10, 0, -3), (0.5, 3)])
+def test_arange_takes_numpys_dtype(args):
+    # bcolz's tutorial starts from bcolz.arange(1e8): floats in NumPy and in bcolz (blzarr gave int64,
+    # then refused the tutorial's b.append(np.arange(10.)))
+    got, want = blzarr.arange(*args), np.arange(*args)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got[:], want)
+
+
+def test_arange_of_a_float_stop_like_bcolz(bcolz):
+    got, theirs = blzarr.arange(2e4), bcolz.arange(2e4)
+    assert got.dtype == theirs.dtype == np.float64
+    np.testing.assert_array_equal(got[:], theirs[:])
+    got.append(np.arange(10.0))
+    assert len(got) == 20_010 and got[-1] == 9.0
