@@ -114,3 +114,24 @@ def test_arange_of_a_float_stop_like_bcolz(bcolz):
     np.testing.assert_array_equal(got[:], theirs[:])
     got.append(np.arange(10.0))
     assert len(got) == 20_010 and got[-1] == 9.0
+
+
+def test_iterators_answer_the_carrays_methods(bcolz):
+    # bcolz's iterators are the carray itself: its bench (column-iter.py) sizes a fromiter with
+    # count=c.wheretrue().sum(), which is the bool carray's sum, i.e. how many values are true
+    mask = np.arange(100) % 3 == 0
+    values = np.arange(100.0)
+    for mod in (blzarr, bcolz):
+        c, a = mod.carray(mask, chunklen=16), mod.carray(values, chunklen=16)
+        w = c.wheretrue()
+        assert w.sum() == mask.sum() == 34
+        assert list(w) == np.flatnonzero(mask).tolist()
+        assert list(c.wheretrue(limit=3, skip=1)) == [3, 6, 9]
+        it = a.iter(3, 9)
+        assert it.sum() == values.sum() and it.dtype == values.dtype and it.chunklen == 16
+        assert list(it) == values[3:9].tolist()
+        n = int(c.wheretrue().sum())
+        r = mod.fromiter((x for x in a.where(c)), dtype=a.dtype, count=n)
+        assert r.sum() == values[mask].sum()
+    with pytest.raises(AttributeError):
+        blzarr.carray(mask).wheretrue().no_such_method

@@ -162,6 +162,13 @@ class _CarrayIter(itertools.chain):
     def iter(self, start=0, stop=None, step=1, limit=None, skip=0, dtype=None):
         return self._carray.iter(start, stop, step, limit, skip, dtype)
 
+    def __getattr__(self, name):
+        # bcolz's iterators are the carray itself, so code calls the carray's methods on them (bcolz's
+        # own bench: ``count=c.wheretrue().sum()``, the whole carray's sum): those reach the carray
+        if name == "_carray":
+            raise AttributeError(name)
+        return getattr(self._carray, name)
+
 
 def _elements(block):
     """The elements of a block, as iteration yields them: Python scalars for plain kinds (bcolz)."""
@@ -655,7 +662,9 @@ class CarrayReads(CarrayBase):
         if self.ndim > 1:
             raise NotImplementedError("wheretrue() needs a one-dimensional carray")
         limit, skip = _check_limit_skip(limit, skip)
-        return itertools.chain.from_iterable(self._wheretrue(limit, skip))
+        it = _CarrayIter.from_iterable(self._wheretrue(limit, skip))
+        it._carray = self
+        return it
 
     def _wheretrue(self, limit, skip):
         for s, idx in Selection(self, None, self._len).true_positions(self._chunklen, skip, limit):
