@@ -434,6 +434,11 @@ def _take(it, dtype, k):
     if not items:
         return np.empty((0,) + dtype.shape, dtype=dtype.base)
     try:
+        if dtype.names is not None:
+            # one record per item, as bcolz (numpy.fromiter) takes them: np.array would broadcast an
+            # item that is a sequence into every field, a (k, nfields) block (31 GiB for bcolz's
+            # bench/ctable-query.py, 253 fields) before refusing it
+            return np.fromiter(items, dtype=dtype, count=len(items))
         return np.array(items, dtype=dtype)
     except (TypeError, ValueError, OverflowError) as e:
         raise ValueError(f"fromiter(): the items do not convert to dtype {dtype}: {e}") from None

@@ -135,3 +135,21 @@ def test_iterators_answer_the_carrays_methods(bcolz):
         assert r.sum() == values[mask].sum()
     with pytest.raises(AttributeError):
         blzarr.carray(mask).wheretrue().no_such_method
+
+
+def test_fromiter_takes_one_record_per_item_like_bcolz(bcolz):
+    dt = np.dtype([("f%d" % i, "f8") for i in range(40)])
+    rows = [tuple(float(i + j) for j in range(40)) for i in range(5)]
+    for mod in (blzarr, bcolz):
+        t = mod.fromiter(iter(rows), dtype=dt, count=5)
+        assert t[:].tolist() == np.array(rows, dtype=dt).tolist()
+        t = mod.fromiter(iter(np.array(rows, dtype=dt)), dtype=dt, count=-1)
+        assert len(t) == 5 and t["f39"][4] == 43.0
+    # an item that is an array or a list is no record: refused at once, as numpy.fromiter refuses it
+    # (blzarr broadcast each into every field first, 40 x 40 values a row here)
+    with pytest.raises(ValueError, match="fromiter"):
+        blzarr.fromiter((np.arange(40.0) for _ in range(1000)), dtype=dt, count=1000)
+    with pytest.raises(ValueError):
+        bcolz.fromiter((np.arange(40.0) for _ in range(1000)), dtype=dt, count=1000)
+    with pytest.raises(ValueError, match="fromiter"):
+        blzarr.fromiter(iter([[1.0] * 40]), dtype=dt, count=1)
