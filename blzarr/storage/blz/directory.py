@@ -468,7 +468,7 @@ class BlzDir(BlzReads, BlzWrites, BlzMaintenance, BlzMetalayers, BlzFileFormat, 
             chunklen = storage.get("chunklen")
             n = self._sizes_len = int(shape[0])
             return n if self.chunk_nbytes <= 0 else -(-n // int(chunklen))
-        except (BlzarrError, OSError, AttributeError, TypeError, ValueError, IndexError):
+        except (BlzarrError, OSError, AttributeError, TypeError, ValueError, LookupError):
             return 0
 
     def _first_file(self, nums):
