@@ -205,9 +205,9 @@ def check(buf, r):
 
 def worker(seed, seconds, casefile):
     r = random.Random(seed)
+    t_end = time.time() + seconds       # the seeds' build inside the round: the runner times it all
     pool = seeds()
     stats = {}
-    t_end = time.time() + seconds
     n = 0
     fd = os.open(casefile, os.O_RDWR | os.O_CREAT, 0o644)
     while time.time() < t_end:
