@@ -196,3 +196,24 @@ def test_python_vm_raises_numpys_overflow_error_and_still_refuses_builtins(how):
     with pytest.raises(NameError, match="__import__"):
         run("__import__('os').getpid() + x")
     np.testing.assert_array_equal(run("x + 3"), np.arange(100, dtype="i1") + 3)
+
+
+@pytest.mark.parametrize("vm", VMS)
+@pytest.mark.parametrize("dtype", ["f8", "f4", "i8", "i4", "u1", "?"])
+def test_expressions_over_empty_arrays_are_empty_and_typed_as_numpy(vm, dtype, layout, tmp_path):
+    """An empty operand gives an empty result typed as a non-empty one: comparisons, arithmetic and
+    sums (the expression is typed on a first row, which an empty array lacks)."""
+    x_np = np.array([], dtype)
+    kw = {**layout, "rootdir": str(tmp_path / "x")} if layout.on_disk else {}
+    x = blzarr.carray(x_np, **kw)
+    one = x_np.dtype.type(1)
+    got = (x > one)[:]
+    assert got.dtype == np.dtype(bool) and got.shape == (0,)
+    for expr, want in [("x * 2 + 1", x_np * 2 + 1), ("x > 1", x_np > one)]:
+        r = blzarr.eval(expr, vm=vm, user_dict={"x": x})[:]
+        # eval's values keep its evaluator's types (numexpr's for numexpr): those of one row
+        typed = blzarr.eval(expr, vm=vm, user_dict={"x": blzarr.carray(np.zeros(1, dtype))})[:]
+        assert r.shape == (0,) and r.dtype == typed.dtype
+        lz = blzarr.lazyexpr(expr, user_dict={"x": x}, vm=vm)
+        assert lz[:].shape == (0,) and lz[:].dtype == want.dtype
+        assert lz.sum() == want.sum()

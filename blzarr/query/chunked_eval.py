@@ -281,7 +281,10 @@ def make_kernel(expression, code, arrays, scalars, vm, numpy_types=False):
         scalars = dict(scalars, **extra)
     probe = dict(scalars)
     for k, v in arrays.items():
-        probe[k] = np.asarray(v[0:1])
+        first = np.asarray(v[0:1])
+        # an empty array is probed with one zero of its dtype: the types come out the same, and the
+        # expression still gives one value for the one row
+        probe[k] = first if len(first) else np.zeros((1,) + first.shape[1:], first.dtype)
     if vm == "numexpr":
         numexpr = need("numexpr", "eval(..., vm='numexpr')")
         try:
