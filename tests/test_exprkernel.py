@@ -30,16 +30,18 @@ SCALARS = st.one_of(st.integers(-5, 5), st.sampled_from([0.5, -1.25, 2.0, 0.0, 1
 
 
 @st.composite
-def arithmetic(draw, depth=2):
+def arithmetic(draw, depth=2, leaves=("a", "b", "c", "a", "q"), ops=("+", "-", "*", "/"), kinds=3):
+    """An arithmetic expression of `leaves` and `ops` (test_exprkernel_typed draws its own leaves, ops
+    and a higher chance of a binary operation through `kinds`)."""
     if depth == 0 or draw(st.integers(0, 2)) == 0:
-        return draw(st.sampled_from(["a", "b", "c", "a", "q"]))
-    kind = draw(st.integers(0, 3))
+        return draw(st.sampled_from(list(leaves)))
+    kind = draw(st.integers(0, kinds))
     if kind == 0:
-        return f"(-{draw(arithmetic(depth - 1))})"
-    x, y = draw(arithmetic(depth - 1)), draw(arithmetic(depth - 1))
+        return f"(-{draw(arithmetic(depth - 1, leaves, ops, kinds))})"
+    x, y = draw(arithmetic(depth - 1, leaves, ops, kinds)), draw(arithmetic(depth - 1, leaves, ops, kinds))
     if x == y == "q":
         y = "a"
-    return f"({x} {draw(st.sampled_from(['+', '-', '*', '/']))} {y})"
+    return f"({x} {draw(st.sampled_from(list(ops)))} {y})"
 
 
 @st.composite

@@ -12,7 +12,7 @@ from helpers import examples
 import blzarr
 from blzarr import _exprkernel
 from blzarr.query import exprkernel
-from test_exprkernel import blockwise_sum, kernel_calls, nthreads, same_number, same_values  # noqa: F401
+from test_exprkernel import arithmetic, blockwise_sum, kernel_calls, nthreads, same_number, same_values  # noqa: F401
 
 pytestmark = pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning",
                                         "ignore:invalid value:RuntimeWarning", "ignore:overflow:RuntimeWarning")
@@ -38,17 +38,8 @@ def values_of(kind, n, rng):
     return x
 
 
-@st.composite
-def typed_expression(draw, depth=2):
-    if depth == 0 or draw(st.integers(0, 2)) == 0:
-        return draw(st.sampled_from(["a", "b", "a", "b", "q"]))
-    kind = draw(st.integers(0, 4))
-    if kind == 0:
-        return f"(-{draw(typed_expression(depth - 1))})"
-    x, y = draw(typed_expression(depth - 1)), draw(typed_expression(depth - 1))
-    if x == y == "q":
-        y = "a"
-    return f"({x} {draw(st.sampled_from(['+', '-', '*', '/', '*', '+']))} {y})"
+def typed_expression():
+    return arithmetic(leaves=("a", "b", "a", "b", "q"), ops=("+", "-", "*", "/", "*", "+"), kinds=4)
 
 
 def check(expression, env, chunklen, ops, calls):
