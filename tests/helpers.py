@@ -3,6 +3,8 @@
 - `assert_same`: exact equality of an array with the expected one, dtype and shape included;
 - `assert_item`: an element is the one NumPy's ``.item()`` (and bcolz) gives;
 - `make_ra`, `make_typed_ra`: structured arrays of every column kind for the ctable tests;
+- `leave_as_killed`, `write_after`: a writer killed in its last call and the writer after it (the
+  crash-simulation tests of a second writer);
 - `tree`, `flip_byte`: the bytes of a directory, and damaging one byte of a file;
 - `fork_child`, `read_line`, `read_all`, `wait_for`: the fork/pipe loop of the kill and
   concurrency tests (a child reports on a pipe; the parent reads lines until a marker);
@@ -80,6 +82,27 @@ def make_typed_ra(n, start=0):
     ra["ok"] = k % 5 == 0
     ra["small"] = k % 256
     return ra
+
+
+def leave_as_killed(a):
+    """Leave the writable carray `a` as a writer killed in its last call leaves it: nothing more
+    written (no flush on close or collection), its directory lock released as the process's death
+    releases it.  The caller drops its reference."""
+    a._dirty = False
+    a._mode = "r"
+    a.__dict__.pop("_dirlock").release()
+
+
+def write_after(rec, root, sizes, states):
+    """A second writer of `root`: one flush of `sizes[k]` new atoms each (marked on the recorder
+    `rec`), each flush's array appended to `states`."""
+    b = blzarr.open(root, mode="a")
+    for k, n in enumerate(sizes):
+        rec.mark(f"second writer flush {k}")
+        b.append(np.arange(7000 + 100 * k, 7000 + 100 * k + n))
+        b.flush()
+        states.append(b[:])
+    b.close()
 
 
 def tree(root):

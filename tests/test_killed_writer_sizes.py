@@ -17,6 +17,7 @@ from blzarr.storage import fileio
 from blzarr.storage.blz import sizes as sizes_record
 
 import crashsim
+from helpers import leave_as_killed, write_after
 
 CHUNKLEN = 100
 CP = blzarr.cparams(clevel=0)       # uncompressed: chunk sizes are known, bytes span sectors
@@ -79,17 +80,9 @@ def test_a_writer_after_one_killed_before_its_sizes_sync(tmp_path, monkeypatch, 
             a.flush()
         assert rec.reached
         states.append(want)
-        a._dirty = False
-        a._mode = "r"                   # (the killed process writes nothing more)
-        a.__dict__.pop("_dirlock").release()
+        leave_as_killed(a)
         del a
-        b = blzarr.open(root, mode="a")
-        for k, n in enumerate([10, 100]):
-            rec.mark(f"second writer flush {k}")
-            b.append(np.arange(7000 + 100 * k, 7000 + 100 * k + n))
-            b.flush()
-            states.append(b[:])
-        b.close()
+        write_after(rec, root, [10, 100], states)
     calls = rec.calls()
     scratch = str(tmp_path / "state")
     path = os.path.join(scratch, "c")

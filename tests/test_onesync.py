@@ -19,6 +19,7 @@ from blzarr.storage.blz import sizes as sizes_record
 from blzarr.storage.blz.directory import BlzDir
 
 import crashsim
+from helpers import leave_as_killed, write_after
 
 CHUNKLEN = 100
 CP = blzarr.cparams(clevel=0)       # uncompressed: chunk sizes are known, bytes span sectors
@@ -945,17 +946,9 @@ def test_a_writer_after_a_killed_one_barrier_flush(tmp_path, monkeypatch):
             a.flush()
         monkeypatch.setattr(files, "_sync_all", orig)
         states.append(want)
-        a._dirty = False
-        a._mode = "r"                   # (the killed process writes nothing more)
-        a.__dict__.pop("_dirlock").release()
+        leave_as_killed(a)
         del a
-        b = blzarr.open(root, mode="a")
-        for k, n in enumerate([10, 10, 10]):
-            rec.mark(f"second writer flush {k}")
-            b.append(np.arange(7000 + 100 * k, 7000 + 100 * k + n))
-            b.flush()
-            states.append(b[:])
-        b.close()
+        write_after(rec, root, [10, 10, 10], states)
     calls = rec.calls()
     scratch = str(tmp_path / "state")
     root = os.path.join(scratch, "c")
