@@ -51,6 +51,16 @@ def _ctable(path, fmt, n=N):
     t.close()
 
 
+def contents(o):
+    """The kind, dtype/shape or columns, values (bytes) and attributes of the open carray or ctable `o`:
+    equal for two objects that hold the same (a snapshot's form)."""
+    attrs = tuple(sorted((k, repr(v)) for k, v in o.attrs))
+    if isinstance(o, blzarr.ctable):
+        cols = tuple((n, o.cols[n].dtype.str, o.cols[n].shape, o.cols[n][:].tobytes()) for n in o.names)
+        return ("ctable", len(o), cols, attrs)
+    return ("carray", o.dtype.str, o.shape, o[:].tobytes(), attrs)
+
+
 def snapshot(path, mode="r"):
     """What the object at `path` holds (None when nothing is there), opened with `mode`."""
     if not os.path.lexists(path):
@@ -59,11 +69,7 @@ def snapshot(path, mode="r"):
         warnings.simplefilter("ignore", RuntimeWarning)
         o = blzarr.open(path, mode=mode)
     try:
-        attrs = tuple(sorted((k, repr(v)) for k, v in o.attrs))
-        if isinstance(o, blzarr.ctable):
-            cols = tuple((n, o.cols[n].dtype.str, o.cols[n].shape, o.cols[n][:].tobytes()) for n in o.names)
-            return ("ctable", len(o), cols, attrs)
-        return ("carray", o.dtype.str, o.shape, o[:].tobytes(), attrs)
+        return contents(o)
     finally:
         del o
         gc.collect()

@@ -98,11 +98,7 @@ def snapshot(fs, url, opts, mode="r"):
                 return None
             raise
     try:
-        attrs = tuple(sorted((k, repr(v)) for k, v in o.attrs))
-        if isinstance(o, blzarr.ctable):
-            cols = tuple((n, o.cols[n].dtype.str, o.cols[n].shape, o.cols[n][:].tobytes()) for n in o.names)
-            return ("ctable", len(o), cols, attrs)
-        return ("carray", o.dtype.str, o.shape, o[:].tobytes(), attrs)
+        return local.contents(o)
     finally:
         if mode != "r":
             o.close()
