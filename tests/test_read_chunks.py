@@ -178,17 +178,24 @@ def test_a_bad_header_past_the_file_raises(tmp_path):
         a[:]
 
 
-def test_read_chunks_reports_failures_per_chunk(tmp_path):
-    x = np.arange(4000, dtype="f8")
-    p = make(tmp_path, x)
-    d = BlzDir.open(p, mode="r")
+def read_args(d, nchunks):
+    """ReadChunks' lists for chunks 0..nchunks-1 of the open BlzDir `d`: each chunk's offset, file
+    descriptor, file length and table entry position."""
     offs, fds, lims, ents = [], [], [], []
-    for n in range(4):
+    for n in range(nchunks):
         f, fd, off = d._offset(n)
         offs.append(off)
         fds.append(fd)
         lims.append(f.fstate[1])
         ents.append(f.table_pos + 8 * n)
+    return offs, fds, lims, ents
+
+
+def test_read_chunks_reports_failures_per_chunk(tmp_path):
+    x = np.arange(4000, dtype="f8")
+    p = make(tmp_path, x)
+    d = BlzDir.open(p, mode="r")
+    offs, fds, lims, ents = read_args(d, 4)
     offs[1] += 1                        # not where chunk 1 starts
     ents[2] = ents[3]                   # chunk 2's entry names another chunk: "moved"
     out = np.zeros(4000)
@@ -211,13 +218,7 @@ def test_decode_one_reads_a_chunk_with_the_same_checks(tmp_path):
     p = make(tmp_path, x)
     flip(p, 3, 100, 0x55)               # chunk 3's bytes no longer match its crc32
     d = BlzDir.open(p, mode="r")
-    offs, fds, lims, ents = [], [], [], []
-    for n in range(4):
-        f, fd, off = d._offset(n)
-        offs.append(off)
-        fds.append(fd)
-        lims.append(f.fstate[1])
-        ents.append(f.table_pos + 8 * n)
+    offs, fds, lims, ents = read_args(d, 4)
     ents[2] = ents[1]                   # chunk 2's entry names another chunk: "moved"
     w = sc.ReadChunks(fds, offs, lims, ents, 2, 8000)
     buf = bytearray(w.read_bytes)
