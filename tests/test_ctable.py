@@ -680,18 +680,25 @@ def test_bcolz_format_is_default_layout(tmp_path):
 
 
 # ------------------------------------------------------------------ odds and ends
-def test_columns_of_different_lengths_on_disk(tmp_path):
+def _one_column_trimmed(tmp_path, name):
+    """A bcolz-layout table of make_ra(20) whose column `name` is 3 atoms shorter than the others (its
+    root, and a reader of it, open): a reader warns of the lengths and shows the first 17 rows."""
     root = str(tmp_path / "t")
     ctable(make_ra(20), rootdir=root, format="bcolz")
-    col = blzarr.open(os.path.join(root, "e"))
+    col = blzarr.open(os.path.join(root, name))
     col.trim(3)
     del col
-    # what a writer killed between two column flushes of an append leaves: the columns before the
-    # last one are longer; the last column's length is the table's.  A reader shows those rows and
-    # leaves the files, a writer drops the extra atoms
     with pytest.warns(RuntimeWarning, match="different lengths"):
         t = blzarr.open(root, mode="r")
     assert len(t) == 17 and t[:].tolist() == make_ra(20)[:17].tolist()
+    return root, t
+
+
+def test_columns_of_different_lengths_on_disk(tmp_path):
+    # what a writer killed between two column flushes of an append leaves: the columns before the
+    # last one are longer; the last column's length is the table's.  A reader shows those rows and
+    # leaves the files, a writer drops the extra atoms
+    root, t = _one_column_trimmed(tmp_path, "e")
     assert len(blzarr.open(os.path.join(root, "a"), mode="r")) == 20
     del t
     with pytest.warns(RuntimeWarning, match="different lengths"):
@@ -707,14 +714,7 @@ def test_columns_of_different_lengths_on_disk(tmp_path):
 def test_a_column_shorter_than_the_last_is_reported_never_repaired(tmp_path):
     # no interrupted write leaves a column shorter than the last one: the rows the others hold are
     # committed, and no writer drops them to make the lengths agree
-    root = str(tmp_path / "t")
-    ctable(make_ra(20), rootdir=root, format="bcolz")
-    col = blzarr.open(os.path.join(root, "b"))
-    col.trim(3)
-    del col
-    with pytest.warns(RuntimeWarning, match="different lengths"):
-        t = blzarr.open(root, mode="r")
-    assert len(t) == 17 and t[:].tolist() == make_ra(20)[:17].tolist()
+    root, t = _one_column_trimmed(tmp_path, "b")
     del t
     with pytest.warns(RuntimeWarning, match="cannot be written"):
         t = blzarr.open(root, mode="a")
