@@ -15,13 +15,10 @@ A peer that is not installed is skipped with a note.  Results are checked agains
 """
 
 import argparse
-import gc
 import os
 import shutil
-import statistics
 import sys
 import tempfile
-import time
 
 import numpy as np
 
@@ -29,6 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 import blzarr  # noqa: E402
+from bench.timing import timeit  # noqa: E402
 
 EXPR = "(b > lim) & (c < 50)"
 
@@ -42,16 +40,6 @@ def make_data(n, seed=1):
     ra["s"] = np.char.add(b"k", (ra["c"] % 20).astype("S2"))
     lim = float(np.quantile(ra["b"], 0.98))  # about 1% of the rows match (2% of b, half of c)
     return ra, lim
-
-
-def timeit(fn, repeats):
-    times = []
-    for _ in range(repeats):
-        gc.collect()
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def consume(it):

@@ -46,14 +46,7 @@ os.environ.setdefault("POLARS_MAX_THREADS", "2")
 
 import blzarr  # noqa: E402
 from bench import CLEVEL, CNAME, NTHREADS  # noqa: E402
-
-
-def have(name):
-    try:
-        __import__(name)
-        return True
-    except ImportError:
-        return False
+from bench.timing import have  # noqa: E402
 
 
 def make_data(n, seed=108):

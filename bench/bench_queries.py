@@ -49,6 +49,8 @@ from blzarr.query import exprkernel  # noqa: E402
 from blzarr.query import planner
 from blzarr.query import stats
 from bench import CLEVEL, CNAME, NTHREADS  # noqa: E402
+from bench import timing  # noqa: E402
+from bench.timing import have  # noqa: E402
 
 RANGE_EXPR = "(ts >= lo) & (ts < hi)"
 RANDOM_EXPR = "(r > 0.5) & (r < 0.51)"
@@ -59,25 +61,7 @@ def cparams():
 
 
 def timeit(fn, repeats, budget=20.0, warmup=0):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        gc.collect()
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-        if sum(times) > budget:
-            break
-    return statistics.median(times)
-
-
-def have(name):
-    try:
-        __import__(name)
-        return True
-    except ImportError:
-        return False
+    return timing.timeit(fn, repeats, budget, warmup)
 
 
 class Report:
