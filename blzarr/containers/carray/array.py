@@ -32,7 +32,7 @@ from blzarr.storage.arraymeta import ArrayMeta, dflt_from_json, dflt_to_json, pa
 # the parts of carray, one module each (the moved names stay importable from here)
 from blzarr.containers.carray.read import _PY_KINDS, CarrayBase, CarrayReads, _iter_blocks, operator_index  # noqa: F401
 from blzarr.containers.carray.reduce import CarrayReductions
-from blzarr.containers.carray.stats import CarrayStatistics
+from blzarr.containers.carray.stats import LAZY as LAZY_STATS, CarrayStatistics
 from blzarr.containers.carray.write import CarrayWrites, _UndoLog, retire  # noqa: F401
 from blzarr.containers.carray.version import CarrayVersions, fresh_call
 from blzarr.storage import commitrec
@@ -338,8 +338,9 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
         self._dirty = True     # something flush() must write (the leftover or the sizes)
         self._blockcache = None
         # per-chunk min/max/NaN of the full chunks (blzarr.query.stats), for the query planner
-        self._stats = (_stats.ChunkStats(atom, self._chunklen)
-                       if not self._isobj and _stats.supported(atom) else None)
+        # (an open makes the empty statistics at their first use too: `_stats`)
+        has = not self._isobj and _stats.supported(atom)
+        self._stats = (LAZY_STATS if lazy_last else _stats.ChunkStats(atom, self._chunklen)) if has else None
 
     def _create(self, array, cparams, dtype, dflt, expectedlen, chunklen):
         cp = _cparams.coerce(cparams)

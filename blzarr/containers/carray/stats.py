@@ -8,6 +8,9 @@ from blzarr.query import stats as _stats
 from blzarr.containers.carray.read import CarrayBase
 from blzarr.runtime.parallel import run_all
 
+# a carray's statistics as an open leaves them: an empty `ChunkStats`, made at their first use
+LAZY = object()
+
 
 class CarrayStatistics(CarrayBase):
     """Per-chunk statistics of a `carray`."""
@@ -17,8 +20,11 @@ class CarrayStatistics(CarrayBase):
         """The `blzarr.query.stats.ChunkStats` (None for dtypes without statistics); an on-disk
         carray reads its meta/stats here, at the first use (`_load_stats` marks it due)."""
         d = self.__dict__
-        if "_stats_due" in d:
+        if "_stats_due" in d or d.get("_stats_v") is LAZY:
             with self._lock:
+                if d.get("_stats_v") is LAZY:
+                    # (the empty statistics an open left to this first use: `_setup`)
+                    d["_stats_v"] = _stats.ChunkStats(self._atom, self._chunklen)
                 n = d.pop("_stats_due", None)
                 if n is not None:
                     self._read_stats_file(n)

@@ -15,6 +15,7 @@ of each block they need, so no column is ever decompressed whole to answer one.
 import contextlib
 import os
 import secrets
+import stat
 import sys
 import warnings
 import weakref
@@ -153,6 +154,22 @@ def _record_prev(col):
     record of another boot whose chunks verify (BLZ), else None."""
     d = getattr(col.__dict__.get("_chunks"), "layoutdir", None)
     return getattr(d, "record_prev", None)
+
+
+def _column_realpath(d, name, real_root):
+    """What `os.path.realpath` gives for the column directory `d` (``root/name``, `real_root` the
+    table root's realpath), or None when `d` is not a directory.  A column directory that is no
+    symbolic link resolves to ``real_root/name`` (`name` is one plain path component, `check_name`):
+    one lstat instead of one per component of the path."""
+    try:
+        st = os.lstat(d)
+    except (OSError, ValueError):
+        return None         # (as os.path.isdir: any failure is "not a directory")
+    if stat.S_ISDIR(st.st_mode):
+        return os.path.join(real_root, name)
+    if not stat.S_ISLNK(st.st_mode) or not os.path.isdir(d):
+        return None
+    return os.path.realpath(d)
 
 
 def _short_columns_message(root, lengths, short):
@@ -634,18 +651,23 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         elif mode != "r" and not lazy:
             self._dirlock = lock_dir(root)   # one writer process at a time; mode 'r' takes no lock
         real_root = None if remote else os.path.realpath(root)
+        # mode 'r' and 'a' open each column as `blzarr.open` does (no existence probe: just made)
+        open_col = carray._open_local if mode in ("r", "a") else \
+            (lambda d, mode, allow_pickle: carray(rootdir=d, mode=mode, allow_pickle=allow_pickle))
         for n in names:
             d = self._col_dir(n)
-            if not os.path.isdir(d):
+            real = _column_realpath(d, n, real_root)
+            if real is None:
                 raise StorageError(f"column directory '{d}' listed in '{path}' does not exist")
-            real = os.path.realpath(d)
             if os.path.commonpath([real, real_root]) != real_root or real == real_root:
                 # a symlink (or a renamed directory) taking a column outside the table
                 raise FormatError(f"column directory '{d}' listed in '{path}' resolves to '{real}', "
                                   f"outside the ctable's root directory")
             self.cols.names.append(n)
-            self.cols._cols[n] = carray(rootdir=d, mode=mode, allow_pickle=allow_pickle)
-        lengths = {n: len(c) for n, c in self.cols._cols.items()}
+            self.cols._cols[n] = open_col(d, mode, allow_pickle)
+        # the lengths just loaded (len() of a watched column would first ask whether a writer
+        # committed since, a call per column: the table's first read call asks that of them all)
+        lengths = {n: c._len for n, c in self.cols._cols.items()}
         last = self.cols.names[-1] if self.cols.names else None
         n, short = _committed_rows(lengths, _record_prev(self.cols._cols[last]) if last else None)
         if last is not None and not short and n < lengths[last]:
