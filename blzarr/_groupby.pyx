@@ -23,11 +23,14 @@ cdef extern from *:
     """
     #if defined(__GNUC__) || defined(__clang__)
     #define BLZ_PREFETCH_W(p) __builtin_prefetch((p), 1, 3)
+    #define BLZ_PREFETCH_R(p) __builtin_prefetch((p), 0, 3)
     #else
     #define BLZ_PREFETCH_W(p) ((void)(p))
+    #define BLZ_PREFETCH_R(p) ((void)(p))
     #endif
     """
     void BLZ_PREFETCH_W(const void *p) noexcept nogil
+    void BLZ_PREFETCH_R(const void *p) noexcept nogil
 
 # how many rows ahead the kernels that update one group's state per row ask for that state: with
 # more groups than the L2 cache holds, each update is a cache miss, and a load issued this far
@@ -780,3 +783,123 @@ def fold_sums32(int32_t[:, ::1] dst, const int32_t[:, ::1] src):
                 (<double*> (d + 2))[0] += (<const double*> (s + 2))[0]
             d += w
             s += w
+
+
+def gather_sums(list states, list orders, bint narrow, Py_ssize_t icol, Py_ssize_t fcol,
+                int64_t lo, int64_t[::1] keys, int64_t[::1] cnt=None, int64_t[::1] isum=None,
+                double[::1] fsum=None):
+    """The parts' `direct_sums` (or, `narrow`, `direct_sums32`) states, in part order, gathered
+    straight into the result columns, without first folding every slot into one state: the groups
+    in the order of their first rows (the first state's order, then each later state's groups that
+    no earlier state has), each as its key (slot + `lo`) into `keys`, and per group its row count
+    into `cnt`, its integer sum
+    (column `icol` of a wide state) into `isum`, its float sum (column `fcol`) into `fsum`.  Each
+    group's values are added state after state from the first state's, the additions `fold_sums` /
+    `fold_sums32` make in that order, so the bits are the same.  `orders[p]` holds the first
+    rows' order of state p (its length is the state's group count).  Returns the number of groups."""
+    cdef Py_ssize_t nparts = len(states), p, q, i, k = 0, n, nslots, w, stride, ng
+    cdef Py_ssize_t ioff, foff
+    cdef bint has_i = isum is not None, has_f = fsum is not None, has_c = cnt is not None
+    cdef const int64_t[:, ::1] s64
+    cdef const int32_t[:, ::1] s32
+    cdef const int64_t[::1] o
+    cdef int64_t g, ga, c, si
+    cdef double sf
+    cdef const char* row
+    cdef bint fresh
+    if len(orders) != nparts:
+        raise ValueError("gather_sums: one order per state")
+    if nparts == 0:
+        return 0
+    cdef const char** base = <const char**> malloc(nparts * sizeof(char*))
+    cdef const int64_t** ords = <const int64_t**> malloc(nparts * sizeof(int64_t*))
+    cdef Py_ssize_t* nord = <Py_ssize_t*> malloc(nparts * sizeof(Py_ssize_t))
+    if base == NULL or ords == NULL or nord == NULL:
+        free(base); free(ords); free(nord)
+        raise MemoryError()
+    try:
+        nslots = -1
+        for p in range(nparts):
+            if narrow:
+                s32 = states[p]
+                n, w, stride = s32.shape[0], s32.shape[1], s32.shape[1] * 4
+                base[p] = <const char*> &s32[0, 0] if n else NULL
+                if w < 2 or (has_f and w < 4):
+                    raise ValueError("gather_sums: narrow rows too short")
+            else:
+                s64 = states[p]
+                n, w, stride = s64.shape[0], s64.shape[1], s64.shape[1] * 8
+                base[p] = <const char*> &s64[0, 0] if n else NULL
+                if (has_i and not 0 < icol < w) or (has_f and not 0 < fcol < w):
+                    raise ValueError("gather_sums: columns not in the state")
+            if nslots == -1:
+                nslots, ng = n, stride
+            elif n != nslots or stride != ng:
+                raise ValueError("gather_sums: states of different shapes")
+            o = orders[p]
+            ords[p] = &o[0] if o.shape[0] else NULL
+            nord[p] = o.shape[0]
+            if o.shape[0] > nslots:
+                raise ValueError("gather_sums: an order longer than the slots")
+        if keys.shape[0] < nslots or (has_c and cnt.shape[0] < nslots) or (has_i and isum.shape[0] < nslots) or \
+                (has_f and fsum.shape[0] < nslots):
+            raise ValueError("gather_sums: result columns shorter than the slots")
+        stride = ng
+        ioff = 4 if narrow else icol * 8
+        foff = 8 if narrow else fcol * 8
+        with nogil:
+            for p in range(nparts):
+                if k == nslots:
+                    break       # every slot has its group: no later state can have a new one
+                for i in range(nord[p]):
+                    if i + AHEAD < nord[p]:
+                        ga = ords[p][i + AHEAD]
+                        if <uint64_t> ga < <uint64_t> nslots:
+                            for q in range(nparts):
+                                BLZ_PREFETCH_R(base[q] + ga * stride)
+                    g = ords[p][i]
+                    if <uint64_t> g >= <uint64_t> nslots:
+                        k = -1
+                        break
+                    # a group of a later state is new when no earlier state counted a row of it
+                    fresh = True
+                    for q in range(p):
+                        row = base[q] + g * stride
+                        if (((<const int32_t*> row)[0] if narrow else (<const int64_t*> row)[0]) != 0):
+                            fresh = False
+                            break
+                    if not fresh:
+                        continue
+                    c = si = 0
+                    sf = 0.0
+                    for q in range(nparts):
+                        row = base[q] + g * stride
+                        if narrow:
+                            c += (<const int32_t*> row)[0]
+                            if has_i:
+                                si += (<const int32_t*> (row + ioff))[0]
+                        else:
+                            c += (<const int64_t*> row)[0]
+                            if has_i:
+                                si += (<const int64_t*> (row + ioff))[0]
+                        if not has_f:
+                            pass
+                        elif q == 0:
+                            sf = (<const double*> (row + foff))[0]
+                        else:
+                            sf += (<const double*> (row + foff))[0]
+                    keys[k] = g + lo
+                    if has_c:
+                        cnt[k] = c
+                    if has_i:
+                        isum[k] = si
+                    if has_f:
+                        fsum[k] = sf
+                    k += 1
+                if k < 0:
+                    break
+    finally:
+        free(base); free(ords); free(nord)
+    if k < 0:
+        raise ValueError("gather_sums: a group in an order lies outside the slots")
+    return k

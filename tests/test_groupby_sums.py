@@ -5,6 +5,8 @@ applies, repeating its float bits, and refusing a key outside the range the stat
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import blzarr
 from blzarr import _groupby as _gb
@@ -318,3 +320,136 @@ def test_a_value_outside_its_statistics_is_an_error_on_the_narrow_path(table, mo
     with pytest.raises(ValueError, match="'v1'.*outside"):
         t.groupby(["k"], [["v1", "sum", "s"], ["v3", "mean", "m"]])
     assert narrowed and seen
+
+
+def _parts_states(keys, iv, fv, nslots, nparts, narrow):
+    """The one-pass states of `nparts` contiguous runs of the rows, as the engine's parts make them."""
+    states, orders = [], []
+    cuts = [len(keys) * p // nparts for p in range(nparts + 1)]
+    for p in range(nparts):
+        s, e = cuts[p], cuts[p + 1]
+        order = np.zeros(nslots, np.int64)
+        if narrow:
+            st = np.zeros((nslots, 4), np.int32)
+            got = _gb.direct_sums32(keys[s:e], 0, st, order, 0, iv[s:e], fv[s:e])
+        else:
+            st = np.zeros((nslots, 4), np.int64)
+            got = _gb.direct_sums(keys[s:e], 0, st, order, 0, iv[s:e], 1, fv[s:e], 2)
+        assert got >= 0
+        states.append(st)
+        orders.append(order[:got])
+    return states, orders
+
+
+def _folded(states, orders, narrow):
+    """What `_fold` and `_finish` give: the states folded in part order, then taken in the groups' order."""
+    G = states[0].copy()
+    order = list(orders[0])
+    seen = G[:, 0] != 0
+    for st, o in zip(states[1:], orders[1:]):
+        order += [g for g in o if not seen[g]]
+        (_gb.fold_sums32 if narrow else _gb.fold_sums)(G, st, *(() if narrow else (2,)))
+        seen = G[:, 0] != 0
+    order = np.array(order, np.int64)
+    if narrow:
+        return order, G[order, 0].astype(np.int64), G[order, 1].astype(np.int64), \
+            np.ascontiguousarray(G[:, 2:4]).view(np.float64)[order, 0]
+    return order, G[order, 0], G[order, 1], G[order, 2].view(np.float64)
+
+
+@given(seed=st.integers(0, 2**32 - 1), nparts=st.integers(1, 4), nslots=st.sampled_from([1, 7, 300, 20_000]),
+       n=st.integers(0, 3000), narrow=st.booleans())
+@settings(max_examples=40, deadline=None)
+def test_gather_gives_the_folds_bits(seed, nparts, nslots, n, narrow):
+    rng = np.random.default_rng(seed)
+    # keys drawn from a range that grows along the rows: later parts meet groups the earlier lack
+    keys = (rng.random(n) * np.linspace(1, nslots, n)).astype(np.int64) if n else np.zeros(0, np.int64)
+    iv = rng.integers(-1000, 1000, n)
+    fv = rng.standard_normal(n) * 10.0 ** rng.integers(-5, 6, n)
+    fv[rng.random(n) < 0.01] = -0.0
+    states, orders = _parts_states(keys, iv, fv, nslots, nparts, narrow)
+    order, cnt, isum, fsum = _folded(states, orders, narrow)
+    lo = -17
+    kv, c, i, f = (np.full(nslots, 99, np.int64), np.zeros(nslots, np.int64), np.zeros(nslots, np.int64),
+                   np.zeros(nslots))
+    got = _gb.gather_sums(states, orders, narrow, 1, 2, lo, kv, c, i, f)
+    assert got == len(order) == len(np.unique(keys))
+    assert kv[:got].tolist() == (order + lo).tolist()
+    assert c[:got].tolist() == cnt.tolist()
+    assert i[:got].tolist() == isum.tolist()
+    assert f[:got].tobytes() == fsum.tobytes()
+    # and against NumPy: the groups in the order of their first rows, their counts and sums
+    first = np.unique(keys, return_index=True)[1]
+    assert order.tolist() == keys[np.sort(first)].tolist()
+    assert c[:got].tolist() == np.bincount(keys, minlength=nslots)[order].tolist()
+
+
+def test_gather_takes_only_the_columns_asked_for():
+    keys = np.array([3, 1, 3, 0], np.int64)
+    states, orders = _parts_states(keys, np.array([5, 6, 7, 8]), np.array([0.5, 1.5, 2.5, 3.5]), 4, 2, False)
+    kv = np.zeros(4, np.int64)
+    assert _gb.gather_sums(states, orders, False, 1, 2, 10, kv) == 3
+    assert kv[:3].tolist() == [13, 11, 10]
+    f = np.zeros(4)
+    assert _gb.gather_sums([np.ascontiguousarray(s[:, :3]) for s in states], orders, False, 1, 2, 0, kv, None, None, f) == 3
+    assert f[:3].tolist() == [3.0, 1.5, 3.5]
+
+
+def test_gather_refuses_bad_arguments():
+    st = np.zeros((4, 2), np.int64)
+    o = np.zeros(0, np.int64)
+    kv = np.zeros(4, np.int64)
+    with pytest.raises(ValueError, match="one order per state"):
+        _gb.gather_sums([st, st], [o], False, 1, 2, 0, kv)
+    with pytest.raises(ValueError, match="different shapes"):
+        _gb.gather_sums([st, np.zeros((5, 2), np.int64)], [o, o], False, 1, 2, 0, kv)
+    with pytest.raises(ValueError, match="not in the state"):
+        _gb.gather_sums([st], [o], False, 1, 2, 0, kv, None, None, np.zeros(4))
+    with pytest.raises(ValueError, match="shorter than the slots"):
+        _gb.gather_sums([st], [o], False, 1, 2, 0, np.zeros(3, np.int64))
+    with pytest.raises(ValueError, match="outside the slots"):
+        _gb.gather_sums([st], [np.array([4], np.int64)], False, 1, 2, 0, kv)
+    with pytest.raises(ValueError, match="narrow rows"):
+        _gb.gather_sums([np.zeros((4, 2), np.int32)], [o], True, 1, 2, 0, kv, None, None, np.zeros(4))
+
+
+@pytest.mark.parametrize("aggs", [
+    [["v1", "sum", "s"]],
+    [["v1", "sum", "s"], ["v3", "mean", "m"]],
+    [["v3", "sum", "s"], ["v1", "count", "c"], ["b", "count", "c2"]],
+])
+@pytest.mark.parametrize("filtered", [False, True])
+def test_engine_gathers_the_parts_without_a_fold(table, monkeypatch, aggs, filtered):
+    """On two threads the one-pass path's parts go to `gather_sums`, never through `fold_sums` or
+    `_finish`, and the result is pandas' (the keys in the order of their first rows)."""
+    t, df = table
+    gathered, folded = [], []
+    real = gbmod._gb.gather_sums
+
+    def spy(states, *a, **k):
+        gathered.append(len(states))
+        return real(states, *a, **k)
+    monkeypatch.setattr(gbmod._gb, "gather_sums", spy)
+    for name in ("fold_sums", "fold_sums32"):
+        monkeypatch.setattr(gbmod._gb, name, lambda *a, **k: folded.append(1))
+    monkeypatch.setattr(gbmod, "_finish", lambda *a, **k: folded.append(1))
+    bool_arr = (df["v1"] > 2).to_numpy() if filtered else None
+    prev = blzarr.set_nthreads(2)
+    try:
+        got = t.groupby(["k"], aggs, bool_arr=bool_arr)
+    finally:
+        blzarr.set_nthreads(prev)
+    assert gathered == [2] and not folded
+    assert got.names == ["k"] + [a[2] for a in aggs]
+    sel = df[bool_arr] if filtered else df
+    grp = sel.groupby("k", sort=False)
+    assert got["k"][:].tolist() == list(dict.fromkeys(sel["k"]))
+    assert got["k"].dtype == df["k"].dtype
+    for col, op, out in aggs:
+        if op == "count":
+            assert got[out][:].tolist() == grp[col].count().tolist()
+        elif sel[col].dtype.kind == "f":
+            want = _nan_sum(grp, col) / (grp.size().to_numpy() if op == "mean" else 1)
+            np.testing.assert_allclose(got[out][:], want, rtol=1e-12)
+        else:
+            assert got[out][:].tolist() == grp[col].sum().tolist()

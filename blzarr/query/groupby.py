@@ -662,6 +662,44 @@ def _direct_sums(P, key, sums, s, e, mask, cols, aggs, reader):
     P.norder = got
 
 
+def _gather_sums(plan, aggs, sums, partials):
+    """(key values, [(name, result)]) of a `_sums_plan` query from the parts' states (`partials`,
+    in part order, each with a row): `_gb.gather_sums` takes every group's count and sums from the
+    states in part order, the additions `_fold` would make, and writes them in the groups' order
+    into the result columns, with no pass over the slots no group uses."""
+    ji, jf, narrow = sums
+    nslots = plan.nslots
+    key = plan.keys[0]
+    want_cnt = any(j != ji and j != jf or a.op == "mean" for j, a in enumerate(aggs))
+    kv = np.empty(nslots, np.int64)
+    cnt = np.empty(nslots, np.int64) if want_cnt else None
+    isum = np.empty(nslots, np.int64) if ji is not None else None
+    fsum = np.empty(nslots, np.float64) if jf is not None else None
+    P0 = partials[0]
+    icol, fcol = (1, 2) if narrow else (P0.cols[0], P0.cols[1])
+    n = _gb.gather_sums([P.packed for P in partials], [P.order[:P.norder] for P in partials],
+                        bool(narrow), icol, fcol, key.rng[0], kv, cnt, isum, fsum)
+    results = []
+    for j, a in enumerate(aggs):
+        odt = _out_dtype(a.op, a.dtype)
+        if j == ji:
+            r = isum[:n].astype(odt, copy=False)
+        elif j == jf and a.op == "mean":
+            r = fsum[:n]
+            with np.errstate(invalid="ignore", divide="ignore"):
+                np.divide(r, cnt[:n], out=r)
+        elif j == jf:
+            r = fsum[:n].astype(odt, copy=False)
+        else:                       # a count of a column without NaN: the rows counted
+            r = cnt[:n].copy()
+        results.append((a.out, r))
+    # the keys as `plan.key_values` gives them: the slot's value in the column's dtype
+    kv = kv[:n].astype(key.src_dtype, copy=False)
+    if key.decode is not None:
+        kv = np.asarray(key.decode)[kv.astype(np.int64)] if n else np.empty(0, key.dtype)
+    return [kv.astype(key.dtype, copy=False)], results
+
+
 def _out_of_range(key, s, e):
     lo, n = key.rng
     return ValueError(f"group-by column {key.name!r}: a value in rows {s}..{e - 1} lies outside "
@@ -751,7 +789,9 @@ def aggregate(table, groupby_cols, agg_list, bool_arr=None, use_cache=True):
         reader.release()
         with lock:
             done[p] = P
-            while folded["next"] in done:
+            # the sums plan's states are gathered straight into the results after the parts
+            # (`_gather_sums`), not folded slot by slot on the thread that finishes last
+            while sums is None and folded["next"] in done:
                 Q = done.pop(folded["next"])
                 folded["next"] += 1
                 if Q is None:
@@ -762,6 +802,12 @@ def aggregate(table, groupby_cols, agg_list, bool_arr=None, use_cache=True):
                     _fold(plan, aggs, folded["G"], Q)
 
     parallel.run_each(part, range(len(parts) - 1))
+    if sums is not None:
+        got = [done[p] for p in range(len(parts) - 1) if done.get(p) is not None]
+        if got:
+            out = _gather_sums(plan, aggs, sums, got)
+            _keep_states(made)
+            return {"keys": list(zip(groupby_cols, out[0])), "aggs": out[1]}
     G = folded["G"]
     if G is None:
         G = _Partial(plan, aggs, plan.nslots if plan.kind == "direct" else 64)
