@@ -5,6 +5,7 @@ every keyword they do not use themselves (``rootdir``, ``mode``, ``cparams``, ``
 ...) goes to `blzarr.carray` (or to `blzarr.ctable` for a structured dtype).
 """
 
+import contextlib
 import itertools
 import operator
 import os
@@ -14,11 +15,11 @@ import sys
 import numpy as np
 
 from blzarr import _chunk
-from blzarr.storage import intent, replace
+from blzarr.storage import intent, readpins, replace
 from blzarr.storage.locking import lock_dir
 from blzarr.containers.carray.array import carray, commit_creation, creation_completed_by_caller
-from blzarr.errors import BlzarrError, StorageError
-from blzarr.storage.files import ROOTDIRS_FILE as ROOTDIRS, detect, detect_store, nothing_stored  # noqa: F401  (bcolz.toplevel's ROOTDIRS)
+from blzarr.errors import BlzarrError, MissingError, StorageError
+from blzarr.storage.files import META_DIR, STORAGE_FILE, ROOTDIRS_FILE as ROOTDIRS, detect, detect_store, nothing_stored  # noqa: F401  (bcolz.toplevel's ROOTDIRS)
 from blzarr.storage.bytestore import find_objects, is_url, local_path, occupied, open_bytestore, overlaps
 from blzarr.containers.ctable.table import ctable
 from blzarr.runtime.params import cparams, detect_number_of_cores, set_nthreads  # noqa: F401  (bcolz.toplevel's names)
@@ -71,13 +72,18 @@ def open(rootdir, mode="a", allow_pickle=False, storage_options=None):
     if mode not in ("r", "a", "w"):
         raise ValueError(f"mode must be 'r', 'a' or 'w', got {mode!r}")
     rootdir = local_path(os.fspath(rootdir))
+    handed = contextlib.nullcontext()
     if is_url(rootdir) or storage_options:
         store = open_bytestore(rootdir, storage_options)
-        kind = detect_store(store)
+        kind, key, read = _read_kind(store)
         rootdir = store.root
         kw = {"storage_options": storage_options}
         if kind is None:
             raise StorageError(f"'{rootdir}' does not exist ({nothing_stored(store)})")
+        if mode != "w":
+            # the open below reads the commit object just read here (with its version) instead of
+            # asking for it again
+            handed = readpins.handed(store, key, read)
     else:
         kind = detect(rootdir)      # (None for a missing directory: the checks below say which)
         kw = {}
@@ -90,10 +96,24 @@ def open(rootdir, mode="a", allow_pickle=False, storage_options=None):
     if not kw and mode != "w" and kind == "carray":
         return carray._open_local(rootdir, mode, allow_pickle)
     try:
-        return (ctable if kind == "ctable" else carray)(rootdir=rootdir, mode=mode, allow_pickle=allow_pickle, **kw)
+        with handed:
+            return (ctable if kind == "ctable" else carray)(rootdir=rootdir, mode=mode, allow_pickle=allow_pickle,
+                                                             **kw)
     except replace.OtherKind as e:
         # object storage: replaced by a dataset of the other kind (blzarr.storage.replace)
         return (ctable if e.kind == "ctable" else carray)(rootdir=e.url, mode=mode, allow_pickle=allow_pickle, **kw)
+
+
+def _read_kind(store):
+    """(kind, its commit object's key, (bytes, version) of it) of what the prefix of `store` holds, told
+    by reading the commit object (`readpins.read_commit`: one GET on S3, which the open then takes
+    instead of its own), meta/storage first as `detect_store` asks; (None, None, None): nothing."""
+    for kind, key in (("carray", f"{META_DIR}/{STORAGE_FILE}"), ("ctable", ROOTDIRS)):
+        try:
+            return kind, key, readpins.read_commit(store, key)
+        except MissingError:
+            pass
+    return None, None, None
 
 
 def _shape_of(shape):

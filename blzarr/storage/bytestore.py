@@ -25,6 +25,9 @@ each store implements them all (tests/bytestore_suite.py is the suite every stor
                        on object storage, (inode, size, modification time) for a local file
 ``child(name)``        the store rooted at ``name`` under this one
 ``remove_all()``       remove the root and everything under it
+``holds_nothing()``    True when nothing at all is stored at the root (one LIST on S3), None
+                       where the store cannot tell it in one request: a creation then skips its
+                       existence probes and its ``remove_all``
 =====================  =======================================================================
 
 and, for the layouts' positioned reads and writes, handle operations: ``open(key, how)`` gives a
@@ -209,6 +212,11 @@ class ByteStore(abc.ABC):
     @abc.abstractmethod
     def remove_all(self):
         """Remove the root and everything under it."""
+
+    def holds_nothing(self):
+        """True when nothing is stored at the root (no object under it, nor one named as it), told by
+        one request; None when the store cannot tell it so (the caller asks its usual questions)."""
+        return None
 
     # ---- handles: here an object read whole at open (one GET); a store with in-place writes has its own
     def open(self, key, how="r"):
@@ -739,6 +747,9 @@ class FsspecStore(ByteStore):
         # conditional PutObject: s3fs passes IfMatch/IfNoneMatch through to botocore (the s3fs that
         # knows mode='create' is new enough for a botocore that has them)
         self.conditional = self.protocol in ("s3", "s3a") and _takes(getattr(fs, "_pipe_file", None), "mode")
+        # S3 through s3fs: an object's existence, version and size by one HeadObject (s3fs's `info`
+        # lists the key as a prefix too when the HEAD finds nothing: two requests for a missing key)
+        self.s3 = self.protocol in ("s3", "s3a") and hasattr(fs, "_call_s3")
         self.pins = None            # a reader's data objects, read with If-Match (readpins.ReadPins)
 
     def config(self):
@@ -966,10 +977,29 @@ class FsspecStore(ByteStore):
         self._count("put", 0)
 
     def info(self, key):
+        """What the store tells of object `key` (size, ETag, LastModified); MissingError when there is
+        none.  On S3 one HeadObject: a prefix is no object (`isdir` asks for prefixes)."""
+        if self.s3 and key:
+            return self._head(key)
+        return self._fs_info(key)
+
+    def _fs_info(self, key):
         self._count("head")
         if not self.http:
             self.fs.invalidate_cache(self._p(key))
         return self._call("stat", key, self.fs.info, self._p(key))
+
+    def _s3_call(self, what, key, method, **kw):
+        """One request of s3fs's client (`method`, botocore's arguments), on fsspec's loop, as `_call`."""
+        from fsspec.asyn import sync
+        return self._call(what, key, sync, self.fs.loop, self.fs._call_s3, method, **kw)
+
+    def _head(self, key):
+        self._count("head")
+        bucket, k, _ = self.fs.split_path(self._p(key))
+        out = self._s3_call("stat", key, "head_object", Bucket=bucket, Key=k)
+        return {"ETag": out.get("ETag"), "LastModified": out.get("LastModified"),
+                "size": out.get("ContentLength"), "name": f"{bucket}/{k}", "type": "file"}
 
     def exists(self, key):
         try:
@@ -980,7 +1010,7 @@ class FsspecStore(ByteStore):
 
     def isdir(self, key=""):
         try:
-            return self.info(key).get("type") == "directory"
+            return self._fs_info(key).get("type") == "directory"
         except MissingError:
             return False
 
@@ -995,6 +1025,26 @@ class FsspecStore(ByteStore):
             return None
         tag = info.get("ETag") or info.get("etag")
         return tag if tag is not None else f"size:{info.get('size')}"
+
+    def holds_nothing(self):
+        """On S3, one ListObjectsV2 of the names beginning with the root's key, '/' as delimiter: nothing
+        is stored when neither the object named as the root nor the prefix root/ is among them (what
+        `remove_all` would remove).  None elsewhere, or when the page ends before root/ would sort."""
+        if not self.s3:
+            return None
+        bucket, key, _ = self.fs.split_path(self.path)
+        key = key.rstrip("/")
+        kw = {"Bucket": bucket, "Prefix": key, "Delimiter": "/"} if key else {"Bucket": bucket, "MaxKeys": 1}
+        self._count("list")
+        out = self._s3_call("list", "", "list_objects_v2", **kw)
+        names = [c.get("Key") for c in out.get("Contents") or ()] + \
+            [c.get("Prefix") for c in out.get("CommonPrefixes") or ()]
+        if not key:
+            return not names
+        if key in names or key + "/" in names:
+            return False
+        # names come in order: a truncated page that ends before root/ would sort has not told it
+        return not (out.get("IsTruncated") and not any(isinstance(n, str) and n > key + "/" for n in names))
 
     def remove_all(self):
         try:

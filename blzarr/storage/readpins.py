@@ -67,9 +67,30 @@ def _kind(store):
     return None
 
 
+_handed = threading.local()
+
+
+@contextlib.contextmanager
+def handed(store, key, read):
+    """Inside, the first `read_commit` of the commit object `key` of `store` (the same URL) takes `read`,
+    the (bytes, version) its caller just had from `read_commit` (`blzarr.open`, which reads the commit
+    object to learn the kind): the open does not GET it again.  The open's `confirm` still compares
+    that version with the store's once everything is read, so a change after this read is caught
+    as one during the open; the open's next attempt reads afresh."""
+    _handed.read = (store.where(key), read)
+    try:
+        yield
+    finally:
+        _handed.read = None
+
+
 def read_commit(store, key):
     """(bytes, version) of the commit object `key` of `store`, read in one request where the store tells
     the version with the bytes (S3); version None where the store cannot tell it."""
+    given = getattr(_handed, "read", None)
+    if given is not None and given[0] == store.where(key):
+        _handed.read = None
+        return given[1]
     kind = _kind(store)
     if kind is None:
         return store.get(key), None

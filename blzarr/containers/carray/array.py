@@ -230,7 +230,10 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
                     raise           # it is there, something else is missing: never replace it
             exists = False
         elif self._bytestore is not None:
-            exists = self._bytestore.exists(f"{META_DIR}/{STORAGE_FILE}")
+            # one LIST tells a new URL (nothing there: no dataset to look for, nothing to remove)
+            empty = self._bytestore.holds_nothing()
+            self.__dict__["_prefix_empty"] = bool(empty)
+            exists = not empty and self._bytestore.exists(f"{META_DIR}/{STORAGE_FILE}")
         else:
             exists = self._rootdir is not None and os.path.exists(self._rootdir)
         if array is not None and mode == "r" and self._rootdir is not None:
@@ -280,7 +283,8 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
                 "or open it (blzarr.open) and append")
         if self._bytestore is not None and mode == "w" and not replace.is_fresh(target[1]):
             self._bytestore, self._rootdir = target     # (a reader's open above may have followed a redirect)
-            old = "carray" if exists else "ctable" if self._bytestore.exists(ROOTDIRS_FILE) else None
+            old = "carray" if exists else None if self.__dict__.get("_prefix_empty") \
+                else "ctable" if self._bytestore.exists(ROOTDIRS_FILE) else None
             if old is not None:
                 self._replace(old, array, cparams, dtype, dflt, expectedlen, chunklen, allow_pickle)
                 self._track_writer()
@@ -403,7 +407,8 @@ class carray(CarrayVersions, CarrayStatistics, CarrayReductions, CarrayWrites, C
             # be renamed into place there, so the commit object (meta/storage, which every open reads
             # first) is put last, after the first flush, and until then the creation marker says that
             # the objects under the prefix are a creation's, not a dataset (docs/FORMAT.rst)
-            self._bytestore.remove_all()
+            if not self.__dict__.pop("_prefix_empty", False):
+                self._bytestore.remove_all()
             marked = not _inside_a_creation(self._rootdir)
             if marked:
                 self._bytestore.put(CREATING_FILE, creation_marker("carray"))

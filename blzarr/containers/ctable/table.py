@@ -276,11 +276,18 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
         if self._bytestore is not None:
             self._rootdir = self._bytestore.root
             # an open (no columns) is told by its read of __rootdirs__ (`_open_once`), not asked first
-            exists = columns is None or self._bytestore.exists(ROOTDIRS_FILE)
-            if columns is not None and mode != "w" and not exists:
+            # a creation at a new URL: one LIST tells that nothing is there (no dataset to look for
+            # or replace, nothing to remove)
+            empty = columns is not None and self._bytestore.holds_nothing() is True
+            exists = columns is None or (not empty and self._bytestore.exists(ROOTDIRS_FILE))
+            no_carray = empty
+            if columns is not None and mode != "w" and not exists and not empty:
                 # a creation refuses whatever is stored there (a carray, other objects), as a
                 # local path's refuses any file
                 exists = occupied(self._rootdir, storage_options)
+                no_carray = True    # (or `occupied` said so)
+            if columns is not None:
+                self._prefix_empty = empty
         else:
             exists = self._rootdir is not None and os.path.exists(self._rootdir)
         if mode is None:
@@ -318,8 +325,8 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
                 f"'{self._rootdir}' already exists and mode is {mode!r}: pass mode='w' to replace it, "
                 "or open it (without `columns`) and append")
         if self._bytestore is not None and not replace.is_fresh(self._rootdir):
-            old = "ctable" if exists else \
-                "carray" if self._bytestore.exists(f"{META_DIR}/{STORAGE_FILE}") else None
+            old = "ctable" if exists else None if no_carray \
+                else "carray" if self._bytestore.exists(f"{META_DIR}/{STORAGE_FILE}") else None
             if old is not None:
                 self._replace(old, columns, names, kwargs, storage_options, auto_flush, allow_pickle)
                 return
@@ -352,7 +359,8 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
 
     def _make_rootdir(self):
         if self._bytestore is not None:
-            self._bytestore.remove_all()     # object storage: no lock (one writer at a time)
+            if not self.__dict__.pop("_prefix_empty", False):
+                self._bytestore.remove_all()     # object storage: no lock (one writer at a time)
             # put first, deleted once __rootdirs__ commits the table: what a killed creation leaves
             # is then known as its debris (verify and ls skip it), not as damaged columns
             self._bytestore.put(CREATING_FILE, creation_marker())
