@@ -1,6 +1,9 @@
 """Local servers for the object-storage tests: moto's S3 server in a subprocess, and a plain HTTP
-server with Range support (read-only access as over https://).  Both listen on 127.0.0.1 only."""
+server with Range support (read-only access as over https://).  Both listen on 127.0.0.1 only.
+And the tests' spies on object storage: `s3_calls` (every s3fs request, by method and key) and
+`refused_reads` (the reader's reads again after a refused conditional GET, `ReadPins._again`)."""
 
+import contextlib
 import http.server
 import os
 import socket
@@ -8,6 +11,37 @@ import threading
 import urllib.request
 
 from blzarr.bench.s3 import MotoS3
+
+
+@contextlib.contextmanager
+def s3_calls():
+    """Inside, every request s3fs makes is recorded: yields the list of (method, key or prefix)."""
+    import s3fs
+    real = s3fs.S3FileSystem._call_s3
+    calls = []
+
+    async def recording(fs, method, *args, **kwargs):
+        calls.append((method, kwargs.get("Key") or kwargs.get("Prefix") or ""))
+        return await real(fs, method, *args, **kwargs)
+    s3fs.S3FileSystem._call_s3 = recording
+    try:
+        yield calls
+    finally:
+        s3fs.S3FileSystem._call_s3 = real
+
+
+def refused_reads(monkeypatch):
+    """The keys a reader reads again after a refused conditional GET (`ReadPins._again`), recorded
+    from now on into the list returned."""
+    from blzarr.storage import readpins
+    again = []
+    real = readpins.ReadPins._again
+
+    def recording(self, key, rng):
+        again.append(key)
+        return real(self, key, rng)
+    monkeypatch.setattr(readpins.ReadPins, "_again", recording)
+    return again
 
 
 class MotoServer(MotoS3):

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import blzarr
+from object_store import refused_reads
 from blzarr.containers.carray import array as carray_module
 from blzarr.storage import bytestore, readpins
 from blzarr.storage.files import json_bytes
@@ -206,13 +207,7 @@ def test_a_reader_of_a_dataset_without_uid_beside_an_appender(s3, monkeypatch):
     r = blzarr.open(url, mode="r", storage_options=opts)
     assert r[5] == 5
     assert r._bytestore.pins.version.settled
-    again = []
-    real = readpins.ReadPins._again
-
-    def recording(self, key, rng):
-        again.append(key)
-        return real(self, key, rng)
-    monkeypatch.setattr(readpins.ReadPins, "_again", recording)
+    again = refused_reads(monkeypatch)
     w = blzarr.open(url, mode="a", storage_options=opts)
     w.append(np.arange(N, N + 250))
     w.close()
@@ -268,13 +263,7 @@ def test_a_memory_reader_beside_an_appender(mem, monkeypatch):
     _make("carray", mem, None, OLD, "blz")
     r = blzarr.open(mem, mode="r")
     assert r[5] == 5
-    again = []
-    real = readpins.ReadPins._again
-
-    def recording(self, key, rng):
-        again.append(key)
-        return real(self, key, rng)
-    monkeypatch.setattr(readpins.ReadPins, "_again", recording)
+    again = refused_reads(monkeypatch)
     w = blzarr.open(mem, mode="a")
     w.append(np.arange(N, N + 250))
     w.close()

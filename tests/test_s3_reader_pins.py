@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import blzarr
-from blzarr.storage import readpins
+from object_store import refused_reads
 
 N = 400
 SLOW = pytest.mark.slow
@@ -111,13 +111,7 @@ def test_a_reader_beside_an_appender_reads_what_it_opened(s3, fmt, monkeypatch):
     _carray(url, opts, fmt, old)
     r = blzarr.open(url, mode="r", storage_options=opts)
     assert r[5] == 5
-    again = []
-    real = readpins.ReadPins._again
-
-    def recording(self, key, rng):
-        again.append(key)
-        return real(self, key, rng)
-    monkeypatch.setattr(readpins.ReadPins, "_again", recording)
+    again = refused_reads(monkeypatch)
     w = blzarr.open(url, mode="a", storage_options=opts)
     w.append(np.arange(N, N + 250))
     w.flush()

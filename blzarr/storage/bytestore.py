@@ -1044,7 +1044,9 @@ class FsspecStore(ByteStore):
         if key in names or key + "/" in names:
             return False
         # names come in order: a truncated page that ends before root/ would sort has not told it
-        return not (out.get("IsTruncated") and not any(isinstance(n, str) and n > key + "/" for n in names))
+        if out.get("IsTruncated") and not any(isinstance(n, str) and n > key + "/" for n in names):
+            return None
+        return True
 
     def remove_all(self):
         try:
