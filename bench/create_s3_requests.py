@@ -1,8 +1,11 @@
 """Requests a carray's creation at a new URL makes on object storage (moto's S3 server on 127.0.0.1),
 per layout: `carray(np.arange(n, dtype=float64), rootdir=<new URL>, mode='w')` and its close, every
-s3fs call counted by its method (``S3FileSystem._call_s3``: HEAD, GET, PUT, DELETE, LIST, COPY...).
-`python bench/create_s3_requests.py [n] [--calls]` prints one line per layout (and, with --calls, the
-method and key of each call); compare two checkouts line by line."""
+s3fs call counted by its method (``S3FileSystem._call_s3``: HEAD, GET, PUT, DELETE, LIST, COPY...);
+then `blzarr.open(url, mode='r')` of it, a 2-column ctable's creation at a new URL (mode 'a', the
+default of a creation) and `blzarr.open` of that table.
+`python bench/create_s3_requests.py [n] [--calls]` prints one line per layout and operation (and, with
+--calls, the method and key of each call but the data objects' puts); compare two checkouts line by
+line."""
 
 import collections
 import sys
@@ -38,15 +41,25 @@ def main(argv):
         bucket, opts = new_bucket()
         for fmt in ("bcolz", "blz"):
             url = f"{bucket}/{fmt}-{uuid.uuid4().hex[:6]}"
-            calls = counted(lambda: blzarr.carray(x, rootdir=url, mode="w", format=fmt,
-                                                  storage_options=opts).close())
-            back = blzarr.open(url, mode="r", storage_options=opts)
-            assert np.array_equal(back[:], x)
-            by = collections.Counter(m for m, _ in calls)
-            print(fmt, n, "requests", len(calls), dict(sorted(by.items())))
-            if "--calls" in argv:
-                for m, key in calls:
-                    print("   ", m, key.split("/", 1)[-1])
+            turl = f"{bucket}/{fmt}-t-{uuid.uuid4().hex[:6]}"
+            opened = {}
+            steps = [
+                ("create", lambda: blzarr.carray(x, rootdir=url, mode="w", format=fmt, storage_options=opts).close()),
+                ("open", lambda: opened.update(a=blzarr.open(url, mode="r", storage_options=opts))),
+                ("ctable create", lambda: blzarr.ctable([x, x], names=["a", "b"], rootdir=turl, format=fmt,
+                                                        storage_options=opts).close()),
+                ("ctable open", lambda: opened.update(t=blzarr.open(turl, mode="r", storage_options=opts))),
+            ]
+            for name, step in steps:
+                calls = counted(step)
+                by = collections.Counter(m for m, _ in calls)
+                print(fmt, n, name, "requests", len(calls), dict(sorted(by.items())))
+                if "--calls" in argv:
+                    for m, key in calls:
+                        if not (m == "put_object" and "/data/" in key):
+                            print("   ", m, key.split("/", 1)[-1])
+            assert np.array_equal(opened["a"][:], x)
+            assert np.array_equal(opened["t"]["b"][:], x)
 
 
 if __name__ == "__main__":
