@@ -19,7 +19,8 @@ from blzarr.storage import intent, readpins, replace
 from blzarr.storage.locking import lock_dir
 from blzarr.containers.carray.array import carray, commit_creation, creation_completed_by_caller
 from blzarr.errors import BlzarrError, MissingError, StorageError
-from blzarr.storage.files import META_DIR, STORAGE_FILE, ROOTDIRS_FILE as ROOTDIRS, detect, detect_store, nothing_stored  # noqa: F401  (bcolz.toplevel's ROOTDIRS)
+from blzarr.storage.files import META_DIR, STORAGE_FILE
+from blzarr.storage.files import ROOTDIRS_FILE as ROOTDIRS, detect, detect_store, nothing_stored  # noqa: F401  (bcolz.toplevel's ROOTDIRS)
 from blzarr.storage.bytestore import find_objects, is_url, local_path, occupied, open_bytestore, overlaps
 from blzarr.containers.ctable.table import ctable
 from blzarr.runtime.params import cparams, detect_number_of_cores, set_nthreads  # noqa: F401  (bcolz.toplevel's names)

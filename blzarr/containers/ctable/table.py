@@ -285,7 +285,7 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
                 # a creation refuses whatever is stored there (a carray, other objects), as a
                 # local path's refuses any file
                 exists = occupied(self._rootdir, storage_options)
-                no_carray = True    # (or `occupied` said so)
+                no_carray = True    # (`occupied` looked for one; one there is refused below)
             if columns is not None:
                 self._prefix_empty = empty
         else:
