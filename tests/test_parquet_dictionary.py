@@ -149,3 +149,48 @@ def test_a_first_batch_dictionary_column_is_taken_apart_once(monkeypatch):
     t = ctable.fromarrow(pa.RecordBatchReader.from_batches(schema, batches))
     assert len(calls) == len(batches)
     _check(t, "d", sum(values, []), "U")
+
+
+@pytest.mark.parametrize("index_type", ["int8", "uint16", "int32", "int64"])
+@pytest.mark.parametrize("kind", ["U", "S"])
+def test_dictionary_rows_are_gathered_by_arrow_take(monkeypatch, index_type, kind):
+    # a dictionary column's rows are gathered by Arrow's take over the dictionary seen as fixed-size
+    # binary, straight from the Arrow indices of any integer type: nulls in the indices and in the
+    # dictionary, a dictionary value wider than every row, a batch sliced at an offset, a row that
+    # points at a null dictionary value
+    import pyarrow.compute as pc
+    calls = []
+    take = pc.take
+
+    def spy(values, indices, *a, **k):
+        calls.append((values.type, indices.type))
+        return take(values, indices, *a, **k)
+    monkeypatch.setattr(pc, "take", spy)
+    conv = (lambda v: v) if kind == "U" else (lambda v: None if v is None else v.encode())
+    words = [conv(w) for w in ["ab", None, "é", "ab", "xyz", None, "ab", "c"]]
+    dictionary = pa.array([conv(w) for w in ["ab", "é", "xyz", "a value no row uses", "c", None]],
+                          pa.string() if kind == "U" else pa.binary())
+    pos = {w: i for i, w in enumerate(dictionary.to_pylist())}
+    codes = [None if w is None else pos[w] for w in words]
+    codes[3] = 5                                  # this row points at the dictionary's null
+    words[3] = None
+    arr = pa.DictionaryArray.from_arrays(pa.array(codes, getattr(pa, index_type)()), dictionary)
+    batch = pa.record_batch([arr], names=["d"]).slice(1)
+    t = ctable.fromarrow(pa.table(batch))
+    _check(t, "d", words[1:], kind)
+    assert any(pa.types.is_fixed_size_binary(v) and i == getattr(pa, index_type)() for v, i in calls)
+
+
+def test_dictionary_rows_gathered_without_nulls_are_not_copied(monkeypatch):
+    # without nulls the gathered values are Arrow's output buffer as it is, given to the table
+    seen = []
+    append = arrow_io.ctable.append
+
+    def spy(self, cols, *a, **k):
+        seen.extend(c for c in cols if c.dtype.kind == "U")
+        return append(self, cols, *a, **k)
+    monkeypatch.setattr(arrow_io.ctable, "append", spy)
+    arr = pa.array(["ab", "c", "ab"] * 100).dictionary_encode()
+    t = ctable.fromarrow(pa.table({"d": arr}))
+    assert seen and all(isinstance(v.base, pa.Buffer) for v in seen)
+    _check(t, "d", ["ab", "c", "ab"] * 100, "U")

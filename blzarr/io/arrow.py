@@ -358,48 +358,63 @@ def _is_dict(pa, arr):
 
 
 def _dict_parts(pa, arr, kind, fits=0):
-    """(dictionary as one plain Array, the rows' indices into it as NumPy int64, the rows' validity
-    or None, the widest value the rows use) of the dictionary-encoded string or binary Array `arr`.
-    When no value of the dictionary is wider than `fits`, the widest one is given instead (without
-    looking at which values the rows use)."""
+    """(dictionary as one plain Array, the rows' indices into it as an Arrow integer Array without
+    nulls (a null row points at value 0), the rows' validity or None, the widest value the rows
+    use) of the dictionary-encoded string or binary Array `arr`.  When no value of the dictionary
+    is wider than `fits`, the widest one is given instead (without looking at which values the rows
+    use)."""
     import pyarrow.compute as pc
     dictionary = _plain(pa, arr.dictionary)
     ind = arr.indices
     n = len(ind)
-    code = "i" if pa.types.is_signed_integer(ind.type) else "u"
-    idx = np.frombuffer(ind.buffers()[1], f"{code}{ind.type.bit_width // 8}")[ind.offset:ind.offset + n]
-    idx = idx.astype(np.int64)
     valid = None
     if ind.null_count:
         valid = np.asarray(ind.is_valid())
-        idx[~valid] = 0
+        ind = ind.fill_null(0)
     if not len(dictionary):                     # every row null
-        return dictionary, idx, np.zeros(n, bool), 0
+        return dictionary, ind, np.zeros(n, bool), 0
     if dictionary.null_count:
         dvalid = np.asarray(dictionary.is_valid())
-        valid = dvalid[idx] if valid is None else valid & dvalid[idx]
+        dv = dvalid[_index_values(ind)]
+        valid = dv if valid is None else valid & dv
     lengths = pc.utf8_length(dictionary) if kind == "U" else pc.binary_length(dictionary)
     lengths = np.asarray(lengths.fill_null(0), dtype=np.int64)
     if int(lengths.max()) <= fits:
-        return dictionary, idx, valid, int(lengths.max())
-    used = lengths[idx] if n else lengths[:0]
+        return dictionary, ind, valid, int(lengths.max())
+    used = lengths[_index_values(ind)] if n else lengths[:0]
     if valid is not None:
         used = used[valid]
-    return dictionary, idx, valid, int(used.max()) if len(used) else 0
+    return dictionary, ind, valid, int(used.max()) if len(used) else 0
 
 
-def _dict_to_fixed(pa, dictionary, idx, valid, kind, width, name):
+def _index_values(ind):
+    """The values of the Arrow integer Array `ind` (no nulls) as a NumPy view."""
+    import pyarrow as pa
+    code = "i" if pa.types.is_signed_integer(ind.type) else "u"
+    return np.frombuffer(ind.buffers()[1], f"{code}{ind.type.bit_width // 8}")[ind.offset:ind.offset + len(ind)]
+
+
+def _dict_to_fixed(pa, dictionary, ind, valid, kind, width, name):
     """The rows' NumPy ``U``/``S`` values (nulls as empty) of the parts `_dict_parts` gives: the
     dictionary converted once, then gathered by the rows' indices."""
-    if not len(dictionary):
-        return np.zeros(len(idx), f"{kind}{max(width, 1)}")
+    import pyarrow.compute as pc
+    n = len(ind)
+    if not len(dictionary) or not n:
+        return np.zeros(n, f"{kind}{max(width, 1)}")
     # a value no row uses may be wider than the column: the gathered rows fit `width`
     dwidth = max(width, _width(pa, dictionary, kind))
-    # (np.take: NumPy's fancy indexing costs about 1.7x as much for a million rows)
-    values = np.take(_arrow_to_fixed(pa, dictionary, kind, dwidth, name), idx)
+    fixed = np.ascontiguousarray(_arrow_to_fixed(pa, dictionary, kind, dwidth, name))
+    size = fixed.dtype.itemsize
+    # gathered by Arrow's take, the values seen as fixed-size binary: it reads the indices as they
+    # are (np.take needs them as int64 first) and costs about 40% of np.take's time (5M rows of U4:
+    # 18 against 43 ms, bench/FINDINGS.md "parquet5")
+    taken = pc.take(pa.Array.from_buffers(pa.binary(size), len(fixed), [None, pa.py_buffer(fixed)]), ind)
+    values = np.frombuffer(taken.buffers()[1], fixed.dtype, count=n, offset=taken.offset * size)
     if dwidth > width:
         values = values.astype(f"{kind}{max(width, 1)}")
     if valid is not None:
+        if not values.flags.writeable:
+            values = values.copy()
         values[~valid] = ""
     return values
 
