@@ -87,14 +87,24 @@ cdef inline uint64_t _hash(const uint64_t* k, Py_ssize_t nw) noexcept nogil:
     return h
 
 
+# a one-word table keeps at most one key in SPARSE_FILL of its slots while it has at most SPARSE_SLOTS
+# slots (beyond, one in two): at one in two, a third of the lookups of a few hundred keys probed past
+# their first slot, a mispredicted branch each; the extra slots cost nothing while the lookups only
+# ever touch the slots of the keys there are (one cache line a key)
+cdef enum:
+    SPARSE_FILL = 16
+    SPARSE_SLOTS = 1 << 13
+
+
 cdef class KeyTable:
     """Distinct keys of `nwords` 64-bit words each, numbered 0, 1, ... in order of insertion."""
 
     cdef readonly Py_ssize_t nwords
     cdef readonly Py_ssize_t n
-    cdef uint64_t* keys         # n * nwords words, the keys in id order
+    cdef uint64_t* keys         # n * nwords words, the keys in id order (room for kcap keys)
     cdef int64_t* slots         # cap entries: the id stored in each slot, -1 for an empty one
-    cdef Py_ssize_t cap, kcap
+    cdef uint64_t* skeys        # one-word tables: the key in each slot (one load finds and checks it)
+    cdef Py_ssize_t cap, kcap, limit    # limit: the number of keys that makes the table grow
     cdef int shift              # 64 - log2(cap): the product's top bits pick a slot (one-word keys)
 
     def __cinit__(self, Py_ssize_t nwords, Py_ssize_t expected=0):
@@ -105,30 +115,55 @@ cdef class KeyTable:
         self.cap = 16
         while self.cap < 2 * expected:
             self.cap *= 2
-        self.kcap = self.cap // 2
+        if nwords == 1:
+            while self.cap <= SPARSE_SLOTS and self.cap < SPARSE_FILL * expected:
+                self.cap *= 2
+        self.limit = self._limit(self.cap)
+        self.kcap = max(self.limit, 8)
         self.shift = 64 - _log2(self.cap)
         self.slots = <int64_t*> malloc(self.cap * sizeof(int64_t))
         self.keys = <uint64_t*> malloc(self.kcap * nwords * sizeof(uint64_t))
-        if self.slots == NULL or self.keys == NULL:
+        self.skeys = NULL
+        if nwords == 1:
+            self.skeys = <uint64_t*> malloc(self.cap * sizeof(uint64_t))
+        if self.slots == NULL or self.keys == NULL or (nwords == 1 and self.skeys == NULL):
             raise MemoryError()
         memset(self.slots, 0xff, self.cap * sizeof(int64_t))
 
     def __dealloc__(self):
         free(self.slots)
         free(self.keys)
+        free(self.skeys)
+
+    cdef inline Py_ssize_t _limit(self, Py_ssize_t cap) noexcept nogil:
+        if self.nwords == 1 and cap <= SPARSE_SLOTS:
+            return max(cap // SPARSE_FILL, 1)
+        return cap // 2
 
     cdef int _grow(self) noexcept nogil:
         cdef Py_ssize_t newcap = self.cap * 2, i, j, mask = newcap - 1
+        cdef Py_ssize_t limit = self._limit(newcap), kcap = self.kcap
         cdef int shift = 64 - _log2(newcap)
         cdef int64_t* slots = <int64_t*> malloc(newcap * sizeof(int64_t))
+        cdef uint64_t* skeys = NULL
         cdef uint64_t* keys
         if slots == NULL:
             return -1
-        keys = <uint64_t*> realloc(self.keys, (newcap // 2) * self.nwords * sizeof(uint64_t))
-        if keys == NULL:
-            free(slots)
-            return -1
-        self.keys = keys
+        if self.nwords == 1:
+            skeys = <uint64_t*> malloc(newcap * sizeof(uint64_t))
+            if skeys == NULL:
+                free(slots)
+                return -1
+        if limit > kcap:
+            kcap = max(limit, 2 * kcap)
+            keys = <uint64_t*> realloc(self.keys, kcap * self.nwords * sizeof(uint64_t))
+            if keys == NULL:
+                free(slots)
+                free(skeys)
+                return -1
+            self.keys = keys
+            self.kcap = kcap
+        keys = self.keys
         memset(slots, 0xff, newcap * sizeof(int64_t))
         for i in range(self.n):
             if self.nwords == 1:
@@ -138,10 +173,14 @@ cdef class KeyTable:
             while slots[j] != -1:
                 j = (j + 1) & mask
             slots[j] = i
+            if skeys != NULL:
+                skeys[j] = keys[i]
         free(self.slots)
+        free(self.skeys)
         self.slots = slots
+        self.skeys = skeys
         self.cap = newcap
-        self.kcap = newcap // 2
+        self.limit = limit
         self.shift = shift
         return 0
 
@@ -152,22 +191,24 @@ cdef class KeyTable:
         cdef Py_ssize_t j = <Py_ssize_t> ((k * <uint64_t>0x9e3779b97f4a7c15) >> self.shift)
         cdef int64_t s
         cdef int64_t* slots = self.slots
+        cdef uint64_t* skeys = self.skeys
         while True:
             s = slots[j]
             if s == -1:
                 break
-            if self.keys[s] == k:
+            if skeys[j] == k:
                 return s
             j = (j + 1) & mask
         if not insert:
             return -1
-        if self.n >= self.kcap:
+        if self.n >= self.limit:
             if self._grow() < 0:
                 return -3
             return self._find1(k, insert)
         s = self.n
         self.keys[s] = k
         slots[j] = s
+        skeys[j] = k
         self.n += 1
         return s
 
@@ -175,19 +216,22 @@ cdef class KeyTable:
         cdef Py_ssize_t nw = self.nwords, mask = self.cap - 1
         cdef Py_ssize_t j = _hash(k, nw) & mask
         cdef int64_t s
+        if nw == 1:
+            s = self._find1(k[0], insert)
+            if s == -3:
+                with gil:
+                    raise MemoryError()
+            return s
         while True:
             s = self.slots[j]
             if s == -1:
                 break
-            if nw == 1:
-                if self.keys[s] == k[0]:
-                    return s
-            elif memcmp(self.keys + s * nw, k, nw * sizeof(uint64_t)) == 0:
+            if memcmp(self.keys + s * nw, k, nw * sizeof(uint64_t)) == 0:
                 return s
             j = (j + 1) & mask
         if not insert:
             return -1
-        if self.n >= self.kcap:
+        if self.n >= self.limit:
             if self._grow() < 0:
                 with gil:
                     raise MemoryError()
@@ -303,6 +347,104 @@ cdef class KeyTable:
                 out[i] = gid
         if gid == -3:
             raise MemoryError()
+
+    def ids_rows(self, const uint8_t[:, ::1] src, int fkind, int64_t[::1] out, int64_t[::1] nrows,
+                 int64_t[::1] order, Py_ssize_t norder, const uint8_t[::1] mask=None, Py_ssize_t start=0):
+        """`ids_column` (new keys inserted) and `rows_seen` in one pass over the rows from `start`:
+        each kept row's id into `out` and counted in `nrows`, a group met for the first time
+        appended to `order` after its first `norder` entries.  Returns (the row it stopped at, the
+        new length of `order`): the end, or the first row whose group's id has no entry in `nrows`
+        or `order` (its key is in the table: the caller makes them longer and goes on from that
+        row)."""
+        cdef Py_ssize_t i, j, n = src.shape[0], isz = src.shape[1]
+        cdef Py_ssize_t ncap = min(nrows.shape[0], order.shape[0])
+        cdef bint masked = mask is not None
+        cdef int64_t g = 0
+        cdef uint64_t k = 0
+        cdef uint64_t mul = <uint64_t>0x9e3779b97f4a7c15
+        cdef double d
+        cdef float f
+        cdef const uint8_t* p
+        cdef int64_t* slots
+        cdef uint64_t* skeys
+        cdef int shift
+        if self.nwords != 1 or isz > 8:
+            raise ValueError("ids_rows takes one-word keys")
+        if out.shape[0] < n or (masked and mask.shape[0] < n):
+            raise ValueError("output or mask shorter than the keys")
+        if not 0 <= start <= n:
+            raise ValueError("start outside the rows")
+        if start == n:
+            return n, norder
+        p = &src[0, 0]
+        # as in ids_column: rows whose 8 bytes from their start lie inside the buffer are loaded
+        # whole and masked, the last few copied byte-wise
+        cdef Py_ssize_t nfast = start
+        cdef uint64_t keep = 0xffffffffffffffff if isz == 8 else ((<uint64_t> 1 << (8 * isz)) - 1)
+        if fkind == 0 and _little_endian():
+            nfast = n if isz == 8 else max(start, n - (8 // isz) - 1)
+        i = start
+        with nogil:
+            slots, skeys, shift = self.slots, self.skeys, self.shift
+            while i < nfast:
+                if masked and not mask[i]:
+                    out[i] = -1
+                    i += 1
+                    continue
+                memcpy(&k, p + i * isz, 8)
+                k &= keep
+                # the key's first slot: with the table kept sparse, where nearly every key is
+                j = <Py_ssize_t> ((k * mul) >> shift)
+                g = slots[j]
+                if g < 0 or skeys[j] != k:
+                    g = self._find1(k, True)
+                    if g == -3:
+                        break
+                    slots, skeys, shift = self.slots, self.skeys, self.shift
+                if g >= ncap:
+                    break
+                out[i] = g
+                if nrows[g] == 0:
+                    order[norder] = g
+                    norder += 1
+                nrows[g] += 1
+                i += 1
+            if i == nfast:
+                while i < n:
+                    if masked and not mask[i]:
+                        out[i] = -1
+                        i += 1
+                        continue
+                    if fkind == 8:
+                        memcpy(&d, p + i * 8, 8)
+                        if isnan(d):
+                            d = NAN
+                        elif d == 0.0:
+                            d = 0.0
+                        memcpy(&k, &d, 8)
+                    elif fkind == 4:
+                        memcpy(&f, p + i * 4, 4)
+                        if isnan(f):
+                            f = <float> NAN
+                        elif f == 0.0:
+                            f = 0.0
+                        k = 0
+                        memcpy(&k, &f, 4)
+                    else:
+                        k = 0
+                        memcpy(&k, p + i * isz, isz)
+                    g = self._find1(k, True)
+                    if g == -3 or g >= ncap:
+                        break
+                    out[i] = g
+                    if nrows[g] == 0:
+                        order[norder] = g
+                        norder += 1
+                    nrows[g] += 1
+                    i += 1
+        if g == -3:
+            raise MemoryError()
+        return i, norder
 
     def keys_array(self):
         """The keys in id order, a new (n, nwords) uint64 array."""

@@ -42,6 +42,10 @@ DIRECT_MAX_SLOTS = 1 << 21
 MIN_BLEN = 1 << 14
 # counts and integer sums up to this bound are kept in 32 bits (`_sums_plan`)
 NARROW_MAX = (1 << 31) - 1
+# one-word hashed keys are looked up and their rows counted in one pass (`KeyTable.ids_rows`) while
+# a partial has fewer groups than this; beyond, the counts are cache misses that the separate
+# `rows_seen` pass prefetches
+HASH_ROWS_MAX = 1 << 14
 # integer `in` lists spanning fewer values than this are looked up in a byte table, not hashed
 ISIN_SPAN = 1 << 22
 # bquery's term operators, by their accepted spellings
@@ -598,7 +602,16 @@ def _codes(plan, keys, s, e, mask, reader, table_or_none, insert=True, P=None):
         if plan.nwords == 1 and len(cols) == 1:
             c = np.ascontiguousarray(cols[0])
             fk = c.dtype.itemsize if c.dtype.kind in "fc" and c.dtype.itemsize in (4, 8) else 0
-            table_or_none.ids_column(c.view(np.uint8).reshape(n, c.dtype.itemsize), fk, codes, mask, insert)
+            src = c.view(np.uint8).reshape(n, c.dtype.itemsize)
+            if P is not None and insert and table_or_none.n < HASH_ROWS_MAX:
+                # ids and row counts in one pass; it stops where a new group outgrows P's arrays
+                i = 0
+                while True:
+                    i, P.norder = table_or_none.ids_rows(src, fk, codes, P.nrows, P.order, P.norder, mask, i)
+                    if i >= n:
+                        return codes
+                    P.grow(table_or_none.n)
+            table_or_none.ids_column(src, fk, codes, mask, insert)
         else:
             words = reader.words(cols, plan.offsets, plan.nwords, "key")
             table_or_none.ids(words, codes, mask, insert)
