@@ -32,6 +32,15 @@ cdef extern from *:
     void BLZ_PREFETCH_W(const void *p) noexcept nogil
     void BLZ_PREFETCH_R(const void *p) noexcept nogil
 
+cdef extern from *:
+    """
+    #include <string.h>
+    /* 8 bytes from any address, without the caller's variable having its address taken (which
+       kept it in memory in the lookup loop) */
+    static inline uint64_t blz_load_u64(const void *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+    """
+    uint64_t blz_load_u64(const void *p) noexcept nogil
+
 # how many rows ahead the kernels that update one group's state per row ask for that state: with
 # more groups than the L2 cache holds, each update is a cache miss, and a load issued this far
 # ahead is back by the time the row comes
@@ -94,6 +103,10 @@ cdef inline uint64_t _hash(const uint64_t* k, Py_ssize_t nw) noexcept nogil:
 cdef enum:
     SPARSE_FILL = 16
     SPARSE_SLOTS = 1 << 13
+# ... and keeps each slot's key beside its id while it has at most SKEY_SLOTS slots (beyond, the key
+# is read from the keys in id order, as many bytes a key as the table held before)
+cdef enum:
+    SKEY_SLOTS = 1 << 16
 
 
 cdef class KeyTable:
@@ -103,7 +116,8 @@ cdef class KeyTable:
     cdef readonly Py_ssize_t n
     cdef uint64_t* keys         # n * nwords words, the keys in id order (room for kcap keys)
     cdef int64_t* slots         # cap entries: the id stored in each slot, -1 for an empty one
-    cdef uint64_t* skeys        # one-word tables: the key in each slot (one load finds and checks it)
+    cdef uint64_t* skeys        # one-word tables up to SKEY_SLOTS slots: the key in each slot (a
+                                # slot is checked without first reading its id), else NULL
     cdef Py_ssize_t cap, kcap, limit    # limit: the number of keys that makes the table grow
     cdef int shift              # 64 - log2(cap): the product's top bits pick a slot (one-word keys)
 
@@ -124,9 +138,11 @@ cdef class KeyTable:
         self.slots = <int64_t*> malloc(self.cap * sizeof(int64_t))
         self.keys = <uint64_t*> malloc(self.kcap * nwords * sizeof(uint64_t))
         self.skeys = NULL
-        if nwords == 1:
+        if nwords == 1 and self.cap <= SKEY_SLOTS:
             self.skeys = <uint64_t*> malloc(self.cap * sizeof(uint64_t))
-        if self.slots == NULL or self.keys == NULL or (nwords == 1 and self.skeys == NULL):
+            if self.skeys == NULL:
+                raise MemoryError()
+        if self.slots == NULL or self.keys == NULL:
             raise MemoryError()
         memset(self.slots, 0xff, self.cap * sizeof(int64_t))
 
@@ -149,7 +165,7 @@ cdef class KeyTable:
         cdef uint64_t* keys
         if slots == NULL:
             return -1
-        if self.nwords == 1:
+        if self.nwords == 1 and newcap <= SKEY_SLOTS:
             skeys = <uint64_t*> malloc(newcap * sizeof(uint64_t))
             if skeys == NULL:
                 free(slots)
@@ -196,7 +212,7 @@ cdef class KeyTable:
             s = slots[j]
             if s == -1:
                 break
-            if skeys[j] == k:
+            if (skeys[j] if skeys != NULL else self.keys[s]) == k:
                 return s
             j = (j + 1) & mask
         if not insert:
@@ -208,7 +224,8 @@ cdef class KeyTable:
         s = self.n
         self.keys[s] = k
         slots[j] = s
-        skeys[j] = k
+        if skeys != NULL:
+            skeys[j] = k
         self.n += 1
         return s
 
@@ -384,30 +401,35 @@ cdef class KeyTable:
         if fkind == 0 and _little_endian():
             nfast = n if isz == 8 else max(start, n - (8 // isz) - 1)
         i = start
+        # raw pointers: the memoryviews' data and strides are otherwise reloaded from the stack on
+        # every row of the loop
+        cdef int64_t* po = &out[0]
+        cdef int64_t* pn = &nrows[0] if nrows.shape[0] else NULL
+        cdef int64_t* pord = &order[0] if order.shape[0] else NULL
+        cdef const uint8_t* pm = &mask[0] if masked and n else NULL
         with nogil:
             slots, skeys, shift = self.slots, self.skeys, self.shift
             while i < nfast:
-                if masked and not mask[i]:
-                    out[i] = -1
+                if masked and not pm[i]:
+                    po[i] = -1
                     i += 1
                     continue
-                memcpy(&k, p + i * isz, 8)
-                k &= keep
+                k = blz_load_u64(p + i * isz) & keep
                 # the key's first slot: with the table kept sparse, where nearly every key is
                 j = <Py_ssize_t> ((k * mul) >> shift)
                 g = slots[j]
-                if g < 0 or skeys[j] != k:
+                if g < 0 or skeys == NULL or skeys[j] != k:
                     g = self._find1(k, True)
                     if g == -3:
                         break
                     slots, skeys, shift = self.slots, self.skeys, self.shift
                 if g >= ncap:
                     break
-                out[i] = g
-                if nrows[g] == 0:
-                    order[norder] = g
+                po[i] = g
+                if pn[g] == 0:
+                    pord[norder] = g
                     norder += 1
-                nrows[g] += 1
+                pn[g] += 1
                 i += 1
             if i == nfast:
                 while i < n:

@@ -190,3 +190,16 @@ def test_sparse_one_word_table_grows_and_finds_every_key():
     miss = np.empty(3, np.int64)
     t.ids(np.array([[2**63 + 5], [2**63 + 7], [2**64 - 1]], np.uint64), miss, None, False)
     assert (miss == -1).all()
+
+
+def test_one_pass_lookup_past_the_slots_that_keep_their_keys(spy, monkeypatch):
+    # more groups than a table keeps slot keys for (SKEY_SLOTS): the one pass, kept on by a raised
+    # HASH_ROWS_MAX, goes on comparing the keys in id order
+    monkeypatch.setattr(gbmod, "HASH_ROWS_MAX", 1 << 30)
+    rng = np.random.default_rng(21)
+    n = 120_000
+    k = np.array([b"%08d" % x for x in rng.integers(0, 60_000, n)], dtype="S8")
+    v = rng.integers(0, 9, n).astype(np.int64)
+    t = blzarr.ctable([k, v, v / 3], names=["k", "v", "w"], chunklen=n // 3)
+    _check(t, k, v)
+    assert spy.calls > 0
