@@ -208,13 +208,23 @@ cdef class KeyTable:
         cdef int64_t s
         cdef int64_t* slots = self.slots
         cdef uint64_t* skeys = self.skeys
-        while True:
-            s = slots[j]
-            if s == -1:
-                break
-            if (skeys[j] if skeys != NULL else self.keys[s]) == k:
-                return s
-            j = (j + 1) & mask
+        cdef uint64_t* keys = self.keys
+        if skeys != NULL:
+            while True:
+                s = slots[j]
+                if s == -1:
+                    break
+                if skeys[j] == k:
+                    return s
+                j = (j + 1) & mask
+        else:
+            while True:
+                s = slots[j]
+                if s == -1:
+                    break
+                if keys[s] == k:
+                    return s
+                j = (j + 1) & mask
         if not insert:
             return -1
         if self.n >= self.limit:
