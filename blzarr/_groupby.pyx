@@ -88,6 +88,31 @@ cdef inline uint64_t _mix(uint64_t x) noexcept nogil:
     return x
 
 
+cdef inline uint64_t _one_word_key(const uint8_t* row, Py_ssize_t isz, int fkind) noexcept nogil:
+    """The key word of one row of at most 8 bytes, copied byte-wise; `fkind` 4 or 8 marks a
+    float32/float64 value, made canonical as `pack_column` does (one NaN, -0.0 as 0.0)."""
+    cdef uint64_t k = 0
+    cdef double d
+    cdef float f
+    if fkind == 8:
+        memcpy(&d, row, 8)
+        if isnan(d):
+            d = NAN
+        elif d == 0.0:
+            d = 0.0
+        memcpy(&k, &d, 8)
+    elif fkind == 4:
+        memcpy(&f, row, 4)
+        if isnan(f):
+            f = <float> NAN
+        elif f == 0.0:
+            f = 0.0
+        memcpy(&k, &f, 4)
+    else:
+        memcpy(&k, row, isz)
+    return k
+
+
 cdef inline uint64_t _hash(const uint64_t* k, Py_ssize_t nw) noexcept nogil:
     cdef uint64_t h = _mix(k[0] + <uint64_t>0x9e3779b97f4a7c15)
     cdef Py_ssize_t j
@@ -313,8 +338,6 @@ cdef class KeyTable:
         cdef bint masked = mask is not None
         cdef int64_t gid = -1
         cdef uint64_t k = 0, last_key = 0
-        cdef double d
-        cdef float f
         cdef const uint8_t* p
         if self.nwords != 1 or isz > 8:
             raise ValueError("ids_column takes one-word keys")
@@ -348,24 +371,7 @@ cdef class KeyTable:
                 if masked and not mask[i]:
                     out[i] = -1
                     continue
-                if fkind == 8:
-                    memcpy(&d, p + i * 8, 8)
-                    if isnan(d):
-                        d = NAN
-                    elif d == 0.0:
-                        d = 0.0
-                    memcpy(&k, &d, 8)
-                elif fkind == 4:
-                    memcpy(&f, p + i * 4, 4)
-                    if isnan(f):
-                        f = <float> NAN
-                    elif f == 0.0:
-                        f = 0.0
-                    k = 0
-                    memcpy(&k, &f, 4)
-                else:
-                    k = 0
-                    memcpy(&k, p + i * isz, isz)
+                k = _one_word_key(p + i * isz, isz, fkind)
                 if gid < 0 or k != last_key:
                     gid = self._find1(k, insert)
                     if gid == -3:
@@ -389,8 +395,6 @@ cdef class KeyTable:
         cdef int64_t g = 0
         cdef uint64_t k = 0
         cdef uint64_t mul = <uint64_t>0x9e3779b97f4a7c15
-        cdef double d
-        cdef float f
         cdef const uint8_t* p
         cdef int64_t* slots
         cdef uint64_t* skeys
@@ -447,24 +451,7 @@ cdef class KeyTable:
                         out[i] = -1
                         i += 1
                         continue
-                    if fkind == 8:
-                        memcpy(&d, p + i * 8, 8)
-                        if isnan(d):
-                            d = NAN
-                        elif d == 0.0:
-                            d = 0.0
-                        memcpy(&k, &d, 8)
-                    elif fkind == 4:
-                        memcpy(&f, p + i * 4, 4)
-                        if isnan(f):
-                            f = <float> NAN
-                        elif f == 0.0:
-                            f = 0.0
-                        k = 0
-                        memcpy(&k, &f, 4)
-                    else:
-                        k = 0
-                        memcpy(&k, p + i * isz, isz)
+                    k = _one_word_key(p + i * isz, isz, fkind)
                     g = self._find1(k, True)
                     if g == -3 or g >= ncap:
                         break
