@@ -5,15 +5,17 @@ from hypothesis import HealthCheck, settings
 
 from helpers import SWEEP_BASE
 
-# Hypothesis examples per test: few in the default run (pyproject's addopts deselect the slow tests), many
-# in a run that includes the slow tests (CI's second step, `pytest -m slow`), where the property tests
-# run again as sweeps.  A test that asks for its own count asks it through helpers.examples(n), n being
-# its count in the slow run.  BLZARR_HYPOTHESIS_EXAMPLES sets the slow run's default count.
-SWEEP_EXAMPLES = int(os.environ.get("BLZARR_HYPOTHESIS_EXAMPLES", str(SWEEP_BASE)))
-QUICK_FRACTION = 4          # the default run's counts are a quarter of the sweep's
+# Hypothesis examples per test: few in the default run (pyproject's addopts deselect the slow tests), more
+# in a run that includes the slow tests (CI's `pytest -m slow`), where the property tests run again as
+# sweeps.  A test that asks for its own count asks it through helpers.examples(n), n being its count in
+# a full sweep (SWEEP_BASE examples by default).  The default run takes a quarter of a full sweep; the
+# slow run half of one, which keeps CI within its time (BLZARR_HYPOTHESIS_EXAMPLES=60 sweeps in full,
+# larger counts further).
+SWEEP_EXAMPLES = int(os.environ.get("BLZARR_HYPOTHESIS_EXAMPLES", str(SWEEP_BASE // 2)))
+QUICK_FRACTION = 4          # the default run's counts are a quarter of a full sweep's
 _COMMON = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 settings.register_profile("sweep", max_examples=SWEEP_EXAMPLES, **_COMMON)
-settings.register_profile("quick", max_examples=max(1, SWEEP_EXAMPLES // QUICK_FRACTION), **_COMMON)
+settings.register_profile("quick", max_examples=max(1, SWEEP_BASE // QUICK_FRACTION), **_COMMON)
 
 
 def _runs_slow_tests(config):

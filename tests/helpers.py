@@ -23,14 +23,14 @@ from hypothesis import settings
 import blzarr
 from blzarr.storage import fileio
 
-# the default count of examples of a sweep (the run of the slow tests) that the counts tests ask for
-# through `examples` are relative to
+# the count of examples of a full sweep that the counts tests ask for through `examples` are relative to
+# (conftest: the default run takes a quarter of it, the slow run half)
 SWEEP_BASE = 60
 
 
 def examples(n):
-    """The hypothesis examples of a test that wants `n` in a sweep: scaled as conftest's profile for
-    this run scales the default count (a quarter of `n` in the default run)."""
+    """The hypothesis examples of a test that wants `n` in a full sweep: scaled as conftest's profile for
+    this run scales the default count (a quarter of `n` in the default run, half in the slow run)."""
     return max(1, round(n * settings.default.max_examples / SWEEP_BASE))
 
 

@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork"
 
 CHUNKLEN = 64
 DFLT = -1
-ROUNDS = int(os.environ.get("BLZARR_CRASH_ROUNDS", "40"))
+ROUNDS = int(os.environ.get("BLZARR_CRASH_ROUNDS", "24"))
 
 
 def enc(step, idx):

@@ -377,7 +377,7 @@ def _gap(op, fmt, fault, request, strict=True):
 # differs per fault, so that the three faults of a pair meet different calls); the first call's crash
 # state is the template, checked once per pair.  BLZARR_S3_SWEEP_POINTS=k interrupts k calls spread
 # evenly instead, =all (or any k at least the number of calls) every call.
-SAMPLE_STRIDE = 30
+SAMPLE_STRIDE = 75
 _env_points = os.environ.get("BLZARR_S3_SWEEP_POINTS", "").strip().lower()
 S3_SWEEP_POINTS = None if not _env_points else 10 ** 9 if _env_points == "all" else max(1, int(_env_points))
 

@@ -186,7 +186,7 @@ def test_every_op_and_key_dtype_against_pandas(data, filt, where, blen):
 
 
 @pytest.mark.slow
-@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=frames(max_rows=120), filt=st.booleans())
 def test_every_op_and_key_dtype_against_pandas_longer(data, filt, where, blen):
     _every_op(data, filt, where)

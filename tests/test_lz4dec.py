@@ -263,7 +263,7 @@ def test_damaged_chunks_raise_or_decode_as_c_blosc(case, how, pos, val, block):
 
 
 @pytest.mark.slow
-@settings(max_examples=5000, deadline=None)
+@settings(max_examples=2000, deadline=None)
 @given(st.integers(0, 10_000), DAMAGE, st.integers(0, 1 << 30), st.integers(0, 1 << 20), st.integers(0, 99))
 def test_damaged_chunks_raise_or_decode_as_c_blosc_many(case, how, pos, val, block):
     _check_damaged(case, how, pos, val, block)
