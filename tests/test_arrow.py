@@ -18,6 +18,7 @@ import blzarr
 from blzarr import ctable
 from blzarr.storage import fileio
 from blzarr.io import arrow as arrow_io, colmeta, parquet as parquet_io
+from helpers import examples
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -203,8 +204,8 @@ def _same(got, table):
         assert have.to_pylist() == exp.to_pylist(), name
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                 HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                          HealthCheck.too_slow])
 @given(data=arrow_tables(), fmt=st.sampled_from([None, "blz", "bcolz"]), stream=st.booleans(),
        chunklen=st.sampled_from([None, 7, 64]))
 def test_fromarrow_roundtrip(tmp_path, data, fmt, stream, chunklen):
@@ -273,8 +274,8 @@ def test_fromarrow_into_an_existing_rootdir(tmp_path):
 
 
 # ------------------------------------------------------------------------------ Parquet
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                 HealthCheck.too_slow])
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                          HealthCheck.too_slow])
 @given(data=arrow_tables(), fmt=st.sampled_from([None, "blz", "bcolz"]), rg=st.sampled_from([None, 5, 64]))
 def test_parquet_roundtrip(tmp_path, data, fmt, rg):
     table, _ = data
@@ -684,8 +685,8 @@ def frames(draw):
     return df
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                 HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                          HealthCheck.too_slow])
 @given(df=frames(), fmt=st.sampled_from([None, "blz", "bcolz"]))
 def test_dataframe_roundtrip_hypothesis(tmp_path, df, fmt):
     pd = pytest.importorskip("pandas")

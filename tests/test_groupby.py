@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import blzarr
 from blzarr.query import factor_cache
 from blzarr.query import groupby as gbmod
+from helpers import examples
 
 OPS = ["sum", "mean", "std", "count", "count_na", "count_distinct", "min", "max", "first", "last"]
 
@@ -179,7 +180,7 @@ def _every_op(data, filt, where):
     _check(t, df, keys, aggs, bool_arr=blzarr.carray(mask) if filt else None)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=frames(), filt=st.booleans())
 def test_every_op_and_key_dtype_against_pandas(data, filt, where, blen):
     _every_op(data, filt, where)

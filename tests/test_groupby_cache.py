@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import blzarr
 from blzarr.query import factor_cache
 from blzarr.query import groupby as gbmod
+from helpers import examples
 
 POOLS = {
     "i8": np.array([-(2 ** 40), 0, 5, 7, 2 ** 40], "i8"),
@@ -60,7 +61,7 @@ class _ReadCounter:
 
 
 @pytest.mark.parametrize("where", ["memory", "blz", "bcolz"])
-@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())
 def test_where_terms_cached_equals_numpy_and_uncached(tmp_path_factory, where, data):
     kind = data.draw(st.sampled_from(sorted(POOLS)))

@@ -7,6 +7,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import blzarr
 from blzarr.query import planner
+from helpers import examples
 
 
 @pytest.fixture(params=["memory", "blz", "bcolz"])
@@ -16,7 +17,7 @@ def where(request, tmp_path):
     return {"rootdir": str(tmp_path / "t"), "mode": "w", "format": request.param}
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=list(HealthCheck))
 @given(n=st.integers(0, 300), values=st.lists(st.integers(-3, 40), min_size=1, max_size=14),
        negate=st.booleans(), lo=st.integers(-5, 45))
 def test_in_against_isin(n, values, negate, lo, where):
