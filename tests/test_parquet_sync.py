@@ -102,7 +102,7 @@ def test_fromparquet_power_loss_leaves_old_or_new(tmp_path, fmt):
     """Every state a power loss can leave during a fromparquet over an existing table (crashsim):
     the table opens and is the old one or the new one whole (after a writer completes the swap an
     intent record names, where the platform cannot swap in one step); a retry then works."""
-    src, cols = _source(tmp_path, 3_000, 1_000)
+    src, cols = _source(tmp_path, 1_500, 500)
     base = tmp_path / "base"
     base.mkdir()
     root = str(base / "t")
