@@ -141,3 +141,50 @@ def test_an_open_reads_each_meta_file_once(tmp_path, monkeypatch, fmt, mode):
     rest = [p for p in seen if os.path.basename(p) != ".blzarr-rewrite"]
     assert len(rest) == len(set(rest)), seen
     np.testing.assert_array_equal(t["a"][:], cols[0])   # (the reads stay right)
+
+
+# ------------------------------------------------------------------ session open2: the open's reads
+def _blz_files(root, n=5000, chunklen=500, superchunklen=4):
+    x = np.arange(n, dtype="f8") * 0.5
+    blzarr.carray(x, rootdir=root, mode="w", chunklen=chunklen, superchunklen=superchunklen,
+                  format="blz").flush()
+    return x
+
+
+def test_an_open_loads_each_superchunk_file_once(tmp_path, monkeypatch):
+    """The full-files check reuses the state of file 1 that the open just read (its header and
+    metadata were read twice): every file's state is loaded once, and the values are the same."""
+    from blzarr.storage.blz import local
+    root = str(tmp_path / "a")
+    x = _blz_files(root)            # 10 chunks of 500 in files of 4: files 1, 2, 3 (short)
+    loads = []
+    real = local.FileReads.load_file
+
+    def spy(self, d, fno):
+        loads.append(fno)
+        return real(self, d, fno)
+    monkeypatch.setattr(local.FileReads, "load_file", spy)
+    a = blzarr.open(root, mode="r")
+    assert sorted(loads) == [1, 2, 3]
+    assert len(loads) == len(set(loads))
+    np.testing.assert_array_equal(a[:], x)
+    assert a[4321] == x[4321]
+
+
+@pytest.mark.parametrize("mode", ["r", "a"])
+def test_a_first_file_short_of_chunks_is_still_damage(tmp_path, mode):
+    """File 1 (not the last) whose header counts fewer chunks than a full file holds: its chunks
+    raise, naming why, the other files' rows read (the check is made on the state the open read)."""
+    from blzarr import _superchunk as sc
+    root = str(tmp_path / "a")
+    x = _blz_files(root)
+    path = os.path.join(root, "data", "__1__.bin")
+    with open(path, "r+b") as f:
+        h = sc.unpack_header(f.read(32))
+        f.seek(0)
+        f.write(sc.pack_header(h["checksum"], h["typesize"], h["chunk_size"], h["last_chunk"], 3,
+                               h["meta_size"], h["options"], h["version"]))
+    a = blzarr.open(root, mode=mode)
+    with pytest.raises(blzarr.FormatError, match="must be full"):
+        a[10]
+    np.testing.assert_array_equal(a[2000:5000], x[2000:5000])

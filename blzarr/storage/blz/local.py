@@ -108,8 +108,12 @@ class FileReads:
         for fno in range(1, d.nfiles):
             if fno in d._damaged:
                 continue
+            # a state this open loaded already (`_first_file`'s file 1) is not read a second time:
+            # a later read checks it against the file (`file`) as it checks any other
+            f = d._files.get(fno)
             try:
-                f = self.load_file(d, fno)
+                if f is None:
+                    f = self.load_file(d, fno)
             except (FormatError, StorageError) as e:
                 if getattr(e, "errno", None) in ENVIRONMENT_ERRNOS:
                     raise
