@@ -381,6 +381,13 @@ cdef class KeyTable:
         if gid == -3:
             raise MemoryError()
 
+    cdef inline Py_ssize_t _nfast(self, Py_ssize_t n, Py_ssize_t isz, int fkind, Py_ssize_t start) noexcept nogil:
+        # rows whose 8 bytes from their start lie inside the buffer are loaded whole and masked
+        # (little-endian: the low bytes are the first ones); the last few are copied byte-wise
+        if fkind == 0 and _little_endian():
+            return n if isz == 8 else max(start, n - (8 // isz) - 1)
+        return start
+
     def ids_rows(self, const uint8_t[:, ::1] src, int fkind, int64_t[::1] out, int64_t[::1] nrows,
                  int64_t[::1] order, Py_ssize_t norder, const uint8_t[::1] mask=None, Py_ssize_t start=0):
         """`ids_column` (new keys inserted) and `rows_seen` in one pass over the rows from `start`:
@@ -465,6 +472,61 @@ cdef class KeyTable:
             raise MemoryError()
         return i, norder
 
+    def ids_sums(self, const uint8_t[:, ::1] src, int fkind, int64_t[::1] nrows, int64_t[::1] order,
+                 Py_ssize_t norder, const int64_t[::1] ivals=None, int64_t[::1] iacc=None,
+                 const double[::1] fvals=None, double[::1] facc=None, const uint8_t[::1] mask=None,
+                 Py_ssize_t start=0):
+        """`ids_rows` without the ids: each kept row counted in its group and, in the same pass, its
+        `ivals` value added to its group's `iacc` entry and its `fvals` value to its `facc` entry
+        (the additions `sum_int` / `sum_float` make, in row order), so the ids are neither stored
+        nor read again.  Returns (the row it stopped at, the new length of `order`): the end, or
+        the first row whose group has no entry in `nrows`, `order`, `iacc` or `facc` (the caller
+        makes them longer and goes on from that row)."""
+        cdef Py_ssize_t i, n = src.shape[0], isz = src.shape[1]
+        cdef Py_ssize_t ncap = min(nrows.shape[0], order.shape[0])
+        cdef bint masked = mask is not None
+        cdef bint has_i = ivals is not None, has_f = fvals is not None
+        cdef int64_t g = 0
+        if self.nwords != 1 or isz > 8:
+            raise ValueError("ids_sums takes one-word keys")
+        if (masked and mask.shape[0] < n) or (has_i and (iacc is None or ivals.shape[0] < n)) or \
+                (has_f and (facc is None or fvals.shape[0] < n)):
+            raise ValueError("ids_sums: mask or values shorter than the keys, or a sum without its state")
+        if not 0 <= start <= n:
+            raise ValueError("start outside the rows")
+        if start == n:
+            return n, norder
+        if has_i:
+            ncap = min(ncap, iacc.shape[0])
+        if has_f:
+            ncap = min(ncap, facc.shape[0])
+        cdef uint64_t keep = 0xffffffffffffffff if isz == 8 else ((<uint64_t> 1 << (8 * isz)) - 1)
+        cdef Py_ssize_t nfast = self._nfast(n, isz, fkind, start)
+        cdef const uint8_t* p = &src[0, 0]
+        cdef int64_t* pn = &nrows[0] if nrows.shape[0] else NULL
+        cdef int64_t* pord = &order[0] if order.shape[0] else NULL
+        cdef const uint8_t* pm = &mask[0] if masked else NULL
+        cdef const int64_t* piv = &ivals[0] if has_i else NULL
+        cdef int64_t* pia = &iacc[0] if has_i and iacc.shape[0] else NULL
+        cdef const double* pfv = &fvals[0] if has_f else NULL
+        cdef double* pfa = &facc[0] if has_f and facc.shape[0] else NULL
+        with nogil:
+            if has_i and has_f:
+                i = _rows(self, p, isz, fkind, start, nfast, n, keep, pm, pn, pord, &norder,
+                          ncap, piv, pia, pfv, pfa, &g)
+            elif has_i:
+                i = _rows(self, p, isz, fkind, start, nfast, n, keep, pm, pn, pord, &norder,
+                          ncap, piv, pia, <const float*> NULL, <float*> NULL, &g)
+            elif has_f:
+                i = _rows(self, p, isz, fkind, start, nfast, n, keep, pm, pn, pord, &norder,
+                          ncap, <const uint8_t*> NULL, <uint8_t*> NULL, pfv, pfa, &g)
+            else:
+                i = _rows(self, p, isz, fkind, start, nfast, n, keep, pm, pn, pord, &norder,
+                          ncap, <const uint8_t*> NULL, <uint8_t*> NULL, <const float*> NULL, <float*> NULL, &g)
+        if g == -3:
+            raise MemoryError()
+        return i, norder
+
     def keys_array(self):
         """The keys in id order, a new (n, nwords) uint64 array."""
         out = np.empty((self.n, self.nwords), dtype=np.uint64)
@@ -472,6 +534,82 @@ cdef class KeyTable:
         if self.n:
             memcpy(&o[0, 0], self.keys, self.n * self.nwords * sizeof(uint64_t))
         return out
+
+
+# `_rows`' specialisations: an integer sum (int64) or none (uint8, the pointers NULL, never read), a
+# float sum (double) or none (float): each caller gets a loop compiled for what it adds, with no test
+# per row of what it does not
+ctypedef fused rows_isum_t:
+    int64_t
+    uint8_t
+ctypedef fused rows_fsum_t:
+    double
+    float
+
+
+cdef Py_ssize_t _rows(KeyTable t, const uint8_t* p, Py_ssize_t isz, int fkind, Py_ssize_t i,
+                      Py_ssize_t nfast, Py_ssize_t n, uint64_t keep, const uint8_t* pm,
+                      int64_t* pn, int64_t* pord, Py_ssize_t* norder, Py_ssize_t ncap,
+                      const rows_isum_t* piv, rows_isum_t* pia, const rows_fsum_t* pfv, rows_fsum_t* pfa,
+                      int64_t* gout) noexcept nogil:
+    """The loop of `KeyTable.ids_sums` (`ids_rows`' without the ids): rows i..n-1 looked up in `t` (new
+    keys inserted), each kept row counted in `pn` (a group met first appended to `pord`) and its value
+    added to its group's integer sum (int64 `piv` / `pia`) and float sum (double `pfv` / `pfa`).
+    Returns the row it stopped at, the first whose group has no entry below `ncap`, or the end; *gout
+    is -3 when the table could not grow."""
+    cdef int64_t g = 0
+    cdef uint64_t k
+    cdef Py_ssize_t j, no = norder[0]
+    cdef uint64_t mul = <uint64_t>0x9e3779b97f4a7c15
+    cdef int64_t* slots = t.slots
+    cdef uint64_t* skeys = t.skeys
+    cdef int shift = t.shift
+    while i < nfast:
+        if pm != NULL and not pm[i]:
+            i += 1
+            continue
+        k = blz_load_u64(p + i * isz) & keep
+        # the key's first slot: with the table kept sparse, where nearly every key is
+        j = <Py_ssize_t> ((k * mul) >> shift)
+        g = slots[j]
+        if g < 0 or skeys == NULL or skeys[j] != k:
+            g = t._find1(k, True)
+            if g == -3:
+                break
+            slots, skeys, shift = t.slots, t.skeys, t.shift
+        if g >= ncap:
+            break
+        if pn[g] == 0:
+            pord[no] = g
+            no += 1
+        pn[g] += 1
+        if rows_isum_t is int64_t:
+            pia[g] += piv[i]
+        if rows_fsum_t is double:
+            pfa[g] += pfv[i]
+        i += 1
+    if i == nfast:
+        while i < n:
+            if pm != NULL and not pm[i]:
+                i += 1
+                continue
+            k = _one_word_key(p + i * isz, isz, fkind)
+            g = t._find1(k, True)
+            if g == -3 or g >= ncap:
+                break
+            if pn[g] == 0:
+                pord[no] = g
+                no += 1
+            pn[g] += 1
+            if rows_isum_t is int64_t:
+                pia[g] += piv[i]
+            if rows_fsum_t is double:
+                pfa[g] += pfv[i]
+            i += 1
+    norder[0] = no
+    gout[0] = g
+    return i
+
 
 
 def pack_column(const uint8_t[:, ::1] src, uint64_t[:, ::1] out, Py_ssize_t offset, int fkind):

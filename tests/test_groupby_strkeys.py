@@ -1,7 +1,8 @@
 """Group-by on one hashed key column of at most 8 bytes a value (S1..S8, U1..U2, integers beyond the
-direct range, floats): `KeyTable.ids_rows` looks the keys up and counts the rows in one pass, and the
+direct range, floats): `KeyTable.ids_rows` looks the keys up and counts the rows in one pass
+(`KeyTable.ids_sums` adds an integer and a float sum in the same pass, without group ids), and the
 one-word table is kept sparse.  The results are pandas' (same groups, same order of first rows, same
-values) and the same as the two-pass path's (`ids_column` + `rows_seen`)."""
+values) and the same as the two-pass path's (`ids_column` + `rows_seen`, then the sums kernels)."""
 
 import numpy as np
 import pandas as pd
@@ -14,16 +15,21 @@ from blzarr.query import groupby as gbmod
 
 
 class _SpyTable(_gb.KeyTable):
-    calls = 0
+    calls = 0           # ids_rows
+    sums_calls = 0      # ids_sums
 
     def ids_rows(self, *args):
         type(self).calls += 1
         return super().ids_rows(*args)
 
+    def ids_sums(self, *args):
+        type(self).sums_calls += 1
+        return super().ids_sums(*args)
+
 
 @pytest.fixture
 def spy(monkeypatch):
-    _SpyTable.calls = 0
+    _SpyTable.calls = _SpyTable.sums_calls = 0
     monkeypatch.setattr(_gb, "KeyTable", _SpyTable)
     return _SpyTable
 
@@ -104,13 +110,13 @@ def test_the_one_pass_lookup_runs_and_matches_the_two_pass_path(spy, monkeypatch
     v = rng.integers(-5, 6, n).astype(np.int64)
     t = blzarr.ctable([k, v, v / 3], names=["k", "v", "w"], chunklen=4096)
     mask = rng.random(n) < 0.8
-    aggs = [["v", "sum", "s"], ["w", "mean", "m"]]
+    aggs = [["v", "sum", "s"], ["w", "mean", "m"], ["w", "max", "x"]]     # max: not ids_sums'
     one = t.groupby(["k"], aggs, bool_arr=blzarr.carray(mask), out_flavor="numpy")
-    assert spy.calls > 0                            # the one-pass kernel did the lookups
+    assert spy.calls > 0 and spy.sums_calls == 0    # the one-pass kernel did the lookups
     spy.calls = 0
     monkeypatch.setattr(gbmod, "HASH_ROWS_MAX", 0)  # the two-pass path
     two = t.groupby(["k"], aggs, bool_arr=blzarr.carray(mask), out_flavor="numpy")
-    assert spy.calls == 0
+    assert spy.calls == 0 and spy.sums_calls == 0
     assert one.tobytes() == two.tobytes()
     if np.dtype(dtype).kind != "f":                 # pandas makes -0.0 and 0.0 one group as well,
         _check(t, k, v, mask)                       # but NaN keys none: compared with the other path
@@ -125,7 +131,7 @@ def test_groups_outgrowing_the_partial_mid_block(spy):
     v = rng.integers(0, 1000, n).astype(np.int64)
     t = blzarr.ctable([k, v, v / 3], names=["k", "v", "w"], chunklen=n)
     _check(t, k, v)
-    assert spy.calls > 5
+    assert spy.sums_calls > 5
 
 
 def _two_pass(keys, fk, mask, cap):
@@ -202,4 +208,112 @@ def test_one_pass_lookup_past_the_slots_that_keep_their_keys(spy, monkeypatch):
     v = rng.integers(0, 9, n).astype(np.int64)
     t = blzarr.ctable([k, v, v / 3], names=["k", "v", "w"], chunklen=n // 3)
     _check(t, k, v)
-    assert spy.calls > 0
+    assert spy.sums_calls > 0
+
+
+# agg lists `ids_sums` takes (an integer sum, a float sum or mean, counts of columns without NaN)
+_SUMS_AGGS = [[["v", "sum", "s"]],
+              [["v", "sum", "s"], ["w", "mean", "m"]],
+              [["v", "count", "c"]],
+              [["f", "sum", "fs"], ["v", "count", "c"], ["b", "sum", "bs"]],
+              [["v", "mean", "m"], ["u", "sum", "us"]]]
+
+
+@pytest.mark.parametrize("nthreads", [1, 2])
+@pytest.mark.parametrize("dtype", ["S5", "U2", np.int64, np.float64, "S8"])
+def test_ids_sums_runs_and_gives_the_two_pass_bits(spy, monkeypatch, dtype, nthreads):
+    rng = np.random.default_rng(17)
+    n = 8_000
+    if np.dtype(dtype).kind in "SU":
+        k = _keys(rng, n, dtype, 150)
+    elif np.dtype(dtype).kind == "f":
+        k = rng.integers(0, 150, n).astype(dtype) / 4
+        k[::97] = np.nan
+        k[::89] = -0.0
+    else:
+        k = rng.integers(0, 150, n) * 1_000_003_001      # no direct range: hashed
+    v = rng.integers(-5, 6, n).astype(np.int64)
+    cols = [k, v, v / 3, (rng.random(n) * 1e6).astype(np.float32), v > 0, v.astype(np.uint32)]
+    t = blzarr.ctable(cols, names=["k", "v", "w", "f", "b", "u"], chunklen=1024)
+    mask = blzarr.carray(rng.random(n) < 0.7)
+    old = blzarr.set_nthreads(nthreads)
+    try:
+        for aggs in _SUMS_AGGS:
+            for bool_arr in (None, mask):
+                spy.calls = spy.sums_calls = 0
+                monkeypatch.setattr(gbmod, "HASH_ROWS_MAX", 1 << 14)
+                one = t.groupby(["k"], aggs, bool_arr=bool_arr, out_flavor="numpy")
+                assert spy.sums_calls > 0 and spy.calls == 0, aggs
+                monkeypatch.setattr(gbmod, "HASH_ROWS_MAX", 0)      # ids_column, rows_seen, sum_*
+                two = t.groupby(["k"], aggs, bool_arr=bool_arr, out_flavor="numpy")
+                assert one.tobytes() == two.tobytes(), aggs
+                if np.dtype(dtype).kind != "f":
+                    df = pd.DataFrame({"k": list(k), "v": v, "w": v / 3, "f": cols[3].astype(np.float64),
+                                       "b": cols[4].astype(np.int64), "u": cols[5].astype(np.int64)})
+                    if bool_arr is not None:
+                        df = df[mask[:]]
+                    want = df.groupby("k", sort=False).agg(**{o: (c, op) for c, op, o in aggs}).reset_index()
+                    assert list(one["k"]) == want["k"].tolist()
+                    for c, op, o in aggs:
+                        np.testing.assert_allclose(one[o].astype(float), want[o].to_numpy(float), rtol=1e-6, atol=1e-9)
+    finally:
+        blzarr.set_nthreads(old)
+
+
+@pytest.mark.parametrize("isz,fk", [(1, 0), (3, 0), (5, 0), (8, 0), (4, 4), (8, 8)])
+@pytest.mark.parametrize("sums", ["i", "f", "if", ""])
+def test_ids_sums_is_ids_rows_and_the_sums_kernels(isz, fk, sums):
+    rng = np.random.default_rng(isz + 7 * fk)
+    n = 10_007
+    if fk:
+        vals = (rng.integers(0, 60, n) / 8).astype(np.float32 if fk == 4 else np.float64)
+        vals[rng.random(n) < 0.05] = np.nan
+        vals[rng.random(n) < 0.05] = -0.0
+        keys = vals.view(np.uint8).reshape(n, fk)
+    else:
+        pool = rng.integers(0, 256, (500, isz), dtype=np.uint8)
+        keys = np.ascontiguousarray(pool[rng.integers(0, 500, n)])
+    mask = (rng.random(n) < 0.9).astype(np.uint8)
+    iv = rng.integers(-10**12, 10**12, n) if "i" in sums else None
+    fv = rng.standard_normal(n) * 1e3 if "f" in sums else None
+    ref_t, ref_out, ref_nrows, ref_order = _two_pass(keys, fk, mask, 600)
+    ref_i, ref_f = np.zeros(600, np.int64), np.zeros(600, np.float64)
+    if iv is not None:
+        _gb.sum_int(ref_out, iv, ref_i)
+    if fv is not None:
+        _gb.sum_float(ref_out, fv, ref_f)
+    t = _gb.KeyTable(1)
+    cap, stops = 4, 0
+    nrows, order, norder, i = np.zeros(cap, np.int64), np.empty(cap, np.int64), 0, 0
+    ia, fa = np.zeros(cap, np.int64), np.zeros(cap, np.float64)
+    while True:
+        i, norder = t.ids_sums(keys, fk, nrows, order, norder, iv, ia if iv is not None else None,
+                               fv, fa if fv is not None else None, mask, i)
+        if i >= n:
+            break
+        stops += 1
+        assert t.n > cap                   # it stopped on a group with no entry
+        nrows, ia, fa = (np.concatenate([a, np.zeros(cap, a.dtype)]) for a in (nrows, ia, fa))
+        order = np.concatenate([order, np.empty(cap, np.int64)])
+        cap *= 2
+    assert stops > 0
+    assert t.n == ref_t.n
+    assert (nrows[:t.n] == ref_nrows[:t.n]).all()
+    assert (order[:norder] == ref_order).all()
+    assert (t.keys_array() == ref_t.keys_array()).all()
+    assert (ia[:t.n] == (ref_i[:t.n] if iv is not None else 0)).all()
+    assert fa[:t.n].tobytes() == (ref_f[:t.n] if fv is not None else np.zeros(t.n)).tobytes()
+
+
+def test_ids_sums_refuses_bad_arguments():
+    t = _gb.KeyTable(1)
+    keys = np.zeros((10, 4), np.uint8)
+    z = np.zeros(16, np.int64)
+    with pytest.raises(ValueError, match="without its state"):
+        t.ids_sums(keys, 0, z, z.copy(), 0, np.zeros(10, np.int64), None)
+    with pytest.raises(ValueError, match="shorter"):
+        t.ids_sums(keys, 0, z, z.copy(), 0, np.zeros(9, np.int64), z.copy())
+    with pytest.raises(ValueError, match="start outside"):
+        t.ids_sums(keys, 0, z, z.copy(), 0, start=11)
+    with pytest.raises(ValueError, match="one-word"):
+        _gb.KeyTable(2).ids_sums(keys, 0, z, z.copy(), 0)

@@ -42,9 +42,9 @@ DIRECT_MAX_SLOTS = 1 << 21
 MIN_BLEN = 1 << 14
 # counts and integer sums up to this bound are kept in 32 bits (`_sums_plan`)
 NARROW_MAX = (1 << 31) - 1
-# one-word hashed keys are looked up and their rows counted in one pass (`KeyTable.ids_rows`) while
-# a partial has fewer groups than this; beyond, the counts are cache misses that the separate
-# `rows_seen` pass prefetches
+# one-word hashed keys are looked up and their rows counted in one pass (`KeyTable.ids_rows`, or
+# `KeyTable.ids_sums` with the sums as well) while a partial has fewer groups than this; beyond, the
+# counts are cache misses that the separate `rows_seen` pass prefetches
 HASH_ROWS_MAX = 1 << 14
 # integer `in` lists spanning fewer values than this are looked up in a byte table, not hashed
 ISIN_SPAN = 1 << 22
@@ -653,6 +653,48 @@ def _sums_plan(plan, aggs, cols, nrows):
     return ji, jf, narrow
 
 
+def _hash_sums_plan(plan, aggs):
+    """(j of the integer sum or None, j of the float sum or mean or None) when the query is one hashed
+    key of at most 8 bytes and at most one integer sum and one float sum or mean (counts of columns
+    without NaN come from the rows counted): `KeyTable.ids_sums` then looks a block's keys up, counts
+    its rows and adds its values in one pass, without group ids; None otherwise."""
+    if plan.kind != "hash" or len(plan.keys) != 1 or plan.nwords != 1:
+        return None
+    ji = jf = None
+    for j, a in enumerate(aggs):
+        if a.op in ("count", "count_na") and not a.hasna:
+            continue
+        if a.dtype.kind not in "biuf" or a.dtype.itemsize > 8:
+            return None
+        if a.op == "sum" and not a.isfloat and ji is None:
+            ji = j
+        elif (a.op == "mean" or (a.op == "sum" and a.isfloat)) and jf is None:
+            jf = j
+        else:
+            return None
+    return ji, jf
+
+
+def _hash_sums(P, key, hsums, s, e, mask, cols, aggs, reader):
+    """Rows [s, e) looked up, counted and summed into the partial `P` by `KeyTable.ids_sums`
+    (`_hash_sums_plan`'s): the states `_codes` + `_update` would leave, without the group ids."""
+    ji, jf = hsums
+    n = e - s
+    c = np.ascontiguousarray(reader.read(key.src, s, e, "key"))
+    fk = c.dtype.itemsize if c.dtype.kind in "fc" and c.dtype.itemsize in (4, 8) else 0
+    src = c.view(np.uint8).reshape(n, c.dtype.itemsize)
+    iv = reader.as_int64(reader.read(cols[ji], s, e), aggs[ji].col) if ji is not None else None
+    fv = reader.as_float64(reader.read(cols[jf], s, e), aggs[jf].col) if jf is not None else None
+    i = 0
+    while True:
+        ia = P.state[ji]["acc"] if ji is not None else None
+        fa = P.state[jf]["acc"] if jf is not None else None
+        i, P.norder = P.table.ids_sums(src, fk, P.nrows, P.order, P.norder, iv, ia, fv, fa, mask, i)
+        if i >= n:
+            return
+        P.grow(P.table.n)      # a new group past the partial's arrays: they grow, the pass goes on
+
+
 def _direct_sums(P, key, sums, s, e, mask, cols, aggs, reader):
     """Rows [s, e) counted and summed into the partial `P` by `_gb.direct_sums` (`_sums_plan`'s)."""
     ji, jf, narrow = sums
@@ -767,6 +809,7 @@ def aggregate(table, groupby_cols, agg_list, bool_arr=None, use_cache=True):
     classes = _mask_classes(bool_arr, bounds) if bool_arr is not None else None
     parts = _parts(len(bounds))
     sums = _sums_plan(plan, aggs, cols, n)
+    hsums = _hash_sums_plan(plan, aggs)
     # the direct plans' states taken here, on the calling thread, from the buffers the last query
     # kept (`_state_words`), and filled by the part that uses them: memory a worker thread allocates
     # comes fresh from the system on every query (a page fault every 4 KiB, a few ms for 100,000
@@ -794,6 +837,9 @@ def aggregate(table, groupby_cols, agg_list, bool_arr=None, use_cache=True):
                     P = made[p].reset() if made is not None else _Partial(plan, aggs, 64)
                 if sums is not None:
                     _direct_sums(P, keys[0], sums, s, e, mask, cols, aggs, reader)
+                    continue
+                if hsums is not None and P.table.n < HASH_ROWS_MAX:
+                    _hash_sums(P, keys[0], hsums, s, e, mask, cols, aggs, reader)
                     continue
                 codes = _codes(plan, keys, s, e, mask, reader, P.table, P=P)
                 _update(P, codes, s, e, cols, aggs, reader)
