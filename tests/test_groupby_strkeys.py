@@ -317,3 +317,48 @@ def test_ids_sums_refuses_bad_arguments():
         t.ids_sums(keys, 0, z, z.copy(), 0, start=11)
     with pytest.raises(ValueError, match="one-word"):
         _gb.KeyTable(2).ids_sums(keys, 0, z, z.copy(), 0)
+
+
+@pytest.mark.parametrize("nthreads", [1, 2])
+def test_key_chunks_not_the_blocks_read_whole_once(tmp_path, spy, monkeypatch, nthreads):
+    # on disk, S5 keys' chunks (52,428 rows) are not the int64 column's (32,768, the blocks): the key
+    # is read as views of its chunks decoded whole, a range across two chunks in two pieces, the
+    # rows after the last full chunk by range reads
+    rng = np.random.default_rng(5)
+    n = 150_000
+    k = np.array([b"k%04d" % x for x in range(300)], dtype="S5")[rng.integers(0, 300, n)]
+    v = rng.integers(-9, 10, n).astype(np.int64)
+    with blzarr.defaults_ctx(fsync=False):
+        blzarr.ctable([k, v, v / 7], names=["k", "v", "w"], rootdir=str(tmp_path / "t"), mode="w").flush()
+    t = blzarr.open(str(tmp_path / "t"))
+    assert t["k"].chunklen != t["v"].chunklen
+    seen, real = [], gbmod._Reader.pieces
+
+    def pieces(self, arr, s, e):
+        got = real(self, arr, s, e)
+        seen.append(None if got is None else len(got))
+        return got
+    monkeypatch.setattr(gbmod._Reader, "pieces", pieces)
+    mask = rng.random(n) < 0.6
+    old = blzarr.set_nthreads(nthreads)
+    try:
+        aggs = [["v", "sum", "s"], ["w", "mean", "m"], ["v", "count", "c"]]
+        for bool_arr in (None, blzarr.carray(mask)):
+            if True:
+                seen.clear()
+                monkeypatch.setattr(gbmod, "HASH_ROWS_MAX", 1 << 14)
+                one = t.groupby(["k"], aggs, bool_arr=bool_arr, out_flavor="numpy")
+                assert spy.sums_calls > 0
+                assert 2 in seen and None in seen and 1 in seen      # across chunks, tail, inside one
+                monkeypatch.setattr(gbmod, "HASH_ROWS_MAX", 0)
+                two = t.groupby(["k"], aggs, bool_arr=bool_arr, out_flavor="numpy")
+                assert one.tobytes() == two.tobytes()
+                df = pd.DataFrame({"k": k.astype("U5"), "v": v, "w": v / 7})
+                if bool_arr is not None:
+                    df = df[mask]
+                want = df.groupby("k", sort=False).agg(**{o: (c, op) for c, op, o in aggs}).reset_index()
+                assert one["k"].astype("U5").tolist() == want["k"].tolist()
+                assert (one["s"] == want["s"].to_numpy()).all()
+                assert (one["c"] == want["c"].to_numpy()).all()
+    finally:
+        blzarr.set_nthreads(old)

@@ -284,9 +284,11 @@ class _Reader:
             return arr.read_into(s, e, out)
         return np.asarray(arr[s:e])
 
-    def open_chunks(self, arrays, first, stop):
+    def open_chunks(self, arrays, first, stop, spans=()):
         """Chunk readers (`chunk_reader`) on this thread for the columns among `arrays` whose chunks are
-        this reader's blocks, over the chunks of blocks first..stop-1 (`close_chunks` ends them)."""
+        this reader's blocks, over the chunks of blocks first..stop-1, and for the columns among
+        `spans` whose chunks are not, over the chunks that hold those blocks' rows (`pieces` reads
+        them; `close_chunks` ends them all)."""
         cr = {}
         for arr in arrays:
             if id(arr) in cr or isinstance(arr, np.ndarray) or getattr(arr, "chunklen", None) != self.blen:
@@ -297,12 +299,53 @@ class _Reader:
             if r is not None:
                 cr[id(arr)] = (r, self.blen, first, hi)
         self.tls.chunks = cr
+        sp = {}
+        for arr in spans:
+            cl = getattr(arr, "chunklen", None)
+            if id(arr) in cr or id(arr) in sp or isinstance(arr, np.ndarray) or not cl or cl == self.blen \
+                    or np.dtype(arr.dtype) == object:
+                continue
+            get = getattr(arr, "chunk_reader", None)
+            lo, hi = first * self.blen // cl, min(-(-stop * self.blen // cl), len(arr) // cl)
+            r = get(lo, hi) if get is not None and lo < hi else None
+            if r is not None:
+                sp[id(arr)] = (r, cl, lo, hi, {})
+        self.tls.spans = sp
 
     def close_chunks(self):
         cr = getattr(self.tls, "chunks", None)
-        self.tls.chunks = None
-        for r in (cr or {}).values():
+        sp = getattr(self.tls, "spans", None)
+        self.tls.chunks = self.tls.spans = None
+        for r in list((cr or {}).values()) + list((sp or {}).values()):
             r[0].close()
+
+    def pieces(self, arr, s, e):
+        """Rows [s, e) of a column of `open_chunks`' `spans` as [(lo, hi, rows lo..hi-1 from s)], views
+        of its chunks decoded whole, each once, in one call (read, verified and decoded without the
+        GIL): a range read decodes the Blosc blocks at both ends of every range, which the next range
+        decodes again, and reads them through more Python.  None where the rows are not in those
+        chunks (the rows after the last full chunk): the caller reads them with `read`."""
+        sp = getattr(self.tls, "spans", None)
+        got = sp.get(id(arr)) if sp else None
+        if got is None:
+            return None
+        r, cl, lo, hi, dec = got
+        c0, c1 = s // cl, (e - 1) // cl
+        if c0 < lo or c1 >= hi:
+            return None
+        out = []
+        for c in range(c0, c1 + 1):
+            a = dec.get(c)
+            if a is None:
+                # chunks come in ascending order: the one before c may still be wanted (the range
+                # that ended in it), none earlier; two buffers, taken in turn, hold them
+                for k in [k for k in dec if k < c - 1]:
+                    del dec[k]
+                buf = self.buf(("span", self.slot(arr), c & 1), (cl,), np.dtype(arr.dtype))
+                a = dec[c] = r.read(c, buf)
+            a0, a1 = max(s, c * cl), min(e, (c + 1) * cl)
+            out.append((a0 - s, a1 - s, a[a0 - c * cl:a1 - c * cl]))
+        return out
 
     def as_key(self, a, tag):
         """Integer keys as a dtype the direct kernels take without a copy where possible."""
@@ -679,20 +722,26 @@ def _hash_sums(P, key, hsums, s, e, mask, cols, aggs, reader):
     """Rows [s, e) looked up, counted and summed into the partial `P` by `KeyTable.ids_sums`
     (`_hash_sums_plan`'s): the states `_codes` + `_update` would leave, without the group ids."""
     ji, jf = hsums
-    n = e - s
-    c = np.ascontiguousarray(reader.read(key.src, s, e, "key"))
-    fk = c.dtype.itemsize if c.dtype.kind in "fc" and c.dtype.itemsize in (4, 8) else 0
-    src = c.view(np.uint8).reshape(n, c.dtype.itemsize)
+    parts = reader.pieces(key.src, s, e)
+    if parts is None:
+        parts = [(0, e - s, reader.read(key.src, s, e, "key"))]
     iv = reader.as_int64(reader.read(cols[ji], s, e), aggs[ji].col) if ji is not None else None
     fv = reader.as_float64(reader.read(cols[jf], s, e), aggs[jf].col) if jf is not None else None
-    i = 0
-    while True:
-        ia = P.state[ji]["acc"] if ji is not None else None
-        fa = P.state[jf]["acc"] if jf is not None else None
-        i, P.norder = P.table.ids_sums(src, fk, P.nrows, P.order, P.norder, iv, ia, fv, fa, mask, i)
-        if i >= n:
-            return
-        P.grow(P.table.n)      # a new group past the partial's arrays: they grow, the pass goes on
+    for lo, hi, c in parts:
+        c = np.ascontiguousarray(c)
+        fk = c.dtype.itemsize if c.dtype.kind in "fc" and c.dtype.itemsize in (4, 8) else 0
+        src = c.view(np.uint8).reshape(hi - lo, c.dtype.itemsize)
+        piv = iv if iv is None or (lo == 0 and hi == len(iv)) else iv[lo:hi]
+        pfv = fv if fv is None or (lo == 0 and hi == len(fv)) else fv[lo:hi]
+        pm = mask if mask is None or (lo == 0 and hi == len(mask)) else mask[lo:hi]
+        i = 0
+        while True:
+            ia = P.state[ji]["acc"] if ji is not None else None
+            fa = P.state[jf]["acc"] if jf is not None else None
+            i, P.norder = P.table.ids_sums(src, fk, P.nrows, P.order, P.norder, piv, ia, pfv, fa, pm, i)
+            if i >= hi - lo:
+                break
+            P.grow(P.table.n)      # a new group past the partial's arrays: they grow, the pass goes on
 
 
 def _direct_sums(P, key, sums, s, e, mask, cols, aggs, reader):
@@ -823,7 +872,8 @@ def aggregate(table, groupby_cols, agg_list, bool_arr=None, use_cache=True):
 
     def part(p):
         P = None
-        reader.open_chunks(arrays + [bool_arr], parts[p], parts[p + 1])
+        reader.open_chunks(arrays + [bool_arr], parts[p], parts[p + 1],
+                           [keys[0].src] if hsums is not None else ())
         try:
             for k in range(parts[p], parts[p + 1]):
                 s, e = bounds[k]
