@@ -14,7 +14,7 @@ of -1 marks a row the filter drops.
 
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memcmp, memset
-from libc.stdlib cimport malloc, realloc, free
+from libc.stdlib cimport malloc, calloc, realloc, free
 from libc.math cimport isnan, NAN
 
 import numpy as np
@@ -1011,54 +1011,134 @@ def fold_sums(int64_t[:, ::1] dst, const int64_t[:, ::1] src, Py_ssize_t fcol):
             s += w
 
 
+cdef inline Py_ssize_t _sums32_rows(const intkey_t* keys, Py_ssize_t n, int64_t lo, uint64_t* st,
+                                    Py_ssize_t ww, Py_ssize_t nslots, int64_t* order, Py_ssize_t norder,
+                                    const int64_t* ivals, const double* fvals, const uint8_t* mask,
+                                    int vbits, bint has_i, bint has_f, bint masked) noexcept nogil:
+    """`direct_sums32`'s loop on a little-endian machine, each slot's count and integer sum updated by
+    one 64-bit addition (see there).  The flags are constants at each call, so the compiler makes
+    one loop per combination, without a test of them per row."""
+    cdef Py_ssize_t i, pf_end = n - AHEAD if nslots >= AHEAD_MIN_GROUPS else 0
+    cdef int64_t g, ga, x
+    cdef uint64_t word, bad = 0, bias = (<uint64_t> 1) << vbits
+    cdef uint64_t* row
+    for i in range(n):
+        if i < pf_end:
+            ga = <int64_t> keys[i + AHEAD] - lo
+            if <uint64_t> ga < <uint64_t> nslots:
+                BLZ_PREFETCH_W(st + ga * ww)
+        if masked and not mask[i]:
+            continue
+        g = <int64_t> keys[i] - lo
+        if <uint64_t> g >= <uint64_t> nslots:
+            return -1
+        row = st + g * ww
+        word = row[0]
+        if word == 0:
+            order[norder] = g
+            norder += 1
+        if has_i:
+            # the count in the low half, the sum (modulo 2**32) in the high half: exact while every
+            # value lies in -2**vbits..2**vbits - 1, which `bad` collects without a branch (a value
+            # outside makes x + bias reach 2**(vbits + 1) as an unsigned word)
+            x = ivals[i]
+            bad |= <uint64_t> x + bias
+            row[0] = word + 1 + (<uint64_t> x << 32)
+        else:
+            row[0] = word + 1
+        if has_f:
+            (<double*> (row + 1))[0] += fvals[i]
+    if bad >> (vbits + 1):
+        return -2
+    return norder
+
+
 def direct_sums32(const intkey_t[::1] keys, int64_t lo, int32_t[:, ::1] state, int64_t[::1] order,
                   Py_ssize_t norder, const int64_t[::1] ivals=None, const double[::1] fvals=None,
-                  const uint8_t[::1] mask=None, int64_t ilim=0x7fffffff):
+                  const uint8_t[::1] mask=None, int vbits=31):
     """`direct_sums` over a narrower state, for a caller that knows every count and integer sum fits
-    in 32 bits (rows times the largest magnitude of the integer column below 2**31): one row of
+    in 32 bits (rows times 2**vbits at most 2**31, every value in -2**vbits..2**vbits - 1): one row of
     `state` a slot, the row count in its int32 column 0, the integer sum in column 1, the float sum
-    (a double) in columns 2-3 when `fvals` is given (rows of 2 or 4 int32: 8 or 16 bytes, half of
-    `direct_sums`' rows, so twice as many groups share the caches).  The same additions in the same
-    order as `direct_sums`; returns the new length of `order`, or -1 for a key outside the slots, -2
-    for a kept row's integer value outside -ilim..ilim, the bound the caller's 32 bits rest on (the
-    row not counted)."""
+    (a double) in columns 2-3 when `fvals` is given (rows of 2 or 4 int32: 8 or 16 bytes, a quarter
+    or half of `direct_sums`' rows, so more groups share the caches).  The same additions in the same
+    order as `direct_sums`; returns the new length of `order`, or -1 for a key outside the slots
+    (nothing after that row counted), -2 when a kept row's integer value lies outside the bound
+    the caller's 32 bits rest on (the block's rows are then counted with wrong sums: the state is
+    not to be used)."""
     cdef Py_ssize_t i, n = keys.shape[0], nslots = state.shape[0], w = state.shape[1]
-    cdef int64_t g, ga
+    cdef int64_t g, ga, x
+    cdef uint64_t bad = 0, bias
     cdef int32_t* st
     cdef int32_t* row
+    cdef const int64_t* iv = NULL
+    cdef const double* fv = NULL
+    cdef const uint8_t* mk = NULL
     cdef bint masked = mask is not None
     cdef bint has_i = ivals is not None, has_f = fvals is not None
     cdef bint ahead = nslots >= AHEAD_MIN_GROUPS
-    if (has_i and ivals.shape[0] < n) or (has_f and (fvals.shape[0] < n or w < 4)) or w < 2 or \
-            (masked and mask.shape[0] < n) or order.shape[0] < nslots or not 0 <= ilim <= 0x7fffffff:
+    if (has_i and ivals.shape[0] < n) or (has_f and (fvals.shape[0] < n or w < 4)) or w < 2 or w % 2 or \
+            (masked and mask.shape[0] < n) or order.shape[0] < nslots or not 0 <= vbits <= 31:
         raise ValueError("direct_sums32: arrays shorter than the keys or the slots, or rows too narrow")
     if nslots == 0:
         return norder if n == 0 else -1
     st = &state[0, 0]
+    if (<size_t> st) % 8:
+        raise ValueError("direct_sums32: the state does not start on an 8-byte boundary")
+    if n == 0:
+        return norder
+    if has_i:
+        iv = &ivals[0]
+    if has_f:
+        fv = &fvals[0]
+    if masked:
+        mk = &mask[0]
+    bias = (<uint64_t> 1) << vbits
     with nogil:
-        for i in range(n):
-            if ahead and i + AHEAD < n:
-                ga = <int64_t> keys[i + AHEAD] - lo
-                if <uint64_t> ga < <uint64_t> nslots:
-                    BLZ_PREFETCH_W(st + ga * w)
-            if masked and not mask[i]:
-                continue
-            g = <int64_t> keys[i] - lo
-            if <uint64_t> g >= <uint64_t> nslots:
-                norder = -1
-                break
-            if has_i and <uint64_t> ivals[i] + <uint64_t> ilim > <uint64_t> (2 * ilim):
+        if _little_endian():
+            # one loop per combination of the flags (constants here)
+            if has_i and has_f:
+                if masked:
+                    norder = _sums32_rows(&keys[0], n, lo, <uint64_t*> st, w // 2, nslots, &order[0], norder,
+                                          iv, fv, mk, vbits, True, True, True)
+                else:
+                    norder = _sums32_rows(&keys[0], n, lo, <uint64_t*> st, w // 2, nslots, &order[0], norder,
+                                          iv, fv, mk, vbits, True, True, False)
+            elif has_i:
+                if masked:
+                    norder = _sums32_rows(&keys[0], n, lo, <uint64_t*> st, w // 2, nslots, &order[0], norder,
+                                          iv, fv, mk, vbits, True, False, True)
+                else:
+                    norder = _sums32_rows(&keys[0], n, lo, <uint64_t*> st, w // 2, nslots, &order[0], norder,
+                                          iv, fv, mk, vbits, True, False, False)
+            else:
+                norder = _sums32_rows(&keys[0], n, lo, <uint64_t*> st, w // 2, nslots, &order[0], norder,
+                                      iv, fv, mk, vbits, False, has_f, masked)
+        else:
+            # elsewhere the two 32-bit fields do not make one word in this order: added apart
+            for i in range(n):
+                if ahead and i + AHEAD < n:
+                    ga = <int64_t> keys[i + AHEAD] - lo
+                    if <uint64_t> ga < <uint64_t> nslots:
+                        BLZ_PREFETCH_W(st + ga * w)
+                if masked and not mk[i]:
+                    continue
+                g = <int64_t> keys[i] - lo
+                if <uint64_t> g >= <uint64_t> nslots:
+                    norder = -1
+                    break
+                row = st + g * w
+                if row[0] == 0:
+                    order[norder] = g
+                    norder += 1
+                row[0] += 1
+                if has_i:
+                    x = iv[i]
+                    bad |= <uint64_t> x + bias
+                    row[1] = <int32_t> (<uint32_t> row[1] + <uint32_t> x)
+                if has_f:
+                    (<double*> (row + 2))[0] += fv[i]
+            if norder >= 0 and bad >> (vbits + 1):
                 norder = -2
-                break
-            row = st + g * w
-            if row[0] == 0:
-                order[norder] = g
-                norder += 1
-            row[0] += 1
-            if has_i:
-                row[1] += <int32_t> ivals[i]
-            if has_f:
-                (<double*> (row + 2))[0] += fvals[i]
     return norder
 
 
@@ -1086,7 +1166,7 @@ def fold_sums32(int32_t[:, ::1] dst, const int32_t[:, ::1] src):
 
 def gather_sums(list states, list orders, bint narrow, Py_ssize_t icol, Py_ssize_t fcol,
                 int64_t lo, int64_t[::1] keys, int64_t[::1] cnt=None, int64_t[::1] isum=None,
-                double[::1] fsum=None):
+                double[::1] fsum=None, const int64_t[:, ::1] runs=None):
     """The parts' `direct_sums` (or, `narrow`, `direct_sums32`) states, in part order, gathered
     straight into the result columns, without first folding every slot into one state: the groups
     in the order of their first rows (the first state's order, then each later state's groups that
@@ -1095,7 +1175,13 @@ def gather_sums(list states, list orders, bint narrow, Py_ssize_t icol, Py_ssize
     (column `icol` of a wide state) into `isum`, its float sum (column `fcol`) into `fsum`.  Each
     group's values are added state after state from the first state's, the additions `fold_sums` /
     `fold_sums32` make in that order, so the bits are the same.  `orders[p]` holds the first
-    rows' order of state p (its length is the state's group count).  Returns the number of groups."""
+    rows' order of state p (its length is the state's group count).  Returns the number of groups.
+
+    With `runs` (rows of (p, start, end), in the order of the rows they cover), the states are those of
+    threads that each took runs of blocks in ascending order: the groups' order is that of
+    ``orders[p][start:end]`` run after run, a group taken where it first comes (no sum of floats:
+    which state holds which rows depends on the threads' timing, and only integer additions
+    repeat whatever their order)."""
     cdef Py_ssize_t nparts = len(states), p, q, i, k = 0, n, nslots, w, stride, ng
     cdef Py_ssize_t ioff, foff
     cdef bint has_i = isum is not None, has_f = fsum is not None, has_c = cnt is not None
@@ -1106,8 +1192,13 @@ def gather_sums(list states, list orders, bint narrow, Py_ssize_t icol, Py_ssize
     cdef double sf
     cdef const char* row
     cdef bint fresh
+    cdef bint by_runs = runs is not None
+    cdef Py_ssize_t r, nruns = runs.shape[0] if by_runs else 0, rs, rend
+    cdef uint8_t* taken = NULL
     if len(orders) != nparts:
         raise ValueError("gather_sums: one order per state")
+    if by_runs and (has_f or runs.shape[1] != 3):
+        raise ValueError("gather_sums: runs are (state, start, end) rows, and not for float sums")
     if nparts == 0:
         return 0
     cdef const char** base = <const char**> malloc(nparts * sizeof(char*))
@@ -1146,8 +1237,51 @@ def gather_sums(list states, list orders, bint narrow, Py_ssize_t icol, Py_ssize
         stride = ng
         ioff = 4 if narrow else icol * 8
         foff = 8 if narrow else fcol * 8
+        if by_runs:
+            for r in range(nruns):
+                p, rs, rend = runs[r, 0], runs[r, 1], runs[r, 2]
+                if not (0 <= p < nparts and 0 <= rs <= rend <= nord[p]):
+                    raise ValueError("gather_sums: a run outside its state's order")
+            taken = <uint8_t*> calloc(nslots if nslots > 0 else 1, 1)
+            if taken == NULL:
+                raise MemoryError()
+            with nogil:
+                for r in range(nruns):
+                    p, rs, rend = runs[r, 0], runs[r, 1], runs[r, 2]
+                    for i in range(rs, rend):
+                        if i + AHEAD < rend:
+                            ga = ords[p][i + AHEAD]
+                            if <uint64_t> ga < <uint64_t> nslots:
+                                for q in range(nparts):
+                                    BLZ_PREFETCH_R(base[q] + ga * stride)
+                        g = ords[p][i]
+                        if <uint64_t> g >= <uint64_t> nslots:
+                            k = -1
+                            break
+                        if taken[g]:
+                            continue
+                        taken[g] = 1
+                        c = si = 0
+                        for q in range(nparts):
+                            row = base[q] + g * stride
+                            if narrow:
+                                c += (<const int32_t*> row)[0]
+                                if has_i:
+                                    si += (<const int32_t*> (row + ioff))[0]
+                            else:
+                                c += (<const int64_t*> row)[0]
+                                if has_i:
+                                    si += (<const int64_t*> (row + ioff))[0]
+                        keys[k] = g + lo
+                        if has_c:
+                            cnt[k] = c
+                        if has_i:
+                            isum[k] = si
+                        k += 1
+                    if k < 0:
+                        break
         with nogil:
-            for p in range(nparts):
+            for p in range(nparts if not by_runs else 0):
                 if k == nslots:
                     break       # every slot has its group: no later state can have a new one
                 for i in range(nord[p]):
@@ -1198,7 +1332,7 @@ def gather_sums(list states, list orders, bint narrow, Py_ssize_t icol, Py_ssize
                 if k < 0:
                     break
     finally:
-        free(base); free(ords); free(nord)
+        free(base); free(ords); free(nord); free(taken)
     if k < 0:
         raise ValueError("gather_sums: a group in an order lies outside the slots")
     return k

@@ -143,8 +143,9 @@ def test_engine_takes_the_one_pass_path(table, monkeypatch, aggs, filtered, narr
     t, df = table
     if not narrow:
         monkeypatch.setattr(gbmod, "NARROW_MAX", 0)     # no 32-bit state, however small the sums
-    two = [a[0] for a in aggs[:2]] == ["v1", "v3"]     # small integers and floats: 32 bits suffice
-    seen = _calls(monkeypatch, ["direct_sums32" if narrow and two else "direct_sums"])
+    # an integer sum of small values (v1 holds 1..5, b 0..1): 32 bits suffice
+    small = any(op == "sum" and col in ("v1", "b") for col, op, _ in aggs)
+    seen = _calls(monkeypatch, ["direct_sums32" if narrow and small else "direct_sums"])
     bool_arr = (df["v1"] > 2).to_numpy() if filtered else None
     got = t.groupby(["k"], aggs, bool_arr=bool_arr, out_flavor="pandas")
     assert seen, "the one-pass kernel was not reached"
@@ -212,7 +213,8 @@ def test_same_bits_with_two_threads_in_any_order(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("keys, aggs, kernel", [
-    (["k"], [["v1", "sum", "s"]], "direct_sums"),
+    (["k"], [["v1", "sum", "s"]], "direct_sums32"),
+    (["k"], [["u", "sum", "s"]], "direct_sums"),
     (["k"], [["v1", "min", "s"]], "direct_rows"),
     (["k", "v1"], [["v3", "sum", "s"]], "direct_codes"),
     (["v1", "k"], [["v3", "sum", "s"]], "direct_codes"),
@@ -275,12 +277,12 @@ def test_narrow_kernel_gives_the_wide_kernels_bits(masked):
     kw = _gb.direct_sums(keys[:half], 7, wide, worder, 0, iv[:half], 1, fv[:half], 2,
                          None if mask is None else mask[:half])
     kn = _gb.direct_sums32(keys[:half], 7, narrow, norder, 0, iv[:half], fv[:half],
-                           None if mask is None else mask[:half], 1000)
+                           None if mask is None else mask[:half], 10)
     assert kw == kn and worder[:kw].tolist() == norder[:kn].tolist()
     _gb.direct_sums(keys[half:], 7, wide2, worder, 0, iv[half:], 1, fv[half:], 2,
                     None if mask is None else mask[half:])
     _gb.direct_sums32(keys[half:], 7, narrow2, norder, 0, iv[half:], fv[half:],
-                      None if mask is None else mask[half:], 1000)
+                      None if mask is None else mask[half:], 10)
     _gb.fold_sums(wide, wide2, 2)
     _gb.fold_sums32(narrow, narrow2)
     assert narrow[:, 0].astype(np.int64).tolist() == wide[:, 0].tolist()
@@ -291,17 +293,45 @@ def test_narrow_kernel_gives_the_wide_kernels_bits(masked):
     np.testing.assert_array_equal(narrow[:, 0], np.bincount(g[keep], minlength=nslots))
 
 
-def test_narrow_kernel_refuses_a_value_past_its_bound():
+@pytest.mark.parametrize("w", [2, 4])
+@pytest.mark.parametrize("masked", [False, True])
+def test_narrow_kernel_refuses_a_value_past_its_bound(w, masked):
+    """Values must lie in -2**vbits..2**vbits - 1: the ends pass, one past either end is refused
+    (-2), wherever it lies in the block; a row the filter drops is not checked."""
     keys = np.array([1, 2, 3, 2], np.int64)
-    state, order = np.zeros((4, 4), np.int32), np.zeros(4, np.int64)
-    iv = np.array([5, -6, 7, 1], np.int64)
-    assert _gb.direct_sums32(keys, 0, state, order, 0, iv, np.zeros(4), None, 6) == -2
-    assert state[:, 0].tolist() == [0, 1, 1, 0]        # -6 is within the bound; 7 and after are not counted
-    state[:] = 0
+    fv = np.zeros(4) if w == 4 else None
+    mask = np.array([1, 1, 1, 1], np.uint8) if masked else None
+    order = np.zeros(4, np.int64)
+    ok = np.array([7, -8, 0, 1], np.int64)            # vbits 3: -8..7
+    state = np.zeros((4, w), np.int32)
+    assert _gb.direct_sums32(keys, 0, state, order, 0, ok, fv, mask, 3) == 3
+    assert state[:, 0].tolist() == [0, 1, 2, 1] and state[:, 1].tolist() == [0, 7, -7, 0]
+    for bad in (8, -9, 2**62, -2**63, 2**63 - 1):
+        for at in range(4):
+            iv = ok.copy()
+            iv[at] = bad
+            assert _gb.direct_sums32(keys, 0, np.zeros((4, w), np.int32), order, 0, iv, fv, mask, 3) == -2
+            if masked:
+                m = mask.copy()
+                m[at] = 0
+                assert _gb.direct_sums32(keys, 0, np.zeros((4, w), np.int32), order, 0, iv, fv, m, 3) >= 0
     big = np.array([0, 2**62, 0, 0], np.int64)        # far past the bound, no overflow in the check
-    assert _gb.direct_sums32(keys, 0, state, order, 0, big, None, None, 2**31 - 1) == -2
+    assert _gb.direct_sums32(keys, 0, np.zeros((4, w), np.int32), order, 0, big, fv, mask, 31) == -2
+    assert _gb.direct_sums32(keys, 0, np.zeros((4, w), np.int32), order, 0,
+                             np.array([2**31 - 1, -2**31, 0, 0]), fv, mask, 31) == 3
+
+
+def test_narrow_kernel_refuses_bad_arguments():
+    keys = np.array([1, 2, 3, 2], np.int64)
+    iv, order = np.ones(4, np.int64), np.zeros(4, np.int64)
     with pytest.raises(ValueError):                   # rows too narrow for a float sum
         _gb.direct_sums32(keys, 0, np.zeros((4, 2), np.int32), order, 0, iv, np.zeros(4))
+    with pytest.raises(ValueError):                   # rows of 3 int32 are not whole 64-bit words
+        _gb.direct_sums32(keys, 0, np.zeros((4, 3), np.int32), order, 0, iv)
+    with pytest.raises(ValueError):                   # a bound past 32 bits
+        _gb.direct_sums32(keys, 0, np.zeros((4, 2), np.int32), order, 0, iv, None, None, 32)
+    with pytest.raises(ValueError):                   # a state not on an 8-byte boundary
+        _gb.direct_sums32(keys, 0, np.zeros(9, np.int32)[1:].reshape(4, 2), order, 0, iv)
 
 
 def test_a_value_outside_its_statistics_is_an_error_on_the_narrow_path(table, monkeypatch):
@@ -439,7 +469,8 @@ def test_engine_gathers_the_parts_without_a_fold(table, monkeypatch, aggs, filte
         got = t.groupby(["k"], aggs, bool_arr=bool_arr)
     finally:
         blzarr.set_nthreads(prev)
-    assert gathered == [2] and not folded
+    # two states, or one when a thread took every run of an integer-only query before the other woke
+    assert gathered in ([2], [1] if aggs[0][1:] == ["sum", "s"] and len(aggs) == 1 else [2]) and not folded
     assert got.names == ["k"] + [a[2] for a in aggs]
     sel = df[bool_arr] if filtered else df
     grp = sel.groupby("k", sort=False)
@@ -453,3 +484,148 @@ def test_engine_gathers_the_parts_without_a_fold(table, monkeypatch, aggs, filte
             np.testing.assert_allclose(got[out][:], want, rtol=1e-12)
         else:
             assert got[out][:].tolist() == grp[col].sum().tolist()
+
+
+def _runs_states(keys, iv, nslots, cuts, owner, narrow):
+    """The states of threads that took the runs of rows [cuts[r], cuts[r + 1]) in ascending order,
+    run r by thread owner[r], and the (state, start, end) rows `gather_sums` takes, in run order."""
+    states, orders, norders, runs = {}, {}, {}, []
+    for r, t in enumerate(owner):
+        if t not in states:
+            states[t] = np.zeros((nslots, 2), np.int32 if narrow else np.int64)
+            orders[t], norders[t] = np.zeros(nslots, np.int64), 0
+        s, e = cuts[r], cuts[r + 1]
+        if narrow:
+            got = _gb.direct_sums32(keys[s:e], 0, states[t], orders[t], norders[t], iv[s:e], None, None, 31)
+        else:
+            got = _gb.direct_sums(keys[s:e], 0, states[t], orders[t], norders[t], iv[s:e], 1)
+        assert got >= 0
+        runs.append((t, norders[t], got))
+        norders[t] = got
+    ts = sorted(states)
+    at = {t: i for i, t in enumerate(ts)}
+    return ([states[t] for t in ts], [orders[t][:norders[t]] for t in ts],
+            np.array([(at[t], a, b) for t, a, b in runs], np.int64).reshape(-1, 3))
+
+
+@given(seed=st.integers(0, 2**32 - 1), nthreads=st.integers(1, 3), nruns=st.integers(1, 12),
+       nslots=st.sampled_from([1, 7, 300, 20_000]), n=st.integers(0, 3000), narrow=st.booleans())
+@settings(max_examples=40, deadline=None)
+def test_gather_by_runs_gives_one_passes_groups(seed, nthreads, nruns, nslots, n, narrow):
+    """Runs of rows taken by threads in any ascending assignment, each thread one state: gathered by
+    runs, the groups come in the order of their first rows with the counts and integer sums of one
+    pass over all the rows."""
+    rng = np.random.default_rng(seed)
+    keys = (rng.random(n) * np.linspace(1, nslots, n)).astype(np.int64) if n else np.zeros(0, np.int64)
+    iv = rng.integers(-1000, 1000, n)
+    cuts = np.sort(np.r_[0, rng.integers(0, n + 1, nruns - 1), n])
+    owner = rng.integers(0, nthreads, nruns).tolist()
+    states, orders, runs = _runs_states(keys, iv, nslots, cuts, owner, narrow)
+    kv, c, i = np.full(nslots, 99, np.int64), np.zeros(nslots, np.int64), np.zeros(nslots, np.int64)
+    got = _gb.gather_sums(states, orders, narrow, 1, 2, 5, kv, c, i, None, runs)
+    first = np.unique(keys, return_index=True)[1]
+    order = keys[np.sort(first)]
+    assert got == len(order)
+    assert kv[:got].tolist() == (order + 5).tolist()
+    assert c[:got].tolist() == np.bincount(keys, minlength=nslots)[order].tolist()
+    want = np.zeros(nslots, np.int64)
+    np.add.at(want, keys, iv)
+    assert i[:got].tolist() == want[order].tolist()
+
+
+def test_gather_by_runs_refuses_floats_and_bad_runs():
+    keys = np.array([3, 1, 3, 0], np.int64)
+    states, orders, runs = _runs_states(keys, np.arange(4), 4, [0, 2, 4], [0, 1], False)
+    kv = np.zeros(4, np.int64)
+    assert _gb.gather_sums(states, orders, False, 1, 2, 0, kv, None, None, None, runs) == 3
+    with pytest.raises(ValueError, match="not for float sums"):
+        _gb.gather_sums(states, orders, False, 1, 2, 0, kv, None, None, np.zeros(4), runs)
+    for bad in ([[2, 0, 1]], [[0, 0, 3]], [[1, 1, 0]], [[0, -1, 1]]):
+        with pytest.raises(ValueError, match="a run outside"):
+            _gb.gather_sums(states, orders, False, 1, 2, 0, kv, None, None, None, np.array(bad, np.int64))
+    with pytest.raises(ValueError, match="runs are"):
+        _gb.gather_sums(states, orders, False, 1, 2, 0, kv, None, None, None, np.zeros((1, 2), np.int64))
+
+
+def _two_threads(pattern):
+    """A `parallel.run_each` that runs item i on thread pattern[i % len(pattern)] (0 or 1), the items
+    one after the other in order, on two threads that keep their thread-local state."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def run_each(fn, items):
+        pools = [ThreadPoolExecutor(1), ThreadPoolExecutor(1)]
+        try:
+            for i, item in enumerate(items):
+                pools[pattern[i % len(pattern)]].submit(fn, item).result()
+        finally:
+            for p in pools:
+                p.shutdown()
+    return run_each
+
+
+@pytest.mark.parametrize("pattern", [[0], [1], [0, 1], [1, 0, 0], [0, 0, 1, 1, 1]])
+@pytest.mark.parametrize("aggs", [[["v1", "sum", "s"]], [["b", "sum", "s"], ["v1", "count", "c"]],
+                                  [["u", "sum", "s"]]])
+@pytest.mark.parametrize("filtered", [False, True])
+def test_integer_sums_take_runs_of_blocks_on_any_thread(table, monkeypatch, pattern, aggs, filtered):
+    """On two threads an integer-only sums query hands out runs of blocks (`_runs`) to whichever
+    thread is free: whatever thread takes which run, the groups, their order and the sums are
+    pandas', and `gather_sums` got the runs."""
+    t, df = table
+    runs = []
+    real = gbmod._gb.gather_sums
+
+    def spy(*a, **k):
+        runs.append(a[10] if len(a) > 10 else k.get("runs"))
+        return real(*a, **k)
+    monkeypatch.setattr(gbmod._gb, "gather_sums", spy)
+    monkeypatch.setattr(gbmod.parallel, "run_each", _two_threads(pattern))
+    bool_arr = (df["v1"] > 2).to_numpy() if filtered else None
+    prev = blzarr.set_nthreads(2)
+    try:
+        got = t.groupby(["k"], aggs, bool_arr=bool_arr, out_flavor="pandas")
+    finally:
+        blzarr.set_nthreads(prev)
+    nblocks = -(-len(t) // gbmod.MIN_BLEN)
+    assert len(runs) == 1 and runs[0] is not None, "the runs path was not taken"
+    assert len(runs[0]) == min(nblocks, 2 * gbmod.RUNS_PER_THREAD)
+    assert set(runs[0][:, 0].tolist()) == set(range(len(set(pattern[:len(runs[0])]))))
+    sel = df[bool_arr] if filtered else df
+    grp = sel.groupby("k", sort=False)
+    assert got["k"].tolist() == list(dict.fromkeys(sel["k"]))
+    for col, op, out in aggs:
+        if op == "count":
+            assert got[out].tolist() == grp[col].count().tolist()
+        elif col == "u":
+            as_i8 = pd.Series(sel[col].to_numpy().view(np.int64), index=sel.index)
+            assert got[out].tolist() == as_i8.groupby(sel["k"], sort=False).sum().to_numpy().view(np.uint64).tolist()
+        else:
+            assert got[out].tolist() == grp[col].sum().astype(np.int64).tolist()
+
+
+@given(seed=st.integers(0, 2**32 - 1), span=st.sampled_from([3, 500, 20_000]), vmax=st.sampled_from([1, 5, 2**20, 2**40]),
+       neg=st.booleans(), filtered=st.booleans(), nthreads=st.integers(1, 2), mean=st.booleans())
+@settings(max_examples=25, deadline=None)
+def test_sums_by_an_integer_key_against_pandas(seed, span, vmax, neg, filtered, nthreads, mean):
+    """sum (and mean) by an integer key over in-memory tables of several blocks: narrow or wide
+    states, one or two threads, with and without a filter, as pandas gives them."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 4 * gbmod.MIN_BLEN))
+    k = rng.integers(-span // 3, span - span // 3, n)
+    v = rng.integers(-vmax if neg else 0, vmax + 1, n)
+    f = rng.standard_normal(n)
+    t = blzarr.ctable([k, v, f], names=["k", "v", "f"], chunklen=gbmod.MIN_BLEN)
+    aggs = [["v", "sum", "s"]] + ([["f", "mean", "m"]] if mean else [])
+    bool_arr = rng.random(n) < 0.7 if filtered else None
+    prev = blzarr.set_nthreads(nthreads)
+    try:
+        got = t.groupby(["k"], aggs, bool_arr=bool_arr, out_flavor="pandas")
+    finally:
+        blzarr.set_nthreads(prev)
+    df = pd.DataFrame({"k": k, "v": v, "f": f})
+    sel = df[bool_arr] if filtered else df
+    grp = sel.groupby("k", sort=False)
+    assert got["k"].tolist() == grp.size().index.tolist()
+    assert got["s"].tolist() == grp["v"].sum().tolist()
+    if mean:
+        np.testing.assert_allclose(got["m"].to_numpy(), grp["f"].mean().to_numpy(), rtol=1e-12)

@@ -46,6 +46,8 @@ NARROW_MAX = (1 << 31) - 1
 # `KeyTable.ids_sums` with the sums as well) while a partial has fewer groups than this; beyond, the
 # counts are cache misses that the separate `rows_seen` pass prefetches
 HASH_ROWS_MAX = 1 << 14
+# runs of blocks a thread of an integer-sums query takes, on average (`_runs`)
+RUNS_PER_THREAD = 8
 # integer `in` lists spanning fewer values than this are looked up in a byte table, not hashed
 ISIN_SPAN = 1 << 22
 # bquery's term operators, by their accepted spellings
@@ -456,8 +458,9 @@ class _Partial:
         else:
             ji, jf, narrow = sums
             w = 1 + (ji is not None) + (jf is not None)
-            # words a slot: 1, 2 or 4 (one cache line holds whole slots); `narrow`, 16 bytes
-            w = 2 if narrow else 1 if w == 1 else 2 if w == 2 else 4
+            # words a slot: 1, 2 or 4 (one cache line holds whole slots); `narrow`, 8 bytes, or 16
+            # with a float sum
+            w = (2 if jf is not None else 1) if narrow else 1 if w == 1 else 2 if w == 2 else 4
             self.words = words = _state_words(cap * (w + 1))
             self._bind(words[:cap * w].reshape(cap, w), sums)
             self.fills = [(words[:cap * w], 0)]
@@ -669,9 +672,10 @@ def _sums_plan(plan, aggs, cols, nrows):
     """(j of the integer sum or None, j of the float sum or mean or None, narrow) when the query is
     one integer key on the direct path and at most one integer sum and one float sum or mean (counts
     of columns without NaN come from the rows counted): `_gb.direct_sums` then does a block in one
-    pass; None otherwise.  `narrow` when there are both sums and every count and integer sum fits in
-    32 bits, by the `nrows` rows and the integer column's range from its statistics: then
-    `_gb.direct_sums32` does it over a state of 16 bytes a slot instead of 32."""
+    pass; None otherwise.  `narrow` (the bound's bits, 2**narrow above every magnitude) when there is
+    an integer sum and every count and integer sum fits in 32 bits, by the `nrows` rows and the
+    integer column's range from its statistics: then `_gb.direct_sums32` does it over a state of 8
+    bytes a slot (16 with a float sum) instead of 16 (32)."""
     if plan.kind != "direct" or len(plan.keys) != 1:
         return None
     ji = jf = None
@@ -687,12 +691,13 @@ def _sums_plan(plan, aggs, cols, nrows):
         else:
             return None
     narrow = False
-    if ji is not None and jf is not None and nrows <= NARROW_MAX:
+    if ji is not None and nrows <= NARROW_MAX:
         rng = _int_range(cols[ji])
         if rng is not None:
-            big = max(abs(rng[0]), abs(rng[0] + rng[1] - 1), 1)
-            if nrows * big <= NARROW_MAX:
-                narrow = big         # the kernel refuses a value beyond (statistics out of step)
+            # every value in -2**bits..2**bits - 1, so no sum of the rows leaves 32 bits
+            bits = max(abs(rng[0]), abs(rng[0] + rng[1] - 1), 1).bit_length()
+            if (nrows << bits) <= NARROW_MAX + 1:
+                narrow = bits        # the kernel refuses a value beyond (statistics out of step)
     return ji, jf, narrow
 
 
@@ -756,7 +761,7 @@ def _direct_sums(P, key, sums, s, e, mask, cols, aggs, reader):
     if narrow:
         got = _gb.direct_sums32(kv, key.rng[0], P.packed, P.order, P.norder, iv, fv, mask, narrow)
         if got == -2:
-            lo, hi = -narrow, narrow
+            lo, hi = -(1 << narrow), (1 << narrow) - 1
             raise ValueError(f"group-by: a value of column {aggs[ji].col!r} in rows {s}..{e - 1} lies "
                              f"outside {lo}..{hi}, the range its chunk statistics give (damaged statistics?)")
     else:
@@ -766,11 +771,12 @@ def _direct_sums(P, key, sums, s, e, mask, cols, aggs, reader):
     P.norder = got
 
 
-def _gather_sums(plan, aggs, sums, partials):
+def _gather_sums(plan, aggs, sums, partials, runs=None):
     """(key values, [(name, result)]) of a `_sums_plan` query from the parts' states (`partials`,
     in part order, each with a row): `_gb.gather_sums` takes every group's count and sums from the
     states in part order, the additions `_fold` would make, and writes them in the groups' order
-    into the result columns, with no pass over the slots no group uses."""
+    into the result columns, with no pass over the slots no group uses.  `runs`: see `aggregate`
+    and `_gb.gather_sums`."""
     ji, jf, narrow = sums
     nslots = plan.nslots
     key = plan.keys[0]
@@ -782,7 +788,7 @@ def _gather_sums(plan, aggs, sums, partials):
     P0 = partials[0]
     icol, fcol = (1, 2) if narrow else (P0.cols[0], P0.cols[1])
     n = _gb.gather_sums([P.packed for P in partials], [P.order[:P.norder] for P in partials],
-                        bool(narrow), icol, fcol, key.rng[0], kv, cnt, isum, fsum)
+                        bool(narrow), icol, fcol, key.rng[0], kv, cnt, isum, fsum, runs)
     results = []
     for j, a in enumerate(aggs):
         odt = _out_dtype(a.op, a.dtype)
@@ -865,17 +871,22 @@ def aggregate(table, groupby_cols, agg_list, bool_arr=None, use_cache=True):
     # groups, which made the worker's part the slower one)
     made = [_Partial(plan, aggs, plan.nslots, sums) for _ in parts[1:]] \
         if plan.kind == "direct" else None
+    # integer sums and counts only: any split of the blocks between the states gives the same
+    # results, so the threads take short runs of blocks as they become free (a thread that gets less
+    # CPU holds up only its last run) into one state each, and the groups' order is recovered from
+    # where each run's new groups begin in its state's order (`_gather_sums`)
+    runs = _runs(len(bounds)) if sums is not None and sums[1] is None and len(parts) > 2 else None
     # part p's partial is folded into the total once parts 0..p-1 are: the same additions in the
     # same order whichever thread did which part, so floating-point results repeat bit for bit
     done, lock = {}, threading.Lock()
     folded = {"next": 0, "G": None}
 
-    def part(p):
-        P = None
-        reader.open_chunks(arrays + [bool_arr], parts[p], parts[p + 1],
+    def blocks(P, first, stop, new):
+        """Blocks first..stop-1 into the partial `P` (`new()` makes it at the first block read)."""
+        reader.open_chunks(arrays + [bool_arr], first, stop,
                            [keys[0].src] if hsums is not None else ())
         try:
-            for k in range(parts[p], parts[p + 1]):
+            for k in range(first, stop):
                 s, e = bounds[k]
                 cls = None if classes is None else classes[k]
                 if cls == planner.SKIP:
@@ -884,7 +895,7 @@ def aggregate(table, groupby_cols, agg_list, bool_arr=None, use_cache=True):
                 if mask is not None and not mask.any():
                     continue                    # no row kept: no value column decoded
                 if P is None:
-                    P = made[p].reset() if made is not None else _Partial(plan, aggs, 64)
+                    P = new()
                 if sums is not None:
                     _direct_sums(P, keys[0], sums, s, e, mask, cols, aggs, reader)
                     continue
@@ -895,6 +906,28 @@ def aggregate(table, groupby_cols, agg_list, bool_arr=None, use_cache=True):
                 _update(P, codes, s, e, cols, aggs, reader)
         finally:
             reader.close_chunks()
+        return P
+
+    mine, spare, ran = threading.local(), list(made or ()), []
+
+    def state():
+        with lock:
+            Q = spare.pop(0) if spare else _Partial(plan, aggs, plan.nslots, sums)
+        return Q.reset()
+
+    def run(r):
+        # this thread's state; its runs come in ascending order (run_each hands them out so)
+        P = getattr(mine, "P", None)
+        start = P.norder if P is not None else 0
+        P = mine.P = blocks(P, runs[r], runs[r + 1], state)
+        reader.release()
+        if P is not None:
+            with lock:
+                ran.append((r, P, start, P.norder))
+
+    def part(p):
+        P = blocks(None, parts[p], parts[p + 1],
+                   lambda: made[p].reset() if made is not None else _Partial(plan, aggs, 64))
         reader.release()
         with lock:
             done[p] = P
@@ -910,11 +943,22 @@ def aggregate(table, groupby_cols, agg_list, bool_arr=None, use_cache=True):
                 else:
                     _fold(plan, aggs, folded["G"], Q)
 
-    parallel.run_each(part, range(len(parts) - 1))
+    if runs is not None:
+        parallel.run_each(run, range(len(runs) - 1))
+        ran.sort(key=lambda x: x[0])
+        got, at = [], {}
+        for _, P, _, _ in ran:
+            if id(P) not in at:
+                at[id(P)] = len(got)
+                got.append(P)
+        by = np.array([(at[id(P)], a, b) for _, P, a, b in ran], np.int64).reshape(-1, 3)
+    else:
+        parallel.run_each(part, range(len(parts) - 1))
     if sums is not None:
-        got = [done[p] for p in range(len(parts) - 1) if done.get(p) is not None]
+        if runs is None:
+            got, by = [done[p] for p in range(len(parts) - 1) if done.get(p) is not None], None
         if got:
-            out = _gather_sums(plan, aggs, sums, got)
+            out = _gather_sums(plan, aggs, sums, got, by)
             _keep_states(made)
             return {"keys": list(zip(groupby_cols, out[0])), "aggs": out[1]}
     G = folded["G"]
@@ -968,6 +1012,13 @@ def _parts(nblocks):
     unequal CPU, but each costs a partial of fresh memory, touched group by group, and a fold.)"""
     nparts = max(1, min(parallel.get_nthreads(), nblocks))
     return [nblocks * p // nparts for p in range(nparts + 1)]
+
+
+def _runs(nblocks):
+    """Where the runs of blocks the threads take one at a time (`aggregate`, integer sums) start (and
+    the last ends): RUNS_PER_THREAD a thread, so that one run is a small share of the work."""
+    nruns = max(1, min(parallel.get_nthreads() * RUNS_PER_THREAD, nblocks))
+    return [nblocks * r // nruns for r in range(nruns + 1)]
 
 
 def _fold(plan, aggs, G, p):
