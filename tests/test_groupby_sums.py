@@ -563,15 +563,34 @@ def _two_threads(pattern):
     return run_each
 
 
+@pytest.fixture(scope="module")
+def small_chunks(tmp_path_factory):
+    rng = np.random.default_rng(8)
+    n = 40_000
+    df = pd.DataFrame({"k": rng.integers(0, 20_000, n), "v1": rng.integers(1, 6, n), "b": rng.random(n) < 0.5,
+                       "u": rng.integers(0, 2**63, n, dtype=np.uint64)})
+    t = blzarr.ctable([df[c].to_numpy() for c in df], names=list(df), chunklen=1024,
+                      rootdir=str(tmp_path_factory.mktemp("runs") / "t"), mode="w")
+    return t, df
+
+
+def test_runs_need_more_than_the_parts():
+    assert gbmod._runs(153, 2) == [153 * r // 16 for r in range(17)]
+    assert gbmod._runs(5, 2) is None            # two runs of 2 blocks: no better than the halves
+    assert gbmod._runs(7, 2) == [0, 2, 4, 7]
+    assert gbmod._runs(40, 1) == [5 * r for r in range(9)]
+
+
 @pytest.mark.parametrize("pattern", [[0], [1], [0, 1], [1, 0, 0], [0, 0, 1, 1, 1]])
 @pytest.mark.parametrize("aggs", [[["v1", "sum", "s"]], [["b", "sum", "s"], ["v1", "count", "c"]],
                                   [["u", "sum", "s"]]])
 @pytest.mark.parametrize("filtered", [False, True])
-def test_integer_sums_take_runs_of_blocks_on_any_thread(table, monkeypatch, pattern, aggs, filtered):
+def test_integer_sums_take_runs_of_blocks_on_any_thread(small_chunks, monkeypatch, pattern, aggs, filtered):
     """On two threads an integer-only sums query hands out runs of blocks (`_runs`) to whichever
     thread is free: whatever thread takes which run, the groups, their order and the sums are
     pandas', and `gather_sums` got the runs."""
-    t, df = table
+    t, df = small_chunks
+    monkeypatch.setattr(gbmod, "MIN_BLEN", 1024)
     runs = []
     real = gbmod._gb.gather_sums
 
@@ -586,9 +605,8 @@ def test_integer_sums_take_runs_of_blocks_on_any_thread(table, monkeypatch, patt
         got = t.groupby(["k"], aggs, bool_arr=bool_arr, out_flavor="pandas")
     finally:
         blzarr.set_nthreads(prev)
-    nblocks = -(-len(t) // gbmod.MIN_BLEN)
     assert len(runs) == 1 and runs[0] is not None, "the runs path was not taken"
-    assert len(runs[0]) == min(nblocks, 2 * gbmod.RUNS_PER_THREAD)
+    assert len(runs[0]) == 2 * gbmod.RUNS_PER_THREAD
     assert set(runs[0][:, 0].tolist()) == set(range(len(set(pattern[:len(runs[0])]))))
     sel = df[bool_arr] if filtered else df
     grp = sel.groupby("k", sort=False)
@@ -605,21 +623,23 @@ def test_integer_sums_take_runs_of_blocks_on_any_thread(table, monkeypatch, patt
 
 @given(seed=st.integers(0, 2**32 - 1), span=st.sampled_from([3, 500, 20_000]), vmax=st.sampled_from([1, 5, 2**20, 2**40]),
        neg=st.booleans(), filtered=st.booleans(), nthreads=st.integers(1, 2), mean=st.booleans())
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=12, deadline=None)
 def test_sums_by_an_integer_key_against_pandas(seed, span, vmax, neg, filtered, nthreads, mean):
     """sum (and mean) by an integer key over in-memory tables of several blocks: narrow or wide
     states, one or two threads, with and without a filter, as pandas gives them."""
     rng = np.random.default_rng(seed)
-    n = int(rng.integers(1, 4 * gbmod.MIN_BLEN))
+    n = int(rng.integers(1, 20_000))
     k = rng.integers(-span // 3, span - span // 3, n)
     v = rng.integers(-vmax if neg else 0, vmax + 1, n)
     f = rng.standard_normal(n)
-    t = blzarr.ctable([k, v, f], names=["k", "v", "f"], chunklen=gbmod.MIN_BLEN)
+    t = blzarr.ctable([k, v, f], names=["k", "v", "f"], chunklen=1024)
     aggs = [["v", "sum", "s"]] + ([["f", "mean", "m"]] if mean else [])
     bool_arr = rng.random(n) < 0.7 if filtered else None
     prev = blzarr.set_nthreads(nthreads)
     try:
-        got = t.groupby(["k"], aggs, bool_arr=bool_arr, out_flavor="pandas")
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(gbmod, "MIN_BLEN", 1024)       # up to 20 blocks: runs of blocks on two threads
+            got = t.groupby(["k"], aggs, bool_arr=bool_arr, out_flavor="pandas")
     finally:
         blzarr.set_nthreads(prev)
     df = pd.DataFrame({"k": k, "v": v, "f": f})
@@ -628,4 +648,5 @@ def test_sums_by_an_integer_key_against_pandas(seed, span, vmax, neg, filtered, 
     assert got["k"].tolist() == grp.size().index.tolist()
     assert got["s"].tolist() == grp["v"].sum().tolist()
     if mean:
-        np.testing.assert_allclose(got["m"].to_numpy(), grp["f"].mean().to_numpy(), rtol=1e-12)
+        # pandas adds in another order: a mean near 0 differs in its last bits
+        np.testing.assert_allclose(got["m"].to_numpy(), grp["f"].mean().to_numpy(), rtol=1e-9, atol=1e-12)

@@ -875,7 +875,7 @@ def aggregate(table, groupby_cols, agg_list, bool_arr=None, use_cache=True):
     # results, so the threads take short runs of blocks as they become free (a thread that gets less
     # CPU holds up only its last run) into one state each, and the groups' order is recovered from
     # where each run's new groups begin in its state's order (`_gather_sums`)
-    runs = _runs(len(bounds)) if sums is not None and sums[1] is None and len(parts) > 2 else None
+    runs = _runs(len(bounds), len(parts) - 1) if sums is not None and sums[1] is None and len(parts) > 2 else None
     # part p's partial is folded into the total once parts 0..p-1 are: the same additions in the
     # same order whichever thread did which part, so floating-point results repeat bit for bit
     done, lock = {}, threading.Lock()
@@ -1014,10 +1014,14 @@ def _parts(nblocks):
     return [nblocks * p // nparts for p in range(nparts + 1)]
 
 
-def _runs(nblocks):
+def _runs(nblocks, nparts):
     """Where the runs of blocks the threads take one at a time (`aggregate`, integer sums) start (and
-    the last ends): RUNS_PER_THREAD a thread, so that one run is a small share of the work."""
-    nruns = max(1, min(parallel.get_nthreads() * RUNS_PER_THREAD, nblocks))
+    the last ends): RUNS_PER_THREAD a thread, so that one run is a small share of the work, each of
+    at least 2 blocks (a column's chunk reader reads a run of one chunk the slow way); None when that
+    makes no more runs than the `nparts` fixed parts."""
+    nruns = min(nparts * RUNS_PER_THREAD, nblocks // 2)
+    if nruns <= nparts:
+        return None
     return [nblocks * r // nruns for r in range(nruns + 1)]
 
 
