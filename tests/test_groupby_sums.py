@@ -575,10 +575,11 @@ def small_chunks(tmp_path_factory):
 
 
 def test_runs_need_more_than_the_parts():
-    assert gbmod._runs(153, 2) == [153 * r // 16 for r in range(17)]
+    m = gbmod.RUNS_PER_THREAD
+    assert gbmod._runs(153, 2) == [153 * r // (2 * m) for r in range(2 * m + 1)]
     assert gbmod._runs(5, 2) is None            # two runs of 2 blocks: no better than the halves
     assert gbmod._runs(7, 2) == [0, 2, 4, 7]
-    assert gbmod._runs(40, 1) == [5 * r for r in range(9)]
+    assert gbmod._runs(40, 1) == [40 * r // m for r in range(m + 1)]
 
 
 @pytest.mark.parametrize("pattern", [[0], [1], [0, 1], [1, 0, 0], [0, 0, 1, 1, 1]])
