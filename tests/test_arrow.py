@@ -489,16 +489,15 @@ def test_killed_parquet_writes_leave_before(tmp_path, what):
 
 # ------------------------------------------------------------------------------ pandas
 def _as_given_back(pd, df):
-    """`df` as todataframe gives it back: an ``object`` column of strings (bytes) without a missing
-    value comes back as bcolz gives it, what pandas makes of a NumPy ``U`` (``S``) array (pandas'
-    default string dtype, a NumPy bytes column); everything else as it went in."""
+    """`df` as todataframe gives it back: an ``object`` column of strings without a missing value
+    comes back as bcolz gives it, what pandas makes of a NumPy ``U`` array (pandas' default string
+    dtype); a column of bytes as what pandas makes of an ``S`` array, bytes objects (as it went in);
+    everything else as it went in."""
     cols = {}
     for c in df.columns:
         kind = pd.api.types.infer_dtype(df[c], skipna=False)
         if df[c].dtype == np.dtype(object) and not df[c].isna().any() and kind in ("string", "empty"):
             cols[c] = df[c].to_numpy(dtype=str) if len(df) else np.zeros(0, "U1")
-        elif df[c].dtype == np.dtype(object) and not df[c].isna().any() and kind == "bytes":
-            cols[c] = df[c].to_numpy().astype("S")
         else:
             cols[c] = df[c].reset_index(drop=True)
     return pd.DataFrame(cols, columns=list(df.columns), copy=False).set_axis(df.index)   # as todataframe builds it

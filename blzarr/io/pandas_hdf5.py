@@ -152,7 +152,9 @@ def _series_of(pd, t, name, valid_name):
     if tz is not None:
         return pd.Series(pd.DatetimeIndex(values).tz_localize("UTC").tz_convert(tz)).array
     if pdt is None and missing is None:
-        return values
+        # a bytes column as pandas makes one of a NumPy 'S' array, Python bytes objects (bcolz gives
+        # the same): DataFrame(copy=False) would keep the 'S' array, a dtype pandas does not support
+        return values.astype(object) if values.dtype.kind == "S" else values
     if pdt in ("float16", "float32", "float64"):
         values = values.astype(pdt)             # NumPy floats: missing values are NaN
         if missing is not None:

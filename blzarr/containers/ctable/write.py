@@ -506,7 +506,8 @@ class CtableWrites(CtableBase):
                 raise ValueError(f"`pos` must be an int, got {pos!r}")
             n = len(self.cols.names)
             if not -n <= pos < n:
-                raise ValueError(f"`pos` {pos} is out of range for {n} columns")
+                # an IndexError, as bcolz's (its list lookup raised one) and as a list's
+                raise IndexError(f"`pos` {pos} is out of range for {n} columns")
             name = self.cols.names[pos]
         col = self.cols._cols[name]
         names = [n for n in self.cols.names if n != name]
