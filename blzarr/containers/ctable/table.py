@@ -439,11 +439,15 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
             # unless it is inside a directory built whole already, whose own barrier covers it)
             if not isinstance(new_tree_of(self._rootdir), HeldTree):
                 held = held_tree(self._rootdir)
+        # in-memory carrays become the table's columns when every column is one (a table over
+        # existing columns); among other kinds of columns they are copied, as bcolz does: writing
+        # to the carray given then leaves the table as it was
+        share = all(isinstance(col, carray) for col in data)
         try:
             for name, col in zip(names, data):
                 self.cols.names.append(name)
                 with replace.fresh(self._rootdir) if self._bytestore is not None else contextlib.nullcontext():
-                    self.cols._cols[name] = self._new_column(col, name)
+                    self.cols._cols[name] = self._new_column(col, name, _share=share)
             self._len = len(self.cols._cols[names[0]]) if names else 0
             # object storage: __rootdirs__ commits the table, unless its caller fills it first
             # (`creation_completed_by_caller`): until then its marker says it is not there yet
@@ -491,13 +495,14 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
             self.cols._cols[n] = carray(rootdir=self._col_dir(n), mode="a", allow_pickle=True)
         self._attrs = _attrs(final, self._mode, path=self._attrs_path)
 
-    def _new_column(self, col, name, _rootdir=None, **kw):
-        """A carray for column `name` from `col` (a carray in memory is kept as it is); written at
-        `_rootdir` instead of the column's directory when given."""
+    def _new_column(self, col, name, _rootdir=None, _share=True, **kw):
+        """A carray for column `name` from `col` (a carray in memory is kept as it is, unless
+        `_share` is False: then copied); written at `_rootdir` instead of the column's directory
+        when given."""
         rd = _rootdir or self._col_dir(name)
         kwargs = self._col_kwargs(**kw)
         if isinstance(col, carray):
-            if rd is None:
+            if rd is None and _share:
                 return col
             keep = {k: v for k, v in kwargs.items()
                     if k in ("chunklen", "expectedlen", "dflt", "format", "storage_options")}

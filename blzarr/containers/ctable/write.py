@@ -426,7 +426,9 @@ class CtableWrites(CtableBase):
                 self.flush()
             return
         elif isinstance(newcol, carray):
-            col = self._new_column(newcol, name, **kwargs) if rd is not None else newcol
+            # copied, in memory too, as bcolz's addcol does: a later write to `newcol` (an append
+            # above all, which would make the columns' lengths differ) leaves the table as it was
+            col = self._new_column(newcol, name, _share=False, **kwargs)
         else:
             col = self._new_column(newcol if isinstance(newcol, np.ndarray) else np.asarray(newcol),
                                    name, **kwargs)
