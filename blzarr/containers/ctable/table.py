@@ -202,7 +202,8 @@ class ctable(CtableGroupby, CtableQueries, CtableWrites, CtableReads, CtableBase
     ----------
     columns : structured array, list/tuple of columns, dict, or ctable, optional
         The data.  A list may hold NumPy arrays, carrays, or anything `carray` accepts; a dict maps
-        names to columns.  Without it, `rootdir` is opened.
+        names to columns.  Without it, `rootdir` is opened.  In memory, carrays become the table's
+        columns themselves when every column is one, and are copied otherwise (as bcolz does).
     names : list of str or str, optional
         Column names (default: the structured dtype's or dict's names, else 'f0', 'f1', ...).
         They must be Python identifiers and safe directory names.

@@ -322,7 +322,7 @@ class CtableWrites(CtableBase):
         Parameters
         ----------
         newcol : carray, array or list
-            The data, as long as the table.
+            The data, as long as the table; copied (a carray in memory too, as bcolz does).
         name : str, optional
             The column name (default ``'f<pos>'``): a Python identifier, not already used.
         pos : int, optional
