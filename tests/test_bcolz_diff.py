@@ -930,3 +930,11 @@ def test_in_memory_carray_given_to_a_table_is_copied_as_bcolz_copies_it(how):
         outcomes.append((shared, t["x"][:].tolist(), len(t), t.cols["x"].chunklen))
     assert outcomes[1] == outcomes[0]
     assert outcomes[1][0] == (how == "carray columns")
+
+
+def test_addcol_move_hands_an_in_memory_carray_over():
+    # move=True (bcolz: move an on-disk carray into the table) makes the carray the column in memory
+    t = blzarr.ctable([np.arange(5)], names=["a"])
+    c = blzarr.carray(np.arange(5) * 10)
+    t.addcol(c, name="x", move=True)
+    assert t.cols["x"] is c and t["x"][:].tolist() == [0, 10, 20, 30, 40]

@@ -528,7 +528,7 @@ class _Builder:
         ones = carray(np.ones(0, bool), expectedlen=max(len(t), self.kw.get("expectedlen") or 1, 1))
         for s in range(0, len(t), 1 << 20):
             ones.append(np.ones(min(1 << 20, len(t) - s), bool))
-        t.addcol(ones, name=vname, pos=t.names.index(name) + 1)
+        t.addcol(ones, name=vname, pos=t.names.index(name) + 1, move=True)    # in memory: no copy
         t.cols[name].attrs[colmeta.VALIDITY] = vname
         self.valid[name] = vname
 

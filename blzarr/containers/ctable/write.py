@@ -329,7 +329,8 @@ class CtableWrites(CtableBase):
             The position among the columns (default: last).
         move : bool, optional
             An on-disk carray added to an on-disk table is copied into the table's directory, or,
-            with True, moved there (the carray object passed must not be used afterwards).
+            with True, moved there (the carray object passed must not be used afterwards).  A
+            carray added to a table in memory is copied, or with True becomes the column itself.
         **kwargs
             Passed to `blzarr.carray` when a column is built (``cparams``, ``chunklen``, ...).
 
@@ -427,8 +428,9 @@ class CtableWrites(CtableBase):
             return
         elif isinstance(newcol, carray):
             # copied, in memory too, as bcolz's addcol does: a later write to `newcol` (an append
-            # above all, which would make the columns' lengths differ) leaves the table as it was
-            col = self._new_column(newcol, name, _share=False, **kwargs)
+            # above all, which would make the columns' lengths differ) leaves the table as it was;
+            # `move` hands the carray over instead
+            col = self._new_column(newcol, name, _share=move, **kwargs)
         else:
             col = self._new_column(newcol if isinstance(newcol, np.ndarray) else np.asarray(newcol),
                                    name, **kwargs)
