@@ -256,6 +256,11 @@ def op_sum(data, p):
         # docstring (the platform integer, as NumPy); blzarr gives NumPy's sum
         assert norm(p.objs[1].sum()) == norm(_mirror(p).sum())
         return
+    if dtype.kind == "b" and p.objs[0].rootdir is not None:
+        # bcolz counts no True in the full chunks of a boolean carray on disk (ones(5) with chunklen
+        # 2 sums to 1); blzarr gives NumPy's count
+        assert norm(p.objs[1].sum()) == norm(_mirror(p).sum())
+        return
     p.call("sum()", lambda m, o: o.sum())
 
 
