@@ -577,8 +577,10 @@ def top_addcol(data, p):
     kind = data.draw(st.sampled_from(["array", "carray", "list"]))
     if kind == "list" and dtype.kind in "MU":
         kind = "array"
-    # chunk lengths differ after an addcol only when the table had chunklen/expectedlen keywords
-    p.added = p.added or p.sized
+    # a new column's chunk length is a speed choice: bcolz sizes it as a new carray of the column's
+    # length, blzarr by the table's sizing (its chunklen/expectedlen keywords, or fromiter's count):
+    # chunk lengths are compared until the first addcol
+    p.added = True
     p.call(f"addcol({kind} {dtype}, name={name}, pos={pos})",
            lambda m, o: o.addcol(m.carray(col) if kind == "carray" else
                                  col.tolist() if kind == "list" else col, name=name, pos=pos))
@@ -668,9 +670,7 @@ def top_eval(data, p):
 def top_properties(data, p):
     p.call("properties", lambda m, o: (len(o), o.shape, o.size, o.ndim, o.nbytes, str(o.dtype),
                                        list(o.names), list(o.cols.names), o.rootdir is None))
-    # bcolz's addcol gives a new column the chunk length of a new carray of its length; blzarr the
-    # table's chunklen/expectedlen keywords when it had some: chunk lengths are then compared until
-    # the first addcol
+    # chunk lengths are compared until the first addcol (top_addcol says why)
     if not p.added:
         p.call("chunklens", lambda m, o: [o.cols[c].chunklen for c in o.names])
     p.call("cparams", lambda m, o: (o.cparams.clevel, o.cparams.shuffle, o.cparams.cname))
@@ -749,7 +749,7 @@ def ctable_pair(data, root):
             import pandas as pd
             objs.append(m.ctable.fromdataframe(pd.DataFrame({k: ra[k] for k in names}), **lk))
     p = Pair(bcolz, blzarr, *objs)
-    p.sized, p.added = bool(kw), False
+    p.added = False
     return p
 
 
