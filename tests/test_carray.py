@@ -839,9 +839,9 @@ def test_safe_property():
 
 
 def test_dflt_roundtrip_special_values(tmp_path):
-    for dt, d in (("f8", np.nan), ("f8", -np.inf), ("c16", 1 + 2j), ("M8[s]", np.datetime64(5, "s")),
-                  ("S3", b"ab"), ("U2", "é"), ("i4,f4", (1, 2.5)), ("?", True)):
-        p = str(tmp_path / f"d{hash((dt, str(d))) & 0xffff}")
+    for k, (dt, d) in enumerate((("f8", np.nan), ("f8", -np.inf), ("c16", 1 + 2j), ("M8[s]", np.datetime64(5, "s")),
+                                 ("S3", b"ab"), ("U2", "é"), ("i4,f4", (1, 2.5)), ("?", True))):
+        p = str(tmp_path / f"d{k}")     # (a 16-bit hash of the case named two cases alike in one CI run)
         carray(np.zeros(2, dtype=dt), dflt=d, rootdir=p, format="bcolz")
         r = blzarr.open(p)
         exp = np.array(d, dtype=dt) if dt != "i4,f4" else np.array(d, dtype=np.dtype(dt))
