@@ -680,18 +680,10 @@ def _sums_plan(plan, aggs, cols, nrows):
     bytes a slot (16 with a float sum) instead of 16 (32)."""
     if plan.kind != "direct" or len(plan.keys) != 1:
         return None
-    ji = jf = None
-    for j, a in enumerate(aggs):
-        if a.op in ("count", "count_na") and not a.hasna:
-            continue
-        if a.dtype.kind not in "biuf" or a.dtype.itemsize > 8:
-            return None
-        if a.op == "sum" and not a.isfloat and ji is None:
-            ji = j
-        elif (a.op == "mean" or (a.op == "sum" and a.isfloat)) and jf is None:
-            jf = j
-        else:
-            return None
+    js = _sum_columns(aggs)
+    if js is None:
+        return None
+    ji, jf = js
     narrow = False
     if ji is not None and nrows <= NARROW_MAX:
         rng = _int_range(cols[ji])
@@ -710,6 +702,13 @@ def _hash_sums_plan(plan, aggs):
     its rows and adds its values in one pass, without group ids; None otherwise."""
     if plan.kind != "hash" or len(plan.keys) != 1 or plan.nwords != 1:
         return None
+    return _sum_columns(aggs)
+
+
+def _sum_columns(aggs):
+    """(j of the integer sum or None, j of the float sum or mean or None) when the aggregations are at
+    most one integer sum and one float sum or mean of columns of at most 8 bytes, besides counts of
+    columns without NaN (those come from the rows counted); None otherwise."""
     ji = jf = None
     for j, a in enumerate(aggs):
         if a.op in ("count", "count_na") and not a.hasna:
